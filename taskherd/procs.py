@@ -1,0 +1,467 @@
+"""The OS-process layer under the supervisor: spawn, watch, adopt, measure, kill.
+
+No database code: callers record what these functions return (pid, start time,
+log path) and feed it back to `adopt` after a daemon restart.
+
+Every agent runs under `taskherd/shim.py`, a tiny Python process that is the
+session leader and process-group leader (pgid == shim pid), starts the agent
+as its child, waits for it and writes its exit status to ``<log>.exit``. The
+shim exists because a restarted daemon is not the agent's parent and could
+never learn the exit status by waitpid().
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+HEADER_PREFIX = "# taskherd "
+SHIM_PATH = str(Path(__file__).with_name("shim.py"))
+# -I: ignore PYTHON* env vars and user site (the agent's env must not change
+# how the shim runs); -S: skip `site` (~10 ms of every spawn). The shim is run
+# by file path, not `-m`, so it needs no sys.path and never imports the package.
+SHIM_PYTHON_FLAGS = ("-I", "-S")
+# psutil's create_time comes from boot-relative ticks plus the wall-clock boot
+# time, which moves when NTP steps the clock; pid reuse inside one second would
+# need the whole pid space to wrap within that second.
+START_TIME_TOLERANCE = 1.0
+FALLBACK_POLL_INTERVAL = 0.2  # without pidfds, death is still seen within 1 s
+HEADER_ARG_LIMIT = 200  # prompts passed in argv must not bloat the header line
+CARRIED_OVER_ENV = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TERM")
+# Claude Code refuses to start inside another session when it sees these.
+REMOVED_ENV = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT")
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How an agent ended, as far as anyone could learn."""
+
+    code: int | None = None  # exit code when the agent exited by itself
+    signal: int | None = None  # signal number when a signal killed it
+    ended_at: float | None = None  # wall-clock time the status was recorded
+    # "exit_file": written by the shim; "terminate": the shim was SIGKILLed with
+    # the group, status recorded by terminate(); "shim": only the shim's own
+    # wait status was available; "unknown": the process is gone without a trace.
+    source: str = "exit_file"
+
+    @property
+    def known(self) -> bool:
+        return self.code is not None or self.signal is not None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.code == 0
+
+
+UNKNOWN_EXIT = ExitStatus(source="unknown")
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One sample for stall detection; growth between samples means alive."""
+
+    log_size: int  # bytes in the run's log
+    cpu_seconds: float  # user+system CPU of the process tree, reaped children included
+    process_count: int  # live processes found in the tree (0: all gone)
+
+
+class ProcessHandle:
+    """A live or finished agent, spawned here or adopted after a restart."""
+
+    def __init__(self, pid: int, started_at: float, log_path: Path,
+                 popen: subprocess.Popen | None = None, pidfd: int | None = None):
+        self.pid = pid  # the shim's pid, which is also the process group id
+        self.started_at = started_at  # psutil create_time of the shim
+        self.log_path = log_path
+        self.exit_path = exit_path_for(log_path)
+        self._popen = popen  # set for our own children: the only way to reap them
+        self._pidfd = pidfd  # pins the process identity; readable once it exits
+        self._status: ExitStatus | None = None
+
+    @property
+    def is_child(self) -> bool:
+        return self._popen is not None
+
+    def poll(self) -> ExitStatus | None:
+        """The exit status once the shim has exited, else None. Never blocks."""
+        if self._status is None:
+            self._status = self._poll_child() if self._popen else self._poll_adopted()
+        return self._status
+
+    def is_alive(self) -> bool:
+        return self.poll() is None
+
+    async def wait_exit(self) -> ExitStatus:
+        """Return once the process has exited; a pidfd makes this immediate."""
+        while (status := self.poll()) is None:
+            fd = self._ensure_pidfd()
+            if fd is None:
+                await asyncio.sleep(FALLBACK_POLL_INTERVAL)
+            else:
+                await _wait_readable(fd)
+        return status
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        kind = "child" if self._popen else "adopted"
+        return f"<ProcessHandle pid={self.pid} {kind} status={self._status}>"
+
+    def _poll_child(self) -> ExitStatus | None:
+        returncode = self._popen.poll()
+        if returncode is None:
+            return None
+        recorded = read_exit_file(self.exit_path)
+        if recorded is not None:
+            return recorded
+        if returncode < 0:  # the shim itself was killed; the agent shares its group
+            return ExitStatus(signal=-returncode, ended_at=time.time(), source="shim")
+        return UNKNOWN_EXIT
+
+    def _poll_adopted(self) -> ExitStatus | None:
+        if self._pidfd is not None:
+            if not _is_readable(self._pidfd):
+                return None
+        elif _same_process_alive(self.pid, self.started_at):
+            return None
+        # The shim writes the file before it exits, so a gone shim without a
+        # file means it was killed (or the host rebooted): nothing to learn.
+        return read_exit_file(self.exit_path) or UNKNOWN_EXIT
+
+    def _ensure_pidfd(self) -> int | None:
+        if self._pidfd is None and self._status is None:
+            self._pidfd = _open_pidfd(self.pid)
+            # For an adopted pid the fd might name a newcomer that reused it.
+            if self._pidfd is not None and not self._popen and not _same_process_alive(
+                    self.pid, self.started_at):
+                self.close()
+                self._status = read_exit_file(self.exit_path) or UNKNOWN_EXIT
+        return self._pidfd
+
+
+@dataclass(frozen=True)
+class SpawnedProcess:
+    """What the caller records for a run so that `adopt` can find it again."""
+
+    pid: int  # shim pid == process group id
+    started_at: float  # psutil create_time of the shim, guards against pid reuse
+    log_path: Path
+    exit_path: Path
+    handle: ProcessHandle = field(compare=False, repr=False)
+
+
+def exit_path_for(log_path: Path) -> Path:
+    return Path(f"{log_path}.exit")
+
+
+def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Path,
+          stdin_path: Path | None = None, header: Mapping | None = None) -> SpawnedProcess:
+    """Start `argv` under the shim in a new session, output appended to `log_path`.
+
+    Raises FileNotFoundError naming the program when it cannot be found on the
+    env's PATH, before anything is started. Returns once the shim has been
+    exec'd; the agent itself starts a few milliseconds later.
+    """
+    _check_argv(argv, env, cwd)
+    log_path = Path(log_path)
+    exit_path = exit_path_for(log_path)
+    # A re-used log path must not report the previous attempt's exit.
+    exit_path.unlink(missing_ok=True)
+    shim_argv = [sys.executable, *SHIM_PYTHON_FLAGS, SHIM_PATH, str(exit_path),
+                 _header_prefix(header or {}, argv), "--", *argv]
+    # A file, not a pipe: output survives the daemon's death and nothing
+    # blocks when nobody reads.
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
+    try:
+        popen = subprocess.Popen(shim_argv, stdin=stdin, stdout=log_fd, stderr=log_fd,
+                                 env=env, cwd=cwd, start_new_session=True, close_fds=True)
+    finally:
+        os.close(log_fd)
+        if stdin_path:
+            stdin.close()
+    # The shim is our unreaped child, so even if it already exited its create
+    # time is still readable.
+    started_at = psutil.Process(popen.pid).create_time()
+    handle = ProcessHandle(popen.pid, started_at, log_path, popen=popen)
+    return SpawnedProcess(popen.pid, started_at, log_path, exit_path, handle)
+
+
+def adopt(pid: int, started_at: float, log_path: Path, *,
+          tolerance: float = START_TIME_TOLERANCE) -> ProcessHandle | None:
+    """Re-attach to a run spawned by an earlier daemon (not by this process).
+
+    Returns a live handle if `pid` is alive and started at `started_at` (within
+    `tolerance` seconds), otherwise a finished handle whose poll() gives the
+    status from the exit file, or UNKNOWN_EXIT without one. Returns None only
+    when neither the process, its log nor its exit file exists: nothing was
+    ever spawned there.
+    """
+    log_path = Path(log_path)
+    if _same_process_alive(pid, started_at, tolerance):
+        pidfd = _open_pidfd(pid)
+        # Checked again after opening: the fd pins the process, the first check
+        # might have seen a predecessor of the pid.
+        if pidfd is None or _same_process_alive(pid, started_at, tolerance):
+            return ProcessHandle(pid, started_at, log_path, pidfd=pidfd)
+        os.close(pidfd)
+    if not log_path.exists() and not exit_path_for(log_path).exists():
+        return None
+    handle = ProcessHandle(pid, started_at, log_path)
+    handle._status = read_exit_file(handle.exit_path) or UNKNOWN_EXIT
+    return handle
+
+
+def read_exit_file(exit_path: Path) -> ExitStatus | None:
+    try:
+        data = json.loads(Path(exit_path).read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError:  # not written by us (renames are atomic): say so, don't crash
+        return UNKNOWN_EXIT
+    return ExitStatus(code=data.get("code"), signal=data.get("signal"),
+                      ended_at=data.get("ended_at"), source=data.get("source", "exit_file"))
+
+
+def read_header(log_path: Path) -> dict | None:
+    """The header line's fields, or None if the log does not start with one."""
+    try:
+        with open(log_path, "rb") as log:
+            first_line = log.readline().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return None
+    if not first_line.startswith(HEADER_PREFIX):
+        return None
+    return json.loads(first_line[len(HEADER_PREFIX):])
+
+
+def activity(handle: ProcessHandle) -> Activity:
+    """Log size and CPU time of the shim's process tree, for stall detection."""
+    try:
+        log_size = handle.log_path.stat().st_size
+    except FileNotFoundError:
+        log_size = 0
+    processes = _process_tree(handle)
+    cpu_seconds = 0.0
+    counted = 0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:  # vanished mid-walk, or a zombie
+            continue
+        cpu_seconds += times.user + times.system + times.children_user + times.children_system
+        counted += 1
+    return Activity(log_size, cpu_seconds, counted)
+
+
+def agent_env(base_path: str, extra: Mapping[str, str], taskherd_vars: Mapping[str, str], *,
+              inherit_from: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """An explicit environment for an agent; nothing leaks in by accident.
+
+    A few session variables are carried over from `inherit_from`, PATH is
+    `base_path`, then the role's `extra`, then `taskherd_vars` (which must all
+    be TASKHERD_*), and the Claude Code nesting markers are removed last so no
+    role can reintroduce them.
+    """
+    for key in taskherd_vars:
+        if not key.startswith("TASKHERD_"):
+            raise ValueError(f"taskherd_vars key {key!r} must start with 'TASKHERD_'")
+    env = {key: inherit_from[key] for key in CARRIED_OVER_ENV if key in inherit_from}
+    env["PATH"] = base_path
+    env.update(extra)
+    env.update(taskherd_vars)
+    for key in REMOVED_ENV:
+        env.pop(key, None)
+    for key, value in env.items():
+        if not isinstance(value, str):
+            raise TypeError(f"environment variable {key} must be a str, got {value!r}")
+    return env
+
+
+def terminate(handle: ProcessHandle, grace: float = 10.0) -> ExitStatus:
+    """SIGTERM the whole process group, SIGKILL whatever is left after `grace` s.
+
+    Waits until no live process remains in the group (grandchildren that
+    ignore SIGTERM included) and returns the agent's exit status.
+    """
+    _signal_run(handle, signal.SIGTERM)
+    if _wait_group_empty(handle, time.monotonic() + grace):
+        return handle.poll() or UNKNOWN_EXIT
+    _kill_group(handle.pid, signal.SIGKILL)
+    _wait_group_empty(handle, time.monotonic() + 5.0)
+    status = handle.poll()
+    if status is not None and status.source in ("shim", "unknown"):
+        # SIGKILL took the shim with the group before it could record
+        # anything: record it now so that a later adopt() learns it too.
+        _record_killed(handle.exit_path, signal.SIGKILL)
+        handle._status = read_exit_file(handle.exit_path)
+    return handle.poll() or UNKNOWN_EXIT
+
+
+async def terminate_async(handle: ProcessHandle, grace: float = 10.0) -> ExitStatus:
+    """`terminate` without blocking the event loop (runs in a worker thread)."""
+    return await asyncio.to_thread(terminate, handle, grace)
+
+
+def _signal_run(handle: ProcessHandle, signum: int) -> None:
+    # Signal the live shim, which re-sends to its group once. Signalling the
+    # group directly would also reach the shim, whose forwarding would give
+    # the agent the signal twice (a second SIGINT aborts a graceful cleanup).
+    if handle.is_alive():
+        try:
+            os.kill(handle.pid, signum)
+            return
+        except ProcessLookupError:
+            pass
+    _kill_group(handle.pid, signum)  # shim gone: orphans may remain in the group
+
+
+def _kill_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_group_empty(handle: ProcessHandle, deadline: float) -> bool:
+    """Bounded polling: grandchildren have no pidfd we could wait on."""
+    interval = 0.005
+    while True:
+        handle.poll()  # reaps our own shim, whose zombie would count as a member
+        if not live_group_members(handle.pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+        interval = min(interval * 2, 0.05)
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Pids of non-zombie processes in process group `pgid`.
+
+    Zombies are skipped on purpose: an init that does not reap orphans
+    (common in containers) would otherwise make a killed group look alive.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass  # someone else's process is in there; still look
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                members.append(process.pid)
+        except (OSError, psutil.Error):
+            continue
+    return members
+
+
+def _record_killed(exit_path: Path, signum: int) -> None:
+    text = json.dumps({"code": None, "signal": int(signum), "ended_at": time.time(),
+                       "source": "terminate"})
+    temp_path = Path(f"{exit_path}.tmp.{os.getpid()}")
+    temp_path.write_text(text + "\n")
+    try:
+        os.link(temp_path, exit_path)  # never overwrite a status the shim managed to write
+    except FileExistsError:
+        pass
+    finally:
+        temp_path.unlink()
+    for leftover in exit_path.parent.glob(exit_path.name + ".tmp.*"):
+        leftover.unlink(missing_ok=True)  # the killed shim's half-written file
+
+
+def _same_process_alive(pid: int, started_at: float,
+                        tolerance: float = START_TIME_TOLERANCE) -> bool:
+    try:
+        process = psutil.Process(pid)
+        return (abs(process.create_time() - started_at) <= tolerance
+                and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def _process_tree(handle: ProcessHandle) -> list[psutil.Process]:
+    if handle.poll() is not None:
+        return []  # orphans left in the group are outside the tree anyway
+    try:
+        root = psutil.Process(handle.pid)
+        if abs(root.create_time() - handle.started_at) > START_TIME_TOLERANCE:
+            return []  # the pid now belongs to someone else
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _open_pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3, or already gone
+        return None
+
+
+def _is_readable(fd: int) -> bool:
+    readable, _, _ = select.select([fd], [], [], 0)
+    return bool(readable)
+
+
+async def _wait_readable(fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+
+    def on_ready() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, on_ready)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+
+
+def _check_argv(argv: list[str], env: Mapping[str, str], cwd: str | None) -> None:
+    if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
+        raise TypeError(f"argv must be a non-empty list of str, got {argv!r}")
+    program = argv[0]
+    if "/" in program:
+        found = os.access(os.path.join(cwd or ".", program), os.X_OK)
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+    if not found:
+        raise FileNotFoundError(
+            f"agent program {program!r} not found or not executable "
+            f"(PATH={env.get('PATH', os.defpath)!r}, cwd={cwd!r})")
+
+
+def _header_prefix(header: Mapping, argv: list[str]) -> str:
+    """The header's JSON minus its closing brace; the shim appends pid and time."""
+    fields = dict(header)
+    fields.setdefault("argv", [_abbreviate(arg) for arg in argv])
+    return json.dumps(fields, default=str)[:-1]
+
+
+def _abbreviate(arg: str) -> str:
+    if len(arg) <= HEADER_ARG_LIMIT:
+        return arg
+    return f"{arg[:HEADER_ARG_LIMIT]}…({len(arg)} chars)"

@@ -1,0 +1,116 @@
+"""Supervisor shim: the session leader that outlives nobody and remembers the exit.
+
+Started by ``taskherd.procs.spawn`` as ``python -I -S .../shim.py EXIT_PATH HEADER -- ARGV...``
+with stdout/stderr already pointing at the run's log. It writes the log header,
+starts the agent as its child (same process group), waits for it, and writes
+the agent's exit status to EXIT_PATH atomically before exiting.
+
+Why it exists: after a daemon restart the daemon is no longer the agent's
+parent, so waitpid() is impossible and the exit code would be lost; the shim
+is the parent that stays.
+
+Kept to builtin modules only (``_signal`` instead of ``signal``, no ``json``):
+every import here is paid on every spawn (``signal`` alone costs ~5 ms
+because it imports ``enum``). Not importable as part of the package's API.
+"""
+
+import _signal
+import os
+import sys
+import time
+
+FORWARDED_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
+# Python sets these to SIG_IGN for itself; an exec'd agent would inherit the
+# ignore (e.g. `yes | head` never dying of SIGPIPE), so the child gets defaults.
+RESET_IN_CHILD = (_signal.SIGPIPE, _signal.SIGXFSZ)
+EXEC_FAILED_CODE = 127  # the shell's convention for "command not found"
+
+_agent_pid = 0
+_pending_signals = []
+
+
+def _broadcast_to_group(signum):
+    """Deliver `signum` once to every member of our process group but us.
+
+    The shim ignores the signal while sending it so its own copy is discarded
+    (a signal ignored at generation is dropped); otherwise it would re-broadcast
+    its own broadcast forever.
+    """
+    _signal.signal(signum, _signal.SIG_IGN)
+    try:
+        os.killpg(os.getpgrp(), signum)
+    finally:
+        _signal.signal(signum, _on_signal)
+
+
+def _on_signal(signum, _frame):
+    if _agent_pid:
+        _broadcast_to_group(signum)
+    else:
+        # Arrived while the agent was being started: forwarded right after.
+        _pending_signals.append(signum)
+
+
+def _write_exit_file(exit_path, code, signum, agent_pid):
+    # temp + rename: a reader (a restarted daemon) sees no file or a whole one,
+    # never a half-written status. No fsync: the file must survive the daemon's
+    # death (page cache does), not a power cut, after which every agent is dead.
+    text = '{"code": %s, "signal": %s, "agent_pid": %d, "ended_at": %.6f}\n' % (
+        "null" if code is None else code,
+        "null" if signum is None else signum,
+        agent_pid,
+        time.time(),
+    )
+    temp_path = "%s.tmp.%d" % (exit_path, os.getpid())
+    fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(temp_path, exit_path)
+
+
+def _write_header(header_prefix):
+    # One os.write on an O_APPEND fd: the line lands whole, before the agent
+    # exists, so even an empty run leaves proof it was born.
+    fields = '"pid": %d, "time": %.6f}' % (os.getpid(), time.time())
+    sep = "" if header_prefix.rstrip().endswith("{") else ", "
+    os.write(1, ("# taskherd " + header_prefix + sep + fields + "\n").encode())
+
+
+def _start_agent(argv):
+    return os.posix_spawnp(
+        argv[0], argv, os.environ, setsigdef=RESET_IN_CHILD + FORWARDED_SIGNALS
+    )
+
+
+def main(args):
+    global _agent_pid
+    exit_path, header_prefix, separator, argv = args[0], args[1], args[2], args[3:]
+    if separator != "--" or not argv:
+        os.write(2, b"usage: shim.py EXIT_PATH HEADER -- ARGV...\n")
+        return 2
+    for signum in FORWARDED_SIGNALS:
+        _signal.signal(signum, _on_signal)
+    _write_header(header_prefix)
+    try:
+        agent_pid = _start_agent(argv)
+    except OSError as error:
+        os.write(2, ("# taskherd exec failed: %s: %s\n" % (argv[0], error)).encode())
+        _write_exit_file(exit_path, EXEC_FAILED_CODE, None, 0)
+        return EXEC_FAILED_CODE
+    _agent_pid = agent_pid
+    for signum in _pending_signals:
+        _broadcast_to_group(signum)
+    _, wait_status = os.waitpid(agent_pid, 0)  # retried on EINTR (PEP 475)
+    if os.WIFSIGNALED(wait_status):
+        signum = os.WTERMSIG(wait_status)
+        _write_exit_file(exit_path, None, signum, agent_pid)
+        return 128 + signum
+    code = os.waitstatus_to_exitcode(wait_status)
+    _write_exit_file(exit_path, code, None, agent_pid)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
