@@ -1,0 +1,32 @@
+"""The `taskherd` command: one module per command group."""
+
+from __future__ import annotations
+
+import click
+
+from taskherd import __version__
+from taskherd.cli.setup import init_command
+from taskherd.cli.status import status_command
+from taskherd.cli.tasks import task_group
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False),
+    help="Config file (default: $TASKHERD_CONFIG, else ./taskherd.toml).",
+)
+@click.version_option(__version__, prog_name="taskherd")
+@click.pass_context
+def cli(ctx: click.Context, config: str | None) -> None:
+    """taskherd: a durable queue, scheduler and supervisor for fleets of AI agents."""
+    ctx.ensure_object(dict)
+
+
+cli.add_command(init_command)
+cli.add_command(task_group)
+cli.add_command(status_command)
+
+
+def main() -> None:
+    cli(prog_name="taskherd")

@@ -1,0 +1,199 @@
+"""`taskherd task …`: put tasks in the queue and move them through their life by hand."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from taskherd.cli.common import (
+    BadInput,
+    format_time,
+    get_config,
+    json_option,
+    now,
+    print_json,
+    print_table,
+    store_for,
+)
+from taskherd.durations import parse_duration
+from taskherd.model import Task, TaskState
+from taskherd.taskspec import TaskSpecError, new_task_from
+
+STATE_NAMES = [state.value for state in TaskState]
+
+
+@click.group("task")
+def task_group() -> None:
+    """Add, inspect and move tasks."""
+
+
+@task_group.command("add")
+@click.argument("title")
+@click.option("--role", "-r", required=True, help="Role that runs it ('any' for any role).")
+@click.option("--prompt", "-p", help="The agent's instructions.")
+@click.option("--prompt-file", type=click.File("r"), help="Read the prompt from a file ('-': stdin).")
+@click.option("--priority", "-P", default="P2", show_default=True, help="P0 (first) … P3.")
+@click.option("--pool", help="A pool from [pools] the task needs a slot of.")
+@click.option("--dedup-key", help="If an open task has this key, return it instead.")
+@click.option("--max-attempts", type=int, help="Strikes before the task goes to dead.")
+@click.option("--review/--no-review", default=None, help="Wait for approval after success.")
+@click.option("--pending", is_flag=True, help="Wait for approval before running.")
+@click.option("--after", "delay", help="Not before this delay has passed, e.g. '10m'.")
+@click.option("--parent", "parent_id", type=int, help="The task that made this one.")
+@json_option
+@click.pass_context
+def add_command(ctx: click.Context, title: str, prompt_file: Any, delay: str | None,
+                as_json: bool, **options: Any) -> None:
+    """Add a task to the queue."""
+    if options["prompt"] is not None and prompt_file is not None:
+        raise BadInput("give --prompt or --prompt-file, not both")
+    if prompt_file is not None:
+        options["prompt"] = prompt_file.read()
+    started = now()
+    if delay is not None:
+        try:
+            options["run_after"] = started + parse_duration(delay)
+        except ValueError as error:
+            raise BadInput(f"--after {delay!r}: {error}") from error
+    fields = {key: value for key, value in options.items() if value is not None}
+    new = _validated(ctx, {"title": title, **fields}, where="")
+    with store_for(ctx) as store:
+        enqueued = store.enqueue(new, started)
+    if as_json:
+        print_json(enqueued.task.to_dict() | {"created": enqueued.created})
+    elif enqueued.created:
+        click.echo(f"added task {enqueued.task.id} ({enqueued.task.state.value})")
+    else:
+        click.echo(f"task {enqueued.task.id} is already open with dedup key {new.dedup_key!r}")
+
+
+@task_group.command("import")
+@click.argument("source", type=click.File("r"))
+@json_option
+@click.pass_context
+def import_command(ctx: click.Context, source: Any, as_json: bool) -> None:
+    """Add tasks from JSON Lines (one object per line; '-' reads stdin). All or nothing."""
+    batch = []
+    for number, line in enumerate(source, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise BadInput(f"line {number}: not valid JSON: {error.msg}") from error
+        batch.append(_validated(ctx, data, where=f"line {number}: "))
+    with store_for(ctx) as store:
+        created = store.enqueue_many(batch, now())
+    if as_json:
+        print_json({"read": len(batch), "created": created})
+    else:
+        duplicates = len(batch) - created
+        note = f" ({duplicates} already open by dedup key)" if duplicates else ""
+        click.echo(f"imported {created} tasks{note}")
+
+
+@task_group.command("list")
+@click.option("--state", "-s", type=click.Choice(STATE_NAMES), help="Only tasks in this state.")
+@click.option("--role", "-r", help="Only tasks of this role.")
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=100, show_default=True)
+@json_option
+@click.pass_context
+def list_command(ctx: click.Context, state: str | None, role: str | None, limit: int,
+                 as_json: bool) -> None:
+    """List tasks: open ones first, by priority, then FIFO."""
+    with store_for(ctx) as store:
+        tasks = store.list_tasks(state=TaskState(state) if state else None, role=role, limit=limit)
+    if as_json:
+        print_json([task.to_dict() for task in tasks])
+        return
+    print_table(
+        ["id", "pri", "state", "role", "tries", "title"],
+        [[t.id, f"P{int(t.priority)}", t.state.value, t.role,
+          f"{t.attempts}/{t.max_attempts}", _clip(t.title, 60)] for t in tasks],
+    )
+
+
+@task_group.command("show")
+@click.argument("task_id", type=int)
+@json_option
+@click.pass_context
+def show_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
+    """Show one task with its runs."""
+    with store_for(ctx) as store:
+        task = store.get_task(task_id)
+        runs = store.runs_of_task(task_id)
+    if as_json:
+        print_json(task.to_dict() | {"runs": [run.to_dict() for run in runs]})
+        return
+    _print_task(task)
+    if runs:
+        click.echo("")
+        print_table(
+            ["run", "node", "pid", "started", "ended", "outcome", "exit", "cost", "summary"],
+            [[r.id, r.node, r.pid, format_time(r.claimed_at), format_time(r.ended_at),
+              r.outcome.value if r.outcome else "running", r.exit_code,
+              f"${r.cost_usd:.4f}" if r.cost_usd is not None else None,
+              _clip(r.summary or r.error or "", 50)] for r in runs],
+        )
+
+
+def _print_task(task: Task) -> None:
+    lines = [
+        ("task", task.id), ("title", task.title), ("role", task.role),
+        ("state", task.state.value), ("priority", f"P{int(task.priority)}"),
+        ("attempts", f"{task.attempts} of {task.max_attempts}"), ("pool", task.pool),
+        ("dedup key", task.dedup_key), ("lease", task.lease_node), ("reason", task.reason),
+        ("summary", task.summary), ("last error", task.last_error),
+        ("created", format_time(task.created_at)),
+        ("finished", format_time(task.finished_at) if task.finished_at else None),
+    ]
+    for label, value in lines:
+        if value is not None:
+            click.echo(f"{label:>10}: {value}")
+    if task.prompt:
+        click.echo(f"\n{task.prompt}")
+    if task.error_tail:
+        click.echo(f"\nerror log tail:\n{task.error_tail}")
+
+
+def _transition(name: str, doc: str, with_reason: bool) -> None:
+    """Register `task NAME ID [--reason]`: one person's transition, printed the same way."""
+
+    def command(ctx: click.Context, task_id: int, as_json: bool, reason: str | None = None) -> None:
+        with store_for(ctx) as store:
+            method = getattr(store, name)
+            args = (task_id, now(), reason) if with_reason else (task_id, now())
+            task = method(*args)
+        if as_json:
+            print_json(task.to_dict())
+        else:
+            click.echo(f"task {task.id} is now {task.state.value}")
+
+    command.__doc__ = doc
+    command = json_option(command)
+    if with_reason:
+        command = click.option("--reason", help="Why; kept on the task.")(command)
+    command = click.argument("task_id", type=int)(command)
+    task_group.command(name)(click.pass_context(command))
+
+
+_transition("cancel", "Cancel a task that has not finished.", with_reason=True)
+_transition("approve", "Approve a pending task (→ ready) or a reviewed one (→ completed).", False)
+_transition("reject", "Reject a task under review: it goes back to ready.", with_reason=True)
+_transition("block", "Hold a task for a human (pending, ready or under review).", True)
+_transition("unblock", "Release a blocked task back to ready.", with_reason=False)
+_transition("requeue", "Revive a dead or cancelled task with a fresh retry budget.", False)
+
+
+def _validated(ctx: click.Context, data: Any, where: str) -> Any:
+    try:
+        return new_task_from(data, get_config(ctx))
+    except TaskSpecError as error:
+        raise BadInput(f"{where}{error}") from error
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,349 @@
+"""taskherd.toml → validated, frozen configuration (DESIGN §6).
+
+Every error names the key, the bad value and what would be accepted; unknown keys are errors,
+because a misspelt `max_concurent` silently ignored is a fleet running at the wrong limit.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import platformdirs
+
+from taskherd.durations import parse_duration
+from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
+
+CONFIG_FILE = "taskherd.toml"
+CONFIG_ENV = "TASKHERD_CONFIG"
+HOME_ENV = "TASKHERD_HOME"  # the data dir; set for agents, and an override for tests
+RUNTIMES = ("command", "claude", "chat")
+ON_SHUTDOWN = ("detach", "wait", "kill")
+PROMPT_VIA = ("stdin", "file", "arg")
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class ConfigError(ValueError):
+    """A configuration problem, worded for the person who wrote the file."""
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    data_dir: Path
+    database: str  # a SQLite file path (later: a PostgreSQL URL)
+    durability: str = "full"
+    max_concurrent: int = 3
+    timezone: str | None = None  # IANA name; required once jobs exist (never silently UTC)
+    node: str = field(default_factory=socket.gethostname)
+    lease: float = 60.0
+    poll_interval: float = 1.0  # fallback poll; the dispatcher mostly wakes on events
+    on_shutdown: str = "detach"
+    shutdown_grace: float = 30.0
+    path: str = DEFAULT_PATH  # PATH agents run with, unless the role names one
+    retention: float = 30 * 86400.0
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+
+@dataclass(frozen=True)
+class RoleConfig:
+    name: str
+    runtime: str = "command"
+    command: tuple[str, ...] = ()  # argv template for the command runtime
+    workdir: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    path: str | None = None
+    prompt_via: str = "stdin"
+    max_concurrent: int | None = None
+    stagger: float = 0.0
+    pool: str | None = None
+    max_attempts: int = 3
+    backoff: float = DEFAULT_BACKOFF_BASE
+    backoff_cap: float = DEFAULT_BACKOFF_CAP
+    timeout: float = 30 * 60.0
+    idle_timeout: float = 10 * 60.0
+    spawn_timeout: float = 30.0  # claimed but never spawned: rescued after this, no strike
+    review: bool = False
+    require_marker: bool = False
+    # claude runtime
+    binary: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    allowed_tools: tuple[str, ...] = ()
+    permission_mode: str | None = None
+    mcp_config: str | None = None
+    args: tuple[str, ...] = ()
+    # chat runtime
+    base_url: str | None = None
+    api_key_env: str | None = None
+    rate_limit_patterns: tuple[str, ...] = ()
+    rate_limit_cooldown: float = 3600.0
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            backoff_base=self.backoff,
+            backoff_cap=self.backoff_cap,
+            rate_limit_cooldown=self.rate_limit_cooldown,
+        )
+
+
+@dataclass(frozen=True)
+class Config:
+    daemon: DaemonConfig
+    roles: Mapping[str, RoleConfig] = field(default_factory=dict)
+    pools: Mapping[str, int] = field(default_factory=dict)
+    jobs: tuple[Mapping[str, Any], ...] = ()  # validated by the scheduler's job parser
+    source: Path | None = None  # the file it came from, if any
+
+    def role(self, name: str) -> RoleConfig:
+        """The role's config; a role the file does not define gets the defaults."""
+        return self.roles.get(name) or RoleConfig(name=name)
+
+    def policy_for(self, role: str) -> RetryPolicy:
+        return self.role(role).retry_policy
+
+    def check_role(self, name: str) -> None:
+        """Refuse a task role the config does not know (when it defines any roles)."""
+        if self.roles and name != "any" and name not in self.roles:
+            known = ", ".join(sorted(self.roles))
+            raise ConfigError(f"role {name!r} is not defined in the config (defined: {known}, any)")
+
+
+def find_config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """--config, else $TASKHERD_CONFIG, else ./taskherd.toml, else none (defaults)."""
+    if explicit is not None:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        return path
+    if os.environ.get(CONFIG_ENV):
+        return find_config_file(os.environ[CONFIG_ENV])
+    local = Path.cwd() / CONFIG_FILE
+    return local if local.is_file() else None
+
+
+def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
+    path = find_config_file(explicit)
+    if path is None:
+        return parse_config({}, base_dir=Path.cwd())
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from error
+    try:
+        return parse_config(raw, base_dir=path.parent, source=path)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from error
+
+
+def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None = None) -> Config:
+    _no_unknown_keys(raw, {"daemon", "roles", "pools", "jobs"}, "")
+    daemon = _parse_daemon(_table(raw, "daemon"), base_dir)
+    pools = _parse_pools(_table(raw, "pools"))
+    roles = {
+        name: _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools)
+        for name in _table(raw, "roles")
+    }
+    jobs = raw.get("jobs", [])
+    if not isinstance(jobs, list) or not all(isinstance(job, dict) for job in jobs):
+        raise ConfigError("jobs must be an array of tables ([[jobs]])")
+    if jobs and daemon.timezone is None:
+        raise ConfigError("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
+    return Config(daemon, roles, pools, tuple(jobs), source)
+
+
+def default_data_dir() -> Path:
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV])
+    return Path(platformdirs.user_data_dir("taskherd", appauthor=False))
+
+
+def _parse_daemon(raw: Mapping[str, Any], base_dir: Path) -> DaemonConfig:
+    reader = _Reader(raw, "daemon", {f.name for f in fields(DaemonConfig)})
+    data_dir = reader.get("data_dir", str, None)
+    data_path = (base_dir / data_dir) if data_dir else default_data_dir()
+    database = reader.get("database", str, None) or str(data_path / "taskherd.db")
+    if not database.startswith(("postgres://", "postgresql://")):
+        database = str(base_dir / database)
+    values = {
+        "durability": reader.choice("durability", ("full", "normal")),
+        "max_concurrent": reader.positive_int("max_concurrent"),
+        "timezone": reader.timezone("timezone"),
+        "node": reader.get("node", str, None),
+        "lease": reader.duration("lease"),
+        "poll_interval": reader.duration("poll_interval"),
+        "on_shutdown": reader.choice("on_shutdown", ON_SHUTDOWN),
+        "shutdown_grace": reader.duration("shutdown_grace"),
+        "path": reader.get("path", str, None),
+        "retention": reader.duration("retention"),
+    }
+    given = {key: value for key, value in values.items() if value is not None}
+    return DaemonConfig(data_dir=data_path, database=database, **given)
+
+
+def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int]) -> RoleConfig:
+    if name == "any":
+        raise ConfigError("roles.any: 'any' is reserved (a task for role 'any' runs as any role)")
+    reader = _Reader(raw, f"roles.{name}", {f.name for f in fields(RoleConfig)} - {"name"})
+    values = {
+        "runtime": reader.choice("runtime", RUNTIMES),
+        "command": reader.str_list("command"),
+        "workdir": reader.get("workdir", str, None),
+        "env": reader.str_map("env"),
+        "path": reader.get("path", str, None),
+        "prompt_via": reader.choice("prompt_via", PROMPT_VIA),
+        "max_concurrent": reader.positive_int("max_concurrent"),
+        "stagger": reader.duration("stagger", allow_zero=True),
+        "pool": reader.get("pool", str, None),
+        "max_attempts": reader.positive_int("max_attempts"),
+        "backoff": reader.duration("backoff", allow_zero=True),
+        "backoff_cap": reader.duration("backoff_cap", allow_zero=True),
+        "timeout": reader.duration("timeout"),
+        "idle_timeout": reader.duration("idle_timeout"),
+        "spawn_timeout": reader.duration("spawn_timeout"),
+        "review": reader.get("review", bool, None),
+        "require_marker": reader.get("require_marker", bool, None),
+        "binary": reader.get("binary", str, None),
+        "agent": reader.get("agent", str, None),
+        "model": reader.get("model", str, None),
+        "allowed_tools": reader.str_list("allowed_tools"),
+        "permission_mode": reader.get("permission_mode", str, None),
+        "mcp_config": reader.get("mcp_config", str, None),
+        "args": reader.str_list("args"),
+        "base_url": reader.get("base_url", str, None),
+        "api_key_env": reader.get("api_key_env", str, None),
+        "rate_limit_patterns": reader.str_list("rate_limit_patterns"),
+        "rate_limit_cooldown": reader.duration("rate_limit_cooldown"),
+    }
+    role = RoleConfig(name=name, **{k: v for k, v in values.items() if v is not None})
+    _check_role(role, pools)
+    return role
+
+
+def _check_role(role: RoleConfig, pools: Mapping[str, int]) -> None:
+    where = f"roles.{role.name}"
+    if role.runtime == "command" and not role.command:
+        raise ConfigError(f"{where}.command is required for runtime 'command' (an argv list)")
+    if role.runtime == "chat" and not (role.base_url and role.model):
+        raise ConfigError(f"{where}: runtime 'chat' needs base_url and model")
+    if role.pool is not None and role.pool not in pools:
+        known = ", ".join(sorted(pools)) or "none defined"
+        raise ConfigError(f"{where}.pool = {role.pool!r} is not a pool in [pools] ({known})")
+    if role.backoff_cap < role.backoff:
+        raise ConfigError(
+            f"{where}.backoff_cap ({role.backoff_cap:g}s) is less than backoff ({role.backoff:g}s)"
+        )
+
+
+def _parse_pools(raw: Mapping[str, Any]) -> dict[str, int]:
+    pools = {}
+    for name, capacity in raw.items():
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise ConfigError(f"pools.{name} = {capacity!r}: a capacity must be a whole number ≥ 1")
+        pools[name] = capacity
+    return pools
+
+
+def _table(raw: Mapping[str, Any], key: str, prefix: str = "") -> Mapping[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{prefix}{key} must be a table, not {type(value).__name__}")
+    return value
+
+
+def _no_unknown_keys(raw: Mapping[str, Any], known: set[str], where: str) -> None:
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        dotted = f"{where}.{unknown[0]}" if where else unknown[0]
+        raise ConfigError(f"unknown key {dotted!r} (accepted: {', '.join(sorted(known))})")
+
+
+class _Reader:
+    """Reads one table's keys, each with a check that names `where.key` when it fails."""
+
+    def __init__(self, raw: Mapping[str, Any], where: str, known: set[str]):
+        _no_unknown_keys(raw, known, where)
+        self.raw, self.where = raw, where
+
+    def _fail(self, key: str, value: Any, accepted: str) -> ConfigError:
+        return ConfigError(f"{self.where}.{key} = {value!r}: expected {accepted}")
+
+    def get(self, key: str, kind: type, default: Any) -> Any:
+        if key not in self.raw:
+            return default
+        value = self.raw[key]
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise self._fail(key, value, f"a {kind.__name__}")
+        return value
+
+    def choice(self, key: str, options: tuple[str, ...]) -> str | None:
+        value = self.get(key, str, None)
+        if value is not None and value not in options:
+            raise self._fail(key, value, "one of " + ", ".join(options))
+        return value
+
+    def positive_int(self, key: str) -> int | None:
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self._fail(key, value, "a whole number ≥ 1")
+        return value
+
+    def duration(self, key: str, allow_zero: bool = False) -> float | None:
+        return self._convert(key, lambda v: _duration(v, allow_zero), "a duration like '90s', '10m', '1h'")
+
+    def timezone(self, key: str) -> str | None:
+        return self._convert(key, _zone, "an IANA time zone such as 'Europe/Paris'")
+
+    def str_list(self, key: str) -> tuple[str, ...] | None:
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise self._fail(key, value, "a list of strings")
+        return tuple(value)
+
+    def str_map(self, key: str) -> dict[str, str] | None:
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise self._fail(key, value, "a table of strings")
+        return dict(value)
+
+    def _convert(self, key: str, convert: Callable[[Any], Any], accepted: str) -> Any:
+        if key not in self.raw:
+            return None
+        try:
+            return convert(self.raw[key])
+        except (ValueError, TypeError) as error:
+            raise self._fail(key, self.raw[key], accepted) from error
+
+
+def _duration(value: Any, allow_zero: bool) -> float:
+    if isinstance(value, bool):
+        raise TypeError("a boolean is not a duration")
+    seconds = parse_duration(value)
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ValueError("must be positive")
+    return seconds
+
+
+def _zone(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("not a string")
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError) as error:
+        raise ValueError(str(error)) from error
+    return value

@@ -1,0 +1,37 @@
+"""Durable storage of tasks and runs: one interface (`Store`), one implementation per dialect."""
+
+from __future__ import annotations
+
+from taskherd.store.base import (
+    Enqueued,
+    Finished,
+    PolicyLookup,
+    RunNotFound,
+    StateCount,
+    Store,
+    StoreError,
+    TaskNotFound,
+    TransitionRefused,
+)
+
+__all__ = [
+    "Enqueued",
+    "Finished",
+    "PolicyLookup",
+    "RunNotFound",
+    "StateCount",
+    "Store",
+    "StoreError",
+    "TaskNotFound",
+    "TransitionRefused",
+    "open_store",
+]
+
+
+def open_store(database: str, *, durability: str = "full") -> Store:
+    """Open the store a `[daemon] database` setting names: a file path (SQLite) or a URL."""
+    if database.startswith(("postgres://", "postgresql://")):
+        raise StoreError("PostgreSQL is not supported yet: use a SQLite file path for database")
+    from taskherd.store.sqlite import SQLiteStore
+
+    return SQLiteStore(database, durability=durability)

@@ -1,0 +1,195 @@
+"""The store interface: one method per transition of DESIGN §2, plus the reads callers need.
+
+Every transition is one transaction guarded by the expected state. A transition that finds
+the task elsewhere raises `TransitionRefused` with the state it found, so the caller learns
+that someone else moved it. Every method takes `now` (unix seconds): nothing reads a clock.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from taskherd.model import Claim, NewTask, Run, RunResult, Task, TaskState
+from taskherd.queue import RetryPolicy
+
+
+# Maps a role to its retry policy: the config knows the roles, the store does not.
+PolicyLookup = Callable[[str], RetryPolicy]
+
+
+class StoreError(Exception):
+    """Base of the store's errors meant for people."""
+
+
+class TaskNotFound(StoreError):
+    def __init__(self, task_id: int):
+        super().__init__(f"no task with id {task_id}")
+        self.task_id = task_id
+
+
+class RunNotFound(StoreError):
+    def __init__(self, run_id: int):
+        super().__init__(f"no run with id {run_id}")
+        self.run_id = run_id
+
+
+class TransitionRefused(StoreError):
+    """The task is not in a state the transition may leave."""
+
+    def __init__(self, task_id: int, action: str, found: TaskState, allowed: Iterable[TaskState]):
+        names = ", ".join(sorted(s.value for s in allowed))
+        super().__init__(f"cannot {action} task {task_id}: it is {found.value} (allowed from: {names})")
+        self.task_id = task_id
+        self.found = found
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    task: Task
+    created: bool  # False: an open task with the same dedup key was returned instead
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What `finish_run` did: the run is always recorded; the task moves only if it was leased."""
+
+    run: Run
+    task: Task
+    moved: bool
+
+
+@dataclass(frozen=True)
+class StateCount:
+    state: TaskState
+    role: str
+    count: int
+
+
+class Store(abc.ABC):
+    """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
+
+    # -- tasks ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def enqueue(self, new: NewTask, now: float) -> Enqueued: ...
+
+    @abc.abstractmethod
+    def enqueue_many(self, batch: Sequence[NewTask], now: float) -> int:
+        """All or nothing, in one transaction; returns how many tasks were created."""
+
+    @abc.abstractmethod
+    def get_task(self, task_id: int) -> Task: ...
+
+    @abc.abstractmethod
+    def list_tasks(
+        self, *, state: TaskState | None = None, role: str | None = None, limit: int = 100
+    ) -> list[Task]: ...
+
+    @abc.abstractmethod
+    def counts(self) -> list[StateCount]: ...
+
+    # -- the worker's path: claim → spawned → heartbeat → finish ---------------------------
+
+    @abc.abstractmethod
+    def claim(
+        self,
+        node: str,
+        now: float,
+        lease_seconds: float,
+        *,
+        roles: Sequence[str] | None = None,
+        full_pools: Sequence[str] | None = None,
+        as_role: str | None = None,
+        runtime: str | None = None,
+    ) -> Claim | None:
+        """Lease the first ready task (P0 first, FIFO within a priority) and open its run.
+
+        `roles` limits the claim to those roles (plus tasks for role `any`); `full_pools`
+        skips tasks naming a pool with no room; `as_role` names the role an `any` task runs as.
+        """
+
+    @abc.abstractmethod
+    def mark_spawned(
+        self,
+        run_id: int,
+        now: float,
+        lease_seconds: float,
+        *,
+        pid: int | None,
+        pid_started_at: float | None,
+        log_path: str | None,
+    ) -> Task: ...
+
+    @abc.abstractmethod
+    def heartbeat(
+        self, run_id: int, now: float, lease_seconds: float, progress: str | None = None
+    ) -> Run: ...
+
+    @abc.abstractmethod
+    def renew_leases(self, node: str, now: float, lease_seconds: float) -> int: ...
+
+    @abc.abstractmethod
+    def finish_run(
+        self, run_id: int, result: RunResult, policy: RetryPolicy, now: float
+    ) -> Finished: ...
+
+    @abc.abstractmethod
+    def rescue_expired(self, now: float, policy_for: PolicyLookup) -> list[Finished]:
+        """Return every task whose lease expired to `ready` (no strike), ending its run `lost`."""
+
+    # -- a person's transitions ----------------------------------------------------------
+
+    @abc.abstractmethod
+    def cancel(self, task_id: int, now: float, reason: str | None = None) -> Task: ...
+
+    @abc.abstractmethod
+    def approve(self, task_id: int, now: float) -> Task:
+        """pending → ready, needs_review → completed."""
+
+    @abc.abstractmethod
+    def reject(self, task_id: int, now: float, reason: str | None = None) -> Task:
+        """needs_review → ready."""
+
+    @abc.abstractmethod
+    def block(self, task_id: int, now: float, reason: str | None = None) -> Task: ...
+
+    @abc.abstractmethod
+    def unblock(self, task_id: int, now: float) -> Task: ...
+
+    @abc.abstractmethod
+    def requeue(self, task_id: int, now: float) -> Task:
+        """dead or cancelled → ready with fresh counts; the run history is kept."""
+
+    # -- runs and housekeeping -----------------------------------------------------------
+
+    @abc.abstractmethod
+    def get_run(self, run_id: int) -> Run: ...
+
+    @abc.abstractmethod
+    def runs_of_task(self, task_id: int) -> list[Run]: ...
+
+    @abc.abstractmethod
+    def open_runs(self, node: str | None = None) -> list[Run]: ...
+
+    @abc.abstractmethod
+    def list_runs(
+        self, *, role: str | None = None, since: float | None = None, limit: int = 100
+    ) -> list[Run]: ...
+
+    @abc.abstractmethod
+    def prune(self, before: float) -> int:
+        """Delete finished tasks (and their runs) that finished before `before`."""
+
+    @abc.abstractmethod
+    def checkpoint(self) -> None: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,77 @@
+-- Tasks and the runs that attempt them (DESIGN §2, §5).
+-- Times are unix seconds (REAL): every decision is made with `now` passed in.
+
+CREATE TABLE tasks (
+    id               INTEGER PRIMARY KEY,
+    role             TEXT    NOT NULL CHECK (role <> ''),
+    title            TEXT    NOT NULL CHECK (title <> ''),
+    prompt           TEXT    NOT NULL DEFAULT '',
+    priority         INTEGER NOT NULL DEFAULT 2 CHECK (priority BETWEEN 0 AND 3),
+    state            TEXT    NOT NULL CHECK (state IN ('pending', 'ready', 'claimed', 'running',
+                         'completed', 'needs_review', 'blocked', 'dead', 'cancelled')),
+    pool             TEXT,
+    dedup_key        TEXT,
+    review           INTEGER NOT NULL DEFAULT 0 CHECK (review IN (0, 1)),
+    attempts         INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    max_attempts     INTEGER NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
+    rescues          INTEGER NOT NULL DEFAULT 0,
+    rate_limits      INTEGER NOT NULL DEFAULT 0,
+    run_after        REAL    NOT NULL,
+    lease_node       TEXT,
+    lease_expires_at REAL,
+    last_error       TEXT,
+    error_tail       TEXT,
+    summary          TEXT,
+    reason           TEXT,
+    parent_id        INTEGER REFERENCES tasks (id) ON DELETE SET NULL,
+    meta             TEXT    NOT NULL DEFAULT '{}',
+    created_at       REAL    NOT NULL,
+    updated_at       REAL    NOT NULL,
+    finished_at      REAL,
+    -- Final states and only they carry finished_at.
+    CHECK ((state IN ('completed', 'dead', 'cancelled')) = (finished_at IS NOT NULL)),
+    -- A lease exists exactly while a node holds the task.
+    CHECK ((state IN ('claimed', 'running')) = (lease_node IS NOT NULL AND lease_expires_at IS NOT NULL))
+);
+
+-- The claim order: priority, then FIFO. Partial, so the index holds only what can be claimed.
+CREATE INDEX tasks_ready ON tasks (priority, id) WHERE state = 'ready';
+-- The monitor's rescue scan.
+CREATE INDEX tasks_leases ON tasks (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
+-- One open task per dedup key: enqueueing a duplicate returns the open one.
+CREATE UNIQUE INDEX tasks_open_dedup ON tasks (dedup_key)
+    WHERE dedup_key IS NOT NULL AND finished_at IS NULL;
+CREATE INDEX tasks_state_role ON tasks (state, role);
+CREATE INDEX tasks_finished ON tasks (finished_at) WHERE finished_at IS NOT NULL;
+
+CREATE TABLE runs (
+    id             INTEGER PRIMARY KEY,
+    task_id        INTEGER NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    attempt        INTEGER NOT NULL,
+    node           TEXT    NOT NULL,
+    role           TEXT    NOT NULL,
+    runtime        TEXT,
+    pid            INTEGER,
+    pid_started_at REAL,
+    log_path       TEXT,
+    claimed_at     REAL    NOT NULL,
+    spawned_at     REAL,
+    heartbeat_at   REAL,
+    progress       TEXT,
+    ended_at       REAL,
+    exit_code      INTEGER,
+    outcome        TEXT CHECK (outcome IN ('succeeded', 'failed', 'rate_limited', 'timed_out',
+                       'stalled', 'crashed', 'cancelled', 'lost', 'blocked')),
+    summary        TEXT,
+    error          TEXT,
+    cost_usd       REAL,
+    input_tokens   INTEGER,
+    output_tokens  INTEGER,
+    turns          INTEGER,
+    session_id     TEXT,
+    CHECK ((outcome IS NULL) = (ended_at IS NULL))
+);
+
+CREATE INDEX runs_task ON runs (task_id);
+CREATE INDEX runs_open ON runs (node) WHERE ended_at IS NULL;
+CREATE INDEX runs_ended ON runs (ended_at) WHERE ended_at IS NOT NULL;

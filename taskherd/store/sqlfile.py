@@ -1,0 +1,71 @@
+"""Loads the named SQL blocks and numbered migrations of a dialect from `store/sql/<dialect>/`."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+SQL_ROOT = Path(__file__).parent / "sql"
+_NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    def statements(self) -> list[str]:
+        return split_statements(self.sql)
+
+
+@cache
+def queries(dialect: str) -> dict[str, str]:
+    """Every `-- name: X` block of every .sql file in the dialect's folder, by name."""
+    found: dict[str, str] = {}
+    for path in sorted((SQL_ROOT / dialect).glob("*.sql")):
+        text = path.read_text()
+        parts = _NAME_LINE.split(text)
+        # parts = [preamble, name1, body1, name2, body2, ...]
+        for name, body in zip(parts[1::2], parts[2::2]):
+            if name in found:
+                raise ValueError(f"SQL block {name!r} is defined twice ({path.name})")
+            found[name] = _strip_comment_lines(body)
+    return found
+
+
+@cache
+def migrations(dialect: str) -> tuple[Migration, ...]:
+    found = []
+    for path in sorted((SQL_ROOT / dialect / "migrations").glob("*.sql")):
+        match = _MIGRATION_FILE.match(path.name)
+        if not match:
+            raise ValueError(f"migration file {path.name!r} is not named NNNN_name.sql")
+        found.append(Migration(int(match.group(1)), match.group(2), path.read_text()))
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise ValueError(f"migrations of {dialect} are not numbered 1..n without gaps: {versions}")
+    return tuple(found)
+
+
+def split_statements(script: str) -> list[str]:
+    """Split a script into complete statements (sqlite3 knows where one ends)."""
+    statements, pending = [], ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            if _strip_comment_lines(pending):
+                statements.append(pending.strip())
+            pending = ""
+    if _strip_comment_lines(pending):
+        raise ValueError(f"incomplete SQL statement at the end of a script: {pending.strip()[:80]}")
+    return statements
+
+
+def _strip_comment_lines(sql: str) -> str:
+    lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
+    return "\n".join(lines).strip()

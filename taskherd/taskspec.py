@@ -1,0 +1,114 @@
+"""A task described as plain data (a JSON line, CLI options, a job's template) → NewTask.
+
+One validator for every way a task enters the queue, so each rejects bad input alike:
+naming the field, the value and what would be accepted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from taskherd.config import Config, ConfigError
+from taskherd.model import NewTask, Priority
+
+TASK_FIELDS = {
+    "role": "the role that runs it (required)",
+    "title": "a one-line title (required)",
+    "prompt": "the agent's instructions",
+    "priority": "P0-P3",
+    "pool": "a pool from [pools]",
+    "dedup_key": "a key: an open task with the same key is returned instead",
+    "max_attempts": "a whole number ≥ 1",
+    "review": "true to wait for approval after success",
+    "pending": "true to wait for approval before running",
+    "run_after": "unix seconds before which it is not claimed",
+    "parent_id": "the id of the task that made it",
+    "meta": "a table of extra data",
+}
+
+
+class TaskSpecError(ValueError):
+    pass
+
+
+def new_task_from(data: Mapping[str, Any], config: Config) -> NewTask:
+    if not isinstance(data, Mapping):
+        raise TaskSpecError(f"a task must be an object with keys {', '.join(TASK_FIELDS)}")
+    unknown = sorted(set(data) - set(TASK_FIELDS))
+    if unknown:
+        raise TaskSpecError(f"unknown field {unknown[0]!r} (accepted: {', '.join(TASK_FIELDS)})")
+    role = _text(data, "role", required=True)
+    try:
+        config.check_role(role)
+    except ConfigError as error:
+        raise TaskSpecError(str(error)) from error
+    role_config = config.role(role)
+    pool = _text(data, "pool")
+    if pool is not None and pool not in config.pools:
+        known = ", ".join(sorted(config.pools)) or "none defined"
+        raise TaskSpecError(f"pool {pool!r} is not defined in [pools] ({known})")
+    return NewTask(
+        role=role,
+        title=_text(data, "title", required=True),
+        prompt=_text(data, "prompt") or "",
+        priority=_priority(data.get("priority", "P2")),
+        pool=pool,
+        dedup_key=_text(data, "dedup_key"),
+        max_attempts=_positive_int(data, "max_attempts", role_config.max_attempts),
+        review=_flag(data, "review", role_config.review),
+        pending=_flag(data, "pending", False),
+        run_after=_number(data, "run_after"),
+        parent_id=_positive_int(data, "parent_id", None),
+        meta=_mapping(data, "meta"),
+    )
+
+
+def _text(data: Mapping[str, Any], key: str, required: bool = False) -> str | None:
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise TaskSpecError(f"{key} is required ({TASK_FIELDS[key]})")
+        return None
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise TaskSpecError(f"{key} = {value!r}: expected {TASK_FIELDS[key]}, as a non-empty string")
+    return value
+
+
+def _priority(value: Any) -> Priority:
+    try:
+        return Priority.parse(value)
+    except ValueError as error:
+        raise TaskSpecError(str(error)) from error
+
+
+def _positive_int(data: Mapping[str, Any], key: str, default: int | None) -> Any:
+    value = data.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TaskSpecError(f"{key} = {value!r}: expected a whole number ≥ 1")
+    return value
+
+
+def _flag(data: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise TaskSpecError(f"{key} = {value!r}: expected true or false")
+    return value
+
+
+def _number(data: Mapping[str, Any], key: str) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TaskSpecError(f"{key} = {value!r}: expected {TASK_FIELDS[key]}")
+    return float(value)
+
+
+def _mapping(data: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise TaskSpecError(f"{key} = {value!r}: expected {TASK_FIELDS[key]}")
+    return value
