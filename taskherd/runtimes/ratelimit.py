@@ -1,0 +1,252 @@
+"""Rate-limit signals in agent output, and how long to pause for them.
+
+Pure functions: the caller passes the text and the time (`now`, aware), so a
+test can say "at 13:05 in Paris, 'resets 2pm' means 14:00 today" without a
+clock. A signal only says a limit was hit and, where the text tells, when it
+lifts; whether that makes a run `rate_limited` is the runtime's decision
+(DESIGN §4: a run that already completed stays a success).
+
+Forms recognised, most informative first (the first pattern that matches
+wins, so a message that carries a reset time is never read as a bare
+"rate limit"):
+
+- ``Claude AI usage limit reached|1767225600``: reset at a unix time
+- ``5-hour limit reached ∙ resets 2pm (Europe/Paris)``, ``resets 2:30pm``,
+  ``resets Nov 21, 2pm``: the next such wall-clock time in that zone
+- ``Retry-After: 120`` or an HTTP-date, as printed in a log
+- caller's extra patterns (a ``(?P<epoch>…)`` or ``(?P<seconds>…)`` group
+  gives a reset time)
+- "rate limit", "Too Many Requests", HTTP 429, "usage limit reached":
+  no reset time, so the caller's default cooldown applies
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone, tzinfo
+from email.utils import parsedate_to_datetime
+from typing import Callable, Iterable, Optional
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+DEFAULT_COOLDOWN_SECONDS = 3600
+
+# How much of the matched text a signal keeps, for logs and `taskherd show`.
+_EXCERPT_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class RateLimitSignal:
+    """A limit was hit. `reset_at` is when it lifts, if the text said;
+    `source` names the form that matched (e.g. ``usage_limit_epoch``,
+    ``http_429``, ``extra:<pattern>``), `excerpt` the text that matched."""
+
+    reset_at: Optional[datetime]
+    source: str
+    excerpt: str = ""
+
+
+def detect_rate_limit(
+    text: str,
+    now: datetime,
+    extra_patterns: Iterable[str] = (),
+    default_tz: Optional[tzinfo] = None,
+) -> Optional[RateLimitSignal]:
+    """The rate-limit signal in `text`, or None.
+
+    `default_tz` reads a clock time printed without a zone (default: the
+    zone of `now`); `extra_patterns` are regular expressions, matched
+    case-insensitively, after the built-in forms that carry a reset time.
+    """
+    if not text:
+        return None
+    now = _aware(now)
+    for source, pattern, reset_from_match in _detectors(extra_patterns):
+        match = pattern.search(text)
+        if match:
+            reset_at = reset_from_match(match, now, default_tz or now.tzinfo)
+            return RateLimitSignal(reset_at, source, match.group(0)[:_EXCERPT_LIMIT].strip())
+    return None
+
+
+def retry_after_to_reset(header_value: Optional[str], now: datetime) -> Optional[datetime]:
+    """An HTTP Retry-After value (delay in seconds, or an HTTP-date) as the
+    time the limit lifts; None when absent or unreadable."""
+    if header_value is None:
+        return None
+    value = header_value.strip()
+    now = _aware(now)
+    try:
+        return now + timedelta(seconds=max(0.0, float(value)))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return _aware(when) if when is not None else None
+
+
+def cooldown_until(
+    signal: RateLimitSignal,
+    now: datetime,
+    default_cooldown: float | timedelta = DEFAULT_COOLDOWN_SECONDS,
+) -> datetime:
+    """When spawns of the limited runtime may start again: the signal's
+    reset time if it is still ahead, else `now` plus the default cooldown
+    (a reset already past means the text was stale or the clocks disagree,
+    and we were limited just now either way)."""
+    now = _aware(now)
+    if signal.reset_at is not None and signal.reset_at > now:
+        return signal.reset_at
+    if not isinstance(default_cooldown, timedelta):
+        default_cooldown = timedelta(seconds=default_cooldown)
+    return now + default_cooldown
+
+
+# -- reset times from matches ---------------------------------------------
+
+ResetFromMatch = Callable[[re.Match, datetime, tzinfo], Optional[datetime]]
+
+
+def _no_reset(match: re.Match, now: datetime, default_tz: tzinfo) -> None:
+    return None
+
+
+def _reset_from_epoch(match: re.Match, now: datetime, default_tz: tzinfo) -> datetime:
+    epoch = int(match.group("epoch"))
+    if epoch > 10**11:  # milliseconds, as JavaScript prints Date.now()
+        epoch //= 1000
+    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+
+
+def _reset_from_retry_after(match: re.Match, now: datetime, default_tz: tzinfo):
+    return retry_after_to_reset(match.group("value"), now)
+
+
+def _reset_from_extra(match: re.Match, now: datetime, default_tz: tzinfo):
+    groups = match.groupdict()
+    if groups.get("epoch"):
+        return _reset_from_epoch(match, now, default_tz)
+    if groups.get("seconds"):
+        return retry_after_to_reset(groups["seconds"], now)
+    return None
+
+
+_MONTHS = {name: number for number, name in enumerate(
+    ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)}
+
+
+def _reset_from_clock(match: re.Match, now: datetime, default_tz: tzinfo) -> Optional[datetime]:
+    """'resets 2pm (Europe/Paris)': the next 14:00 in Paris after `now`
+    (or on the date given, if one is)."""
+    if not (match.group("minute") or match.group("ampm")):
+        return None  # "resets 5 hours from now" is no clock time
+    zone = _zone(match.group("tz"), default_tz)
+    hour = _hour_24(int(match.group("hour")), match.group("ampm"))
+    minute = int(match.group("minute") or 0)
+    if hour is None or minute > 59:
+        return None
+    local_now = now.astimezone(zone)
+    if match.group("month"):
+        return _on_given_date(local_now, match, hour, minute)
+    candidate = _at_local(local_now.date(), hour, minute, zone)
+    if candidate <= local_now:
+        candidate = _at_local(local_now.date() + timedelta(days=1), hour, minute, zone)
+    return candidate
+
+
+def _on_given_date(local_now: datetime, match: re.Match, hour: int, minute: int):
+    month = _MONTHS[match.group("month")[:3].lower()]
+    day = int(match.group("day"))
+    zone = local_now.tzinfo
+    try:
+        candidate = _at_local(date(local_now.year, month, day), hour, minute, zone)
+        # "resets Jan 2" read on Dec 30 is next year's January.
+        if candidate < local_now - timedelta(days=180):
+            candidate = _at_local(date(local_now.year + 1, month, day), hour, minute, zone)
+    except ValueError:  # Feb 30 and friends
+        return None
+    return candidate
+
+
+def _at_local(day: date, hour: int, minute: int, zone: tzinfo) -> datetime:
+    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone)
+
+
+def _hour_24(hour: int, ampm: Optional[str]) -> Optional[int]:
+    if ampm is None:
+        return hour if hour <= 23 else None
+    if not 1 <= hour <= 12:
+        return None
+    return hour % 12 + (12 if ampm.lower().startswith("p") else 0)
+
+
+def _zone(name: Optional[str], default_tz: tzinfo) -> tzinfo:
+    if not name:
+        return default_tz
+    if name.upper() in ("UTC", "GMT", "Z"):
+        return timezone.utc
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return default_tz
+
+
+def _aware(moment: datetime) -> datetime:
+    # A naive time is taken as UTC: every time in taskherd's store is UTC.
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
+# -- the patterns ---------------------------------------------------------
+
+_I = re.IGNORECASE
+
+_USAGE_LIMIT_EPOCH = re.compile(r"usage limit reached\s*\|\s*(?P<epoch>\d{9,13})", _I)
+
+# "5-hour limit reached ∙ resets 2pm (Europe/Paris)", "You've hit your limit
+# · resets 2:30pm", "Weekly limit reached ∙ resets Nov 21, 2pm": "limit" must
+# come first on the same line, so a stray "resets 3pm" in a diff is no signal.
+_LIMIT_RESETS_AT_CLOCK = re.compile(
+    r"limit[^\n]{0,80}?\bresets?\s+(?:at\s+|on\s+)?"
+    r"(?:(?P<month>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+"
+    r"(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?:at\s+)?)?"
+    r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>[ap]\.?m\.?)?"
+    r"(?:\s*\((?P<tz>[A-Za-z_]+(?:/[A-Za-z0-9_+\-]+)*)\))?", _I)
+
+_RETRY_AFTER = re.compile(
+    r"retry[-_ ]after[\"']?\s*[:=]\s*[\"']?(?P<value>\d+(?:\.\d+)?|"
+    r"[A-Za-z]{3},\s+\d{1,2}\s+[A-Za-z]{3}\s+\d{4}\s+\d{2}:\d{2}:\d{2}\s+GMT)", _I)
+
+_GENERIC = [
+    ("usage_limit", re.compile(
+        r"\b(?:usage|session|weekly|daily|hourly|\d+-hour)\s+limit\s+(?:reached|exceeded)", _I)),
+    ("rate_limit_text", re.compile(r"\brate[-_ ]?limit(?:ed|s|ing)?(?![a-z])", _I)),
+    ("too_many_requests", re.compile(r"\btoo many requests\b", _I)),
+    # 429 only where it is a status, not any number in a log (line 429 of a file).
+    ("http_429", re.compile(
+        r"(?:\b(?:http(?:/\d(?:\.\d)?)?|status|error|code|rejected|returned|got)\b[^\n\d]{0,20}"
+        r"|\(|\"status\"\s*:\s*)"
+        r"429\b", _I)),
+]
+
+
+def _detectors(extra_patterns: Iterable[str]) -> list[tuple[str, re.Pattern, ResetFromMatch]]:
+    detectors: list[tuple[str, re.Pattern, ResetFromMatch]] = [
+        ("usage_limit_epoch", _USAGE_LIMIT_EPOCH, _reset_from_epoch),
+        ("limit_resets_at_clock", _LIMIT_RESETS_AT_CLOCK, _reset_from_clock),
+        ("retry_after", _RETRY_AFTER, _reset_from_retry_after),
+    ]
+    detectors += [(f"extra:{p}", _compile_extra(p), _reset_from_extra) for p in extra_patterns]
+    detectors += [(source, pattern, _no_reset) for source, pattern in _GENERIC]
+    return detectors
+
+
+_extra_cache: dict[str, re.Pattern] = {}
+
+
+def _compile_extra(pattern: str) -> re.Pattern:
+    compiled = _extra_cache.get(pattern)
+    if compiled is None:
+        compiled = _extra_cache[pattern] = re.compile(pattern, _I)
+    return compiled
