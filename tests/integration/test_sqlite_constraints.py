@@ -1,0 +1,35 @@
+"""The database itself refuses impossible rows, whatever code writes them (DESIGN §5)."""
+
+import sqlite3
+
+import pytest
+
+from taskherd.model import NewTask
+from taskherd.store.sqlite import SQLiteStore
+
+
+@pytest.fixture
+def db(tmp_path):
+    SQLiteStore(tmp_path / "q.db").enqueue(NewTask(role="coder", title="t"), 1.0)
+    connection = sqlite3.connect(tmp_path / "q.db")
+    yield connection
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE tasks SET state = 'exploded'",
+        "UPDATE tasks SET state = 'completed'",  # final without finished_at
+        "UPDATE tasks SET finished_at = 5",  # finished_at on an open task
+        "UPDATE tasks SET state = 'claimed'",  # a lease state without a lease
+        "UPDATE tasks SET priority = 9",
+        "INSERT INTO runs (task_id, attempt, node, role, claimed_at) VALUES (999, 1, 'n', 'r', 1)",
+        "INSERT INTO runs (task_id, attempt, node, role, claimed_at, outcome)"
+        " VALUES (1, 1, 'n', 'r', 1, 'succeeded')",  # an outcome without ended_at
+    ],
+)
+def test_impossible_rows_are_refused(db, statement):
+    db.execute("PRAGMA foreign_keys = ON")
+    with pytest.raises(sqlite3.IntegrityError):
+        db.execute(statement)

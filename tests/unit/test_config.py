@@ -1,0 +1,60 @@
+from pathlib import Path
+
+import pytest
+
+from taskherd.config import ConfigError, load_config, parse_config
+
+
+def parse(raw):
+    return parse_config(raw, base_dir=Path("/srv/fleet"))
+
+
+def test_defaults_and_relative_database_path():
+    config = parse({"daemon": {"database": "q.db", "timezone": "Europe/Paris"}})
+    assert config.daemon.database == "/srv/fleet/q.db"
+    assert config.daemon.max_concurrent == 3 and config.daemon.durability == "full"
+    assert config.role("unknown").max_attempts == 3
+
+
+def test_role_with_durations():
+    config = parse({"roles": {"coder": {"command": ["agent", "{task_id}"], "backoff": "30s",
+                                        "backoff_cap": "1h", "idle_timeout": "5m", "stagger": "2s"}}})
+    coder = config.roles["coder"]
+    assert (coder.backoff, coder.backoff_cap, coder.idle_timeout, coder.stagger) == (30, 3600, 300, 2)
+    assert coder.retry_policy.backoff(2) == 60
+    assert coder.command == ("agent", "{task_id}")
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"daemon": {"max_concurent": 3}}, "unknown key 'daemon.max_concurent'"),
+        ({"daemon": {"durability": "fast"}}, "daemon.durability = 'fast': expected one of full, normal"),
+        ({"daemon": {"max_concurrent": 0}}, "daemon.max_concurrent = 0"),
+        ({"daemon": {"timezone": "Mars/Olympus"}}, "daemon.timezone = 'Mars/Olympus'"),
+        ({"daemon": {"lease": "soon"}}, "daemon.lease = 'soon': expected a duration"),
+        ({"roles": {"coder": {}}}, "roles.coder.command is required"),
+        ({"roles": {"coder": {"command": "claude -p"}}}, "roles.coder.command = 'claude -p'"),
+        ({"roles": {"coder": {"command": ["x"], "pool": "gpu"}}}, "roles.coder.pool = 'gpu'"),
+        ({"roles": {"any": {"command": ["x"]}}}, "'any' is reserved"),
+        ({"pools": {"gpu": 0}}, "pools.gpu = 0"),
+        ({"jobs": [{"name": "daily"}]}, "daemon.timezone is required when jobs are defined"),
+        ({"roles": {"qa": {"command": ["x"], "review": "yes"}}}, "roles.qa.review = 'yes'"),
+    ],
+)
+def test_bad_config_names_the_key_and_value(raw, message):
+    with pytest.raises(ConfigError) as caught:
+        parse(raw)
+    assert message in str(caught.value)
+
+
+def test_invalid_toml_names_the_file(tmp_path):
+    bad = tmp_path / "taskherd.toml"
+    bad.write_text("[daemon\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+
+
+def test_missing_explicit_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml")
