@@ -149,6 +149,8 @@ class Run:
     output_tokens: int | None
     turns: int | None
     session_id: str | None
+    report: str | None = None  # the agent's own word: done, fail or block
+    report_summary: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Run:
@@ -178,6 +180,20 @@ class RunResult:
     session_id: str | None = None
     # When the runtime's provider said the limit resets (unix seconds), for rate_limited runs.
     retry_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Cooldown:
+    """A runtime paused by a rate limit until `until` (unix seconds)."""
+
+    runtime: str
+    until: float
+    reason: str
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row: Any) -> Cooldown:
+        return cls(**dict(row))
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import abc
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from taskherd.model import Claim, NewTask, Run, RunResult, Task, TaskState
+from taskherd.model import Claim, Cooldown, NewTask, Run, RunResult, Task, TaskState
 from taskherd.queue import RetryPolicy
 
 
@@ -134,6 +134,25 @@ class Store(abc.ABC):
     def finish_run(
         self, run_id: int, result: RunResult, policy: RetryPolicy, now: float
     ) -> Finished: ...
+
+    @abc.abstractmethod
+    def report(self, run_id: int, verdict: str, now: float, summary: str | None = None) -> Run:
+        """Record the agent's own word on its run (done, fail, block); settled at exit."""
+
+    @abc.abstractmethod
+    def open_runs_of_final_tasks(self, node: str) -> list[Run]:
+        """Runs still open on `node` whose task is no longer leased (e.g. cancelled)."""
+
+    # -- runtime cooldowns (rate limits) -------------------------------------------------
+
+    @abc.abstractmethod
+    def set_cooldown(self, runtime: str, until: float, reason: str, now: float) -> Cooldown: ...
+
+    @abc.abstractmethod
+    def active_cooldowns(self, now: float) -> list[Cooldown]: ...
+
+    @abc.abstractmethod
+    def clear_cooldown(self, runtime: str) -> bool: ...
 
     @abc.abstractmethod
     def rescue_expired(self, now: float, policy_for: PolicyLookup) -> list[Finished]:

@@ -16,6 +16,7 @@ from typing import Any
 from taskherd.model import (
     OPEN_STATES,
     Claim,
+    Cooldown,
     NewTask,
     Outcome,
     Run,
@@ -38,6 +39,7 @@ from taskherd.store.base import (
 from taskherd.store.sqlfile import migrations, queries
 
 DURABILITY = {"full": "FULL", "normal": "NORMAL"}
+REPORTS = ("done", "fail", "block")
 # Long enough that a burst of writers from several processes queues up instead of failing:
 # "database is locked" must never reach a caller.
 DEFAULT_BUSY_TIMEOUT = 60.0
@@ -218,6 +220,32 @@ class SQLiteStore(Store):
             if run.ended_at is not None:
                 raise StoreError(f"run {run_id} already ended ({run.outcome.value})")
             return _finish(db, run, _get_task(db, run.task_id), result, policy, now)
+
+    def report(self, run_id: int, verdict: str, now: float, summary: str | None = None) -> Run:
+        if verdict not in REPORTS:
+            raise StoreError(f"report {verdict!r} is not one of: {', '.join(REPORTS)}")
+        params = {"run_id": run_id, "report": verdict, "summary": summary, "now": now}
+        with self._write() as db:
+            row = _one(db.execute(Q["report_run"], params))
+            if row is None:
+                run = _get_run(db, run_id)
+                raise StoreError(f"run {run_id} already ended ({run.outcome.value})")
+            return Run.from_row(row)
+
+    def open_runs_of_final_tasks(self, node: str) -> list[Run]:
+        return [Run.from_row(row) for row in self._all("open_runs_of_final_tasks", {"node": node})]
+
+    def set_cooldown(self, runtime: str, until: float, reason: str, now: float) -> Cooldown:
+        params = {"runtime": runtime, "until": until, "reason": reason, "now": now}
+        with self._write() as db:
+            return Cooldown.from_row(_one(db.execute(Q["set_cooldown"], params)))
+
+    def active_cooldowns(self, now: float) -> list[Cooldown]:
+        return [Cooldown.from_row(row) for row in self._all("active_cooldowns", {"now": now})]
+
+    def clear_cooldown(self, runtime: str) -> bool:
+        with self._write() as db:
+            return db.execute(Q["clear_cooldown"], {"runtime": runtime}).rowcount > 0
 
     def rescue_expired(self, now: float, policy_for: PolicyLookup) -> list[Finished]:
         rescued = []

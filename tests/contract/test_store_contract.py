@@ -254,3 +254,30 @@ def test_list_and_counts(store):
     assert [t.title for t in store.list_tasks(role="coder")] == ["a"]
     assert {(c.state, c.role, c.count) for c in store.counts()} == {
         (TaskState.READY, "coder", 1), (TaskState.READY, "qa", 1)}
+
+
+def test_an_agent_report_is_kept_on_its_open_run(store):
+    add(store)
+    claimed = claim(store)
+    run = store.report(claimed.run.id, "done", 1001.0, summary="shipped")
+    assert (run.report, run.report_summary, run.heartbeat_at) == ("done", "shipped", 1001.0)
+    with pytest.raises(StoreError, match="'maybe' is not one of"):
+        store.report(claimed.run.id, "maybe", 1002.0)
+
+
+def test_cooldowns_take_the_later_reset_and_expire(store):
+    store.set_cooldown("claude", 2000.0, "429", 1000.0)
+    store.set_cooldown("claude", 1500.0, "429 again", 1001.0)
+    [active] = store.active_cooldowns(1999.0)
+    assert (active.runtime, active.until) == ("claude", 2000.0)
+    assert store.active_cooldowns(2000.0) == []
+    assert store.clear_cooldown("claude") and not store.clear_cooldown("claude")
+
+
+def test_open_runs_of_cancelled_tasks_are_found_for_their_node(store):
+    task = add(store)
+    claimed = claim(store, node="n1")
+    assert store.open_runs_of_final_tasks("n1") == []
+    store.cancel(task.id, 1001.0)
+    assert [r.id for r in store.open_runs_of_final_tasks("n1")] == [claimed.run.id]
+    assert store.open_runs_of_final_tasks("n2") == []
