@@ -34,15 +34,14 @@ from __future__ import annotations
 import bisect
 import enum
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone
-from typing import ClassVar, Protocol, Union
+from datetime import UTC, date, datetime, time, timedelta
+from typing import ClassVar, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
 from taskherd.durations import DurationError, parse_duration
 
-UTC = timezone.utc
 _MINUTE = timedelta(minutes=1)
 _DAY = timedelta(days=1)
 # A date matching a cron/calendar entry recurs within 28 years (the weekday
@@ -64,8 +63,13 @@ CRON_ALIASES = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-CALENDAR_RANGES = {"minute": (0, 59), "hour": (0, 23), "day": (1, 31), "month": (1, 12),
-                   "weekday": (0, 7)}
+CALENDAR_RANGES = {
+    "minute": (0, 59),
+    "hour": (0, 23),
+    "day": (1, 31),
+    "month": (1, 12),
+    "weekday": (0, 7),
+}
 TIMEZONE_REQUIRED = "timezone is required: set [daemon] timezone or the job's timezone"
 
 
@@ -79,7 +83,9 @@ class MissedFire(enum.StrEnum):
 
     SKIP = "skip"  # drop them and only schedule forward: a stale "post the morning digest" is noise
     ONCE = "once"  # default: one catch-up fire however many were missed (anacron's behaviour)
-    ALL = "all"  # one fire per missed time, the newest `limit` of them: each period's report matters
+    ALL = (
+        "all"  # one fire per missed time, the newest `limit` of them: each period's report matters
+    )
 
 
 class OverlapPolicy(enum.StrEnum):
@@ -140,7 +146,7 @@ class _FieldMatcher:
         return day_ok and weekday_ok
 
     def _first_time_from(self, hour: int, minute: int) -> tuple[int, int] | None:
-        for h in self.hours[bisect.bisect_left(self.hours, hour):]:
+        for h in self.hours[bisect.bisect_left(self.hours, hour) :]:
             if h != hour:
                 return h, self.minutes[0]
             i = bisect.bisect_left(self.minutes, minute)
@@ -240,8 +246,9 @@ def as_utc(moment: datetime) -> datetime:
 
 def _require_zone(tz: object) -> None:
     if not isinstance(tz, ZoneInfo):
-        raise ScheduleError(TIMEZONE_REQUIRED if tz is None else
-                            f"timezone: {tz!r} is not a zoneinfo.ZoneInfo")
+        raise ScheduleError(
+            TIMEZONE_REQUIRED if tz is None else f"timezone: {tz!r} is not a zoneinfo.ZoneInfo"
+        )
 
 
 @dataclass(frozen=True)
@@ -269,8 +276,12 @@ class CronTrigger:
 
 def _compile_cron(expression: object) -> tuple[_Walls, bool]:
     if not isinstance(expression, str) or not expression.strip():
-        raise _bad("cron", expression, "is not a cron expression",
-                   "5 fields 'minute hour day month weekday' or " + ", ".join(CRON_ALIASES))
+        raise _bad(
+            "cron",
+            expression,
+            "is not a cron expression",
+            "5 fields 'minute hour day month weekday' or " + ", ".join(CRON_ALIASES),
+        )
     text = " ".join(expression.split())
     if text.startswith("@"):
         if text.lower() not in CRON_ALIASES:
@@ -278,13 +289,21 @@ def _compile_cron(expression: object) -> tuple[_Walls, bool]:
         text = CRON_ALIASES[text.lower()]
     fields = text.split(" ")
     if len(fields) != 5:
-        raise _bad("cron", expression, f"has {len(fields)} fields",
-                   "exactly 5: minute hour day month weekday (no seconds or year field)")
+        raise _bad(
+            "cron",
+            expression,
+            f"has {len(fields)} fields",
+            "exactly 5: minute hour day month weekday (no seconds or year field)",
+        )
     try:
         expanded, nth_weekday = croniter.expand(text)
     except CroniterError as exc:
-        raise _bad("cron", expression, f"is invalid ({exc})",
-                   "5 fields 'minute hour day month weekday', e.g. '*/5 * * * *'") from exc
+        raise _bad(
+            "cron",
+            expression,
+            f"is invalid ({exc})",
+            "5 fields 'minute hour day month weekday', e.g. '*/5 * * * *'",
+        ) from exc
     both_folds = fields[0].startswith("*") or fields[1].startswith("*")
     walls: _Walls
     if nth_weekday or any(v == "l" for values in expanded for v in values):
@@ -296,15 +315,19 @@ def _compile_cron(expression: object) -> tuple[_Walls, bool]:
     return walls, both_folds
 
 
-def _fields_matcher(minutes: list, hours: list, days: list, months: list,
-                    weekdays: list) -> _FieldMatcher:
+def _fields_matcher(
+    minutes: list, hours: list, days: list, months: list, weekdays: list
+) -> _FieldMatcher:
     def any_or(values: list) -> frozenset[int] | None:
         return None if values == ["*"] else frozenset(values)
 
     return _FieldMatcher(
         minutes=tuple(range(60)) if minutes == ["*"] else tuple(sorted(minutes)),
         hours=tuple(range(24)) if hours == ["*"] else tuple(sorted(hours)),
-        days=any_or(days), months=any_or(months), weekdays=any_or(weekdays))
+        days=any_or(days),
+        months=any_or(months),
+        weekdays=any_or(weekdays),
+    )
 
 
 @dataclass(frozen=True)
@@ -325,8 +348,10 @@ class CalendarEntry:
         return _FieldMatcher(
             minutes=tuple(range(60)) if self.minute is None else (self.minute,),
             hours=tuple(range(24)) if self.hour is None else (self.hour,),
-            days=one(self.day), months=one(self.month),
-            weekdays=None if self.weekday is None else frozenset({self.weekday % 7}))
+            days=one(self.day),
+            months=one(self.month),
+            weekdays=None if self.weekday is None else frozenset({self.weekday % 7}),
+        )
 
     def to_spec(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in CALENDAR_RANGES if getattr(self, k) is not None}
@@ -340,15 +365,19 @@ class CalendarTrigger:
     entries: tuple[CalendarEntry, ...]
     tz: ZoneInfo
     kind: ClassVar[str] = "calendar"
-    _compiled: tuple[tuple[_FieldMatcher, bool], ...] = field(init=False, repr=False,
-                                                              compare=False)
+    _compiled: tuple[tuple[_FieldMatcher, bool], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _require_zone(self.tz)
         object.__setattr__(self, "entries", tuple(self.entries))  # a list would break hashing
         if not self.entries:
-            raise _bad("calendar", [], "has no entries", "a list of {minute, hour, weekday, day, "
-                       "month} tables, e.g. [{hour = 9, minute = 0}]")
+            raise _bad(
+                "calendar",
+                [],
+                "has no entries",
+                "a list of {minute, hour, weekday, day, "
+                "month} tables, e.g. [{hour = 9, minute = 0}]",
+            )
         compiled = []
         for i, entry in enumerate(self.entries):
             _check_entry(f"calendar[{i}]", entry.to_spec())
@@ -368,8 +397,12 @@ def _check_entry(where: str, entry: object) -> None:
     if not isinstance(entry, dict):
         raise _bad(where, entry, "is not a table", f"a table with keys {accepted}")
     if not entry:
-        raise _bad(where, entry, "is empty and would fire every minute",
-                   "at least one of " + accepted + " (use cron '* * * * *' for every minute)")
+        raise _bad(
+            where,
+            entry,
+            "is empty and would fire every minute",
+            "at least one of " + accepted + " (use cron '* * * * *' for every minute)",
+        )
     for key, value in entry.items():
         if key not in CALENDAR_RANGES:
             raise _bad(where, key, "is not a calendar key", f"lowercase {accepted}")
@@ -390,10 +423,17 @@ class Window:
 
     def __post_init__(self) -> None:
         if self.start >= self.end:
-            why = ("is empty" if self.start == self.end else
-                   "ends before it starts (windows may not cross midnight; use two jobs)")
-            raise _bad("window", self.to_spec(), why, "'HH:MM-HH:MM' with start before end, "
-                       "e.g. '08:00-22:30'")
+            why = (
+                "is empty"
+                if self.start == self.end
+                else "ends before it starts (windows may not cross midnight; use two jobs)"
+            )
+            raise _bad(
+                "window",
+                self.to_spec(),
+                why,
+                "'HH:MM-HH:MM' with start before end, e.g. '08:00-22:30'",
+            )
 
     def to_spec(self) -> str:
         return f"{self.start:%H:%M}-{self.end:%H:%M}"
@@ -416,13 +456,15 @@ class EveryTrigger:
     def __post_init__(self) -> None:
         _require_zone(self.tz)
         if not isinstance(self.interval, timedelta) or not (
-                _MIN_INTERVAL <= self.interval <= _MAX_INTERVAL):
+            _MIN_INTERVAL <= self.interval <= _MAX_INTERVAL
+        ):
             raise _bad("every", _text(self.interval), "is out of range", _INTERVAL_ACCEPTED)
         if self.window is None:
             walls = _IntervalWalls(self.interval, timedelta(0), _DAY - timedelta(microseconds=1))
         else:
-            walls = _IntervalWalls(self.interval, _since_midnight(self.window.start),
-                                   _since_midnight(self.window.end))
+            walls = _IntervalWalls(
+                self.interval, _since_midnight(self.window.start), _since_midnight(self.window.end)
+            )
         object.__setattr__(self, "_walls", walls)
 
     def next_after(self, now: datetime) -> datetime | None:
@@ -480,7 +522,7 @@ class ManualTrigger:
         return {"timezone": self.tz.key}
 
 
-Trigger = Union[CronTrigger, CalendarTrigger, EveryTrigger, AtTrigger, ManualTrigger]
+Trigger = CronTrigger | CalendarTrigger | EveryTrigger | AtTrigger | ManualTrigger
 
 
 # --- using triggers -----------------------------------------------------------
@@ -498,8 +540,15 @@ def next_fires(trigger: Trigger, now: datetime, count: int) -> list[datetime]:
     return fires
 
 
-def due_fires(trigger: Trigger, last_scheduled: datetime, now: datetime, policy: MissedFire,
-              limit: int, *, grace: timedelta = DEFAULT_GRACE) -> list[datetime]:
+def due_fires(
+    trigger: Trigger,
+    last_scheduled: datetime,
+    now: datetime,
+    policy: MissedFire,
+    limit: int,
+    *,
+    grace: timedelta = DEFAULT_GRACE,
+) -> list[datetime]:
     """The fire times to create tasks for now, oldest first.
 
     ``last_scheduled`` is the job's stored ``next_run_at``: the earliest fire
@@ -559,11 +608,19 @@ def parse_trigger(spec: dict, default_tz: str | None) -> Trigger:
     """
     kinds = [k for k in _KINDS if k in spec]
     if len(kinds) > 1:
-        raise _bad("trigger", " and ".join(kinds), "are set together",
-                   "exactly one of " + ", ".join(_KINDS))
+        raise _bad(
+            "trigger",
+            " and ".join(kinds),
+            "are set together",
+            "exactly one of " + ", ".join(_KINDS),
+        )
     if "window" in spec and kinds != ["every"]:
-        raise _bad("window", spec["window"], "only applies to 'every'",
-                   "'every' together with 'window', e.g. every = '30m', window = '08:00-22:30'")
+        raise _bad(
+            "window",
+            spec["window"],
+            "only applies to 'every'",
+            "'every' together with 'window', e.g. every = '30m', window = '08:00-22:30'",
+        )
     tz = parse_zone(spec.get("timezone"), default_tz)
     kind = kinds[0] if kinds else "manual"
     if kind == "cron":
@@ -596,8 +653,12 @@ def parse_zone(job_tz: object, default_tz: str | None) -> ZoneInfo:
 def _parse_calendar(value: object) -> tuple[CalendarEntry, ...]:
     entries = [value] if isinstance(value, dict) else value  # launchd takes one dict or a list
     if not isinstance(entries, list) or not entries:
-        raise _bad("calendar", value, "is not a list of tables",
-                   "e.g. calendar = [{hour = 9, minute = 0, weekday = 1}]")
+        raise _bad(
+            "calendar",
+            value,
+            "is not a list of tables",
+            "e.g. calendar = [{hour = 9, minute = 0, weekday = 1}]",
+        )
     for i, entry in enumerate(entries):
         _check_entry(f"calendar[{i}]", entry)
     return tuple(CalendarEntry(**entry) for entry in entries)

@@ -27,8 +27,24 @@ def test_reads_people_spellings(text, seconds):
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "ten minutes", "10x", "-5", "-5s", "1m30h", "1h1h", "h", "10 m s", True, None,
-            [10], -1, float("inf"), float("nan")]
+    "bad",
+    [
+        "",
+        "ten minutes",
+        "10x",
+        "-5",
+        "-5s",
+        "1m30h",
+        "1h1h",
+        "h",
+        "10 m s",
+        True,
+        None,
+        [10],
+        -1,
+        float("inf"),
+        float("nan"),
+    ],
 )
 def test_rejects_with_field_value_and_accepted_forms(bad):
     with pytest.raises(DurationError) as err:

@@ -1,7 +1,8 @@
 import dataclasses
+import itertools
 import random
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -23,7 +24,6 @@ from taskherd.schedules import (
     parse_trigger,
 )
 
-UTC = timezone.utc
 NY = ZoneInfo("America/New_York")
 BERLIN = ZoneInfo("Europe/Berlin")
 UTC_ZONE = ZoneInfo("UTC")
@@ -100,7 +100,7 @@ def test_hourly_job_fires_every_real_hour(zone, ymd):
     start, end, day = around(zone, ymd)
     tz = ZoneInfo(zone)
     fires = fires_between(CronTrigger("@hourly", tz), start, end)
-    assert {b - a for a, b in zip(fires, fires[1:])} == {timedelta(hours=1)}
+    assert {b - a for a, b in itertools.pairwise(fires)} == {timedelta(hours=1)}
     expected = 23 if ymd[1] == 3 else 25
     assert per_local_day(fires, tz)[day] == expected
 
@@ -121,14 +121,19 @@ def test_every_30m_with_window_fires_08_00_to_22_30_once_each(zone, ymd):
 def test_every_30m_without_window_keeps_real_time_spacing(zone, ymd):
     start, end, _ = around(zone, ymd)
     fires = fires_between(parse_trigger({"every": "30m"}, zone), start, end)
-    assert {b - a for a, b in zip(fires, fires[1:])} == {timedelta(minutes=30)}
+    assert {b - a for a, b in itertools.pairwise(fires)} == {timedelta(minutes=30)}
 
 
 @pytest.mark.parametrize(("zone", "ymd"), TRANSITIONS)
 @pytest.mark.parametrize(
     "spec",
-    [{"cron": "30 2 * * *"}, {"cron": "*/15 * * * *"}, {"cron": "0,30 1-3 * * *"},
-     {"every": "20m", "window": "01:00-04:00"}, {"calendar": [{"hour": 2, "minute": 30}]}],
+    [
+        {"cron": "30 2 * * *"},
+        {"cron": "*/15 * * * *"},
+        {"cron": "0,30 1-3 * * *"},
+        {"every": "20m", "window": "01:00-04:00"},
+        {"calendar": [{"hour": 2, "minute": 30}]},
+    ],
 )
 def test_next_after_agrees_from_any_starting_point(zone, ymd, spec):
     # The scheduler may call next_after from any `now` (after a restart, inside
@@ -168,8 +173,12 @@ def test_next_after_is_strictly_after_and_in_utc():
 
 @pytest.mark.parametrize(
     "trigger",
-    [CronTrigger("* * * * *", NY), EveryTrigger(timedelta(minutes=5), NY), ManualTrigger(NY),
-     AtTrigger(datetime(2026, 1, 1, tzinfo=UTC), NY)],
+    [
+        CronTrigger("* * * * *", NY),
+        EveryTrigger(timedelta(minutes=5), NY),
+        ManualTrigger(NY),
+        AtTrigger(datetime(2026, 1, 1, tzinfo=UTC), NY),
+    ],
 )
 def test_naive_now_is_refused(trigger):
     with pytest.raises(ValueError, match="naive"):
@@ -184,9 +193,21 @@ def test_triggers_are_frozen_and_comparable():
     assert len({a, parse_trigger({"cron": "*/5 * * * *"}, "UTC")}) == 1
 
 
-EXPRESSIONS = ["*/5 * * * *", "0 9 * * 1-5", "30 18 1,15 * *", "0 0 */2 * 1", "15 3 * 2 sun",
-               "0 12 29 2 *", "7-20/3 4,22 * * 6", "0 0 1 jan,jul *", "0 9 L * *", "0 9 * * 1#1",
-               "5 * 13 * 5", "*/20 8-17 * * mon-fri", "0 0 1-31 * 1"]
+EXPRESSIONS = [
+    "*/5 * * * *",
+    "0 9 * * 1-5",
+    "30 18 1,15 * *",
+    "0 0 */2 * 1",
+    "15 3 * 2 sun",
+    "0 12 29 2 *",
+    "7-20/3 4,22 * * 6",
+    "0 0 1 jan,jul *",
+    "0 9 L * *",
+    "0 9 * * 1#1",
+    "5 * 13 * 5",
+    "*/20 8-17 * * mon-fri",
+    "0 0 1-31 * 1",
+]
 
 
 @pytest.mark.parametrize("expression", EXPRESSIONS)
@@ -203,15 +224,18 @@ def test_cron_matches_croniter_where_there_is_no_dst(expression):
 def test_aliases_fire_like_their_expansion(alias, expansion):
     now = datetime(2026, 5, 17, 13, 7, tzinfo=BERLIN)
     assert next_fires(CronTrigger(alias, BERLIN), now, 5) == next_fires(
-        CronTrigger(expansion, BERLIN), now, 5)
+        CronTrigger(expansion, BERLIN), now, 5
+    )
 
 
 def test_alias_examples():
     now = datetime(2026, 5, 17, 13, 7, tzinfo=UTC)  # a Sunday
     assert CronTrigger("@weekly", ZoneInfo("UTC")).next_after(now) == datetime(
-        2026, 5, 24, tzinfo=UTC)
+        2026, 5, 24, tzinfo=UTC
+    )
     assert CronTrigger("@ANNUALLY", ZoneInfo("UTC")).next_after(now) == datetime(
-        2027, 1, 1, tzinfo=UTC)
+        2027, 1, 1, tzinfo=UTC
+    )
 
 
 # --- calendar (launchd StartCalendarInterval) ---------------------------------
@@ -223,23 +247,31 @@ def local_fires(trigger, now, count, tz):
 
 def test_calendar_monday_nine_am():
     trigger = parse_trigger({"calendar": [{"hour": 9, "minute": 0, "weekday": 1}]}, "Europe/Paris")
+    assert isinstance(trigger, CalendarTrigger)
     now = datetime(2026, 5, 1, tzinfo=ZoneInfo("Europe/Paris"))
     assert local_fires(trigger, now, 2, ZoneInfo("Europe/Paris")) == [
-        "Mon 2026-05-04 09:00", "Mon 2026-05-11 09:00"]
+        "Mon 2026-05-04 09:00",
+        "Mon 2026-05-11 09:00",
+    ]
 
 
 @pytest.mark.parametrize("sunday", [0, 7])
 def test_calendar_weekday_0_and_7_are_sunday(sunday):
     trigger = parse_trigger({"calendar": {"weekday": sunday, "hour": 6, "minute": 0}}, "UTC")
     assert local_fires(trigger, datetime(2026, 5, 1, tzinfo=UTC), 1, UTC) == [
-        "Sun 2026-05-03 06:00"]
+        "Sun 2026-05-03 06:00"
+    ]
 
 
 def test_calendar_several_entries_fire_on_any():
     trigger = parse_trigger(
-        {"calendar": [{"hour": 18, "minute": 30}, {"hour": 7, "minute": 15}]}, "UTC")
+        {"calendar": [{"hour": 18, "minute": 30}, {"hour": 7, "minute": 15}]}, "UTC"
+    )
     assert local_fires(trigger, datetime(2026, 5, 1, 12, tzinfo=UTC), 3, UTC) == [
-        "Fri 2026-05-01 18:30", "Sat 2026-05-02 07:15", "Sat 2026-05-02 18:30"]
+        "Fri 2026-05-01 18:30",
+        "Sat 2026-05-02 07:15",
+        "Sat 2026-05-02 18:30",
+    ]
 
 
 def test_calendar_missing_minute_means_every_minute_like_launchd():
@@ -251,16 +283,22 @@ def test_calendar_missing_minute_means_every_minute_like_launchd():
 
 
 def test_calendar_day_and_weekday_fire_on_either_like_cron():
-    trigger = parse_trigger({"calendar": [{"day": 13, "weekday": 5, "hour": 0, "minute": 0}]},
-                            "UTC")
+    trigger = parse_trigger(
+        {"calendar": [{"day": 13, "weekday": 5, "hour": 0, "minute": 0}]}, "UTC"
+    )
     assert local_fires(trigger, datetime(2026, 2, 1, tzinfo=UTC), 3, UTC) == [
-        "Fri 2026-02-06 00:00", "Fri 2026-02-13 00:00", "Fri 2026-02-20 00:00"]
+        "Fri 2026-02-06 00:00",
+        "Fri 2026-02-13 00:00",
+        "Fri 2026-02-20 00:00",
+    ]
 
 
 def test_calendar_month_and_day():
     trigger = parse_trigger({"calendar": [{"month": 2, "day": 29, "hour": 0, "minute": 0}]}, "UTC")
     assert next_fires(trigger, datetime(2026, 1, 1, tzinfo=UTC), 2) == [
-        datetime(2028, 2, 29, tzinfo=UTC), datetime(2032, 2, 29, tzinfo=UTC)]
+        datetime(2028, 2, 29, tzinfo=UTC),
+        datetime(2032, 2, 29, tzinfo=UTC),
+    ]
 
 
 # --- every, at, manual ----------------------------------------------------------
@@ -275,15 +313,23 @@ def test_every_window_accepts_single_digit_hours_and_en_dash():
 def test_every_window_rolls_to_next_day_after_end():
     trigger = parse_trigger({"every": "45m", "window": "09:00-10:30"}, "UTC")
     assert local_fires(trigger, datetime(2026, 5, 1, 9, 10, tzinfo=UTC), 4, UTC) == [
-        "Fri 2026-05-01 09:45", "Fri 2026-05-01 10:30", "Sat 2026-05-02 09:00",
-        "Sat 2026-05-02 09:45"]
+        "Fri 2026-05-01 09:45",
+        "Fri 2026-05-01 10:30",
+        "Sat 2026-05-02 09:00",
+        "Sat 2026-05-02 09:45",
+    ]
 
 
 def test_every_without_window_restarts_each_local_midnight():
     trigger = parse_trigger({"every": "7h"}, "Asia/Tokyo")
     tz = ZoneInfo("Asia/Tokyo")
     assert [f[-5:] for f in local_fires(trigger, datetime(2026, 5, 1, tzinfo=tz), 5, tz)] == [
-        "07:00", "14:00", "21:00", "00:00", "07:00"]
+        "07:00",
+        "14:00",
+        "21:00",
+        "00:00",
+        "07:00",
+    ]
 
 
 def test_at_fires_once_in_its_zone():
@@ -297,13 +343,15 @@ def test_at_fires_once_in_its_zone():
 def test_at_with_an_offset_keeps_that_instant():
     trigger = parse_trigger({"at": "2026-12-01T09:00+00:00"}, "Asia/Tokyo")
     assert trigger.next_after(datetime(2026, 1, 1, tzinfo=UTC)) == datetime(
-        2026, 12, 1, 9, tzinfo=UTC)
+        2026, 12, 1, 9, tzinfo=UTC
+    )
 
 
 def test_at_accepts_a_toml_datetime_and_shifts_a_nonexistent_time():
     trigger = parse_trigger({"at": datetime(2026, 3, 8, 2, 30)}, "America/New_York")
     assert trigger.next_after(datetime(2026, 1, 1, tzinfo=UTC)) == datetime(
-        2026, 3, 8, 3, 30, tzinfo=NY)
+        2026, 3, 8, 3, 30, tzinfo=NY
+    )
 
 
 @pytest.mark.parametrize("spec", [{}, {"manual": True}, {"role": "coder", "prompt": "hi"}])
@@ -316,10 +364,15 @@ def test_manual_never_fires(spec):
 
 @pytest.mark.parametrize(
     "spec",
-    [{"cron": "*/5 * * * *", "timezone": "Europe/Paris"}, {"cron": "@daily"},
-     {"calendar": [{"hour": 9, "minute": 0, "weekday": 1}, {"day": 1}]},
-     {"every": "1h30m", "window": "08:00-22:30"}, {"every": "90s"},
-     {"at": "2026-12-01T09:00"}, {}],
+    [
+        {"cron": "*/5 * * * *", "timezone": "Europe/Paris"},
+        {"cron": "@daily"},
+        {"calendar": [{"hour": 9, "minute": 0, "weekday": 1}, {"day": 1}]},
+        {"every": "1h30m", "window": "08:00-22:30"},
+        {"every": "90s"},
+        {"at": "2026-12-01T09:00"},
+        {},
+    ],
 )
 def test_to_spec_round_trips(spec):
     trigger = parse_trigger(spec, "America/Chicago")
@@ -329,7 +382,8 @@ def test_to_spec_round_trips(spec):
 def test_next_fires_lists_n():
     trigger = parse_trigger({"cron": "0 */6 * * *"}, "UTC")
     assert next_fires(trigger, datetime(2026, 5, 1, 5, tzinfo=UTC), 3) == [
-        datetime(2026, 5, 1, h, tzinfo=UTC) for h in (6, 12, 18)]
+        datetime(2026, 5, 1, h, tzinfo=UTC) for h in (6, 12, 18)
+    ]
 
 
 # --- errors for people --------------------------------------------------------
@@ -344,11 +398,21 @@ def test_next_fires_lists_n():
         ({"cron": "@fortnightly"}, "UTC", "cron", "@fortnightly", "@hourly"),
         ({"cron": "0 0 31 2 *"}, "UTC", "cron", "0 0 31 2 *", "a day that exists"),
         ({"cron": ""}, "UTC", "cron", "", "5 fields"),
-        ({"cron": "* * * * *", "timezone": "Mars/Olympus"}, "UTC", "timezone", "Mars/Olympus",
-         "IANA"),
+        (
+            {"cron": "* * * * *", "timezone": "Mars/Olympus"},
+            "UTC",
+            "timezone",
+            "Mars/Olympus",
+            "IANA",
+        ),
         ({"cron": "* * * * *"}, "Europe/Pariss", "[daemon] timezone", "Europe/Pariss", "IANA"),
-        ({"every": "30m", "window": "22:00-08:00"}, "UTC", "window", "22:00-08:00",
-         "start before end"),
+        (
+            {"every": "30m", "window": "22:00-08:00"},
+            "UTC",
+            "window",
+            "22:00-08:00",
+            "start before end",
+        ),
         ({"every": "30m", "window": "09:00-09:00"}, "UTC", "window", "09:00-09:00", "HH:MM"),
         ({"every": "30m", "window": "9am-5pm"}, "UTC", "window", "9am-5pm", "HH:MM"),
         ({"every": "0s"}, "UTC", "every", "0s", "1s to 1d"),
@@ -362,8 +426,13 @@ def test_next_fires_lists_n():
         ({"calendar": [{"hour": "9"}]}, "UTC", "calendar[0].hour", "9", "integer"),
         ({"calendar": [{}]}, "UTC", "calendar[0]", {}, "at least one"),
         ({"calendar": []}, "UTC", "calendar", [], "calendar ="),
-        ({"calendar": [{"day": 30, "month": 2}]}, "UTC", "calendar[0]",
-         {"day": 30, "month": 2}, "exists"),
+        (
+            {"calendar": [{"day": 30, "month": 2}]},
+            "UTC",
+            "calendar[0]",
+            {"day": 30, "month": 2},
+            "exists",
+        ),
         ({"at": "next tuesday"}, "UTC", "at", "next tuesday", "ISO"),
         ({"cron": "* * * * *", "every": "5m"}, "UTC", "trigger", "cron and every", "one of"),
         ({"manual": "yes"}, "UTC", "manual", "yes", "manual = true"),
@@ -431,8 +500,9 @@ def test_skip_drops_missed_fires_after_downtime():
 
 def test_skip_keeps_the_current_fire_when_it_is_within_grace():
     assert due_fires(HOURLY, at(3), at(9, 0, 30), MissedFire.SKIP, 10) == [at(9)]
-    assert due_fires(HOURLY, at(3), at(9, 5), MissedFire.SKIP, 10,
-                     grace=timedelta(minutes=10)) == [at(9)]
+    assert due_fires(HOURLY, at(3), at(9, 5), MissedFire.SKIP, 10, grace=timedelta(minutes=10)) == [
+        at(9)
+    ]
 
 
 def test_once_makes_one_catch_up_fire():
