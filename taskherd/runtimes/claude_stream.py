@@ -230,7 +230,7 @@ class ClaudeStreamReader:
         self.session_id: Optional[str] = None
         self.rate_limit: Optional[RateLimitSignal] = None  # the first one seen
         self.result: Optional[ClaudeRunResult] = None
-        self._pending = b""
+        self._pending: list[bytes] = []
 
     def feed(self, chunk: Union[bytes, str], now: Optional[datetime] = None) -> list[ClaudeEvent]:
         """Events of the complete lines in `pending + chunk`. `now` dates a
@@ -238,13 +238,20 @@ class ClaudeStreamReader:
         wall clock."""
         if isinstance(chunk, str):
             chunk = chunk.encode()
-        lines = (self._pending + chunk).split(b"\n") if self._pending else chunk.split(b"\n")
-        self._pending = lines.pop()
+        if b"\n" not in chunk:
+            # Collected, not concatenated: a multi-megabyte tool result written
+            # in small pieces would otherwise be copied once per piece.
+            self._pending.append(chunk)
+            return []
+        if self._pending:
+            chunk = b"".join(self._pending) + chunk
+        lines = chunk.split(b"\n")
+        self._pending = [lines.pop()]
         return self._events_of(lines, now)
 
     def finish(self, now: Optional[datetime] = None) -> list[ClaudeEvent]:
         """The last line even without its newline (the process has exited)."""
-        last, self._pending = self._pending, b""
+        last, self._pending = b"".join(self._pending), []
         return self._events_of([last], now) if last else []
 
     def read_available(self, log: IO[bytes], now: Optional[datetime] = None) -> list[ClaudeEvent]:
