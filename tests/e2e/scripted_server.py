@@ -119,7 +119,8 @@ class ScriptedServer:
     def start(self) -> "ScriptedServer":
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever,
+        # A short poll interval: stop() waits up to one interval, per test.
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
                                         name=type(self).__name__, daemon=True)
         self._thread.start()
         return self
