@@ -1,0 +1,305 @@
+"""taskherd.procs against real processes: spawn, exit capture, adopt, activity, kill."""
+
+import asyncio
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from taskherd import procs
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HEADER = {"run_id": 11, "task_id": 7, "role": "coder"}
+
+
+def wait_until(condition, timeout=3.0, what="condition"):
+    """Bounded polling for a condition that no event announces."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+def wait_exit(handle, timeout=3.0):
+    return asyncio.run(asyncio.wait_for(handle.wait_exit(), timeout))
+
+
+def agent_output(process):
+    """The log's lines after the header (which quotes argv, so never search it)."""
+    return process.log_path.read_text().splitlines()[1:]
+
+
+def is_gone(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.fixture
+def env():
+    return procs.agent_env(os.environ["PATH"], {}, {"TASKHERD_RUN_ID": "11"})
+
+
+@pytest.fixture
+def run(tmp_path, env):
+    """Spawn agents in tmp_path; anything still running is killed at teardown."""
+    spawned = []
+
+    def start(argv, name="run", **kwargs):
+        process = procs.spawn(argv, env=kwargs.pop("env", env), cwd=str(tmp_path),
+                              log_path=tmp_path / f"{name}.log", header=HEADER, **kwargs)
+        spawned.append(process.handle)
+        return process
+
+    yield start
+    for handle in spawned:
+        if handle.is_alive():
+            procs.terminate(handle, grace=0.1)
+
+
+def test_log_starts_with_header_then_agent_output(run, tmp_path):
+    process = run(["sh", "-c", "echo out; echo err >&2"])
+    assert wait_exit(process.handle) == procs.ExitStatus(
+        code=0, ended_at=procs.read_exit_file(process.exit_path).ended_at)
+    lines = process.log_path.read_text().splitlines()
+    assert lines[0].startswith("# taskherd {")
+    header = procs.read_header(process.log_path)
+    assert header["run_id"] == 11 and header["task_id"] == 7 and header["role"] == "coder"
+    assert header["argv"] == ["sh", "-c", "echo out; echo err >&2"]
+    assert header["pid"] == process.pid and abs(header["time"] - time.time()) < 60
+    assert lines[1:] == ["out", "err"]
+    assert stat.S_IMODE(process.log_path.stat().st_mode) == 0o600
+
+
+def test_header_alone_proves_birth_of_a_silent_agent(run):
+    process = run(["true"])
+    wait_exit(process.handle)
+    assert len(process.log_path.read_text().splitlines()) == 1
+    assert procs.read_header(process.log_path)["pid"] == process.pid
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_exit_code_is_captured(run, code):
+    process = run(["sh", "-c", f"exit {code}"])
+    status = wait_exit(process.handle)
+    assert (status.code, status.signal, status.source) == (code, None, "exit_file")
+    assert status.succeeded == (code == 0)
+
+
+def test_death_by_signal_is_captured(run):
+    process = run(["sh", "-c", "kill -KILL $$"])
+    status = wait_exit(process.handle)
+    assert (status.code, status.signal) == (None, signal.SIGKILL)
+
+
+def test_stdin_comes_from_file(run, tmp_path):
+    (tmp_path / "prompt.txt").write_text("the prompt\n")
+    process = run(["cat"], stdin_path=tmp_path / "prompt.txt")
+    wait_exit(process.handle)
+    assert agent_output(process) == ["the prompt"]
+
+
+def test_missing_program_fails_before_anything_starts(run, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no-such-agent"):
+        run(["no-such-agent-xyz"])
+    assert not (tmp_path / "run.log").exists()
+
+
+def test_reused_log_path_does_not_report_previous_exit(run):
+    run(["sh", "-c", "exit 4"], name="same")
+    second = run(["sh", "-c", "exit 0"], name="same")
+    assert wait_exit(second.handle).code == 0
+
+
+SPAWNER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from taskherd import procs
+args = json.loads(sys.argv[2])
+process = procs.spawn(args["argv"], env=args["env"], cwd=None,
+                      log_path=Path(args["log"]), header={"run_id": 1})
+print(json.dumps({"pid": process.pid, "started_at": process.started_at}), flush=True)
+sys.stdin.read()  # stay until killed, like a daemon
+"""
+
+
+def spawn_from_doomed_daemon(argv, log_path, env):
+    """Spawn through procs in another process, then SIGKILL that process."""
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", SPAWNER, str(REPO_ROOT),
+         json.dumps({"argv": argv, "env": env, "log": str(log_path)})],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    record = json.loads(daemon.stdout.readline())
+    daemon.kill()
+    daemon.wait(timeout=5)
+    return record
+
+
+@pytest.fixture
+def gate(tmp_path):
+    """A FIFO an agent blocks on until the test opens it: a release with no sleep."""
+    path = tmp_path / "gate"
+    os.mkfifo(path)
+    return path
+
+
+def release(gate_path):
+    with open(gate_path, "w") as gate:
+        gate.write("go\n")
+
+
+def test_adopt_live_agent_after_daemon_kill_learns_its_exit(tmp_path, env, gate):
+    log_path = tmp_path / "adopted.log"
+    record = spawn_from_doomed_daemon(["sh", "-c", f"read x < {gate}; exit 5"], log_path, env)
+    handle = procs.adopt(record["pid"], record["started_at"], log_path)
+    assert handle is not None and handle.is_alive() and not handle.is_child
+    release(gate)
+    started = time.monotonic()
+    status = wait_exit(handle)
+    assert time.monotonic() - started < 1.0  # death noticed within a second
+    assert (status.code, status.source) == (5, "exit_file")
+
+
+def test_adopt_agent_that_exited_while_no_daemon_ran(tmp_path, env, gate):
+    log_path = tmp_path / "orphan.log"
+    record = spawn_from_doomed_daemon(["sh", "-c", f"read x < {gate}; exit 6"], log_path, env)
+    release(gate)
+    wait_until(procs.exit_path_for(log_path).exists, what="the shim's exit file")
+    wait_until(lambda: is_gone(record["pid"]), what="the shim to exit")
+    handle = procs.adopt(record["pid"], record["started_at"], log_path)
+    assert not handle.is_alive()
+    assert handle.poll().code == 6
+
+
+def test_adopt_without_exit_file_reports_unknown(run):
+    process = run(["true"])
+    wait_exit(process.handle)
+    process.exit_path.unlink()  # as if the shim had been SIGKILLed
+    handle = procs.adopt(process.pid, process.started_at, process.log_path)
+    assert handle.poll() == procs.UNKNOWN_EXIT and not handle.poll().known
+
+
+def test_adopt_nothing_ever_spawned_returns_none(tmp_path):
+    assert procs.adopt(os.getpid(), 0.0, tmp_path / "never.log") is None
+
+
+def test_pid_reuse_is_not_mistaken_for_life(run):
+    process = run(["sleep", "30"])
+    wrong = procs.adopt(process.pid, process.started_at - 10, process.log_path)
+    assert not wrong.is_alive()
+    assert wrong.poll() == procs.UNKNOWN_EXIT
+    right = procs.adopt(process.pid, process.started_at, process.log_path)
+    assert right.is_alive()
+
+
+def agent_is_running(process, program):
+    def check():
+        try:
+            children = psutil.Process(process.pid).children()
+            return any(child.name() == program for child in children)
+        except psutil.Error:
+            return False
+    return check
+
+
+def test_activity_tells_busy_printing_and_idle_agents_apart(run):
+    busy = run(["sh", "-c", "while :; do :; done"], name="busy")
+    printer = run(["sh", "-c", "while :; do echo tick; sleep 0.02; done"], name="printer")
+    idle = run(["sleep", "30"], name="idle")
+    wait_until(agent_is_running(idle, "sleep"), what="sleep to be exec'd")
+    wait_until(agent_is_running(busy, "sh"), what="busy loop to start")
+    before = {p.pid: procs.activity(p.handle) for p in (busy, printer, idle)}
+
+    wait_until(lambda: procs.activity(busy.handle).cpu_seconds
+               > before[busy.pid].cpu_seconds + 0.05, what="busy CPU growth")
+    wait_until(lambda: procs.activity(printer.handle).log_size
+               > before[printer.pid].log_size, what="printer log growth")
+
+    after_idle = procs.activity(idle.handle)
+    assert after_idle.log_size == before[idle.pid].log_size
+    assert after_idle.cpu_seconds == before[idle.pid].cpu_seconds
+    assert after_idle.process_count == 2  # the shim and sleep
+    assert procs.activity(busy.handle).log_size == before[busy.pid].log_size
+
+
+def test_activity_of_finished_run_has_no_processes(run):
+    process = run(["sh", "-c", "echo done"])
+    wait_exit(process.handle)
+    sample = procs.activity(process.handle)
+    assert sample.process_count == 0 and sample.log_size > 0
+
+
+def test_terminate_kills_group_including_grandchild_that_ignores_sigterm(run, tmp_path):
+    grandchild = ("trap '' TERM; echo $$ > grandchild.pid; "
+                  "while :; do sleep 1; done")
+    process = run(["sh", "-c", f'sh -c "{grandchild}" & wait'])
+    pid_file = tmp_path / "grandchild.pid"
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(),
+               what="grandchild pid")
+    grandchild_pid = int(pid_file.read_text())
+
+    status = procs.terminate(process.handle, grace=0.3)
+
+    assert (status.signal, status.source) == (signal.SIGTERM, "exit_file")
+    assert is_gone(grandchild_pid)
+    assert procs.live_group_members(process.pid) == []
+
+
+def test_terminate_records_sigkill_when_agent_ignores_sigterm(run):
+    process = run(["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 1; done"])
+    wait_until(lambda: "ready" in agent_output(process), what="agent ready")
+    status = procs.terminate(process.handle, grace=0.2)
+    assert (status.signal, status.source) == (signal.SIGKILL, "terminate")
+    adopted = procs.adopt(process.pid, process.started_at, process.log_path)
+    assert adopted.poll().signal == signal.SIGKILL  # a restarted daemon learns it too
+
+
+def test_sigterm_to_shim_reaches_agent_once(run):
+    agent = ("n=0; trap 'n=$((n+1)); echo term $n' TERM; echo ready; "
+             "while [ $n -eq 0 ]; do sleep 0.05; done; sleep 0.1; exit 7")
+    process = run(["sh", "-c", agent])
+    wait_until(lambda: "ready" in agent_output(process), what="agent ready")
+    os.kill(process.pid, signal.SIGTERM)
+    assert wait_exit(process.handle).code == 7
+    # The agent's own `sleep` child also got the group's SIGTERM (sh reports it
+    # as "Terminated"); the agent itself must have been told exactly once.
+    traps = [line for line in agent_output(process) if "term" in line]
+    assert traps == ["term 1"]
+
+
+def test_terminate_async_of_finished_run_returns_its_status(run):
+    process = run(["sh", "-c", "exit 2"])
+    wait_exit(process.handle)
+    assert asyncio.run(procs.terminate_async(process.handle, grace=0.1)).code == 2
+
+
+def test_agent_env_is_explicit_and_unnested():
+    inherited = {"HOME": "/home/a", "LANG": "C.UTF-8", "CLAUDECODE": "1",
+                 "CLAUDE_CODE_ENTRYPOINT": "cli", "SECRET_TOKEN": "x"}
+    env = procs.agent_env("/usr/bin:/bin", {"ROLE_VAR": "r", "CLAUDECODE": "1"},
+                          {"TASKHERD_RUN_ID": "11", "TASKHERD_TASK_ID": "7"},
+                          inherit_from=inherited)
+    assert env == {"HOME": "/home/a", "LANG": "C.UTF-8", "PATH": "/usr/bin:/bin",
+                   "ROLE_VAR": "r", "TASKHERD_RUN_ID": "11", "TASKHERD_TASK_ID": "7"}
+    with pytest.raises(ValueError, match="RUN_ID"):
+        procs.agent_env("/bin", {}, {"RUN_ID": "1"})
+
+
+def test_agent_sees_its_env_without_claudecode(run, monkeypatch):
+    monkeypatch.setenv("CLAUDECODE", "1")
+    env = procs.agent_env(os.environ["PATH"], {}, {"TASKHERD_ROLE": "coder"})
+    process = run(["env"], env=env)
+    wait_exit(process.handle)
+    seen = agent_output(process)
+    assert "TASKHERD_ROLE=coder" in seen
+    assert not any(line.startswith("CLAUDECODE=") for line in seen)
