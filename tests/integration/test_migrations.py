@@ -1,0 +1,119 @@
+"""Migrations (DESIGN §5): an old database migrated on open equals a fresh one; files are private."""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from taskherd.model import NewTask
+from taskherd.store.sqlfile import migrations
+from taskherd.store.sqlite import SQLiteStore
+
+MIGRATIONS = migrations("sqlite")
+NOW = 1_700_000_000.0
+
+
+def schema(path: Path) -> list[tuple[str, str, str, str]]:
+    """Every table, index, view and trigger with its SQL, whitespace normalised, sorted."""
+    db = sqlite3.connect(path)
+    try:
+        rows = db.execute(
+            "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_master"
+            " WHERE name NOT LIKE 'sqlite_%'"
+        ).fetchall()
+    finally:
+        db.close()
+    return sorted((kind, name, table, re.sub(r"\s+", " ", sql).strip()) for kind, name, table, sql in rows)
+
+
+def applied_versions(path: Path) -> list[int]:
+    db = sqlite3.connect(path)
+    try:
+        return [row[0] for row in db.execute("SELECT version FROM schema_migrations ORDER BY 1")]
+    finally:
+        db.close()
+
+
+def old_database(path: Path, upto: int) -> None:
+    """A database as an older taskherd left it: only migrations 1..upto applied, by hand."""
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
+        for migration in MIGRATIONS[:upto]:
+            db.execute("BEGIN")
+            for statement in migration.statements():
+                db.execute(statement)
+            db.execute(
+                "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+                (migration.version, migration.name, NOW),
+            )
+            db.execute("COMMIT")
+    finally:
+        db.close()
+
+
+def test_there_are_migrations_numbered_from_one() -> None:
+    assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+
+
+@pytest.mark.parametrize("upto", range(1, len(MIGRATIONS) + 1))
+def test_a_migrated_database_equals_a_fresh_one(tmp_path: Path, upto: int) -> None:
+    fresh = tmp_path / "fresh.db"
+    SQLiteStore(fresh).close()
+
+    old = tmp_path / "old.db"
+    old_database(old, upto)
+    # A task written by the old schema must survive the remaining migrations.
+    db = sqlite3.connect(old, isolation_level=None)
+    db.execute(
+        "INSERT INTO tasks (role, title, state, run_after, created_at, updated_at)"
+        " VALUES ('coder', 'from an old version', 'ready', ?, ?, ?)",
+        (NOW, NOW, NOW),
+    )
+    db.close()
+
+    with SQLiteStore(old) as store:
+        assert [t.title for t in store.list_tasks()] == ["from an old version"]
+        store.enqueue(NewTask(role="coder", title="after migrating"), NOW)
+        assert store.claim("node", NOW, 60.0) is not None
+
+    assert schema(old) == schema(fresh)
+    assert applied_versions(old) == applied_versions(fresh) == [m.version for m in MIGRATIONS]
+
+
+def test_opening_twice_applies_nothing_again(tmp_path: Path) -> None:
+    path = tmp_path / "taskherd.db"
+    SQLiteStore(path).close()
+    before = schema(path)
+    SQLiteStore(path).close()
+    assert schema(path) == before
+    assert applied_versions(path) == [m.version for m in MIGRATIONS]
+
+
+def test_database_and_wal_files_are_private(tmp_path: Path) -> None:
+    old_umask = os.umask(0o022)  # a usual umask: files would be 0644 if the store let them
+    try:
+        data_dir = tmp_path / "data"
+        path = data_dir / "taskherd.db"
+        store = SQLiteStore(path)
+        try:
+            store.enqueue(NewTask(role="coder", title="a write, so the WAL has content"), NOW)
+            files = [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
+            for file in files:
+                assert file.exists(), f"{file.name} missing while the store is open"
+                mode = stat.S_IMODE(file.stat().st_mode)
+                assert mode == 0o600, f"{file.name} has mode {mode:o}, expected 600"
+            assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+        finally:
+            store.close()
+    finally:
+        os.umask(old_umask)
