@@ -23,6 +23,7 @@ from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolic
 CONFIG_FILE = "taskherd.toml"
 CONFIG_ENV = "TASKHERD_CONFIG"
 HOME_ENV = "TASKHERD_HOME"  # the data dir; set for agents, and an override for tests
+DATABASE_ENV = "TASKHERD_DATABASE"  # set for agents: the database their daemon uses
 RUNTIMES = ("command", "claude", "chat")
 ON_SHUTDOWN = ("detach", "wait", "kill")
 PROMPT_VIA = ("stdin", "file", "arg")
@@ -171,7 +172,8 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path) -> DaemonConfig:
     reader = _Reader(raw, "daemon", {f.name for f in fields(DaemonConfig)})
     data_dir = reader.get("data_dir", str, None)
     data_path = (base_dir / data_dir) if data_dir else default_data_dir()
-    database = reader.get("database", str, None) or str(data_path / "taskherd.db")
+    database = (os.environ.get(DATABASE_ENV) or reader.get("database", str, None)
+                or str(data_path / "taskherd.db"))
     if not database.startswith(("postgres://", "postgresql://")):
         database = str(base_dir / database)
     values = {

@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from taskherd import __version__
+from taskherd.cli.agent import REPORT_COMMANDS, heartbeat_command
+from taskherd.cli.daemon import stop_command, up_command
 from taskherd.cli.setup import init_command
 from taskherd.cli.status import status_command
 from taskherd.cli.tasks import task_group
@@ -26,6 +28,11 @@ def cli(ctx: click.Context, config: str | None) -> None:
 cli.add_command(init_command)
 cli.add_command(task_group)
 cli.add_command(status_command)
+cli.add_command(up_command)
+cli.add_command(stop_command)
+cli.add_command(heartbeat_command)
+for report_command in REPORT_COMMANDS:
+    cli.add_command(report_command)
 
 
 def main() -> None:

@@ -1,0 +1,186 @@
+"""The daemon: one asyncio loop wiring the dispatcher, supervisor and monitor (DESIGN §3).
+
+Start-up reconciles before anything new starts: agents an earlier daemon left running are
+re-adopted (same pid and start time) or settled from their exit files, so a restart, even
+after `kill -9`, loses no agent and finishes no task twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from taskherd import wake
+from taskherd.config import Config
+from taskherd.dispatcher import Dispatcher
+from taskherd.monitor import Monitor
+from taskherd.store import Store, StoreError, open_store
+from taskherd.supervisor import Supervisor
+
+log = logging.getLogger("taskherd.daemon")
+CHECK_INTERVAL = 1.0  # liveness checks (stalls, timeouts, log tailing) per second
+
+
+class DaemonError(Exception):
+    pass
+
+
+class NodeLock:
+    """One daemon per database and node name: an flock the kernel drops even on kill -9."""
+
+    def __init__(self, database: str, node: str):
+        self.path = Path(f"{database}.{node}.lock")
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip()
+            os.close(fd)
+            raise DaemonError(
+                f"another taskherd daemon already runs for this database as node "
+                f"{self.path.name.split('.')[-2]!r} ({holder or 'pid unknown'}); "
+                "stop it first (`taskherd stop`) or give this one another [daemon] node"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "started_at": time.time()}).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def holder_pid(self) -> int | None:
+        """The pid of the daemon holding the lock, or None if nobody holds it."""
+        if not self.path.exists():
+            return None
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                return int(json.loads(os.read(fd, 200) or b"{}").get("pid"))
+            except (ValueError, TypeError):
+                return None
+        finally:
+            os.close(fd)
+        return None
+
+
+class Daemon:
+    def __init__(self, config: Config, clock: Callable[[], float] = time.time):
+        self.config = config
+        self.clock = clock
+        self.lock = NodeLock(config.daemon.database, config.daemon.node)
+        self.store: Store | None = None
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        self.lock.acquire()
+        try:
+            self.store = open_store(self.config.daemon.database,
+                                    durability=self.config.daemon.durability)
+            await self._serve(self.store)
+        finally:
+            if self.store is not None:
+                self.store.close()
+            self.lock.release()
+
+    async def _serve(self, store: Store) -> None:
+        daemon = self.config.daemon
+        supervisor = Supervisor(self.config, store, self.clock, on_change=self.wake)
+        dispatcher = Dispatcher(self.config, store, supervisor)
+        monitor = Monitor(self.config, store, supervisor)
+        self._install_signals()
+        listener = await wake.listen(daemon.data_dir, self.wake)
+        self._reconcile(store, supervisor)
+        if not self.config.roles:
+            log.warning("no roles are configured: tasks will wait (add [roles.NAME] to the config)")
+        log.info("taskherd up: node %s, database %s, max_concurrent %s", daemon.node,
+                 daemon.database, daemon.max_concurrent)
+        loops = [
+            asyncio.create_task(self._dispatch_loop(dispatcher), name="dispatcher"),
+            asyncio.create_task(self._every(CHECK_INTERVAL, supervisor.check), name="supervisor"),
+            asyncio.create_task(self._every(monitor.settings.interval, monitor.run_once),
+                                name="monitor"),
+        ]
+        try:
+            stopped = asyncio.create_task(self._stop.wait())
+            done, _ = await asyncio.wait([stopped, *loops], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopped and task.exception():
+                    raise task.exception()
+        finally:
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            log.info("stopping: %s running agent(s), on_shutdown = %s", len(supervisor.live),
+                     daemon.on_shutdown)
+            await supervisor.shutdown(daemon.on_shutdown, daemon.shutdown_grace)
+            if listener is not None:
+                listener.close()
+                wake.socket_path(daemon.data_dir).unlink(missing_ok=True)
+
+    def _reconcile(self, store: Store, supervisor: Supervisor) -> None:
+        """Adopt what an earlier daemon of this node left, before starting anything new."""
+        now = self.clock()
+        adopted = 0
+        for run in store.open_runs(self.config.daemon.node):
+            try:
+                task = store.get_task(run.task_id)
+            except StoreError:
+                continue
+            if supervisor.adopt(run, task, now) is not None:
+                adopted += 1
+        # Adopted runs are ours again: renew their leases before the monitor looks for expiry.
+        store.renew_leases(self.config.daemon.node, now, self.config.daemon.lease)
+        if adopted:
+            log.info("re-adopted %s agent(s) left by an earlier daemon", adopted)
+
+    async def _dispatch_loop(self, dispatcher: Dispatcher) -> None:
+        poll = self.config.daemon.poll_interval
+        while True:
+            self._wake.clear()
+            now = self.clock()
+            dispatcher.run_once(now)
+            stagger_end = dispatcher.next_stagger_end(now)
+            timeout = poll if stagger_end is None else min(poll, max(stagger_end - now, 0.01))
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _every(self, interval: float, service: Callable[[float], object]) -> None:
+        while True:
+            try:
+                service(self.clock())
+            except StoreError as error:
+                log.error("%s: %s", getattr(service, "__qualname__", service), error)
+            await asyncio.sleep(interval)
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stop)
+        loop.add_signal_handler(signal.SIGHUP, self.wake)
+
+
+def run_daemon(config: Config) -> None:
+    asyncio.run(Daemon(config).run())

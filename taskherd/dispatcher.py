@@ -1,0 +1,119 @@
+"""The dispatcher: which ready tasks may start now, within every limit (DESIGN §3).
+
+Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools, and runtime
+cooldowns. The store picks the task (P0 first, FIFO within a priority); the dispatcher only
+says which roles and pools have room.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+from taskherd.config import Config, RoleConfig
+from taskherd.model import Priority, TaskState
+from taskherd.store import Store
+from taskherd.supervisor import Supervisor
+
+log = logging.getLogger("taskherd.dispatcher")
+P0_WARNING_INTERVAL = 60.0  # seconds between two warnings about the same waiting P0 task
+
+
+@dataclass(frozen=True)
+class Room:
+    """What may start right now."""
+
+    slots: int  # node slots free
+    roles: tuple[RoleConfig, ...]  # roles with room, most free first
+    full_pools: tuple[str, ...]
+    blocked_by: dict[str, str]  # role → why it has no room (for the P0 warning)
+
+
+class Dispatcher:
+    def __init__(self, config: Config, store: Store, supervisor: Supervisor):
+        self.config = config
+        self.store = store
+        self.supervisor = supervisor
+        self._warned_p0: dict[int, float] = {}
+
+    def run_once(self, now: float) -> dict[str, int]:
+        started = 0
+        cooled = {c.runtime: c.until for c in self.store.active_cooldowns(now)}
+        while True:
+            room = self.room(now, cooled)
+            if room.slots <= 0 or not room.roles:
+                break
+            claim = self.store.claim(
+                self.config.daemon.node, now, self.config.daemon.lease,
+                roles=[role.name for role in room.roles], full_pools=room.full_pools,
+                as_role=room.roles[0].name,
+            )
+            if claim is None:
+                break
+            if self.supervisor.start(claim, now) is not None:
+                started += 1
+        self._warn_waiting_p0(now, cooled)
+        return {"started": started}
+
+    def room(self, now: float, cooled: dict[str, float]) -> Room:
+        live = self.supervisor.live.values()
+        running = Counter(run.role.name for run in live)
+        pool_use = Counter(pool for run in live for pool in run.pools)
+        full_pools = tuple(p for p, cap in self.config.pools.items() if pool_use[p] >= cap)
+        blocked_by: dict[str, str] = {}
+        open_roles = []
+        for role in self.config.roles.values():
+            reason = self._no_room_reason(role, now, running, full_pools, cooled)
+            if reason:
+                blocked_by[role.name] = reason
+            else:
+                open_roles.append(role)
+        open_roles.sort(key=lambda r: running[r.name] - (r.max_concurrent or 1 << 30))
+        slots = self.config.daemon.max_concurrent - len(self.supervisor.live)
+        return Room(slots, tuple(open_roles), full_pools, blocked_by)
+
+    def _no_room_reason(self, role: RoleConfig, now: float, running: Counter,
+                        full_pools: tuple[str, ...], cooled: dict[str, float]) -> str | None:
+        if role.runtime in cooled:
+            return f"runtime {role.runtime} is rate-limited until {cooled[role.runtime]:.0f}"
+        if role.max_concurrent is not None and running[role.name] >= role.max_concurrent:
+            return f"role {role.name} is at max_concurrent {role.max_concurrent}"
+        last = self.supervisor.last_spawn.get(role.name)
+        if role.stagger and last is not None and now - last < role.stagger:
+            return f"role {role.name} staggers spawns by {role.stagger:g}s"
+        if role.pool is not None and role.pool in full_pools:
+            return f"pool {role.pool} is full"
+        return None
+
+    def next_stagger_end(self, now: float) -> float | None:
+        """When a staggered role gets room again, so the loop can wake for it."""
+        ends = [self.supervisor.last_spawn[r.name] + r.stagger for r in self.config.roles.values()
+                if r.stagger and r.name in self.supervisor.last_spawn]
+        future = [end for end in ends if end > now]
+        return min(future) if future else None
+
+    def _warn_waiting_p0(self, now: float, cooled: dict[str, float]) -> None:
+        """A P0 that has to wait is worth a warning that says what it waits for."""
+        waiting = [t for t in self.store.list_tasks(state=TaskState.READY, limit=5)
+                   if t.priority is Priority.P0 and t.run_after <= now]
+        if not waiting:
+            return
+        room = self.room(now, cooled)
+        for task in waiting:
+            if now - self._warned_p0.get(task.id, -P0_WARNING_INTERVAL) < P0_WARNING_INTERVAL:
+                continue
+            self._warned_p0[task.id] = now
+            log.warning("P0 task %s (%s) waits: %s", task.id, task.role,
+                        self._why_waiting(task.role, task.pool, room))
+
+    def _why_waiting(self, role: str, pool: str | None, room: Room) -> str:
+        if room.slots <= 0:
+            return f"node at max_concurrent {self.config.daemon.max_concurrent}"
+        if role != "any" and role not in self.config.roles:
+            return f"role {role} is not configured on this node"
+        if role in room.blocked_by:
+            return room.blocked_by[role]
+        if pool in room.full_pools:
+            return f"pool {pool} is full"
+        return "no role has room"

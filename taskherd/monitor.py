@@ -1,0 +1,81 @@
+"""The monitor: leases, rescues, cancelled runs, pruning and WAL checkpoints (DESIGN §3).
+
+Each `run_once(now)` does what is due and returns counts; the daemon's loop is thin.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from taskherd.config import Config
+from taskherd.model import Outcome, RunResult
+from taskherd.store import Store
+from taskherd.supervisor import Supervisor
+
+log = logging.getLogger("taskherd.monitor")
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    interval: float = 1.0  # seconds between two passes
+    checkpoint_every: float = 300.0
+    prune_every: float = 3600.0
+
+
+class Monitor:
+    def __init__(self, config: Config, store: Store, supervisor: Supervisor,
+                 settings: MonitorSettings = MonitorSettings()):
+        self.config = config
+        self.store = store
+        self.supervisor = supervisor
+        self.settings = settings
+        self._last_renewal = float("-inf")
+        self._last_checkpoint = float("-inf")
+        self._last_prune = float("-inf")
+
+    def run_once(self, now: float) -> dict[str, int]:
+        daemon = self.config.daemon
+        counts = {"renewed": 0, "rescued": 0, "never_spawned": 0, "cancelled": 0, "pruned": 0}
+        # Renew well before expiry: a lease that lapses while its agent works invites a rescue
+        # and a second run of the same task.
+        if now - self._last_renewal >= daemon.lease / 3:
+            counts["renewed"] = self.store.renew_leases(daemon.node, now, daemon.lease)
+            self._last_renewal = now
+        counts["never_spawned"] = self._rescue_never_spawned(now)
+        rescued = self.store.rescue_expired(now, self.config.policy_for)
+        for finished in rescued:
+            log.warning("task %s: lease of node %s expired; back to %s", finished.task.id,
+                        finished.run.node, finished.task.state.value)
+        counts["rescued"] = len(rescued)
+        counts["cancelled"] = self._stop_cancelled()
+        if now - self._last_checkpoint >= self.settings.checkpoint_every:
+            self.store.checkpoint()
+            self._last_checkpoint = now
+        if now - self._last_prune >= self.settings.prune_every:
+            counts["pruned"] = self.store.prune(before=now - daemon.retention)
+            self._last_prune = now
+        return counts
+
+    def _rescue_never_spawned(self, now: float) -> int:
+        """Claimed on this node but no process recorded, and nobody is starting one."""
+        rescued = 0
+        for run in self.store.open_runs(self.config.daemon.node):
+            if run.spawned_at is not None or run.id in self.supervisor.live:
+                continue
+            if now - run.claimed_at < self.config.role(run.role).spawn_timeout:
+                continue
+            result = RunResult(Outcome.LOST, error="claimed but never spawned")
+            self.store.finish_run(run.id, result, self.config.policy_for(run.role), now)
+            rescued += 1
+        return rescued
+
+    def _stop_cancelled(self) -> int:
+        """Kill agents whose task a person cancelled while they worked."""
+        stopped = 0
+        for run in self.store.open_runs_of_final_tasks(self.config.daemon.node):
+            live = self.supervisor.live.get(run.id)
+            if live is not None:
+                self.supervisor.kill(live, Outcome.CANCELLED, "the task was cancelled")
+                stopped += 1
+        return stopped

@@ -1,0 +1,150 @@
+"""What a runtime is: how a role's agent is started, and how its output becomes an outcome.
+
+The supervisor owns processes; a runtime only builds the launch and reads the output. Output
+reaches the runtime's `OutputReader` incrementally, as the supervisor tails the run's log, so
+a rate-limit signal can pause the fleet while the run is still going (DESIGN §4).
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from taskherd.config import RoleConfig
+from taskherd.model import Outcome, Run, RunResult, Task
+from taskherd.procs import ExitStatus
+from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until, detect_rate_limit
+
+TASK_COMPLETE = re.compile(r"^\s*TASK_COMPLETE:\s*(?P<summary>.*?)\s*$")
+TAIL_LINES = 40  # kept on the task for the dead-letter set
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one run's agent: an argv list (never a shell string) and its inputs."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # role env plus runtime extras
+    cwd: str | None = None
+    stdin_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    log: Path
+    prompt: Path
+
+
+class OutputReader:
+    """Reads a run's output as it is written; remembers what decides the outcome."""
+
+    def __init__(self, role: RoleConfig):
+        self.role = role
+        self.summary: str | None = None  # from a TASK_COMPLETE line
+        self.rate_limit: RateLimitSignal | None = None
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._partial = b""
+
+    def feed(self, chunk: bytes, now: float) -> RateLimitSignal | None:
+        """Take newly written bytes; return a rate-limit signal the first time one is seen."""
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        fresh_limit = None
+        for raw in lines:
+            signal = self.line(raw.decode("utf-8", "replace"), now)
+            if signal is not None and self.rate_limit is None:
+                self.rate_limit = fresh_limit = signal
+        return fresh_limit
+
+    def finish(self, now: float) -> RateLimitSignal | None:
+        """The process ended: read the last line even without its newline."""
+        chunk, self._partial = self._partial, b""
+        return self.feed(chunk + b"\n", now) if chunk else None
+
+    def line(self, text: str, now: float) -> RateLimitSignal | None:
+        if text.startswith("# taskherd "):
+            return None  # the supervisor's own header line
+        self.tail.append(text)
+        marker = TASK_COMPLETE.match(text)
+        if marker:
+            self.summary = marker.group("summary") or "done"
+        return None
+
+    def rate_limit_in_tail(self, now: float) -> RateLimitSignal | None:
+        text = "\n".join(self.tail)
+        return detect_rate_limit(text, _utc(now), self.role.rate_limit_patterns)
+
+    @property
+    def error_tail(self) -> str:
+        return "\n".join(self.tail)
+
+
+class Runtime(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles) -> Launch: ...
+
+    def reader(self, role: RoleConfig) -> OutputReader:
+        return OutputReader(role)
+
+    def result(
+        self,
+        role: RoleConfig,
+        reader: OutputReader,
+        exit_status: ExitStatus,
+        run: Run,
+        now: float,
+    ) -> RunResult:
+        """Turn what was seen into an outcome. The agent's own report wins, then a
+        TASK_COMPLETE line (partial success is success), then a rate limit, then the exit."""
+        tail = reader.error_tail or None
+        if run.report == "done":
+            return RunResult(Outcome.SUCCEEDED, exit_status.code, summary=run.report_summary)
+        if run.report == "block":
+            return RunResult(Outcome.BLOCKED, exit_status.code, summary=run.report_summary)
+        if run.report == "fail":
+            error = run.report_summary or "the agent reported failure"
+            return RunResult(Outcome.FAILED, exit_status.code, error=error, error_tail=tail)
+        if reader.summary is not None:
+            return RunResult(Outcome.SUCCEEDED, exit_status.code, summary=reader.summary)
+        if exit_status.code == 0 and not role.require_marker:
+            return RunResult(Outcome.SUCCEEDED, 0)
+        limit = reader.rate_limit or (reader.rate_limit_in_tail(now) if exit_status.code else None)
+        if limit is not None:
+            until = cooldown_until(limit, _utc(now), role.rate_limit_cooldown).timestamp()
+            return RunResult(
+                Outcome.RATE_LIMITED,
+                exit_status.code,
+                error=limit.excerpt,
+                error_tail=tail,
+                retry_at=until,
+            )
+        return _failure(role, exit_status, tail)
+
+
+def _failure(role: RoleConfig, exit_status: ExitStatus, tail: str | None) -> RunResult:
+    if exit_status.code == 0:
+        error = "exited 0 without TASK_COMPLETE (the role sets require_marker)"
+        return RunResult(Outcome.FAILED, 0, error=error, error_tail=tail)
+    if exit_status.code is not None:
+        return RunResult(
+            Outcome.FAILED,
+            exit_status.code,
+            error=f"exited with code {exit_status.code}",
+            error_tail=tail,
+        )
+    if exit_status.signal is not None:
+        error = f"killed by signal {exit_status.signal}"
+        return RunResult(Outcome.CRASHED, error=error, error_tail=tail)
+    return RunResult(
+        Outcome.CRASHED, error="the process vanished without an exit status", error_tail=tail
+    )
+
+
+def _utc(now: float) -> datetime:
+    return datetime.fromtimestamp(now, UTC)

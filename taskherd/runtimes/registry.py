@@ -1,0 +1,15 @@
+"""The runtimes by name, as roles name them in the config."""
+
+from __future__ import annotations
+
+from taskherd.runtimes.base import Runtime
+from taskherd.runtimes.command import CommandRuntime
+
+
+def runtime_for(name: str) -> Runtime:
+    runtimes: dict[str, type[Runtime]] = {"command": CommandRuntime}
+    if name not in runtimes:
+        raise ValueError(
+            f"runtime {name!r} is not available yet (available: {', '.join(runtimes)})"
+        )
+    return runtimes[name]()

@@ -1,0 +1,314 @@
+"""The supervisor: starts agent processes for claimed tasks, watches them, and settles each run
+when its process ends (DESIGN §3). Restarted daemons re-adopt live agents by pid + start time.
+
+Death is noticed by a pidfd (at once); stalls and timeouts by `check(now)`, which the daemon
+calls about once a second: it tails each log into the runtime's reader and samples activity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psutil
+
+from taskherd import procs
+from taskherd.config import Config, RoleConfig
+from taskherd.model import Claim, Outcome, Run, RunResult, Task
+from taskherd.runtimes.base import OutputReader, RunFiles, Runtime
+from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until
+from taskherd.runtimes.registry import runtime_for
+from taskherd.store import Store, StoreError, TransitionRefused
+
+log = logging.getLogger("taskherd.supervisor")
+KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
+CPU_EPSILON = 0.01  # CPU seconds that count as work between two samples
+READ_LIMIT = 1 << 20  # bytes of new log read per check, so one chatty agent can't stall the loop
+
+
+@dataclass
+class LiveRun:
+    """An agent this daemon is watching."""
+
+    run: Run
+    task: Task
+    role: RoleConfig
+    runtime: Runtime
+    handle: procs.ProcessHandle
+    reader: OutputReader
+    spawned_at: float
+    pools: frozenset[str]
+    last_activity: float
+    log_offset: int = 0
+    cpu_seconds: float = 0.0
+    heartbeat_at: float | None = None
+    kill_reason: tuple[Outcome, str] | None = None  # why the supervisor is ending it
+    watcher: asyncio.Task | None = field(default=None, repr=False)
+
+
+class Supervisor:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        clock: Callable[[], float],
+        on_change: Callable[[], None] = lambda: None,
+    ):
+        self.config = config
+        self.store = store
+        self.clock = clock
+        self.on_change = on_change  # wakes the dispatcher when a slot frees or a limit starts
+        self.live: dict[int, LiveRun] = {}
+        self.last_spawn: dict[str, float] = {}  # role → time of its latest spawn (stagger)
+        self.log_dir = config.daemon.log_dir
+        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    # -- starting ------------------------------------------------------------------------
+
+    def start(self, claim: Claim, now: float) -> LiveRun | None:
+        """Spawn the agent for a fresh claim and record it; a failure to start settles the run."""
+        role = self.config.role(claim.run.role)
+        self.last_spawn[role.name] = now
+        files = RunFiles(self.log_dir / f"run-{claim.run.id}.log",
+                         self.log_dir / f"run-{claim.run.id}.prompt")
+        try:
+            runtime = runtime_for(role.runtime)
+            _create_private(files.prompt)
+            launch = runtime.launch(role, claim.task, claim.run, files)
+            env = procs.agent_env(self._agent_path(role), launch.env, self._agent_vars(claim))
+            header = {"run": claim.run.id, "task": claim.task.id, "role": role.name}
+            spawned = procs.spawn(launch.argv, env=env, cwd=launch.cwd, log_path=files.log,
+                                  stdin_path=launch.stdin_path, header=header)
+        except (OSError, ValueError) as error:
+            log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
+            self._settle_now(claim.run, RunResult(Outcome.FAILED, error=f"could not start: {error}"))
+            return None
+        try:
+            self.store.mark_spawned(claim.run.id, self.clock(), self.config.daemon.lease,
+                                    pid=spawned.pid, pid_started_at=spawned.started_at,
+                                    log_path=str(files.log))
+        except TransitionRefused:
+            # Cancelled between claim and spawn: the process must not outlive the decision.
+            procs.terminate(spawned.handle, KILL_GRACE)
+            self._settle_now(claim.run, RunResult(Outcome.CANCELLED, error="cancelled before start"))
+            return None
+        live = self._watch(claim.run, claim.task, role, runtime, spawned.handle, now)
+        log.info("run %s: task %s (%s) started as pid %s", claim.run.id, claim.task.id,
+                 role.name, spawned.pid)
+        return live
+
+    def adopt(self, run: Run, task: Task, now: float) -> LiveRun | None:
+        """Re-attach to an agent an earlier daemon started; settle it if it already ended."""
+        role = self.config.role(run.role)
+        if run.pid is None or run.log_path is None:
+            self._settle_now(run, RunResult(Outcome.LOST, error="never spawned before a restart"))
+            return None
+        handle = procs.adopt(run.pid, run.pid_started_at or 0.0, Path(run.log_path))
+        if handle is None:
+            self._settle_now(run, RunResult(Outcome.CRASHED, error="process and log are gone"))
+            return None
+        try:
+            runtime = runtime_for(role.runtime)
+        except ValueError as error:
+            self._settle_now(run, RunResult(Outcome.FAILED, error=str(error)))
+            return None
+        live = self._watch(run, task, role, runtime, handle, run.spawned_at or now)
+        live.last_activity = now
+        log.info("run %s: re-adopted pid %s (%s)", run.id, run.pid,
+                 "alive" if handle.is_alive() else "already ended")
+        return live
+
+    def _watch(self, run: Run, task: Task, role: RoleConfig, runtime: Runtime,
+               handle: procs.ProcessHandle, spawned_at: float) -> LiveRun:
+        pools = frozenset(p for p in (role.pool, task.pool) if p)
+        live = LiveRun(run, task, role, runtime, handle, runtime.reader(role), spawned_at,
+                       pools, last_activity=spawned_at)
+        self.live[run.id] = live
+        live.watcher = asyncio.get_running_loop().create_task(self._await_exit(live))
+        return live
+
+    async def _await_exit(self, live: LiveRun) -> None:
+        status = await live.handle.wait_exit()
+        self._settle_exit(live, status)
+
+    # -- watching ------------------------------------------------------------------------
+
+    def check(self, now: float) -> dict[str, int]:
+        """Tail logs, look for rate limits, and kill the stalled and the overdue."""
+        counts = {"checked": 0, "stalled": 0, "timed_out": 0, "cancelled": 0}
+        if not self.live:
+            return counts
+        heartbeats = {run.id: run for run in self.store.open_runs(self.config.daemon.node)}
+        cpu = _tree_cpu_seconds({live.handle.pid for live in self.live.values()})
+        for live in list(self.live.values()):
+            if live.kill_reason is not None or not live.handle.is_alive():
+                continue
+            counts["checked"] += 1
+            verdict = self._judge(live, now, heartbeats.get(live.run.id), cpu.get(live.handle.pid))
+            if verdict is not None:
+                counts[verdict[0].value] = counts.get(verdict[0].value, 0) + 1
+                self.kill(live, *verdict)
+        return counts
+
+    def _judge(self, live: LiveRun, now: float, stored: Run | None,
+               cpu_seconds: float | None) -> tuple[Outcome, str] | None:
+        if self._read_new_output(live, now):
+            live.last_activity = now
+        if stored is not None and stored.heartbeat_at != live.heartbeat_at:
+            live.heartbeat_at = stored.heartbeat_at
+            live.last_activity = now
+        if cpu_seconds is not None and cpu_seconds > live.cpu_seconds + CPU_EPSILON:
+            live.cpu_seconds = cpu_seconds
+            live.last_activity = now
+        if now - live.spawned_at > live.role.timeout:
+            return Outcome.TIMED_OUT, f"ran longer than timeout ({live.role.timeout:g}s)"
+        if now - live.last_activity > live.role.idle_timeout:
+            return Outcome.STALLED, (f"no output, heartbeat or CPU for "
+                                     f"{now - live.last_activity:.0f}s (idle_timeout "
+                                     f"{live.role.idle_timeout:g}s)")
+        return None
+
+    def _read_new_output(self, live: LiveRun, now: float) -> bool:
+        try:
+            with open(live.handle.log_path, "rb") as log_file:
+                log_file.seek(live.log_offset)
+                chunk = log_file.read(READ_LIMIT)
+        except FileNotFoundError:
+            return False
+        if not chunk:
+            return False
+        live.log_offset += len(chunk)
+        signal = live.reader.feed(chunk, now)
+        if signal is not None:
+            self._rate_limited(live, signal, now)
+        return True
+
+    def _rate_limited(self, live: LiveRun, signal: RateLimitSignal, now: float) -> None:
+        """Pause every spawn of the runtime, and end this run without a strike."""
+        until = cooldown_until(signal, _utc(now), live.role.rate_limit_cooldown).timestamp()
+        self.store.set_cooldown(live.role.runtime, until, signal.excerpt or signal.source, now)
+        log.warning("runtime %s rate-limited (run %s): paused until %s", live.role.runtime,
+                    live.run.id, _utc(until).isoformat())
+        self.kill(live, Outcome.RATE_LIMITED, signal.excerpt or "rate limited")
+        self.on_change()
+
+    # -- ending --------------------------------------------------------------------------
+
+    def kill(self, live: LiveRun, outcome: Outcome, reason: str) -> None:
+        """Terminate the agent's process group; its watcher settles the run as `outcome`."""
+        if live.kill_reason is not None:
+            return
+        live.kill_reason = (outcome, reason)
+        log.warning("run %s: killing pid %s: %s", live.run.id, live.handle.pid, reason)
+        asyncio.get_running_loop().create_task(procs.terminate_async(live.handle, KILL_GRACE))
+
+    def _settle_exit(self, live: LiveRun, status: procs.ExitStatus) -> None:
+        now = self.clock()
+        self._read_new_output(live, now)
+        live.reader.finish(now)
+        self.live.pop(live.run.id, None)
+        live.handle.close()
+        try:
+            run = self.store.get_run(live.run.id)  # the agent's report arrives in the store
+        except StoreError:
+            run = live.run
+        if run.ended_at is not None:
+            return  # settled elsewhere (e.g. a rescue while this daemon was away)
+        result = self._result(live, run, status, now)
+        self._settle_now(run, result)
+        log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
+                 f" ({result.error})" if result.error else "")
+        self.on_change()
+
+    def _result(self, live: LiveRun, run: Run, status: procs.ExitStatus, now: float) -> RunResult:
+        result = live.runtime.result(live.role, live.reader, status, run, now)
+        if live.kill_reason is None or result.outcome is Outcome.SUCCEEDED and (
+                run.report == "done" or live.reader.summary is not None):
+            return result  # work that was completed before the kill counts (partial success)
+        outcome, reason = live.kill_reason
+        retry_at = result.retry_at if outcome is Outcome.RATE_LIMITED else None
+        return RunResult(outcome, status.code, error=reason, error_tail=live.reader.error_tail,
+                         retry_at=retry_at)
+
+    def _settle_now(self, run: Run, result: RunResult) -> None:
+        policy = self.config.policy_for(run.role)
+        try:
+            self.store.finish_run(run.id, result, policy, self.clock())
+        except StoreError as error:
+            log.warning("run %s could not be settled: %s", run.id, error)
+
+    async def shutdown(self, mode: str, grace: float) -> None:
+        """On daemon stop: leave agents running (detach), wait for them, or kill them."""
+        if mode == "detach" or not self.live:
+            for live in self.live.values():
+                if live.watcher:
+                    live.watcher.cancel()
+            return
+        if mode == "wait":
+            pending = [live.watcher for live in self.live.values() if live.watcher]
+            await asyncio.wait(pending, timeout=grace)
+        for live in list(self.live.values()):
+            self.kill(live, Outcome.LOST, "the daemon is shutting down")
+        remaining = [live.watcher for live in self.live.values() if live.watcher]
+        if remaining:
+            await asyncio.wait(remaining, timeout=KILL_GRACE + 10)
+
+    # -- the agent's environment ---------------------------------------------------------
+
+    def _agent_path(self, role: RoleConfig) -> str:
+        path = role.path or self.config.daemon.path
+        # Agents call `taskherd heartbeat|done`: make this installation's command reachable
+        # even when the configured PATH (rightly minimal under a service manager) lacks it.
+        own_bin = os.path.dirname(sys.executable)
+        return path if own_bin in path.split(os.pathsep) else f"{path}{os.pathsep}{own_bin}"
+
+    def _agent_vars(self, claim: Claim) -> dict[str, str]:
+        agent_vars = {
+            "TASKHERD_TASK_ID": str(claim.task.id),
+            "TASKHERD_RUN_ID": str(claim.run.id),
+            "TASKHERD_ROLE": claim.run.role,
+            "TASKHERD_HOME": str(self.config.daemon.data_dir),
+            "TASKHERD_DATABASE": self.config.daemon.database,
+        }
+        if self.config.source is not None:
+            agent_vars["TASKHERD_CONFIG"] = str(self.config.source.resolve())
+        return agent_vars
+
+
+def _tree_cpu_seconds(roots: set[int]) -> dict[int, float]:
+    """CPU seconds (reaped children included) of each root's process tree, in one /proc walk.
+
+    One walk for all agents, not one per agent: with a hundred idle agents a per-agent
+    `children(recursive=True)` scans /proc a hundred times a second.
+    """
+    parent_of: dict[int, int] = {}
+    cpu_of: dict[int, float] = {}
+    for process in psutil.process_iter(["ppid", "cpu_times"]):
+        info = process.info
+        times = info.get("cpu_times")
+        if times is None:
+            continue
+        parent_of[process.pid] = info["ppid"]
+        cpu_of[process.pid] = times.user + times.system + times.children_user + times.children_system
+    totals: dict[int, float] = {}
+    for pid in cpu_of:
+        root, hops = pid, 0
+        while root not in roots and root in parent_of and hops < 64:
+            root, hops = parent_of[root], hops + 1
+        if root in roots:
+            totals[root] = totals.get(root, 0.0) + cpu_of[pid]
+    return totals
+
+
+def _create_private(path: Path) -> None:
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600))
+
+
+def _utc(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, timezone.utc)
