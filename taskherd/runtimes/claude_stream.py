@@ -29,8 +29,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import IO, Optional, Union
+from datetime import UTC, datetime
+from typing import IO
 
 from taskherd.runtimes.ratelimit import RateLimitSignal, detect_rate_limit
 
@@ -40,9 +40,9 @@ from taskherd.runtimes.ratelimit import RateLimitSignal, detect_rate_limit
 class ClaudeEvent:
     """One line of the stream. `data` is the parsed JSON object."""
 
-    __slots__ = ("type", "_line", "_data")
+    __slots__ = ("_data", "_line", "type")
 
-    def __init__(self, type: str, line: Optional[bytes] = None, data: Optional[dict] = None):
+    def __init__(self, type: str, line: bytes | None = None, data: dict | None = None):
         self.type = type
         self._line = line
         self._data = data
@@ -55,7 +55,7 @@ class ClaudeEvent:
         return self._data
 
     @property
-    def subtype(self) -> Optional[str]:
+    def subtype(self) -> str | None:
         return self.data.get("subtype")
 
     def __repr__(self) -> str:
@@ -68,11 +68,11 @@ class SessionStarted(ClaudeEvent):
     __slots__ = ()
 
     @property
-    def session_id(self) -> Optional[str]:
+    def session_id(self) -> str | None:
         return self.data.get("session_id")
 
     @property
-    def model(self) -> Optional[str]:
+    def model(self) -> str | None:
         return self.data.get("model")
 
 
@@ -82,15 +82,15 @@ class ApiRetry(ClaudeEvent):
     __slots__ = ()
 
     @property
-    def error_status(self) -> Optional[int]:
+    def error_status(self) -> int | None:
         return self.data.get("error_status")
 
     @property
-    def attempt(self) -> Optional[int]:
+    def attempt(self) -> int | None:
         return self.data.get("attempt")
 
     @property
-    def retry_delay_ms(self) -> Optional[int]:
+    def retry_delay_ms(self) -> int | None:
         return self.data.get("retry_delay_ms")
 
     @property
@@ -103,7 +103,7 @@ class ResultEvent(ClaudeEvent):
 
     __slots__ = ("run_result",)
 
-    def __init__(self, type: str, data: dict, run_result: "ClaudeRunResult"):
+    def __init__(self, type: str, data: dict, run_result: ClaudeRunResult):
         super().__init__(type, data=data)
         self.run_result = run_result
 
@@ -113,7 +113,8 @@ class ResultEvent(ClaudeEvent):
 # `TASK_COMPLETE: <summary>` on a line of its own, tolerating the markdown
 # emphasis models like to add (`**TASK_COMPLETE:** done`).
 _TASK_COMPLETE_LINE = re.compile(
-    r"^[\s*_`>-]*TASK_COMPLETE[*_`]*:[*_`]*[ \t]*(?P<summary>.*?)[\s*_`]*$", re.MULTILINE)
+    r"^[\s*_`>-]*TASK_COMPLETE[*_`]*:[*_`]*[ \t]*(?P<summary>.*?)[\s*_`]*$", re.MULTILINE
+)
 
 
 @dataclass(frozen=True)
@@ -121,29 +122,30 @@ class ClaudeRunResult:
     """What the `result` event says, read into outcome hints."""
 
     is_error: bool
-    subtype: Optional[str]
+    subtype: str | None
     result_text: str
     summary: str  # the TASK_COMPLETE line's text if there is one, else result_text
     declared_complete: bool  # a TASK_COMPLETE line was present
-    total_cost_usd: Optional[float]
+    total_cost_usd: float | None
     input_tokens: int
     output_tokens: int
     cache_creation_input_tokens: int
     cache_read_input_tokens: int
-    num_turns: Optional[int]
-    session_id: Optional[str]
-    duration_ms: Optional[int]
-    api_error_status: Optional[int]
-    terminal_reason: Optional[str]
-    rate_limit: Optional[RateLimitSignal]
+    num_turns: int | None
+    session_id: str | None
+    duration_ms: int | None
+    api_error_status: int | None
+    terminal_reason: str | None
+    rate_limit: RateLimitSignal | None
 
     @property
     def succeeded(self) -> bool:
         return not self.is_error
 
     @classmethod
-    def from_event(cls, data: dict, now: datetime,
-                   extra_patterns: tuple[str, ...] = ()) -> "ClaudeRunResult":
+    def from_event(
+        cls, data: dict, now: datetime, extra_patterns: tuple[str, ...] = ()
+    ) -> ClaudeRunResult:
         text = data.get("result") if isinstance(data.get("result"), str) else ""
         summary, declared = summary_of(text)
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
@@ -179,8 +181,9 @@ def summary_of(text: str) -> tuple[str, bool]:
     return text.strip(), False
 
 
-def _result_rate_limit(data: dict, text: str, is_error: bool, now: datetime,
-                       extra_patterns: tuple[str, ...]) -> Optional[RateLimitSignal]:
+def _result_rate_limit(
+    data: dict, text: str, is_error: bool, now: datetime, extra_patterns: tuple[str, ...]
+) -> RateLimitSignal | None:
     # Only a failed result is searched: a run that succeeded while talking
     # about "rate limits" (it may have written a limiter) was not limited.
     if not is_error:
@@ -191,9 +194,8 @@ def _result_rate_limit(data: dict, text: str, is_error: bool, now: datetime,
     return signal
 
 
-def _number(value) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else None
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _count(value) -> int:
@@ -227,12 +229,12 @@ class ClaudeStreamReader:
         self.extra_rate_limit_patterns = tuple(extra_rate_limit_patterns)
         self.events_seen = 0
         self.lines_skipped = 0
-        self.session_id: Optional[str] = None
-        self.rate_limit: Optional[RateLimitSignal] = None  # the first one seen
-        self.result: Optional[ClaudeRunResult] = None
+        self.session_id: str | None = None
+        self.rate_limit: RateLimitSignal | None = None  # the first one seen
+        self.result: ClaudeRunResult | None = None
         self._pending: list[bytes] = []
 
-    def feed(self, chunk: Union[bytes, str], now: Optional[datetime] = None) -> list[ClaudeEvent]:
+    def feed(self, chunk: bytes | str, now: datetime | None = None) -> list[ClaudeEvent]:
         """Events of the complete lines in `pending + chunk`. `now` dates a
         rate-limit reset read from the result ("resets 2pm"); default: the
         wall clock."""
@@ -249,16 +251,16 @@ class ClaudeStreamReader:
         self._pending = [lines.pop()]
         return self._events_of(lines, now)
 
-    def finish(self, now: Optional[datetime] = None) -> list[ClaudeEvent]:
+    def finish(self, now: datetime | None = None) -> list[ClaudeEvent]:
         """The last line even without its newline (the process has exited)."""
         last, self._pending = b"".join(self._pending), []
         return self._events_of([last], now) if last else []
 
-    def read_available(self, log: IO[bytes], now: Optional[datetime] = None) -> list[ClaudeEvent]:
+    def read_available(self, log: IO[bytes], now: datetime | None = None) -> list[ClaudeEvent]:
         """Feed whatever `log` (opened 'rb', kept open between calls) grew by."""
         return self.feed(log.read(), now)
 
-    def _events_of(self, lines: list[bytes], now: Optional[datetime]) -> list[ClaudeEvent]:
+    def _events_of(self, lines: list[bytes], now: datetime | None) -> list[ClaudeEvent]:
         events = []
         for line in lines:
             event = self._event_of(line, now)
@@ -270,7 +272,7 @@ class ClaudeStreamReader:
         self.events_seen += len(events)
         return events
 
-    def _event_of(self, line: bytes, now: Optional[datetime]) -> Optional[ClaudeEvent]:
+    def _event_of(self, line: bytes, now: datetime | None) -> ClaudeEvent | None:
         line = line.strip()
         if not line.startswith(b"{") or not line.endswith(b"}"):
             return None
@@ -283,7 +285,7 @@ class ClaudeStreamReader:
             return None
         return self._typed_event(data, now)
 
-    def _typed_event(self, data: dict, now: Optional[datetime]) -> ClaudeEvent:
+    def _typed_event(self, data: dict, now: datetime | None) -> ClaudeEvent:
         kind, subtype = data["type"], data.get("subtype")
         if kind == "system" and subtype == "init":
             self.session_id = self.session_id or data.get("session_id")
@@ -294,8 +296,9 @@ class ClaudeStreamReader:
                 self._note_rate_limit(RateLimitSignal(None, "api_retry_429"))
             return event
         if kind == "result":
-            result = ClaudeRunResult.from_event(data, now or datetime.now(timezone.utc),
-                                                self.extra_rate_limit_patterns)
+            result = ClaudeRunResult.from_event(
+                data, now or datetime.now(UTC), self.extra_rate_limit_patterns
+            )
             self.result = result
             self.session_id = self.session_id or result.session_id
             if result.rate_limit is not None:
@@ -305,12 +308,13 @@ class ClaudeStreamReader:
 
     def _note_rate_limit(self, signal: RateLimitSignal) -> None:
         # Keep the first signal, unless a later one knows the reset time.
-        if self.rate_limit is None or (self.rate_limit.reset_at is None
-                                       and signal.reset_at is not None):
+        if self.rate_limit is None or (
+            self.rate_limit.reset_at is None and signal.reset_at is not None
+        ):
             self.rate_limit = signal
 
 
-def _parse_object(line: Optional[bytes]) -> Optional[dict]:
+def _parse_object(line: bytes | None) -> dict | None:
     try:
         data = json.loads(line)
     except (ValueError, TypeError):

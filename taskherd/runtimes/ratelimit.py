@@ -23,10 +23,10 @@ wins, so a message that carries a reset time is never read as a bare
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone, tzinfo
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from email.utils import parsedate_to_datetime
-from typing import Callable, Iterable, Optional
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 DEFAULT_COOLDOWN_SECONDS = 3600
@@ -41,7 +41,7 @@ class RateLimitSignal:
     `source` names the form that matched (e.g. ``usage_limit_epoch``,
     ``http_429``, ``extra:<pattern>``), `excerpt` the text that matched."""
 
-    reset_at: Optional[datetime]
+    reset_at: datetime | None
     source: str
     excerpt: str = ""
 
@@ -50,8 +50,8 @@ def detect_rate_limit(
     text: str,
     now: datetime,
     extra_patterns: Iterable[str] = (),
-    default_tz: Optional[tzinfo] = None,
-) -> Optional[RateLimitSignal]:
+    default_tz: tzinfo | None = None,
+) -> RateLimitSignal | None:
     """The rate-limit signal in `text`, or None.
 
     `default_tz` reads a clock time printed without a zone (default: the
@@ -69,7 +69,7 @@ def detect_rate_limit(
     return None
 
 
-def retry_after_to_reset(header_value: Optional[str], now: datetime) -> Optional[datetime]:
+def retry_after_to_reset(header_value: str | None, now: datetime) -> datetime | None:
     """An HTTP Retry-After value (delay in seconds, or an HTTP-date) as the
     time the limit lifts; None when absent or unreadable."""
     if header_value is None:
@@ -106,7 +106,7 @@ def cooldown_until(
 
 # -- reset times from matches ---------------------------------------------
 
-ResetFromMatch = Callable[[re.Match, datetime, tzinfo], Optional[datetime]]
+ResetFromMatch = Callable[[re.Match, datetime, tzinfo], datetime | None]
 
 
 def _no_reset(match: re.Match, now: datetime, default_tz: tzinfo) -> None:
@@ -117,7 +117,7 @@ def _reset_from_epoch(match: re.Match, now: datetime, default_tz: tzinfo) -> dat
     epoch = int(match.group("epoch"))
     if epoch > 10**11:  # milliseconds, as JavaScript prints Date.now()
         epoch //= 1000
-    return datetime.fromtimestamp(epoch, tz=timezone.utc)
+    return datetime.fromtimestamp(epoch, tz=UTC)
 
 
 def _reset_from_retry_after(match: re.Match, now: datetime, default_tz: tzinfo):
@@ -133,11 +133,15 @@ def _reset_from_extra(match: re.Match, now: datetime, default_tz: tzinfo):
     return None
 
 
-_MONTHS = {name: number for number, name in enumerate(
-    ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)}
+_MONTHS = {
+    name: number
+    for number, name in enumerate(
+        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1
+    )
+}
 
 
-def _reset_from_clock(match: re.Match, now: datetime, default_tz: tzinfo) -> Optional[datetime]:
+def _reset_from_clock(match: re.Match, now: datetime, default_tz: tzinfo) -> datetime | None:
     """'resets 2pm (Europe/Paris)': the next 14:00 in Paris after `now`
     (or on the date given, if one is)."""
     if not (match.group("minute") or match.group("ampm")):
@@ -174,7 +178,7 @@ def _at_local(day: date, hour: int, minute: int, zone: tzinfo) -> datetime:
     return datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone)
 
 
-def _hour_24(hour: int, ampm: Optional[str]) -> Optional[int]:
+def _hour_24(hour: int, ampm: str | None) -> int | None:
     if ampm is None:
         return hour if hour <= 23 else None
     if not 1 <= hour <= 12:
@@ -182,11 +186,11 @@ def _hour_24(hour: int, ampm: Optional[str]) -> Optional[int]:
     return hour % 12 + (12 if ampm.lower().startswith("p") else 0)
 
 
-def _zone(name: Optional[str], default_tz: tzinfo) -> tzinfo:
+def _zone(name: str | None, default_tz: tzinfo) -> tzinfo:
     if not name:
         return default_tz
     if name.upper() in ("UTC", "GMT", "Z"):
-        return timezone.utc
+        return UTC
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
@@ -195,7 +199,7 @@ def _zone(name: Optional[str], default_tz: tzinfo) -> tzinfo:
 
 def _aware(moment: datetime) -> datetime:
     # A naive time is taken as UTC: every time in taskherd's store is UTC.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 # -- the patterns ---------------------------------------------------------
@@ -212,22 +216,35 @@ _LIMIT_RESETS_AT_CLOCK = re.compile(
     r"(?:(?P<month>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+"
     r"(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?:at\s+)?)?"
     r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>[ap]\.?m\.?)?"
-    r"(?:\s*\((?P<tz>[A-Za-z_]+(?:/[A-Za-z0-9_+\-]+)*)\))?", _I)
+    r"(?:\s*\((?P<tz>[A-Za-z_]+(?:/[A-Za-z0-9_+\-]+)*)\))?",
+    _I,
+)
 
 _RETRY_AFTER = re.compile(
     r"retry[-_ ]after[\"']?\s*[:=]\s*[\"']?(?P<value>\d+(?:\.\d+)?|"
-    r"[A-Za-z]{3},\s+\d{1,2}\s+[A-Za-z]{3}\s+\d{4}\s+\d{2}:\d{2}:\d{2}\s+GMT)", _I)
+    r"[A-Za-z]{3},\s+\d{1,2}\s+[A-Za-z]{3}\s+\d{4}\s+\d{2}:\d{2}:\d{2}\s+GMT)",
+    _I,
+)
 
 _GENERIC = [
-    ("usage_limit", re.compile(
-        r"\b(?:usage|session|weekly|daily|hourly|\d+-hour)\s+limit\s+(?:reached|exceeded)", _I)),
+    (
+        "usage_limit",
+        re.compile(
+            r"\b(?:usage|session|weekly|daily|hourly|\d+-hour)\s+limit\s+(?:reached|exceeded)", _I
+        ),
+    ),
     ("rate_limit_text", re.compile(r"\brate[-_ ]?limit(?:ed|s|ing)?(?![a-z])", _I)),
     ("too_many_requests", re.compile(r"\btoo many requests\b", _I)),
     # 429 only where it is a status, not any number in a log (line 429 of a file).
-    ("http_429", re.compile(
-        r"(?:\b(?:http(?:/\d(?:\.\d)?)?|status|error|code|rejected|returned|got)\b[^\n\d]{0,20}"
-        r"|\(|\"status\"\s*:\s*)"
-        r"429\b", _I)),
+    (
+        "http_429",
+        re.compile(
+            r"(?:\b(?:http(?:/\d(?:\.\d)?)?|status|error|code|rejected|returned|got)\b[^\n\d]{0,20}"
+            r"|\(|\"status\"\s*:\s*)"
+            r"429\b",
+            _I,
+        ),
+    ),
 ]
 
 

@@ -11,8 +11,8 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, Optional
 
 import pytest
 
@@ -42,7 +42,7 @@ def claude_cli() -> Path:
 def start_fake_anthropic() -> Iterator[Callable[..., FakeAnthropic]]:
     started: list[FakeAnthropic] = []
 
-    def start(script: list[Step], after_script: Optional[Step] = None) -> FakeAnthropic:
+    def start(script: list[Step], after_script: Step | None = None) -> FakeAnthropic:
         fake = FakeAnthropic(script, after_script)
         started.append(fake.start())
         return fake
@@ -79,9 +79,15 @@ class ClaudeRun:
             log_file.write(b"# taskherd e2e: claude run log\n")
             log_file.flush()
             self.process = subprocess.Popen(
-                [str(cli), *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
-        self._log = open(log, "rb")
+                [str(cli), *args],
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._log = open(log, "rb")  # noqa: SIM115 - kept open to tail it, closed in kill()
 
     def read_new(self) -> list[ClaudeEvent]:
         new = self.reader.read_available(self._log)
@@ -104,8 +110,10 @@ class ClaudeRun:
                 match = next((e for e in self.events[seen:] if predicate(e)), None)
                 if match is not None:
                     return match
-                raise AssertionError(f"claude exited ({self.process.returncode}) without the "
-                                     f"event; log:\n{self.log_text()}")
+                raise AssertionError(
+                    f"claude exited ({self.process.returncode}) without the "
+                    f"event; log:\n{self.log_text()}"
+                )
             if time.monotonic() > deadline:
                 raise AssertionError(f"no such event within {timeout}s; log:\n{self.log_text()}")
             time.sleep(_POLL_SECONDS)
@@ -114,8 +122,9 @@ class ClaudeRun:
         try:
             code = self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"claude still running after {timeout}s; log:\n"
-                                 f"{self.log_text()}") from None
+            raise AssertionError(
+                f"claude still running after {timeout}s; log:\n{self.log_text()}"
+            ) from None
         self.read_new()
         self.events += self.reader.finish()
         return code
@@ -139,18 +148,25 @@ def run_claude(claude_cli, tmp_path) -> Iterator[Callable[..., ClaudeRun]]:
     stream-json mode against `api`, with its HOME and cwd in tmp_path."""
     runs: list[ClaudeRun] = []
 
-    def run(api: FakeAnthropic, prompt: str, *extra_args: str,
-            env: Optional[dict[str, str]] = None) -> ClaudeRun:
+    def run(
+        api: FakeAnthropic, prompt: str, *extra_args: str, env: dict[str, str] | None = None
+    ) -> ClaudeRun:
         home = tmp_path / f"home{len(runs)}"
         workdir = tmp_path / f"work{len(runs)}"
         home.mkdir()
         workdir.mkdir()
         # Nothing inherited but PATH: no real API key, no CLAUDECODE (which
         # makes a nested CLI refuse to start), no user settings.
-        full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-                    **api.client_env(home=str(home)), **(env or {})}
+        full_env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+            **api.client_env(home=str(home)),
+            **(env or {}),
+        }
         args = ["-p", prompt, "--output-format", "stream-json", "--verbose", *extra_args]
-        claude_run = ClaudeRun(claude_cli, args, full_env, workdir, tmp_path / f"run{len(runs)}.log")
+        claude_run = ClaudeRun(
+            claude_cli, args, full_env, workdir, tmp_path / f"run{len(runs)}.log"
+        )
         runs.append(claude_run)
         return claude_run
 

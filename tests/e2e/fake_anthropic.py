@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from tests.e2e.scripted_server import RecordedRequest, Reply, ScriptedServer
 
@@ -76,11 +76,17 @@ class ApiError:
     message: str = "Internal server error"
 
 
-Step = Union[Text, ToolUse, RateLimited, StopMidStream, ApiError]
+Step = Text | ToolUse | RateLimited | StopMidStream | ApiError
 
-_ERROR_TYPES_BY_STATUS = {400: "invalid_request_error", 401: "authentication_error",
-                          403: "permission_error", 404: "not_found_error",
-                          429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+_ERROR_TYPES_BY_STATUS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
 
 
 @dataclass
@@ -141,8 +147,12 @@ class FakeAnthropic(ScriptedServer):
         body = request.body if isinstance(request.body, dict) else {}
         if not _is_agent_turn(body):
             # Side calls (titles, quota probes) must not eat the script.
-            self._send_message(body, reply, Text("ok", input_tokens=8, output_tokens=1),
-                               stream=bool(body.get("stream")))
+            self._send_message(
+                body,
+                reply,
+                Text("ok", input_tokens=8, output_tokens=1),
+                stream=bool(body.get("stream")),
+            )
             return
         step = self._take_step(request)
         self._send_step(body, reply, step)
@@ -156,8 +166,11 @@ class FakeAnthropic(ScriptedServer):
 
     def _send_step(self, body: dict, reply: Reply, step: Step) -> None:
         if isinstance(step, RateLimited):
-            headers = {"retry-after": str(step.retry_after_seconds)} \
-                if step.retry_after_seconds is not None else {}
+            headers = (
+                {"retry-after": str(step.retry_after_seconds)}
+                if step.retry_after_seconds is not None
+                else {}
+            )
             headers.update(step.extra_headers)
             reply.json(429, _error_body("rate_limit_error", step.message), headers)
         elif isinstance(step, ApiError):
@@ -188,10 +201,21 @@ class FakeAnthropic(ScriptedServer):
             reply.hang()
 
     def _message_events(self, model: str, step: Text | ToolUse) -> list[dict]:
-        message = {"id": self._ids.next("msg"), "type": "message", "role": "assistant",
-                   "model": model, "content": [], "stop_reason": None, "stop_sequence": None,
-                   "usage": {"input_tokens": step.input_tokens, "output_tokens": 1,
-                             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+        message = {
+            "id": self._ids.next("msg"),
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": step.input_tokens,
+                "output_tokens": 1,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+        }
         events: list[dict] = [{"type": "message_start", "message": message}]
         text = step.text if isinstance(step, Text) else step.text_before
         if text:
@@ -199,9 +223,13 @@ class FakeAnthropic(ScriptedServer):
         if isinstance(step, ToolUse):
             events += _tool_use_block_events(1 if text else 0, self._ids.next("toolu"), step)
         stop_reason = "tool_use" if isinstance(step, ToolUse) else "end_turn"
-        events.append({"type": "message_delta",
-                       "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                       "usage": {"output_tokens": step.output_tokens}})
+        events.append(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": step.output_tokens},
+            }
+        )
         events.append({"type": "message_stop"})
         return events
 
@@ -236,30 +264,54 @@ def _is_agent_turn(body: dict) -> bool:
 
 
 def _text_block_events(index: int, text: str) -> list[dict]:
-    events = [{"type": "content_block_start", "index": index,
-               "content_block": {"type": "text", "text": ""}}]
+    events = [
+        {
+            "type": "content_block_start",
+            "index": index,
+            "content_block": {"type": "text", "text": ""},
+        }
+    ]
     for piece in _pieces(text, 2):
-        events.append({"type": "content_block_delta", "index": index,
-                       "delta": {"type": "text_delta", "text": piece}})
+        events.append(
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "text_delta", "text": piece},
+            }
+        )
     events.append({"type": "content_block_stop", "index": index})
     return events
 
 
 def _tool_use_block_events(index: int, tool_use_id: str, step: ToolUse) -> list[dict]:
-    events = [{"type": "content_block_start", "index": index,
-               "content_block": {"type": "tool_use", "id": tool_use_id, "name": step.name,
-                                 "input": {}}}]
+    events = [
+        {
+            "type": "content_block_start",
+            "index": index,
+            "content_block": {
+                "type": "tool_use",
+                "id": tool_use_id,
+                "name": step.name,
+                "input": {},
+            },
+        }
+    ]
     # Split the JSON like the real API does, so the client has to join it.
     for piece in _pieces(json.dumps(step.input), 3):
-        events.append({"type": "content_block_delta", "index": index,
-                       "delta": {"type": "input_json_delta", "partial_json": piece}})
+        events.append(
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": piece},
+            }
+        )
     events.append({"type": "content_block_stop", "index": index})
     return events
 
 
 def _pieces(text: str, count: int) -> list[str]:
     size = max(1, -(-len(text) // count))
-    return [text[i:i + size] for i in range(0, len(text), size)]
+    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 def _assemble_message(events: list[dict]) -> dict:
@@ -275,8 +327,9 @@ def _assemble_message(events: list[dict]) -> dict:
             if delta["type"] == "text_delta":
                 blocks[event["index"]]["text"] += delta["text"]
             else:
-                partial_json[event["index"]] = partial_json.get(event["index"], "") \
-                    + delta["partial_json"]
+                partial_json[event["index"]] = (
+                    partial_json.get(event["index"], "") + delta["partial_json"]
+                )
         elif event["type"] == "message_delta":
             message.update(event["delta"])
             message["usage"] = {**message["usage"], **event["usage"]}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
-from typing import Optional, Union
 
 from tests.e2e.scripted_server import RecordedRequest, Reply, ScriptedServer
 
@@ -34,7 +33,7 @@ class Text:
 class RateLimited:
     """HTTP 429 with OpenAI's error body and, if given, Retry-After."""
 
-    retry_after: Optional[str] = "30"  # seconds or an HTTP-date, as sent
+    retry_after: str | None = "30"  # seconds or an HTTP-date, as sent
     message: str = "Rate limit reached for requests"
 
 
@@ -55,15 +54,20 @@ class ApiError:
     error_type: str = "server_error"
 
 
-Step = Union[Text, RateLimited, StopMidStream, ApiError]
+Step = Text | RateLimited | StopMidStream | ApiError
 
 
 class FakeOpenAI(ScriptedServer):
     """The fake. With `api_key` set, a request without `Authorization:
     Bearer <api_key>` gets 401 and takes no step."""
 
-    def __init__(self, script: list[Step], after_script: Optional[Step] = None,
-                 api_key: Optional[str] = None, model: str = "fake-model"):
+    def __init__(
+        self,
+        script: list[Step],
+        after_script: Step | None = None,
+        api_key: str | None = None,
+        model: str = "fake-model",
+    ):
         super().__init__()
         self.script = list(script)
         self.after_script = after_script or Text("fake_openai: script exhausted")
@@ -81,10 +85,16 @@ class FakeOpenAI(ScriptedServer):
         if request.method == "GET" and path == "/v1/models":
             reply.json(200, {"object": "list", "data": [{"id": self.model, "object": "model"}]})
         elif request.method == "POST" and path == "/v1/chat/completions":
-            if self.api_key is not None and \
-                    request.header("authorization") != f"Bearer {self.api_key}":
-                reply.json(401, _error("Incorrect API key provided", "invalid_request_error",
-                                       "invalid_api_key"))
+            if (
+                self.api_key is not None
+                and request.header("authorization") != f"Bearer {self.api_key}"
+            ):
+                reply.json(
+                    401,
+                    _error(
+                        "Incorrect API key provided", "invalid_request_error", "invalid_api_key"
+                    ),
+                )
                 return
             self._send_step(request, reply, self._take_step(request))
         else:
@@ -138,30 +148,47 @@ class FakeOpenAI(ScriptedServer):
         chunks = [self._chunk(body, completion_id, {"role": "assistant", "content": ""})]
         size = max(1, -(-len(text) // max(1, count)))
         for start in range(0, len(text), size):
-            chunks.append(self._chunk(body, completion_id, {"content": text[start:start + size]}))
+            chunks.append(self._chunk(body, completion_id, {"content": text[start : start + size]}))
         return chunks
 
-    def _chunk(self, body: dict, completion_id: str, delta: Optional[dict],
-               finish_reason: Optional[str] = None) -> dict:
-        return {"id": completion_id, "object": "chat.completion.chunk", "created": int(time.time()),
-                "model": body.get("model") or self.model,
-                "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish_reason}]}
+    def _chunk(
+        self, body: dict, completion_id: str, delta: dict | None, finish_reason: str | None = None
+    ) -> dict:
+        return {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model") or self.model,
+            "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish_reason}],
+        }
 
     def _completion(self, body: dict, step: Text) -> dict:
-        return {"id": self._completion_id(), "object": "chat.completion",
-                "created": int(time.time()), "model": body.get("model") or self.model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": step.text},
-                             "finish_reason": step.finish_reason}],
-                "usage": _usage(step)}
+        return {
+            "id": self._completion_id(),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": step.text},
+                    "finish_reason": step.finish_reason,
+                }
+            ],
+            "usage": _usage(step),
+        }
 
     def _completion_id(self) -> str:
         return f"chatcmpl-fake{next(self._ids):06d}"
 
 
 def _usage(step: Text) -> dict:
-    return {"prompt_tokens": step.prompt_tokens, "completion_tokens": step.completion_tokens,
-            "total_tokens": step.prompt_tokens + step.completion_tokens}
+    return {
+        "prompt_tokens": step.prompt_tokens,
+        "completion_tokens": step.completion_tokens,
+        "total_tokens": step.prompt_tokens + step.completion_tokens,
+    }
 
 
-def _error(message: str, error_type: str, code: Optional[str] = None) -> dict:
+def _error(message: str, error_type: str, code: str | None = None) -> dict:
     return {"error": {"message": message, "type": error_type, "param": None, "code": code}}

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 
@@ -73,8 +74,13 @@ class Reply:
         except OSError:
             pass
 
-    def _start(self, status: int, content_type: str, headers: dict[str, str] | None,
-               content_length: int | None = None) -> None:
+    def _start(
+        self,
+        status: int,
+        content_type: str,
+        headers: dict[str, str] | None,
+        content_length: int | None = None,
+    ) -> None:
         handler = self._handler
         handler.send_response(status)
         handler.send_header("content-type", content_type)
@@ -116,12 +122,13 @@ class ScriptedServer:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "ScriptedServer":
+    def start(self) -> ScriptedServer:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         # A short poll interval: stop() waits up to one interval, per test.
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        name=type(self).__name__, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name=type(self).__name__, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -147,8 +154,9 @@ class ScriptedServer:
             result = self._changed.wait_for(condition, timeout=timeout)
         if not result:
             seen = [f"{r.method} {r.path} step={r.step}" for r in self.requests]
-            raise TimeoutError(f"{type(self).__name__}: condition not met in {timeout}s; "
-                               f"requests so far: {seen}")
+            raise TimeoutError(
+                f"{type(self).__name__}: condition not met in {timeout}s; requests so far: {seen}"
+            )
         return result
 
     def _record(self, request: RecordedRequest) -> None:
@@ -186,8 +194,12 @@ class ScriptedServer:
                     body = raw
                 url = urlsplit(self.path)
                 request = RecordedRequest(
-                    method=self.command, path=url.path, query=url.query,
-                    headers={k.lower(): v for k, v in self.headers.items()}, body=body)
+                    method=self.command,
+                    path=url.path,
+                    query=url.query,
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                    body=body,
+                )
                 fake._record(request)
                 try:
                     fake.respond(request, Reply(self, fake._release))

@@ -12,10 +12,12 @@ RUN_TIMEOUT = 60
 
 
 def test_tool_call_then_task_complete(start_fake_anthropic, run_claude):
-    api = start_fake_anthropic([
-        ToolUse("Bash", {"command": "echo hi", "description": "say hi"}, text_before="On it."),
-        Text("Ran it.\nTASK_COMPLETE: done"),
-    ])
+    api = start_fake_anthropic(
+        [
+            ToolUse("Bash", {"command": "echo hi", "description": "say hi"}, text_before="On it."),
+            Text("Ran it.\nTASK_COMPLETE: done"),
+        ]
+    )
     run = run_claude(api, "Run echo hi, then report.", "--allowedTools", "Bash")
 
     assert run.wait_exit(RUN_TIMEOUT) == 0, run.log_text()
@@ -84,8 +86,9 @@ def test_stream_that_stops_leaves_a_silent_live_process(start_fake_anthropic, ru
 
 
 def test_dropped_stream_is_retried_without_streaming(start_fake_anthropic, run_claude):
-    api = start_fake_anthropic([StopMidStream(drop_connection=True),
-                                Text("TASK_COMPLETE: recovered")])
+    api = start_fake_anthropic(
+        [StopMidStream(drop_connection=True), Text("TASK_COMPLETE: recovered")]
+    )
     run = run_claude(api, "Say hi.")
 
     assert run.wait_exit(RUN_TIMEOUT) == 0, run.log_text()

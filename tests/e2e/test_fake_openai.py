@@ -16,26 +16,40 @@ KEY = "sk-test-key"
 
 def post(api, body, key=KEY, headers=None, timeout=10):
     request = urllib.request.Request(
-        f"{api.base_url}/v1/chat/completions", data=json.dumps(body).encode(), method="POST",
-        headers={"content-type": "application/json", "authorization": f"Bearer {key}",
-                 **(headers or {})})
+        f"{api.base_url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={
+            "content-type": "application/json",
+            "authorization": f"Bearer {key}",
+            **(headers or {}),
+        },
+    )
     return urllib.request.urlopen(request, timeout=timeout)
 
 
 def sse_data(response) -> list[str]:
-    return [line[len(b"data: "):].decode().strip()
-            for line in response if line.startswith(b"data: ")]
+    return [
+        line[len(b"data: ") :].decode().strip() for line in response if line.startswith(b"data: ")
+    ]
 
 
 def chat(stream=False, **extra):
-    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream,
-            **extra}
+    return {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": stream,
+        **extra,
+    }
 
 
 def test_streaming_reply_and_recorded_headers(start_fake_openai):
     api = start_fake_openai([Text("TASK_COMPLETE: done", chunks=4)], api_key=KEY)
-    with post(api, chat(stream=True, stream_options={"include_usage": True}),
-              headers={"x-session-key": "run-42"}) as response:
+    with post(
+        api,
+        chat(stream=True, stream_options={"include_usage": True}),
+        headers={"x-session-key": "run-42"},
+    ) as response:
         assert response.headers["content-type"] == "text/event-stream"
         data = sse_data(response)
     assert data[-1] == "[DONE]"
@@ -43,8 +57,7 @@ def test_streaming_reply_and_recorded_headers(start_fake_openai):
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
     assert text == "TASK_COMPLETE: done"
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
-    assert chunks[-1]["usage"] == {"prompt_tokens": 50, "completion_tokens": 10,
-                                   "total_tokens": 60}
+    assert chunks[-1]["usage"] == {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}
     [request] = api.completion_requests
     assert request.header("x-session-key") == "run-42"
     assert request.header("authorization") == f"Bearer {KEY}"
@@ -67,11 +80,14 @@ def test_wrong_key_is_401_and_takes_no_step(start_fake_openai):
     assert api.completion_requests == []
 
 
-@pytest.mark.parametrize("step, status, retry_after", [
-    (RateLimited("17"), 429, "17"),
-    (RateLimited("Wed, 21 Oct 2026 07:28:00 GMT"), 429, "Wed, 21 Oct 2026 07:28:00 GMT"),
-    (ApiError(500), 500, None),
-])
+@pytest.mark.parametrize(
+    "step, status, retry_after",
+    [
+        (RateLimited("17"), 429, "17"),
+        (RateLimited("Wed, 21 Oct 2026 07:28:00 GMT"), 429, "Wed, 21 Oct 2026 07:28:00 GMT"),
+        (ApiError(500), 500, None),
+    ],
+)
 def test_http_errors(start_fake_openai, step, status, retry_after):
     api = start_fake_openai([step])
     with pytest.raises(urllib.error.HTTPError) as raised:

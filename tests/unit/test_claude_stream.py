@@ -2,7 +2,7 @@
 run against tests/e2e/fake_anthropic.py (see tests/e2e/data)."""
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,7 +17,7 @@ from taskherd.runtimes.claude_stream import (
 )
 
 DATA = Path(__file__).resolve().parents[1] / "e2e" / "data"
-NOW = datetime(2026, 1, 15, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
 
 
 def captured(name: str) -> bytes:
@@ -32,8 +32,14 @@ def read_all(stream: bytes, reader=None):
 
 def test_successful_tool_run():
     reader, events = read_all(captured("tool_use_then_complete.jsonl"))
-    assert [e.type for e in events] == ["system", "assistant", "assistant", "user",
-                                        "assistant", "result"]
+    assert [e.type for e in events] == [
+        "system",
+        "assistant",
+        "assistant",
+        "user",
+        "assistant",
+        "result",
+    ]
     assert isinstance(events[0], SessionStarted)
     assert isinstance(events[-1], ResultEvent)
     result = reader.result
@@ -86,7 +92,7 @@ def test_partial_lines_wait_for_their_end():
     reader = ClaudeStreamReader()
     types = []
     for start in range(0, len(stream), 7):  # byte by (almost) byte, across UTF-8 too
-        types += [e.type for e in reader.feed(stream[start:start + 7], now=NOW)]
+        types += [e.type for e in reader.feed(stream[start : start + 7], now=NOW)]
     types += [e.type for e in reader.finish(now=NOW)]
     assert types == ["system", "assistant", "assistant", "user", "assistant", "result"]
     assert reader.result.summary == "done"
@@ -100,12 +106,13 @@ def test_last_line_without_newline_is_read_on_finish():
 
 
 def test_non_json_lines_are_skipped_not_fatal():
-    stream = (b"# taskherd run 42 role=coder started 2026-01-15T12:00:00Z\n"
-              b"node: warning: something on stderr\n"
-              b"{not json}\n"
-              b"[1, 2]\n"
-              b"\n"
-              + captured("error_400.jsonl"))
+    stream = (
+        b"# taskherd run 42 role=coder started 2026-01-15T12:00:00Z\n"
+        b"node: warning: something on stderr\n"
+        b"{not json}\n"
+        b"[1, 2]\n"
+        b"\n" + captured("error_400.jsonl")
+    )
     reader, events = read_all(stream)
     assert [e.type for e in events] == ["system", "assistant", "result"]
     assert reader.lines_skipped == 4
@@ -133,23 +140,32 @@ def test_reads_what_a_log_file_grew_by(tmp_path):
 
 
 def result_line(**fields) -> bytes:
-    base = {"type": "result", "subtype": "success", "is_error": False, "result": "ok",
-            "session_id": "s-1", "num_turns": 1, "total_cost_usd": 0.5,
-            "usage": {"input_tokens": 10, "output_tokens": 5}}
+    base = {
+        "type": "result",
+        "subtype": "success",
+        "is_error": False,
+        "result": "ok",
+        "session_id": "s-1",
+        "num_turns": 1,
+        "total_cost_usd": 0.5,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
     return json.dumps({**base, **fields}).encode() + b"\n"
 
 
 def test_usage_limit_text_in_failed_result_gives_reset_time():
-    reader, _ = read_all(result_line(
-        is_error=True, result="Claude AI usage limit reached|1768485600"))
-    assert reader.rate_limit.reset_at == datetime(2026, 1, 15, 14, 0, tzinfo=timezone.utc)
+    reader, _ = read_all(
+        result_line(is_error=True, result="Claude AI usage limit reached|1768485600")
+    )
+    assert reader.rate_limit.reset_at == datetime(2026, 1, 15, 14, 0, tzinfo=UTC)
     assert reader.result.rate_limit == reader.rate_limit
 
 
 def test_reset_time_from_result_replaces_api_retry_signal_without_one():
     retry = b'{"type":"system","subtype":"api_retry","attempt":1,"error_status":429}\n'
-    reader, _ = read_all(retry + result_line(
-        is_error=True, result="5-hour limit reached ∙ resets 2pm (UTC)"))
+    reader, _ = read_all(
+        retry + result_line(is_error=True, result="5-hour limit reached ∙ resets 2pm (UTC)")
+    )
     assert reader.rate_limit.reset_at == NOW + timedelta(hours=2)
 
 
@@ -165,10 +181,18 @@ def test_extra_patterns_apply_to_failed_results():
 
 
 def test_error_subtypes_are_errors_and_cache_tokens_are_read():
-    reader, _ = read_all(result_line(
-        subtype="error_max_turns", result="",
-        usage={"input_tokens": 3, "output_tokens": 4, "cache_creation_input_tokens": 100,
-               "cache_read_input_tokens": 2000}))
+    reader, _ = read_all(
+        result_line(
+            subtype="error_max_turns",
+            result="",
+            usage={
+                "input_tokens": 3,
+                "output_tokens": 4,
+                "cache_creation_input_tokens": 100,
+                "cache_read_input_tokens": 2000,
+            },
+        )
+    )
     result = reader.result
     assert result.is_error and result.subtype == "error_max_turns"
     assert (result.cache_creation_input_tokens, result.cache_read_input_tokens) == (100, 2000)
@@ -176,16 +200,23 @@ def test_error_subtypes_are_errors_and_cache_tokens_are_read():
 
 def test_result_with_missing_fields_reads_as_defaults():
     result = ClaudeRunResult.from_event({"type": "result"}, NOW)
-    assert (result.is_error, result.summary, result.total_cost_usd, result.input_tokens) == \
-        (False, "", None, 0)
+    assert (result.is_error, result.summary, result.total_cost_usd, result.input_tokens) == (
+        False,
+        "",
+        None,
+        0,
+    )
 
 
-@pytest.mark.parametrize("text, summary, declared", [
-    ("All done.\nTASK_COMPLETE: fixed the bug", "fixed the bug", True),
-    ("TASK_COMPLETE: first\nmore\nTASK_COMPLETE: second", "second", True),
-    ("**TASK_COMPLETE:** wrote tests", "wrote tests", True),
-    ("  just a reply  ", "just a reply", False),
-    ("mentions TASK_COMPLETE: mid-line only", "mentions TASK_COMPLETE: mid-line only", False),
-])
+@pytest.mark.parametrize(
+    "text, summary, declared",
+    [
+        ("All done.\nTASK_COMPLETE: fixed the bug", "fixed the bug", True),
+        ("TASK_COMPLETE: first\nmore\nTASK_COMPLETE: second", "second", True),
+        ("**TASK_COMPLETE:** wrote tests", "wrote tests", True),
+        ("  just a reply  ", "just a reply", False),
+        ("mentions TASK_COMPLETE: mid-line only", "mentions TASK_COMPLETE: mid-line only", False),
+    ],
+)
 def test_summary_of(text, summary, declared):
     assert summary_of(text) == (summary, declared)
