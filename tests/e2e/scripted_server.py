@@ -48,7 +48,8 @@ class Reply:
     def json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         body = json.dumps(payload).encode()
         self._start(status, "application/json", headers, content_length=len(body))
-        self._write(body)
+        if self._handler.command != "HEAD":  # Claude Code sends `HEAD /` at start-up
+            self._write(body)
 
     def start_sse(self, headers: dict[str, str] | None = None) -> None:
         # No content-length and `Connection: close`: the end of the stream is
