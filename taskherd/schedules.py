@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import functools
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import ClassVar, Protocol
@@ -47,7 +48,7 @@ _DAY = timedelta(days=1)
 # A date matching a cron/calendar entry recurs within 28 years (the weekday
 # calendar repeats every 28 years between century exceptions); an entry that
 # finds none in that span, such as 31 February, never fires.
-_SEARCH_YEARS = 28
+_SEARCH_DAYS = 28 * 366
 _PROBE_START = datetime(2000, 1, 1)
 # Below a second a job floods the queue rather than schedules it; above a day
 # the per-day grid of `every` stops meaning "every" (cron says it better).
@@ -70,6 +71,7 @@ CALENDAR_RANGES = {
     "month": (1, 12),
     "weekday": (0, 7),
 }
+_CRON_ACCEPTED = "5 fields 'minute hour day month weekday' or " + ", ".join(CRON_ALIASES)
 TIMEZONE_REQUIRED = "timezone is required: set [daemon] timezone or the job's timezone"
 
 
@@ -124,18 +126,20 @@ class _FieldMatcher:
     def next_wall(self, after: datetime) -> datetime | None:
         start = after.replace(second=0, microsecond=0) + _MINUTE
         day, hour, minute = start.date(), start.hour, start.minute
-        horizon = day.replace(year=min(day.year + _SEARCH_YEARS, 9999), day=1)
-        while day < horizon:
-            if self.months is not None and day.month not in self.months:
-                day = _first_of_next_month(day)
+        try:
+            for _ in range(_SEARCH_DAYS):
+                if self.months is not None and day.month not in self.months:
+                    day = _first_of_next_month(day)
+                    hour = minute = 0
+                    continue
+                if self._day_matches(day):
+                    found = self._first_time_from(hour, minute)
+                    if found is not None:
+                        return datetime(day.year, day.month, day.day, *found)
+                day += _DAY
                 hour = minute = 0
-                continue
-            if self._day_matches(day):
-                found = self._first_time_from(hour, minute)
-                if found is not None:
-                    return datetime(day.year, day.month, day.day, *found)
-            day += _DAY
-            hour = minute = 0
+        except (OverflowError, ValueError):  # ran past year 9999: no next fire
+            pass
         return None
 
     def _day_matches(self, day: date) -> bool:
@@ -211,12 +215,41 @@ def _offset_span(tz: ZoneInfo, instant: datetime) -> timedelta:
     return max(offsets) - min(offsets)
 
 
+def _changes_within(tz: ZoneInfo, instant: datetime, span: timedelta) -> bool:
+    """Whether the offset changes within ``span`` of ``instant``, the only case
+    where wall times near it do not map to time in order."""
+    if not span:
+        return False
+    offsets = {(instant + d).astimezone(tz).utcoffset() for d in (-span, timedelta(0), span)}
+    return len(offsets) > 1
+
+
 def _next_instant(walls: _Walls, tz: ZoneInfo, both_folds: bool, now: datetime) -> datetime | None:
     now_utc = as_utc(now)
+    steady = _steady_offset(tz, now_utc)
+    if steady is not None:
+        # Fast path, almost every call: no offset change from a day before now
+        # to `until`, so wall time and UTC differ by one constant.
+        until, offset = steady
+        wall = walls.next_wall((now_utc + offset).replace(tzinfo=None))
+        if wall is None:
+            return None
+        instant = (wall - offset).replace(tzinfo=UTC)
+        if instant <= until:
+            return instant
+    return _next_instant_near_change(walls, tz, both_folds, now_utc)
+
+
+def _next_instant_near_change(
+    walls: _Walls, tz: ZoneInfo, both_folds: bool, now_utc: datetime
+) -> datetime | None:
     # Near a DST change a wall time earlier than now's can still resolve to a
     # later instant (02:30 in the gap → 03:30 when now is 03:10; 01:15 EST
     # when now is 01:50 EDT), so start that far back and keep the minimum.
-    cursor = now_utc.astimezone(tz).replace(tzinfo=None, fold=0) - _offset_span(tz, now_utc)
+    span = _offset_span(tz, now_utc)
+    cursor = now_utc.astimezone(tz).replace(tzinfo=None, fold=0)
+    if _changes_within(tz, now_utc, span):
+        cursor -= span
     best: datetime | None = None
     stop_at: datetime | None = None
     while True:
@@ -228,10 +261,56 @@ def _next_instant(walls: _Walls, tz: ZoneInfo, both_folds: bool, now: datetime) 
                 best = instant
         if best is not None and stop_at is None:
             span = _offset_span(tz, best)
-            if not span:
+            if not _changes_within(tz, best, span):
                 return best
             stop_at = wall + span  # a later wall time can't resolve before `best` past this
         cursor = wall
+
+
+# Each zone's UTC offset sampled every 6 hours over 9 days, which is safe
+# because no zone has ever changed its offset twice within 6 hours. Shared by
+# every trigger of the zone, so the scheduler pays for it once a week per zone,
+# not once per job; near a DST change it says "not steady" just as cheaply.
+_STEP = timedelta(hours=6)
+_SAMPLES = 37
+
+
+@dataclass(frozen=True)
+class _OffsetSamples:
+    since: datetime
+    offsets: tuple[timedelta, ...]
+    run_ends: tuple[int, ...]  # for each sample, the last index of its run of equal offsets
+
+    @classmethod
+    def take(cls, tz: ZoneInfo, since: datetime) -> _OffsetSamples:
+        offsets = [(since + i * _STEP).astimezone(tz).utcoffset() for i in range(_SAMPLES)]
+        run_ends = [_SAMPLES - 1] * _SAMPLES
+        for i in range(_SAMPLES - 2, -1, -1):
+            run_ends[i] = run_ends[i + 1] if offsets[i] == offsets[i + 1] else i
+        return cls(since, tuple(offsets), tuple(run_ends))
+
+    def covers(self, now_utc: datetime) -> bool:
+        return (
+            self.since <= now_utc - _DAY and now_utc + _DAY <= self.since + (_SAMPLES - 1) * _STEP
+        )
+
+    def steady_at(self, now_utc: datetime) -> tuple[datetime, timedelta] | None:
+        first = (now_utc - _DAY - self.since) // _STEP  # the sample at or before now - 1 day
+        last = -((self.since - now_utc - _DAY) // _STEP)  # the sample at or after now + 1 day
+        end = self.run_ends[first]
+        return None if end < last else (self.since + end * _STEP, self.offsets[first])
+
+
+_SAMPLED: dict[ZoneInfo, _OffsetSamples] = {}
+
+
+def _steady_offset(tz: ZoneInfo, now_utc: datetime) -> tuple[datetime, timedelta] | None:
+    """``(until, offset)`` when the offset is constant from a day before
+    ``now_utc`` through ``until`` (at least a day after it), else None."""
+    samples = _SAMPLED.get(tz)
+    if samples is None or not samples.covers(now_utc):
+        samples = _SAMPLED[tz] = _OffsetSamples.take(tz, now_utc - _DAY)
+    return samples.steady_at(now_utc)
 
 
 def as_utc(moment: datetime) -> datetime:
@@ -274,14 +353,19 @@ class CronTrigger:
         return {"cron": self.expression, "timezone": self.tz.key}
 
 
+# Compiled walls are immutable, so jobs sharing an expression share them;
+# croniter's parse is most of a trigger's build cost and the scheduler
+# rebuilds triggers from stored specs on every load.
 def _compile_cron(expression: object) -> tuple[_Walls, bool]:
-    if not isinstance(expression, str) or not expression.strip():
-        raise _bad(
-            "cron",
-            expression,
-            "is not a cron expression",
-            "5 fields 'minute hour day month weekday' or " + ", ".join(CRON_ALIASES),
-        )
+    if not isinstance(expression, str):  # checked before the cache, which needs a hashable key
+        raise _bad("cron", expression, "is not a cron expression", _CRON_ACCEPTED)
+    return _compile_cron_text(expression)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_cron_text(expression: str) -> tuple[_Walls, bool]:
+    if not expression.strip():
+        raise _bad("cron", expression, "is not a cron expression", _CRON_ACCEPTED)
     text = " ".join(expression.split())
     if text.startswith("@"):
         if text.lower() not in CRON_ALIASES:

@@ -542,3 +542,8 @@ def test_due_fires_refuses_a_zero_limit():
 def test_policy_enums_read_from_config_strings():
     assert MissedFire("once") is MissedFire.ONCE
     assert [p.value for p in OverlapPolicy] == ["skip", "allow", "queue"]
+
+
+def test_a_cron_expression_that_is_not_text_is_reported_not_crashed():
+    with pytest.raises(ScheduleError, match=r"^cron: \['\*'\] is not a cron expression"):
+        parse_trigger({"cron": ["*"]}, "UTC")
