@@ -89,8 +89,11 @@ class Supervisor:
             log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
             self._settle_now(claim.run, RunResult(Outcome.FAILED, error=f"could not start: {error}"))
             return None
+        spawned_now = self.clock()
+        # Stagger counts from the recorded spawn time, the moment the agent really started.
+        self.last_spawn[role.name] = spawned_now
         try:
-            self.store.mark_spawned(claim.run.id, self.clock(), self.config.daemon.lease,
+            self.store.mark_spawned(claim.run.id, spawned_now, self.config.daemon.lease,
                                     pid=spawned.pid, pid_started_at=spawned.started_at,
                                     log_path=str(files.log))
         except TransitionRefused:

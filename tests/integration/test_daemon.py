@@ -1,0 +1,257 @@
+"""The daemon with real agent processes: completion, failure, liveness tiers, limits, cancel."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+import pytest
+
+from taskherd.model import Outcome, TaskState
+from tests.fleet import PYTHON, Fleet, agent
+
+AGENT = """
+    import os, subprocess, sys, time
+    prompt = sys.stdin.read().strip()
+    print("started", os.environ["TASKHERD_TASK_ID"], flush=True)
+    if prompt == "complete":
+        print("TASK_COMPLETE: wrote the report")
+    elif prompt == "exit0":
+        pass
+    elif prompt == "fail":
+        print("something broke", file=sys.stderr)
+        sys.exit(3)
+    elif prompt == "done-cli":
+        subprocess.run(["taskherd", "done", "--summary", "reported"], check=True)
+    elif prompt == "block-cli":
+        subprocess.run(["taskherd", "block", "--summary", "need a token"], check=True)
+    elif prompt == "silent":
+        with open("pid-" + os.environ["TASKHERD_RUN_ID"], "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(600)
+    elif prompt == "busy":
+        end = time.time() + 3
+        while time.time() < end:
+            pass
+        print("TASK_COMPLETE: computed")
+    elif prompt == "heartbeats":
+        for _ in range(6):
+            subprocess.run(["taskherd", "heartbeat", "--progress", "step"], check=True)
+            time.sleep(0.5)
+        print("TASK_COMPLETE: kept beating")
+    elif prompt == "env":
+        print("ENV", " ".join(sorted(k for k in os.environ if k.startswith(("TASKHERD_", "CLAUDE")))))
+        print("PATH", os.environ["PATH"])
+        print("TASK_COMPLETE: env")
+    elif prompt.startswith("hold"):
+        while not os.path.exists(prompt.split()[1]):
+            time.sleep(0.05)
+        print("TASK_COMPLETE: released")
+"""
+
+
+def config(tmp_path, worker_options: str = "", daemon_options: str = "") -> str:
+    """The test config; `worker_options` lines replace the defaults of the same key."""
+    program = agent(tmp_path, "agent", AGENT)
+    worker = {
+        "command": f'["{PYTHON}", "{program}"]',
+        "workdir": f'"{tmp_path}"',
+        "max_attempts": "2",
+        "backoff": '"0.2s"',
+        "idle_timeout": '"2s"',
+    }
+    for line in filter(None, (line.strip() for line in worker_options.splitlines())):
+        key, value = (part.strip() for part in line.split("=", 1))
+        worker[key] = value
+    worker_lines = "\n".join(f"{key} = {value}" for key, value in worker.items())
+    return f"""
+[daemon]
+database = "q.db"
+data_dir = "data"
+timezone = "UTC"
+max_concurrent = 4
+path = "/usr/bin:/bin"
+{daemon_options}
+
+[roles.worker]
+{worker_lines}
+"""
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    created = []
+
+    def make(worker_options: str = "", daemon_options: str = "") -> Fleet:
+        node = Fleet(tmp_path, config(tmp_path, worker_options, daemon_options))
+        created.append(node)
+        return node
+
+    yield make
+    for node in created:
+        node.close()
+
+
+def last_run(fleet: Fleet, task_id: int):
+    return fleet.store.runs_of_task(task_id)[-1]
+
+
+def test_agents_finish_by_marker_by_exit_and_by_report(fleet):
+    f = fleet()
+    f.up()
+    tasks = {p: f.add(p, prompt=p) for p in ["complete", "exit0", "done-cli", "block-cli"]}
+    complete = f.wait_final(tasks["complete"].id)
+    assert complete.state is TaskState.COMPLETED and complete.summary == "wrote the report"
+    assert f.wait_final(tasks["exit0"].id).state is TaskState.COMPLETED
+    assert f.wait_final(tasks["done-cli"].id).summary == "reported"
+    blocked = f.wait_until(lambda: (t := f.store.get_task(tasks["block-cli"].id)).state
+                           is TaskState.BLOCKED and t, what="block")
+    assert blocked.reason == "need a token"
+    run = last_run(f, tasks["complete"].id)
+    assert run.exit_code == 0 and run.pid and run.pid_started_at
+    log = open(run.log_path).read().splitlines()
+    assert log[0].startswith("# taskherd ") and '"task": %d' % tasks["complete"].id in log[0]
+    assert log[1] == f"started {tasks['complete'].id}"
+
+
+def test_require_marker_turns_a_bare_exit_into_a_failure(fleet):
+    f = fleet('require_marker = true\nmax_attempts = 1')
+    f.up()
+    task = f.add("bare exit", prompt="exit0")
+    dead = f.wait_final(task.id)
+    assert dead.state is TaskState.DEAD and "TASK_COMPLETE" in dead.last_error
+
+
+def test_failures_retry_with_backoff_then_go_dead_with_the_log_tail(fleet):
+    f = fleet()
+    f.up()
+    task = f.add("always fails", prompt="fail")
+    dead = f.wait_final(task.id)
+    assert dead.state is TaskState.DEAD and dead.attempts == 2
+    assert dead.last_error == "exited with code 3" and "something broke" in dead.error_tail
+    runs = f.store.runs_of_task(task.id)
+    assert [r.outcome for r in runs] == [Outcome.FAILED, Outcome.FAILED]
+    assert runs[1].claimed_at - runs[0].ended_at >= 0.2  # the backoff was waited
+
+
+def test_a_silent_agent_is_stalled_and_its_process_group_killed(fleet, tmp_path):
+    f = fleet("max_attempts = 1")
+    f.up()
+    task = f.add("hangs", prompt="silent")
+    dead = f.wait_final(task.id, timeout=30)
+    run = last_run(f, task.id)
+    assert run.outcome is Outcome.STALLED and dead.state is TaskState.DEAD
+    # Killed within idle_timeout (2 s) + 2 s of its last sign of life.
+    assert run.ended_at - run.spawned_at <= 2 + 2 + 0.5
+    agent_pid = int((tmp_path / f"pid-{run.id}").read_text())
+    assert not psutil.pid_exists(agent_pid) or psutil.Process(agent_pid).status() == "zombie"
+
+
+def test_cpu_time_and_heartbeats_count_as_life(fleet):
+    f = fleet("idle_timeout = \"1.5s\"")
+    f.up()
+    busy = f.add("busy but silent", prompt="busy")
+    beating = f.add("heartbeats", prompt="heartbeats")
+    assert f.wait_final(busy.id).state is TaskState.COMPLETED
+    assert f.wait_final(beating.id).state is TaskState.COMPLETED
+    assert last_run(f, beating.id).progress == "step"
+
+
+def test_hard_timeout(fleet):
+    f = fleet('timeout = "1s"\nidle_timeout = "1h"\nmax_attempts = 1')
+    f.up()
+    task = f.add("slow", prompt="silent")
+    f.wait_final(task.id)
+    assert last_run(f, task.id).outcome is Outcome.TIMED_OUT
+
+
+def test_agent_environment_is_explicit(fleet, monkeypatch):
+    f = fleet('env = { ROLE_SETTING = "x" }')
+    f.env["CLAUDECODE"] = "1"  # a daemon started from inside Claude Code
+    f.up()
+    task = f.add("env", prompt="env")
+    f.wait_final(task.id)
+    lines = open(last_run(f, task.id).log_path).read().splitlines()
+    names = next(line for line in lines if line.startswith("ENV")).split()[1:]
+    assert "CLAUDECODE" not in names
+    assert {"TASKHERD_TASK_ID", "TASKHERD_RUN_ID", "TASKHERD_ROLE", "TASKHERD_HOME"} <= set(names)
+    path = next(line for line in lines if line.startswith("PATH")).split()[1]
+    assert path.startswith("/usr/bin:/bin")
+
+
+def test_role_max_concurrent_and_stagger_hold(fleet, tmp_path):
+    gate = tmp_path / "go"
+    f = fleet('max_concurrent = 1\nstagger = "0.5s"')
+    f.up()
+    tasks = [f.add(f"t{i}", prompt=f"hold {gate}") for i in range(3)]
+    f.wait_until(lambda: f.store.open_runs(), what="a first run")
+    gate.write_text("go")
+    for task in tasks:
+        f.wait_final(task.id)
+    runs = sorted((r for t in tasks for r in f.store.runs_of_task(t.id)), key=lambda r: r.spawned_at)
+    for earlier, later in zip(runs, runs[1:]):
+        assert later.spawned_at >= earlier.ended_at  # never two at once
+        assert later.spawned_at - earlier.spawned_at >= 0.5
+
+
+def test_pool_capacity_is_shared(fleet, tmp_path):
+    gate = tmp_path / "go"
+    f = fleet(daemon_options="")
+    f.config_path.write_text(f.config_path.read_text() + "\n[pools]\ngit = 1\n")
+    f.up()
+    tasks = [f.add(f"t{i}", prompt=f"hold {gate}", pool="git") for i in range(2)]
+    free = f.add("no pool", prompt="complete")
+    f.wait_final(free.id)  # the pool does not hold back tasks outside it
+    assert len(f.store.open_runs()) == 1
+    gate.write_text("go")
+    for task in tasks:
+        f.wait_final(task.id)
+
+
+def test_cancel_stops_a_running_agent(fleet, tmp_path):
+    f = fleet('idle_timeout = "1h"')
+    f.up()
+    task = f.add("long", prompt="silent")
+    run = f.wait_until(lambda: (r := f.store.open_runs()) and r[0].pid and r[0], what="spawn")
+    f.cli("task", "cancel", str(task.id), "--reason", "changed my mind")
+    ended = f.wait_until(lambda: (r := f.store.get_run(run.id)).ended_at and r, what="kill")
+    assert ended.outcome is Outcome.CANCELLED
+    assert f.store.get_task(task.id).reason == "changed my mind"
+    assert not psutil.pid_exists(int((tmp_path / f"pid-{run.id}").read_text()))
+
+
+def test_a_second_daemon_on_the_same_node_refuses(fleet):
+    f = fleet()
+    f.up()
+    f.wait_until(lambda: (f.data_dir / "wake.sock").exists(), what="daemon start")
+    second = f.cli("up", check=False)
+    assert second.returncode == 1 and "another taskherd daemon already runs" in second.stderr
+
+
+def test_on_shutdown_kill_returns_tasks_to_ready_without_a_strike(fleet):
+    f = fleet('idle_timeout = "1h"', daemon_options='on_shutdown = "kill"')
+    f.up()
+    task = f.add("long", prompt="silent")
+    f.wait_until(lambda: f.store.get_task(task.id).state is TaskState.RUNNING, what="running")
+    assert f.stop(signal.SIGTERM) == 0
+    after = f.store.get_task(task.id)
+    assert after.state is TaskState.READY and after.attempts == 0
+    assert last_run(f, task.id).outcome is Outcome.LOST
+
+
+def test_stop_command_and_detach_leave_agents_running(fleet, tmp_path):
+    gate = tmp_path / "go"
+    f = fleet()
+    f.up()
+    task = f.add("held", prompt=f"hold {gate}")
+    run = f.wait_until(lambda: (r := f.store.open_runs()) and r[0].pid and r[0], what="spawn")
+    assert f.cli("stop").returncode == 0
+    assert f.daemon.wait(10) == 0
+    assert psutil.pid_exists(run.pid)  # detached: still working
+    gate.write_text("go")
+    f.daemon = None
+    f.up()  # the next daemon adopts it and records its exit
+    finished = f.wait_final(task.id)
+    assert finished.state is TaskState.COMPLETED
+    assert len(f.store.runs_of_task(task.id)) == 1
