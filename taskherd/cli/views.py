@@ -1,0 +1,121 @@
+"""Views of a live queue that more than one command draws: the status board and the run history.
+
+They read the store and the run logs only (never the daemon's memory), so they show the same
+thing whether the daemon is this process, another one, or gone. `taskherd.demo` draws them
+today; `taskherd status --watch` and `taskherd top` can reuse them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from taskherd.model import Run, Task, TaskState
+from taskherd.procs import HEADER_PREFIX
+from taskherd.store import Store, StoreError
+
+TAIL_BYTES = 4096  # enough for the last line of any sane log; never read a whole log to draw
+ARROW = " → "
+
+
+@dataclass(frozen=True)
+class RunningAgent:
+    run_id: int
+    pid: int | None
+    role: str
+    task_id: int
+    title: str
+    last_line: str
+
+
+@dataclass(frozen=True)
+class Board:
+    """One snapshot of the queue: tasks by state, and the agents running now."""
+
+    by_state: dict[str, int]
+    running: tuple[RunningAgent, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_state.values())
+
+
+def read_board(store: Store) -> Board:
+    """Take one snapshot; a run without a process yet shows as 'starting'."""
+    by_state: Counter[str] = Counter()
+    for count in store.counts():
+        by_state[count.state.value] += count.count
+    agents = []
+    for run in store.open_runs():
+        try:
+            task = store.get_task(run.task_id)
+        except StoreError:
+            continue  # pruned or deleted between the two reads
+        agents.append(RunningAgent(run.id, run.pid, run.role, task.id, task.title,
+                                   last_line(run.log_path) if run.log_path else "(starting)"))
+    ordered = {state.value: by_state[state.value] for state in TaskState}
+    return Board(ordered, tuple(sorted(agents, key=lambda agent: agent.run_id)))
+
+
+def last_line(log_path: str | os.PathLike[str]) -> str:
+    """The last non-empty line an agent wrote, skipping the supervisor's header line."""
+    try:
+        with open(log_path, "rb") as log_file:
+            size = log_file.seek(0, os.SEEK_END)
+            log_file.seek(max(0, size - TAIL_BYTES))
+            tail = log_file.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    for line in reversed(tail.splitlines()):
+        if line.strip() and not line.startswith(HEADER_PREFIX):
+            return line.strip()
+    return ""
+
+
+def board_lines(board: Board, width: int | None = None) -> list[str]:
+    """The board as lines of text, each clipped to `width` so a redraw never wraps."""
+    width = width or shutil.get_terminal_size((100, 24)).columns
+    counts = "  ".join(f"{state} {count}" for state, count in board.by_state.items() if count)
+    lines = [f"queue   {counts or 'empty'}   (total {board.total})"]
+    if not board.running:
+        lines.append("running (none)")
+    for agent in board.running:
+        pid = agent.pid if agent.pid is not None else "-"
+        lines.append(f"running pid {pid:<7} {agent.role:<8} #{agent.task_id} "
+                     f"{clip(agent.title, 28):<28} | {agent.last_line}")
+    # Truncate, never wrap: a wrapped line would break the in-place redraw's line count.
+    return [line if len(line) <= width else line[: width - 1] + "…" for line in lines]
+
+
+def outcome_path(runs: Sequence[Run], task: Task) -> str:
+    """How a task got where it is, e.g. 'failed → failed → succeeded', or '(never ran)'."""
+    steps = [run.outcome.value if run.outcome else "running" for run in runs]
+    verdict = task.state.value
+    if task.state in (TaskState.DEAD, TaskState.BLOCKED, TaskState.CANCELLED) and (
+            not steps or steps[-1] != verdict):
+        steps.append(verdict)  # the verdict on the task, not only on its last run
+    return ARROW.join(steps) or "(never ran)"
+
+
+def history_rows(store: Store, tasks: Sequence[Task]) -> list[list[Any]]:
+    """One row per task: id, title, role, state, runs, outcome path, and its last word."""
+    rows = []
+    for task in tasks:
+        runs = sorted(store.runs_of_task(task.id), key=lambda run: run.id)
+        word = task.summary or "" if task.state is TaskState.COMPLETED else "; ".join(
+            dict.fromkeys(w for w in (task.reason, task.last_error) if w))
+        rows.append([task.id, clip(task.title, 30), task.role, task.state.value, len(runs),
+                     outcome_path(runs, task), clip(word, 70)])
+    return rows
+
+
+HISTORY_HEADERS = ["id", "task", "role", "state", "runs", "outcomes", "summary / error"]
+
+
+def clip(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
