@@ -1,0 +1,184 @@
+"""`taskherd doctor`'s checks: will the daemon work when the service manager starts it?
+
+Each check answers for the environment the *service* runs in, not the shell's: the seeds'
+launchd fleet crash-looped 3,751 times because `ruby` resolved on the shell's PATH and not on
+launchd's. Checks change nothing: the database probe writes inside a transaction it rolls back.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from taskherd.config import Config, ConfigError, RoleConfig, load_config
+from taskherd.store import StoreError, open_store
+
+OK, WARN, PROBLEM = "ok", "warn", "problem"
+GIB = 1 << 30
+DISK_PROBLEM = 1 * GIB  # below this, logs and the WAL can fill the disk within a day of runs
+DISK_WARN = 5 * GIB
+
+
+@dataclass(frozen=True)
+class Check:
+    status: str  # ok, warn or problem
+    what: str
+    why: str = ""
+    fix: str = ""
+
+    def line(self) -> str:
+        text = f"{self.status:<7} {self.what}"
+        if self.why:
+            text += f": {self.why}"
+        if self.fix:
+            text += f" → {self.fix}"
+        return text
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def run_checks(config_file: str | None) -> list[Check]:
+    """Every check, in order; a config that does not load stops the rest (they need it)."""
+    try:
+        config = load_config(config_file)
+    except ConfigError as error:
+        return [Check(PROBLEM, "config", str(error), "fix the key it names, then run doctor again")]
+    checks = [_config_ok(config), check_database(config), check_log_dir(config)]
+    checks += [check_role(config, role) for role in config.roles.values()]
+    checks += [check_timezone(config), check_disk(config)]
+    return checks
+
+
+def _config_ok(config: Config) -> Check:
+    if config.source is None:
+        return Check(WARN, "config", "no taskherd.toml found; running on defaults",
+                     "`taskherd init`, or pass --config")
+    roles = ", ".join(sorted(config.roles)) or "none"
+    if not config.roles:
+        return Check(WARN, f"config {config.source}", "no roles: tasks will wait forever",
+                     "add a [roles.NAME] table")
+    return Check(OK, f"config {config.source} (roles: {roles})")
+
+
+def check_database(config: Config) -> Check:
+    database = config.daemon.database
+    try:
+        store = open_store(database, durability=config.daemon.durability)
+        store.close()
+        _probe_write(database)
+    except (StoreError, OSError, sqlite3.Error) as error:
+        return Check(PROBLEM, f"database {database}", f"not writable: {error}",
+                     "check the folder's owner and permissions, or set daemon.database")
+    return Check(OK, f"database {database} opens and is writable")
+
+
+def _probe_write(database: str) -> None:
+    """A real write into the database file's schema, rolled back: the queue is untouched.
+
+    (Opening the store first creates and migrates a database that does not exist yet, as the
+    daemon would on its first start.)
+    """
+    conn = sqlite3.connect(database, timeout=10, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")  # takes the write lock: fails on a read-only file
+        try:
+            conn.execute("CREATE TABLE taskherd_doctor_probe (x)")
+            conn.execute("INSERT INTO taskherd_doctor_probe VALUES (1)")
+        finally:
+            conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+
+
+def check_log_dir(config: Config) -> Check:
+    log_dir = config.daemon.log_dir
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with tempfile.NamedTemporaryFile(dir=log_dir, prefix=".doctor-"):
+            pass
+    except OSError as error:
+        return Check(PROBLEM, f"log dir {log_dir}", f"not writable: {error}",
+                     "fix its permissions or set daemon.data_dir")
+    return Check(OK, f"log dir {log_dir} is writable")
+
+
+def service_path(config: Config, role: RoleConfig) -> str:
+    """The PATH an agent of `role` gets under the service: mirrors Supervisor._agent_path."""
+    path = role.path or config.daemon.path
+    own_bin = os.path.dirname(sys.executable)
+    return path if own_bin in path.split(os.pathsep) else f"{path}{os.pathsep}{own_bin}"
+
+
+def role_program(role: RoleConfig) -> str | None:
+    """The program a role starts (argv[0]); None for runtimes that start none (chat)."""
+    if role.runtime == "command":
+        return role.command[0] if role.command else None
+    if role.runtime == "claude":
+        return role.binary or "claude"
+    return None
+
+
+def check_role(config: Config, role: RoleConfig) -> Check:
+    program = role_program(role)
+    if program is None:
+        return _check_env_key(role)
+    path = service_path(config, role)
+    found = shutil.which(program, path=path)
+    if found is not None:
+        return Check(OK, f"role {role.name}: {program} → {found}")
+    if os.sep in program:  # a path: the PATH plays no part
+        why = "is not executable" if os.path.exists(program) else "does not exist"
+        return Check(PROBLEM, f"role {role.name}", f"command {program} {why}",
+                     f"fix roles.{role.name}.command, or chmod +x {program}")
+    key = f"roles.{role.name}.path" if role.path else "daemon.path"
+    in_shell = shutil.which(program)
+    why = f"command {program!r} is not on the service PATH {path}"
+    if in_shell is None:
+        return Check(PROBLEM, f"role {role.name}", why,
+                     f"install {program}, or name it by absolute path in roles.{role.name}")
+    return Check(PROBLEM, f"role {role.name}", f"{why} (your shell finds {in_shell})",
+                 f"add {os.path.dirname(in_shell)} to {key}, or use the absolute path")
+
+
+def _check_env_key(role: RoleConfig) -> Check:
+    key = role.api_key_env
+    if key and key not in role.env:
+        # The service passes agents an explicit environment: a key exported in your shell
+        # profile is not in it.
+        return Check(WARN, f"role {role.name}", f"reads ${key}, which the service will not "
+                     "inherit from your shell", f"set it in roles.{role.name}.env or the unit")
+    return Check(OK, f"role {role.name}: runtime {role.runtime} starts no program")
+
+
+def check_timezone(config: Config) -> Check:
+    zone = config.daemon.timezone
+    if zone is None:
+        return Check(WARN, "timezone", "daemon.timezone is not set; schedules need one "
+                     "(never silently UTC)", "set daemon.timezone, e.g. 'Europe/Paris'")
+    return Check(OK, f"timezone {zone}")
+
+
+def check_disk(config: Config) -> Check:
+    folder = _existing_parent(config.daemon.data_dir)
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError as error:
+        return Check(PROBLEM, f"disk at {folder}", str(error), "check the data dir")
+    text = f"{free / GIB:.1f} GiB free at {folder}"
+    if free < DISK_PROBLEM:
+        return Check(PROBLEM, "disk", text, "free space, or move daemon.data_dir")
+    if free < DISK_WARN:
+        return Check(WARN, "disk", text, "free some space before logs fill it")
+    return Check(OK, f"disk: {text}")
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
