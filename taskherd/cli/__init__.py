@@ -7,6 +7,8 @@ import click
 from taskherd import __version__
 from taskherd.cli.agent import REPORT_COMMANDS, heartbeat_command
 from taskherd.cli.daemon import stop_command, up_command
+from taskherd.cli.doctor import doctor_command
+from taskherd.cli.service import service_group
 from taskherd.cli.setup import init_command
 from taskherd.cli.status import status_command
 from taskherd.cli.tasks import task_group
@@ -31,6 +33,8 @@ cli.add_command(status_command)
 cli.add_command(up_command)
 cli.add_command(stop_command)
 cli.add_command(heartbeat_command)
+cli.add_command(service_group)
+cli.add_command(doctor_command)
 for report_command in REPORT_COMMANDS:
     cli.add_command(report_command)
 
