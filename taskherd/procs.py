@@ -113,6 +113,15 @@ class ProcessHandle:
                 await _wait_readable(fd)
         return status
 
+    def send_signal(self, signum: int) -> None:
+        """Signal the shim only (it forwards to its group); raises ProcessLookupError."""
+        if self._pidfd is not None:
+            # Exact even if the pid were reused: the fd names this process.
+            signal.pidfd_send_signal(self._pidfd, signum)
+        else:
+            # A child's pid cannot be reused before we reap it.
+            os.kill(self.pid, signum)
+
     def close(self) -> None:
         if self._pidfd is not None:
             os.close(self._pidfd)
@@ -327,7 +336,7 @@ def _signal_run(handle: ProcessHandle, signum: int) -> None:
     # the agent the signal twice (a second SIGINT aborts a graceful cleanup).
     if handle.is_alive():
         try:
-            os.kill(handle.pid, signum)
+            handle.send_signal(signum)
             return
         except ProcessLookupError:
             pass

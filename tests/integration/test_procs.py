@@ -115,7 +115,8 @@ def test_missing_program_fails_before_anything_starts(run, tmp_path):
 
 
 def test_reused_log_path_does_not_report_previous_exit(run):
-    run(["sh", "-c", "exit 4"], name="same")
+    first = run(["sh", "-c", "exit 4"], name="same")
+    assert wait_exit(first.handle).code == 4
     second = run(["sh", "-c", "exit 0"], name="same")
     assert wait_exit(second.handle).code == 0
 
@@ -303,3 +304,20 @@ def test_agent_sees_its_env_without_claudecode(run, monkeypatch):
     seen = agent_output(process)
     assert "TASKHERD_ROLE=coder" in seen
     assert not any(line.startswith("CLAUDECODE=") for line in seen)
+
+
+def test_agent_gets_default_sigpipe(run):
+    # Python ignores SIGPIPE for itself; an agent inheriting that would make
+    # `yes | head` spin on EPIPE errors instead of dying quietly.
+    process = run(["sh", "-c", "yes | head -n 1"])
+    assert wait_exit(process.handle).code == 0
+    assert agent_output(process) == ["y"]
+
+
+def test_shim_records_exec_failure(tmp_path):
+    exit_path = tmp_path / "x.exit"
+    shim = subprocess.run([sys.executable, "-I", "-S", procs.SHIM_PATH, str(exit_path), "{",
+                           "--", str(tmp_path / "missing")], capture_output=True, text=True)
+    assert shim.returncode == 127
+    assert procs.read_exit_file(exit_path).code == 127
+    assert shim.stdout.startswith("# taskherd {") and "exec failed" in shim.stderr
