@@ -54,6 +54,8 @@ class Dispatcher:
             if self.supervisor.start(claim, now) is not None:
                 started += 1
         self._warn_waiting_p0(now, cooled)
+        log.debug("dispatch pass: started %s, %s running, cooldowns %s", started,
+                  len(self.supervisor.live), sorted(cooled) or "none")
         return {"started": started}
 
     def room(self, now: float, cooled: dict[str, float]) -> Room:

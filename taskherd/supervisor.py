@@ -22,13 +22,16 @@ from taskherd import procs
 from taskherd.config import Config, RoleConfig
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
 from taskherd.runtimes.base import OutputReader, RunFiles, Runtime
+from taskherd.runtimes.chat import ChatCall, ChatRuntime
 from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until
 from taskherd.runtimes.registry import runtime_for
 from taskherd.store import Store, StoreError, TransitionRefused
 
 log = logging.getLogger("taskherd.supervisor")
+# What a live run is: an agent process, or an in-process call (chat) with the same shape.
+Execution = procs.ProcessHandle | ChatCall
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
-CPU_EPSILON = 0.01  # CPU seconds that count as work between two samples
+CPU_BUSY_SHARE = 0.05  # share of one core, between two samples, that counts as working
 READ_LIMIT = 1 << 20  # bytes of new log read per check, so one chatty agent can't stall the loop
 
 
@@ -40,13 +43,14 @@ class LiveRun:
     task: Task
     role: RoleConfig
     runtime: Runtime
-    handle: procs.ProcessHandle
+    handle: Execution
     reader: OutputReader
     spawned_at: float
     pools: frozenset[str]
     last_activity: float
     log_offset: int = 0
     cpu_seconds: float = 0.0
+    cpu_sampled_at: float = 0.0
     heartbeat_at: float | None = None
     kill_reason: tuple[Outcome, str] | None = None  # why the supervisor is ending it
     watcher: asyncio.Task | None = field(default=None, repr=False)
@@ -80,11 +84,7 @@ class Supervisor:
         try:
             runtime = runtime_for(role.runtime)
             _create_private(files.prompt)
-            launch = runtime.launch(role, claim.task, claim.run, files)
-            env = procs.agent_env(self._agent_path(role), launch.env, self._agent_vars(claim))
-            header = {"run": claim.run.id, "task": claim.task.id, "role": role.name}
-            spawned = procs.spawn(launch.argv, env=env, cwd=launch.cwd, log_path=files.log,
-                                  stdin_path=launch.stdin_path, header=header)
+            handle = self._begin(runtime, role, claim, files)
         except (OSError, ValueError) as error:
             log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
             self._settle_now(claim.run, RunResult(Outcome.FAILED, error=f"could not start: {error}"))
@@ -94,23 +94,36 @@ class Supervisor:
         self.last_spawn[role.name] = spawned_now
         try:
             self.store.mark_spawned(claim.run.id, spawned_now, self.config.daemon.lease,
-                                    pid=spawned.pid, pid_started_at=spawned.started_at,
+                                    pid=handle.pid, pid_started_at=getattr(handle, "started_at", None),
                                     log_path=str(files.log))
         except TransitionRefused:
-            # Cancelled between claim and spawn: the process must not outlive the decision.
-            procs.terminate(spawned.handle, KILL_GRACE)
-            self._settle_now(claim.run, RunResult(Outcome.CANCELLED, error="cancelled before start"))
+            # Cancelled between claim and spawn: the agent must not outlive the decision.
+            live = self._watch(claim.run, claim.task, role, runtime, handle, now)
+            self.kill(live, Outcome.CANCELLED, "cancelled before start")
             return None
-        live = self._watch(claim.run, claim.task, role, runtime, spawned.handle, now)
-        log.info("run %s: task %s (%s) started as pid %s", claim.run.id, claim.task.id,
-                 role.name, spawned.pid)
+        live = self._watch(claim.run, claim.task, role, runtime, handle, now)
+        log.info("run %s: task %s (%s) started%s", claim.run.id, claim.task.id, role.name,
+                 f" as pid {handle.pid}" if handle.pid else "")
         return live
+
+    def _begin(self, runtime: Runtime, role: RoleConfig, claim: Claim,
+               files: RunFiles) -> Execution:
+        """Start the run: an agent process, or an in-process call for runtimes like chat."""
+        if isinstance(runtime, ChatRuntime):
+            return runtime.begin(role, claim.task, claim.run, files)
+        launch = runtime.launch(role, claim.task, claim.run, files)
+        env = procs.agent_env(self._agent_path(role), launch.env, self._agent_vars(claim))
+        header = {"run": claim.run.id, "task": claim.task.id, "role": role.name}
+        spawned = procs.spawn(launch.argv, env=env, cwd=launch.cwd, log_path=files.log,
+                              stdin_path=launch.stdin_path, header=header)
+        return spawned.handle
 
     def adopt(self, run: Run, task: Task, now: float) -> LiveRun | None:
         """Re-attach to an agent an earlier daemon started; settle it if it already ended."""
         role = self.config.role(run.role)
         if run.pid is None or run.log_path is None:
-            self._settle_now(run, RunResult(Outcome.LOST, error="never spawned before a restart"))
+            error = "no process to re-adopt after a restart (never spawned, or a chat call)"
+            self._settle_now(run, RunResult(Outcome.LOST, error=error))
             return None
         handle = procs.adopt(run.pid, run.pid_started_at or 0.0, Path(run.log_path))
         if handle is None:
@@ -128,7 +141,7 @@ class Supervisor:
         return live
 
     def _watch(self, run: Run, task: Task, role: RoleConfig, runtime: Runtime,
-               handle: procs.ProcessHandle, spawned_at: float) -> LiveRun:
+               handle: Execution, spawned_at: float) -> LiveRun:
         pools = frozenset(p for p in (role.pool, task.pool) if p)
         live = LiveRun(run, task, role, runtime, handle, runtime.reader(role), spawned_at,
                        pools, last_activity=spawned_at)
@@ -148,7 +161,7 @@ class Supervisor:
         if not self.live:
             return counts
         heartbeats = {run.id: run for run in self.store.open_runs(self.config.daemon.node)}
-        cpu = _tree_cpu_seconds({live.handle.pid for live in self.live.values()})
+        cpu = _tree_cpu_seconds({live.handle.pid for live in self.live.values() if live.handle.pid})
         for live in list(self.live.values()):
             if live.kill_reason is not None or not live.handle.is_alive():
                 continue
@@ -166,9 +179,13 @@ class Supervisor:
         if stored is not None and stored.heartbeat_at != live.heartbeat_at:
             live.heartbeat_at = stored.heartbeat_at
             live.last_activity = now
-        if cpu_seconds is not None and cpu_seconds > live.cpu_seconds + CPU_EPSILON:
-            live.cpu_seconds = cpu_seconds
-            live.last_activity = now
+        if cpu_seconds is not None:
+            # A rate, not any growth: an idle Node.js or Python process still ticks a few
+            # milliseconds a second, and summed over minutes that would look like work.
+            elapsed = max(now - live.cpu_sampled_at, 1e-3)
+            if cpu_seconds - live.cpu_seconds >= CPU_BUSY_SHARE * elapsed:
+                live.last_activity = now
+            live.cpu_seconds, live.cpu_sampled_at = cpu_seconds, now
         if now - live.spawned_at > live.role.timeout:
             return Outcome.TIMED_OUT, f"ran longer than timeout ({live.role.timeout:g}s)"
         if now - live.last_activity > live.role.idle_timeout:
@@ -209,7 +226,11 @@ class Supervisor:
             return
         live.kill_reason = (outcome, reason)
         log.warning("run %s: killing pid %s: %s", live.run.id, live.handle.pid, reason)
-        asyncio.get_running_loop().create_task(procs.terminate_async(live.handle, KILL_GRACE))
+        if isinstance(live.handle, ChatCall):
+            stopping = live.handle.terminate()
+        else:
+            stopping = procs.terminate_async(live.handle, KILL_GRACE)
+        asyncio.get_running_loop().create_task(stopping)
 
     def _settle_exit(self, live: LiveRun, status: procs.ExitStatus) -> None:
         now = self.clock()
@@ -224,13 +245,17 @@ class Supervisor:
         if run.ended_at is not None:
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
         result = self._result(live, run, status, now)
+        if result.outcome is Outcome.RATE_LIMITED and result.retry_at is not None:
+            # Limits found only at the end (an HTTP 429, a result event) pause the runtime too.
+            self.store.set_cooldown(live.role.runtime, result.retry_at,
+                                    result.error or "rate limited", now)
         self._settle_now(run, result)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")
         self.on_change()
 
     def _result(self, live: LiveRun, run: Run, status: procs.ExitStatus, now: float) -> RunResult:
-        result = live.runtime.result(live.role, live.reader, status, run, now)
+        result = live.runtime.result(live.role, live.reader, status, run, now, live.handle)
         if live.kill_reason is None or result.outcome is Outcome.SUCCEEDED and (
                 run.report == "done" or live.reader.summary is not None):
             return result  # work that was completed before the kill counts (partial success)

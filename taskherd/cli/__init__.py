@@ -6,6 +6,7 @@ import click
 
 from taskherd import __version__
 from taskherd.cli.agent import REPORT_COMMANDS, heartbeat_command
+from taskherd.cli.cooldown import cooldown_group
 from taskherd.cli.daemon import stop_command, up_command
 from taskherd.cli.doctor import doctor_command
 from taskherd.cli.service import service_group
@@ -30,6 +31,7 @@ def cli(ctx: click.Context, config: str | None) -> None:
 cli.add_command(init_command)
 cli.add_command(task_group)
 cli.add_command(status_command)
+cli.add_command(cooldown_group)
 cli.add_command(up_command)
 cli.add_command(stop_command)
 cli.add_command(heartbeat_command)

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import click
 
-from taskherd.cli.common import json_option, print_json, print_table, store_for
+from taskherd.cli.common import format_time, json_option, now, print_json, print_table, store_for
 from taskherd.model import TaskState
 
 
@@ -17,13 +17,19 @@ def status_command(ctx: click.Context, as_json: bool) -> None:
     """Count tasks by state and role."""
     with store_for(ctx) as store:
         counts = store.counts()
+        cooldowns = store.active_cooldowns(now())
     by_role: dict[str, dict[str, int]] = defaultdict(lambda: {s.value: 0 for s in TaskState})
     for count in counts:
         by_role[count.role][count.state.value] += count.count
     if as_json:
         totals = {s.value: sum(row[s.value] for row in by_role.values()) for s in TaskState}
-        print_json({"by_role": dict(by_role), "total": totals})
+        print_json({"by_role": dict(by_role), "total": totals,
+                    "cooldowns": [c.__dict__ for c in cooldowns]})
         return
+    for cooldown in cooldowns:
+        click.echo(f"runtime {cooldown.runtime} is rate-limited until "
+                   f"{format_time(cooldown.until)} ({cooldown.reason}); "
+                   f"`taskherd cooldown clear {cooldown.runtime}` ends it")
     if not by_role:
         click.echo("the queue is empty")
         return

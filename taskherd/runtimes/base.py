@@ -99,6 +99,7 @@ class Runtime(abc.ABC):
         exit_status: ExitStatus,
         run: Run,
         now: float,
+        handle: object = None,
     ) -> RunResult:
         """Turn what was seen into an outcome. The agent's own report wins, then a
         TASK_COMPLETE line (partial success is success), then a rate limit, then the exit."""
@@ -124,10 +125,11 @@ class Runtime(abc.ABC):
                 error_tail=tail,
                 retry_at=until,
             )
-        return _failure(role, exit_status, tail)
+        return failure(role, exit_status, tail)
 
 
-def _failure(role: RoleConfig, exit_status: ExitStatus, tail: str | None) -> RunResult:
+def failure(role: RoleConfig, exit_status: ExitStatus, tail: str | None) -> RunResult:
+    """The outcome of a run that ended without success, from its exit status alone."""
     if exit_status.code == 0:
         error = "exited 0 without TASK_COMPLETE (the role sets require_marker)"
         return RunResult(Outcome.FAILED, 0, error=error, error_tail=tail)

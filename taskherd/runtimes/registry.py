@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from taskherd.runtimes.base import Runtime
+from taskherd.runtimes.chat import ChatRuntime
+from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.runtimes.command import CommandRuntime
+
+RUNTIMES: dict[str, type[Runtime]] = {
+    "command": CommandRuntime,
+    "claude": ClaudeRuntime,
+    "chat": ChatRuntime,
+}
 
 
 def runtime_for(name: str) -> Runtime:
-    runtimes: dict[str, type[Runtime]] = {"command": CommandRuntime}
+    runtimes = RUNTIMES
     if name not in runtimes:
         raise ValueError(
             f"runtime {name!r} is not available yet (available: {', '.join(runtimes)})"

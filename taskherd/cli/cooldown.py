@@ -1,0 +1,49 @@
+"""`taskherd cooldown list|clear`: runtimes paused by a rate limit."""
+
+from __future__ import annotations
+
+import click
+
+from taskherd.cli.common import (
+    Refused,
+    format_time,
+    json_option,
+    notify_daemon,
+    now,
+    print_json,
+    print_table,
+    store_for,
+)
+
+
+@click.group("cooldown")
+def cooldown_group() -> None:
+    """Runtimes paused by a rate limit."""
+
+
+@cooldown_group.command("list")
+@json_option
+@click.pass_context
+def list_command(ctx: click.Context, as_json: bool) -> None:
+    """Show active cooldowns and when they end."""
+    with store_for(ctx) as store:
+        cooldowns = store.active_cooldowns(now())
+    if as_json:
+        print_json([c.__dict__ for c in cooldowns])
+    elif not cooldowns:
+        click.echo("no runtime is cooling down")
+    else:
+        print_table(["runtime", "until", "reason"],
+                    [[c.runtime, format_time(c.until), c.reason] for c in cooldowns])
+
+
+@cooldown_group.command("clear")
+@click.argument("runtime")
+@click.pass_context
+def clear_command(ctx: click.Context, runtime: str) -> None:
+    """End RUNTIME's cooldown now: its tasks may start again."""
+    with store_for(ctx) as store:
+        if not store.clear_cooldown(runtime):
+            raise Refused(f"runtime {runtime!r} has no cooldown")
+    notify_daemon(ctx)
+    click.echo(f"cooldown of {runtime} cleared")

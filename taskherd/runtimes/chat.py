@@ -1,0 +1,189 @@
+"""The `chat` runtime: one streamed POST to an OpenAI-compatible `/v1/chat/completions`.
+
+No process is spawned: the call runs on the daemon's loop as a `ChatCall`, which looks to the
+supervisor like a process handle (it can be waited for and killed) and writes the streamed
+reply to the run's log, so log growth is its activity and the log keeps what it said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+
+from taskherd.config import RoleConfig
+from taskherd.model import Outcome, Run, RunResult, Task
+from taskherd.procs import ExitStatus
+from taskherd.runtimes.base import OutputReader, RunFiles, Runtime, failure
+from taskherd.runtimes.ratelimit import (
+    RateLimitSignal,
+    cooldown_until,
+    detect_rate_limit,
+    retry_after_to_reset,
+)
+
+CONNECT_TIMEOUT = 10.0
+ERROR_BODY_LIMIT = 2000
+SESSION_HEADER = "X-Session-Key"
+
+
+class ChatCall:
+    """An in-flight chat completion, shaped like procs.ProcessHandle for the supervisor."""
+
+    pid = None  # nothing to adopt after a restart: an interrupted call is simply retried
+
+    def __init__(self, role: RoleConfig, task: Task, run: Run, log_path: Path, api_key: str | None):
+        self.role, self.task, self.run = role, task, run
+        self.log_path = log_path
+        self.api_key = api_key
+        self.reply: list[str] = []
+        self.usage: dict = {}
+        self.http_status: int | None = None
+        self.error: str | None = None
+        self.stalled = False
+        self.retry_after: str | None = None
+        self._status: ExitStatus | None = None
+        self._call = asyncio.get_running_loop().create_task(self._converse())
+
+    @property
+    def session_key(self) -> str:
+        return f"taskherd:{self.task.id}:{self.run.id}"
+
+    def poll(self) -> ExitStatus | None:
+        return self._status
+
+    def is_alive(self) -> bool:
+        return self._status is None
+
+    async def wait_exit(self) -> ExitStatus:
+        try:
+            await asyncio.shield(self._call)
+        except asyncio.CancelledError:
+            if not self._call.cancelled():
+                raise  # the waiter itself was cancelled, not the call
+        return self._status or ExitStatus(signal=15, ended_at=time.time(), source="cancelled")
+
+    async def terminate(self) -> None:
+        self._call.cancel()
+
+    def close(self) -> None:
+        pass
+
+    async def _converse(self) -> None:
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with open(fd, "a", encoding="utf-8") as log:
+            header = {"run": self.run.id, "task": self.task.id, "role": self.role.name,
+                      "runtime": "chat", "url": self.role.base_url, "time": time.time()}
+            log.write(f"# taskherd {json.dumps(header)}\n")
+            code = await self._post(log)
+        self._status = ExitStatus(code=code, ended_at=time.time(), source="chat")
+
+    async def _post(self, log) -> int:
+        headers = {SESSION_HEADER: self.session_key}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        body = {
+            "model": self.role.model,
+            "messages": [{"role": "user", "content": self.task.prompt}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "user": self.session_key,
+        }
+        # The read timeout is the idle window: a stream that sends nothing for that long stalled.
+        timeout = httpx.Timeout(CONNECT_TIMEOUT, read=self.role.idle_timeout)
+        url = self.role.base_url.rstrip("/") + "/v1/chat/completions"
+        try:
+            async with httpx.AsyncClient(timeout=timeout) as client:
+                async with client.stream("POST", url, json=body, headers=headers) as response:
+                    self.http_status = response.status_code
+                    if response.status_code != 200:
+                        await self._read_error(response)
+                        return 1
+                    await self._read_stream(response, log)
+        except httpx.ReadTimeout:
+            self.stalled = True
+            self.error = f"no data from {url} for {self.role.idle_timeout:g}s"
+            return 1
+        except httpx.HTTPError as error:
+            self.error = f"{type(error).__name__}: {error}"
+            return 1
+        return 0
+
+    async def _read_error(self, response: httpx.Response) -> None:
+        text = (await response.aread()).decode("utf-8", "replace")[:ERROR_BODY_LIMIT]
+        self.retry_after = response.headers.get("retry-after")
+        self.error = f"HTTP {response.status_code}: {text}"
+
+    async def _read_stream(self, response: httpx.Response, log) -> None:
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                return
+            try:
+                chunk = json.loads(payload)
+            except ValueError:
+                continue
+            if chunk.get("usage"):
+                self.usage = chunk["usage"]
+            for choice in chunk.get("choices") or []:
+                text = (choice.get("delta") or {}).get("content") or ""
+                if text:
+                    self.reply.append(text)
+                    log.write(text)
+                    log.flush()
+
+
+class ChatRuntime(Runtime):
+    name = "chat"
+
+    def launch(self, role, task, run, files):  # pragma: no cover - chat starts no process
+        raise NotImplementedError("the chat runtime starts a ChatCall, not a process")
+
+    def begin(self, role: RoleConfig, task: Task, run: Run, files: RunFiles) -> ChatCall:
+        api_key = os.environ.get(role.api_key_env) if role.api_key_env else None
+        if role.api_key_env and not api_key:
+            raise ValueError(f"roles.{role.name}.api_key_env names {role.api_key_env}, "
+                             "which is not set in the daemon's environment")
+        return ChatCall(role, task, run, files.log, api_key)
+
+    def result(self, role: RoleConfig, reader: OutputReader, exit_status: ExitStatus, run: Run,
+               now: float, handle: object = None) -> RunResult:
+        assert isinstance(handle, ChatCall)
+        usage = {"input_tokens": handle.usage.get("prompt_tokens"),
+                 "output_tokens": handle.usage.get("completion_tokens"),
+                 "session_id": handle.session_key}
+        if exit_status.code == 0:
+            reply = "".join(handle.reply).strip()
+            if role.require_marker and reader.summary is None:
+                error = "the reply has no TASK_COMPLETE line (the role sets require_marker)"
+                return RunResult(Outcome.FAILED, 0, error=error, error_tail=reply[-2000:], **usage)
+            return RunResult(Outcome.SUCCEEDED, 0, summary=reader.summary or reply[:2000], **usage)
+        limit = _rate_limit(handle, role, now)
+        if limit is not None:
+            until = cooldown_until(limit, _utc(now), role.rate_limit_cooldown).timestamp()
+            return RunResult(Outcome.RATE_LIMITED, error=handle.error, retry_at=until, **usage)
+        if handle.stalled:
+            return RunResult(Outcome.STALLED, error=handle.error, **usage)
+        if handle.error:
+            return RunResult(Outcome.FAILED, error=handle.error, **usage)
+        return failure(role, exit_status, None)
+
+
+def _rate_limit(call: ChatCall, role: RoleConfig, now: float) -> RateLimitSignal | None:
+    if call.http_status == 429:
+        reset = retry_after_to_reset(call.retry_after, _utc(now)) if call.retry_after else None
+        return RateLimitSignal(reset, "http_429", (call.error or "")[:200])
+    if call.error:
+        return detect_rate_limit(call.error, _utc(now), role.rate_limit_patterns)
+    return None
+
+
+def _utc(now: float) -> datetime:
+    return datetime.fromtimestamp(now, timezone.utc)

@@ -1,0 +1,117 @@
+"""The `claude` runtime: Claude Code in print mode, read through its stream-json output.
+
+Every event is activity; the `result` event gives the outcome, summary, cost, tokens, turns
+and session id; an `api_retry` event with status 429 is a rate limit while the run is still
+going, so the fleet pauses before Claude Code burns its own retries.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from taskherd.config import RoleConfig
+from taskherd.model import Outcome, Run, RunResult, Task
+from taskherd.procs import ExitStatus
+from taskherd.runtimes.base import Launch, OutputReader, RunFiles, Runtime
+from taskherd.runtimes.claude_stream import ClaudeRunResult, ClaudeStreamReader, ResultEvent
+from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until
+
+# Linux refuses a single argv string over 128 KiB; longer prompts go on stdin, where
+# `claude -p` reads them when no prompt argument is given.
+MAX_PROMPT_ARG = 100_000
+SUMMARY_LIMIT = 2000
+
+
+class ClaudeReader(OutputReader):
+    def __init__(self, role: RoleConfig):
+        super().__init__(role)
+        self.stream = ClaudeStreamReader(role.rate_limit_patterns)
+
+    def feed(self, chunk: bytes, now: float) -> RateLimitSignal | None:
+        seen_before = self.stream.rate_limit
+        for event in self.stream.feed(chunk, _utc(now)):
+            if isinstance(event, ResultEvent):
+                self.tail.append(event.run_result.result_text[-SUMMARY_LIMIT:])
+        return self._fresh_limit(seen_before)
+
+    def finish(self, now: float) -> RateLimitSignal | None:
+        seen_before = self.stream.rate_limit
+        self.stream.finish(_utc(now))
+        return self._fresh_limit(seen_before)
+
+    def _fresh_limit(self, seen_before: RateLimitSignal | None) -> RateLimitSignal | None:
+        result = self.stream.result
+        if result is not None and not result.is_error:
+            return None  # the work completed: a limit hit afterwards changes nothing
+        if self.stream.rate_limit is not None and seen_before is None:
+            self.rate_limit = self.stream.rate_limit
+            return self.rate_limit
+        return None
+
+
+class ClaudeRuntime(Runtime):
+    name = "claude"
+
+    def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles) -> Launch:
+        files.prompt.write_text(task.prompt)
+        argv = [role.binary or "claude", "-p"]
+        stdin = None
+        if len(task.prompt.encode()) <= MAX_PROMPT_ARG:
+            argv.append(task.prompt)
+        else:
+            stdin = files.prompt
+        argv += ["--output-format", "stream-json", "--verbose"]
+        if role.agent:
+            argv += ["--agent", role.agent]
+        if role.model:
+            argv += ["--model", role.model]
+        if role.allowed_tools:
+            argv += ["--allowedTools", ",".join(role.allowed_tools)]
+        if role.permission_mode:
+            argv += ["--permission-mode", role.permission_mode]
+        if role.mcp_config:
+            argv += ["--mcp-config", role.mcp_config]
+        argv += list(role.args)
+        return Launch(argv, dict(role.env), role.workdir, stdin)
+
+    def reader(self, role: RoleConfig) -> OutputReader:
+        return ClaudeReader(role)
+
+    def result(self, role: RoleConfig, reader: OutputReader, exit_status: ExitStatus, run: Run,
+               now: float, handle: object = None) -> RunResult:
+        assert isinstance(reader, ClaudeReader)
+        claude = reader.stream.result
+        if run.report is not None or claude is None:
+            # No result event: the agent's own report, a limit seen mid-run, or the exit decide.
+            return super().result(role, reader, exit_status, run, now)
+        spend = _spend(claude, reader.stream.session_id)
+        if not claude.is_error and (claude.declared_complete or not role.require_marker):
+            return RunResult(Outcome.SUCCEEDED, exit_status.code,
+                             summary=claude.summary[:SUMMARY_LIMIT], **spend)
+        tail = reader.error_tail or None
+        limit = claude.rate_limit or reader.rate_limit
+        if limit is not None:
+            until = cooldown_until(limit, _utc(now), role.rate_limit_cooldown).timestamp()
+            return RunResult(Outcome.RATE_LIMITED, exit_status.code, error=limit.excerpt or
+                             limit.source, error_tail=tail, retry_at=until, **spend)
+        if not claude.is_error:
+            error = "finished without TASK_COMPLETE (the role sets require_marker)"
+        else:
+            status = f"API error {claude.api_error_status}: " if claude.api_error_status else ""
+            error = f"{status}{claude.result_text[:SUMMARY_LIMIT] or claude.subtype}"
+        return RunResult(Outcome.FAILED, exit_status.code, error=error, error_tail=tail, **spend)
+
+
+def _spend(claude: ClaudeRunResult, session_id: str | None) -> dict:
+    return {
+        "cost_usd": claude.total_cost_usd,
+        "input_tokens": claude.input_tokens + claude.cache_creation_input_tokens
+        + claude.cache_read_input_tokens,
+        "output_tokens": claude.output_tokens,
+        "turns": claude.num_turns,
+        "session_id": claude.session_id or session_id,
+    }
+
+
+def _utc(now: float) -> datetime:
+    return datetime.fromtimestamp(now, timezone.utc)
