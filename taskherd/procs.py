@@ -89,6 +89,7 @@ class ProcessHandle:
         self._popen = popen  # set for our own children: the only way to reap them
         self._pidfd = pidfd  # pins the process identity; readable once it exits
         self._status: ExitStatus | None = None
+        self._readable: asyncio.Future | None = None  # set once the pidfd is readable
 
     @property
     def is_child(self) -> bool:
@@ -104,17 +105,33 @@ class ProcessHandle:
         return self.poll() is None
 
     async def wait_exit(self) -> ExitStatus:
-        """Return once the process has exited; a pidfd makes this immediate."""
+        """Return once the process has exited; a pidfd makes this immediate.
+
+        Any number of tasks may wait on one handle; cancelling one leaves the
+        others waiting.
+        """
         while (status := self.poll()) is None:
             fd = self._ensure_pidfd()
             if fd is None:
                 await asyncio.sleep(FALLBACK_POLL_INTERVAL)
-            else:
-                await _wait_readable(fd)
+                continue
+            loop = asyncio.get_running_loop()
+            if self._readable is None or self._readable.get_loop() is not loop:
+                # One shared registration: a second add_reader on the same fd
+                # would replace the first waiter's callback and strand it.
+                self._readable = _readable_future(loop, fd)
+            await asyncio.shield(self._readable)
+        self.close()  # the reader is gone once the future resolved
         return status
 
     def send_signal(self, signum: int) -> None:
-        """Signal the shim only (it forwards to its group); raises ProcessLookupError."""
+        """Signal the shim only (it forwards to its group).
+
+        Raises ProcessLookupError once the shim has exited: its pid may by then
+        belong to a stranger.
+        """
+        if self.poll() is not None:
+            raise ProcessLookupError(f"shim {self.pid} has exited")
         if self._pidfd is not None:
             # Exact even if the pid were reused: the fd names this process.
             signal.pidfd_send_signal(self._pidfd, signum)
@@ -123,12 +140,20 @@ class ProcessHandle:
             os.kill(self.pid, signum)
 
     def close(self) -> None:
+        """Release the pidfd; call from the event loop's thread if one waits."""
+        if self._readable is not None and not self._readable.done():
+            self._readable.get_loop().remove_reader(self._pidfd)
+            self._readable.cancel()
+        self._readable = None
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
 
     def __del__(self) -> None:
-        self.close()
+        # Only the fd: the garbage collector may run in any thread, and an
+        # event loop must not be touched from there.
+        if self._pidfd is not None:
+            os.close(self._pidfd)
 
     def __repr__(self) -> str:
         kind = "child" if self._popen else "adopted"
@@ -434,19 +459,16 @@ def _is_readable(fd: int) -> bool:
     return bool(readable)
 
 
-async def _wait_readable(fd: int) -> None:
-    loop = asyncio.get_running_loop()
+def _readable_future(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.Future:
     ready = loop.create_future()
 
     def on_ready() -> None:
+        loop.remove_reader(fd)  # a pidfd stays readable: fire once
         if not ready.done():
             ready.set_result(None)
 
     loop.add_reader(fd, on_ready)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(fd)
+    return ready
 
 
 def _check_argv(argv: list[str], env: Mapping[str, str], cwd: str | None) -> None:

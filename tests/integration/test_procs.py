@@ -321,3 +321,16 @@ def test_shim_records_exec_failure(tmp_path):
     assert shim.returncode == 127
     assert procs.read_exit_file(exit_path).code == 127
     assert shim.stdout.startswith("# taskherd {") and "exec failed" in shim.stderr
+
+
+def test_many_waiters_on_one_handle_all_wake(run, gate):
+    process = run(["sh", "-c", f"read x < {gate}; exit 9"])
+
+    async def wait_from_several_tasks():
+        waiters = [asyncio.create_task(process.handle.wait_exit()) for _ in range(3)]
+        await asyncio.sleep(0)  # let every waiter register before the exit
+        waiters[0].cancel()
+        release(gate)
+        return await asyncio.wait_for(asyncio.gather(*waiters[1:]), 3)
+
+    assert [status.code for status in asyncio.run(wait_from_several_tasks())] == [9, 9]
