@@ -19,7 +19,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 tests
 
 bench: $(STAMP)
-	$(BIN)/python bench/queue.py
+	status=0; for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script || status=1; done; exit $$status
 
 clean:
 	rm -rf $(VENV) build *.egg-info
