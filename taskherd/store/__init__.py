@@ -13,10 +13,17 @@ from taskherd.store.base import (
     TaskNotFound,
     TransitionRefused,
 )
+from taskherd.store.jobs import Job, JobDefinition, JobFire, JobNotFound, JobRefused, JobStore
 
 __all__ = [
     "Enqueued",
     "Finished",
+    "Job",
+    "JobDefinition",
+    "JobFire",
+    "JobNotFound",
+    "JobRefused",
+    "JobStore",
     "PolicyLookup",
     "RunNotFound",
     "StateCount",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from taskherd.model import Claim, Cooldown, NewTask, Run, RunResult, Task, TaskState
 from taskherd.queue import RetryPolicy
+from taskherd.store.jobs import JobStore
 
 
 # Maps a role to its retry policy: the config knows the roles, the store does not.
@@ -67,7 +68,7 @@ class StateCount:
     count: int
 
 
-class Store(abc.ABC):
+class Store(JobStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # -- tasks ---------------------------------------------------------------------------

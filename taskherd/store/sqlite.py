@@ -37,6 +37,7 @@ from taskherd.store.base import (
     TransitionRefused,
 )
 from taskherd.store.sqlfile import migrations, queries
+from taskherd.store.sqlite_jobs import SQLiteJobs
 
 DURABILITY = {"full": "FULL", "normal": "NORMAL"}
 REPORTS = ("done", "fail", "block")
@@ -48,7 +49,7 @@ Q = queries("sqlite")
 S = TaskState
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLiteJobs, Store):
     def __init__(
         self,
         path: str | os.PathLike[str],

@@ -1,0 +1,274 @@
+"""Jobs as people write them: a [[jobs]] table of taskherd.toml or `taskherd jobs add` options
+→ a validated `JobSpec`, and a stored job → the task one of its fires makes.
+
+A job is a task template plus one trigger (schedules.parse_trigger). The template is checked
+with the same validator as every other way a task enters the queue (taskspec.new_task_from),
+so a job cannot hold a task the queue would refuse. Errors name `jobs[N].key` and the value.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, time
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from taskherd.config import Config
+from taskherd.model import NewTask
+from taskherd.schedules import (
+    MissedFire,
+    OverlapPolicy,
+    ScheduleError,
+    Trigger,
+    parse_trigger,
+)
+from taskherd.store.jobs import Job, JobDefinition
+from taskherd.taskspec import TaskSpecError, new_task_from
+
+TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual", "timezone")
+TEMPLATE_KEYS = ("role", "title", "prompt", "priority", "pool", "dedup_key", "max_attempts",
+                 "review", "pending", "meta")
+POLICY_KEYS = ("overlap", "missed_fire", "max_retries", "delete_after_run", "enabled")
+JOB_KEYS = ("name", *TEMPLATE_KEYS, "variants", *TRIGGER_KEYS, *POLICY_KEYS)
+# What a variant may change: the work, not the job's identity or limits.
+VARIANT_KEYS = ("title", "prompt", "role", "priority", "pool", "dedup_key", "from")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
+MAX_RETRIES_LIMIT = 10
+
+
+class JobError(ValueError):
+    """A job that cannot be built; the message names the key, the value and what is accepted."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    template: Mapping[str, Any]  # task fields, validated
+    trigger: Trigger
+    variants: tuple[Mapping[str, Any], ...] = ()
+    overlap: OverlapPolicy = OverlapPolicy.SKIP
+    missed_fire: MissedFire = MissedFire.ONCE
+    max_retries: int = 0
+    delete_after_run: bool = False
+    enabled: bool = True
+
+    def definition(self) -> JobDefinition:
+        template = dict(self.template)
+        if self.variants:
+            template["variants"] = [dict(v) for v in self.variants]
+        return JobDefinition(
+            name=self.name,
+            template=template,
+            trigger=self.trigger.to_spec(),
+            timezone=self.trigger.tz.key,
+            overlap=self.overlap.value,
+            missed_fire=self.missed_fire.value,
+            max_retries=self.max_retries,
+            delete_after_run=self.delete_after_run,
+            enabled=self.enabled,
+        )
+
+
+def parse_jobs(config: Config) -> tuple[JobSpec, ...]:
+    """Every [[jobs]] table of the config; names must be unique."""
+    specs: list[JobSpec] = []
+    seen: dict[str, int] = {}
+    for index, table in enumerate(config.jobs):
+        where = f"jobs[{index}]."
+        spec = parse_job(table, config, where=where)
+        if spec.name in seen:
+            raise JobError(f"{where}name = {spec.name!r}: already used by jobs[{seen[spec.name]}]")
+        seen[spec.name] = index
+        specs.append(spec)
+    return tuple(specs)
+
+
+def parse_job(table: Mapping[str, Any], config: Config, *, where: str = "") -> JobSpec:
+    """One job table (the CLI builds the same table from its options)."""
+    if not isinstance(table, Mapping):
+        raise JobError(f"{where.rstrip('.')}: a job must be a table")
+    unknown = sorted(set(table) - set(JOB_KEYS))
+    if unknown:
+        raise JobError(f"{where}{unknown[0]}: unknown key (accepted: {', '.join(JOB_KEYS)})")
+    name = _name(table.get("name"), where)
+    try:
+        trigger = parse_trigger({k: table[k] for k in TRIGGER_KEYS if k in table},
+                                config.daemon.timezone)
+    except ScheduleError as error:
+        raise JobError(f"{where}{error}") from error
+    template = _template(table, name, config, where)
+    variants = _variants(table.get("variants"), template, config, where)
+    return JobSpec(
+        name=name,
+        template=template,
+        trigger=trigger,
+        variants=variants,
+        overlap=_choice(table, "overlap", OverlapPolicy, OverlapPolicy.SKIP, where),
+        missed_fire=_choice(table, "missed_fire", MissedFire, MissedFire.ONCE, where),
+        max_retries=_retries(table.get("max_retries", 0), where),
+        delete_after_run=_flag(table, "delete_after_run", False, where),
+        enabled=_flag(table, "enabled", True, where),
+    )
+
+
+def _name(value: Any, where: str) -> str:
+    if value is None:
+        raise JobError(f"{where}name is required (a unique name such as 'daily-review')")
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise JobError(f"{where}name = {value!r}: expected letters, digits, '_', '.', ':' or '-' "
+                       "(starting with a letter or digit, at most 100)")
+    return value
+
+
+def _template(table: Mapping[str, Any], name: str, config: Config, where: str) -> dict[str, Any]:
+    template = {key: table[key] for key in TEMPLATE_KEYS if key in table}
+    template.setdefault("title", name)
+    try:
+        new_task_from(template, config)
+    except TaskSpecError as error:
+        raise JobError(f"{where}{error}") from error
+    return template
+
+
+def _variants(value: Any, template: Mapping[str, Any], config: Config,
+              where: str) -> tuple[dict[str, Any], ...]:
+    if value is None:
+        return ()
+    accepted = ("a list of tables with any of " + ", ".join(VARIANT_KEYS)
+                + ", e.g. variants = [{prompt = 'a'}, {prompt = 'b'}]")
+    if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
+        raise JobError(f"{where}variants = {value!r}: expected {accepted}")
+    timed = ["from" in v for v in value]
+    if any(timed) and not all(timed):
+        raise JobError(f"{where}variants: give every variant a 'from' time or none "
+                       "(time-of-day variants) — some have one, some don't")
+    variants, starts = [], set()
+    for i, variant in enumerate(value):
+        here = f"{where}variants[{i}]."
+        unknown = sorted(set(variant) - set(VARIANT_KEYS))
+        if unknown:
+            raise JobError(f"{here}{unknown[0]}: unknown key (accepted: {', '.join(VARIANT_KEYS)})")
+        variant = dict(variant)
+        if "from" in variant:
+            variant["from"] = _clock(variant["from"], f"{here}from")
+            if variant["from"] in starts:
+                raise JobError(f"{here}from = {variant['from']!r}: another variant starts then")
+            starts.add(variant["from"])
+        try:
+            new_task_from(_overlay(template, variant), config)
+        except TaskSpecError as error:
+            raise JobError(f"{here}{error}") from error
+        variants.append(variant)
+    return tuple(variants)
+
+
+def _clock(value: Any, where: str) -> str:
+    try:
+        if not isinstance(value, str):
+            raise ValueError
+        text = value.strip()
+        return time.fromisoformat(("0" + text) if len(text.split(":")[0]) == 1 else text).strftime(
+            "%H:%M")
+    except ValueError:
+        raise JobError(f"{where} = {value!r}: expected a time of day 'HH:MM', e.g. '06:00'") from None
+
+
+def _choice(table: Mapping[str, Any], key: str, kind: type, default: Any, where: str) -> Any:
+    value = table.get(key)
+    if value is None:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        options = ", ".join(member.value for member in kind)  # type: ignore[attr-defined]
+        raise JobError(f"{where}{key} = {value!r}: expected one of {options}") from None
+
+
+def _retries(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES_LIMIT:
+        raise JobError(f"{where}max_retries = {value!r}: expected a whole number 0-{MAX_RETRIES_LIMIT}")
+    return value
+
+
+def _flag(table: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise JobError(f"{where}{key} = {value!r}: expected true or false")
+    return value
+
+
+# --- a stored job → its trigger and the task of one fire ------------------------------------
+
+
+def trigger_of(job: Job) -> Trigger:
+    return _trigger_from_spec(json.dumps(job.trigger, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=65536)
+def _trigger_from_spec(spec: str) -> Trigger:
+    # Stored specs carry their zone, so no default is needed; cached because the scheduler
+    # rebuilds a job's trigger on every fire and 1,000 jobs may fall due in one second.
+    return parse_trigger(json.loads(spec), None)
+
+
+def pick_variant(job: Job, scheduled_for: float, cursor: int | None = None) -> int | None:
+    """Which variant a fire uses: in turn (the job's cursor), or by the local time of day of
+    the fire when the variants have `from` times (the latest start at or before it; before the
+    first start, the last one, carried over from the evening before)."""
+    variants = job.template.get("variants") or []
+    if not variants:
+        return None
+    if "from" not in variants[0]:
+        return (job.variant_cursor if cursor is None else cursor) % len(variants)
+    local = datetime.fromtimestamp(scheduled_for, UTC).astimezone(ZoneInfo(job.timezone))
+    clock = local.strftime("%H:%M")
+    order = sorted(range(len(variants)), key=lambda i: variants[i]["from"])
+    chosen = order[-1]
+    for i in order:
+        if variants[i]["from"] <= clock:
+            chosen = i
+    return chosen
+
+
+def task_for_fire(job: Job, config: Config, *, variant: int | None, scheduled_for: float,
+                  kind: str, retry_count: int = 0) -> NewTask:
+    """The task of one fire: the template, the variant over it, and where it came from in
+    `meta` (job, scheduled time, fire kind)."""
+    template = {k: v for k, v in job.template.items() if k != "variants"}
+    variants = job.template.get("variants") or []
+    if variant is not None and variant < len(variants):
+        template = _overlay(template, variants[variant])
+    meta = dict(template.get("meta") or {})
+    meta.update({"job": job.name, "scheduled_for": scheduled_for, "fire": kind})
+    if retry_count:
+        meta["retry_count"] = retry_count
+    template["meta"] = meta
+    return new_task_from(template, config)
+
+
+def _overlay(template: Mapping[str, Any], variant: Mapping[str, Any]) -> dict[str, Any]:
+    return {**template, **{k: v for k, v in variant.items() if k != "from"}}
+
+
+def describe_trigger(spec: Mapping[str, Any]) -> str:
+    """A one-line trigger for tables: 'cron 30 2 * * *', 'every 30m 08:00-22:30'…"""
+    if "cron" in spec:
+        return f"cron {spec['cron']}"
+    if "calendar" in spec:
+        entries = spec["calendar"]
+        parts = [",".join(f"{k}={v}" for k, v in e.items()) for e in entries[:2]]
+        more = f" +{len(entries) - 2}" if len(entries) > 2 else ""
+        return "calendar " + "; ".join(parts) + more
+    if "every" in spec:
+        return f"every {spec['every']}" + (f" {spec['window']}" if spec.get("window") else "")
+    if "at" in spec:
+        return f"at {spec['at']}"
+    return "manual"
+
+
+def specs_by_name(specs: Sequence[JobSpec]) -> dict[str, JobSpec]:
+    return {spec.name: spec for spec in specs}
