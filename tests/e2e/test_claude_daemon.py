@@ -1,0 +1,154 @@
+"""The `claude` runtime end to end: the real daemon runs the real Claude Code CLI against a
+scripted Anthropic Messages API on 127.0.0.1."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from taskherd.model import Outcome, TaskState
+from tests.e2e.fake_anthropic import ApiError, RateLimited, StopMidStream, Text, ToolUse
+from tests.fleet import Fleet
+
+
+def toml_table(values: dict[str, str]) -> str:
+    return "{ " + ", ".join(f'{key} = "{value}"' for key, value in values.items()) + " }"
+
+
+@pytest.fixture
+def claude_fleet(tmp_path, claude_cli):
+    fleets = []
+
+    def make(api, *, max_concurrent: int = 3, max_attempts: int = 3, idle_timeout: str = "60s",
+             extra_env: dict[str, str] | None = None) -> Fleet:
+        home = tmp_path / "home"
+        home.mkdir(exist_ok=True)
+        env = api.client_env(str(home)) | {"CLAUDE_CODE_MAX_RETRIES": "2"} | (extra_env or {})
+        fleet = Fleet(tmp_path, f"""
+            [daemon]
+            database = "q.db"
+            data_dir = "data"
+            timezone = "UTC"
+            max_concurrent = {max_concurrent}
+            path = "/usr/local/bin:/usr/bin:/bin"
+
+            [roles.coder]
+            runtime = "claude"
+            binary = "{claude_cli}"
+            allowed_tools = ["Bash"]
+            workdir = "{tmp_path}"
+            env = {toml_table(env)}
+            max_attempts = {max_attempts}
+            backoff = "0.5s"
+            idle_timeout = "{idle_timeout}"
+        """)
+        fleets.append(fleet)
+        fleet.up()
+        return fleet
+
+    yield make
+    for fleet in fleets:
+        fleet.close()
+
+
+def test_tool_call_heartbeat_then_task_complete(claude_fleet, start_fake_anthropic):
+    api = start_fake_anthropic([
+        ToolUse("Bash", {"command": "taskherd heartbeat --progress 'tests written'",
+                         "description": "tell taskherd we are alive"}),
+        Text("All done.\nTASK_COMPLETE: fixed the login bug"),
+    ])
+    fleet = claude_fleet(api)
+    task = fleet.add("fix login", role="coder", prompt="Fix the login bug")
+    done = fleet.wait_final(task.id, timeout=60)
+    assert done.state is TaskState.COMPLETED and done.summary == "fixed the login bug"
+    [run] = fleet.store.runs_of_task(task.id)
+    assert run.progress == "tests written"  # the heartbeat the tool call sent was seen
+    assert run.session_id and run.turns == 2
+    assert run.cost_usd is not None and run.cost_usd > 0
+    assert run.input_tokens > 0 and run.output_tokens > 0
+    assert api.tool_results() and not api.tool_results()[0].get("is_error")
+
+
+def test_rate_limit_cools_the_runtime_down_without_a_strike(claude_fleet, start_fake_anthropic):
+    api = start_fake_anthropic([RateLimited(retry_after_seconds=60)],
+                               after_script=Text("TASK_COMPLETE: after the limit"))
+    fleet = claude_fleet(api, max_concurrent=1)
+    first = fleet.add("first", role="coder", prompt="one")
+    second = fleet.add("second", role="coder", prompt="two")
+    cooldown = fleet.wait_until(lambda: fleet.store.active_cooldowns(time.time()),
+                                timeout=30, what="a cooldown")[0]
+    limited_at = time.time()
+    assert cooldown.runtime == "claude" and cooldown.until > limited_at + 3000  # default 1 h
+    run = fleet.wait_until(lambda: (r := fleet.store.runs_of_task(first.id)[-1]).ended_at and r,
+                           what="the limited run to end")
+    assert run.outcome is Outcome.RATE_LIMITED and run.ended_at - limited_at < 5
+    assert not psutil.pid_exists(run.pid)
+    task = fleet.store.get_task(first.id)
+    assert task.state is TaskState.READY and task.attempts == 0
+    status = fleet.cli("status").stdout
+    assert "claude is rate-limited until" in status
+    # While it cools down nothing of that runtime starts, over several dispatcher passes.
+    passes = fleet.daemon_log.read_text().count("dispatch pass")
+    fleet.wait_until(lambda: fleet.daemon_log.read_text().count("dispatch pass") >= passes + 3,
+                     what="three more dispatcher passes")
+    assert fleet.store.runs_of_task(second.id) == []
+    assert len(fleet.store.runs_of_task(first.id)) == 1
+    fleet.cli("cooldown", "clear", "claude")
+    assert fleet.wait_final(first.id, timeout=60).state is TaskState.COMPLETED
+    assert fleet.wait_final(second.id, timeout=60).state is TaskState.COMPLETED
+
+
+def test_the_rate_limit_storm_spawns_one_wave_and_strikes_nothing(claude_fleet, start_fake_anthropic):
+    """The seeds' WQ-719 retried 319 times; here 150 tasks meet a 429 wall."""
+    api = start_fake_anthropic([], after_script=RateLimited(retry_after_seconds=60))
+    fleet = claude_fleet(api, max_concurrent=3)
+    tasks = [fleet.store.enqueue(_new(f"storm {i}"), time.time()).task for i in range(150)]
+    from taskherd import wake
+
+    wake.notify(fleet.data_dir)
+    fleet.wait_until(lambda: fleet.store.active_cooldowns(time.time()), timeout=30,
+                     what="the cooldown")
+    fleet.wait_until(lambda: not fleet.store.open_runs(), timeout=30, what="the wave to end")
+    passes = fleet.daemon_log.read_text().count("dispatch pass")
+    fleet.wait_until(lambda: fleet.daemon_log.read_text().count("dispatch pass") >= passes + 3,
+                     what="three more dispatcher passes")
+    runs = [run for task in tasks for run in fleet.store.runs_of_task(task.id)]
+    assert 1 <= len(runs) <= 3
+    assert all(run.outcome is Outcome.RATE_LIMITED for run in runs)
+    assert all(fleet.store.get_task(t.id).attempts == 0 for t in tasks)
+    assert sum(1 for t in tasks if fleet.store.get_task(t.id).state is TaskState.READY) == 150
+
+
+def test_a_stream_that_stops_is_stalled_and_its_process_group_killed(claude_fleet,
+                                                                     start_fake_anthropic):
+    api = start_fake_anthropic([StopMidStream(after_events=3)])
+    fleet = claude_fleet(api, max_attempts=1, idle_timeout="3s")
+    task = fleet.add("hangs", role="coder", prompt="work")
+    fleet.wait_final(task.id, timeout=60)
+    [run] = fleet.store.runs_of_task(task.id)
+    assert run.outcome is Outcome.STALLED
+    last_output = max(run.heartbeat_at or 0, run.spawned_at)
+    assert run.ended_at - run.spawned_at < 60
+    assert run.ended_at - last_output <= 3 + 2 + 15  # idle window + 2 s (+ the CLI's start-up)
+    assert not any(p.info["pid"] == run.pid for p in psutil.process_iter(["pid"]))
+
+
+def test_an_error_result_strikes_retries_and_ends_dead_with_the_error(claude_fleet,
+                                                                      start_fake_anthropic):
+    api = start_fake_anthropic([], after_script=ApiError(400, message="unknown field: tool_choice"))
+    fleet = claude_fleet(api, max_attempts=2)
+    task = fleet.add("too long", role="coder", prompt="x")
+    dead = fleet.wait_final(task.id, timeout=90)
+    runs = fleet.store.runs_of_task(task.id)
+    assert dead.state is TaskState.DEAD and dead.attempts == 2
+    assert [r.outcome for r in runs] == [Outcome.FAILED, Outcome.FAILED]
+    assert dead.last_error.startswith("API error 400")
+    assert runs[1].claimed_at >= runs[0].ended_at + 0.5  # backoff
+
+
+def _new(title: str):
+    from taskherd.model import NewTask
+
+    return NewTask(role="coder", title=title, prompt=title)
