@@ -159,7 +159,17 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
         raise ConfigError("jobs must be an array of tables ([[jobs]])")
     if jobs and daemon.timezone is None:
         raise ConfigError("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
-    return Config(daemon, roles, pools, tuple(jobs), source)
+    config = Config(daemon, roles, pools, tuple(jobs), source)
+    if jobs:
+        # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
+        # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
+        from taskherd.jobs import JobError, parse_jobs
+
+        try:
+            parse_jobs(config)
+        except JobError as error:
+            raise ConfigError(str(error)) from error
+    return config
 
 
 def default_data_dir() -> Path:

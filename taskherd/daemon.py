@@ -18,9 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from taskherd import wake
-from taskherd.config import Config
+from taskherd.config import Config, ConfigError, load_config
 from taskherd.dispatcher import Dispatcher
 from taskherd.monitor import Monitor
+from taskherd.scheduler import Scheduler
 from taskherd.store import Store, StoreError, open_store
 from taskherd.supervisor import Supervisor
 
@@ -84,10 +85,18 @@ class Daemon:
         self.lock = NodeLock(config.daemon.database, config.daemon.node)
         self.store: Store | None = None
         self._wake = asyncio.Event()
+        self._schedule = asyncio.Event()  # the scheduler's own: job changes, reloads, task ends
+        self._reload = False
         self._stop = asyncio.Event()
 
     def wake(self) -> None:
         self._wake.set()
+        self._schedule.set()
+
+    def reload(self) -> None:
+        """SIGHUP / `taskherd reload`: re-read the config file and sync its jobs."""
+        self._reload = True
+        self.wake()
 
     def stop(self) -> None:
         self._stop.set()
@@ -111,6 +120,8 @@ class Daemon:
         self._install_signals()
         listener = await wake.listen(daemon.data_dir, self.wake)
         self._reconcile(store, supervisor)
+        scheduler = Scheduler(self.config, store, self.clock)
+        log.info("jobs synced from the config: %s", _summary(scheduler.sync_config()))
         if not self.config.roles:
             log.warning("no roles are configured: tasks will wait (add [roles.NAME] to the config)")
         log.info("taskherd up: node %s, database %s, max_concurrent %s", daemon.node,
@@ -120,6 +131,7 @@ class Daemon:
             asyncio.create_task(self._every(CHECK_INTERVAL, supervisor.check), name="supervisor"),
             asyncio.create_task(self._every(monitor.settings.interval, monitor.run_once),
                                 name="monitor"),
+            asyncio.create_task(self._schedule_loop(scheduler), name="scheduler"),
         ]
         try:
             stopped = asyncio.create_task(self._stop.wait())
@@ -167,6 +179,40 @@ class Daemon:
             except asyncio.TimeoutError:
                 pass
 
+    async def _schedule_loop(self, scheduler: Scheduler) -> None:
+        """Sleep until the earliest next_run_at or a nudge; never a fixed tick."""
+        while True:
+            self._schedule.clear()
+            if self._reload:
+                self._reload = False
+                self._reload_jobs(scheduler)
+            now = self.clock()
+            try:
+                counts = scheduler.run_once(now)
+                if counts.get("fired"):
+                    self._wake.set()  # the dispatcher: new tasks are ready
+                    log.info("scheduler: %s", dict(counts))
+                wake_at = scheduler.next_wake(now)
+            except StoreError as error:
+                log.error("scheduler: %s", error)
+                wake_at = None
+            limit = scheduler.settings.max_sleep
+            timeout = limit if wake_at is None else min(max(wake_at - self.clock(), 0.0), limit)
+            try:
+                await asyncio.wait_for(self._schedule.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    def _reload_jobs(self, scheduler: Scheduler) -> None:
+        if self.config.source is None:
+            log.warning("reload: the daemon was started without a config file; nothing to re-read")
+            return
+        try:
+            config = load_config(self.config.source)
+            log.info("reloaded %s: %s", config.source, _summary(scheduler.reload(config)))
+        except (ConfigError, OSError) as error:
+            log.error("reload refused, the jobs stay as they were: %s", error)
+
     async def _every(self, interval: float, service: Callable[[float], object]) -> None:
         while True:
             try:
@@ -179,7 +225,11 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stop)
-        loop.add_signal_handler(signal.SIGHUP, self.wake)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+
+def _summary(sync: dict[str, list[str]]) -> str:
+    return ", ".join(f"{len(names)} {what}" for what, names in sync.items() if names) or "no jobs"
 
 
 def run_daemon(config: Config) -> None:

@@ -264,10 +264,18 @@ def describe_trigger(spec: Mapping[str, Any]) -> str:
         more = f" +{len(entries) - 2}" if len(entries) > 2 else ""
         return "calendar " + "; ".join(parts) + more
     if "every" in spec:
-        return f"every {spec['every']}" + (f" {spec['window']}" if spec.get("window") else "")
+        return f"every {_human(spec['every'])}" + (f" {spec['window']}" if spec.get("window") else "")
     if "at" in spec:
         return f"at {spec['at']}"
     return "manual"
+
+
+def _human(every: str) -> str:
+    seconds = int(float(str(every).rstrip("s")))
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def specs_by_name(specs: Sequence[JobSpec]) -> dict[str, JobSpec]:

@@ -8,6 +8,8 @@ from taskherd import __version__
 from taskherd.cli.agent import REPORT_COMMANDS, heartbeat_command
 from taskherd.cli.cooldown import cooldown_group
 from taskherd.cli.daemon import stop_command, up_command
+from taskherd.cli.jobs import jobs_group, reload_command
+from taskherd.cli.runs import runs_group
 from taskherd.cli.doctor import doctor_command
 from taskherd.cli.service import service_group
 from taskherd.cli.setup import init_command
@@ -35,6 +37,9 @@ cli.add_command(cooldown_group)
 cli.add_command(up_command)
 cli.add_command(stop_command)
 cli.add_command(heartbeat_command)
+cli.add_command(jobs_group)
+cli.add_command(runs_group)
+cli.add_command(reload_command)
 cli.add_command(service_group)
 cli.add_command(doctor_command)
 for report_command in REPORT_COMMANDS:

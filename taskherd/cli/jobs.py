@@ -1,0 +1,396 @@
+"""`taskherd jobs …` and `taskherd reload`: schedules that create tasks.
+
+Jobs made here are stored with source 'cli' and never touched by a config sync; jobs from
+taskherd.toml are changed in the file (then `taskherd reload`). `jobs next` shows when a job,
+or an expression, would fire, so a schedule can be checked before it is trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import click
+
+from taskherd.cli.common import (
+    BadInput,
+    Refused,
+    format_time,
+    get_config,
+    json_option,
+    notify_daemon,
+    now,
+    print_json,
+    print_table,
+    store_for,
+)
+from taskherd.config import ConfigError, load_config
+from taskherd.jobs import (
+    JobError,
+    describe_trigger,
+    parse_job,
+    trigger_of,
+)
+from taskherd.schedules import ScheduleError, next_fires, parse_trigger
+from taskherd.scheduler import schedule_start
+from taskherd.store import Store
+from taskherd.store.jobs import Job, JobNotFound, JobRefused
+
+TRIGGER_OPTIONS = ("cron", "calendar", "every", "window", "at", "manual")
+
+
+@click.group("jobs")
+def jobs_group() -> None:
+    """Schedules that create tasks: list, inspect, add, change, run now, preview."""
+
+
+@contextmanager
+def job_store(ctx: click.Context) -> Iterator[Store]:
+    with store_for(ctx) as store:
+        try:
+            yield store
+        except JobNotFound as error:
+            raise BadInput(str(error)) from error
+        except JobRefused as error:
+            raise Refused(str(error)) from error
+
+
+def trigger_options(command: Any) -> Any:
+    options = [
+        click.option("--cron", help="5-field cron expression or @hourly/@daily/…"),
+        click.option("--calendar", multiple=True,
+                     help="launchd-style entry 'hour=9,minute=0[,weekday=1,day=,month=]' "
+                          "(repeat for several) or a JSON list."),
+        click.option("--every", help="An interval such as '30m' (1s to 1d)."),
+        click.option("--window", help="Daily window for --every, e.g. '08:00-22:30'."),
+        click.option("--at", help="One-shot ISO date-time, read in the job's zone."),
+        click.option("--manual", is_flag=True, default=None, help="No trigger: run by hand only."),
+        click.option("--tz", "timezone", help="IANA zone (default: [daemon] timezone)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def job_options(command: Any) -> Any:
+    options = [
+        click.option("--role", "-r", help="Role that runs its tasks."),
+        click.option("--title", help="Task title (default: the job's name)."),
+        click.option("--prompt", "-p", help="The agent's instructions."),
+        click.option("--priority", "-P", help="P0 (first) … P3."),
+        click.option("--pool", help="A pool from [pools]."),
+        click.option("--dedup-key", help="Skip a fire while a task with this key is open."),
+        click.option("--max-attempts", type=int, help="Strikes before a task goes to dead."),
+        click.option("--overlap", type=click.Choice(["skip", "allow", "queue"]),
+                     help="When the previous task is still open (default skip)."),
+        click.option("--missed-fire", type=click.Choice(["skip", "once", "all"]),
+                     help="Fires missed while down (default once)."),
+        click.option("--max-retries", type=int, help="Retries of a failed fire (30s × 2^(n−1))."),
+        click.option("--variant", "variants", multiple=True,
+                     help="A prompt to rotate through, in order (repeat for each)."),
+        click.option("--delete-after-run/--keep-after-run", default=None,
+                     help="Delete the job once its fire has run (for --at)."),
+        click.option("--enabled/--disabled", default=None, help="Start enabled (default)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return trigger_options(command)
+
+
+@jobs_group.command("list")
+@json_option
+@click.pass_context
+def list_command(ctx: click.Context, as_json: bool) -> None:
+    """List jobs with their trigger, next fire and last outcome."""
+    with job_store(ctx) as store:
+        jobs = store.list_jobs()
+        last = {job.name: next(iter(store.list_fires(job=job.name, limit=1)), None) for job in jobs}
+    if as_json:
+        print_json([job.to_dict() | {"last_fire": f.to_dict() if (f := last[job.name]) else None}
+                    for job in jobs])
+        return
+    print_table(
+        ["name", "on", "source", "trigger", "zone", "next", "last", "fails"],
+        [[j.name, "yes" if j.enabled else "no", j.source, describe_trigger(j.trigger), j.timezone,
+          format_time(j.next_run_at) if j.enabled else "-",
+          last[j.name].status if last[j.name] else None, j.failures] for j in jobs],
+    )
+
+
+@jobs_group.command("get")
+@click.argument("name")
+@click.option("--fires", "fire_count", type=click.IntRange(min=0), default=10, show_default=True,
+              help="How many recent fires to show.")
+@json_option
+@click.pass_context
+def get_command(ctx: click.Context, name: str, fire_count: int, as_json: bool) -> None:
+    """One job: its definition, state and recent fires."""
+    with job_store(ctx) as store:
+        job = store.get_job(name)
+        fires = store.list_fires(job=name, limit=fire_count) if fire_count else []
+    if as_json:
+        print_json(job.to_dict() | {"fires": [fire.to_dict() for fire in fires]})
+        return
+    for key, value in _job_lines(job):
+        click.echo(f"{key:>14}: {value}")
+    if fires:
+        click.echo("")
+        print_table(
+            ["fire", "scheduled", "kind", "status", "task", "retry", "took", "summary / error"],
+            [[f.id, format_time(f.scheduled_for), f.kind, f.status, f.task_id,
+              f"{f.retry_count} of {f.retry_of}" if f.retry_of else None,
+              f"{f.duration:.1f}s" if f.duration is not None else None,
+              _clip(f.summary or f.error or "", 60)] for f in fires],
+        )
+
+
+def _job_lines(job: Job) -> list[tuple[str, Any]]:
+    return [
+        ("name", job.name), ("source", job.source), ("enabled", job.enabled),
+        ("trigger", describe_trigger(job.trigger)), ("timezone", job.timezone),
+        ("role", job.template.get("role")), ("title", job.template.get("title")),
+        ("overlap", job.overlap), ("missed_fire", job.missed_fire),
+        ("max_retries", job.max_retries), ("next run", format_time(job.next_run_at)),
+        ("schedule at", format_time(job.schedule_at)), ("failures", job.failures),
+        ("backoff until", format_time(job.backoff_until)), ("retry at", format_time(job.retry_at)),
+        ("queued", job.queued), ("open tasks", job.open_fires),
+        ("variants", len(job.template.get("variants") or [])),
+        ("delete after", job.delete_after_run),
+    ]
+
+
+@jobs_group.command("add")
+@click.argument("name")
+@job_options
+@json_option
+@click.pass_context
+def add_command(ctx: click.Context, name: str, as_json: bool, **options: Any) -> None:
+    """Add a job (stored with source 'cli'; a config sync leaves it alone)."""
+    table = {"name": name} | _table_from_options(options)
+    started = now()
+    spec = _parse(ctx, table, started)
+    with job_store(ctx) as store:
+        try:
+            existing = store.get_job(name)
+        except JobNotFound:
+            existing = None
+        if existing is not None:
+            raise Refused(f"a job named {name!r} already exists (source {existing.source}); "
+                          "use `taskherd jobs update`")
+        job = store.upsert_job(spec.definition(), source="cli", now=started,
+                               schedule_at=schedule_start(spec.trigger, started)).job
+    notify_daemon(ctx)
+    _echo_job(job, "added", as_json)
+
+
+@jobs_group.command("update")
+@click.argument("name")
+@job_options
+@json_option
+@click.pass_context
+def update_command(ctx: click.Context, name: str, as_json: bool, **options: Any) -> None:
+    """Change a CLI-made job; options not given keep their value."""
+    started = now()
+    with job_store(ctx) as store:
+        job = store.get_job(name)
+        if job.source != "cli":
+            raise Refused(f"job {name!r} comes from the config file: change it there, "
+                          "then `taskherd reload`")
+        table = _stored_table(job)
+        changes = _table_from_options(options)
+        if any(key in changes for key in TRIGGER_OPTIONS):
+            for key in (*TRIGGER_OPTIONS, "timezone"):
+                table.pop(key, None)
+            table.setdefault("timezone", job.timezone)
+        table.update(changes)
+        spec = _parse(ctx, table, started)
+        job = store.upsert_job(spec.definition(), source="cli", now=started,
+                               schedule_at=schedule_start(spec.trigger, started)).job
+    notify_daemon(ctx)
+    _echo_job(job, "updated", as_json)
+
+
+def _stored_table(job: Job) -> dict[str, Any]:
+    table = {"name": job.name, **job.template, **job.trigger}
+    table.update(overlap=job.overlap, missed_fire=job.missed_fire, max_retries=job.max_retries,
+                 delete_after_run=job.delete_after_run, enabled=job.enabled)
+    return table
+
+
+def _table_from_options(options: dict[str, Any]) -> dict[str, Any]:
+    table = {key: value for key, value in options.items()
+             if value is not None and key not in ("calendar", "variants")}
+    if options.get("calendar"):
+        table["calendar"] = _calendar(options["calendar"])
+    if options.get("variants"):
+        table["variants"] = [{"prompt": prompt} for prompt in options["variants"]]
+    return table
+
+
+def _calendar(entries: tuple[str, ...]) -> Any:
+    if len(entries) == 1 and entries[0].lstrip().startswith(("[", "{")):
+        try:
+            return json.loads(entries[0])
+        except json.JSONDecodeError as error:
+            raise BadInput(f"--calendar {entries[0]!r}: not valid JSON: {error.msg}") from error
+    parsed = []
+    for entry in entries:
+        table: dict[str, Any] = {}
+        for part in filter(None, (p.strip() for p in entry.split(","))):
+            key, sep, value = part.partition("=")
+            if not sep or not value.strip().lstrip("-").isdigit():
+                raise BadInput(f"--calendar {entry!r}: expected key=number pairs such as "
+                               "'hour=9,minute=0' (keys: minute, hour, day, month, weekday)")
+            table[key.strip()] = int(value)
+        parsed.append(table)
+    return parsed
+
+
+def _parse(ctx: click.Context, table: dict[str, Any], started: float) -> Any:
+    config = get_config(ctx)
+    try:
+        spec = parse_job(table, config)
+    except JobError as error:
+        raise BadInput(str(error)) from error
+    if spec.trigger.kind == "at" and schedule_start(spec.trigger, started) is None:
+        raise BadInput(f"at: {table.get('at')!r} is in the past; accepted: a future date-time")
+    return spec
+
+
+def _echo_job(job: Job, verb: str, as_json: bool) -> None:
+    if as_json:
+        print_json(job.to_dict())
+    else:
+        nxt = format_time(job.next_run_at) if job.enabled and job.next_run_at else "never by itself"
+        click.echo(f"{verb} job {job.name!r} ({describe_trigger(job.trigger)} {job.timezone}); "
+                   f"next fire: {nxt}")
+
+
+@jobs_group.command("enable")
+@click.argument("name")
+@click.pass_context
+def enable_command(ctx: click.Context, name: str) -> None:
+    """Enable a job; its schedule restarts from now (missed fires are not caught up)."""
+    started = now()
+    with job_store(ctx) as store:
+        job = store.get_job(name)
+        job = store.set_job_enabled(name, True, started, schedule_start(trigger_of(job), started))
+    notify_daemon(ctx)
+    click.echo(f"enabled job {name!r}; next fire: {format_time(job.next_run_at)}")
+
+
+@jobs_group.command("disable")
+@click.argument("name")
+@click.pass_context
+def disable_command(ctx: click.Context, name: str) -> None:
+    """Disable a job (a config job is enabled again by the next sync unless the file says so)."""
+    with job_store(ctx) as store:
+        store.set_job_enabled(name, False, now())
+    notify_daemon(ctx)
+    click.echo(f"disabled job {name!r}")
+
+
+@jobs_group.command("delete")
+@click.argument("name")
+@click.pass_context
+def delete_command(ctx: click.Context, name: str) -> None:
+    """Delete a CLI-made job; its fire history is kept."""
+    with job_store(ctx) as store:
+        job = store.get_job(name)
+        if job.source != "cli":
+            raise Refused(f"job {name!r} comes from the config file: remove it there, "
+                          "then `taskherd reload` (it is disabled, its history kept)")
+        store.delete_job(name)
+    notify_daemon(ctx)
+    click.echo(f"deleted job {name!r}")
+
+
+@jobs_group.command("run")
+@click.argument("name")
+@click.pass_context
+def run_command(ctx: click.Context, name: str) -> None:
+    """Fire the job at the scheduler's next tick, without moving its schedule."""
+    with job_store(ctx) as store:
+        store.request_run_now(name, now())
+    notify_daemon(ctx)
+    click.echo(f"job {name!r} fires at the next tick")
+
+
+@jobs_group.command("next")
+@click.argument("name", required=False)
+@trigger_options
+@click.option("--count", "-n", type=click.IntRange(1, 1000), default=5, show_default=True)
+@click.option("--from", "start", help="Start from this ISO date-time instead of now.")
+@json_option
+@click.pass_context
+def next_command(ctx: click.Context, name: str | None, count: int, start: str | None,
+                 as_json: bool, **options: Any) -> None:
+    """The next fire times of a job, or of an expression (--cron/--every/--calendar/--at)."""
+    trigger = _preview_trigger(ctx, name, options)
+    moment = _start(start, trigger.tz)
+    fires = next_fires(trigger, moment, count)
+    if as_json:
+        print_json([{"local": f.astimezone(trigger.tz).isoformat(), "utc": f.isoformat(),
+                     "unix": f.timestamp()} for f in fires])
+        return
+    if not fires:
+        click.echo("no fire times: this trigger never fires again (or only by hand)")
+    for fire in fires:
+        local = fire.astimezone(trigger.tz)
+        click.echo(f"{local:%Y-%m-%d %H:%M:%S %Z (%a)}   {fire:%Y-%m-%d %H:%M:%S} UTC")
+
+
+def _preview_trigger(ctx: click.Context, name: str | None, options: dict[str, Any]) -> Any:
+    table = _table_from_options({k: v for k, v in options.items() if v not in (None, ())})
+    given = [key for key in TRIGGER_OPTIONS if key in table]
+    if name is not None and given:
+        raise BadInput("give a job name or a trigger (--cron, --every, …), not both")
+    if name is not None:
+        with job_store(ctx) as store:
+            return trigger_of(store.get_job(name))
+    if not given:
+        raise BadInput("give a job name or a trigger: --cron, --every [--window], --calendar or --at")
+    try:
+        return parse_trigger(table, get_config(ctx).daemon.timezone)
+    except ScheduleError as error:
+        raise BadInput(str(error)) from error
+
+
+def _start(text: str | None, tz: ZoneInfo) -> datetime:
+    if text is None:
+        return datetime.fromtimestamp(now(), UTC)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as error:
+        raise BadInput(f"--from {text!r}: expected an ISO date-time such as 2026-03-08T00:00")\
+            from error
+    return moment if moment.tzinfo else moment.replace(tzinfo=tz)
+
+
+@click.command("reload")
+@click.pass_context
+def reload_command(ctx: click.Context) -> None:
+    """Check the config file, then have the running daemon re-read it and sync its jobs."""
+    from taskherd.daemon import NodeLock  # late: the daemon module pulls in every service
+
+    try:
+        config = load_config(ctx.find_root().params.get("config"))
+    except ConfigError as error:
+        raise BadInput(str(error)) from error
+    pid = NodeLock(config.daemon.database, config.daemon.node).holder_pid()
+    if pid is None:
+        raise Refused(f"no daemon is running for node {config.daemon.node!r}; "
+                      "its jobs are synced when it starts")
+    os.kill(pid, signal.SIGHUP)
+    click.echo(f"config OK ({len(config.jobs)} jobs); daemon pid {pid} is reloading it")
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
