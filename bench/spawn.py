@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from taskherd import procs  # noqa: E402
+from taskherd import procs
 
 AGENT = ["date", "+%s.%N"]
 
@@ -52,7 +52,7 @@ async def spawn_batch_with_shim(log_dir: Path, first: int, size: int, env: dict)
     return [agent_start_time(process.log_path) - called_at for called_at, process in started]
 
 
-async def spawn_batch_bare(log_dir: Path, first: int, size: int, env: dict) -> list[float]:
+def spawn_batch_bare(log_dir: Path, first: int, size: int, env: dict) -> list[float]:
     started = []
     for index in range(first, first + size):
         log_path = log_dir / f"bare-{index}.log"
@@ -66,12 +66,21 @@ async def spawn_batch_bare(log_dir: Path, first: int, size: int, env: dict) -> l
     return [agent_start_time(log_path) - called_at for called_at, _, log_path in started]
 
 
-async def measure(batch, count: int, concurrency: int, env: dict) -> list[float]:
+def measure_bare(count: int, concurrency: int, env: dict) -> list[float]:
     latencies = []
     with tempfile.TemporaryDirectory(prefix="taskherd-bench-") as log_dir:
         for first in range(0, count, concurrency):
             size = min(concurrency, count - first)
-            latencies += await batch(Path(log_dir), first, size, env)
+            latencies += spawn_batch_bare(Path(log_dir), first, size, env)
+    return latencies
+
+
+async def measure_shim(count: int, concurrency: int, env: dict) -> list[float]:
+    latencies = []
+    with tempfile.TemporaryDirectory(prefix="taskherd-bench-") as log_dir:
+        for first in range(0, count, concurrency):
+            size = min(concurrency, count - first)
+            latencies += await spawn_batch_with_shim(Path(log_dir), first, size, env)
     return latencies
 
 
@@ -99,8 +108,8 @@ def main() -> None:
     print(f"{args.count} spawns of {' '.join(AGENT)}, {args.concurrency} at a time, "
           f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
 
-    bare = asyncio.run(measure(spawn_batch_bare, args.count, args.concurrency, env))
-    shim = asyncio.run(measure(spawn_batch_with_shim, args.count, args.concurrency, env))
+    bare = measure_bare(args.count, args.concurrency, env)
+    shim = asyncio.run(measure_shim(args.count, args.concurrency, env))
     floor_p50, floor_p99 = report("bare Popen (floor)", bare)
     shim_p50, shim_p99 = report(f"spawn() via shim {args.shim_flags}", shim)
     for stage, latencies in SHIM_BREAKDOWN.items():

@@ -13,6 +13,7 @@ never learn the exit status by waitpid().
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
@@ -224,14 +225,13 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
     # A file, not a pipe: output survives the daemon's death and nothing
     # blocks when nobody reads.
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
     try:
-        popen = subprocess.Popen(shim_argv, stdin=stdin, stdout=log_fd, stderr=log_fd,
-                                 env=env, cwd=cwd, start_new_session=True, close_fds=True)
+        with (open(stdin_path, "rb") if stdin_path
+              else contextlib.nullcontext(subprocess.DEVNULL)) as stdin:
+            popen = subprocess.Popen(shim_argv, stdin=stdin, stdout=log_fd, stderr=log_fd,
+                                     env=env, cwd=cwd, start_new_session=True, close_fds=True)
     finally:
         os.close(log_fd)
-        if stdin_path:
-            stdin.close()
     # The shim is our unreaped child, so even if it already exited its create
     # time is still readable.
     started_at = psutil.Process(popen.pid).create_time()

@@ -55,13 +55,11 @@ def _write_exit_file(exit_path, code, signum, agent_pid):
     # temp + rename: a reader (a restarted daemon) sees no file or a whole one,
     # never a half-written status. No fsync: the file must survive the daemon's
     # death (page cache does), not a power cut, after which every agent is dead.
-    text = '{"code": %s, "signal": %s, "agent_pid": %d, "ended_at": %.6f}\n' % (
-        "null" if code is None else code,
-        "null" if signum is None else signum,
-        agent_pid,
-        time.time(),
-    )
-    temp_path = "%s.tmp.%d" % (exit_path, os.getpid())
+    code_json = "null" if code is None else code
+    signal_json = "null" if signum is None else signum
+    text = (f'{{"code": {code_json}, "signal": {signal_json}, '
+            f'"agent_pid": {agent_pid}, "ended_at": {time.time():.6f}}}\n')
+    temp_path = f"{exit_path}.tmp.{os.getpid()}"
     fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, text.encode())
@@ -73,7 +71,7 @@ def _write_exit_file(exit_path, code, signum, agent_pid):
 def _write_header(header_prefix):
     # One os.write on an O_APPEND fd: the line lands whole, before the agent
     # exists, so even an empty run leaves proof it was born.
-    fields = '"pid": %d, "time": %.6f}' % (os.getpid(), time.time())
+    fields = f'"pid": {os.getpid()}, "time": {time.time():.6f}}}'
     sep = "" if header_prefix.rstrip().endswith("{") else ", "
     os.write(1, ("# taskherd " + header_prefix + sep + fields + "\n").encode())
 
@@ -96,7 +94,7 @@ def main(args):
     try:
         agent_pid = _start_agent(argv)
     except OSError as error:
-        os.write(2, ("# taskherd exec failed: %s: %s\n" % (argv[0], error)).encode())
+        os.write(2, f"# taskherd exec failed: {argv[0]}: {error}\n".encode())
         _write_exit_file(exit_path, EXEC_FAILED_CODE, None, 0)
         return EXEC_FAILED_CODE
     _agent_pid = agent_pid

@@ -317,7 +317,8 @@ def test_agent_gets_default_sigpipe(run):
 def test_shim_records_exec_failure(tmp_path):
     exit_path = tmp_path / "x.exit"
     shim = subprocess.run([sys.executable, "-I", "-S", procs.SHIM_PATH, str(exit_path), "{",
-                           "--", str(tmp_path / "missing")], capture_output=True, text=True)
+                           "--", str(tmp_path / "missing")],
+                          check=False, capture_output=True, text=True)
     assert shim.returncode == 127
     assert procs.read_exit_file(exit_path).code == 127
     assert shim.stdout.startswith("# taskherd {") and "exec failed" in shim.stderr
