@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sqlite3
@@ -217,10 +216,7 @@ class SQLiteStore(SQLiteJobs, Store):
         self, run_id: int, result: RunResult, policy: RetryPolicy, now: float
     ) -> Finished:
         with self._write() as db:
-            run = _get_run(db, run_id)
-            if run.ended_at is not None:
-                raise StoreError(f"run {run_id} already ended ({run.outcome.value})")
-            return _finish(db, run, _get_task(db, run.task_id), result, policy, now)
+            return _finish(db, run_id, result, policy, now)
 
     def report(self, run_id: int, verdict: str, now: float, summary: str | None = None) -> Run:
         if verdict not in REPORTS:
@@ -257,9 +253,7 @@ class SQLiteStore(SQLiteJobs, Store):
                 if run_row is None:
                     continue  # a lease without a run cannot be made by claim; nothing to end
                 lost = RunResult(Outcome.LOST, error="lease expired: no node renewed it")
-                rescued.append(
-                    _finish(db, Run.from_row(run_row), task, lost, policy_for(task.role), now)
-                )
+                rescued.append(_finish(db, run_row["id"], lost, policy_for(task.role), now))
         return rescued
 
     # -- a person's transitions ----------------------------------------------------------
@@ -349,21 +343,11 @@ class SQLiteStore(SQLiteJobs, Store):
 
 
 def _finish(
-    db: sqlite3.Connection,
-    run: Run,
-    task: Task,
-    result: RunResult,
-    policy: RetryPolicy,
-    now: float,
+    db: sqlite3.Connection, run_id: int, result: RunResult, policy: RetryPolicy, now: float
 ) -> Finished:
-    """End `run` with `result` and settle its task, inside the caller's transaction."""
-    recent_rate_limits = 0
-    if result.outcome is Outcome.RATE_LIMITED:
-        window = {"task_id": task.id, "since": now - 24 * 3600}
-        recent_rate_limits = db.execute(Q["recent_rate_limits"], window).fetchone()[0]
-    settlement = settle(task, result, policy, now, recent_rate_limits)
+    """End the run with `result` and settle its task, inside the caller's transaction."""
     run_fields = {
-        "run_id": run.id,
+        "run_id": run_id,
         "now": now,
         "outcome": result.outcome.value,
         "exit_code": result.exit_code,
@@ -375,7 +359,18 @@ def _finish(
         "turns": result.turns,
         "session_id": result.session_id,
     }
-    db.execute(Q["end_run"], run_fields)
+    ended = _one(db.execute(Q["end_run"], run_fields))
+    if ended is None:
+        run = _get_run(db, run_id)  # raises RunNotFound for an unknown id
+        raise StoreError(f"run {run_id} already ended ({run.outcome.value})")
+    run = Run.from_row(ended)
+    task = _get_task(db, run.task_id)
+    recent_rate_limits = 0
+    if result.outcome is Outcome.RATE_LIMITED:
+        window = {"task_id": task.id, "since": now - 24 * 3600}
+        # The run just ended is among them; the policy counts the ones before it.
+        recent_rate_limits = db.execute(Q["recent_rate_limits"], window).fetchone()[0] - 1
+    settlement = settle(task, result, policy, now, recent_rate_limits)
     task_fields = {
         "task_id": task.id,
         "now": now,
@@ -390,19 +385,7 @@ def _finish(
         "reason": settlement.reason,
     }
     row = _one(db.execute(Q["settle_task"], task_fields))
-    ended = dataclasses.replace(
-        run,
-        ended_at=now,
-        outcome=result.outcome,
-        **{key: run_fields[key] for key in _RUN_RESULT_FIELDS},
-    )
-    return Finished(ended, Task.from_row(row) if row else task, moved=row is not None)
-
-
-_RUN_RESULT_FIELDS = (
-    "exit_code", "summary", "error", "cost_usd", "input_tokens", "output_tokens", "turns",
-    "session_id",
-)
+    return Finished(run, Task.from_row(row) if row else task, moved=row is not None)
 
 
 def _task_params(new: NewTask, now: float) -> dict[str, Any]:

@@ -33,3 +33,17 @@ def test_impossible_rows_are_refused(db, statement):
     db.execute("PRAGMA foreign_keys = ON")
     with pytest.raises(sqlite3.IntegrityError):
         db.execute(statement)
+
+
+def test_records_have_exactly_the_columns_of_their_tables(tmp_path):
+    """Task and Run are built straight from rows: a column without a field (or the reverse)
+    would go unnoticed there, so the schema and the records must agree."""
+    import dataclasses
+
+    from taskherd.model import Run, Task
+
+    store = SQLiteStore(tmp_path / "q.db")
+    for table, record in (("tasks", Task), ("runs", Run)):
+        columns = {row[1] for row in store._conn.execute(f"PRAGMA table_info({table})")}
+        assert columns == {field.name for field in dataclasses.fields(record)}, table
+    store.close()

@@ -32,9 +32,9 @@ SELECT state, role, count(*) AS n FROM tasks GROUP BY state, role ORDER BY role,
 -- name: claim_next
 -- The sub-select walks tasks_ready in (priority, id) order: P0 first, FIFO within a priority.
 -- :roles and :full_pools are JSON arrays (NULL = no filter) so the statement stays static.
--- INDEXED BY: without statistics the planner prefers tasks_state_role (state = ?) and then
--- sorts every ready task in a temp B-tree on each claim, O(backlog) per claim: with a
--- 5,000-task backlog claim+complete ran at 636/s instead of thousands (bench/queue.py).
+-- INDEXED BY: without statistics the planner may pick another index and then sort every
+-- ready task in a temp B-tree on each claim, O(backlog) per claim: with a 5,000-task backlog
+-- claim+complete ran at 636/s instead of thousands (bench/queue.py).
 UPDATE tasks
 SET state = 'claimed', lease_node = :node, lease_expires_at = :lease_until, updated_at = :now
 WHERE id = (
@@ -106,7 +106,8 @@ UPDATE runs
 SET ended_at = :now, outcome = :outcome, exit_code = :exit_code, summary = :summary,
     error = :error, cost_usd = :cost_usd, input_tokens = :input_tokens,
     output_tokens = :output_tokens, turns = :turns, session_id = :session_id
-WHERE id = :run_id AND ended_at IS NULL;
+WHERE id = :run_id AND ended_at IS NULL
+RETURNING *;
 
 -- name: recent_rate_limits
 SELECT count(*) FROM runs
