@@ -148,7 +148,7 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
 
 def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None = None) -> Config:
     _no_unknown_keys(raw, {"daemon", "roles", "pools", "jobs"}, "")
-    daemon = _parse_daemon(_table(raw, "daemon"), base_dir)
+    daemon = _parse_daemon(_table(raw, "daemon"), base_dir, from_file=source is not None)
     pools = _parse_pools(_table(raw, "pools"))
     roles = {
         name: _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools)
@@ -178,10 +178,17 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("taskherd", appauthor=False))
 
 
-def _parse_daemon(raw: Mapping[str, Any], base_dir: Path) -> DaemonConfig:
+def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool) -> DaemonConfig:
     reader = _Reader(raw, "daemon", {f.name for f in fields(DaemonConfig)})
     data_dir = reader.get("data_dir", str, None)
-    data_path = (base_dir / data_dir) if data_dir else default_data_dir()
+    if data_dir:
+        data_path = base_dir / data_dir
+    elif from_file and not os.environ.get(HOME_ENV):
+        # Beside its config file: two fleets configured in two folders must not share one
+        # log folder (run ids start at 1 in each database) or one wake socket.
+        data_path = base_dir / ".taskherd"
+    else:
+        data_path = default_data_dir()
     database = (os.environ.get(DATABASE_ENV) or reader.get("database", str, None)
                 or str(data_path / "taskherd.db"))
     if not database.startswith(("postgres://", "postgresql://")):

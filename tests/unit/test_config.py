@@ -58,3 +58,13 @@ def test_invalid_toml_names_the_file(tmp_path):
 def test_missing_explicit_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_a_config_file_keeps_its_data_beside_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("TASKHERD_HOME", raising=False)
+    for fleet in ("a", "b"):
+        (tmp_path / fleet).mkdir()
+        (tmp_path / fleet / "taskherd.toml").write_text('[daemon]\ndatabase = "q.db"\n')
+    first = load_config(tmp_path / "a" / "taskherd.toml").daemon
+    second = load_config(tmp_path / "b" / "taskherd.toml").daemon
+    assert first.data_dir == tmp_path / "a" / ".taskherd" and first.log_dir != second.log_dir
