@@ -1,0 +1,126 @@
+"""`taskherd jobs …` and `taskherd runs …` as subprocesses: previews, bad input (exit 2 with
+why), refusals (exit 1), and the CLI/config split of job ownership."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.fleet import Fleet
+
+CONFIG = """
+[daemon]
+database = "q.db"
+data_dir = "data"
+timezone = "Europe/Berlin"
+
+[roles.worker]
+command = ["true"]
+
+[[jobs]]
+name = "from-file"
+role = "worker"
+cron = "@daily"
+"""
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    made = Fleet(tmp_path, CONFIG)
+    yield made
+    made.close()
+
+
+def test_next_previews_an_expression_across_spring_forward(fleet):
+    out = fleet.cli("jobs", "next", "--cron", "30 2 * * *", "--tz", "America/New_York", "-n", "5",
+                    "--from", "2026-03-06T00:00", "--json").stdout
+    local = [fire["local"] for fire in json.loads(out)]
+    assert local == ["2026-03-06T02:30:00-05:00", "2026-03-07T02:30:00-05:00",
+                     "2026-03-08T03:30:00-04:00", "2026-03-09T02:30:00-04:00",
+                     "2026-03-10T02:30:00-04:00"]
+    text = fleet.cli("jobs", "next", "--cron", "30 2 * * *", "--tz", "America/New_York",
+                     "-n", "5").stdout
+    assert len(text.strip().splitlines()) == 5
+
+
+@pytest.mark.parametrize("args, why", [
+    (["jobs", "next", "--cron", "61 * * * *"], "cron: '61 * * * *'"),
+    (["jobs", "next", "--cron", "* * *"], "cron: '* * *'"),
+    (["jobs", "next", "--cron", "0 * * * *", "--tz", "Mars/Base"], "not a known time zone"),
+    (["jobs", "next", "--every", "30m", "--window", "22:30-08:00"], "ends before it starts"),
+    (["jobs", "add", "x", "-r", "worker", "--every", "30m", "--window", "10:00-10:00"], "is empty"),
+    (["jobs", "add", "x", "-r", "nobody", "--cron", "@daily"], "role 'nobody' is not defined"),
+    (["jobs", "add", "x", "-r", "worker", "--at", "2001-01-01T00:00"], "is in the past"),
+    (["jobs", "get", "nope"], "no job named 'nope'"),
+])
+def test_bad_input_exits_2_and_says_why(fleet, args, why):
+    result = fleet.cli(*args, check=False)
+    assert result.returncode == 2, result.stderr
+    assert why in result.stderr
+    assert fleet.store.list_jobs() == [] or "add" not in args
+
+
+def test_add_list_update_run_disable_delete(fleet):
+    fleet.cli("jobs", "add", "digest", "-r", "worker", "--every", "30m",
+              "--window", "08:00-22:30", "--variant", "a", "--variant", "b")
+    job = fleet.store.get_job("digest")
+    assert job.source == "cli" and len(job.template["variants"]) == 2
+    listed = json.loads(fleet.cli("jobs", "list", "--json").stdout)
+    assert [j["name"] for j in listed] == ["digest"]
+    assert fleet.cli("jobs", "add", "digest", "-r", "worker", "--cron", "@daily",
+                     check=False).returncode == 1
+    fleet.cli("jobs", "update", "digest", "--cron", "0 9 * * mon-fri", "--max-retries", "2")
+    job = fleet.store.get_job("digest")
+    assert job.trigger["cron"] == "0 9 * * mon-fri" and job.max_retries == 2
+    assert job.timezone == "Europe/Berlin" and job.template["variants"]
+    fleet.cli("jobs", "run", "digest")
+    assert fleet.store.get_job("digest").run_now_at is not None
+    fleet.cli("jobs", "disable", "digest")
+    assert not fleet.store.get_job("digest").enabled
+    assert fleet.cli("jobs", "run", "digest", check=False).returncode == 1
+    fleet.cli("jobs", "enable", "digest")
+    fleet.cli("jobs", "delete", "digest")
+    assert fleet.store.list_jobs() == []
+    got = fleet.cli("jobs", "next", "nope", check=False)
+    assert got.returncode == 2
+
+
+def test_config_jobs_are_changed_in_the_file_not_the_cli(fleet):
+    from taskherd.config import load_config
+    from taskherd.scheduler import Scheduler
+
+    Scheduler(load_config(fleet.config_path), fleet.store).sync_config()
+    for args in (["jobs", "update", "from-file", "--cron", "@hourly"],
+                 ["jobs", "delete", "from-file"]):
+        result = fleet.cli(*args, check=False)
+        assert result.returncode == 1 and "config file" in result.stderr
+    got = json.loads(fleet.cli("jobs", "get", "from-file", "--json").stdout)
+    assert got["source"] == "config" and got["fires"] == []
+
+
+def test_reload_checks_the_config_and_needs_a_daemon(fleet):
+    assert fleet.cli("reload", check=False).returncode == 1
+    fleet.config_path.write_text(CONFIG.replace("@daily", "@never"))
+    result = fleet.cli("reload", check=False)
+    assert result.returncode == 2 and "jobs[0].cron: '@never'" in result.stderr
+
+
+def test_runs_commands_show_cost_and_tokens(fleet):
+    from taskherd.model import Outcome, RunResult
+    from taskherd.queue import RetryPolicy
+
+    task = fleet.add("paid")
+    claim = fleet.store.claim("n1", task.created_at, 60.0)
+    fleet.store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=0.125,
+                           input_tokens=1000, output_tokens=200), RetryPolicy(), task.created_at + 1)
+    table = fleet.cli("runs", "list").stdout
+    assert "$0.1250" in table and "1000/200" in table
+    by_role = json.loads(fleet.cli("runs", "cost", "--by", "role", "--json").stdout)
+    assert by_role == [{"role": "worker", "runs": 1, "cost_usd": 0.125, "input_tokens": 1000,
+                        "output_tokens": 200}]
+    by_day = json.loads(fleet.cli("runs", "cost", "--by", "day", "--since", "1d", "--json").stdout)
+    assert len(by_day) == 1 and by_day[0]["cost_usd"] == 0.125
+    assert json.loads(fleet.cli("runs", "running", "--json").stdout) == []
+    assert json.loads(fleet.cli("runs", "stale", "--json").stdout) == []
+    assert fleet.cli("runs", "cost", "--since", "soon", check=False).returncode == 2
