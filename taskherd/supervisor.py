@@ -32,7 +32,9 @@ log = logging.getLogger("taskherd.supervisor")
 Execution = procs.ProcessHandle | ChatCall
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
 CPU_BUSY_SHARE = 0.05  # share of one core, between two samples, that counts as working
-READ_LIMIT = 1 << 20  # bytes of new log read per check, so one chatty agent can't stall the loop
+# Bytes of new log read per check: enough for a Claude Code run streaming 10,000 events a
+# second, small enough that one runaway agent cannot hold the loop for long.
+READ_LIMIT = 32 << 20
 
 
 @dataclass
