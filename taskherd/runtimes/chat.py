@@ -96,7 +96,7 @@ class ChatCall:
         }
         # The read timeout is the idle window: a stream that sends nothing for that long stalled.
         timeout = httpx.Timeout(CONNECT_TIMEOUT, read=self.role.idle_timeout)
-        url = self.role.base_url.rstrip("/") + "/v1/chat/completions"
+        url = completions_url(self.role.base_url)
         try:
             async with httpx.AsyncClient(timeout=timeout) as client:
                 async with client.stream("POST", url, json=body, headers=headers) as response:
@@ -174,6 +174,12 @@ class ChatRuntime(Runtime):
         if handle.error:
             return RunResult(Outcome.FAILED, error=handle.error, **usage)
         return failure(role, exit_status, None)
+
+
+def completions_url(base_url: str) -> str:
+    """`…/v1/chat/completions` whether the configured base URL ends in /v1 or not."""
+    base = base_url.rstrip("/")
+    return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
 
 
 def _rate_limit(call: ChatCall, role: RoleConfig, now: float) -> RateLimitSignal | None:
