@@ -37,9 +37,3 @@ def test_bad_task_data_names_the_field(data, message):
         new_task_from(data, CONFIG)
     assert message in str(caught.value)
 
-
-@pytest.mark.parametrize("base", ["http://gw:1", "http://gw:1/", "http://gw:1/v1", "http://gw:1/v1/"])
-def test_chat_completions_url_accepts_a_base_with_or_without_v1(base):
-    from taskherd.runtimes.chat import completions_url
-
-    assert completions_url(base) == "http://gw:1/v1/chat/completions"
