@@ -54,8 +54,28 @@ class Monitor:
             self._last_checkpoint = now
         if now - self._last_prune >= self.settings.prune_every:
             counts["pruned"] = self.store.prune(before=now - daemon.retention)
+            counts["logs_pruned"] = self._prune_logs(before=now - daemon.retention)
             self._last_prune = now
         return counts
+
+    def _prune_logs(self, before: float) -> int:
+        """Delete run files (log, exit status, prompt) untouched since `before`.
+
+        A live agent keeps writing its log, and the open runs are skipped by name, so only
+        the files of long-finished runs go, as their rows do.
+        """
+        open_runs = {f"run-{run.id}" for run in self.store.open_runs(self.config.daemon.node)}
+        removed = 0
+        for path in self.config.daemon.log_dir.glob("run-*"):
+            if path.name.split(".")[0] in open_runs:
+                continue
+            try:
+                if path.stat().st_mtime < before:
+                    path.unlink()
+                    removed += 1
+            except FileNotFoundError:
+                continue
+        return removed
 
     def _rescue_never_spawned(self, now: float) -> int:
         """Claimed on this node but no process recorded, and nobody is starting one."""

@@ -1,0 +1,59 @@
+"""The monitor's housekeeping, with time passed in."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from taskherd.config import parse_config
+from taskherd.model import NewTask, Outcome, RunResult, TaskState
+from taskherd.monitor import Monitor
+from taskherd.queue import RetryPolicy
+from taskherd.store.sqlite import SQLiteStore
+
+
+class NoAgents:
+    live: dict = {}
+
+    def kill(self, *args: object) -> None:
+        raise AssertionError("nothing is live")
+
+
+def monitor_for(tmp_path: Path, store: SQLiteStore) -> Monitor:
+    config = parse_config({"daemon": {"data_dir": str(tmp_path / "data"), "node": "n1",
+                                      "retention": "1d", "lease": "60s"}}, base_dir=tmp_path)
+    config.daemon.log_dir.mkdir(parents=True)
+    return Monitor(config, store, NoAgents())
+
+
+def test_old_finished_tasks_and_their_log_files_are_pruned(tmp_path):
+    store = SQLiteStore(tmp_path / "q.db")
+    monitor = monitor_for(tmp_path, store)
+    logs = monitor.config.daemon.log_dir
+    old = store.enqueue(NewTask(role="r", title="old"), 1000.0).task
+    claim = store.claim("n1", 1000.0, 60)
+    store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), 1001.0)
+    young = store.enqueue(NewTask(role="r", title="young"), 1000.0).task
+    running = store.claim("n1", 1000.0 + 86400, 60)
+    for run_id in (claim.run.id, running.run.id):
+        (logs / f"run-{run_id}.log").write_text("output\n")
+        os.utime(logs / f"run-{run_id}.log", (1001.0, 1001.0))
+    counts = monitor.run_once(1000.0 + 86400 + 10)
+    assert counts["pruned"] == 1 and counts["logs_pruned"] == 1
+    assert [t.id for t in store.list_tasks()] == [young.id]
+    assert not (logs / f"run-{claim.run.id}.log").exists()
+    assert (logs / f"run-{running.run.id}.log").exists()  # its run is still open
+    assert store.get_task(young.id).state is TaskState.CLAIMED
+    assert old.id != young.id
+
+
+def test_a_claim_never_spawned_goes_back_to_ready_without_a_strike(tmp_path):
+    store = SQLiteStore(tmp_path / "q.db")
+    monitor = monitor_for(tmp_path, store)
+    task = store.enqueue(NewTask(role="r", title="t"), 1000.0).task
+    store.claim("n1", 1000.0, 600)
+    assert monitor.run_once(1000.0 + 10)["never_spawned"] == 0
+    assert monitor.run_once(1000.0 + 31)["never_spawned"] == 1
+    after = store.get_task(task.id)
+    assert after.state is TaskState.READY and after.attempts == 0
+    assert store.runs_of_task(task.id)[0].outcome is Outcome.LOST
