@@ -138,7 +138,7 @@ def cost_command(ctx: click.Context, by: str, since: str, as_json: bool) -> None
     with store_for(ctx) as store:
         runs = store.list_runs(since=_since(since, started), limit=ALL)
     zone = ZoneInfo(config.daemon.timezone) if config.daemon.timezone else None
-    rows = _sum_cost(runs, by, zone)
+    rows = sum_cost(runs, by, zone)
     if as_json:
         print_json(rows)
         return
@@ -147,7 +147,7 @@ def cost_command(ctx: click.Context, by: str, since: str, as_json: bool) -> None
                  for r in rows])
 
 
-def _sum_cost(runs: list[Run], by: str, zone: ZoneInfo | None) -> list[dict[str, Any]]:
+def sum_cost(runs: list[Run], by: str, zone: ZoneInfo | None) -> list[dict[str, Any]]:
     sums: dict[str, dict[str, Any]] = defaultdict(
         lambda: {"runs": 0, "cost_usd": 0.0, "input_tokens": 0, "output_tokens": 0})
     for run in runs:

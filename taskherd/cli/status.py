@@ -3,28 +3,45 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 
-from taskherd.cli.common import format_time, json_option, now, print_json, print_table, store_for
-from taskherd.model import TaskState
+from taskherd.cli.common import (
+    format_time,
+    get_config,
+    json_option,
+    now,
+    print_json,
+    print_table,
+    store_for,
+)
+from taskherd.cli.runs import ALL, sum_cost
+from taskherd.model import Run, TaskState
+
+WEEK = 7 * 86400
 
 
 @click.command("status")
 @json_option
 @click.pass_context
 def status_command(ctx: click.Context, as_json: bool) -> None:
-    """Count tasks by state and role."""
+    """Count tasks by state and role; active cooldowns; cost per role today and this week."""
+    started = now()
     with store_for(ctx) as store:
         counts = store.counts()
-        cooldowns = store.active_cooldowns(now())
+        cooldowns = store.active_cooldowns(started)
+        week = store.list_runs(since=started - WEEK, limit=ALL)
+    spend = _spend_by_role(week, _midnight(get_config(ctx).daemon.timezone, started))
     by_role: dict[str, dict[str, int]] = defaultdict(lambda: {s.value: 0 for s in TaskState})
     for count in counts:
         by_role[count.role][count.state.value] += count.count
     if as_json:
         totals = {s.value: sum(row[s.value] for row in by_role.values()) for s in TaskState}
         print_json({"by_role": dict(by_role), "total": totals,
-                    "cooldowns": [c.__dict__ for c in cooldowns]})
+                    "cooldowns": [c.__dict__ for c in cooldowns], "cost": spend})
         return
     for cooldown in cooldowns:
         click.echo(f"runtime {cooldown.runtime} is rate-limited until "
@@ -37,3 +54,36 @@ def status_command(ctx: click.Context, as_json: bool) -> None:
     rows = [[role] + [row[s] or "." for s in states] for role, row in sorted(by_role.items())]
     rows.append(["total"] + [sum(row[s] for row in by_role.values()) or "." for s in states])
     print_table(["role"] + states, rows)
+    _print_spend(spend)
+
+
+def _print_spend(spend: list[dict[str, Any]]) -> None:
+    if not any(row["runs_week"] for row in spend):
+        return
+    click.echo("")
+    print_table(
+        ["role", "runs today", "cost today", "tokens today (in/out)", "runs 7d", "cost 7d"],
+        [[r["role"], r["runs_today"], f"${r['cost_today']:.4f}",
+          f"{r['input_tokens_today']}/{r['output_tokens_today']}", r["runs_week"],
+          f"${r['cost_week']:.4f}"] for r in spend],
+    )
+
+
+def _spend_by_role(week: list[Run], midnight: float) -> list[dict[str, Any]]:
+    today = {row["role"]: row for row in sum_cost([r for r in week if r.claimed_at >= midnight],
+                                                  "role", None)}
+    rows = []
+    for row in sum_cost(week, "role", None):
+        day = today.get(row["role"], {})
+        rows.append({"role": row["role"], "runs_week": row["runs"], "cost_week": row["cost_usd"],
+                     "runs_today": day.get("runs", 0), "cost_today": day.get("cost_usd", 0.0),
+                     "input_tokens_today": day.get("input_tokens", 0),
+                     "output_tokens_today": day.get("output_tokens", 0)})
+    return rows
+
+
+def _midnight(timezone: str | None, moment: float) -> float:
+    """Start of today in the fleet's zone (the machine's when none is stated)."""
+    zone = ZoneInfo(timezone) if timezone else None
+    local = datetime.fromtimestamp(moment, zone) if zone else datetime.fromtimestamp(moment)
+    return local.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()

@@ -3,6 +3,7 @@ scripted Anthropic Messages API on 127.0.0.1."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import psutil
@@ -152,3 +153,20 @@ def _new(title: str):
     from taskherd.model import NewTask
 
     return NewTask(role="coder", title=title, prompt=title)
+
+
+def test_cost_shows_per_run_per_role_and_per_day(claude_fleet, start_fake_anthropic):
+    api = start_fake_anthropic([], after_script=Text("TASK_COMPLETE: cheap"))
+    fleet = claude_fleet(api)
+    tasks = [fleet.add(f"t{i}", role="coder", prompt="p") for i in range(2)]
+    for task in tasks:
+        fleet.wait_final(task.id, timeout=60)
+    total = sum(fleet.store.runs_of_task(t.id)[0].cost_usd for t in tasks)
+    status = json.loads(fleet.cli("status", "--json").stdout)
+    [coder] = status["cost"]
+    assert coder["runs_today"] == 2 and abs(coder["cost_today"] - total) < 1e-9
+    assert "cost today" in fleet.cli("status").stdout
+    per_day = json.loads(fleet.cli("runs", "cost", "--by", "day", "--json").stdout)
+    assert sum(row["runs"] for row in per_day) == 2
+    listing = fleet.cli("runs", "list").stdout
+    assert "$" in listing and "tokens in/out" in listing
