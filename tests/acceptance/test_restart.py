@@ -108,8 +108,13 @@ def test_kill_9_with_50_running_agents_loses_nothing_and_finishes_each_task_once
 
     fleet.up()
     restarted_at = time.time()
-    fleet.wait_until(lambda: "re-adopted" in fleet.daemon_log.read_text()[log_before_restart:],
-                     timeout=20, what="the new daemon's start-up reconciliation")
+    # The late half is released only once reconciliation is over, so that every one of
+    # them is alive when the new daemon looks at it.
+    fleet.wait_until(
+        lambda: "agent(s) left by an earlier daemon" in fleet.daemon_log.read_text()[
+            log_before_restart:],
+        timeout=20, what="the new daemon's start-up reconciliation")
+    late_released_at = time.time()
     gates["late"].write_text("go")
 
     def all_completed() -> bool:
@@ -133,7 +138,7 @@ def test_kill_9_with_50_running_agents_loses_nothing_and_finishes_each_task_once
         if group[index] == "early":
             assert exit_file.ended_at < restarted_at  # died while no daemon ran
         else:
-            assert exit_file.ended_at > restarted_at  # was alive, re-adopted
+            assert exit_file.ended_at > late_released_at  # was alive, re-adopted
         if code == 0:
             assert len(runs) == 1 and task.attempts == 0, (index, runs)
         else:
