@@ -7,7 +7,8 @@ Every agent runs under `taskherd/shim.py`, a tiny Python process that is the
 session leader and process-group leader (pgid == shim pid), starts the agent
 as its child, waits for it and writes its exit status to ``<log>.exit``. The
 shim exists because a restarted daemon is not the agent's parent and could
-never learn the exit status by waitpid().
+never learn the exit status by waitpid(). One spare shim is kept started and
+waiting (`prewarm`), so a spawn does not wait for Python's start-up.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -220,23 +222,108 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
     exit_path = exit_path_for(log_path)
     # A re-used log path must not report the previous attempt's exit.
     exit_path.unlink(missing_ok=True)
-    shim_argv = [sys.executable, *SHIM_PYTHON_FLAGS, SHIM_PATH, str(exit_path),
-                 _header_prefix(header or {}, argv), "--", *argv]
+    header_prefix = _header_prefix(header or {}, argv)
     # A file, not a pipe: output survives the daemon's death and nothing
     # blocks when nobody reads.
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         with (open(stdin_path, "rb") if stdin_path
               else contextlib.nullcontext(subprocess.DEVNULL)) as stdin:
-            popen = subprocess.Popen(shim_argv, stdin=stdin, stdout=log_fd, stderr=log_fd,
-                                     env=env, cwd=cwd, start_new_session=True, close_fds=True)
+            spare = _take_spare() if cwd is None or os.path.isdir(cwd) else None
+            request = {"exit_path": str(exit_path), "header": header_prefix, "argv": argv,
+                       "env": env, "cwd": cwd, "log": str(log_path),
+                       "stdin": str(stdin_path) if stdin_path else None}
+            if spare is not None and _hand_over(spare, request):
+                popen, started_at = spare.popen, spare.started_at
+            else:
+                shim_argv = [sys.executable, *SHIM_PYTHON_FLAGS, SHIM_PATH, str(exit_path),
+                             header_prefix, "--", *argv]
+                popen = subprocess.Popen(shim_argv, stdin=stdin, stdout=log_fd, stderr=log_fd,
+                                         env=env, cwd=cwd, start_new_session=True,
+                                         close_fds=True)
+                # The shim is our unreaped child, so even if it already exited its
+                # create time is still readable.
+                started_at = psutil.Process(popen.pid).create_time()
     finally:
         os.close(log_fd)
-    # The shim is our unreaped child, so even if it already exited its create
-    # time is still readable.
-    started_at = psutil.Process(popen.pid).create_time()
+    prewarm()  # for the next spawn; this run's agent is already on its way
     handle = ProcessHandle(popen.pid, started_at, log_path, popen=popen)
     return SpawnedProcess(popen.pid, started_at, log_path, exit_path, handle)
+
+
+@dataclass(frozen=True)
+class _Spare:
+    """A shim started ahead of need (`shim.py --warm`), waiting on a pipe for its run."""
+
+    popen: subprocess.Popen
+    started_at: float  # its create time: the run's pid_started_at once it takes one
+    owner: int  # the process that started it; a forked child must not hand it runs
+
+
+_spare: _Spare | None = None
+_spare_lock = threading.Lock()
+
+
+def prewarm() -> None:
+    """Have a spare shim waiting, so the next spawn skips the interpreter's start-up.
+
+    Python's start-up is ~10 ms even with -I -S, most of a spawn's latency; a spare
+    pays it while nothing waits. It exits by itself when its pipe closes (this
+    process ended), so an unused spare outlives nobody.
+    """
+    global _spare
+    with _spare_lock:
+        if _spare is not None and _spare.owner == os.getpid() and _spare.popen.poll() is None:
+            return
+        popen = subprocess.Popen(
+            [sys.executable, *SHIM_PYTHON_FLAGS, SHIM_PATH, "--warm"], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={},
+            start_new_session=True, close_fds=True)
+        try:
+            started_at = psutil.Process(popen.pid).create_time()
+        except psutil.Error:  # died at once; the next spawn starts a shim the slow way
+            popen.stdin.close()
+            popen.wait()
+            return
+        _spare = _Spare(popen, started_at, os.getpid())
+
+
+def _take_spare() -> _Spare | None:
+    global _spare
+    with _spare_lock:
+        spare, _spare = _spare, None
+    if spare is None or spare.owner != os.getpid():
+        return None
+    if spare.popen.poll() is not None:
+        spare.popen.stdin.close()
+        return None
+    return spare
+
+
+def _hand_over(spare: _Spare, request: dict) -> bool:
+    """Send a spare its run; False if it is gone (it started nothing)."""
+    try:
+        spare.popen.stdin.write(json.dumps(request).encode() + b"\n")
+        spare.popen.stdin.close()
+    except OSError:  # BrokenPipeError: it died while waiting
+        with contextlib.suppress(OSError):
+            spare.popen.stdin.close()
+        spare.popen.wait()
+        return False
+    return True
+
+
+def _forget_spare_in_child() -> None:
+    # A forked child holds a copy of the spare's pipe; closing it keeps "the
+    # daemon went away" (EOF) meaningful, and the spare stays the parent's.
+    global _spare
+    if _spare is not None:
+        with contextlib.suppress(OSError):
+            os.close(_spare.popen.stdin.fileno())
+        _spare = None
+
+
+os.register_at_fork(after_in_child=_forget_spare_in_child)
 
 
 def adopt(pid: int, started_at: float, log_path: Path, *,
