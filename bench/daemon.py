@@ -1,0 +1,340 @@
+"""Daemon benchmark: the real `taskherd up` as a subprocess, measured against the daemon issue.
+
+    .venv/bin/python bench/daemon.py               # everything, about 2-3 minutes on 2 cores
+    .venv/bin/python bench/daemon.py --tasks 300 --window 15   # a quicker look
+
+Each part starts its own daemon (temp dir, config, `python -m taskherd up`) and stops it after.
+
+a. ready → exec: 1,000 tasks of a no-op agent, enqueued one by one at a steady rate the
+   daemon's max_concurrent (8) absorbs, each enqueue followed by `wake.notify` as the CLI does.
+   "ready" is the wall-clock time just after `store.enqueue` committed (the task is claimable
+   from then on). "exec" is the agent's own word: the agent is `date +%s.%N`, a tiny C program
+   that reads the clock as it starts (≈0.5 ms after execve, dynamic linking included) and
+   prints it into the run's log. Beside it: the same agent started by a bare `subprocess.Popen`
+   (own session, output to a file; the floor), and the seeds' 60 s polling loop, whose latency
+   is uniform on [0, 60) s (printed analytically, not run for minutes).
+b. death → settled: 200 agents `sh -c 'sleep 0.3; exec date +%s.%N'`; the last thing each
+   does is print the clock and exit, so "death" is the printed time. "settled" is the run's
+   `ended_at` in the database (the daemon's clock at `finish_run`; the task moves in the same
+   transaction). Stall: agents that print the clock once and then sleep silently, role
+   idle_timeout 2 s; the figure is `ended_at` (outcome stalled) minus that last output.
+c. overhead: 100 concurrent idle agents (`sleep 600`, idle_timeout 1 h); the daemon process's
+   CPU time (user+system, its own, not its children's) over a --window s window, in % of one
+   core, and its RSS and USS at the end of the window.
+
+Exit status 1 if a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from taskherd import procs, wake
+from taskherd.model import NewTask, Outcome, TaskState
+from taskherd.store.sqlite import SQLiteStore
+
+NOOP = ["date", "+%s.%N"]
+SEEDS_POLL = 60.0  # the seeds' polling loop: a task waits up to one period
+
+READY_P50, READY_P99 = 0.020, 0.100
+SETTLE_P99 = 1.0
+STALL_IDLE = 2.0
+STALL_MARGIN = 2.0
+CPU_TARGET = 5.0  # % of one core
+RSS_TARGET = 120.0  # MB
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:8.1f} ms"
+
+
+class Node:
+    """One daemon in a temp dir: config, database, `taskherd up` subprocess."""
+
+    def __init__(self, root: Path, max_concurrent: int, roles: dict[str, dict[str, str]],
+                 durability: str):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.data_dir = root / "data"
+        role_text = "".join(
+            f"\n[roles.{name}]\n" + "".join(f"{k} = {v}\n" for k, v in options.items())
+            for name, options in roles.items())
+        self.config_path = root / "taskherd.toml"
+        self.config_path.write_text(textwrap.dedent(f"""\
+            [daemon]
+            database = "q.db"
+            data_dir = "data"
+            timezone = "UTC"
+            node = "bench"
+            durability = "{durability}"
+            max_concurrent = {max_concurrent}
+            path = "/usr/bin:/bin"
+            """) + role_text)
+        self.store = SQLiteStore(root / "q.db", durability=durability)
+        self.log_path = root / "daemon.log"
+        self.process: subprocess.Popen | None = None
+
+    def up(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TASKHERD_")}
+        env["TASKHERD_CONFIG"] = str(self.config_path)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "taskherd", "up", "--log-level", "warning"],
+                env=env, cwd=self.root, stdout=log, stderr=log)
+        self.wait_until(lambda: wake.socket_path(self.data_dir).exists(), 30, "daemon start")
+
+    def add(self, role: str, prompt: str = "") -> tuple[int, float]:
+        """Enqueue one task and nudge the daemon; returns (task id, the moment it was ready)."""
+        task = self.store.enqueue(NewTask(role=role, title=prompt or role, prompt=prompt),
+                                  time.time()).task
+        ready_at = time.time()  # committed: claimable from here on
+        wake.notify(self.data_dir)
+        return task.id, ready_at
+
+    def wait_until(self, condition: Callable[[], object], timeout: float, what: str) -> object:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            if self.process is not None and self.process.poll() is not None:
+                raise SystemExit(f"daemon exited waiting for {what}:\n{self.tail()}")
+            time.sleep(0.05)
+        raise SystemExit(f"timed out after {timeout}s waiting for {what}:\n{self.tail()}")
+
+    def tail(self) -> str:
+        return self.log_path.read_text()[-3000:] if self.log_path.exists() else ""
+
+    def down(self) -> None:
+        """SIGKILL the daemon and every agent group it left (the runs' pids are pgids)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        for run in self.store.open_runs():
+            if run.pid:
+                try:
+                    os.killpg(run.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self.store.close()
+
+
+def printed_time(log_path: str | Path) -> float:
+    """The clock the agent printed: the last line of its log after the shim's header."""
+    lines = [line for line in Path(log_path).read_text().splitlines()
+             if line and not line.startswith(procs.HEADER_PREFIX)]
+    return float(lines[-1])
+
+
+# -- a. ready → exec ---------------------------------------------------------------------
+
+def ready_to_exec(tmp: Path, count: int, interval: float,
+                  durability: str) -> tuple[list[float], dict[str, list[float]]]:
+    node = Node(tmp / "ready", 8, {"noop": {"command": str(NOOP).replace("'", '"')}}, durability)
+    node.up()
+    ready: dict[int, float] = {}
+    try:
+        start = time.monotonic()
+        for index in range(count):
+            # A steady rate: tasks arrive one by one, as users and schedules add them.
+            delay = start + index * interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            task_id, ready_at = node.add("noop")
+            ready[task_id] = ready_at
+        node.wait_until(lambda: _all_final(node.store, ready), 60, "noop tasks to finish")
+        latencies, phases = [], {"ready → claimed": [], "claimed → shim running": [],
+                                 "shim running → agent exec": []}
+        for task_id, ready_at in ready.items():
+            run = node.store.runs_of_task(task_id)[-1]
+            exec_at = printed_time(run.log_path)
+            shim_at = procs.read_header(Path(run.log_path))["time"]  # after its interpreter start
+            latencies.append(exec_at - ready_at)
+            phases["ready → claimed"].append(run.claimed_at - ready_at)
+            phases["claimed → shim running"].append(shim_at - run.claimed_at)
+            phases["shim running → agent exec"].append(exec_at - shim_at)
+        return latencies, phases
+    finally:
+        node.down()
+
+
+def bare_popen(tmp: Path, count: int) -> list[float]:
+    """The floor: the same agent, own session, output to a file, one at a time."""
+    log_dir = tmp / "bare"
+    log_dir.mkdir()
+    env = procs.agent_env("/usr/bin:/bin", {}, {})
+    latencies = []
+    for index in range(count):
+        log_path = log_dir / f"{index}.log"
+        called_at = time.time()
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(NOOP, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                     env=env, start_new_session=True)
+        popen.wait()
+        latencies.append(printed_time(log_path) - called_at)
+    return latencies
+
+
+def _all_final(store: SQLiteStore, tasks: dict[int, float]) -> bool:
+    counts = {c.state: c.count for c in store.counts()}
+    return counts.get(TaskState.COMPLETED, 0) + counts.get(TaskState.DEAD, 0) >= len(tasks)
+
+
+# -- b. death → settled, and stalls --------------------------------------------------------
+
+def death_to_settled(tmp: Path, count: int, durability: str) -> tuple[list[float], list[float]]:
+    roles = {
+        "short": {"command": '["sh", "-c", "sleep 0.3; exec date +%s.%N"]'},
+        "staller": {"command": '["sh", "-c", "date +%s.%N; exec sleep 600"]',
+                    "idle_timeout": f'"{STALL_IDLE:g}s"', "max_attempts": "1"},
+    }
+    node = Node(tmp / "death", 16, roles, durability)
+    node.up()
+    try:
+        # Stalls first, started 0.37 s apart so they meet the 1 s check at different phases.
+        stalls = []
+        for _ in range(5):
+            stalls.append(node.add("staller")[0])
+            time.sleep(0.37)
+        short = {}
+        for _ in range(count):
+            short[node.add("short")[0]] = 0.0
+            time.sleep(0.025)  # 40/s × 0.3 s ≈ 12 agents alive at once
+        node.wait_until(lambda: _all_final(node.store, {**short, **dict.fromkeys(stalls)}), 60,
+                        "short and stalled tasks to finish")
+        settle = []
+        for task_id in short:
+            run = node.store.runs_of_task(task_id)[-1]
+            assert run.outcome is Outcome.SUCCEEDED, run
+            settle.append(run.ended_at - printed_time(run.log_path))
+        stalled = []
+        for task_id in stalls:
+            run = node.store.runs_of_task(task_id)[-1]
+            assert run.outcome is Outcome.STALLED, run
+            stalled.append(run.ended_at - printed_time(run.log_path))
+        return settle, stalled
+    finally:
+        node.down()
+
+
+# -- c. overhead with idle agents ----------------------------------------------------------
+
+def overhead(tmp: Path, agents: int, window: float, durability: str) -> dict[str, float]:
+    roles = {"idle": {"command": '["sleep", "600"]', "idle_timeout": '"1h"'}}
+    node = Node(tmp / "idle", agents, roles, durability)
+    node.up()
+    try:
+        node.store.enqueue_many([NewTask(role="idle", title=f"idle {i}") for i in range(agents)],
+                                time.time())
+        wake.notify(node.data_dir)
+        node.wait_until(lambda: sum(1 for r in node.store.open_runs() if r.spawned_at) >= agents,
+                        60, f"{agents} agents to spawn")
+        daemon = psutil.Process(node.process.pid)
+        time.sleep(3)  # let the spawn burst and the first checks of every agent pass
+        before, wall_before = daemon.cpu_times(), time.monotonic()
+        rss_max = 0
+        while time.monotonic() - wall_before < window:
+            time.sleep(1)
+            rss_max = max(rss_max, daemon.memory_info().rss)
+        after, wall = daemon.cpu_times(), time.monotonic() - wall_before
+        cpu = (after.user + after.system - before.user - before.system) / wall
+        memory = daemon.memory_full_info()
+        alive = sum(1 for r in node.store.open_runs() if r.spawned_at)
+        return {"cpu_percent": cpu * 100, "rss_mb": max(rss_max, memory.rss) / 2**20,
+                "uss_mb": getattr(memory, "uss", 0) / 2**20, "alive": alive, "window": wall}
+    finally:
+        node.down()
+
+
+# -- report ------------------------------------------------------------------------------
+
+def row(name: str, values: list[float]) -> str:
+    return (f"{name:<34} n={len(values):<5} p50={ms(percentile(values, .5))} "
+            f"p90={ms(percentile(values, .9))} p99={ms(percentile(values, .99))} "
+            f"max={ms(max(values))}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=1000, help="no-op tasks for ready→exec")
+    parser.add_argument("--interval", type=float, default=0.04,
+                        help="seconds between two enqueues (steady rate)")
+    parser.add_argument("--deaths", type=int, default=200)
+    parser.add_argument("--agents", type=int, default=100, help="idle agents for overhead")
+    parser.add_argument("--window", type=float, default=30.0, help="overhead window, seconds")
+    parser.add_argument("--durability", choices=["full", "normal"], default="full")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: a,b,c")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    began = time.monotonic()
+    print(f"taskherd daemon bench: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
+          f"durability {args.durability}, load average {os.getloadavg()[0]:.2f} at start")
+    results: list[tuple[str, str, str, bool]] = []
+    with tempfile.TemporaryDirectory(prefix="taskherd-bench-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        if "a" not in skip:
+            print(f"\na. ready → exec: {args.tasks} tasks of `{' '.join(NOOP)}`, one every "
+                  f"{args.interval * 1e3:g} ms, max_concurrent 8")
+            latencies, phases = ready_to_exec(tmp, args.tasks, args.interval, args.durability)
+            floor = bare_popen(tmp, args.tasks)
+            print(row("taskherd up (enqueue → exec)", latencies))
+            for name, values in phases.items():
+                print(row(f"  {name}", values))
+            print(row("bare subprocess.Popen (floor)", floor))
+            print(f"{'seeds: 60 s polling loop (analytic)':<34} n=-     p50={ms(SEEDS_POLL * .5)} "
+                  f"p90={ms(SEEDS_POLL * .9)} p99={ms(SEEDS_POLL * .99)} max={ms(SEEDS_POLL)}")
+            p50, p99 = percentile(latencies, .5), percentile(latencies, .99)
+            print(f"taskherd vs floor: p50 +{(p50 - percentile(floor, .5)) * 1e3:.1f} ms; "
+                  f"vs seeds: p50 ×{SEEDS_POLL * .5 / p50:,.0f} faster")
+            results += [("ready→exec p50", f"{p50 * 1e3:.1f} ms", "≤ 20 ms", p50 <= READY_P50),
+                        ("ready→exec p99", f"{p99 * 1e3:.1f} ms", "≤ 100 ms", p99 <= READY_P99)]
+        if "b" not in skip:
+            print(f"\nb. death → settled: {args.deaths} agents `sh -c 'sleep 0.3; exec date'`, "
+                  f"max_concurrent 16; stall: 5 silent agents, idle_timeout {STALL_IDLE:g}s")
+            settle, stalled = death_to_settled(tmp, args.deaths, args.durability)
+            print(row("death → run ended, task moved", settle))
+            print(row("last output → stalled agent killed", stalled))
+            p99 = percentile(settle, .99)
+            results += [("death→settled p99", f"{p99 * 1e3:.1f} ms", "≤ 1 s", p99 <= SETTLE_P99),
+                        ("stall killed after last output (max)", f"{max(stalled):.2f} s",
+                         f"≤ {STALL_IDLE + STALL_MARGIN:g} s",
+                         max(stalled) <= STALL_IDLE + STALL_MARGIN)]
+        if "c" not in skip:
+            print(f"\nc. overhead: {args.agents} idle agents (`sleep 600`), window "
+                  f"{args.window:g} s")
+            use = overhead(tmp, args.agents, args.window, args.durability)
+            print(f"daemon CPU {use['cpu_percent']:.2f} % of one core over {use['window']:.1f} s; "
+                  f"RSS {use['rss_mb']:.1f} MB, USS {use['uss_mb']:.1f} MB; "
+                  f"{use['alive']} agents alive at the end")
+            results += [("daemon CPU, 100 idle agents", f"{use['cpu_percent']:.2f} %",
+                         f"≤ {CPU_TARGET:g} %", use["cpu_percent"] <= CPU_TARGET),
+                        ("daemon RSS, 100 idle agents", f"{use['rss_mb']:.1f} MB",
+                         f"≤ {RSS_TARGET:g} MB", use["rss_mb"] <= RSS_TARGET)]
+    print(f"\n(bench took {time.monotonic() - began:.0f} s; load average "
+          f"{os.getloadavg()[0]:.2f} at the end)")
+    print(f"\n{'measure':<38} {'value':>12}  {'target':<10} result")
+    for name, value, target, ok in results:
+        print(f"{name:<38} {value:>12}  {target:<10} {'PASS' if ok else 'FAIL'}")
+    return 0 if all(ok for *_, ok in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
