@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from taskherd import wake
+from taskherd import procs, wake
 from taskherd.config import Config, ConfigError, load_config
 from taskherd.dispatcher import Dispatcher
 from taskherd.monitor import Monitor
@@ -120,6 +120,7 @@ class Daemon:
         self._install_signals()
         listener = await wake.listen(daemon.data_dir, self.wake)
         self._reconcile(store, supervisor)
+        procs.prewarm()  # the first spawn need not wait for a shim's interpreter either
         scheduler = Scheduler(self.config, store, self.clock)
         log.info("jobs synced from the config: %s", _summary(scheduler.sync_config()))
         if not self.config.roles:
