@@ -31,28 +31,32 @@ start of the gap rather than by the gap.
 
 from __future__ import annotations
 
-import bisect
 import enum
 import functools
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time, timedelta
-from typing import ClassVar, Protocol
+from datetime import datetime, time, timedelta
+from typing import ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
 from taskherd.durations import DurationError, parse_duration
+from taskherd.walltime import (
+    DAY,
+    MINUTE,
+    CroniterWalls,
+    FieldMatcher,
+    IntervalWalls,
+    Walls,
+    as_utc,
+    next_instant,
+    resolve,
+)
 
-_MINUTE = timedelta(minutes=1)
-_DAY = timedelta(days=1)
-# A date matching a cron/calendar entry recurs within 28 years (the weekday
-# calendar repeats every 28 years between century exceptions); an entry that
-# finds none in that span, such as 31 February, never fires.
-_SEARCH_DAYS = 28 * 366
 _PROBE_START = datetime(2000, 1, 1)
 # Below a second a job floods the queue rather than schedules it; above a day
 # the per-day grid of `every` stops meaning "every" (cron says it better).
-_MIN_INTERVAL, _MAX_INTERVAL = timedelta(seconds=1), _DAY
+_MIN_INTERVAL, _MAX_INTERVAL = timedelta(seconds=1), DAY
 _INTERVAL_ACCEPTED = "a duration from 1s to 1d such as '30m' (use cron for longer periods)"
 
 CRON_ALIASES = {
@@ -105,221 +109,6 @@ DEFAULT_OVERLAP = OverlapPolicy.SKIP
 DEFAULT_GRACE = timedelta(minutes=1)
 
 
-# --- wall-clock matching ----------------------------------------------------
-
-
-class _Walls(Protocol):
-    def next_wall(self, after: datetime) -> datetime | None:
-        """The first naive wall time strictly after ``after``, or None."""
-
-
-@dataclass(frozen=True)
-class _FieldMatcher:
-    """Minute/hour/day/month/weekday sets in cron's sense; None means any."""
-
-    minutes: tuple[int, ...]
-    hours: tuple[int, ...]
-    days: frozenset[int] | None
-    months: frozenset[int] | None
-    weekdays: frozenset[int] | None  # 0 = Sunday
-
-    def next_wall(self, after: datetime) -> datetime | None:
-        start = after.replace(second=0, microsecond=0) + _MINUTE
-        day, hour, minute = start.date(), start.hour, start.minute
-        try:
-            for _ in range(_SEARCH_DAYS):
-                if self.months is not None and day.month not in self.months:
-                    day = _first_of_next_month(day)
-                    hour = minute = 0
-                    continue
-                if self._day_matches(day):
-                    found = self._first_time_from(hour, minute)
-                    if found is not None:
-                        return datetime(day.year, day.month, day.day, *found)
-                day += _DAY
-                hour = minute = 0
-        except (OverflowError, ValueError):  # ran past year 9999: no next fire
-            pass
-        return None
-
-    def _day_matches(self, day: date) -> bool:
-        day_ok = self.days is None or day.day in self.days
-        weekday_ok = self.weekdays is None or day.isoweekday() % 7 in self.weekdays
-        if self.days is not None and self.weekdays is not None:
-            return day_ok or weekday_ok  # cron: when both are restricted, either one matches
-        return day_ok and weekday_ok
-
-    def _first_time_from(self, hour: int, minute: int) -> tuple[int, int] | None:
-        for h in self.hours[bisect.bisect_left(self.hours, hour) :]:
-            if h != hour:
-                return h, self.minutes[0]
-            i = bisect.bisect_left(self.minutes, minute)
-            if i < len(self.minutes):
-                return h, self.minutes[i]
-        return None
-
-
-def _first_of_next_month(day: date) -> date:
-    return date(day.year + 1, 1, 1) if day.month == 12 else date(day.year, day.month + 1, 1)
-
-
-@dataclass(frozen=True)
-class _CroniterWalls:
-    """croniter's own naive iteration, for what the field matcher does not
-    model (``L`` last day, ``5#2`` nth weekday); slower, so only for those."""
-
-    expression: str
-
-    def next_wall(self, after: datetime) -> datetime | None:
-        try:
-            return croniter(self.expression, after).get_next(datetime)
-        except CroniterError:
-            return None
-
-
-@dataclass(frozen=True)
-class _IntervalWalls:
-    """``start``, ``start + interval``, … up to ``end`` on every local day."""
-
-    interval: timedelta
-    start: timedelta
-    end: timedelta  # inclusive
-
-    def next_wall(self, after: datetime) -> datetime | None:
-        midnight = datetime.combine(after.date(), time())
-        since = after - midnight
-        if since < self.start:
-            return midnight + self.start
-        at = self.start + ((since - self.start) // self.interval + 1) * self.interval
-        return midnight + at if at <= self.end else midnight + _DAY + self.start
-
-
-# --- wall time → instant ----------------------------------------------------
-
-
-def _resolve(wall: datetime, tz: ZoneInfo, both_folds: bool) -> tuple[datetime, ...]:
-    first = wall.replace(tzinfo=tz).astimezone(UTC)
-    second = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
-    if first >= second:
-        # Equal: an ordinary time. Greater: a time inside a spring-forward gap,
-        # where fold=0 reads it with the pre-gap offset, i.e. shifted forward
-        # by the gap; that is the one fire we keep.
-        return (first,)
-    return (first, second) if both_folds else (first,)
-
-
-def _offset_span(tz: ZoneInfo, instant: datetime) -> timedelta:
-    """How far the zone's UTC offset moves within a day of ``instant``: zero
-    except near a DST change, where wall times are not monotonic in time."""
-    offsets = [(instant + d).astimezone(tz).utcoffset() for d in (-_DAY, timedelta(0), _DAY)]
-    return max(offsets) - min(offsets)
-
-
-def _changes_within(tz: ZoneInfo, instant: datetime, span: timedelta) -> bool:
-    """Whether the offset changes within ``span`` of ``instant``, the only case
-    where wall times near it do not map to time in order."""
-    if not span:
-        return False
-    offsets = {(instant + d).astimezone(tz).utcoffset() for d in (-span, timedelta(0), span)}
-    return len(offsets) > 1
-
-
-def _next_instant(walls: _Walls, tz: ZoneInfo, both_folds: bool, now: datetime) -> datetime | None:
-    now_utc = as_utc(now)
-    steady = _steady_offset(tz, now_utc)
-    if steady is not None:
-        # Fast path, almost every call: no offset change from a day before now
-        # to `until`, so wall time and UTC differ by one constant.
-        until, offset = steady
-        wall = walls.next_wall((now_utc + offset).replace(tzinfo=None))
-        if wall is None:
-            return None
-        instant = (wall - offset).replace(tzinfo=UTC)
-        if instant <= until:
-            return instant
-    return _next_instant_near_change(walls, tz, both_folds, now_utc)
-
-
-def _next_instant_near_change(
-    walls: _Walls, tz: ZoneInfo, both_folds: bool, now_utc: datetime
-) -> datetime | None:
-    # Near a DST change a wall time earlier than now's can still resolve to a
-    # later instant (02:30 in the gap → 03:30 when now is 03:10; 01:15 EST
-    # when now is 01:50 EDT), so start that far back and keep the minimum.
-    span = _offset_span(tz, now_utc)
-    cursor = now_utc.astimezone(tz).replace(tzinfo=None, fold=0)
-    if _changes_within(tz, now_utc, span):
-        cursor -= span
-    best: datetime | None = None
-    stop_at: datetime | None = None
-    while True:
-        wall = walls.next_wall(cursor)
-        if wall is None or (stop_at is not None and wall > stop_at):
-            return best
-        for instant in _resolve(wall, tz, both_folds):
-            if instant > now_utc and (best is None or instant < best):
-                best = instant
-        if best is not None and stop_at is None:
-            span = _offset_span(tz, best)
-            if not _changes_within(tz, best, span):
-                return best
-            stop_at = wall + span  # a later wall time can't resolve before `best` past this
-        cursor = wall
-
-
-# Each zone's UTC offset sampled every 6 hours over 9 days, which is safe
-# because no zone has ever changed its offset twice within 6 hours. Shared by
-# every trigger of the zone, so the scheduler pays for it once a week per zone,
-# not once per job; near a DST change it says "not steady" just as cheaply.
-_STEP = timedelta(hours=6)
-_SAMPLES = 37
-
-
-@dataclass(frozen=True)
-class _OffsetSamples:
-    since: datetime
-    offsets: tuple[timedelta, ...]
-    run_ends: tuple[int, ...]  # for each sample, the last index of its run of equal offsets
-
-    @classmethod
-    def take(cls, tz: ZoneInfo, since: datetime) -> _OffsetSamples:
-        offsets = [(since + i * _STEP).astimezone(tz).utcoffset() for i in range(_SAMPLES)]
-        run_ends = [_SAMPLES - 1] * _SAMPLES
-        for i in range(_SAMPLES - 2, -1, -1):
-            run_ends[i] = run_ends[i + 1] if offsets[i] == offsets[i + 1] else i
-        return cls(since, tuple(offsets), tuple(run_ends))
-
-    def covers(self, now_utc: datetime) -> bool:
-        return (
-            self.since <= now_utc - _DAY and now_utc + _DAY <= self.since + (_SAMPLES - 1) * _STEP
-        )
-
-    def steady_at(self, now_utc: datetime) -> tuple[datetime, timedelta] | None:
-        first = (now_utc - _DAY - self.since) // _STEP  # the sample at or before now - 1 day
-        last = -((self.since - now_utc - _DAY) // _STEP)  # the sample at or after now + 1 day
-        end = self.run_ends[first]
-        return None if end < last else (self.since + end * _STEP, self.offsets[first])
-
-
-_SAMPLED: dict[ZoneInfo, _OffsetSamples] = {}
-
-
-def _steady_offset(tz: ZoneInfo, now_utc: datetime) -> tuple[datetime, timedelta] | None:
-    """``(until, offset)`` when the offset is constant from a day before
-    ``now_utc`` through ``until`` (at least a day after it), else None."""
-    samples = _SAMPLED.get(tz)
-    if samples is None or not samples.covers(now_utc):
-        samples = _SAMPLED[tz] = _OffsetSamples.take(tz, now_utc - _DAY)
-    return samples.steady_at(now_utc)
-
-
-def as_utc(moment: datetime) -> datetime:
-    """``moment`` in UTC; naive datetimes are refused, never guessed."""
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError(f"{moment.isoformat()} is naive; pass an aware datetime")
-    return moment.astimezone(UTC)
-
-
 # --- triggers -----------------------------------------------------------------
 
 
@@ -337,7 +126,7 @@ class CronTrigger:
     expression: str
     tz: ZoneInfo
     kind: ClassVar[str] = "cron"
-    _walls: _Walls = field(init=False, repr=False, compare=False)
+    _walls: Walls = field(init=False, repr=False, compare=False)
     _both_folds: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -347,7 +136,7 @@ class CronTrigger:
         object.__setattr__(self, "_both_folds", both_folds)
 
     def next_after(self, now: datetime) -> datetime | None:
-        return _next_instant(self._walls, self.tz, self._both_folds, now)
+        return next_instant(self._walls, self.tz, self._both_folds, now)
 
     def to_spec(self) -> dict[str, object]:
         return {"cron": self.expression, "timezone": self.tz.key}
@@ -356,14 +145,14 @@ class CronTrigger:
 # Compiled walls are immutable, so jobs sharing an expression share them;
 # croniter's parse is most of a trigger's build cost and the scheduler
 # rebuilds triggers from stored specs on every load.
-def _compile_cron(expression: object) -> tuple[_Walls, bool]:
+def _compile_cron(expression: object) -> tuple[Walls, bool]:
     if not isinstance(expression, str):  # checked before the cache, which needs a hashable key
         raise _bad("cron", expression, "is not a cron expression", _CRON_ACCEPTED)
     return _compile_cron_text(expression)
 
 
 @functools.lru_cache(maxsize=4096)
-def _compile_cron_text(expression: str) -> tuple[_Walls, bool]:
+def _compile_cron_text(expression: str) -> tuple[Walls, bool]:
     if not expression.strip():
         raise _bad("cron", expression, "is not a cron expression", _CRON_ACCEPTED)
     text = " ".join(expression.split())
@@ -389,9 +178,9 @@ def _compile_cron_text(expression: str) -> tuple[_Walls, bool]:
             "5 fields 'minute hour day month weekday', e.g. '*/5 * * * *'",
         ) from exc
     both_folds = fields[0].startswith("*") or fields[1].startswith("*")
-    walls: _Walls
+    walls: Walls
     if nth_weekday or any(v == "l" for values in expanded for v in values):
-        walls = _CroniterWalls(text)
+        walls = CroniterWalls(text)
     else:
         walls = _fields_matcher(*expanded)
     if walls.next_wall(_PROBE_START) is None:
@@ -401,11 +190,11 @@ def _compile_cron_text(expression: str) -> tuple[_Walls, bool]:
 
 def _fields_matcher(
     minutes: list, hours: list, days: list, months: list, weekdays: list
-) -> _FieldMatcher:
+) -> FieldMatcher:
     def any_or(values: list) -> frozenset[int] | None:
         return None if values == ["*"] else frozenset(values)
 
-    return _FieldMatcher(
+    return FieldMatcher(
         minutes=tuple(range(60)) if minutes == ["*"] else tuple(sorted(minutes)),
         hours=tuple(range(24)) if hours == ["*"] else tuple(sorted(hours)),
         days=any_or(days),
@@ -425,11 +214,11 @@ class CalendarEntry:
     month: int | None = None
     weekday: int | None = None  # 0 or 7 = Sunday, as in launchd and cron
 
-    def matcher(self) -> _FieldMatcher:
+    def matcher(self) -> FieldMatcher:
         def one(value: int | None) -> frozenset[int] | None:
             return None if value is None else frozenset({value})
 
-        return _FieldMatcher(
+        return FieldMatcher(
             minutes=tuple(range(60)) if self.minute is None else (self.minute,),
             hours=tuple(range(24)) if self.hour is None else (self.hour,),
             days=one(self.day),
@@ -449,7 +238,7 @@ class CalendarTrigger:
     entries: tuple[CalendarEntry, ...]
     tz: ZoneInfo
     kind: ClassVar[str] = "calendar"
-    _compiled: tuple[tuple[_FieldMatcher, bool], ...] = field(init=False, repr=False, compare=False)
+    _compiled: tuple[tuple[FieldMatcher, bool], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _require_zone(self.tz)
@@ -469,7 +258,7 @@ class CalendarTrigger:
         object.__setattr__(self, "_compiled", tuple(compiled))
 
     def next_after(self, now: datetime) -> datetime | None:
-        fires = [_next_instant(m, self.tz, both, now) for m, both in self._compiled]
+        fires = [next_instant(m, self.tz, both, now) for m, both in self._compiled]
         return min((f for f in fires if f is not None), default=None)
 
     def to_spec(self) -> dict[str, object]:
@@ -535,7 +324,7 @@ class EveryTrigger:
     tz: ZoneInfo
     window: Window | None = None
     kind: ClassVar[str] = "every"
-    _walls: _IntervalWalls = field(init=False, repr=False, compare=False)
+    _walls: IntervalWalls = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _require_zone(self.tz)
@@ -544,15 +333,15 @@ class EveryTrigger:
         ):
             raise _bad("every", _text(self.interval), "is out of range", _INTERVAL_ACCEPTED)
         if self.window is None:
-            walls = _IntervalWalls(self.interval, timedelta(0), _DAY - timedelta(microseconds=1))
+            walls = IntervalWalls(self.interval, timedelta(0), DAY - timedelta(microseconds=1))
         else:
-            walls = _IntervalWalls(
+            walls = IntervalWalls(
                 self.interval, _since_midnight(self.window.start), _since_midnight(self.window.end)
             )
         object.__setattr__(self, "_walls", walls)
 
     def next_after(self, now: datetime) -> datetime | None:
-        return _next_instant(self._walls, self.tz, True, now)
+        return next_instant(self._walls, self.tz, True, now)
 
     def to_spec(self) -> dict[str, object]:
         spec: dict[str, object] = {"every": _text(self.interval), "timezone": self.tz.key}
@@ -657,7 +446,7 @@ def due_fires(
 def _newest_fires(trigger: Trigger, first: datetime, now: datetime, count: int) -> list[datetime]:
     # Look back over a doubling window instead of walking from `first`: after
     # a week down, a per-minute job would otherwise cost 10,000 steps to keep one.
-    window = _MINUTE
+    window = MINUTE
     while True:
         lower = now - window
         if lower <= first:
@@ -789,7 +578,7 @@ def _parse_at(value: object, tz: ZoneInfo) -> datetime:
     if not isinstance(value, datetime):
         raise _bad("at", value, "is not a date-time", accepted)
     if value.tzinfo is None:
-        return _resolve(value, tz, both_folds=False)[0]
+        return resolve(value, tz, both_folds=False)[0]
     return value
 
 
