@@ -123,8 +123,8 @@ SET state = :state, run_after = :run_after, attempts = attempts + :strike,
     summary = coalesce(:summary, summary), last_error = coalesce(:last_error, last_error),
     error_tail = coalesce(:error_tail, error_tail), reason = :reason,
     updated_at = :now,
-    finished_at = CASE WHEN :state IN ('completed', 'dead', 'cancelled') THEN :now END
-WHERE id = :task_id AND state IN ('claimed', 'running')
+    finished_at = CASE WHEN :state = 'completed' OR :state = 'dead' OR :state = 'cancelled' THEN :now END
+WHERE id = :task_id AND (state = 'claimed' OR state = 'running')
 RETURNING *;
 
 -- name: expired_leases
@@ -143,7 +143,7 @@ SET state = :state, reason = :reason, updated_at = :now,
     attempts = CASE WHEN :reset_counts THEN 0 ELSE attempts END,
     rescues = CASE WHEN :reset_counts THEN 0 ELSE rescues END,
     rate_limits = CASE WHEN :reset_counts THEN 0 ELSE rate_limits END,
-    finished_at = CASE WHEN :state IN ('completed', 'dead', 'cancelled') THEN :now END
+    finished_at = CASE WHEN :state = 'completed' OR :state = 'dead' OR :state = 'cancelled' THEN :now END
 WHERE id = :task_id AND state = :from_state
 RETURNING *;
 

