@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ from taskherd.supervisor import Supervisor
 
 log = logging.getLogger("taskherd.daemon")
 CHECK_INTERVAL = 1.0  # liveness checks (stalls, timeouts, log tailing) per second
+CHECKPOINT_INTERVAL = 2.0  # seconds between WAL checkpoints (each copies what is committed)
 
 
 class DaemonError(Exception):
@@ -105,7 +107,8 @@ class Daemon:
         self.lock.acquire()
         try:
             self.store = open_store(self.config.daemon.database,
-                                    durability=self.config.daemon.durability)
+                                    durability=self.config.daemon.durability,
+                                    autocheckpoint=False)
             await self._serve(self.store)
         finally:
             if self.store is not None:
@@ -133,6 +136,7 @@ class Daemon:
             asyncio.create_task(self._every(monitor.settings.interval, monitor.run_once),
                                 name="monitor"),
             asyncio.create_task(self._schedule_loop(scheduler), name="scheduler"),
+            asyncio.create_task(self._checkpoint_loop(store), name="checkpoints"),
         ]
         try:
             stopped = asyncio.create_task(self._stop.wait())
@@ -177,7 +181,7 @@ class Daemon:
             timeout = poll if stagger_end is None else min(poll, max(stagger_end - now, 0.01))
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def _schedule_loop(self, scheduler: Scheduler) -> None:
@@ -201,7 +205,7 @@ class Daemon:
             timeout = limit if wake_at is None else min(max(wake_at - self.clock(), 0.0), limit)
             try:
                 await asyncio.wait_for(self._schedule.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def _reload_jobs(self, scheduler: Scheduler) -> None:
@@ -213,6 +217,15 @@ class Daemon:
             log.info("reloaded %s: %s", config.source, _summary(scheduler.reload(config)))
         except (ConfigError, OSError) as error:
             log.error("reload refused, the jobs stay as they were: %s", error)
+
+    async def _checkpoint_loop(self, store: Store) -> None:
+        """Keep the WAL short from a worker thread, so no commit of the loop pays for it."""
+        while True:
+            await asyncio.sleep(CHECKPOINT_INTERVAL)
+            try:
+                await asyncio.to_thread(store.checkpoint)
+            except (StoreError, sqlite3.Error) as error:
+                log.warning("WAL checkpoint: %s", error)
 
     async def _every(self, interval: float, service: Callable[[float], object]) -> None:
         while True:

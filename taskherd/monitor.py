@@ -1,4 +1,5 @@
-"""The monitor: leases, rescues, cancelled runs, pruning and WAL checkpoints (DESIGN §3).
+"""The monitor: leases, rescues, cancelled runs and pruning (DESIGN §3). WAL checkpoints
+run beside it in a worker thread (`Daemon._checkpoint_loop`), since they wait on the disk.
 
 Each `run_once(now)` does what is due and returns counts; the daemon's loop is thin.
 """
@@ -19,7 +20,6 @@ log = logging.getLogger("taskherd.monitor")
 @dataclass(frozen=True)
 class MonitorSettings:
     interval: float = 1.0  # seconds between two passes
-    checkpoint_every: float = 300.0
     prune_every: float = 3600.0
 
 
@@ -31,7 +31,6 @@ class Monitor:
         self.supervisor = supervisor
         self.settings = settings
         self._last_renewal = float("-inf")
-        self._last_checkpoint = float("-inf")
         self._last_prune = float("-inf")
 
     def run_once(self, now: float) -> dict[str, int]:
@@ -49,9 +48,6 @@ class Monitor:
                         finished.run.node, finished.task.state.value)
         counts["rescued"] = len(rescued)
         counts["cancelled"] = self._stop_cancelled()
-        if now - self._last_checkpoint >= self.settings.checkpoint_every:
-            self.store.checkpoint()
-            self._last_checkpoint = now
         if now - self._last_prune >= self.settings.prune_every:
             counts["pruned"] = self.store.prune(before=now - daemon.retention)
             counts["logs_pruned"] = self._prune_logs(before=now - daemon.retention)

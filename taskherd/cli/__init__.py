@@ -8,9 +8,9 @@ from taskherd import __version__
 from taskherd.cli.agent import REPORT_COMMANDS, heartbeat_command
 from taskherd.cli.cooldown import cooldown_group
 from taskherd.cli.daemon import stop_command, up_command
+from taskherd.cli.doctor import doctor_command
 from taskherd.cli.jobs import jobs_group, reload_command
 from taskherd.cli.runs import runs_group
-from taskherd.cli.doctor import doctor_command
 from taskherd.cli.service import service_group
 from taskherd.cli.setup import init_command
 from taskherd.cli.status import status_command

@@ -10,7 +10,7 @@ import time
 
 import click
 
-from taskherd.cli.common import BadInput, Refused, get_config
+from taskherd.cli.common import Refused, get_config
 from taskherd.daemon import DaemonError, NodeLock, run_daemon
 
 

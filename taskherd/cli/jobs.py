@@ -37,8 +37,8 @@ from taskherd.jobs import (
     parse_job,
     trigger_of,
 )
-from taskherd.schedules import ScheduleError, next_fires, parse_trigger
 from taskherd.scheduler import schedule_start
+from taskherd.schedules import ScheduleError, next_fires, parse_trigger
 from taskherd.store import Store
 from taskherd.store.jobs import Job, JobNotFound, JobRefused
 

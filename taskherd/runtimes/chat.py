@@ -11,7 +11,7 @@ import asyncio
 import json
 import os
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -192,4 +192,4 @@ def _rate_limit(call: ChatCall, role: RoleConfig, now: float) -> RateLimitSignal
 
 
 def _utc(now: float) -> datetime:
-    return datetime.fromtimestamp(now, timezone.utc)
+    return datetime.fromtimestamp(now, UTC)

@@ -7,7 +7,7 @@ going, so the fleet pauses before Claude Code burns its own retries.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from taskherd.config import RoleConfig
 from taskherd.model import Outcome, Run, RunResult, Task
@@ -114,4 +114,4 @@ def _spend(claude: ClaudeRunResult, session_id: str | None) -> dict:
 
 
 def _utc(now: float) -> datetime:
-    return datetime.fromtimestamp(now, timezone.utc)
+    return datetime.fromtimestamp(now, UTC)

@@ -35,10 +35,10 @@ __all__ = [
 ]
 
 
-def open_store(database: str, *, durability: str = "full") -> Store:
+def open_store(database: str, *, durability: str = "full", autocheckpoint: bool = True) -> Store:
     """Open the store a `[daemon] database` setting names: a file path (SQLite) or a URL."""
     if database.startswith(("postgres://", "postgresql://")):
         raise StoreError("PostgreSQL is not supported yet: use a SQLite file path for database")
     from taskherd.store.sqlite import SQLiteStore
 
-    return SQLiteStore(database, durability=durability)
+    return SQLiteStore(database, durability=durability, autocheckpoint=autocheckpoint)

@@ -15,7 +15,6 @@ from taskherd.model import Claim, Cooldown, NewTask, Run, RunResult, Task, TaskS
 from taskherd.queue import RetryPolicy
 from taskherd.store.jobs import JobStore
 
-
 # Maps a role to its retry policy: the config knows the roles, the store does not.
 PolicyLookup = Callable[[str], RetryPolicy]
 
@@ -203,7 +202,8 @@ class Store(JobStore, abc.ABC):
         """Delete finished tasks (and their runs) that finished before `before`."""
 
     @abc.abstractmethod
-    def checkpoint(self) -> None: ...
+    def checkpoint(self) -> None:
+        """Move the write-ahead log into the database; safe to call from another thread."""
 
     @abc.abstractmethod
     def close(self) -> None: ...

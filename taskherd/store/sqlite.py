@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -55,6 +56,7 @@ class SQLiteStore(SQLiteJobs, Store):
         *,
         durability: str = "full",
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        autocheckpoint: bool = True,
     ):
         if durability not in DURABILITY:
             raise StoreError(f"durability {durability!r} is not one of: full, normal")
@@ -69,6 +71,12 @@ class SQLiteStore(SQLiteJobs, Store):
         self._enable_wal()
         self._conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
         self._conn.execute("PRAGMA foreign_keys = ON")
+        if not autocheckpoint:
+            # The daemon checkpoints from a worker thread instead: an automatic checkpoint
+            # runs inside whichever commit crosses the threshold and, at durability full,
+            # holds the event loop for the fsync of the whole database (p99 spawn latency).
+            self._conn.execute("PRAGMA wal_autocheckpoint = 0")
+        self.busy_timeout = busy_timeout
         _migrate(self._conn)
 
     def _enable_wal(self) -> None:
@@ -335,7 +343,9 @@ class SQLiteStore(SQLiteJobs, Store):
             return db.execute(Q["prune_finished_tasks"], {"before": before}).rowcount
 
     def checkpoint(self) -> None:
-        self._all("wal_checkpoint")
+        # A connection of its own: the store's is guarded by a lock the event loop takes.
+        with contextlib.closing(sqlite3.connect(self.path, timeout=self.busy_timeout)) as db:
+            db.execute(Q["wal_checkpoint"]).fetchall()
 
     def close(self) -> None:
         with self._lock:

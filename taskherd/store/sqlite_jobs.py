@@ -11,13 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from taskherd.model import Run
 from taskherd.store.jobs import (
+    FINAL_FIRE_STATUSES,
     FIRE_CANCELLED,
     FIRE_ERROR,
     FIRE_OK,
-    FIRE_OPEN,
     FIRE_SKIPPED,
     FIRE_TIMEOUT,
-    FINAL_FIRE_STATUSES,
     STATE_COLUMNS,
     FireClaim,
     Job,

@@ -151,7 +151,9 @@ RETURNING *;
 DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < :before;
 
 -- name: wal_checkpoint
-PRAGMA wal_checkpoint(TRUNCATE);
+-- PASSIVE: copies what it can without waiting for or blocking any reader or writer; once all
+-- of the WAL is copied, the next writer starts it over, so it does not grow without bound.
+PRAGMA wal_checkpoint(PASSIVE);
 
 -- name: report_run
 UPDATE runs
