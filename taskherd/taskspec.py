@@ -6,6 +6,7 @@ naming the field, the value and what would be accepted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -102,7 +103,8 @@ def _number(data: Mapping[str, Any], key: str) -> float | None:
     value = data.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    # NaN and infinity pass JSON and isinstance alike; NaN reached the database as NULL.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise TaskSpecError(f"{key} = {value!r}: expected {TASK_FIELDS[key]}")
     return float(value)
 

@@ -29,6 +29,14 @@ class TaskNotFound(StoreError):
         self.task_id = task_id
 
 
+class ParentNotFound(TaskNotFound):
+    """A new task names a parent_id no task has: bad input, like an unknown task id."""
+
+    def __init__(self, parent_id: int):
+        StoreError.__init__(self, f"parent_id = {parent_id}: no task with that id")
+        self.task_id = parent_id
+
+
 class RunNotFound(StoreError):
     def __init__(self, run_id: int):
         super().__init__(f"no run with id {run_id}")
@@ -141,7 +149,8 @@ class Store(JobStore, abc.ABC):
 
     @abc.abstractmethod
     def open_runs_of_final_tasks(self, node: str) -> list[Run]:
-        """Runs still open on `node` whose task is no longer leased (e.g. cancelled)."""
+        """Runs still open on `node` whose task is no longer leased (e.g. cancelled), or whose
+        task a newer run holds (cancelled, requeued and claimed again): agents to stop."""
 
     # -- runtime cooldowns (rate limits) -------------------------------------------------
 

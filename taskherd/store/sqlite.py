@@ -28,6 +28,7 @@ from taskherd.queue import RetryPolicy, settle
 from taskherd.store.base import (
     Enqueued,
     Finished,
+    ParentNotFound,
     PolicyLookup,
     RunNotFound,
     StateCount,
@@ -111,7 +112,7 @@ class SQLiteStore(SQLiteJobs, Store):
     # -- tasks ---------------------------------------------------------------------------
 
     def enqueue(self, new: NewTask, now: float) -> Enqueued:
-        with self._write() as db:
+        with self._write() as db, _parents_checked(db, [new]):
             cursor = db.execute(Q["insert_task"], _task_params(new, now))
             if cursor.rowcount == 1:
                 return Enqueued(_get_task(db, cursor.lastrowid), created=True)
@@ -119,7 +120,7 @@ class SQLiteStore(SQLiteJobs, Store):
             return Enqueued(Task.from_row(row), created=False)
 
     def enqueue_many(self, batch: Sequence[NewTask], now: float) -> int:
-        with self._write() as db:
+        with self._write() as db, _parents_checked(db, batch):
             before = db.total_changes
             db.executemany(Q["insert_task"], (_task_params(new, now) for new in batch))
             return db.total_changes - before
@@ -211,7 +212,8 @@ class SQLiteStore(SQLiteJobs, Store):
                 raise StoreError(f"run {run_id} already ended ({run.outcome.value})")
             db.execute(
                 Q["renew_task_lease"],
-                {"task_id": row["task_id"], "now": now, "lease_until": now + lease_seconds},
+                {"task_id": row["task_id"], "run_id": run_id, "now": now,
+                 "lease_until": now + lease_seconds},
             )
             return _get_run(db, run_id)
 
@@ -383,6 +385,7 @@ def _finish(
     settlement = settle(task, result, policy, now, recent_rate_limits)
     task_fields = {
         "task_id": task.id,
+        "run_id": run.id,
         "now": now,
         "state": settlement.state.value,
         "run_after": settlement.run_after,
@@ -396,6 +399,21 @@ def _finish(
     }
     row = _one(db.execute(Q["settle_task"], task_fields))
     return Finished(run, Task.from_row(row) if row else task, moved=row is not None)
+
+
+@contextmanager
+def _parents_checked(db: sqlite3.Connection, batch: Sequence[NewTask]) -> Iterator[None]:
+    """Turn the foreign key's refusal of an unknown parent_id into an error naming it."""
+    try:
+        yield
+    except sqlite3.IntegrityError as error:
+        if "FOREIGN KEY" not in str(error):
+            raise
+        for new in batch:
+            if new.parent_id is not None and _one(
+                    db.execute(Q["get_task"], {"id": new.parent_id})) is None:
+                raise ParentNotFound(new.parent_id) from error
+        raise
 
 
 def _task_params(new: NewTask, now: float) -> dict[str, Any]:

@@ -42,6 +42,9 @@ FILES = {
     '{"role": "coder", "title": "b", "colour": "red"}\n',
     "bad-priority-last.jsonl": '{"role": "coder", "title": "a"}\n{"role": "coder", "title": "b"}\n'
     '{"role": "coder", "title": "c", "priority": "P7"}\n',
+    "nan-run-after.jsonl": '{"role": "coder", "title": "a", "run_after": NaN}\n',
+    "unknown-parent-line-2.jsonl": '{"role": "coder", "title": "a", "parent_id": 1}\n'
+    '{"role": "coder", "title": "b", "parent_id": 999}\n',
     "broken.toml": "[daemon\ndatabase = 'taskherd.db'\n",
     "typo.toml": '[daemon]\ndatabase = "taskherd.db"\nmax_concurent = 4\n',
     "fast.toml": '[daemon]\ndatabase = "taskherd.db"\ndurability = "fast"\n',
@@ -75,6 +78,12 @@ CASES = [
     ("import unknown field", ["task", "import", "unknown-field.jsonl"], 2, ["line 2", "colour"]),
     ("import bad priority on the last line", ["task", "import", "bad-priority-last.jsonl"], 2,
      ["line 3", "priority", "P7"]),
+    ("add with an unknown parent", ["task", "add", "x", "-r", "coder", "--parent", "999"], 2,
+     ["parent_id", "999"]),
+    ("import run_after NaN", ["task", "import", "nan-run-after.jsonl"], 2,
+     ["line 1", "run_after", "nan"]),
+    ("import an unknown parent", ["task", "import", "unknown-parent-line-2.jsonl"], 2,
+     ["parent_id", "999"]),
     ("import a missing file", ["task", "import", "nowhere.jsonl"], 2, ["nowhere.jsonl"]),
     ("status with invalid TOML", ["--config", "broken.toml", "status"], 2,
      ["broken.toml", "TOML"]),

@@ -281,3 +281,24 @@ def test_open_runs_of_cancelled_tasks_are_found_for_their_node(store):
     store.cancel(task.id, 1001.0)
     assert [r.id for r in store.open_runs_of_final_tasks("n1")] == [claimed.run.id]
     assert store.open_runs_of_final_tasks("n2") == []
+
+
+def test_an_old_run_ending_after_cancel_and_requeue_leaves_the_new_run_in_charge(store):
+    # Cancel, requeue and a new claim can all happen while the old agent is still being
+    # killed: its end must neither settle the task nor be renewed, and it must be stopped.
+    task = add(store)
+    old = claim(store, node="n1")
+    store.mark_spawned(old.run.id, 1000.0, LEASE, pid=1, pid_started_at=1.0, log_path="l")
+    store.cancel(task.id, 1001.0)
+    store.requeue(task.id, 1002.0)
+    new = claim(store, now=1003.0, node="n1")
+    store.mark_spawned(new.run.id, 1003.0, LEASE, pid=2, pid_started_at=2.0, log_path="l2")
+    assert [r.id for r in store.open_runs_of_final_tasks("n1")] == [old.run.id]
+    store.heartbeat(old.run.id, 1050.0, LEASE)
+    assert store.get_task(task.id).lease_expires_at == 1003.0 + LEASE
+    cancelled = RunResult(Outcome.CANCELLED, error="the task was cancelled")
+    ended = store.finish_run(old.run.id, cancelled, POLICY, 1004.0)
+    assert not ended.moved and ended.run.outcome is Outcome.CANCELLED
+    assert store.get_task(task.id).state is TaskState.RUNNING
+    done = store.finish_run(new.run.id, RunResult(Outcome.SUCCEEDED), POLICY, 1005.0)
+    assert done.moved and done.task.state is TaskState.COMPLETED

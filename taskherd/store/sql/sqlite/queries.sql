@@ -92,9 +92,11 @@ WHERE id = :run_id AND ended_at IS NULL
 RETURNING task_id, node;
 
 -- name: renew_task_lease
+-- Only the latest run's heartbeat holds the lease: an old agent still dying must not.
 UPDATE tasks
 SET lease_expires_at = :lease_until, updated_at = :now
-WHERE id = :task_id AND state IN ('claimed', 'running');
+WHERE id = :task_id AND state IN ('claimed', 'running')
+  AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id);
 
 -- name: renew_node_leases
 UPDATE tasks
@@ -115,7 +117,9 @@ WHERE task_id = :task_id AND outcome = 'rate_limited' AND ended_at >= :since;
 
 -- name: settle_task
 -- Guarded by the leased states: if a person cancelled the task meanwhile, nothing changes
--- and the caller learns it from the row count.
+-- and the caller learns it from the row count. And by the run: only the task's latest run
+-- may settle it. A cancelled task requeued and claimed again while its old agent was still
+-- being killed was cancelled a second time by the old run's end, its new agent killed too.
 UPDATE tasks
 SET state = :state, run_after = :run_after, attempts = attempts + :strike,
     rescues = rescues + :rescue, rate_limits = rate_limits + :rate_limit,
@@ -125,6 +129,7 @@ SET state = :state, run_after = :run_after, attempts = attempts + :strike,
     updated_at = :now,
     finished_at = CASE WHEN :state = 'completed' OR :state = 'dead' OR :state = 'cancelled' THEN :now END
 WHERE id = :task_id AND (state = 'claimed' OR state = 'running')
+  AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id)
 RETURNING *;
 
 -- name: expired_leases
@@ -176,6 +181,11 @@ SELECT * FROM cooldowns WHERE until > :now ORDER BY runtime;
 DELETE FROM cooldowns WHERE runtime = :runtime;
 
 -- name: open_runs_of_final_tasks
--- Runs whose task a person cancelled (or that otherwise finished) while the agent still works.
+-- Runs whose task a person cancelled (or that otherwise finished) while the agent still works,
+-- and runs a newer run of their task superseded (cancelled, requeued and claimed again
+-- before the old agent was stopped): two agents must not work on one task.
 SELECT runs.* FROM runs JOIN tasks ON tasks.id = runs.task_id
-WHERE runs.ended_at IS NULL AND runs.node = :node AND tasks.state NOT IN ('claimed', 'running');
+WHERE runs.ended_at IS NULL AND runs.node = :node
+  AND (tasks.state NOT IN ('claimed', 'running')
+       OR EXISTS (SELECT 1 FROM runs AS newer
+                  WHERE newer.task_id = runs.task_id AND newer.id > runs.id));
