@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 
 from taskherd.config import Config, RoleConfig
 from taskherd.model import Priority, TaskState
@@ -78,7 +79,9 @@ class Dispatcher:
     def _no_room_reason(self, role: RoleConfig, now: float, running: Counter,
                         full_pools: tuple[str, ...], cooled: dict[str, float]) -> str | None:
         if role.runtime in cooled:
-            return f"runtime {role.runtime} is rate-limited until {cooled[role.runtime]:.0f}"
+            until = datetime.fromtimestamp(cooled[role.runtime]).astimezone()
+            return (f"runtime {role.runtime} is rate-limited until "
+                    f"{until.isoformat(sep=' ', timespec='seconds')}")
         if role.max_concurrent is not None and running[role.name] >= role.max_concurrent:
             return f"role {role.name} is at max_concurrent {role.max_concurrent}"
         last = self.supervisor.last_spawn.get(role.name)

@@ -74,10 +74,19 @@ class Monitor:
         return removed
 
     def _rescue_never_spawned(self, now: float) -> int:
-        """Claimed on this node but no process recorded, and nobody is starting one."""
+        """Claimed on this node but no process recorded, and nobody is starting one.
+
+        A spawned run of this node that the supervisor no longer watches (its watcher died on
+        an error) is adopted again: otherwise the node renews its lease forever and the task
+        stays `running` for an agent nobody will ever settle.
+        """
         rescued = 0
         for run in self.store.open_runs(self.config.daemon.node):
-            if run.spawned_at is not None or run.id in self.supervisor.live:
+            if run.id in self.supervisor.live:
+                continue
+            if run.spawned_at is not None:
+                log.warning("run %s is open but unwatched: adopting it again", run.id)
+                self.supervisor.adopt(run, self.store.get_task(run.task_id), now)
                 continue
             if now - run.claimed_at < self.config.role(run.role).spawn_timeout:
                 continue

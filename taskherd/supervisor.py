@@ -153,7 +153,13 @@ class Supervisor:
 
     async def _await_exit(self, live: LiveRun) -> None:
         status = await live.handle.wait_exit()
-        self._settle_exit(live, status)
+        try:
+            self._settle_exit(live, status)
+        except Exception:
+            # A task's exception is only printed when it is collected; say it now. The
+            # monitor adopts the run again, as it adopts every unwatched open run.
+            log.exception("run %s: settling its exit failed", live.run.id)
+            self.live.pop(live.run.id, None)
 
     # -- watching ------------------------------------------------------------------------
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import time
 
 import psutil
 import pytest
 
-from taskherd.model import Outcome, TaskState
+from taskherd.config import load_config
+from taskherd.model import NewTask, Outcome, TaskState
 from tests.fleet import PYTHON, Fleet, agent
 
 AGENT = """
@@ -255,3 +258,25 @@ def test_stop_command_and_detach_leave_agents_running(fleet, tmp_path):
     finished = f.wait_final(task.id)
     assert finished.state is TaskState.COMPLETED
     assert len(f.store.runs_of_task(task.id)) == 1
+
+
+def test_an_open_run_nobody_watches_is_adopted_not_renewed_forever(fleet, tmp_path):
+    # A run of this node whose watcher died (an error while settling it) used to stay open
+    # with its lease renewed by the node every few seconds: `running` forever.
+    f = fleet()
+    f.up()
+    f.wait_until(lambda: (f.data_dir / "wake.sock").exists(), what="daemon start")
+    node = load_config(f.config_path).daemon.node
+    gone = subprocess.Popen([PYTHON, "-c", "pass"])
+    started = psutil.Process(gone.pid).create_time()
+    gone.wait()
+    log_path = tmp_path / "orphan.log"
+    log_path.write_text("# taskherd {}\nhalf way\n")
+    task = f.store.enqueue(NewTask(role="elsewhere", title="orphan"), time.time()).task
+    claim = f.store.claim(node, time.time(), 60.0, roles=["elsewhere"])
+    f.store.mark_spawned(claim.run.id, time.time(), 60.0, pid=gone.pid, pid_started_at=started,
+                         log_path=str(log_path))
+    ended = f.wait_until(lambda: (r := f.store.get_run(claim.run.id)).ended_at and r,
+                         what="the orphan run settled")
+    assert ended.outcome is Outcome.CRASHED
+    assert f.store.get_task(task.id).state is TaskState.READY

@@ -1,0 +1,32 @@
+"""The dispatcher against a real store: what a waiting P0 is told it waits for."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from taskherd.config import parse_config
+from taskherd.dispatcher import Dispatcher
+from taskherd.model import NewTask, Priority
+from taskherd.store.sqlite import SQLiteStore
+from taskherd.supervisor import Supervisor
+
+NOW = 1_800_000_000.0
+
+
+def test_a_p0_waiting_for_a_cooldown_is_told_when_it_ends_as_a_time(tmp_path, caplog):
+    config = parse_config(
+        {"daemon": {"database": "q.db", "data_dir": "data", "timezone": "UTC"},
+         "roles": {"coder": {"command": ["true"]}}},
+        base_dir=tmp_path,
+    )
+    with SQLiteStore(tmp_path / "q.db") as store:
+        store.enqueue(NewTask(role="coder", title="urgent", priority=Priority.P0), NOW)
+        store.set_cooldown("command", NOW + 3600, "429", NOW)
+        dispatcher = Dispatcher(config, store, Supervisor(config, store, lambda: NOW))
+        with caplog.at_level(logging.WARNING, logger="taskherd.dispatcher"):
+            assert dispatcher.run_once(NOW) == {"started": 0}
+    until = datetime.fromtimestamp(NOW + 3600).astimezone().isoformat(sep=" ", timespec="seconds")
+    # Was the raw unix time ("until 1800003600"), which nobody reading a log can place.
+    assert f"runtime command is rate-limited until {until}" in caplog.text
+    assert "P0 task 1" in caplog.text
