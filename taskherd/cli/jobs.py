@@ -68,7 +68,8 @@ def trigger_options(command: Any) -> Any:
                      help="launchd-style entry 'hour=9,minute=0[,weekday=1,day=,month=]' "
                           "(repeat for several) or a JSON list."),
         click.option("--every", help="An interval such as '30m' (1s to 1d)."),
-        click.option("--window", help="Daily window for --every, e.g. '08:00-22:30'."),
+        click.option("--window", help="Daily window for --every, e.g. '08:00-22:30' "
+                     "('' removes it on update)."),
         click.option("--at", help="One-shot ISO date-time, read in the job's zone."),
         click.option("--manual", is_flag=True, default=None, help="No trigger: run by hand only."),
         click.option("--tz", "timezone", help="IANA zone (default: [daemon] timezone)."),
@@ -204,16 +205,31 @@ def update_command(ctx: click.Context, name: str, as_json: bool, **options: Any)
                           "then `taskherd reload`")
         table = _stored_table(job)
         changes = _table_from_options(options)
-        if any(key in changes for key in TRIGGER_OPTIONS):
+        retrigger = any(key in changes for key in TRIGGER_OPTIONS)
+        if retrigger:
+            kept = _interval_kept(job, changes)
             for key in (*TRIGGER_OPTIONS, "timezone"):
                 table.pop(key, None)
             table.setdefault("timezone", job.timezone)
+            table.update(kept)
         table.update(changes)
-        spec = _parse(ctx, table, started)
+        spec = _parse(ctx, table, started, check_past=retrigger)
         job = store.upsert_job(spec.definition(), source="cli", now=started,
                                schedule_at=schedule_start(spec.trigger, started)).job
     notify_daemon(ctx)
     _echo_job(job, "updated", as_json)
+
+
+def _interval_kept(job: Job, changes: dict[str, Any]) -> dict[str, Any]:
+    """`every` and `window` are one trigger: `--every 15m` keeps the job's window and
+    `--window 09:00-17:00` its interval (both were refused or lost); `--window ''` drops it."""
+    if "every" not in job.trigger or any(k in changes for k in ("cron", "calendar", "at", "manual")):
+        return {}
+    kept = {key: job.trigger[key] for key in ("every", "window") if key in job.trigger}
+    if changes.get("window") == "":
+        del changes["window"]
+        kept.pop("window", None)
+    return kept
 
 
 def _stored_table(job: Job) -> dict[str, Any]:
@@ -252,13 +268,15 @@ def _calendar(entries: tuple[str, ...]) -> Any:
     return parsed
 
 
-def _parse(ctx: click.Context, table: dict[str, Any], started: float) -> Any:
+def _parse(ctx: click.Context, table: dict[str, Any], started: float,
+           check_past: bool = True) -> Any:
     config = get_config(ctx)
     try:
         spec = parse_job(table, config)
     except JobError as error:
         raise BadInput(str(error)) from error
-    if spec.trigger.kind == "at" and schedule_start(spec.trigger, started) is None:
+    # Only a new `at` must be ahead: a one-shot that already fired still takes a new prompt.
+    if check_past and spec.trigger.kind == "at" and schedule_start(spec.trigger, started) is None:
         raise BadInput(f"at: {table.get('at')!r} is in the past; accepted: a future date-time")
     return spec
 
@@ -306,7 +324,7 @@ def delete_command(ctx: click.Context, name: str) -> None:
         if job.source != "cli":
             raise Refused(f"job {name!r} comes from the config file: remove it there, "
                           "then `taskherd reload` (it is disabled, its history kept)")
-        store.delete_job(name)
+        store.delete_job(name, now())
     notify_daemon(ctx)
     click.echo(f"deleted job {name!r}")
 

@@ -86,6 +86,32 @@ def test_add_list_update_run_disable_delete(fleet):
     assert got.returncode == 2
 
 
+def test_update_keeps_the_rest_of_an_interval_trigger(fleet):
+    # `--window` alone was refused ("only applies to 'every'") and `--every` alone dropped the
+    # window: every and window are one trigger, and options not given keep their value.
+    fleet.cli("jobs", "add", "social", "-r", "worker", "--every", "30m", "--window", "08:00-12:00",
+              "--tz", "America/Chicago")
+    fleet.cli("jobs", "update", "social", "--window", "09:00-17:00")
+    assert fleet.store.get_job("social").trigger == {
+        "every": "1800s", "window": "09:00-17:00", "timezone": "America/Chicago"}
+    fleet.cli("jobs", "update", "social", "--every", "15m")
+    assert fleet.store.get_job("social").trigger["window"] == "09:00-17:00"
+    fleet.cli("jobs", "update", "social", "--window", "")
+    assert fleet.store.get_job("social").trigger == {"every": "900s", "timezone": "America/Chicago"}
+    fleet.cli("jobs", "update", "social", "--cron", "@daily")
+    assert fleet.store.get_job("social").trigger == {"cron": "@daily", "timezone": "America/Chicago"}
+
+
+def test_update_of_a_one_shot_that_already_fired_keeps_its_time(fleet):
+    fleet.cli("jobs", "add", "launch", "-r", "worker", "--at", "2099-01-01T09:00")
+    with fleet.store._write() as db:  # its time has passed since
+        db.execute("UPDATE jobs SET trigger_spec = replace(trigger_spec, '2099', '2001')")
+    fleet.cli("jobs", "update", "launch", "--prompt", "new words")  # was "at … is in the past"
+    assert fleet.store.get_job("launch").template["prompt"] == "new words"
+    result = fleet.cli("jobs", "update", "launch", "--at", "2002-01-01T00:00", check=False)
+    assert result.returncode == 2 and "is in the past" in result.stderr
+
+
 def test_config_jobs_are_changed_in_the_file_not_the_cli(fleet):
     from taskherd.config import load_config
     from taskherd.scheduler import Scheduler
