@@ -99,7 +99,7 @@ class _Plan:
                                 scheduled_for=scheduled_for, kind=kind, retry_count=retry_count)
         except (TaskSpecError, ConfigError) as error:
             # The config changed under the job (its role or pool is gone): say so in the record.
-            self.fires.append(PlannedFire(scheduled_for, kind, status=FIRE_ERROR,
+            self.fires.append(PlannedFire(scheduled_for, kind, status=FIRE_ERROR, release=release,
                                           error=f"cannot make its task: {error}", **lineage))
             return
         self.fires.append(PlannedFire(scheduled_for, kind, task=new, release=release, **lineage))
@@ -182,7 +182,7 @@ class Scheduler:
             plan.task(job.retry_at, "retry", variant=job.retry_variant, rotate=False,
                       retry_of=job.retry_of, retry_count=job.retry_count)
             plan.state.update(retry_at=None, retry_of=None, retry_count=0)
-        if job.queued and not job.open_fires:
+        if job.queued and not plan.open:  # nor a run-now or retry task just made above
             plan.queued -= 1
             plan.task(now, "schedule", release=True)
         try:

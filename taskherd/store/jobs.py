@@ -240,8 +240,8 @@ class JobStore(abc.ABC):
         not caught up."""
 
     @abc.abstractmethod
-    def delete_job(self, name: str) -> None:
-        """Delete the job; its fire history is kept (by job name)."""
+    def delete_job(self, name: str, now: float) -> None:
+        """Delete the job; its fire history is kept (by job name), its queued fires skipped."""
 
     @abc.abstractmethod
     def request_run_now(self, name: str, now: float) -> Job:

@@ -132,9 +132,12 @@ class SQLiteJobs(JobStore):
             _write_state(db, job, changes, now)
             return _job(db, name)
 
-    def delete_job(self, name: str) -> None:
+    def delete_job(self, name: str, now: float) -> None:
         with self._write() as db:
-            db.execute(Q["delete_job"], {"id": _job(db, name).id})
+            job_id = _job(db, name).id
+            db.execute(Q["skip_queued_fires"],
+                       {"job_id": job_id, "now": now, "error": "its job was deleted"})
+            db.execute(Q["delete_job"], {"id": job_id})
 
     def request_run_now(self, name: str, now: float) -> Job:
         with self._write() as db:
@@ -175,10 +178,11 @@ def _record_fire(db: sqlite3.Connection, job: Job, planned: PlannedFire, now: fl
         if duplicate is not None:
             status, task_id = FIRE_SKIPPED, None
             error = (f"task {duplicate} with dedup key {planned.task.dedup_key!r} is still open")
-    if planned.release and task_id is not None:
+    finished_at = now if status in FINAL_FIRE_STATUSES else None
+    if planned.release:
         row = _fetch_one(db, Q["release_queued_fire"],
-                         {"job_id": job.id, "task_id": task_id, "now": now,
-                          "variant": planned.variant})
+                         {"job_id": job.id, "task_id": task_id, "now": now, "status": status,
+                          "variant": planned.variant, "error": error, "finished_at": finished_at})
         if row is not None:
             return JobFire.from_row(row)
     params = {
@@ -186,7 +190,7 @@ def _record_fire(db: sqlite3.Connection, job: Job, planned: PlannedFire, now: fl
         "now": now, "kind": planned.kind, "status": status, "task_id": task_id,
         "retry_of": planned.retry_of, "retry_count": planned.retry_count,
         "variant": planned.variant, "error": error,
-        "finished_at": now if status in FINAL_FIRE_STATUSES else None,
+        "finished_at": finished_at,
     }
     return JobFire.from_row(_fetch_one(db, Q["insert_job_fire"], params))
 

@@ -130,7 +130,7 @@ def test_run_now_enable_disable_and_delete(store):
         store.request_run_now("j", NOW + 7)
     on = store.set_job_enabled("j", True, NOW + 8, schedule_at=NOW + 7200)
     assert on.enabled and on.schedule_at == NOW + 7200
-    store.delete_job("j")
+    store.delete_job("j", NOW + 9)
     with pytest.raises(JobNotFound):
         store.get_job("j")
 
@@ -140,7 +140,18 @@ def test_fire_history_outlives_its_job_and_is_pruned(store):
     claim = FireClaim(job, {"next_run_at": None, "schedule_at": None},
                       (PlannedFire(NOW + 60, "schedule", status="skipped", error="why"),))
     store.claim_fire(claim, NOW + 60)
-    store.delete_job("j")
+    store.delete_job("j", NOW + 61)
     assert [f.status for f in store.list_fires(job="j")] == ["skipped"]
     assert store.prune_fires(NOW + 59) == 0
     assert store.prune_fires(NOW + 61) == 1
+
+
+def test_deleting_a_job_ends_its_queued_fires(store):
+    # They were left 'queued' (unfinished, never pruned) once no job could release them.
+    job = upsert(store).job
+    claim = FireClaim(job, {"next_run_at": None, "schedule_at": None, "queued": 1},
+                      (PlannedFire(NOW + 60, "schedule", status="queued"),))
+    store.claim_fire(claim, NOW + 60)
+    store.delete_job("j", NOW + 70)
+    [fire] = store.list_fires(job="j")
+    assert (fire.status, fire.error, fire.finished_at) == ("skipped", "its job was deleted", NOW + 70)

@@ -161,6 +161,41 @@ def test_overlap_queue_counts_fires_and_releases_one_per_finished_task(rig):
     assert len(r.tasks()) == 3
 
 
+def test_overlap_queue_holds_a_queued_fire_while_a_run_now_task_is_open(rig):
+    # A run-now made in the same pass as a release used to make two tasks at once.
+    r = rig([{"name": "poll", "every": "10m", "overlap": "queue"}])
+    r.sync(T0)
+    r.tick(T0 + 600)
+    r.tick(T0 + 1200)  # queued behind the first
+    r.finish(T0 + 1250)
+    r.store.request_run_now("poll", T0 + 1250)
+    r.tick(T0 + 1251)
+    assert [(f.kind, f.status) for f in r.fires("poll")] == [
+        ("schedule", "ok"), ("schedule", "queued"), ("run_now", "open")]
+    r.finish(T0 + 1300)
+    r.tick(T0 + 1301)
+    assert [f.status for f in r.fires("poll")] == ["ok", "open", "ok"]
+
+
+def test_a_queued_fire_whose_task_cannot_be_made_ends_as_an_error(rig):
+    # It stayed 'queued' forever while a second, error fire was recorded beside it.
+    r = rig([{"name": "poll", "every": "10m", "overlap": "queue"}])
+    r.sync(T0)
+    r.tick(T0 + 600)
+    r.tick(T0 + 1200)
+    # The job's role goes away with its file entry; the job stays, disabled, and is enabled.
+    r.scheduler.reload(parse_config({"daemon": {"database": "q.db", "timezone": "UTC"},
+                                     "roles": {"other": {"command": ["true"]}}},
+                                    base_dir=r.tmp_path), now=T0 + 1205)
+    r.store.set_job_enabled("poll", True, T0 + 1210, schedule_at=T0 + 3600)
+    r.finish(T0 + 1250)
+    r.tick(T0 + 1251)
+    fires = r.fires("poll")
+    assert [f.status for f in fires] == ["ok", "error"]
+    assert "cannot make its task" in fires[1].error and fires[1].scheduled_for == T0 + 1200
+    assert r.store.get_job("poll").queued == 0
+
+
 # --- missed fires after downtime --------------------------------------------------------------
 
 

@@ -83,6 +83,11 @@ WHERE id = :id AND next_run_at = :expected AND version = :version AND enabled = 
 -- name: delete_job
 DELETE FROM jobs WHERE id = :id;
 
+-- name: skip_queued_fires
+-- A deleted job's held fires will never be released: end them, or they stay 'queued' forever.
+UPDATE job_fires SET status = 'skipped', error = :error, finished_at = :now
+WHERE job_id = :job_id AND status = 'queued';
+
 -- name: insert_job_fire
 INSERT INTO job_fires (job_id, job_name, scheduled_for, fired_at, kind, status, task_id,
                        retry_of, retry_count, variant, error, finished_at)
@@ -91,9 +96,11 @@ VALUES (:job_id, :job_name, :scheduled_for, :now, :kind, :status, :task_id, :ret
 RETURNING *;
 
 -- name: release_queued_fire
--- overlap = queue: the oldest held fire of the job gets its task now.
+-- overlap = queue: the oldest held fire of the job gets its task now (status open), or ends
+-- now when that task could not be made (error, or skipped for an open duplicate).
 UPDATE job_fires
-SET status = 'open', task_id = :task_id, fired_at = :now, variant = :variant
+SET status = :status, task_id = :task_id, fired_at = :now, variant = :variant, error = :error,
+    finished_at = :finished_at
 WHERE id = (SELECT id FROM job_fires WHERE job_id = :job_id AND status = 'queued'
             ORDER BY id LIMIT 1)
 RETURNING *;
