@@ -501,7 +501,10 @@ def _record_killed(exit_path: Path, signum: int) -> None:
     text = json.dumps({"code": None, "signal": int(signum), "ended_at": time.time(),
                        "source": "terminate"})
     temp_path = Path(f"{exit_path}.tmp.{os.getpid()}")
-    temp_path.write_text(text + "\n")
+    # Owner-only like every data file: write_text() left it 0644 under the usual umask.
+    fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w") as temp_file:
+        temp_file.write(text + "\n")
     try:
         os.link(temp_path, exit_path)  # never overwrite a status the shim managed to write
     except FileExistsError:

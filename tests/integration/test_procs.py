@@ -263,6 +263,7 @@ def test_terminate_records_sigkill_when_agent_ignores_sigterm(run):
     assert (status.signal, status.source) == (signal.SIGKILL, "terminate")
     adopted = procs.adopt(process.pid, process.started_at, process.log_path)
     assert adopted.poll().signal == signal.SIGKILL  # a restarted daemon learns it too
+    assert process.exit_path.stat().st_mode & 0o777 == 0o600  # was 0644, unlike every data file
 
 
 def test_sigterm_to_shim_reaches_agent_once(run):
