@@ -38,6 +38,7 @@ from taskherd.store.jobs import (
     FireClaim,
     Job,
     JobFire,
+    JobNotFound,
     JobRefused,
     PlannedFire,
     wake_time,
@@ -254,10 +255,16 @@ class Scheduler:
         specs = parse_jobs(self.config) if jobs is None else jobs
         now = self.clock() if now is None else now
         result: dict[str, list[str]] = {
-            "created": [], "updated": [], "unchanged": [], "disabled": [], "conflicts": []}
+            "created": [], "updated": [], "unchanged": [], "disabled": [], "conflicts": [],
+            "spent": []}
         for spec in specs:
             following = spec.trigger.next_after(_utc(now))
             schedule_at = following.timestamp() if following else None
+            if schedule_at is None and spec.delete_after_run and self._gone(spec.name):
+                # A one-shot deleted after its run, still in the file: every start and reload
+                # brought it back as a job that would never fire.
+                result["spent"].append(spec.name)
+                continue
             try:
                 upserted = self.store.upsert_job(spec.definition(), source="config", now=now,
                                                  schedule_at=schedule_at)
@@ -272,6 +279,13 @@ class Scheduler:
                 self.store.set_job_enabled(job.name, False, now)
                 result["disabled"].append(job.name)
         return result
+
+    def _gone(self, name: str) -> bool:
+        try:
+            self.store.get_job(name)
+        except JobNotFound:
+            return True
+        return False
 
     def reload(self, config: Config, now: float | None = None) -> dict[str, list[str]]:
         """A new config (SIGHUP, `taskherd reload`): its jobs are synced; roles and pools

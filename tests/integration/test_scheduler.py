@@ -389,6 +389,10 @@ def test_at_job_fires_once_and_is_deleted_after_its_run(rig):
     with pytest.raises(JobNotFound):
         r.store.get_job("launch")
     assert [f.status for f in r.fires("launch")] == ["ok"]  # the history stays
+    # The file still names it: a restart or reload does not bring back a job that never fires.
+    assert r.sync(at + 3800)["spent"] == ["launch"]
+    with pytest.raises(JobNotFound):
+        r.store.get_job("launch")
 
 
 # --- exactly once: compare-and-set --------------------------------------------------------------
