@@ -160,6 +160,21 @@ class Supervisor:
             # monitor adopts the run again, as it adopts every unwatched open run.
             log.exception("run %s: settling its exit failed", live.run.id)
             self.live.pop(live.run.id, None)
+        await self._reap_leftovers(live)
+
+    async def _reap_leftovers(self, live: LiveRun) -> None:
+        """Stop what the agent left running in its process group once it has exited.
+
+        A dev server or a watcher started in the background would otherwise outlive its run
+        and pile up run after run, as service managers' control-group kill prevents.
+        """
+        if not isinstance(live.handle, procs.ProcessHandle):
+            return
+        leftovers = procs.live_group_members(live.handle.pid)
+        if leftovers:
+            log.warning("run %s: the agent left %d process(es) running; stopping them",
+                        live.run.id, len(leftovers))
+            await procs.terminate_async(live.handle, KILL_GRACE)
 
     # -- watching ------------------------------------------------------------------------
 

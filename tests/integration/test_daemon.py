@@ -47,6 +47,11 @@ AGENT = """
         print("ENV", " ".join(sorted(k for k in os.environ if k.startswith(("TASKHERD_", "CLAUDE")))))
         print("PATH", os.environ["PATH"])
         print("TASK_COMPLETE: env")
+    elif prompt == "leave-child":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        with open("leftover-pid", "w") as f:
+            f.write(str(child.pid))
+        print("TASK_COMPLETE: left a child behind")
     elif prompt.startswith("hold"):
         while not os.path.exists(prompt.split()[1]):
             time.sleep(0.05)
@@ -280,3 +285,15 @@ def test_an_open_run_nobody_watches_is_adopted_not_renewed_forever(fleet, tmp_pa
                          what="the orphan run settled")
     assert ended.outcome is Outcome.CRASHED
     assert f.store.get_task(task.id).state is TaskState.READY
+
+
+
+def test_processes_an_agent_leaves_behind_are_stopped_after_it_exits(fleet, tmp_path):
+    f = fleet()
+    f.up()
+    task = f.add("leaves a child", prompt="leave-child")
+    assert f.wait_final(task.id).state is TaskState.COMPLETED
+    child = int((tmp_path / "leftover-pid").read_text())
+    f.wait_until(lambda: not psutil.pid_exists(child)
+                 or psutil.Process(child).status() == psutil.STATUS_ZOMBIE,
+                 what="the left-behind child to be stopped")
