@@ -85,7 +85,8 @@ def print_json(data: Any) -> None:
 def format_time(timestamp: float | None) -> str:
     if timestamp is None:
         return "-"
-    return datetime.fromtimestamp(timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    # The zone is named: a fleet's times read wrongly on a host in another zone otherwise.
+    return datetime.fromtimestamp(timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

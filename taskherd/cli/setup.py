@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -21,9 +22,9 @@ durability = "full"
 # Agents running at once on this machine.
 max_concurrent = 3
 # Schedules run in this zone unless a job names its own. Stated, never guessed.
-timezone = "{timezone}"
+timezone = {timezone}
 # PATH the agents (and the service) run with: the shell's PATH is not there under launchd/systemd.
-path = "{path}"
+path = {path}
 
 # A role is a kind of agent. `command` is an argv list, never a shell string:
 # {{task_id}}, {{run_id}}, {{role}}, {{prompt_file}} and {{workdir}} are filled in.
@@ -52,7 +53,9 @@ def init_command(force: bool, directory: str) -> None:
     if target.exists() and not force:
         raise BadInput(f"{target} already exists (use --force to overwrite it)")
     target.parent.mkdir(parents=True, exist_ok=True)
-    text = STARTER.format(timezone=local_timezone(), path=os.environ.get("PATH", ""))
+    # JSON string syntax is valid TOML: a PATH holding a quote or a backslash stays one string.
+    text = STARTER.format(timezone=json.dumps(local_timezone()),
+                          path=json.dumps(os.environ.get("PATH", "")))
     target.write_text(text)
     click.echo(f"wrote {target}: edit the roles, then `taskherd task add` and `taskherd status`")
 

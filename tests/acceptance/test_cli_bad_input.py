@@ -220,3 +220,14 @@ def test_nothing_changes_while_a_daemon_holds_the_database_open(workspace: Path)
         holder.stdin.close()
         holder.wait(timeout=30)
         holder.stdout.close()
+
+
+def test_init_writes_a_valid_file_whatever_the_path_holds(tmp_path):
+    import tomllib
+
+    env = {**os.environ, "PATH": '/odd"dir\\with:' + os.environ["PATH"], "TASKHERD_HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "taskherd", "init", str(tmp_path)], env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    daemon = tomllib.loads((tmp_path / "taskherd.toml").read_text())["daemon"]
+    assert daemon["path"].startswith('/odd"dir\\with:')
