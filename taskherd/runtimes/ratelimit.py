@@ -124,6 +124,11 @@ def _reset_from_retry_after(match: re.Match, now: datetime, default_tz: tzinfo):
     return retry_after_to_reset(match.group("value"), now)
 
 
+def _reset_from_delay(match: re.Match, now: datetime, default_tz: tzinfo) -> datetime:
+    seconds = float(match.group("amount")) * _UNIT_SECONDS[match.group("unit").lower()]
+    return now + timedelta(seconds=seconds)
+
+
 def _reset_from_extra(match: re.Match, now: datetime, default_tz: tzinfo):
     groups = match.groupdict()
     if groups.get("epoch"):
@@ -220,6 +225,16 @@ _LIMIT_RESETS_AT_CLOCK = re.compile(
     _I,
 )
 
+# "rate limit exceeded, try again in 20 seconds", "limit reached · resets in 2 hours":
+# a limit first on the same line, then a relative delay.
+_LIMIT_RESETS_IN = re.compile(
+    r"limit[^\n]{0,80}?\b(?:resets?|try again|retry|available)\s+in\s+"
+    r"(?P<amount>\d+(?:\.\d+)?)\s*(?P<unit>s|sec|second|m|min|minute|h|hr|hour)s?\b",
+    _I,
+)
+_UNIT_SECONDS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
+                 "h": 3600, "hr": 3600, "hour": 3600}
+
 _RETRY_AFTER = re.compile(
     r"retry[-_ ]after[\"']?\s*[:=]\s*[\"']?(?P<value>\d+(?:\.\d+)?|"
     r"[A-Za-z]{3},\s+\d{1,2}\s+[A-Za-z]{3}\s+\d{4}\s+\d{2}:\d{2}:\d{2}\s+GMT)",
@@ -253,6 +268,7 @@ def _detectors(extra_patterns: Iterable[str]) -> list[tuple[str, re.Pattern, Res
         ("usage_limit_epoch", _USAGE_LIMIT_EPOCH, _reset_from_epoch),
         ("limit_resets_at_clock", _LIMIT_RESETS_AT_CLOCK, _reset_from_clock),
         ("retry_after", _RETRY_AFTER, _reset_from_retry_after),
+        ("limit_resets_in", _LIMIT_RESETS_IN, _reset_from_delay),
     ]
     detectors += [(f"extra:{p}", _compile_extra(p), _reset_from_extra) for p in extra_patterns]
     detectors += [(source, pattern, _no_reset) for source, pattern in _GENERIC]

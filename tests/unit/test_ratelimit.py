@@ -190,3 +190,18 @@ def test_cooldown_default_is_configurable():
     assert cooldown_until(signal, NOW, default_cooldown=timedelta(minutes=5)) == NOW + timedelta(
         minutes=5
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("Rate limit exceeded, try again in 20 seconds", 20),
+        ("5-hour limit reached · resets in 2 hours", 7200),
+        ("API rate limit hit; retry in 90s", 90),
+        ("usage limit: available in 15 min", 900),
+    ],
+)
+def test_a_relative_reset_after_a_limit_is_read(text, seconds):
+    now = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+    signal = detect_rate_limit(text, now)
+    assert signal is not None and signal.reset_at == now + timedelta(seconds=seconds)
