@@ -130,14 +130,17 @@ class Daemon:
             log.warning("no roles are configured: tasks will wait (add [roles.NAME] to the config)")
         log.info("taskherd up: node %s, database %s, max_concurrent %s", daemon.node,
                  daemon.database, daemon.max_concurrent)
-        loops = [
+        starting = [  # what makes new work start
             asyncio.create_task(self._dispatch_loop(dispatcher), name="dispatcher"),
+            asyncio.create_task(self._schedule_loop(scheduler), name="scheduler"),
+        ]
+        watching = [  # what watches the work already going
             asyncio.create_task(self._every(CHECK_INTERVAL, supervisor.check), name="supervisor"),
             asyncio.create_task(self._every(monitor.settings.interval, monitor.run_once),
                                 name="monitor"),
-            asyncio.create_task(self._schedule_loop(scheduler), name="scheduler"),
             asyncio.create_task(self._checkpoint_loop(store), name="checkpoints"),
         ]
+        loops = starting + watching
         try:
             stopped = asyncio.create_task(self._stop.wait())
             done, _ = await asyncio.wait([stopped, *loops], return_when=asyncio.FIRST_COMPLETED)
@@ -145,12 +148,13 @@ class Daemon:
                 if task is not stopped and task.exception():
                     raise task.exception()
         finally:
-            for task in loops:
-                task.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
+            # Nothing new starts from here, but the watchers keep going while running agents
+            # are waited for or killed: a stall or a cancel during on_shutdown = wait counts.
+            await _cancel(starting)
             log.info("stopping: %s running agent(s), on_shutdown = %s", len(supervisor.live),
                      daemon.on_shutdown)
             await supervisor.shutdown(daemon.on_shutdown, daemon.shutdown_grace)
+            await _cancel(watching)
             if listener is not None:
                 listener.close()
                 wake.socket_path(daemon.data_dir).unlink(missing_ok=True)
@@ -240,6 +244,12 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stop)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+
+async def _cancel(tasks: list[asyncio.Task]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _summary(sync: dict[str, list[str]]) -> str:

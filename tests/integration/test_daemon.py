@@ -297,3 +297,14 @@ def test_processes_an_agent_leaves_behind_are_stopped_after_it_exits(fleet, tmp_
     f.wait_until(lambda: not psutil.pid_exists(child)
                  or psutil.Process(child).status() == psutil.STATUS_ZOMBIE,
                  what="the left-behind child to be stopped")
+
+
+def test_on_shutdown_wait_still_watches_the_agents_it_waits_for(fleet):
+    f = fleet('max_attempts = 1', daemon_options='on_shutdown = "wait"\nshutdown_grace = "30s"')
+    f.up()
+    task = f.add("hangs", prompt="silent")
+    f.wait_until(lambda: f.store.get_task(task.id).state is TaskState.RUNNING, what="running")
+    f.daemon.send_signal(signal.SIGTERM)
+    # The agent is silent: the stall is still noticed (idle_timeout 2 s) during the wait.
+    assert f.daemon.wait(20) == 0
+    assert last_run(f, task.id).outcome is Outcome.STALLED
