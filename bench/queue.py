@@ -202,7 +202,7 @@ def bench_same_sql(folder: Path, durability: str, rounds: int, batch: int) -> li
             db.execute("BEGIN IMMEDIATE")
             db.execute(Q["end_run"], end | {"run_id": run[0]}).fetchall()
             db.execute(Q["get_task"], {"id": task[0]}).fetchall()
-            db.execute(Q["settle_task"], settle | {"task_id": task[0]}).fetchall()
+            db.execute(Q["settle_task"], settle | {"task_id": task[0], "run_id": run[0]}).fetchall()
             db.execute("COMMIT")
 
     rates = [timed("bare sqlite3 same-SQL claim+complete", rounds, claim_complete)]
