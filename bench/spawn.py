@@ -116,8 +116,12 @@ def main() -> None:
         report(f"  of which {stage}", latencies)
     print(f"ratio shim/floor: p50 x{shim_p50 / floor_p50:.1f}  p99 x{shim_p99 / floor_p99:.1f}; "
           f"shim overhead p50 +{(shim_p50 - floor_p50) * 1e3:.2f} ms")
-    print(f"target p50 <= 20 ms: {'met' if shim_p50 <= 0.020 else 'MISSED'}; "
-          f"p99 <= 100 ms: {'met' if shim_p99 <= 0.100 else 'MISSED'}")
+    # Back-to-back spawns, --concurrency at a time, measure throughput under contention:
+    # every spawn then pays a Python start-up for its shim on 2 cores. The daemon's latency
+    # targets (ready → exec p50 ≤ 20 ms, p99 ≤ 100 ms) are measured end to end, with tasks
+    # arriving as they do in use, by bench/daemon.py.
+    print(f"(information) p50 {shim_p50 * 1e3:.1f} ms, p99 {shim_p99 * 1e3:.1f} ms with "
+          f"{args.concurrency} spawns always in flight; the daemon's targets: bench/daemon.py")
 
 
 if __name__ == "__main__":
