@@ -393,6 +393,31 @@ def activity(handle: ProcessHandle) -> Activity:
     return Activity(log_size, cpu_seconds, counted)
 
 
+def tree_cpu_seconds(roots: set[int]) -> dict[int, float]:
+    """CPU seconds (reaped children included) of each root's process tree, in one /proc walk.
+
+    One walk for all agents, not one per agent: with a hundred idle agents a per-agent
+    `children(recursive=True)` scans /proc a hundred times a second.
+    """
+    parent_of: dict[int, int] = {}
+    cpu_of: dict[int, float] = {}
+    for process in psutil.process_iter(["ppid", "cpu_times"]):
+        info = process.info
+        times = info.get("cpu_times")
+        if times is None:
+            continue
+        parent_of[process.pid] = info["ppid"]
+        cpu_of[process.pid] = times.user + times.system + times.children_user + times.children_system
+    totals: dict[int, float] = {}
+    for pid in cpu_of:
+        root, hops = pid, 0
+        while root not in roots and root in parent_of and hops < 64:
+            root, hops = parent_of[root], hops + 1
+        if root in roots:
+            totals[root] = totals.get(root, 0.0) + cpu_of[pid]
+    return totals
+
+
 def agent_env(base_path: str, extra: Mapping[str, str], taskherd_vars: Mapping[str, str], *,
               inherit_from: Mapping[str, str] = os.environ) -> dict[str, str]:
     """An explicit environment for an agent; nothing leaks in by accident.

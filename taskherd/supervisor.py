@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil
 
 from taskherd import procs
 from taskherd.config import Config, RoleConfig
@@ -184,7 +183,7 @@ class Supervisor:
         if not self.live:
             return counts
         heartbeats = {run.id: run for run in self.store.open_runs(self.config.daemon.node)}
-        cpu = _tree_cpu_seconds({live.handle.pid for live in self.live.values() if live.handle.pid})
+        cpu = procs.tree_cpu_seconds({live.handle.pid for live in self.live.values() if live.handle.pid})
         for live in list(self.live.values()):
             if live.kill_reason is not None or not live.handle.is_alive():
                 continue
@@ -330,31 +329,6 @@ class Supervisor:
         if self.config.source is not None:
             agent_vars["TASKHERD_CONFIG"] = str(self.config.source.resolve())
         return agent_vars
-
-
-def _tree_cpu_seconds(roots: set[int]) -> dict[int, float]:
-    """CPU seconds (reaped children included) of each root's process tree, in one /proc walk.
-
-    One walk for all agents, not one per agent: with a hundred idle agents a per-agent
-    `children(recursive=True)` scans /proc a hundred times a second.
-    """
-    parent_of: dict[int, int] = {}
-    cpu_of: dict[int, float] = {}
-    for process in psutil.process_iter(["ppid", "cpu_times"]):
-        info = process.info
-        times = info.get("cpu_times")
-        if times is None:
-            continue
-        parent_of[process.pid] = info["ppid"]
-        cpu_of[process.pid] = times.user + times.system + times.children_user + times.children_system
-    totals: dict[int, float] = {}
-    for pid in cpu_of:
-        root, hops = pid, 0
-        while root not in roots and root in parent_of and hops < 64:
-            root, hops = parent_of[root], hops + 1
-        if root in roots:
-            totals[root] = totals.get(root, 0.0) + cpu_of[pid]
-    return totals
 
 
 def _create_private(path: Path) -> None:
