@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-
 from taskherd import procs
 from taskherd.config import Config, RoleConfig
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
