@@ -14,7 +14,14 @@ import click
 
 from taskherd import wake
 from taskherd.config import Config, ConfigError, load_config
-from taskherd.store import Store, StoreError, TaskNotFound, TransitionRefused, open_store
+from taskherd.store import (
+    RunNotFound,
+    Store,
+    StoreError,
+    TaskNotFound,
+    TransitionRefused,
+    open_store,
+)
 
 EXIT_OK = 0
 EXIT_REFUSED = 1  # the request was understood but the queue says no (wrong state, …)
@@ -59,7 +66,7 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
         yield store
     except TransitionRefused as error:
         raise Refused(str(error)) from error
-    except TaskNotFound as error:
+    except (TaskNotFound, RunNotFound) as error:
         raise BadInput(str(error)) from error
     except StoreError as error:
         raise Refused(str(error)) from error

@@ -20,6 +20,7 @@ from taskherd.cli.common import (
     print_table,
     store_for,
 )
+from taskherd.cli.logs import check_log_options, log_options, show_log
 from taskherd.durations import parse_duration
 from taskherd.model import Run
 from taskherd.store import Store
@@ -124,6 +125,18 @@ def _stale_reason(store: Store, config: Any, run: Run, started: float,
     if idle > (role.idle_timeout if limit is None else limit):
         return f"no heartbeat or progress for {idle:.0f}s"
     return None
+
+
+@runs_group.command("log")
+@click.argument("run_id", type=int)
+@log_options
+@click.pass_context
+def log_command(ctx: click.Context, run_id: int, lines: int | None, follow: bool,
+                as_json: bool) -> None:
+    """Print what a run's agent wrote (its log), or follow it until the run ends."""
+    check_log_options(lines, follow, as_json)
+    with store_for(ctx) as store:
+        show_log(store, store.get_run(run_id), lines=lines, follow=follow, as_json=as_json)
 
 
 @runs_group.command("cost")

@@ -9,6 +9,7 @@ import click
 
 from taskherd.cli.common import (
     BadInput,
+    Refused,
     format_time,
     get_config,
     json_option,
@@ -18,6 +19,7 @@ from taskherd.cli.common import (
     print_table,
     store_for,
 )
+from taskherd.cli.logs import check_log_options, log_options, show_log
 from taskherd.durations import parse_duration
 from taskherd.model import Task, TaskState
 from taskherd.taskspec import TaskSpecError, new_task_from
@@ -140,6 +142,31 @@ def show_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
               f"${r.cost_usd:.4f}" if r.cost_usd is not None else None,
               _clip(r.summary or r.error or "", 50)] for r in runs],
         )
+
+
+@task_group.command("log")
+@click.argument("task_id", type=int)
+@click.option("--run", "run_id", type=int, help="This run of the task rather than its latest.")
+@log_options
+@click.pass_context
+def log_command(ctx: click.Context, task_id: int, run_id: int | None, lines: int | None,
+                follow: bool, as_json: bool) -> None:
+    """Print what the agent of a task's latest run wrote (its log), or follow it."""
+    check_log_options(lines, follow, as_json)
+    with store_for(ctx) as store:
+        task = store.get_task(task_id)
+        runs = store.runs_of_task(task_id)
+        if run_id is not None:
+            chosen = [run for run in runs if run.id == run_id]
+            if not chosen:
+                owner = store.get_run(run_id).task_id
+                raise BadInput(f"--run {run_id}: it is a run of task {owner}, not of task {task_id}")
+            run = chosen[0]
+        elif runs:
+            run = runs[-1]
+        else:
+            raise Refused(f"task {task_id} has not run yet (it is {task.state.value})")
+        show_log(store, run, lines=lines, follow=follow, as_json=as_json)
 
 
 def _print_task(task: Task) -> None:

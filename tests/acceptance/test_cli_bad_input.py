@@ -93,13 +93,26 @@ CASES = [
      ["daemon.durability", "fast"]),
     ("status with a missing config", ["--config", "absent.toml", "status"], 2, ["absent.toml"]),
 ]
-for command in ["show", "cancel", "approve", "reject", "block", "unblock", "requeue"]:
+for command in ["show", "log", "cancel", "approve", "reject", "block", "unblock", "requeue"]:
     CASES += [
         (f"{command} with a non-integer id", ["task", command, "abc"], 2, ["TASK_ID", "abc"]),
         (f"{command} with an unknown id", ["task", command, str(UNKNOWN)], 2, [str(UNKNOWN)]),
     ]
+CASES += [
+    ("log with --follow and --json", ["task", "log", str(COMPLETED), "-f", "--json"], 2,
+     ["--follow", "--json"]),
+    ("log with negative --lines", ["task", "log", str(COMPLETED), "-n", "-1"], 2,
+     ["--lines", "-1"]),
+    ("log of another task's run", ["task", "log", str(READY), "--run", "1"], 2,
+     ["--run 1", f"task {COMPLETED}"]),
+    ("runs log with an unknown id", ["runs", "log", str(UNKNOWN)], 2, [f"run with id {UNKNOWN}"]),
+]
 # Well-formed requests the queue refuses: exit 1, naming the task and the state it is in.
 CASES += [
+    ("log of a task that has not run", ["task", "log", str(READY)], 1,
+     [f"task {READY}", "not run yet", "ready"]),
+    ("log of a run that never started a process", ["task", "log", str(COMPLETED)], 1,
+     ["run 1", "no log", "succeeded"]),
     ("cancel a completed task", ["task", "cancel", str(COMPLETED)], 1,
      [f"task {COMPLETED}", "completed"]),
     ("approve a ready task", ["task", "approve", str(READY)], 1, [f"task {READY}", "ready"]),

@@ -1,0 +1,124 @@
+"""What an agent wrote: print a run's log, its last lines, or follow it until the run ends.
+
+Shared by `taskherd task log TASK` (the task's latest run) and `taskherd runs log RUN`. The
+log file is read straight from disk, so it works whether the daemon is up or not; `--follow`
+asks the store, not the daemon, whether the run has ended.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
+from typing import Any, BinaryIO
+
+import click
+
+from taskherd.cli.common import BadInput, Refused, json_option, print_json
+from taskherd.model import Run
+from taskherd.store import Store
+
+FOLLOW_POLL = 0.2  # seconds between looks at a followed log: quick to show, cheap to run
+CHUNK = 64 * 1024
+
+
+def log_options(command: Any) -> Any:
+    """The options `task log` and `runs log` share."""
+    for option in reversed([
+        click.option("--lines", "-n", type=int, help="Only the last N lines."),
+        click.option("--follow", "-f", is_flag=True,
+                     help="Keep printing what the agent writes until its run ends."),
+        json_option,
+    ]):
+        command = option(command)
+    return command
+
+
+def check_log_options(lines: int | None, follow: bool, as_json: bool) -> None:
+    if follow and as_json:
+        raise BadInput("--follow prints the log as it grows; it cannot be combined with --json")
+    if lines is not None and lines < 0:
+        raise BadInput(f"--lines {lines}: must be 0 or more")
+
+
+def show_log(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: bool) -> None:
+    """Print `run`'s log (its last `lines` lines if given), then follow it if asked."""
+    try:
+        _show(store, run, lines=lines, follow=follow, as_json=as_json)
+    except KeyboardInterrupt:
+        pass  # the person stopped following; the run goes on
+    except BrokenPipeError:
+        # The reader (`| head`) has what it wanted; point stdout at nothing so the final
+        # flush at exit does not complain about the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _show(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: bool) -> None:
+    if run.log_path is None and follow:
+        run = _wait_for_process(store, run)
+    if run.log_path is None:
+        if run.ended_at is not None:
+            raise Refused(f"run {run.id} has no log: it ended ({run.outcome.value}) "
+                          "before a process was started")
+        raise Refused(f"run {run.id} has not started a process yet; "
+                      "add --follow to wait for its output")
+    with _open_log(run) as log_file:
+        text = _tail(log_file, lines) if lines is not None else log_file.read()
+        if as_json:
+            print_json({"run_id": run.id, "task_id": run.task_id, "log_path": run.log_path,
+                        "ended": run.ended_at is not None,
+                        "text": text.decode("utf-8", "replace")})
+            return
+        out = sys.stdout.buffer
+        out.write(text)
+        out.flush()
+        if follow:
+            _follow(store, run.id, log_file, out)
+
+
+def _open_log(run: Run) -> BinaryIO:
+    assert run.log_path is not None
+    try:
+        return open(run.log_path, "rb")  # the caller's `with` closes it
+    except FileNotFoundError:
+        raise Refused(f"the log of run {run.id} is gone ({run.log_path}): logs are pruned "
+                      "with their finished tasks") from None
+    except OSError as error:
+        raise Refused(f"cannot read the log of run {run.id}: {error}") from error
+
+
+def _wait_for_process(store: Store, run: Run) -> Run:
+    """A claimed run gets its log when its process starts; wait for that or for its end."""
+    while run.log_path is None and run.ended_at is None:
+        time.sleep(FOLLOW_POLL)
+        run = store.get_run(run.id)
+    return run
+
+
+def _follow(store: Store, run_id: int, log_file: BinaryIO, out: BinaryIO) -> None:
+    """Copy what is appended to the log until its run has ended and nothing more comes."""
+    while True:
+        ended = store.get_run(run_id).ended_at is not None
+        # Read after the check: whatever the agent wrote before its run ended is printed.
+        while chunk := log_file.read(CHUNK):
+            out.write(chunk)
+            out.flush()
+        if ended:
+            return
+        time.sleep(FOLLOW_POLL)
+
+
+def _tail(log_file: BinaryIO, lines: int) -> bytes:
+    """The last `lines` lines, read from the end so a long log is never loaded whole."""
+    end = log_file.seek(0, os.SEEK_END)
+    position, data = end, b""
+    # More newlines than lines wanted means the oldest wanted line is whole in `data`.
+    while position > 0 and data.count(b"\n") <= lines:
+        step = min(CHUNK, position)
+        position -= step
+        log_file.seek(position)
+        data = log_file.read(step) + data
+    log_file.seek(end)  # a follow goes on from the end
+    kept = deque(data.splitlines(keepends=True), maxlen=lines) if lines else ()
+    return b"".join(kept)
