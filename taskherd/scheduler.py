@@ -185,7 +185,10 @@ class Scheduler:
             plan.state.update(retry_at=None, retry_of=None, retry_count=0)
         if job.queued and not plan.open:  # nor a run-now or retry task just made above
             plan.queued -= 1
-            plan.task(now, "schedule", release=True)
+            # The held fire's own time, not now: its task said it was scheduled for its release
+            # and took the time-of-day variant of the release. now stays its fired_at.
+            planned = job.release_for if job.release_for is not None else now
+            plan.task(planned, "schedule", release=True)
         try:
             self._plan_schedule(job, plan, now)
         except (ScheduleError, ValueError) as error:

@@ -97,6 +97,9 @@ class Job:
     open_fires: int = 0  # fires whose task is still open (read with the row)
     open_task_id: int | None = None
     retry_variant: int | None = None  # the variant of the fire a pending retry repeats
+    # The planned time of the held fire (overlap = queue) the next release hands its task to;
+    # read only while a release can happen: fires held and none open.
+    release_for: float | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Job:

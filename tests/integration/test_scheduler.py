@@ -161,6 +161,36 @@ def test_overlap_queue_counts_fires_and_releases_one_per_finished_task(rig):
     assert len(r.tasks()) == 3
 
 
+def test_a_released_queued_fire_carries_the_time_it_was_scheduled_for(rig):
+    # Its task said it was scheduled for its release time: an agent reporting on "the 12:20
+    # run" was told 12:31, and a time-of-day variant was picked by the wrong clock.
+    r = rig([{"name": "poll", "every": "10m", "overlap": "queue"}])
+    r.sync(T0)
+    r.tick(T0 + 600)
+    r.tick(T0 + 1200)  # held behind the first fire's open task
+    r.finish(T0 + 1850)
+    r.tick(T0 + 1860)  # releases it, 11 minutes late
+    released = r.tasks()[1]
+    assert released.meta["scheduled_for"] == T0 + 1200
+    assert released.created_at == T0 + 1860
+    fire = r.fires("poll")[1]
+    assert (fire.status, fire.task_id) == ("open", released.id)
+    assert fire.scheduled_for == T0 + 1200 and fire.fired_at == T0 + 1860
+
+
+def test_a_released_queued_fire_picks_the_variant_of_its_planned_time(rig):
+    r = rig([{"name": "post", "cron": "0 * * * *", "overlap": "queue", "variants": [
+        {"from": "06:00", "prompt": "day"}, {"from": "18:00", "prompt": "evening"}]}])
+    hour = 3600
+    r.sync(T0 + 3 * hour)
+    r.tick(T0 + 4 * hour)  # 16:00: a day post that runs long
+    r.tick(T0 + 5 * hour)  # 17:00: held behind it
+    r.finish(T0 + 6 * hour + 600)
+    r.tick(T0 + 6 * hour + 600)  # 18:10: releases the 17:00 fire and holds the 18:00 one
+    assert [t.prompt for t in r.tasks()] == ["day", "day"]
+    assert r.tasks()[1].meta["scheduled_for"] == T0 + 5 * hour
+
+
 def test_overlap_queue_holds_a_queued_fire_while_a_run_now_task_is_open(rig):
     # A run-now made in the same pass as a release used to make two tasks at once.
     r = rig([{"name": "poll", "every": "10m", "overlap": "queue"}])

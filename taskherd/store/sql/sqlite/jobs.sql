@@ -1,13 +1,21 @@
 -- Named statements of the job store (taskherd/store/sqlite_jobs.py). Same rules as queries.sql.
 
 -- name: get_job_by_name
--- The job row as callers see it: open_fires (tasks of this job not finished) and the variant
--- of the fire a pending retry repeats ride along, so the scheduler plans from one read.
+-- The job row as callers see it: open_fires (tasks of this job not finished), the variant
+-- of the fire a pending retry repeats and the planned time of the held fire a release would
+-- hand its task to ride along, so the scheduler plans from one read. release_for is looked up
+-- only when a release can happen (fires held, none open): finding the oldest held fire walks
+-- the job's fire history, as release_queued_fire does once more when it releases it.
 SELECT j.*,
        (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
        (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
            AS open_task_id,
-       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant
+       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant,
+       CASE WHEN j.queued > 0 AND NOT EXISTS (SELECT 1 FROM job_fires o
+                                              WHERE o.job_id = j.id AND o.status = 'open')
+            THEN (SELECT f.scheduled_for FROM job_fires f
+                  WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
+       END AS release_for
 FROM jobs j WHERE j.name = :name;
 
 -- name: get_job_by_id
@@ -15,7 +23,12 @@ SELECT j.*,
        (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
        (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
            AS open_task_id,
-       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant
+       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant,
+       CASE WHEN j.queued > 0 AND NOT EXISTS (SELECT 1 FROM job_fires o
+                                              WHERE o.job_id = j.id AND o.status = 'open')
+            THEN (SELECT f.scheduled_for FROM job_fires f
+                  WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
+       END AS release_for
 FROM jobs j WHERE j.id = :id;
 
 -- name: list_jobs
@@ -23,7 +36,12 @@ SELECT j.*,
        (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
        (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
            AS open_task_id,
-       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant
+       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant,
+       CASE WHEN j.queued > 0 AND NOT EXISTS (SELECT 1 FROM job_fires o
+                                              WHERE o.job_id = j.id AND o.status = 'open')
+            THEN (SELECT f.scheduled_for FROM job_fires f
+                  WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
+       END AS release_for
 FROM jobs j
 WHERE (:source IS NULL OR j.source = :source)
   AND (:enabled IS NULL OR j.enabled = :enabled)
@@ -36,7 +54,12 @@ SELECT j.*,
        (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
        (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
            AS open_task_id,
-       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant
+       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant,
+       CASE WHEN j.queued > 0 AND NOT EXISTS (SELECT 1 FROM job_fires o
+                                              WHERE o.job_id = j.id AND o.status = 'open')
+            THEN (SELECT f.scheduled_for FROM job_fires f
+                  WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
+       END AS release_for
 FROM jobs j INDEXED BY jobs_due
 WHERE j.enabled = 1 AND j.next_run_at <= :now
 ORDER BY j.next_run_at
