@@ -112,7 +112,7 @@ WHERE id = :run_id AND ended_at IS NULL
 RETURNING *;
 
 -- name: recent_rate_limits
-SELECT count(*) FROM runs
+SELECT count(*) AS n FROM runs
 WHERE task_id = :task_id AND outcome = 'rate_limited' AND ended_at >= :since;
 
 -- name: settle_task
