@@ -1,0 +1,208 @@
+-- Named statements of the PostgreSQL store: the same names, parameters and returned columns
+-- as sqlite/queries.sql, which says what each is for. Each block runs as one statement; the
+-- store wraps the blocks of one transition in a single transaction.
+-- Parameters are named (:name), as in sqlite's files; the loader turns them into psycopg's.
+-- PostgreSQL must know every parameter's type when it plans a statement, and a parameter
+-- that is only tested (`:x IS NULL`) or only compared with another parameter tells it nothing:
+-- such parameters carry an explicit cast (`:role::text IS NULL`), or planning fails with
+-- "could not determine data type of parameter".
+
+-- name: insert_task
+-- No RETURNING: executemany (batched enqueue) runs it for many rows, as in sqlite.
+-- The conflict target repeats the partial index's WHERE so PostgreSQL infers tasks_open_dedup
+-- (a partial unique index is an arbiter only when its predicate is implied): a duplicate of an
+-- open task inserts nothing and the caller returns the open one.
+INSERT INTO tasks (role, title, prompt, priority, state, pool, dedup_key, review, max_attempts,
+                   run_after, parent_id, meta, created_at, updated_at)
+VALUES (:role, :title, :prompt, :priority, :state, :pool, :dedup_key, :review, :max_attempts,
+        :run_after, :parent_id, :meta, :now, :now)
+ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING
+RETURNING id;
+
+-- name: open_task_by_dedup_key
+SELECT * FROM tasks WHERE dedup_key = :dedup_key AND finished_at IS NULL;
+
+-- name: get_task
+SELECT * FROM tasks WHERE id = :id;
+
+-- name: list_tasks
+-- NULL filters match everything, so one statement serves every combination of CLI filters.
+SELECT * FROM tasks
+WHERE (:state::text IS NULL OR state = :state)
+  AND (:role::text IS NULL OR role = :role)
+ORDER BY CASE WHEN finished_at IS NULL THEN 0 ELSE 1 END, priority, id
+LIMIT :limit;
+
+-- name: count_by_state_and_role
+SELECT state, role, count(*) AS n FROM tasks GROUP BY state, role ORDER BY role, state;
+
+-- name: claim_next
+-- The sub-select walks tasks_ready in (priority, id) order: P0 first, FIFO within a priority.
+-- :roles and :full_pools are JSON arrays (NULL = no filter) so the statement stays static.
+-- Unlike sqlite's (one writer at a time, BEGIN IMMEDIATE), several nodes claim at once here:
+-- FOR UPDATE locks the chosen row until commit, and SKIP LOCKED passes over rows another
+-- claim holds instead of waiting for it and then finding the row no longer ready. A row
+-- claimed and committed meanwhile is re-checked by FOR UPDATE against `state = 'ready'` and
+-- skipped, so no task is claimed twice. No INDEXED BY: PostgreSQL has none, and its planner
+-- picks the partial index for `state = 'ready' ORDER BY priority, id` by itself.
+UPDATE tasks
+SET state = 'claimed', lease_node = :node, lease_expires_at = :lease_until, updated_at = :now
+WHERE id = (
+    SELECT id FROM tasks
+    WHERE state = 'ready' AND run_after <= :now
+      AND (:roles::jsonb IS NULL OR role = 'any'
+           OR role IN (SELECT jsonb_array_elements_text(:roles::jsonb)))
+      AND (:full_pools::jsonb IS NULL OR pool IS NULL
+           OR pool NOT IN (SELECT jsonb_array_elements_text(:full_pools::jsonb)))
+    ORDER BY priority, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING *;
+
+-- name: insert_run
+-- The attempt number counts the task's runs; the task row is locked by its claim in the same
+-- transaction, so two runs of one task cannot count at the same time.
+INSERT INTO runs (task_id, attempt, node, role, runtime, claimed_at)
+VALUES (:task_id, (SELECT count(*) + 1 FROM runs WHERE task_id = :task_id), :node, :role,
+        :runtime, :now)
+RETURNING *;
+
+-- name: get_run
+SELECT * FROM runs WHERE id = :id;
+
+-- name: open_run_of_task
+SELECT * FROM runs WHERE task_id = :task_id AND ended_at IS NULL ORDER BY id DESC LIMIT 1;
+
+-- name: runs_of_task
+SELECT * FROM runs WHERE task_id = :task_id ORDER BY id;
+
+-- name: open_runs
+SELECT * FROM runs WHERE ended_at IS NULL AND (:node::text IS NULL OR node = :node) ORDER BY id;
+
+-- name: list_runs
+SELECT * FROM runs
+WHERE (:role::text IS NULL OR role = :role)
+  AND (:since::double precision IS NULL OR claimed_at >= :since)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: mark_run_spawned
+UPDATE runs
+SET pid = :pid, pid_started_at = :pid_started_at, log_path = :log_path,
+    spawned_at = :now, heartbeat_at = :now
+WHERE id = :run_id AND ended_at IS NULL AND spawned_at IS NULL
+RETURNING task_id;
+
+-- name: mark_task_running
+UPDATE tasks
+SET state = 'running', lease_expires_at = :lease_until, updated_at = :now
+WHERE id = :task_id AND state = 'claimed' AND lease_node = :node;
+
+-- name: touch_run
+UPDATE runs
+SET heartbeat_at = :now, progress = coalesce(:progress, progress)
+WHERE id = :run_id AND ended_at IS NULL
+RETURNING task_id, node;
+
+-- name: renew_task_lease
+-- Only the latest run's heartbeat holds the lease: an old agent still dying must not.
+UPDATE tasks
+SET lease_expires_at = :lease_until, updated_at = :now
+WHERE id = :task_id AND state IN ('claimed', 'running')
+  AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id);
+
+-- name: renew_node_leases
+UPDATE tasks
+SET lease_expires_at = :lease_until
+WHERE lease_node = :node AND state IN ('claimed', 'running');
+
+-- name: end_run
+UPDATE runs
+SET ended_at = :now, outcome = :outcome, exit_code = :exit_code, summary = :summary,
+    error = :error, cost_usd = :cost_usd, input_tokens = :input_tokens,
+    output_tokens = :output_tokens, turns = :turns, session_id = :session_id
+WHERE id = :run_id AND ended_at IS NULL
+RETURNING *;
+
+-- name: recent_rate_limits
+SELECT count(*) AS n FROM runs
+WHERE task_id = :task_id AND outcome = 'rate_limited' AND ended_at >= :since;
+
+-- name: settle_task
+-- Guarded by the leased states: if a person cancelled the task meanwhile, nothing changes
+-- and the caller learns it from the row count. And by the run: only the task's latest run
+-- may settle it. A cancelled task requeued and claimed again while its old agent was still
+-- being killed was cancelled a second time by the old run's end, its new agent killed too.
+-- :state::text: compared with literals before it is assigned, and an untyped parameter
+-- compared with an untyped literal leaves PostgreSQL without a type to plan with.
+UPDATE tasks
+SET state = :state::text, run_after = :run_after, attempts = attempts + :strike,
+    rescues = rescues + :rescue, rate_limits = rate_limits + :rate_limit,
+    lease_node = NULL, lease_expires_at = NULL,
+    summary = coalesce(:summary, summary), last_error = coalesce(:last_error, last_error),
+    error_tail = coalesce(:error_tail, error_tail), reason = :reason,
+    updated_at = :now,
+    finished_at = CASE WHEN :state::text IN ('completed', 'dead', 'cancelled') THEN :now END
+WHERE id = :task_id AND state IN ('claimed', 'running')
+  AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id)
+RETURNING *;
+
+-- name: expired_leases
+SELECT * FROM tasks
+WHERE lease_expires_at IS NOT NULL AND lease_expires_at < :now
+  AND state IN ('claimed', 'running')
+ORDER BY id;
+
+-- name: move_task
+-- A person's transition (approve, reject, block, unblock, cancel, requeue), guarded by the
+-- state the caller read in the same transaction.
+-- :reset_counts must be a Python bool (psycopg sends it as boolean): a 0/1 int, which SQLite
+-- takes as a condition, arrives as smallint, which PostgreSQL refuses as one.
+UPDATE tasks
+SET state = :state::text, reason = :reason, updated_at = :now,
+    run_after = CASE WHEN :state::text = 'ready' THEN :now ELSE run_after END,
+    lease_node = NULL, lease_expires_at = NULL,
+    attempts = CASE WHEN :reset_counts THEN 0 ELSE attempts END,
+    rescues = CASE WHEN :reset_counts THEN 0 ELSE rescues END,
+    rate_limits = CASE WHEN :reset_counts THEN 0 ELSE rate_limits END,
+    finished_at = CASE WHEN :state::text IN ('completed', 'dead', 'cancelled') THEN :now END
+WHERE id = :task_id AND state = :from_state
+RETURNING *;
+
+-- name: prune_finished_tasks
+DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < :before;
+
+-- wal_checkpoint has no PostgreSQL block: the server checkpoints by itself.
+
+-- name: report_run
+UPDATE runs
+SET report = :report, report_summary = :summary, heartbeat_at = :now
+WHERE id = :run_id AND ended_at IS NULL
+RETURNING *;
+
+-- name: set_cooldown
+-- A later reset wins over an earlier one: two runs hitting the same limit must not shorten it.
+-- greatest() is SQLite's two-argument max(); the existing row is named by its table here.
+INSERT INTO cooldowns (runtime, until, reason, created_at)
+VALUES (:runtime, :until, :reason, :now)
+ON CONFLICT (runtime) DO UPDATE
+SET until = greatest(cooldowns.until, excluded.until), reason = excluded.reason,
+    created_at = excluded.created_at
+RETURNING *;
+
+-- name: active_cooldowns
+SELECT * FROM cooldowns WHERE until > :now ORDER BY runtime;
+
+-- name: clear_cooldown
+DELETE FROM cooldowns WHERE runtime = :runtime;
+
+-- name: open_runs_of_final_tasks
+-- Runs whose task a person cancelled (or that otherwise finished) while the agent still works,
+-- and runs a newer run of their task superseded (cancelled, requeued and claimed again
+-- before the old agent was stopped): two agents must not work on one task.
+SELECT runs.* FROM runs JOIN tasks ON tasks.id = runs.task_id
+WHERE runs.ended_at IS NULL AND runs.node = :node
+  AND (tasks.state NOT IN ('claimed', 'running')
+       OR EXISTS (SELECT 1 FROM runs AS newer
+                  WHERE newer.task_id = runs.task_id AND newer.id > runs.id));
