@@ -30,23 +30,31 @@ pg_server = pg.pg_server
 pg_url = pg.pg_url
 
 SQLITE_ONLY = {"wal_checkpoint"}  # PostgreSQL checkpoints by itself
+# Blocks that return the new row's id in PostgreSQL only (psycopg has no lastrowid): their
+# rows there count what SQLite's rowcount counts.
+RETURNS_ID_IN_POSTGRES_ONLY = {"insert_task"}
 PG = queries("postgres")
 LITE = queries("sqlite")
 NOW = 1_700_000_000.0
 # `:name` but not the `::type` of a cast, nor a `12:30` inside a literal.
 PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
+# psycopg's named placeholder, into which the store's loader rewrites `:name` for PostgreSQL.
+PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 # Parameters tested for NULL or defaulted by coalesce(): each block using one also runs with
 # all of them None, because PostgreSQL types an untyped NULL parameter differently.
-NULLABLE = re.compile(r":(\w+)(?:::[\w ]+?)? IS NULL|coalesce\(:(\w+)")
+NULLABLE = re.compile(r"(?::(\w+)|%\((\w+)\)s)(?:::[\w ]+?)? IS NULL|coalesce\(:(\w+)")
 
 
 def to_psycopg(sql: str) -> str:
-    """`:name` → `%(name)s` (psycopg's named placeholder), a literal `%` doubled."""
+    """`:name` → `%(name)s` (psycopg's named placeholder), a literal `%` doubled; SQL the
+    loader already rewrote is left as it is."""
+    if PLACEHOLDER.search(sql):
+        return sql
     return PARAMETER.sub(r"%(\1)s", sql.replace("%", "%%"))
 
 
 def parameters_of(sql: str) -> list[str]:
-    return sorted(set(PARAMETER.findall(sql)))
+    return sorted(set(PARAMETER.findall(sql)) | set(PLACEHOLDER.findall(sql)))
 
 
 def task(**fields: Any) -> dict[str, Any]:
@@ -181,6 +189,13 @@ def run_postgres(conn: Any, sql: str, params: Mapping[str, Any]) -> tuple:
     return [column.name for column in cursor.description], [tuple(r) for r in cursor.fetchall()]
 
 
+def as_sqlite_would(name: str, result: tuple) -> tuple:
+    names, rows = result
+    if name in RETURNS_ID_IN_POSTGRES_ONLY and names == ["id"]:
+        return (), len(rows)
+    return result
+
+
 def block_params(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
     wanted = parameters_of(LITE[name]) + parameters_of(PG[name])
     missing = [p for p in wanted if p not in values]
@@ -190,7 +205,7 @@ def block_params(name: str, values: Mapping[str, Any]) -> dict[str, Any]:
 
 def variants(name: str) -> list[dict[str, Any]]:
     runs = [PARAMS] + [PARAMS | extra for extra in VARIANTS.get(name, [])]
-    nullable = {a or b for a, b in NULLABLE.findall(LITE[name] + PG[name])}
+    nullable = {"".join(names) for names in NULLABLE.findall(LITE[name] + PG[name])}
     if nullable:
         runs.append(PARAMS | dict.fromkeys(nullable))
     return [block_params(name, values) for values in runs]
@@ -214,7 +229,8 @@ def seeded(pg_server: PgServer) -> Iterator[tuple[sqlite3.Connection, Any]]:
     pg = migrate_postgres(pg_server.url(name))
     try:
         for block, params in SEED:
-            assert run_sqlite(lite, LITE[block], params) == run_postgres(pg, PG[block], params), (
+            got = as_sqlite_would(block, run_postgres(pg, PG[block], params))
+            assert run_sqlite(lite, LITE[block], params) == got, (
                 f"seeding with {block} differs between the dialects"
             )
         yield lite, pg
@@ -284,7 +300,7 @@ def test_block_prepares_and_runs_like_sqlite(seeded, name: str) -> None:
             lite.execute("ROLLBACK")
         with pg.transaction(force_rollback=True):
             resync_identities(pg)
-            got = run_postgres(pg, PG[name], params)
+            got = as_sqlite_would(name, run_postgres(pg, PG[name], params))
         names, rows = got
         expected_names, expected_rows = expected
         assert same_columns(names, expected_names), (names, expected_names, params)
@@ -299,7 +315,7 @@ def test_claims_from_two_connections_skip_each_others_locked_rows(pg_url: str) -
               "full_pools": None}
     with psycopg.connect(pg_url) as first, psycopg.connect(pg_url) as second:
         for title in ("one", "two"):
-            first.execute(to_psycopg(PG["insert_task"]), task(title=title))
+            first.execute(to_psycopg(PG["insert_task"]), task(title=title)).fetchall()
         first.commit()
         # A claim that waited for the first's lock would fail here instead of hanging.
         second.execute("SET lock_timeout = '2s'")

@@ -8,7 +8,8 @@
 -- "could not determine data type of parameter".
 
 -- name: insert_task
--- No RETURNING: executemany (batched enqueue) runs it for many rows, as in sqlite.
+-- RETURNING id, unlike sqlite's: psycopg's cursor has no lastrowid to read the new id from,
+-- and its executemany (batched enqueue) accepts a statement that returns rows.
 -- The conflict target repeats the partial index's WHERE so PostgreSQL infers tasks_open_dedup
 -- (a partial unique index is an arbiter only when its predicate is implied): a duplicate of an
 -- open task inserts nothing and the caller returns the open one.
