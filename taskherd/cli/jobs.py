@@ -43,6 +43,11 @@ from taskherd.store import Store
 from taskherd.store.jobs import Job, JobNotFound, JobRefused
 
 TRIGGER_OPTIONS = ("cron", "calendar", "every", "window", "at", "manual")
+# Fields `jobs update` can remove: (table key, the option that sets it, the flag that clears it).
+# Options not given keep their value, so without these a pool, dedup key or variants, once set,
+# could only be replaced, never dropped.
+CLEARABLE = (("pool", "--pool", "--no-pool"), ("dedup_key", "--dedup-key", "--no-dedup-key"),
+             ("variants", "--variant", "--no-variants"))
 
 
 @click.group("jobs")
@@ -102,6 +107,20 @@ def job_options(command: Any) -> Any:
     for option in reversed(options):
         command = option(command)
     return trigger_options(command)
+
+
+def clear_options(command: Any) -> Any:
+    options = [
+        click.option("--no-pool", "clear_pool", is_flag=True, help="Remove the job's pool."),
+        click.option("--no-dedup-key", "clear_dedup_key", is_flag=True,
+                     help="Remove the job's dedup key: a fire is no longer skipped while a task "
+                          "with that key is open."),
+        click.option("--no-variants", "clear_variants", is_flag=True,
+                     help="Remove the job's variants: every fire uses the job's own prompt."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 @jobs_group.command("list")
@@ -193,11 +212,14 @@ def add_command(ctx: click.Context, name: str, as_json: bool, **options: Any) ->
 @jobs_group.command("update")
 @click.argument("name")
 @job_options
+@clear_options
 @json_option
 @click.pass_context
 def update_command(ctx: click.Context, name: str, as_json: bool, **options: Any) -> None:
-    """Change a CLI-made job; options not given keep their value."""
+    """Change a CLI-made job: options not given keep their value; --no-pool, --no-dedup-key
+    and --no-variants remove one."""
     started = now()
+    cleared = _cleared_fields(options)
     with job_store(ctx) as store:
         job = store.get_job(name)
         if job.source != "cli":
@@ -212,12 +234,28 @@ def update_command(ctx: click.Context, name: str, as_json: bool, **options: Any)
                 table.pop(key, None)
             table.setdefault("timezone", job.timezone)
             table.update(kept)
+        for key in cleared:
+            table.pop(key, None)
         table.update(changes)
         spec = _parse(ctx, table, started, check_past=retrigger)
         job = store.upsert_job(spec.definition(), source="cli", now=started,
                                schedule_at=schedule_start(spec.trigger, started)).job
     notify_daemon(ctx)
     _echo_job(job, "updated", as_json)
+
+
+def _cleared_fields(options: dict[str, Any]) -> list[str]:
+    """The fields a --no-… flag removes (taking the flags out of `options`). A field both set
+    and cleared is refused: either reading would surprise whoever wrote the command."""
+    cleared = []
+    for key, set_option, clear_option in CLEARABLE:
+        if not options.pop(f"clear_{key}"):
+            continue
+        if options.get(key) not in (None, ()):
+            raise BadInput(f"{key}: {set_option} sets it and {clear_option} removes it; "
+                           "give one of them, not both")
+        cleared.append(key)
+    return cleared
 
 
 def _interval_kept(job: Job, changes: dict[str, Any]) -> dict[str, Any]:
@@ -240,6 +278,12 @@ def _stored_table(job: Job) -> dict[str, Any]:
 
 
 def _table_from_options(options: dict[str, Any]) -> dict[str, Any]:
+    for key, set_option, clear_option in CLEARABLE:
+        # `--window ''` removes a window, so `--pool ''` looks like a way to remove a pool;
+        # an empty dedup key was instead stored as a key, holding back fires that share it.
+        if key != "variants" and options.get(key) is not None and not options[key].strip():
+            raise BadInput(f"{set_option} {options[key]!r}: expected a non-empty {key} "
+                           f"(to remove the job's {key}: `taskherd jobs update NAME {clear_option}`)")
     table = {key: value for key, value in options.items()
              if value is not None and key not in ("calendar", "variants")}
     if options.get("calendar"):
