@@ -37,8 +37,11 @@ __all__ = [
 
 def open_store(database: str, *, durability: str = "full", autocheckpoint: bool = True) -> Store:
     """Open the store a `[daemon] database` setting names: a file path (SQLite) or a URL."""
-    if database.startswith(("postgres://", "postgresql://")):
-        raise StoreError("PostgreSQL is not supported yet: use a SQLite file path for database")
+    from taskherd.store.postgres import PostgresStore, is_postgres_url
     from taskherd.store.sqlite import SQLiteStore
+
+    if is_postgres_url(database):
+        # The WAL is PostgreSQL's to checkpoint: `autocheckpoint` concerns SQLite only.
+        return PostgresStore(database, durability=durability)
 
     return SQLiteStore(database, durability=durability, autocheckpoint=autocheckpoint)

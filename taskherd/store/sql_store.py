@@ -38,6 +38,7 @@ from taskherd.store.base import (
     TaskNotFound,
     TransitionRefused,
 )
+from taskherd.store.sql_jobs import SQLJobs
 
 REPORTS = ("done", "fail", "block")
 S = TaskState
@@ -50,7 +51,7 @@ class Connection(Protocol):
     def execute(self, sql: str, params: Mapping[str, Any] = ..., /) -> Any: ...
 
 
-class SQLStore(Store):
+class SQLStore(SQLJobs, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
@@ -85,15 +86,15 @@ class SQLStore(Store):
 
     def enqueue(self, new: NewTask, now: float) -> Enqueued:
         with self._parents_checked([new]), self._write() as db:
-            cursor = db.execute(self.q["insert_task"], _task_params(new, now))
-            if cursor.rowcount == 1:
-                return Enqueued(self._get_task(db, self._inserted_id(cursor)), created=True)
-            row = _one(db.execute(self.q["open_task_by_dedup_key"], {"dedup_key": new.dedup_key}))
-            return Enqueued(Task.from_row(row), created=False)
+            task_id, created = self._add_task(db, new, now)
+            if task_id is None:
+                raise StoreError(f"the open task with dedup key {new.dedup_key!r} finished while "
+                                 "this one was being added: add it again")
+            return Enqueued(self._get_task(db, task_id), created=created)
 
     def enqueue_many(self, batch: Sequence[NewTask], now: float) -> int:
         with self._parents_checked(batch), self._write() as db:
-            return self._insert_many(db, "insert_task", (_task_params(new, now) for new in batch))
+            return self._insert_many(db, "insert_task", (task_params(new, now) for new in batch))
 
     def get_task(self, task_id: int) -> Task:
         with self._read() as db:
@@ -366,6 +367,16 @@ class SQLStore(Store):
         row = _one(db.execute(self.q["settle_task"], task_fields))
         return Finished(run, Task.from_row(row) if row else task, moved=row is not None)
 
+    def _add_task(self, db: Connection, new: NewTask, now: float) -> tuple[int | None, bool]:
+        """Insert `new`: (its id, True), or (the id of the open task holding its dedup key,
+        False): a duplicate of an open task is not added."""
+        cursor = db.execute(self.q["insert_task"], task_params(new, now))
+        if cursor.rowcount == 1:
+            return self._inserted_id(cursor), True
+        row = _one(db.execute(self.q["open_task_by_dedup_key"], {"dedup_key": new.dedup_key}))
+        # None only if that task finished in between, which PostgreSQL's READ COMMITTED allows.
+        return (row["id"] if row is not None else None), False
+
     @contextmanager
     def _parents_checked(self, batch: Sequence[NewTask]) -> Iterator[None]:
         """Turn the foreign key's refusal of an unknown parent_id into an error naming it.
@@ -398,7 +409,7 @@ class SQLStore(Store):
         return Run.from_row(row)
 
 
-def _task_params(new: NewTask, now: float) -> dict[str, Any]:
+def task_params(new: NewTask, now: float) -> dict[str, Any]:
     return {
         "role": new.role,
         "title": new.title,

@@ -11,6 +11,8 @@ from pathlib import Path
 SQL_ROOT = Path(__file__).parent / "sql"
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+# A quoted literal (left alone) or a `:name` parameter that is not half of a `::type` cast.
+_LITERAL_OR_PARAMETER = re.compile(r"'(?:[^']|'')*'|(?<![:\w]):([A-Za-z_]\w*)")
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,8 @@ def queries(dialect: str) -> dict[str, str]:
         for name, body in zip(parts[1::2], parts[2::2]):
             if name in found:
                 raise ValueError(f"SQL block {name!r} is defined twice ({path.name})")
-            found[name] = _strip_comment_lines(body)
+            sql = _strip_comment_lines(body)
+            found[name] = _psycopg_parameters(sql) if dialect == "postgres" else sql
     return found
 
 
@@ -64,6 +67,18 @@ def split_statements(script: str) -> list[str]:
     if _strip_comment_lines(pending):
         raise ValueError(f"incomplete SQL statement at the end of a script: {pending.strip()[:80]}")
     return statements
+
+
+def _psycopg_parameters(sql: str) -> str:
+    """Rewrite `:name` into psycopg's `%(name)s`, so both dialects' files read alike.
+
+    psycopg reads every `%` of a query as the start of a placeholder, literals included,
+    so a literal percent sign is doubled first.
+    """
+    return _LITERAL_OR_PARAMETER.sub(
+        lambda match: match.group(0) if match.group(1) is None else f"%({match.group(1)})s",
+        sql.replace("%", "%%"),
+    )
 
 
 def _strip_comment_lines(sql: str) -> str:

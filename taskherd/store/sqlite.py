@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from taskherd.store.base import StoreError
-from taskherd.store.sql_store import SQLStore, _task_params  # noqa: F401 - sqlite_jobs uses it
+from taskherd.store.sql_store import SQLStore
 from taskherd.store.sqlfile import migrations, queries
-from taskherd.store.sqlite_jobs import SQLiteJobs
 
 DURABILITY = {"full": "FULL", "normal": "NORMAL"}
 # Long enough that a burst of writers from several processes queues up instead of failing:
@@ -25,7 +24,7 @@ DEFAULT_BUSY_TIMEOUT = 60.0
 Q = queries("sqlite")
 
 
-class SQLiteStore(SQLiteJobs, SQLStore):
+class SQLiteStore(SQLStore):
     q = Q
 
     def __init__(

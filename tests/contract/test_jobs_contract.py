@@ -71,11 +71,8 @@ def test_a_claim_enqueues_the_task_and_records_the_fire_in_one_step(store):
     assert len(store.list_tasks()) == 1
 
 
-def test_two_stores_on_one_database_claim_the_same_fire_exactly_once(store, tmp_path):
-    path = getattr(store, "path", None)
-    if path is None:
-        pytest.skip("needs a second connection to the same database")
-    other = type(store)(path, durability="normal")
+def test_two_stores_on_one_database_claim_the_same_fire_exactly_once(store, reopen):
+    other = reopen()
     try:
         job = upsert(store).job
         seen_by_other = other.due_jobs(NOW + 60, 10)[0]

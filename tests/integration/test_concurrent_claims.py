@@ -1,20 +1,23 @@
 """Four real processes claim and finish from one database until 10,000 tasks are done.
 
 Every task must be claimed exactly once (one run each, all completed), and no worker may see
-an exception: the store's busy_timeout and BEGIN IMMEDIATE must keep "database is locked" from
-ever reaching a caller.
+an exception. On SQLite the store's busy_timeout and BEGIN IMMEDIATE must keep "database is
+locked" from ever reaching a caller; on PostgreSQL the four are four nodes, and a claim skips
+the rows another one is claiming (FOR UPDATE SKIP LOCKED) instead of taking them twice.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import sqlite3
 import traceback
-from pathlib import Path
+from collections import Counter
 
-from taskherd.model import NewTask, Outcome, RunResult
+import pytest
+
+from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.queue import RetryPolicy
-from taskherd.store.sqlite import SQLiteStore
+from taskherd.store import open_store
+from tests.pg import pg_server, pg_url  # noqa: F401 - fixtures, found by name
 
 TASKS = 10_000
 WORKERS = 4
@@ -24,11 +27,18 @@ NOW = 1_700_000_000.0  # time is passed in; nothing here waits for a clock
 DURABILITY = "normal"
 
 
-def worker(path: str, node: str, start: multiprocessing.synchronize.Event, out) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "taskherd.db")
+    return request.getfixturevalue("pg_url")
+
+
+def worker(database: str, node: str, start: multiprocessing.synchronize.Event, out) -> None:
     """Claim and finish until the queue is empty; send back (node, task ids, error or None)."""
     claimed: list[int] = []
     try:
-        store = SQLiteStore(path, durability=DURABILITY)
+        store = open_store(database, durability=DURABILITY)
         policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
         start.wait(60)  # all four begin together, so they really contend
         while (claim := store.claim(node, NOW, 600.0)) is not None:
@@ -40,9 +50,8 @@ def worker(path: str, node: str, start: multiprocessing.synchronize.Event, out) 
         out.put((node, claimed, traceback.format_exc()))
 
 
-def test_four_processes_claim_every_task_exactly_once(tmp_path: Path) -> None:
-    path = tmp_path / "taskherd.db"
-    with SQLiteStore(path, durability=DURABILITY) as store:
+def test_four_processes_claim_every_task_exactly_once(database: str) -> None:
+    with open_store(database, durability=DURABILITY) as store:
         created = store.enqueue_many(
             [NewTask(role="worker", title=f"task {i}") for i in range(TASKS)], NOW
         )
@@ -51,7 +60,7 @@ def test_four_processes_claim_every_task_exactly_once(tmp_path: Path) -> None:
     context = multiprocessing.get_context("spawn")
     start, out = context.Event(), context.Queue()
     processes = [
-        context.Process(target=worker, args=(str(path), f"node-{i}", start, out))
+        context.Process(target=worker, args=(database, f"node-{i}", start, out))
         for i in range(WORKERS)
     ]
     for process in processes:
@@ -73,17 +82,9 @@ def test_four_processes_claim_every_task_exactly_once(tmp_path: Path) -> None:
     # Each worker got a share: otherwise this would not have tested contention at all.
     assert all(claimed for _, claimed, _ in results), [len(c) for _, c, _ in results]
 
-    db = sqlite3.connect(path)
-    try:
-        runs_per_task = db.execute(
-            "SELECT count(*), min(n), max(n) FROM"
-            " (SELECT t.id, count(r.id) AS n FROM tasks t LEFT JOIN runs r ON r.task_id = t.id"
-            "  GROUP BY t.id)"
-        ).fetchone()
-        assert runs_per_task == (TASKS, 1, 1)
-        states = dict(db.execute("SELECT state, count(*) FROM tasks GROUP BY state").fetchall())
-        assert states == {"completed": TASKS}
-        outcomes = dict(db.execute("SELECT outcome, count(*) FROM runs GROUP BY outcome"))
-        assert outcomes == {"succeeded": TASKS}
-    finally:
-        db.close()
+    with open_store(database, durability=DURABILITY) as store:
+        runs = store.list_runs(limit=2 * TASKS)
+        counts = {(count.state, count.role): count.count for count in store.counts()}
+    assert Counter(Counter(run.task_id for run in runs).values()) == {1: TASKS}
+    assert Counter(run.outcome for run in runs) == {Outcome.SUCCEEDED: TASKS}
+    assert counts == {(TaskState.COMPLETED, "worker"): TASKS}

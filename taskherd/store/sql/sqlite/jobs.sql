@@ -66,7 +66,7 @@ ORDER BY j.next_run_at
 LIMIT :limit;
 
 -- name: earliest_next_run
-SELECT min(next_run_at) FROM jobs INDEXED BY jobs_due WHERE enabled = 1;
+SELECT min(next_run_at) AS earliest FROM jobs INDEXED BY jobs_due WHERE enabled = 1;
 
 -- name: insert_job
 INSERT INTO jobs (name, template, trigger_spec, timezone, overlap, missed_fire, max_retries,

@@ -1,0 +1,116 @@
+"""The PostgreSQL store: psycopg 3, one connection, `FOR UPDATE SKIP LOCKED` claims (DESIGN §5).
+
+Several daemons (nodes) on several machines share one database: a claim skips the rows
+another node is claiming instead of waiting for them, and every other transition is guarded
+by the state it expects, as in SQLite. What differs from SQLite is here and in the
+reasons written above the blocks of `store/sql/postgres/`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from taskherd.store.base import StoreError
+from taskherd.store.sql_store import SQLStore
+from taskherd.store.sqlfile import migrations, queries
+
+# synchronous_commit: `full` waits for the WAL flush of each commit; `normal` may lose the
+# last commits of a server crash (never a half-done one), as SQLite's NORMAL may on power loss.
+DURABILITY = {"full": "on", "normal": "off"}
+URL_SCHEMES = ("postgres://", "postgresql://")
+# Any constant both sides agree on: held while migrating, so two nodes starting together
+# do not apply the same migration twice.
+MIGRATION_LOCK = 0x7461736B68657264  # "taskherd"
+
+
+def is_postgres_url(database: str) -> bool:
+    return database.startswith(URL_SCHEMES)
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for logs and messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class PostgresStore(SQLStore):
+    q = queries("postgres")
+
+    def __init__(self, url: str, *, durability: str = "full", connect_timeout: float = 10.0):
+        if durability not in DURABILITY:
+            raise StoreError(f"durability {durability!r} is not one of: full, normal")
+        try:
+            import psycopg
+            from psycopg.rows import dict_row
+        except ImportError as error:
+            raise StoreError("a PostgreSQL database needs psycopg: "
+                             "pip install 'taskherd[postgres]'") from error
+        self._errors = psycopg.errors
+        self.url = url
+        try:
+            self._conn = psycopg.connect(url, autocommit=True, row_factory=dict_row,
+                                         connect_timeout=max(1, round(connect_timeout)))
+        except psycopg.OperationalError as error:
+            raise StoreError(f"cannot connect to {redact(url)}: {error}".strip()) from error
+        self._conn.execute(f"SET synchronous_commit = {DURABILITY[durability]}")
+        self._lock = threading.RLock()
+        _migrate(self._conn)
+
+    @contextmanager
+    def _write(self) -> Iterator[Any]:
+        with self._lock, self._conn.transaction():
+            yield self._conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Any]:
+        with self._lock:
+            yield self._conn
+
+    def _insert_many(self, db: Any, name: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        with db.cursor() as cursor:
+            cursor.executemany(self.q[name], list(rows))
+            return max(cursor.rowcount, 0)
+
+    def _inserted_id(self, cursor: Any) -> int:
+        return cursor.fetchone()["id"]  # insert_task returns the id in this dialect
+
+    def _is_foreign_key_error(self, error: Exception) -> bool:
+        return isinstance(error, self._errors.ForeignKeyViolation)
+
+    def _is_unique_error(self, error: Exception) -> bool:
+        return isinstance(error, self._errors.UniqueViolation)
+
+    def checkpoint(self) -> None:
+        """Nothing to do: PostgreSQL checkpoints its own write-ahead log."""
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _migrate(db: Any) -> None:
+    """Apply the numbered migrations not yet recorded, all in one transaction."""
+    with db.transaction():
+        db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY,"
+            " name text NOT NULL, applied_at double precision NOT NULL)"
+        )
+        applied = {row["version"] for row in db.execute("SELECT version FROM schema_migrations")}
+        for migration in migrations("postgres"):
+            if migration.version in applied:
+                continue
+            for statement in migration.statements():
+                db.execute(statement)
+            db.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+                (migration.version, migration.name, time.time()),
+            )
