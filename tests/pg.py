@@ -1,10 +1,7 @@
 """A throwaway PostgreSQL server for tests: one per test session (per xdist worker), one fresh
 empty database per test.
 
-Use it by importing the fixtures into a test module or a conftest:
-
-    from tests import pg
-    pg_server, pg_url = pg.pg_server, pg.pg_url  # pytest finds fixtures by name
+tests/conftest.py loads it as a plugin, so any test may ask for `pg_server` or `pg_url`.
 
 The server lives in a temp dir, listens on a unix socket in that dir and on 127.0.0.1 only, on
 a free port, with durability off (fsync, synchronous_commit, full_page_writes): the tests check

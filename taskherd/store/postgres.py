@@ -8,9 +8,11 @@ reasons written above the blocks of `store/sql/postgres/`.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -23,9 +25,16 @@ from taskherd.store.sqlfile import migrations, queries
 # last commits of a server crash (never a half-done one), as SQLite's NORMAL may on power loss.
 DURABILITY = {"full": "on", "normal": "off"}
 URL_SCHEMES = ("postgres://", "postgresql://")
+# The channel of "look at the queue now": every node LISTENs, every store transition that may
+# give a node work NOTIFYs it (delivered at commit, so a node never looks too early).
+WAKE_CHANNEL = "taskherd_wake"
+RELISTEN_DELAY = 5.0  # seconds between attempts to get a lost LISTEN connection back
 # Any constant both sides agree on: held while migrating, so two nodes starting together
 # do not apply the same migration twice.
 MIGRATION_LOCK = 0x7461736B68657264  # "taskherd"
+
+
+log = logging.getLogger(__name__)
 
 
 def is_postgres_url(database: str) -> bool:
@@ -88,12 +97,37 @@ class PostgresStore(SQLStore):
     def _is_unique_error(self, error: Exception) -> bool:
         return isinstance(error, self._errors.UniqueViolation)
 
+    def _nudge(self, db: Any) -> None:
+        db.execute("SELECT pg_notify(%s, '')", (WAKE_CHANNEL,))
+
     def checkpoint(self) -> None:
         """Nothing to do: PostgreSQL checkpoints its own write-ahead log."""
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+async def listen_for_wakes(url: str, on_wake: Callable[[], None]) -> None:
+    """Call `on_wake` for each nudge any node, CLI or agent sends through the database.
+
+    Runs until cancelled. A lost connection is logged and retried; meanwhile the daemon's
+    fallback poll still finds the work, so a nudge missed costs at most one poll interval.
+    """
+    import psycopg
+
+    while True:
+        try:
+            conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+            async with conn:
+                await conn.execute(f"LISTEN {WAKE_CHANNEL}")
+                on_wake()  # whatever was nudged while nobody listened
+                async for _ in conn.notifies():
+                    on_wake()
+        except psycopg.OperationalError as error:
+            log.warning("wake-ups from other nodes paused (%s); retrying in %.0f s",
+                        str(error).strip() or type(error).__name__, RELISTEN_DELAY)
+        await asyncio.sleep(RELISTEN_DELAY)
 
 
 def _migrate(db: Any) -> None:

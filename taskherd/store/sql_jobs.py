@@ -45,6 +45,7 @@ class SQLJobs(JobStore):
         def _write(self) -> AbstractContextManager[Connection]: ...
         def _read(self) -> AbstractContextManager[Connection]: ...
         def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]: ...
+        def _nudge(self, db: Connection) -> None: ...
         def _add_task(
             self, db: Connection, new: NewTask, now: float
         ) -> tuple[int | None, bool]: ...
@@ -60,6 +61,7 @@ class SQLJobs(JobStore):
                     "next_run_at": schedule_at if definition.enabled else None,
                 }
                 db.execute(self.q["insert_job"], params)
+                self._nudge(db)
                 return Upserted(self._job(db, definition.name), "created")
             job = Job.from_row(row)
             if job.source != source:
@@ -79,6 +81,7 @@ class SQLJobs(JobStore):
                 "next_run_at": wake_time(updated, now),
             }
             db.execute(self.q["update_job_definition"], params)
+            self._nudge(db)
             return Upserted(self._job(db, definition.name), "updated")
 
     def get_job(self, name: str) -> Job:
@@ -129,6 +132,7 @@ class SQLJobs(JobStore):
             if enabled:
                 changes["schedule_at"] = schedule_at
             self._write_state(db, job, changes, now)
+            self._nudge(db)
             return self._job(db, name)
 
     def delete_job(self, name: str, now: float) -> None:
@@ -144,6 +148,7 @@ class SQLJobs(JobStore):
             if not job.enabled:
                 raise JobRefused(f"job {name!r} is disabled: enable it first (taskherd jobs enable)")
             self._write_state(db, job, {"run_now_at": now}, now)
+            self._nudge(db)
             return self._job(db, name)
 
     def earliest_next_run(self) -> float | None:

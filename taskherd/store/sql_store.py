@@ -78,6 +78,13 @@ class SQLStore(SQLJobs, Store):
     @abstractmethod
     def _is_unique_error(self, error: Exception) -> bool: ...
 
+    def _nudge(self, db: Connection) -> None:
+        """Tell every node, at this transaction's commit, that there may be work to look at.
+
+        A no-op where one node is all there is: its CLI and agents nudge it through the wake
+        socket of its data dir.
+        """
+
     def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]:
         with self._read() as db:
             return db.execute(self.q[name], params).fetchall()
@@ -87,6 +94,8 @@ class SQLStore(SQLJobs, Store):
     def enqueue(self, new: NewTask, now: float) -> Enqueued:
         with self._parents_checked([new]), self._write() as db:
             task_id, created = self._add_task(db, new, now)
+            if created:
+                self._nudge(db)
             if task_id is None:
                 raise StoreError(f"the open task with dedup key {new.dedup_key!r} finished while "
                                  "this one was being added: add it again")
@@ -94,7 +103,10 @@ class SQLStore(SQLJobs, Store):
 
     def enqueue_many(self, batch: Sequence[NewTask], now: float) -> int:
         with self._parents_checked(batch), self._write() as db:
-            return self._insert_many(db, "insert_task", (task_params(new, now) for new in batch))
+            added = self._insert_many(db, "insert_task", (task_params(new, now) for new in batch))
+            if added:
+                self._nudge(db)
+            return added
 
     def get_task(self, task_id: int) -> Task:
         with self._read() as db:
@@ -224,7 +236,10 @@ class SQLStore(SQLJobs, Store):
 
     def clear_cooldown(self, runtime: str) -> bool:
         with self._write() as db:
-            return db.execute(self.q["clear_cooldown"], {"runtime": runtime}).rowcount > 0
+            cleared = db.execute(self.q["clear_cooldown"], {"runtime": runtime}).rowcount > 0
+            if cleared:
+                self._nudge(db)
+            return cleared
 
     def rescue_expired(self, now: float, policy_for: PolicyLookup) -> list[Finished]:
         rescued = []
@@ -294,7 +309,9 @@ class SQLStore(SQLJobs, Store):
                 "now": now,
                 "reset_counts": reset_counts,
             }
-            return Task.from_row(_one(db.execute(self.q["move_task"], params)))
+            moved = Task.from_row(_one(db.execute(self.q["move_task"], params)))
+            self._nudge(db)
+            return moved
 
     # -- runs and housekeeping -----------------------------------------------------------
 
@@ -365,6 +382,8 @@ class SQLStore(SQLJobs, Store):
             "reason": settlement.reason,
         }
         row = _one(db.execute(self.q["settle_task"], task_fields))
+        if row is not None and settlement.state is S.READY and settlement.run_after <= now:
+            self._nudge(db)  # a rescue: another node may have a free slot for it now
         return Finished(run, Task.from_row(row) if row else task, moved=row is not None)
 
     def _add_task(self, db: Connection, new: NewTask, now: float) -> tuple[int | None, bool]:

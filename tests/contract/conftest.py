@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from taskherd.store.sqlite import SQLiteStore
-from tests.pg import pg_server, pg_url  # noqa: F401 - fixtures, found by name
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -17,7 +17,6 @@ import pytest
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.queue import RetryPolicy
 from taskherd.store import open_store
-from tests.pg import pg_server, pg_url  # noqa: F401 - fixtures, found by name
 
 TASKS = 10_000
 WORKERS = 4

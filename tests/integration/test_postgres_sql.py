@@ -17,17 +17,12 @@ from typing import Any
 import pytest
 
 from taskherd.store.sqlfile import migrations, queries
-from tests import pg
 from tests.pg import PgServer
 
 try:
     import psycopg
 except ImportError:  # pg_server then skips these tests, or fails them under CI, saying why
     psycopg = None
-
-# pytest finds fixtures by name in the module.
-pg_server = pg.pg_server
-pg_url = pg.pg_url
 
 SQLITE_ONLY = {"wal_checkpoint"}  # PostgreSQL checkpoints by itself
 # Blocks that return the new row's id in PostgreSQL only (psycopg has no lastrowid): their
