@@ -18,7 +18,7 @@ from typing import Any
 from taskherd import wake
 from taskherd.config import load_config
 from taskherd.model import FINAL_STATES, Task
-from taskherd.store.sqlite import SQLiteStore
+from taskherd.store import open_store
 from taskherd.taskspec import new_task_from
 
 PYTHON = sys.executable
@@ -40,7 +40,9 @@ class Fleet:
         self.config_path.write_text(textwrap.dedent(config))
         self.data_dir = root / "data"
         self.env = cli_env(self.config_path, self.data_dir)
-        self.store = SQLiteStore(root / "q.db", durability="normal")
+        # The database the config names: a file of `root`, or a PostgreSQL URL.
+        self.store = open_store(load_config(self.config_path).daemon.database,
+                                durability="normal")
         self.daemon: subprocess.Popen | None = None
         self.daemon_log = root / "daemon.log"
 

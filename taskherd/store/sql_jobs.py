@@ -46,11 +46,24 @@ class SQLJobs(JobStore):
         def _read(self) -> AbstractContextManager[Connection]: ...
         def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]: ...
         def _nudge(self, db: Connection) -> None: ...
+        def _is_unique_error(self, error: Exception) -> bool: ...
         def _add_task(
             self, db: Connection, new: NewTask, now: float
         ) -> tuple[int | None, bool]: ...
 
     def upsert_job(
+        self, definition: JobDefinition, *, source: str, now: float, schedule_at: float | None
+    ) -> Upserted:
+        try:
+            return self._upsert_job(definition, source=source, now=now, schedule_at=schedule_at)
+        except Exception as error:
+            if not self._is_unique_error(error):
+                raise
+            # Another node created it between this one's read and insert (PostgreSQL, two
+            # daemons syncing one config at start-up): it exists now, so this is an update.
+            return self._upsert_job(definition, source=source, now=now, schedule_at=schedule_at)
+
+    def _upsert_job(
         self, definition: JobDefinition, *, source: str, now: float, schedule_at: float | None
     ) -> Upserted:
         with self._write() as db:

@@ -309,9 +309,12 @@ class SQLStore(SQLJobs, Store):
                 "now": now,
                 "reset_counts": reset_counts,
             }
-            moved = Task.from_row(_one(db.execute(self.q["move_task"], params)))
+            row = _one(db.execute(self.q["move_task"], params))
+            if row is None:  # moved meanwhile by another node (PostgreSQL's READ COMMITTED)
+                raise TransitionRefused(task_id, action, self._get_task(db, task_id).state,
+                                        targets)
             self._nudge(db)
-            return moved
+            return Task.from_row(row)
 
     # -- runs and housekeeping -----------------------------------------------------------
 

@@ -8,6 +8,9 @@
 -- of the fire a pending retry repeats and the planned time of the held fire a release would
 -- hand its task to ride along, so the scheduler plans from one read. release_for is looked up
 -- only when a release can happen (fires held, none open).
+-- FOR UPDATE OF j (PostgreSQL only): every write of a job reads it first and writes it guarded
+-- by its version; under READ COMMITTED another node's scheduler could change it in between,
+-- so the read locks the row until the transaction ends. SQLite's write lock does the same.
 SELECT j.*,
        (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
        (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
@@ -18,9 +21,11 @@ SELECT j.*,
             THEN (SELECT f.scheduled_for FROM job_fires f
                   WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
        END AS release_for
-FROM jobs j WHERE j.name = :name;
+FROM jobs j WHERE j.name = :name
+FOR UPDATE OF j;
 
 -- name: get_job_by_id
+-- FOR UPDATE OF j: as get_job_by_name.
 SELECT j.*,
        (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
        (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
@@ -31,7 +36,8 @@ SELECT j.*,
             THEN (SELECT f.scheduled_for FROM job_fires f
                   WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
        END AS release_for
-FROM jobs j WHERE j.id = :id;
+FROM jobs j WHERE j.id = :id
+FOR UPDATE OF j;
 
 -- name: list_jobs
 SELECT j.*,

@@ -150,10 +150,14 @@ WHERE id = :task_id AND state IN ('claimed', 'running')
 RETURNING *;
 
 -- name: expired_leases
+-- FOR UPDATE SKIP LOCKED: every node's monitor rescues expired leases; two of them at once
+-- each take the rows the other has not locked, instead of one waiting to find the other's
+-- rescue done and failing its whole pass on a run that already ended.
 SELECT * FROM tasks
 WHERE lease_expires_at IS NOT NULL AND lease_expires_at < :now
   AND state IN ('claimed', 'running')
-ORDER BY id;
+ORDER BY id
+FOR UPDATE SKIP LOCKED;
 
 -- name: move_task
 -- A person's transition (approve, reject, block, unblock, cancel, requeue), guarded by the
