@@ -6,7 +6,15 @@ subtracts the wall-clock time taken just before the call. The same agent
 started by a bare `subprocess.Popen` (own session, output to a file) is the
 floor; the ratio shows what the shim costs.
 
-    .venv/bin/python bench/spawn.py [--count 1000] [--concurrency 4] [--shim-flags=-I]
+Two patterns, both --concurrency spawns at a time, with spare shims kept as the daemon
+keeps them (`procs.prewarm(concurrency)`, capped at procs.MAX_SPARES):
+- back to back: the next batch starts as soon as the last one exited, so every spawn also
+  pays, on the same cores, the start-up of the spare that replaces its shim (throughput
+  under contention);
+- bursts after a pause: each batch waits until the spares are started and --gap seconds
+  have passed, as when tasks arrive together after a quiet spell (what the spares are for).
+
+    .venv/bin/python bench/spawn.py [--count 1000] [--concurrency 4] [--gap 0.05] [--shim-flags=-I]
 """
 
 import argparse
@@ -75,11 +83,16 @@ def measure_bare(count: int, concurrency: int, env: dict) -> list[float]:
     return latencies
 
 
-async def measure_shim(count: int, concurrency: int, env: dict) -> list[float]:
+async def measure_shim(count: int, concurrency: int, env: dict,
+                       gap: float | None = None) -> list[float]:
+    """Batches back to back, or (gap set) each after its spares are ready plus `gap` s."""
     latencies = []
     with tempfile.TemporaryDirectory(prefix="taskherd-bench-") as log_dir:
         for first in range(0, count, concurrency):
             size = min(concurrency, count - first)
+            if gap is not None:
+                procs.wait_for_spares(timeout=5.0)
+                await asyncio.sleep(gap)  # their interpreters finish starting, as between bursts
             latencies += await spawn_batch_with_shim(Path(log_dir), first, size, env)
     return latencies
 
@@ -100,19 +113,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--gap", type=float, default=0.05,
+                        help="seconds of quiet before each burst in the burst pattern")
     parser.add_argument("--shim-flags", default=" ".join(procs.SHIM_PYTHON_FLAGS),
                         help="python flags for the shim, to compare variants")
     args = parser.parse_args()
     procs.SHIM_PYTHON_FLAGS = tuple(args.shim_flags.split())
+    procs.prewarm(args.concurrency)  # as the daemon does with its max_concurrent
     env = procs.agent_env(os.environ["PATH"], {}, {"TASKHERD_ROLE": "bench"})
     print(f"{args.count} spawns of {' '.join(AGENT)}, {args.concurrency} at a time, "
           f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
 
     bare = measure_bare(args.count, args.concurrency, env)
     shim = asyncio.run(measure_shim(args.count, args.concurrency, env))
+    breakdown = {stage: list(latencies) for stage, latencies in SHIM_BREAKDOWN.items()}
+    for latencies in SHIM_BREAKDOWN.values():
+        latencies.clear()
+    bursts = asyncio.run(measure_shim(args.count, args.concurrency, env, gap=args.gap))
     floor_p50, floor_p99 = report("bare Popen (floor)", bare)
     shim_p50, shim_p99 = report(f"spawn() via shim {args.shim_flags}", shim)
-    for stage, latencies in SHIM_BREAKDOWN.items():
+    for stage, latencies in breakdown.items():
         report(f"  of which {stage}", latencies)
     print(f"ratio shim/floor: p50 x{shim_p50 / floor_p50:.1f}  p99 x{shim_p99 / floor_p99:.1f}; "
           f"shim overhead p50 +{(shim_p50 - floor_p50) * 1e3:.2f} ms")
@@ -122,6 +142,9 @@ def main() -> None:
     # arriving as they do in use, by bench/daemon.py.
     print(f"(information) p50 {shim_p50 * 1e3:.1f} ms, p99 {shim_p99 * 1e3:.1f} ms with "
           f"{args.concurrency} spawns always in flight; the daemon's targets: bench/daemon.py")
+    report(f"bursts of {args.concurrency} after {args.gap * 1e3:g} ms", bursts)
+    for stage, latencies in SHIM_BREAKDOWN.items():
+        report(f"  of which {stage}", latencies)
 
 
 if __name__ == "__main__":

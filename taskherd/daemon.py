@@ -123,7 +123,9 @@ class Daemon:
         self._install_signals()
         listener = await wake.listen(daemon.data_dir, self.wake)
         self._reconcile(store, supervisor)
-        procs.prewarm()  # the first spawn need not wait for a shim's interpreter either
+        # Spare shims for a burst as large as the node runs at once (capped low: each is an
+        # idle interpreter), so even the first spawns need not wait for one to start.
+        procs.prewarm(daemon.max_concurrent)
         scheduler = Scheduler(self.config, store, self.clock)
         log.info("jobs synced from the config: %s", _summary(scheduler.sync_config()))
         if not self.config.roles:

@@ -7,8 +7,9 @@ Every agent runs under `taskherd/shim.py`, a tiny Python process that is the
 session leader and process-group leader (pgid == shim pid), starts the agent
 as its child, waits for it and writes its exit status to ``<log>.exit``. The
 shim exists because a restarted daemon is not the agent's parent and could
-never learn the exit status by waitpid(). One spare shim is kept started and
-waiting (`prewarm`), so a spawn does not wait for Python's start-up.
+never learn the exit status by waitpid(). A few spare shims are kept started
+and waiting (`prewarm`), so a spawn, even one of a burst, does not wait for
+Python's start-up.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ HEADER_ARG_LIMIT = 200  # prompts passed in argv must not bloat the header line
 CARRIED_OVER_ENV = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TERM")
 # Claude Code refuses to start inside another session when it sees these.
 REMOVED_ENV = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT")
+# Spare shims: enough for a burst of spawns, few because each is an idle interpreter
+# (~4 MB of its own memory) for as long as the daemon runs.
+MAX_SPARES = 4
+SPARE_RETRY_INTERVAL = 1.0  # after a spare could not be started (out of pids or memory)
 
 
 @dataclass(frozen=True)
@@ -229,7 +234,7 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
     try:
         with (open(stdin_path, "rb") if stdin_path
               else contextlib.nullcontext(subprocess.DEVNULL)) as stdin:
-            spare = _take_spare() if cwd is None or os.path.isdir(cwd) else None
+            spare = _spares.take() if cwd is None or os.path.isdir(cwd) else None
             request = {"exit_path": str(exit_path), "header": header_prefix, "argv": argv,
                        "env": env, "cwd": cwd, "log": str(log_path),
                        "stdin": str(stdin_path) if stdin_path else None}
@@ -246,7 +251,6 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
                 started_at = psutil.Process(popen.pid).create_time()
     finally:
         os.close(log_fd)
-    prewarm()  # for the next spawn; this run's agent is already on its way
     handle = ProcessHandle(popen.pid, started_at, log_path, popen=popen)
     return SpawnedProcess(popen.pid, started_at, log_path, exit_path, handle)
 
@@ -260,44 +264,139 @@ class _Spare:
     owner: int  # the process that started it; a forked child must not hand it runs
 
 
-_spare: _Spare | None = None
-_spare_lock = threading.Lock()
+class _SparePool:
+    """Up to `size` spare shims, refilled by one background thread of the owning process.
 
-
-def prewarm() -> None:
-    """Have a spare shim waiting, so the next spawn skips the interpreter's start-up.
-
-    Python's start-up is ~10 ms even with -I -S, most of a spawn's latency; a spare
-    pays it while nothing waits. It exits by itself when its pipe closes (this
-    process ended), so an unused spare outlives nobody.
+    A take only pops from a list under a lock: starting a replacement (fork, exec, and
+    then ~10 ms of the interpreter's start-up) happens in the refill thread, so a spawn
+    never waits for it, and a burst of `size` spawns finds a spare for each.
     """
-    global _spare
-    with _spare_lock:
-        if _spare is not None and _spare.owner == os.getpid() and _spare.popen.poll() is None:
-            return
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._changed = threading.Condition()  # notified on a take, a new spare, a resize
+        self._idle: list[_Spare] = []  # oldest first: the oldest is the likeliest warm
+        self._size = 1  # one spare until the daemon says how large its bursts can be
+        self._refiller_pid = 0  # the process whose refill thread runs; threads die at fork
+
+    def resize(self, size: int) -> None:
+        if size < 0:
+            raise ValueError(f"spare shim count must be >= 0, got {size!r}")
+        with self._changed:
+            self._size = min(size, MAX_SPARES)
+            surplus, self._idle = self._idle[self._size:], self._idle[:self._size]
+            self._ensure_refiller()
+            self._changed.notify_all()
+        for spare in surplus:  # EOF on its pipe: it exits without starting anything
+            _retire(spare)
+
+    def take(self) -> _Spare | None:
+        """The oldest live spare, or None (then the caller starts a shim the slow way)."""
+        spare = None
+        with self._changed:
+            while spare is None and self._idle:
+                candidate = self._idle.pop(0)
+                if candidate.owner == os.getpid() and candidate.popen.poll() is None:
+                    spare = candidate
+                else:  # dead (killed, OOM): discarded, already reaped by poll()
+                    candidate.popen.stdin.close()
+            self._ensure_refiller()
+            self._changed.notify_all()  # the refill thread replaces what was taken or dropped
+        return spare
+
+    def pids(self) -> list[int]:
+        with self._changed:
+            return [spare.popen.pid for spare in self._idle]
+
+    def wait_full(self, timeout: float) -> bool:
+        """True once `size` spares are started (not necessarily done starting up)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: len(self._idle) >= self._size, timeout)
+
+    def forget_in_child(self) -> None:
+        # A forked child holds copies of the spares' pipes; closing them keeps "the daemon
+        # went away" (EOF) meaningful, and the spares stay the parent's. The lock may have
+        # been held by a parent's thread that does not exist here, so it is made anew. (A
+        # spare mid-start in the parent's refill thread is missed: its pipe is close-on-exec
+        # and lives at most as long as this child.)
+        for spare in self._idle:
+            with contextlib.suppress(OSError):
+                spare.popen.stdin.close()  # idle spares' pipes are never mid-write
+        self._reset()
+
+    def _ensure_refiller(self) -> None:
+        if self._refiller_pid != os.getpid():
+            self._refiller_pid = os.getpid()
+            threading.Thread(target=self._refill_forever, name="taskherd-spares",
+                             daemon=True).start()
+
+    def _refill_forever(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: len(self._idle) < self._size)
+            spare = _start_spare()  # outside the lock: a take must not wait for this
+            surplus = None
+            with self._changed:
+                if spare is None:
+                    # Out of processes or memory: spawns go the slow way meanwhile, and a
+                    # prompt retry would only hammer a machine that is already short.
+                    self._changed.wait(SPARE_RETRY_INTERVAL)
+                elif len(self._idle) < self._size:
+                    self._idle.append(spare)
+                    self._changed.notify_all()
+                else:
+                    surplus = spare  # resized down while it was starting
+            if surplus is not None:
+                _retire(surplus)
+
+
+_spares = _SparePool()
+os.register_at_fork(after_in_child=_spares.forget_in_child)
+
+
+def prewarm(size: int = 1) -> None:
+    """Keep `size` spare shims (at most MAX_SPARES; 0: none) started and waiting.
+
+    Python's start-up is ~10 ms even with -I -S, most of a spawn's latency; a spare pays
+    it while nothing waits. Returns at once: the spares are started in the background,
+    and each one taken is replaced the same way. A spare exits by itself when its pipe
+    closes (this process ended, even by SIGKILL), so an unused spare outlives nobody.
+    """
+    _spares.resize(size)
+
+
+def spare_pids() -> list[int]:
+    """Pids of the spare shims waiting now, the next one to be taken first."""
+    return _spares.pids()
+
+
+def wait_for_spares(timeout: float) -> bool:
+    """Wait until every spare `prewarm` asked for is started; False after `timeout` s."""
+    return _spares.wait_full(timeout)
+
+
+def _start_spare() -> _Spare | None:
+    try:
         popen = subprocess.Popen(
             [sys.executable, *SHIM_PYTHON_FLAGS, SHIM_PATH, "--warm"], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={},
             start_new_session=True, close_fds=True)
-        try:
-            started_at = psutil.Process(popen.pid).create_time()
-        except psutil.Error:  # died at once; the next spawn starts a shim the slow way
-            popen.stdin.close()
-            popen.wait()
-            return
-        _spare = _Spare(popen, started_at, os.getpid())
-
-
-def _take_spare() -> _Spare | None:
-    global _spare
-    with _spare_lock:
-        spare, _spare = _spare, None
-    if spare is None or spare.owner != os.getpid():
+    except OSError:  # EAGAIN, ENOMEM, EMFILE
         return None
-    if spare.popen.poll() is not None:
+    try:
+        started_at = psutil.Process(popen.pid).create_time()
+    except psutil.Error:  # died at once
+        _retire(_Spare(popen, 0.0, os.getpid()))
+        return None
+    return _Spare(popen, started_at, os.getpid())
+
+
+def _retire(spare: _Spare) -> None:
+    with contextlib.suppress(OSError):
         spare.popen.stdin.close()
-        return None
-    return spare
+    spare.popen.wait()  # it exits at EOF, before running anything
 
 
 def _hand_over(spare: _Spare, request: dict) -> bool:
@@ -311,19 +410,6 @@ def _hand_over(spare: _Spare, request: dict) -> bool:
         spare.popen.wait()
         return False
     return True
-
-
-def _forget_spare_in_child() -> None:
-    # A forked child holds a copy of the spare's pipe; closing it keeps "the
-    # daemon went away" (EOF) meaningful, and the spare stays the parent's.
-    global _spare
-    if _spare is not None:
-        with contextlib.suppress(OSError):
-            os.close(_spare.popen.stdin.fileno())
-        _spare = None
-
-
-os.register_at_fork(after_in_child=_forget_spare_in_child)
 
 
 def adopt(pid: int, started_at: float, log_path: Path, *,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import time
@@ -308,3 +309,37 @@ def test_on_shutdown_wait_still_watches_the_agents_it_waits_for(fleet):
     # The agent is silent: the stall is still noticed (idle_timeout 2 s) during the wait.
     assert f.daemon.wait(20) == 0
     assert last_run(f, task.id).outcome is Outcome.STALLED
+
+
+def spare_shims(daemon: subprocess.Popen) -> list[int]:
+    """Pids of the daemon's `shim.py --warm` children, oldest first."""
+    spares = []
+    for child in psutil.Process(daemon.pid).children():
+        try:
+            if child.cmdline()[-1:] == ["--warm"]:
+                spares.append((child.create_time(), child.pid))
+        except psutil.Error:  # exited while being looked at
+            continue
+    return [pid for _, pid in sorted(spares)]
+
+
+def test_spare_shims_take_a_burst_and_die_with_the_daemon(fleet):
+    f = fleet()  # max_concurrent = 4: as many spares as the cap allows
+    daemon = f.up()
+    spares = f.wait_until(lambda: len(s := spare_shims(daemon)) == 4 and s, what="4 spare shims")
+    tasks = [f.add(f"burst {index}", prompt="exit0") for index in range(4)]
+    runs = [last_run(f, f.wait_final(task.id).id) for task in tasks]
+    assert sorted(run.pid for run in runs) == sorted(spares)  # no run waited for a cold shim
+    refilled = f.wait_until(lambda: len(s := spare_shims(daemon)) == 4 and s,
+                            what="the spares to be replaced")
+    assert not set(refilled) & set(spares)
+    pidfds = [os.pidfd_open(pid) for pid in refilled]
+    try:
+        daemon.kill()  # even SIGKILL: a spare sees its pipe close and exits
+        daemon.wait(10)
+        for pidfd in pidfds:
+            readable, _, _ = select.select([pidfd], [], [], 10)
+            assert readable, "a spare shim outlived its daemon"
+    finally:
+        for pidfd in pidfds:
+            os.close(pidfd)

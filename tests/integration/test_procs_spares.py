@@ -1,0 +1,218 @@
+"""The pool of spare shims in taskherd.procs, against real processes.
+
+Spares are waited for with events (the pool's condition, pidfds, waitid), never by sleeping.
+"""
+
+import asyncio
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from taskherd import procs
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 10.0
+
+
+@pytest.fixture
+def pool():
+    """A pool of `size` started spares; back to the default single spare afterwards."""
+    def resize(size):
+        procs.prewarm(size)
+        assert procs.wait_for_spares(TIMEOUT), "spares were not started"
+        return procs.spare_pids()
+
+    yield resize
+    procs.prewarm(1)
+
+
+@pytest.fixture
+def spawn(tmp_path):
+    env = procs.agent_env(os.environ["PATH"], {}, {"TASKHERD_RUN_ID": "1"})
+    spawned = []
+
+    def start(argv=("true",), name=None):
+        name = name or f"run-{len(spawned)}"
+        process = procs.spawn(list(argv), env=env, cwd=str(tmp_path),
+                              log_path=tmp_path / f"{name}.log", header={"run": name})
+        spawned.append(process)
+        return process
+
+    yield start
+    for process in spawned:
+        if process.handle.is_alive():
+            procs.terminate(process.handle, grace=0.1)
+
+
+def wait_exit(process):
+    return asyncio.run(asyncio.wait_for(process.handle.wait_exit(), TIMEOUT))
+
+
+def wait_child_dead(pid):
+    """Block until our child `pid` has exited, leaving it unreaped (as the pool finds it)."""
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+
+
+def wait_gone(pid, timeout=TIMEOUT):
+    """Block until `pid` (not our child) has exited: its pidfd turns readable."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([pidfd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(pidfd)
+
+
+def test_max_spares_caps_the_pool(pool):
+    assert procs.MAX_SPARES <= 4
+    assert len(pool(procs.MAX_SPARES + 5)) == procs.MAX_SPARES
+
+
+def test_a_burst_of_k_spawns_all_use_prestarted_spares(pool, spawn):
+    spares = pool(4)
+    assert len(spares) == 4
+    burst = [spawn() for _ in spares]
+    assert [process.pid for process in burst] == spares  # oldest spare first
+    assert all(wait_exit(process).succeeded for process in burst)
+    # Each one taken is replaced in the background, by new processes.
+    assert procs.wait_for_spares(TIMEOUT)
+    assert len(procs.spare_pids()) == 4 and not set(procs.spare_pids()) & set(spares)
+
+
+def test_a_run_in_a_spare_gets_its_own_log_env_and_status(pool, spawn):
+    spare = pool(1)[0]
+    script = 'echo "run $TASKHERD_RUN_ID in $(pwd -P): $1"; exit 3'
+    process = spawn(["sh", "-c", script, "sh", "naïve ✓ \n line"], name="own")
+    assert process.pid == spare
+    assert wait_exit(process).code == 3
+    lines = process.log_path.read_text().splitlines()
+    assert procs.read_header(process.log_path)["pid"] == spare
+    assert lines[1:] == [f"run 1 in {process.log_path.parent.resolve()}: naïve ✓ ", " line"]
+
+
+def test_a_killed_spare_is_skipped_and_replaced_and_the_spawn_succeeds(pool, spawn):
+    killed, live = pool(2)
+    os.kill(killed, signal.SIGKILL)
+    wait_child_dead(killed)
+    process = spawn()
+    assert process.pid == live  # the dead one was discarded, the next one used
+    assert wait_exit(process).succeeded
+    assert procs.wait_for_spares(TIMEOUT)
+    assert killed not in procs.spare_pids() and live not in procs.spare_pids()
+
+
+def test_with_every_spare_dead_a_cold_shim_runs_the_agent(pool, spawn):
+    (killed,) = pool(1)
+    os.kill(killed, signal.SIGKILL)
+    wait_child_dead(killed)
+    process = spawn()
+    assert process.pid != killed
+    assert wait_exit(process).succeeded
+    assert procs.wait_for_spares(TIMEOUT) and procs.spare_pids() != [killed]
+
+
+def test_a_spawn_never_waits_for_a_refill(pool, spawn, monkeypatch):
+    spares = pool(2)
+    refill_started = threading.Event()
+    release = threading.Event()
+    real_start = procs._start_spare
+    spawning_thread = threading.get_ident()
+
+    def stuck_start():
+        assert threading.get_ident() != spawning_thread, "a spawn started a spare itself"
+        refill_started.set()
+        release.wait(TIMEOUT)
+        return real_start()
+
+    monkeypatch.setattr(procs, "_start_spare", stuck_start)
+    try:
+        burst = [spawn() for _ in range(3)]  # the third finds no spare: a cold shim
+        assert refill_started.wait(TIMEOUT)  # the refill is stuck, the spawns returned
+        assert [process.pid for process in burst[:2]] == spares
+        assert burst[2].pid not in spares
+        assert all(wait_exit(process).succeeded for process in burst)
+    finally:
+        release.set()
+    assert procs.wait_for_spares(TIMEOUT)
+
+
+def test_shrinking_the_pool_stops_the_surplus(pool):
+    spares = pool(3)
+    kept = pool(1)
+    assert kept == spares[:1]
+    for pid in spares[1:]:
+        assert wait_gone(pid)
+    assert pool(0) == []
+    assert wait_gone(spares[0])
+
+
+SPARE_OWNER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from taskherd import procs
+procs.prewarm(3)
+assert procs.wait_for_spares(10)
+print(json.dumps(procs.spare_pids()), flush=True)
+sys.stdin.read()  # stay until killed, like a daemon
+"""
+
+
+@pytest.mark.parametrize("end", ["sigkill", "exit"])
+def test_spares_exit_when_their_owner_exits(end):
+    with subprocess.Popen([sys.executable, "-c", SPARE_OWNER, str(REPO_ROOT)],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as owner:
+        spares = json.loads(owner.stdout.readline())
+        assert len(spares) == 3
+        if end == "sigkill":
+            owner.kill()
+        else:
+            owner.stdin.close()  # it returns from its script and exits normally
+        owner.wait(TIMEOUT)
+    for pid in spares:
+        assert wait_gone(pid), f"spare {pid} outlived its owner"
+
+
+def test_a_forked_child_neither_takes_nor_keeps_alive_its_parents_spares(pool, spawn, tmp_path):
+    first, second = pool(2)
+    report_read, report_write = os.pipe()
+    gate_read, gate_write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe, then waits
+        try:
+            os.close(report_read)
+            os.close(gate_write)
+            seen = procs.spare_pids()
+            env = procs.agent_env(os.environ["PATH"], {}, {})
+            process = procs.spawn(["true"], env=env, cwd=None, log_path=tmp_path / "child.log")
+            os.write(report_write, json.dumps({"seen": seen, "pid": process.pid}).encode())
+            os.close(report_write)
+            os.read(gate_read, 1)  # alive until the parent is done checking
+        finally:
+            os._exit(0)
+    os.close(report_write)
+    os.close(gate_read)
+    try:
+        with os.fdopen(report_read) as report_file:
+            report = json.loads(report_file.read())
+        assert report["seen"] == [] and report["pid"] not in (first, second)
+        # The spares are still the parent's to use...
+        process = spawn()
+        assert process.pid == first and wait_exit(process).succeeded
+        # ...and to stop: the live child holds no copy of their pipes, or EOF never came.
+        stopping = threading.Thread(target=procs.prewarm, args=(0,), daemon=True)
+        stopping.start()
+        assert wait_gone(second), "the forked child kept the parent's spare alive"
+    finally:
+        os.close(gate_write)
+        os.waitpid(child, 0)
+    stopping.join(TIMEOUT)
