@@ -216,3 +216,13 @@ def test_a_forked_child_neither_takes_nor_keeps_alive_its_parents_spares(pool, s
         os.close(gate_write)
         os.waitpid(child, 0)
     stopping.join(TIMEOUT)
+
+
+def test_a_spare_imports_no_module_that_would_cost_each_spawn_cpu():
+    # `import json` (re, enum, functools...) cost a spare as much CPU as Python's own start-up;
+    # with spawns back to back that CPU is taken from the runs on the same cores.
+    shim = subprocess.run([sys.executable, *procs.SHIM_PYTHON_FLAGS, "-X", "importtime",
+                           procs.SHIM_PATH, "--warm"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in shim.stderr.splitlines()}
+    assert not imported & {"json", "re", "enum", "signal"}
