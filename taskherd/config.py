@@ -37,7 +37,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class DaemonConfig:
     data_dir: Path
-    database: str  # a SQLite file path (later: a PostgreSQL URL)
+    database: str  # a SQLite file path, or a postgres:// URL for several nodes
     durability: str = "full"
     max_concurrent: int = 3
     timezone: str | None = None  # IANA name; required once jobs exist (never silently UTC)

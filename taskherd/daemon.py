@@ -19,11 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from taskherd import procs, wake
-from taskherd.config import Config, ConfigError, load_config
+from taskherd.config import Config, ConfigError, DaemonConfig, load_config
 from taskherd.dispatcher import Dispatcher
 from taskherd.monitor import Monitor
 from taskherd.scheduler import Scheduler
-from taskherd.store import Store, StoreError, open_store
+from taskherd.store import Store, StoreError, open_store, shown
+from taskherd.store.postgres import is_postgres_url, listen_for_wakes
 from taskherd.supervisor import Supervisor
 
 log = logging.getLogger("taskherd.daemon")
@@ -36,13 +37,20 @@ class DaemonError(Exception):
 
 
 class NodeLock:
-    """One daemon per database and node name: an flock the kernel drops even on kill -9."""
+    """One daemon per database and node name on this host: an flock the kernel drops even on
+    kill -9. Beside a SQLite file; in the data dir for a PostgreSQL URL, where the store's
+    `hold_node` also keeps a daemon on another host from taking the same node name."""
 
-    def __init__(self, database: str, node: str):
-        self.path = Path(f"{database}.{node}.lock")
+    def __init__(self, daemon: DaemonConfig):
+        self.node = daemon.node
+        if is_postgres_url(daemon.database):
+            self.path = daemon.data_dir / f"node-{daemon.node}.lock"
+        else:
+            self.path = Path(f"{daemon.database}.{daemon.node}.lock")
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -51,7 +59,7 @@ class NodeLock:
             os.close(fd)
             raise DaemonError(
                 f"another taskherd daemon already runs for this database as node "
-                f"{self.path.name.split('.')[-2]!r} ({holder or 'pid unknown'}); "
+                f"{self.node!r} ({holder or 'pid unknown'}); "
                 "stop it first (`taskherd stop`) or give this one another [daemon] node"
             ) from None
         os.ftruncate(fd, 0)
@@ -84,7 +92,7 @@ class Daemon:
     def __init__(self, config: Config, clock: Callable[[], float] = time.time):
         self.config = config
         self.clock = clock
-        self.lock = NodeLock(config.daemon.database, config.daemon.node)
+        self.lock = NodeLock(config.daemon)
         self.store: Store | None = None
         self._wake = asyncio.Event()
         self._schedule = asyncio.Event()  # the scheduler's own: job changes, reloads, task ends
@@ -109,6 +117,7 @@ class Daemon:
             self.store = open_store(self.config.daemon.database,
                                     durability=self.config.daemon.durability,
                                     autocheckpoint=False)
+            self.store.hold_node(self.config.daemon.node)
             await self._serve(self.store)
         finally:
             if self.store is not None:
@@ -131,7 +140,7 @@ class Daemon:
         if not self.config.roles:
             log.warning("no roles are configured: tasks will wait (add [roles.NAME] to the config)")
         log.info("taskherd up: node %s, database %s, max_concurrent %s", daemon.node,
-                 daemon.database, daemon.max_concurrent)
+                 shown(daemon.database), daemon.max_concurrent)
         starting = [  # what makes new work start
             asyncio.create_task(self._dispatch_loop(dispatcher), name="dispatcher"),
             asyncio.create_task(self._schedule_loop(scheduler), name="scheduler"),
@@ -142,6 +151,9 @@ class Daemon:
                                 name="monitor"),
             asyncio.create_task(self._checkpoint_loop(store), name="checkpoints"),
         ]
+        if is_postgres_url(daemon.database):  # other nodes' and hosts' nudges
+            watching.append(asyncio.create_task(
+                listen_for_wakes(daemon.database, self.wake), name="wake-ups"))
         loops = starting + watching
         try:
             stopped = asyncio.create_task(self._stop.wait())

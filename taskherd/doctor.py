@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from taskherd.config import Config, ConfigError, RoleConfig, load_config
-from taskherd.store import StoreError, open_store
+from taskherd.store import StoreError, open_store, shown
+from taskherd.store.postgres import is_postgres_url
 
 OK, WARN, PROBLEM = "ok", "warn", "problem"
 GIB = 1 << 30
@@ -68,14 +69,26 @@ def _config_ok(config: Config) -> Check:
 
 def check_database(config: Config) -> Check:
     database = config.daemon.database
+    on_postgres = is_postgres_url(database)
+    name = f"database {shown(database)}"
     try:
         store = open_store(database, durability=config.daemon.durability)
         store.close()
-        _probe_write(database)
     except (StoreError, OSError, sqlite3.Error) as error:
-        return Check(PROBLEM, f"database {database}", f"not writable: {error}",
-                     "check the folder's owner and permissions, or set daemon.database")
-    return Check(OK, f"database {database} opens and is writable")
+        fix = ("check the URL, that the server runs, and that it lets this host and role in"
+               if on_postgres
+               else "check the folder's owner and permissions, or set daemon.database")
+        return Check(PROBLEM, name, f"cannot open: {error}", fix)
+    try:
+        if on_postgres:
+            _probe_postgres_rights(database)
+        else:
+            _probe_write(database)
+    except (StoreError, OSError, sqlite3.Error) as error:
+        fix = ("grant the role SELECT, INSERT, UPDATE and DELETE on taskherd's tables"
+               if on_postgres else "check the file's owner and permissions")
+        return Check(PROBLEM, name, f"not writable: {error}", fix)
+    return Check(OK, f"{name} opens and is writable")
 
 
 def _probe_write(database: str) -> None:
@@ -94,6 +107,19 @@ def _probe_write(database: str) -> None:
             conn.execute("ROLLBACK")
     finally:
         conn.close()
+
+
+def _probe_postgres_rights(url: str) -> None:
+    """The connecting role may change every table the daemon writes (asked, not tried)."""
+    import psycopg
+
+    tables = ("tasks", "runs", "cooldowns", "jobs", "job_fires")
+    with psycopg.connect(url, connect_timeout=10) as conn:
+        missing = [table for table in tables if not conn.execute(
+            "SELECT has_table_privilege(%s, 'SELECT, INSERT, UPDATE, DELETE')", (table,)
+        ).fetchone()[0]]
+    if missing:
+        raise StoreError(f"the role lacks SELECT, INSERT, UPDATE or DELETE on {', '.join(missing)}")
 
 
 def check_log_dir(config: Config) -> Check:

@@ -56,7 +56,8 @@ class Fleet:
         return self.daemon
 
     def cli(self, *args: str, check: bool = True, **kwargs: Any) -> subprocess.CompletedProcess:
-        result = subprocess.run([PYTHON, "-m", "taskherd", *args], env=self.env, cwd=self.root,
+        kwargs.setdefault("env", self.env)
+        result = subprocess.run([PYTHON, "-m", "taskherd", *args], cwd=self.root,
                                 capture_output=True, text=True, timeout=60, **kwargs)
         if check and result.returncode != 0:
             raise AssertionError(f"taskherd {' '.join(args)} → {result.returncode}: {result.stderr}")

@@ -21,6 +21,7 @@ from taskherd.store import (
     TaskNotFound,
     TransitionRefused,
     open_store,
+    shown,
 )
 
 EXIT_OK = 0
@@ -61,7 +62,7 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
     try:
         store = open_store(config.daemon.database, durability=config.daemon.durability)
     except (StoreError, OSError) as error:
-        raise BadInput(f"cannot open database {config.daemon.database}: {error}") from error
+        raise BadInput(f"cannot open database {shown(config.daemon.database)}: {error}") from error
     try:
         yield store
     except TransitionRefused as error:

@@ -38,7 +38,7 @@ def up_command(ctx: click.Context, log_level: str) -> None:
 def stop_command(ctx: click.Context, timeout: float) -> None:
     """Ask the running daemon to stop (SIGTERM) and wait until it has."""
     config = get_config(ctx)
-    lock = NodeLock(config.daemon.database, config.daemon.node)
+    lock = NodeLock(config.daemon)
     pid = lock.holder_pid()
     if pid is None:
         raise Refused(f"no daemon is running for node {config.daemon.node!r}")

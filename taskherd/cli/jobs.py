@@ -445,7 +445,7 @@ def reload_command(ctx: click.Context) -> None:
         config = load_config(ctx.find_root().params.get("config"))
     except ConfigError as error:
         raise BadInput(str(error)) from error
-    pid = NodeLock(config.daemon.database, config.daemon.node).holder_pid()
+    pid = NodeLock(config.daemon).holder_pid()
     if pid is None:
         raise Refused(f"no daemon is running for node {config.daemon.node!r}; "
                       "its jobs are synced when it starts")

@@ -9,6 +9,7 @@ import click
 from taskherd import service
 from taskherd.cli.common import BadInput, Refused, get_config
 from taskherd.daemon import NodeLock
+from taskherd.store import shown
 
 manager_option = click.option(
     "--manager", type=click.Choice(service.MANAGERS), default=service.default_manager,
@@ -74,9 +75,10 @@ def status_command(ctx: click.Context, print_file: bool, manager: str) -> None:
     installed = path.is_file()
     click.echo(f"service  {'installed' if installed else 'not installed'}: {path}")
     config = get_config(ctx)
-    pid = NodeLock(config.daemon.database, config.daemon.node).holder_pid()
+    pid = NodeLock(config.daemon).holder_pid()
     running = f"running (pid {pid})" if pid else "not running"
-    click.echo(f"daemon   {running} for node {config.daemon.node!r}, {config.daemon.database}")
+    click.echo(f"daemon   {running} for node {config.daemon.node!r}, "
+               f"{shown(config.daemon.database)}")
     if print_file and installed:
         click.echo("")
         click.echo(path.read_text(), nl=False)

@@ -127,7 +127,7 @@ def start_daemon(config_path: Path, data_dir: Path) -> subprocess.Popen:
 
 
 def wait_for_daemon(config: Config, daemon: subprocess.Popen, deadline: float) -> None:
-    lock = NodeLock(config.daemon.database, config.daemon.node)
+    lock = NodeLock(config.daemon)
     limit = min(deadline, time.monotonic() + 20)
     while lock.holder_pid() != daemon.pid:
         if daemon.poll() is not None:

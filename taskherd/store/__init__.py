@@ -32,6 +32,7 @@ __all__ = [
     "TaskNotFound",
     "TransitionRefused",
     "open_store",
+    "shown",
 ]
 
 
@@ -45,3 +46,10 @@ def open_store(database: str, *, durability: str = "full", autocheckpoint: bool 
         return PostgresStore(database, durability=durability)
 
     return SQLiteStore(database, durability=durability, autocheckpoint=autocheckpoint)
+
+
+def shown(database: str) -> str:
+    """The `database` setting as logs and messages may show it: a URL loses its password."""
+    from taskherd.store.postgres import is_postgres_url, redact
+
+    return redact(database) if is_postgres_url(database) else database

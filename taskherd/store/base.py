@@ -214,6 +214,12 @@ class Store(JobStore, abc.ABC):
     def checkpoint(self) -> None:
         """Move the write-ahead log into the database; safe to call from another thread."""
 
+    def hold_node(self, node: str) -> None:
+        """Hold `node` for this store's lifetime, or raise StoreError naming who holds it.
+
+        Where one host is all there is (SQLite), the daemon's file lock already does this.
+        """
+
     @abc.abstractmethod
     def close(self) -> None: ...
 

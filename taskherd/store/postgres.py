@@ -32,6 +32,7 @@ RELISTEN_DELAY = 5.0  # seconds between attempts to get a lost LISTEN connection
 # Any constant both sides agree on: held while migrating, so two nodes starting together
 # do not apply the same migration twice.
 MIGRATION_LOCK = 0x7461736B68657264  # "taskherd"
+NODE_LOCKS = 0x74686E64  # "thnd": the first key of each node name's advisory lock
 
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,8 @@ class PostgresStore(SQLStore):
             self._conn = psycopg.connect(url, autocommit=True, row_factory=dict_row,
                                          connect_timeout=max(1, round(connect_timeout)))
         except psycopg.OperationalError as error:
-            raise StoreError(f"cannot connect to {redact(url)}: {error}".strip()) from error
+            # The caller names the database (without its password); psycopg's words say why.
+            raise StoreError(f"cannot connect: {str(error).strip()}") from error
         self._conn.execute(f"SET synchronous_commit = {DURABILITY[durability]}")
         self._lock = threading.RLock()
         _migrate(self._conn)
@@ -99,6 +101,19 @@ class PostgresStore(SQLStore):
 
     def _nudge(self, db: Any) -> None:
         db.execute("SELECT pg_notify(%s, '')", (WAKE_CHANNEL,))
+
+    def hold_node(self, node: str) -> None:
+        # A session advisory lock: held while this connection lives, dropped by the server
+        # when the daemon dies however it dies. Two daemons with one node name on two hosts
+        # would renew each other's leases and adopt each other's runs.
+        with self._lock:
+            held = self._conn.execute(
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s)) AS held", (NODE_LOCKS, node)
+            ).fetchone()["held"]
+        if not held:
+            raise StoreError(f"another taskherd daemon already runs as node {node!r} on this "
+                             "database (maybe on another host): stop it, or give this one "
+                             "another [daemon] node")
 
     def checkpoint(self) -> None:
         """Nothing to do: PostgreSQL checkpoints its own write-ahead log."""
