@@ -6,6 +6,7 @@ import click
 
 from taskherd import __version__
 from taskherd.cli.agent import REPORT_COMMANDS, heartbeat_command
+from taskherd.cli.backup import backup_command
 from taskherd.cli.cooldown import cooldown_group
 from taskherd.cli.daemon import stop_command, up_command
 from taskherd.cli.doctor import doctor_command
@@ -38,6 +39,7 @@ cli.add_command(up_command)
 cli.add_command(stop_command)
 cli.add_command(heartbeat_command)
 cli.add_command(jobs_group)
+cli.add_command(backup_command)
 cli.add_command(runs_group)
 cli.add_command(reload_command)
 cli.add_command(service_group)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from taskherd.model import Claim, Cooldown, NewTask, Run, RunResult, Task, TaskState
 from taskherd.queue import RetryPolicy
@@ -213,6 +214,10 @@ class Store(JobStore, abc.ABC):
     @abc.abstractmethod
     def checkpoint(self) -> None:
         """Move the write-ahead log into the database; safe to call from another thread."""
+
+    def backup(self, destination: Path) -> None:
+        """Write a consistent copy of the whole database to `destination` (a new file)."""
+        raise StoreError(f"{type(self).__name__} cannot back itself up")
 
     def hold_node(self, node: str) -> None:
         """Hold `node` for this store's lifetime, or raise StoreError naming who holds it.

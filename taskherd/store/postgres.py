@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -101,6 +102,10 @@ class PostgresStore(SQLStore):
 
     def _nudge(self, db: Any) -> None:
         db.execute("SELECT pg_notify(%s, '')", (WAKE_CHANNEL,))
+
+    def backup(self, destination: Path) -> None:
+        raise StoreError("a PostgreSQL database is backed up with its own tools: "
+                         "pg_dump (or the server's base backups and WAL archiving)")
 
     def hold_node(self, node: str) -> None:
         # A session advisory lock: held while this connection lives, dropped by the server
