@@ -6,6 +6,7 @@ Tests wait on conditions in the database with a deadline; nothing sleeps for tim
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -110,3 +111,20 @@ def agent(root: Path, name: str, body: str) -> str:
     path = root / f"{name}.py"
     path.write_text(textwrap.dedent(body))
     return str(path)
+
+
+def read_until(process: subprocess.Popen, wanted: str, timeout: float = 20.0) -> str:
+    """What `process` printed until `wanted` appeared in it (bounded by `timeout`)."""
+    seen = b""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while wanted.encode() not in seen:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                raise AssertionError(f"no {wanted!r} within {timeout}s; printed {seen!r}")
+            chunk = os.read(process.stdout.fileno(), 65536)
+            if not chunk:
+                raise AssertionError(f"exited before printing {wanted!r}; printed {seen!r}")
+            seen += chunk
+    return seen.decode()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from collections import defaultdict
 from datetime import datetime
 from typing import Any
@@ -10,6 +12,7 @@ from zoneinfo import ZoneInfo
 import click
 
 from taskherd.cli.common import (
+    BadInput,
     format_time,
     get_config,
     json_option,
@@ -19,6 +22,8 @@ from taskherd.cli.common import (
     store_for,
 )
 from taskherd.cli.runs import ALL, sum_cost
+from taskherd.cli.views import Screen, board_lines, read_board
+from taskherd.durations import parse_duration
 from taskherd.model import Run, TaskState
 
 WEEK = 7 * 86400
@@ -26,9 +31,16 @@ WEEK = 7 * 86400
 
 @click.command("status")
 @json_option
+@click.option("--watch", "-w", is_flag=True,
+              help="Keep showing the queue and what each running agent last wrote (Ctrl-C ends).")
+@click.option("--interval", default="1s", show_default=True,
+              help="With --watch: time between two looks, e.g. '2s' or '0.5'.")
 @click.pass_context
-def status_command(ctx: click.Context, as_json: bool) -> None:
+def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str) -> None:
     """Count tasks by state and role; active cooldowns; cost per role today and this week."""
+    if watch:
+        _watch(ctx, as_json, interval)
+        return
     started = now()
     with store_for(ctx) as store:
         counts = store.counts()
@@ -55,6 +67,27 @@ def status_command(ctx: click.Context, as_json: bool) -> None:
     rows.append(["total"] + [sum(row[s] for row in by_role.values()) or "." for s in states])
     print_table(["role"] + states, rows)
     _print_spend(spend)
+
+
+def _watch(ctx: click.Context, as_json: bool, interval: str) -> None:
+    """The live board: counts by state and each running agent's last line, redrawn in place."""
+    if as_json:
+        raise BadInput("--watch redraws a board; it cannot be combined with --json")
+    try:
+        seconds = parse_duration(interval, field="--interval")
+    except ValueError as error:
+        raise BadInput(str(error)) from error
+    if seconds <= 0:
+        raise BadInput(f"--interval {interval!r}: must be more than 0")
+    screen = Screen(sys.stdout.isatty())
+    started = time.monotonic()
+    with store_for(ctx) as store:
+        try:
+            while True:
+                screen.draw(time.monotonic() - started, board_lines(read_board(store)))
+                time.sleep(seconds)
+        except KeyboardInterrupt:
+            pass  # the person is done watching
 
 
 def _print_spend(spend: list[dict[str, Any]]) -> None:

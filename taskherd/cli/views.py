@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from taskherd.model import Run, Task, TaskState
 from taskherd.procs import HEADER_PREFIX
 from taskherd.store import Store, StoreError
 
+PLAIN_EVERY = 2.0  # at most one board per this many seconds into a pipe or a log
 TAIL_BYTES = 4096  # enough for the last line of any sane log; never read a whole log to draw
 ARROW = " → "
 
@@ -119,3 +121,26 @@ HISTORY_HEADERS = ["id", "task", "role", "state", "runs", "outcomes", "summary /
 def clip(text: str, width: int) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+class Screen:
+    """Redraws a board in place on a terminal; into a pipe or a log, prints it when it has
+    changed, at most every PLAIN_EVERY seconds, so a log stays readable."""
+
+    def __init__(self, tty: bool):
+        self.tty = tty
+        self.drawn = 0
+        self.last_plain = -PLAIN_EVERY
+        self.last_lines: list[str] = []
+
+    def draw(self, elapsed: float, lines: list[str], final: bool = False) -> None:
+        head = f"[{elapsed:5.1f}s]"
+        if self.tty:
+            # Up to the first line we drew last time, then clear below: no flicker, no scroll.
+            up = f"\x1b[{self.drawn}F\x1b[J" if self.drawn else ""
+            sys.stdout.write(up + "\n".join([head, *lines]) + "\n")
+            sys.stdout.flush()
+            self.drawn = len(lines) + 1
+        elif final or (lines != self.last_lines and elapsed - self.last_plain >= PLAIN_EVERY):
+            self.last_plain, self.last_lines = elapsed, lines
+            print("\n".join(f"{head} {line}" for line in lines), flush=True)

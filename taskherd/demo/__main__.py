@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from taskherd import procs, wake
 from taskherd.cli.common import print_table
 from taskherd.cli.setup import local_timezone
-from taskherd.cli.views import HISTORY_HEADERS, board_lines, history_rows, read_board
+from taskherd.cli.views import HISTORY_HEADERS, Screen, board_lines, history_rows, read_board
 from taskherd.config import DEFAULT_PATH, Config, load_config
 from taskherd.daemon import NodeLock
 from taskherd.model import FINAL_STATES, TaskState
@@ -34,7 +34,6 @@ HERE = Path(__file__).resolve().parent
 DEADLINE = 90.0  # seconds to settle; with start and stop the demo stays under 2 minutes
 SETTLED = FINAL_STATES | {TaskState.BLOCKED}  # nothing more happens without a person
 REFRESH = 0.5  # seconds between two redraws
-PLAIN_EVERY = 2.0  # seconds between two boards when stdout is not a terminal
 
 # (role, title, priority, prompt): P0 first, FIFO within a priority.
 TASKS = [
@@ -166,27 +165,6 @@ def watch(store: Store, daemon: subprocess.Popen, started: float, deadline: floa
             print(f"deadline of {DEADLINE:g}s reached", file=sys.stderr)
             return False
         time.sleep(REFRESH)
-
-
-class Screen:
-    """Redraws in place on a terminal; prints a board now and then into a pipe or log."""
-
-    def __init__(self, tty: bool):
-        self.tty = tty
-        self.drawn = 0
-        self.last_plain = -PLAIN_EVERY
-
-    def draw(self, elapsed: float, lines: list[str], final: bool = False) -> None:
-        head = f"[{elapsed:5.1f}s]"
-        if self.tty:
-            # Up to the first line we drew last time, then clear below: no flicker, no scroll.
-            up = f"\x1b[{self.drawn}F\x1b[J" if self.drawn else ""
-            sys.stdout.write(up + "\n".join([head, *lines]) + "\n")
-            sys.stdout.flush()
-            self.drawn = len(lines) + 1
-        elif final or elapsed - self.last_plain >= PLAIN_EVERY:
-            self.last_plain = elapsed
-            print("\n".join(f"{head} {line}" for line in lines), flush=True)
 
 
 def stop_daemon(config_path: Path, daemon: subprocess.Popen, store: Store) -> None:

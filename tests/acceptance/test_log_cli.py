@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import subprocess
-import time
 
 import pytest
 
-from tests.fleet import PYTHON, Fleet, agent
+from tests.fleet import PYTHON, Fleet, agent, read_until
 
 # The agent prints a line, waits for its release file (the agent's own behaviour; the test
 # never sleeps), then prints three more and finishes.
@@ -44,23 +42,6 @@ def fleet(tmp_path):
     yield node
     (tmp_path / "release").touch()  # a failed test must not leave the agent waiting
     node.close()
-
-
-def read_until(process: subprocess.Popen, wanted: str, timeout: float = 20.0) -> str:
-    """What `process` printed until `wanted` appeared in it (bounded by `timeout`)."""
-    seen = b""
-    deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while wanted.encode() not in seen:
-            left = deadline - time.monotonic()
-            if left <= 0 or not selector.select(left):
-                raise AssertionError(f"no {wanted!r} within {timeout}s; printed {seen!r}")
-            chunk = os.read(process.stdout.fileno(), 65536)
-            if not chunk:
-                raise AssertionError(f"exited before printing {wanted!r}; printed {seen!r}")
-            seen += chunk
-    return seen.decode()
 
 
 def test_follow_prints_the_agent_while_it_works_and_returns_when_the_run_ends(fleet, tmp_path):
