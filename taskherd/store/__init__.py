@@ -10,6 +10,7 @@ from taskherd.store.base import (
     StateCount,
     Store,
     StoreError,
+    StoreUnavailable,
     TaskNotFound,
     TransitionRefused,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "StateCount",
     "Store",
     "StoreError",
+    "StoreUnavailable",
     "TaskNotFound",
     "TransitionRefused",
     "open_store",

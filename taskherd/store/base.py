@@ -24,6 +24,10 @@ class StoreError(Exception):
     """Base of the store's errors meant for people."""
 
 
+class StoreUnavailable(StoreError):
+    """The database cannot serve this call now (connection lost, deadlock): try again later."""
+
+
 class TaskNotFound(StoreError):
     def __init__(self, task_id: int):
         super().__init__(f"no task with id {task_id}")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from taskherd.store.base import StoreError
+from taskherd.store.base import StoreError, StoreUnavailable
 from taskherd.store.sql_store import SQLStore
 from taskherd.store.sqlfile import migrations, queries
 
@@ -64,27 +64,55 @@ class PostgresStore(SQLStore):
         except ImportError as error:
             raise StoreError("a PostgreSQL database needs psycopg: "
                              "pip install 'taskherd[postgres]'") from error
-        self._errors = psycopg.errors
+        self._psycopg, self._errors, self._dict_row = psycopg, psycopg.errors, dict_row
         self.url = url
-        try:
-            self._conn = psycopg.connect(url, autocommit=True, row_factory=dict_row,
-                                         connect_timeout=max(1, round(connect_timeout)))
-        except psycopg.OperationalError as error:
-            # The caller names the database (without its password); psycopg's words say why.
-            raise StoreError(f"cannot connect: {str(error).strip()}") from error
-        self._conn.execute(f"SET synchronous_commit = {DURABILITY[durability]}")
+        self._durability = durability
+        self._connect_timeout = max(1, round(connect_timeout))
+        self._held_node: str | None = None
         self._lock = threading.RLock()
+        self._conn = self._connect()
         _migrate(self._conn)
+
+    def _connect(self) -> Any:
+        try:
+            conn = self._psycopg.connect(self.url, autocommit=True, row_factory=self._dict_row,
+                                         connect_timeout=self._connect_timeout)
+        except self._psycopg.OperationalError as error:
+            # The caller names the database (without its password); psycopg's words say why.
+            raise StoreUnavailable(f"cannot connect: {_said(error)}") from error
+        conn.execute(f"SET synchronous_commit = {DURABILITY[self._durability]}")
+        return conn
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """The connection, opened again if the last one was lost (a server restart, a
+        failover, an idle timeout); a database error becomes a StoreError for the caller.
+
+        The daemon's loops log a StoreError and try again on their next pass, so a node rides
+        out a database outage instead of exiting; what a lost COMMIT did is settled by the
+        guards every transition has (a repeated claim takes another task; the first one's
+        lease expires and it is rescued).
+        """
+        with self._lock:
+            if self._conn.closed or self._conn.broken:
+                self._conn = self._connect()
+                if self._held_node is not None:
+                    self.hold_node(self._held_node)
+            try:
+                yield self._conn
+            except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as error:
+                # Lost connections, deadlocks, serialization failures: all worth a retry.
+                raise StoreUnavailable(f"database error: {_said(error)}") from error
 
     @contextmanager
     def _write(self) -> Iterator[Any]:
-        with self._lock, self._conn.transaction():
-            yield self._conn
+        with self._connection() as conn, conn.transaction():
+            yield conn
 
     @contextmanager
     def _read(self) -> Iterator[Any]:
-        with self._lock:
-            yield self._conn
+        with self._connection() as conn:
+            yield conn
 
     def _insert_many(self, db: Any, name: str, rows: Iterable[Mapping[str, Any]]) -> int:
         with db.cursor() as cursor:
@@ -111,14 +139,15 @@ class PostgresStore(SQLStore):
         # A session advisory lock: held while this connection lives, dropped by the server
         # when the daemon dies however it dies. Two daemons with one node name on two hosts
         # would renew each other's leases and adopt each other's runs.
-        with self._lock:
-            held = self._conn.execute(
+        with self._connection() as conn:
+            held = conn.execute(
                 "SELECT pg_try_advisory_lock(%s, hashtext(%s)) AS held", (NODE_LOCKS, node)
             ).fetchone()["held"]
         if not held:
             raise StoreError(f"another taskherd daemon already runs as node {node!r} on this "
                              "database (maybe on another host): stop it, or give this one "
                              "another [daemon] node")
+        self._held_node = node  # taken again on a new connection
 
     def checkpoint(self) -> None:
         """Nothing to do: PostgreSQL checkpoints its own write-ahead log."""
@@ -146,8 +175,13 @@ async def listen_for_wakes(url: str, on_wake: Callable[[], None]) -> None:
                     on_wake()
         except psycopg.OperationalError as error:
             log.warning("wake-ups from other nodes paused (%s); retrying in %.0f s",
-                        str(error).strip() or type(error).__name__, RELISTEN_DELAY)
+                        _said(error), RELISTEN_DELAY)
         await asyncio.sleep(RELISTEN_DELAY)
+
+
+def _said(error: Exception) -> str:
+    """psycopg's message on one line (libpq's span several), for logs and the CLI."""
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def _migrate(db: Any) -> None:

@@ -9,12 +9,15 @@ sleep) so the tests decide when work may finish.
 from __future__ import annotations
 
 import signal
+import time
 from collections import Counter
 
+import psycopg
 import pytest
 
 from taskherd import procs
-from taskherd.model import Outcome, TaskState
+from taskherd.model import NewTask, Outcome, TaskState
+from taskherd.store import open_store
 from tests.fleet import PYTHON, Fleet, agent
 
 AGENT = """
@@ -124,3 +127,22 @@ def test_doctor_checks_a_postgres_database_and_never_shows_its_password(nodes, p
     assert status.returncode == 2
     assert "cannot open database" in status.stderr and "absent" in status.stderr
     assert "s3cret" not in status.stderr + status.stdout
+
+
+def test_a_node_rides_out_a_lost_database_connection(nodes, pg_url):
+    node = nodes("n1")
+    node.up()
+    node.wait_until(lambda: "taskherd up" in node.daemon_log.read_text(), what="the daemon up")
+    with psycopg.connect(pg_url, autocommit=True) as admin:  # as a server restart would
+        cut = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()[0]
+    assert cut >= 2  # the daemon's store and its LISTEN connection at least
+    with open_store(pg_url, durability="normal") as fresh:
+        task = fresh.enqueue(NewTask(role="worker", title="after the outage"), time.time()).task
+    nodes.release.touch()
+    node.store.close()
+    node.store = open_store(pg_url, durability="normal")
+    assert node.wait_final(task.id, timeout=60).state is TaskState.COMPLETED
+    assert node.daemon.poll() is None, "the daemon exited on a lost connection"
