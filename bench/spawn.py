@@ -7,7 +7,7 @@ started by a bare `subprocess.Popen` (own session, output to a file) is the
 floor; the ratio shows what the shim costs.
 
 Two patterns, both --concurrency spawns at a time, with spare shims kept as the daemon
-keeps them (`procs.prewarm(concurrency)`, capped at procs.MAX_SPARES):
+keeps them (`taskherd.spares.prewarm(concurrency)`, capped at spares.MAX_SPARES):
 - back to back: the next batch starts as soon as the last one exited, so every spawn also
   pays, on the same cores, the start-up of the spare that replaces its shim (throughput
   under contention);
@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from taskherd import procs
+from taskherd import procs, spares
 
 AGENT = ["date", "+%s.%N"]
 
@@ -91,7 +91,7 @@ async def measure_shim(count: int, concurrency: int, env: dict,
         for first in range(0, count, concurrency):
             size = min(concurrency, count - first)
             if gap is not None:
-                procs.wait_for_spares(timeout=5.0)
+                spares.wait_for_spares(timeout=5.0)
                 await asyncio.sleep(gap)  # their interpreters finish starting, as between bursts
             latencies += await spawn_batch_with_shim(Path(log_dir), first, size, env)
     return latencies
@@ -115,11 +115,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--gap", type=float, default=0.05,
                         help="seconds of quiet before each burst in the burst pattern")
-    parser.add_argument("--shim-flags", default=" ".join(procs.SHIM_PYTHON_FLAGS),
+    parser.add_argument("--shim-flags", default=" ".join(spares.SHIM_PYTHON_FLAGS),
                         help="python flags for the shim, to compare variants")
     args = parser.parse_args()
-    procs.SHIM_PYTHON_FLAGS = tuple(args.shim_flags.split())
-    procs.prewarm(args.concurrency)  # as the daemon does with its max_concurrent
+    spares.SHIM_PYTHON_FLAGS = tuple(args.shim_flags.split())
+    spares.prewarm(args.concurrency)  # as the daemon does with its max_concurrent
     env = procs.agent_env(os.environ["PATH"], {}, {"TASKHERD_ROLE": "bench"})
     print(f"{args.count} spawns of {' '.join(AGENT)}, {args.concurrency} at a time, "
           f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}")

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from taskherd import procs, wake
+from taskherd import spares, wake
 from taskherd.config import Config, ConfigError, DaemonConfig, load_config
 from taskherd.dispatcher import Dispatcher
 from taskherd.monitor import Monitor
@@ -134,7 +134,7 @@ class Daemon:
         self._reconcile(store, supervisor)
         # Spare shims for a burst as large as the node runs at once (capped low: each is an
         # idle interpreter), so even the first spawns need not wait for one to start.
-        procs.prewarm(daemon.max_concurrent)
+        spares.prewarm(daemon.max_concurrent)
         scheduler = Scheduler(self.config, store, self.clock)
         log.info("jobs synced from the config: %s", _summary(scheduler.sync_config()))
         if not self.config.roles:

@@ -7,9 +7,9 @@ Every agent runs under `taskherd/shim.py`, a tiny Python process that is the
 session leader and process-group leader (pgid == shim pid), starts the agent
 as its child, waits for it and writes its exit status to ``<log>.exit``. The
 shim exists because a restarted daemon is not the agent's parent and could
-never learn the exit status by waitpid(). A few spare shims are kept started
-and waiting (`prewarm`), so a spawn, even one of a burst, does not wait for
-Python's start-up.
+never learn the exit status by waitpid(). A spawn hands its run to a spare
+shim started ahead of need when one is waiting (`taskherd.spares`), and starts
+a cold one otherwise.
 """
 
 from __future__ import annotations
@@ -17,14 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import marshal
 import os
 import select
 import shutil
 import signal
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,12 +29,9 @@ from pathlib import Path
 
 import psutil
 
+from taskherd import spares
+
 HEADER_PREFIX = "# taskherd "
-SHIM_PATH = str(Path(__file__).with_name("shim.py"))
-# -I: ignore PYTHON* env vars and user site (the agent's env must not change
-# how the shim runs); -S: skip `site` (~10 ms of every spawn). The shim is run
-# by file path, not `-m`, so it needs no sys.path and never imports the package.
-SHIM_PYTHON_FLAGS = ("-I", "-S")
 # psutil's create_time comes from boot-relative ticks plus the wall-clock boot
 # time, which moves when NTP steps the clock; pid reuse inside one second would
 # need the whole pid space to wrap within that second.
@@ -47,10 +41,6 @@ HEADER_ARG_LIMIT = 200  # prompts passed in argv must not bloat the header line
 CARRIED_OVER_ENV = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TERM")
 # Claude Code refuses to start inside another session when it sees these.
 REMOVED_ENV = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT")
-# Spare shims: enough for a burst of spawns, few because each is an idle interpreter
-# (~4 MB of its own memory) for as long as the daemon runs.
-MAX_SPARES = 4
-SPARE_RETRY_INTERVAL = 1.0  # after a spare could not be started (out of pids or memory)
 
 
 @dataclass(frozen=True)
@@ -235,15 +225,16 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
     try:
         with (open(stdin_path, "rb") if stdin_path
               else contextlib.nullcontext(subprocess.DEVNULL)) as stdin:
-            spare = _spares.take() if cwd is None or os.path.isdir(cwd) else None
-            request = {"exit_path": str(exit_path), "header": header_prefix, "argv": argv,
-                       "env": env, "cwd": cwd, "log": str(log_path),
-                       "stdin": str(stdin_path) if stdin_path else None}
-            if spare is not None and _hand_over(spare, request):
+            run = {"exit_path": str(exit_path), "header": header_prefix, "argv": argv,
+                   "env": env, "cwd": cwd, "log": str(log_path),
+                   "stdin": str(stdin_path) if stdin_path else None}
+            # A missing cwd goes the cold way, where Popen raises for it; a spare would
+            # only report it as the run's exit 127.
+            spare = spares.hand_over(run) if cwd is None or os.path.isdir(cwd) else None
+            if spare is not None:
                 popen, started_at = spare.popen, spare.started_at
             else:
-                shim_argv = [sys.executable, *SHIM_PYTHON_FLAGS, SHIM_PATH, str(exit_path),
-                             header_prefix, "--", *argv]
+                shim_argv = spares.shim_command(str(exit_path), header_prefix, "--", *argv)
                 popen = subprocess.Popen(shim_argv, stdin=stdin, stdout=log_fd, stderr=log_fd,
                                          env=env, cwd=cwd, start_new_session=True,
                                          close_fds=True)
@@ -254,164 +245,6 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
         os.close(log_fd)
     handle = ProcessHandle(popen.pid, started_at, log_path, popen=popen)
     return SpawnedProcess(popen.pid, started_at, log_path, exit_path, handle)
-
-
-@dataclass(frozen=True)
-class _Spare:
-    """A shim started ahead of need (`shim.py --warm`), waiting on a pipe for its run."""
-
-    popen: subprocess.Popen
-    started_at: float  # its create time: the run's pid_started_at once it takes one
-    owner: int  # the process that started it; a forked child must not hand it runs
-
-
-class _SparePool:
-    """Up to `size` spare shims, refilled by one background thread of the owning process.
-
-    A take only pops from a list under a lock: starting a replacement (fork, exec, and
-    then ~10 ms of the interpreter's start-up) happens in the refill thread, so a spawn
-    never waits for it, and a burst of `size` spawns finds a spare for each.
-    """
-
-    def __init__(self) -> None:
-        self._reset()
-
-    def _reset(self) -> None:
-        self._changed = threading.Condition()  # notified on a take, a new spare, a resize
-        self._idle: list[_Spare] = []  # oldest first: the oldest is the likeliest warm
-        self._size = 1  # one spare until the daemon says how large its bursts can be
-        self._refiller_pid = 0  # the process whose refill thread runs; threads die at fork
-
-    def resize(self, size: int) -> None:
-        if size < 0:
-            raise ValueError(f"spare shim count must be >= 0, got {size!r}")
-        with self._changed:
-            self._size = min(size, MAX_SPARES)
-            surplus, self._idle = self._idle[self._size:], self._idle[:self._size]
-            self._ensure_refiller()
-            self._changed.notify_all()
-        for spare in surplus:  # EOF on its pipe: it exits without starting anything
-            _retire(spare)
-
-    def take(self) -> _Spare | None:
-        """The oldest live spare, or None (then the caller starts a shim the slow way)."""
-        spare = None
-        with self._changed:
-            while spare is None and self._idle:
-                candidate = self._idle.pop(0)
-                if candidate.owner == os.getpid() and candidate.popen.poll() is None:
-                    spare = candidate
-                else:  # dead (killed, OOM): discarded, already reaped by poll()
-                    candidate.popen.stdin.close()
-            self._ensure_refiller()
-            self._changed.notify_all()  # the refill thread replaces what was taken or dropped
-        return spare
-
-    def pids(self) -> list[int]:
-        with self._changed:
-            return [spare.popen.pid for spare in self._idle]
-
-    def wait_full(self, timeout: float) -> bool:
-        """True once `size` spares are started (not necessarily done starting up)."""
-        with self._changed:
-            return self._changed.wait_for(lambda: len(self._idle) >= self._size, timeout)
-
-    def forget_in_child(self) -> None:
-        # A forked child holds copies of the spares' pipes; closing them keeps "the daemon
-        # went away" (EOF) meaningful, and the spares stay the parent's. The lock may have
-        # been held by a parent's thread that does not exist here, so it is made anew. (A
-        # spare mid-start in the parent's refill thread is missed: its pipe is close-on-exec
-        # and lives at most as long as this child.)
-        for spare in self._idle:
-            with contextlib.suppress(OSError):
-                spare.popen.stdin.close()  # idle spares' pipes are never mid-write
-        self._reset()
-
-    def _ensure_refiller(self) -> None:
-        if self._refiller_pid != os.getpid():
-            self._refiller_pid = os.getpid()
-            threading.Thread(target=self._refill_forever, name="taskherd-spares",
-                             daemon=True).start()
-
-    def _refill_forever(self) -> None:
-        while True:
-            with self._changed:
-                self._changed.wait_for(lambda: len(self._idle) < self._size)
-            spare = _start_spare()  # outside the lock: a take must not wait for this
-            surplus = None
-            with self._changed:
-                if spare is None:
-                    # Out of processes or memory: spawns go the slow way meanwhile, and a
-                    # prompt retry would only hammer a machine that is already short.
-                    self._changed.wait(SPARE_RETRY_INTERVAL)
-                elif len(self._idle) < self._size:
-                    self._idle.append(spare)
-                    self._changed.notify_all()
-                else:
-                    surplus = spare  # resized down while it was starting
-            if surplus is not None:
-                _retire(surplus)
-
-
-_spares = _SparePool()
-os.register_at_fork(after_in_child=_spares.forget_in_child)
-
-
-def prewarm(size: int = 1) -> None:
-    """Keep `size` spare shims (at most MAX_SPARES; 0: none) started and waiting.
-
-    Python's start-up is ~10 ms even with -I -S, most of a spawn's latency; a spare pays
-    it while nothing waits. Returns at once: the spares are started in the background,
-    and each one taken is replaced the same way. A spare exits by itself when its pipe
-    closes (this process ended, even by SIGKILL), so an unused spare outlives nobody.
-    """
-    _spares.resize(size)
-
-
-def spare_pids() -> list[int]:
-    """Pids of the spare shims waiting now, the next one to be taken first."""
-    return _spares.pids()
-
-
-def wait_for_spares(timeout: float) -> bool:
-    """Wait until every spare `prewarm` asked for is started; False after `timeout` s."""
-    return _spares.wait_full(timeout)
-
-
-def _start_spare() -> _Spare | None:
-    try:
-        popen = subprocess.Popen(
-            [sys.executable, *SHIM_PYTHON_FLAGS, SHIM_PATH, "--warm"], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={},
-            start_new_session=True, close_fds=True)
-    except OSError:  # EAGAIN, ENOMEM, EMFILE
-        return None
-    try:
-        started_at = psutil.Process(popen.pid).create_time()
-    except psutil.Error:  # died at once
-        _retire(_Spare(popen, 0.0, os.getpid()))
-        return None
-    return _Spare(popen, started_at, os.getpid())
-
-
-def _retire(spare: _Spare) -> None:
-    with contextlib.suppress(OSError):
-        spare.popen.stdin.close()
-    spare.popen.wait()  # it exits at EOF, before running anything
-
-
-def _hand_over(spare: _Spare, request: dict) -> bool:
-    """Send a spare its run; False if it is gone (it started nothing)."""
-    try:
-        # The shim's format (see shim.warm): importing json there cost ~13 ms of CPU a spawn.
-        spare.popen.stdin.write(marshal.dumps(request).hex().encode() + b"\n")
-        spare.popen.stdin.close()
-    except OSError:  # BrokenPipeError: it died while waiting
-        with contextlib.suppress(OSError):
-            spare.popen.stdin.close()
-        spare.popen.wait()
-        return False
-    return True
 
 
 def adopt(pid: int, started_at: float, log_path: Path, *,

@@ -112,10 +112,11 @@ def main(args):
 
 
 def warm():
-    """``shim.py --warm``: started before any run needs it, so the interpreter's start-up
-    (~10 ms, most of a spawn's latency) is paid while nothing waits. Reads one run on stdin (a
-    pipe from the daemon), takes on its log, stdin, cwd and environment, and goes on as
-    ``main``. Exits quietly if the pipe closes first (the daemon went away).
+    """``shim.py --warm``: a spare (see ``taskherd.spares``), started before any run needs it,
+    so the interpreter's start-up (~10 ms, most of a spawn's latency) is paid while nothing
+    waits. Reads one run on stdin (a pipe from the daemon), takes on its log, stdin, cwd and
+    environment, and goes on as ``main``. Exits quietly if the pipe closes first (the daemon
+    went away).
 
     The run comes as one line of hex-encoded ``marshal`` data, not JSON: ``marshal`` is built
     in and already loaded, while ``import json`` (``re``, ``enum``…) cost as much CPU as the

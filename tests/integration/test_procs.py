@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from taskherd import procs
+from taskherd import procs, spares
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEADER = {"run_id": 11, "task_id": 7, "role": "coder"}
@@ -317,8 +317,7 @@ def test_agent_gets_default_sigpipe(run):
 
 def test_shim_records_exec_failure(tmp_path):
     exit_path = tmp_path / "x.exit"
-    shim = subprocess.run([sys.executable, "-I", "-S", procs.SHIM_PATH, str(exit_path), "{",
-                           "--", str(tmp_path / "missing")],
+    shim = subprocess.run(spares.shim_command(str(exit_path), "{", "--", str(tmp_path / "missing")),
                           check=False, capture_output=True, text=True)
     assert shim.returncode == 127
     assert procs.read_exit_file(exit_path).code == 127

@@ -1,4 +1,4 @@
-"""The pool of spare shims in taskherd.procs, against real processes.
+"""The pool of spare shims in taskherd.spares, against real processes.
 
 Spares are waited for with events (the pool's condition, pidfds, waitid), never by sleeping.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from taskherd import procs
+from taskherd import procs, spares
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 10.0
@@ -25,12 +25,12 @@ TIMEOUT = 10.0
 def pool():
     """A pool of `size` started spares; back to the default single spare afterwards."""
     def resize(size):
-        procs.prewarm(size)
-        assert procs.wait_for_spares(TIMEOUT), "spares were not started"
-        return procs.spare_pids()
+        spares.prewarm(size)
+        assert spares.wait_for_spares(TIMEOUT), "spares were not started"
+        return spares.spare_pids()
 
     yield resize
-    procs.prewarm(1)
+    spares.prewarm(1)
 
 
 @pytest.fixture
@@ -74,19 +74,19 @@ def wait_gone(pid, timeout=TIMEOUT):
 
 
 def test_max_spares_caps_the_pool(pool):
-    assert procs.MAX_SPARES <= 4
-    assert len(pool(procs.MAX_SPARES + 5)) == procs.MAX_SPARES
+    assert spares.MAX_SPARES <= 4
+    assert len(pool(spares.MAX_SPARES + 5)) == spares.MAX_SPARES
 
 
 def test_a_burst_of_k_spawns_all_use_prestarted_spares(pool, spawn):
-    spares = pool(4)
-    assert len(spares) == 4
-    burst = [spawn() for _ in spares]
-    assert [process.pid for process in burst] == spares  # oldest spare first
+    waiting = pool(4)
+    assert len(waiting) == 4
+    burst = [spawn() for _ in waiting]
+    assert [process.pid for process in burst] == waiting  # oldest spare first
     assert all(wait_exit(process).succeeded for process in burst)
     # Each one taken is replaced in the background, by new processes.
-    assert procs.wait_for_spares(TIMEOUT)
-    assert len(procs.spare_pids()) == 4 and not set(procs.spare_pids()) & set(spares)
+    assert spares.wait_for_spares(TIMEOUT)
+    assert len(spares.spare_pids()) == 4 and not set(spares.spare_pids()) & set(waiting)
 
 
 def test_a_run_in_a_spare_gets_its_own_log_env_and_status(pool, spawn):
@@ -107,8 +107,8 @@ def test_a_killed_spare_is_skipped_and_replaced_and_the_spawn_succeeds(pool, spa
     process = spawn()
     assert process.pid == live  # the dead one was discarded, the next one used
     assert wait_exit(process).succeeded
-    assert procs.wait_for_spares(TIMEOUT)
-    assert killed not in procs.spare_pids() and live not in procs.spare_pids()
+    assert spares.wait_for_spares(TIMEOUT)
+    assert killed not in spares.spare_pids() and live not in spares.spare_pids()
 
 
 def test_with_every_spare_dead_a_cold_shim_runs_the_agent(pool, spawn):
@@ -118,14 +118,14 @@ def test_with_every_spare_dead_a_cold_shim_runs_the_agent(pool, spawn):
     process = spawn()
     assert process.pid != killed
     assert wait_exit(process).succeeded
-    assert procs.wait_for_spares(TIMEOUT) and procs.spare_pids() != [killed]
+    assert spares.wait_for_spares(TIMEOUT) and spares.spare_pids() != [killed]
 
 
 def test_a_spawn_never_waits_for_a_refill(pool, spawn, monkeypatch):
-    spares = pool(2)
+    waiting = pool(2)
     refill_started = threading.Event()
     release = threading.Event()
-    real_start = procs._start_spare
+    real_start = spares._start_spare
     spawning_thread = threading.get_ident()
 
     def stuck_start():
@@ -134,35 +134,35 @@ def test_a_spawn_never_waits_for_a_refill(pool, spawn, monkeypatch):
         release.wait(TIMEOUT)
         return real_start()
 
-    monkeypatch.setattr(procs, "_start_spare", stuck_start)
+    monkeypatch.setattr(spares, "_start_spare", stuck_start)
     try:
         burst = [spawn() for _ in range(3)]  # the third finds no spare: a cold shim
         assert refill_started.wait(TIMEOUT)  # the refill is stuck, the spawns returned
-        assert [process.pid for process in burst[:2]] == spares
-        assert burst[2].pid not in spares
+        assert [process.pid for process in burst[:2]] == waiting
+        assert burst[2].pid not in waiting
         assert all(wait_exit(process).succeeded for process in burst)
     finally:
         release.set()
-    assert procs.wait_for_spares(TIMEOUT)
+    assert spares.wait_for_spares(TIMEOUT)
 
 
 def test_shrinking_the_pool_stops_the_surplus(pool):
-    spares = pool(3)
+    waiting = pool(3)
     kept = pool(1)
-    assert kept == spares[:1]
-    for pid in spares[1:]:
+    assert kept == waiting[:1]
+    for pid in waiting[1:]:
         assert wait_gone(pid)
     assert pool(0) == []
-    assert wait_gone(spares[0])
+    assert wait_gone(waiting[0])
 
 
 SPARE_OWNER = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from taskherd import procs
-procs.prewarm(3)
-assert procs.wait_for_spares(10)
-print(json.dumps(procs.spare_pids()), flush=True)
+from taskherd import spares
+spares.prewarm(3)
+assert spares.wait_for_spares(10)
+print(json.dumps(spares.spare_pids()), flush=True)
 sys.stdin.read()  # stay until killed, like a daemon
 """
 
@@ -171,14 +171,14 @@ sys.stdin.read()  # stay until killed, like a daemon
 def test_spares_exit_when_their_owner_exits(end):
     with subprocess.Popen([sys.executable, "-c", SPARE_OWNER, str(REPO_ROOT)],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as owner:
-        spares = json.loads(owner.stdout.readline())
-        assert len(spares) == 3
+        waiting = json.loads(owner.stdout.readline())
+        assert len(waiting) == 3
         if end == "sigkill":
             owner.kill()
         else:
             owner.stdin.close()  # it returns from its script and exits normally
         owner.wait(TIMEOUT)
-    for pid in spares:
+    for pid in waiting:
         assert wait_gone(pid), f"spare {pid} outlived its owner"
 
 
@@ -191,7 +191,7 @@ def test_a_forked_child_neither_takes_nor_keeps_alive_its_parents_spares(pool, s
         try:
             os.close(report_read)
             os.close(gate_write)
-            seen = procs.spare_pids()
+            seen = spares.spare_pids()
             env = procs.agent_env(os.environ["PATH"], {}, {})
             process = procs.spawn(["true"], env=env, cwd=None, log_path=tmp_path / "child.log")
             os.write(report_write, json.dumps({"seen": seen, "pid": process.pid}).encode())
@@ -209,7 +209,7 @@ def test_a_forked_child_neither_takes_nor_keeps_alive_its_parents_spares(pool, s
         process = spawn()
         assert process.pid == first and wait_exit(process).succeeded
         # ...and to stop: the live child holds no copy of their pipes, or EOF never came.
-        stopping = threading.Thread(target=procs.prewarm, args=(0,), daemon=True)
+        stopping = threading.Thread(target=spares.prewarm, args=(0,), daemon=True)
         stopping.start()
         assert wait_gone(second), "the forked child kept the parent's spare alive"
     finally:
@@ -221,8 +221,8 @@ def test_a_forked_child_neither_takes_nor_keeps_alive_its_parents_spares(pool, s
 def test_a_spare_imports_no_module_that_would_cost_each_spawn_cpu():
     # `import json` (re, enum, functools...) cost a spare as much CPU as Python's own start-up;
     # with spawns back to back that CPU is taken from the runs on the same cores.
-    shim = subprocess.run([sys.executable, *procs.SHIM_PYTHON_FLAGS, "-X", "importtime",
-                           procs.SHIM_PATH, "--warm"], stdin=subprocess.DEVNULL,
+    shim = subprocess.run([sys.executable, *spares.SHIM_PYTHON_FLAGS, "-X", "importtime",
+                           spares.SHIM_PATH, "--warm"], stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=TIMEOUT, check=True)
     imported = {line.rsplit("|", 1)[-1].strip() for line in shim.stderr.splitlines()}
     assert not imported & {"json", "re", "enum", "signal"}
