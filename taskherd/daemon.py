@@ -194,7 +194,10 @@ class Daemon:
         while True:
             self._wake.clear()
             now = self.clock()
-            dispatcher.run_once(now)
+            try:
+                dispatcher.run_once(now)
+            except StoreError as error:  # e.g. the database is away: the next pass tries again
+                log.error("dispatcher: %s", error)
             stagger_end = dispatcher.next_stagger_end(now)
             timeout = poll if stagger_end is None else min(poll, max(stagger_end - now, 0.01))
             try:
