@@ -117,3 +117,26 @@ def test_database_and_wal_files_are_private(tmp_path: Path) -> None:
             store.close()
     finally:
         os.umask(old_umask)
+
+
+def test_every_foreign_key_is_looked_up_through_an_index(tmp_path):
+    """Deleting a parent row finds its children by the foreign key: without an index on the
+    child's column that is a scan of the whole table per deleted row, and pruning turns
+    quadratic (4,000 finished tasks of 8,000 took 9 s before tasks.parent_id had one)."""
+    path = tmp_path / "q.db"
+    SQLiteStore(path).close()
+    db = sqlite3.connect(path)
+    try:
+        tables = [row[0] for row in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+        unindexed = []
+        for table in tables:
+            leading = {db.execute(f"PRAGMA index_info('{index[1]}')").fetchone()[2]
+                       for index in db.execute(f"PRAGMA index_list('{table}')")}
+            leading.add("id")  # the rowid itself
+            unindexed += [f"{table}.{key[3]} → {key[2]}"
+                          for key in db.execute(f"PRAGMA foreign_key_list('{table}')")
+                          if key[3] not in leading]
+    finally:
+        db.close()
+    assert unindexed == []
