@@ -15,7 +15,9 @@ STARTER = """\
 # taskherd configuration. Durations read as "90s", "10m", "1h".
 
 [daemon]
-# Where the queue lives. A relative path is relative to this file.
+# Where the queue lives. A relative path is relative to this file. Several machines
+# share one PostgreSQL database instead: "postgresql://user@host/taskherd"
+# (needs `pip install 'taskherd[postgres]'`).
 database = "taskherd.db"
 # "full" survives power loss; "normal" is faster and survives a crash of taskherd itself.
 durability = "full"
