@@ -1,5 +1,6 @@
 """The scheduler inside a real daemon: an `every = "1s"` job's tasks are done by a real agent
-and every fire is recorded `ok` with its summary; `taskherd reload` syncs an edited file."""
+and every fire is recorded `ok` with its summary; `taskherd reload` syncs an edited file.
+Each test runs once per store (`database`: a SQLite file, then a PostgreSQL database)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ print("TASK_COMPLETE: fired by " + os.environ["TASKHERD_TASK_ID"])
 """
 
 
-def config(tmp_path, jobs: str) -> str:
+def config(tmp_path, database: str, jobs: str) -> str:
     program = agent(tmp_path, "agent", AGENT)
     return f"""
 [daemon]
-database = "q.db"
+database = "{database}"
 data_dir = "data"
 timezone = "UTC"
 path = "/usr/bin:/bin"
@@ -38,8 +39,8 @@ every = "1s"
 
 
 @pytest.fixture
-def fleet(tmp_path):
-    made = Fleet(tmp_path, config(tmp_path, EVERY_SECOND))
+def fleet(tmp_path, database):
+    made = Fleet(tmp_path, config(tmp_path, database, EVERY_SECOND))
     yield made
     made.close()
 
@@ -58,10 +59,10 @@ def test_every_second_job_creates_tasks_that_an_agent_completes(fleet):
     assert fleet.stop() == 0
 
 
-def test_reload_syncs_jobs_from_the_edited_file(fleet, tmp_path):
+def test_reload_syncs_jobs_from_the_edited_file(fleet, tmp_path, database):
     fleet.up()
     fleet.wait_until(lambda: fleet.store.list_jobs(), what="the config job")
-    fleet.config_path.write_text(config(tmp_path, """
+    fleet.config_path.write_text(config(tmp_path, database, """
 [[jobs]]
 name = "nightly"
 role = "worker"

@@ -1,4 +1,7 @@
-"""The daemon with real agent processes: completion, failure, liveness tiers, limits, cancel."""
+"""The daemon with real agent processes: completion, failure, liveness tiers, limits, cancel.
+
+Every test runs once per store (`database`: a SQLite file, then a PostgreSQL database).
+"""
 
 from __future__ import annotations
 
@@ -60,7 +63,7 @@ AGENT = """
 """
 
 
-def config(tmp_path, worker_options: str = "", daemon_options: str = "") -> str:
+def config(tmp_path, database: str, worker_options: str = "", daemon_options: str = "") -> str:
     """The test config; `worker_options` lines replace the defaults of the same key."""
     program = agent(tmp_path, "agent", AGENT)
     worker = {
@@ -76,7 +79,7 @@ def config(tmp_path, worker_options: str = "", daemon_options: str = "") -> str:
     worker_lines = "\n".join(f"{key} = {value}" for key, value in worker.items())
     return f"""
 [daemon]
-database = "q.db"
+database = "{database}"
 data_dir = "data"
 timezone = "UTC"
 max_concurrent = 4
@@ -89,11 +92,11 @@ path = "/usr/bin:/bin"
 
 
 @pytest.fixture
-def fleet(tmp_path):
+def fleet(tmp_path, database):
     created = []
 
     def make(worker_options: str = "", daemon_options: str = "") -> Fleet:
-        node = Fleet(tmp_path, config(tmp_path, worker_options, daemon_options))
+        node = Fleet(tmp_path, config(tmp_path, database, worker_options, daemon_options))
         created.append(node)
         return node
 

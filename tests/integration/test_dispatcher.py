@@ -1,4 +1,5 @@
-"""The dispatcher against a real store: what a waiting P0 is told it waits for."""
+"""The dispatcher against a real store, once per store (`database`): what a waiting P0 is
+told it waits for."""
 
 from __future__ import annotations
 
@@ -8,19 +9,19 @@ from datetime import datetime
 from taskherd.config import parse_config
 from taskherd.dispatcher import Dispatcher
 from taskherd.model import NewTask, Priority
-from taskherd.store.sqlite import SQLiteStore
+from taskherd.store import open_store
 from taskherd.supervisor import Supervisor
 
 NOW = 1_800_000_000.0
 
 
-def test_a_p0_waiting_for_a_cooldown_is_told_when_it_ends_as_a_time(tmp_path, caplog):
+def test_a_p0_waiting_for_a_cooldown_is_told_when_it_ends_as_a_time(tmp_path, database, caplog):
     config = parse_config(
-        {"daemon": {"database": "q.db", "data_dir": "data", "timezone": "UTC"},
+        {"daemon": {"database": database, "data_dir": "data", "timezone": "UTC"},
          "roles": {"coder": {"command": ["true"]}}},
         base_dir=tmp_path,
     )
-    with SQLiteStore(tmp_path / "q.db") as store:
+    with open_store(database, durability="normal") as store:
         store.enqueue(NewTask(role="coder", title="urgent", priority=Priority.P0), NOW)
         store.set_cooldown("command", NOW + 3600, "429", NOW)
         dispatcher = Dispatcher(config, store, Supervisor(config, store, lambda: NOW))

@@ -1,15 +1,17 @@
-"""The monitor's housekeeping, with time passed in."""
+"""The monitor's housekeeping, with time passed in, once per store (`database`)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import pytest
+
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.monitor import Monitor
 from taskherd.queue import RetryPolicy
-from taskherd.store.sqlite import SQLiteStore
+from taskherd.store import Store, open_store
 
 
 class NoAgents:
@@ -19,15 +21,20 @@ class NoAgents:
         raise AssertionError("nothing is live")
 
 
-def monitor_for(tmp_path: Path, store: SQLiteStore) -> Monitor:
+@pytest.fixture
+def store(database):
+    with open_store(database, durability="normal") as opened:
+        yield opened
+
+
+def monitor_for(tmp_path: Path, store: Store) -> Monitor:
     config = parse_config({"daemon": {"data_dir": str(tmp_path / "data"), "node": "n1",
                                       "retention": "1d", "lease": "60s"}}, base_dir=tmp_path)
     config.daemon.log_dir.mkdir(parents=True)
     return Monitor(config, store, NoAgents())
 
 
-def test_old_finished_tasks_and_their_log_files_are_pruned(tmp_path):
-    store = SQLiteStore(tmp_path / "q.db")
+def test_old_finished_tasks_and_their_log_files_are_pruned(tmp_path, store):
     monitor = monitor_for(tmp_path, store)
     logs = monitor.config.daemon.log_dir
     old = store.enqueue(NewTask(role="r", title="old"), 1000.0).task
@@ -47,8 +54,7 @@ def test_old_finished_tasks_and_their_log_files_are_pruned(tmp_path):
     assert old.id != young.id
 
 
-def test_a_claim_never_spawned_goes_back_to_ready_without_a_strike(tmp_path):
-    store = SQLiteStore(tmp_path / "q.db")
+def test_a_claim_never_spawned_goes_back_to_ready_without_a_strike(tmp_path, store):
     monitor = monitor_for(tmp_path, store)
     task = store.enqueue(NewTask(role="r", title="t"), 1000.0).task
     store.claim("n1", 1000.0, 600)

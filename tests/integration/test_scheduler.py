@@ -1,4 +1,5 @@
-"""The scheduler against a real SQLite store, with time passed in: nothing here sleeps.
+"""The scheduler against a real store, each test once per store (`database`: a SQLite file,
+then a PostgreSQL database), with time passed in: nothing here sleeps.
 
 Each test drives `Scheduler.run_once(now)` at chosen instants and finishes the tasks it made
 through the store's worker path, as an agent would.
@@ -17,8 +18,7 @@ from taskherd.jobs import parse_job
 from taskherd.model import Outcome, RunResult, TaskState
 from taskherd.queue import RetryPolicy
 from taskherd.scheduler import Scheduler, schedule_start
-from taskherd.store import JobNotFound
-from taskherd.store.sqlite import SQLiteStore
+from taskherd.store import JobNotFound, open_store
 
 T0 = datetime(2026, 6, 16, 12, 0, tzinfo=ZoneInfo("UTC")).timestamp()  # a plain Tuesday noon
 
@@ -28,13 +28,13 @@ def local(text: str, zone: str) -> float:
 
 
 class Rig:
-    def __init__(self, tmp_path, jobs=(), tz="UTC"):
-        self.tmp_path, self.tz = tmp_path, tz
-        self.store = SQLiteStore(tmp_path / "q.db", durability="normal")
+    def __init__(self, tmp_path, database, jobs=(), tz="UTC"):
+        self.tmp_path, self.database, self.tz = tmp_path, database, tz
+        self.store = open_store(database, durability="normal")
         self.configure(jobs)
 
     def configure(self, jobs):
-        raw = {"daemon": {"database": "q.db", "timezone": self.tz},
+        raw = {"daemon": {"database": self.database, "timezone": self.tz},
                "roles": {"worker": {"command": ["true"], "max_attempts": 1}},
                "jobs": [{"role": "worker", **job} for job in jobs]}
         self.config = parse_config(raw, base_dir=self.tmp_path)
@@ -78,11 +78,11 @@ class Rig:
 
 
 @pytest.fixture
-def rig(tmp_path):
+def rig(tmp_path, database):
     made = []
 
     def make(jobs=(), tz="UTC"):
-        made.append(Rig(tmp_path, jobs, tz))
+        made.append(Rig(tmp_path, database, jobs, tz))
         return made[-1]
 
     yield make
@@ -214,7 +214,7 @@ def test_a_queued_fire_whose_task_cannot_be_made_ends_as_an_error(rig):
     r.tick(T0 + 600)
     r.tick(T0 + 1200)
     # The job's role goes away with its file entry; the job stays, disabled, and is enabled.
-    r.scheduler.reload(parse_config({"daemon": {"database": "q.db", "timezone": "UTC"},
+    r.scheduler.reload(parse_config({"daemon": {"database": r.database, "timezone": "UTC"},
                                      "roles": {"other": {"command": ["true"]}}},
                                     base_dir=r.tmp_path), now=T0 + 1205)
     r.store.set_job_enabled("poll", True, T0 + 1210, schedule_at=T0 + 3600)
@@ -428,10 +428,10 @@ def test_at_job_fires_once_and_is_deleted_after_its_run(rig):
 # --- exactly once: compare-and-set --------------------------------------------------------------
 
 
-def test_two_schedulers_on_one_database_fire_each_time_once(rig, tmp_path):
+def test_two_schedulers_on_one_database_fire_each_time_once(rig):
     r = rig([{"name": f"job{i}", "every": "1m", "overlap": "allow"} for i in range(20)])
     r.sync(T0)
-    other_store = SQLiteStore(tmp_path / "q.db", durability="normal")
+    other_store = open_store(r.database, durability="normal")
     try:
         other = Scheduler(r.config, other_store)
         for k in range(1, 6):
