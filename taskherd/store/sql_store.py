@@ -248,7 +248,9 @@ class SQLStore(SQLJobs, Store):
                 task = Task.from_row(row)
                 run_row = _one(db.execute(self.q["open_run_of_task"], {"task_id": task.id}))
                 if run_row is None:
-                    continue  # a lease without a run cannot be made by claim; nothing to end
+                    # Claim makes no lease without a run: its node is settling it right now
+                    # (PostgreSQL's open_run_of_task skips a locked run), so leave it to it.
+                    continue
                 lost = RunResult(Outcome.LOST, error="lease expired: no node renewed it")
                 rescued.append(self._finish(db, run_row["id"], lost, policy_for(task.role), now))
         return rescued

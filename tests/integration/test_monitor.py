@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -63,3 +66,63 @@ def test_a_claim_never_spawned_goes_back_to_ready_without_a_strike(tmp_path, sto
     after = store.get_task(task.id)
     assert after.state is TaskState.READY and after.attempts == 0
     assert store.runs_of_task(task.id)[0].outcome is Outcome.LOST
+
+
+def test_a_rescue_leaves_a_run_to_the_node_settling_it(tmp_path, pg_url):
+    # PostgreSQL only: SQLite has one writer at a time, so a rescue and a settlement never
+    # interleave there. Here they did: the rescue locked the expired task, then waited for its
+    # run, which its node (late, not dead) had just ended and whose task it was waiting to
+    # settle. The server broke the deadlock by aborting the settlement: the agent's success
+    # was recorded as a lost run and its work done again.
+    with open_store(pg_url, durability="normal") as node, \
+            open_store(pg_url, durability="normal") as other:
+        task = node.enqueue(NewTask(role="r", title="t"), 1000.0).task
+        claim = node.claim("n0", 1000.0, 60)
+        node.mark_spawned(claim.run.id, 1000.0, 60, pid=1, pid_started_at=1.0, log_path=None)
+        monitor = monitor_for(tmp_path, other)  # node n1's, which finds n0's lease expired
+        rescue_holds_the_task, go_on = pause_before(other, "open_run_of_task")
+        with ThreadPoolExecutor(2) as threads:
+            try:
+                rescue = threads.submit(monitor.run_once, 1000.0 + 120)
+                assert rescue_holds_the_task.wait(10)
+                settle = threads.submit(node.finish_run, claim.run.id,
+                                        RunResult(Outcome.SUCCEEDED, summary="done"),
+                                        RetryPolicy(), 1000.0 + 120)
+                wait_for_a_lock_wait(pg_url)  # the settlement ended the run; the task is held
+            finally:
+                go_on.set()
+            assert rescue.result(10)["rescued"] == 0
+            settled = settle.result(10)
+    assert settled.moved and settled.task.state is TaskState.COMPLETED
+    assert settled.run.outcome is Outcome.SUCCEEDED
+    assert settled.task.id == task.id
+
+
+def pause_before(store: Store, block: str) -> tuple[threading.Event, threading.Event]:
+    """Make `store` stop just before it runs its named SQL `block`, until `go_on` is set;
+    `reached` is set when it gets there."""
+    reached, go_on = threading.Event(), threading.Event()
+    blocks = store.q
+
+    class Paused(dict):
+        def __getitem__(self, name: str) -> str:
+            if name == block:
+                reached.set()
+                go_on.wait(30)
+            return blocks[name]
+
+    store.q = Paused(blocks)
+    return reached, go_on
+
+
+def wait_for_a_lock_wait(url: str, timeout: float = 10.0) -> None:
+    """Until a session of the database waits for a row lock another one holds."""
+    import psycopg
+
+    query = ("SELECT count(*) FROM pg_stat_activity"
+             " WHERE datname = current_database() AND wait_event_type = 'Lock'")
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(url, autocommit=True) as watcher:
+        while watcher.execute(query).fetchone()[0] == 0:
+            assert time.monotonic() < deadline, "no session waited for a lock"
+            time.sleep(0.01)

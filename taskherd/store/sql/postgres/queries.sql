@@ -73,7 +73,17 @@ RETURNING *;
 SELECT * FROM runs WHERE id = :id;
 
 -- name: open_run_of_task
-SELECT * FROM runs WHERE task_id = :task_id AND ended_at IS NULL ORDER BY id DESC LIMIT 1;
+-- The rescue's second step, after expired_leases locked the task. FOR UPDATE SKIP LOCKED,
+-- unlike sqlite's (one writer at a time): a node settling this run right now (late, not dead)
+-- has locked the run and waits for the task, as every transition takes a run before its
+-- task. Waiting for the run here was a deadlock, and when the server aborted the settlement
+-- the agent's success was lost; no row instead leaves the run to its node, whose settlement
+-- goes on when the rescue commits. `id = (max)` rather than ORDER BY … LIMIT 1: SKIP LOCKED
+-- must not pass over the latest open run to an older one.
+SELECT * FROM runs
+WHERE id = (SELECT max(id) FROM runs WHERE task_id = :task_id AND ended_at IS NULL)
+  AND ended_at IS NULL
+FOR UPDATE SKIP LOCKED;
 
 -- name: runs_of_task
 SELECT * FROM runs WHERE task_id = :task_id ORDER BY id;
