@@ -6,6 +6,7 @@ tests/conftest.py loads it as a plugin, so any test may ask for `pg_server` or `
 The server lives in a temp dir, listens on a unix socket in that dir and on 127.0.0.1 only, on
 a free port, with durability off (fsync, synchronous_commit, full_page_writes): the tests check
 SQL and concurrency, not crash safety, and an fsync per commit would dominate their time.
+`start_server(durable=True)` keeps them on, for bench/postgres.py, which measures what they cost.
 PostgreSQL refuses to run as root, so under root (CI) the server runs as an unprivileged user.
 Without PostgreSQL's server binaries the tests skip, except under CI, where they fail: the
 PostgreSQL store must be tested there.
@@ -44,6 +45,8 @@ SETTINGS = {
     "full_page_writes": "off",
     "log_min_messages": "warning",
 }
+# start_server(durable=True): PostgreSQL's own defaults, an fsync per commit (the benches).
+DURABLE_SETTINGS = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 
 
 def server_bin_dir() -> Path | None:
@@ -81,6 +84,7 @@ class PgServer:
     base_dir: Path
     port: int
     run_as: tuple[int, int] | None  # (uid, gid) when started by root, else None
+    durable: bool = False  # fsync and synchronous_commit on (DURABLE_SETTINGS)
     _database_numbers: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     @property
@@ -179,7 +183,7 @@ def _init_cluster(server: PgServer) -> None:
 
 
 def _write_settings(server: PgServer) -> None:
-    settings = SETTINGS | {
+    settings = SETTINGS | (DURABLE_SETTINGS if server.durable else {}) | {
         "port": str(server.port),
         "unix_socket_directories": f"'{server.socket_dir}'",
     }
@@ -204,8 +208,12 @@ def _stop(server: PgServer) -> None:
          "--mode", "immediate", "--wait", "--timeout", str(START_TIMEOUT_S))
 
 
-def start_server() -> PgServer:
-    """Create a cluster in a new temp dir and start it; the caller must call stop_server."""
+def start_server(*, durable: bool = False) -> PgServer:
+    """Create a cluster in a new temp dir and start it; the caller must call stop_server.
+
+    durable: keep fsync, synchronous_commit and full_page_writes on (a bench of durable
+    commits); the tests' default turns them off.
+    """
     bin_dir = server_bin_dir()
     if bin_dir is None:
         unavailable(
@@ -216,7 +224,8 @@ def start_server() -> PgServer:
     # Under /tmp, not pytest's tmp_path: root's pytest dirs are 0700, closed to the server's
     # user, and a unix socket path must stay under ~100 bytes.
     base_dir = Path(tempfile.mkdtemp(prefix="taskherd-pg-"))
-    server = PgServer(bin_dir=bin_dir, base_dir=base_dir, port=0, run_as=run_as)
+    server = PgServer(bin_dir=bin_dir, base_dir=base_dir, port=0, run_as=run_as,
+                      durable=durable)
     server.socket_dir.mkdir()
     if run_as is not None:
         for path in (base_dir, server.socket_dir):

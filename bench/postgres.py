@@ -1,0 +1,474 @@
+"""PostgreSQL queue benchmark: taskherd's PostgreSQL store beside its SQLite store and procrastinate.
+
+    python bench/postgres.py              # default sizes (< 2 min on 2 cores)
+    python bench/postgres.py --tasks 5000
+
+Information only: there are no targets, and the exit status is 0 unless the bench itself fails.
+
+It starts one throwaway PostgreSQL server (tests/pg.py's `start_server(durable=True)`): fsync,
+synchronous_commit and full_page_writes stay on, as on a production server, because what a
+durable queue pays is a WAL flush per commit, and a bench without it would measure a queue
+nobody should run. Every contender runs in this one run, one after another, with the same
+number (--tasks) of no-op tasks, and each figure on its own fresh database (a new PostgreSQL
+database, or a new SQLite file in a temporary directory, where the fsync is on the same disk):
+
+- taskherd on PostgreSQL, `PostgresStore(url, durability="full")` (synchronous_commit on):
+  - enqueue, single: `store.enqueue(NewTask)` once per task, a transaction each.
+  - enqueue, batched: `store.enqueue_many(batch)` in batches of --batch.
+  - claim+complete, 1 process: `store.claim(...)` then `store.finish_run(run_id,
+    RunResult(SUCCEEDED), RetryPolicy(), now)`, each its own transaction, in this process,
+    until the queue (filled by the batched enqueue) is empty.
+  - claim+complete, --workers processes: the same loop in that many real processes (spawned,
+    as tests/integration/test_concurrent_claims.py does) sharing one queue; each opens its
+    store first, then all start together, timed until the last one has found the queue empty.
+    Every task must be claimed exactly once (asserted): on PostgreSQL the claim skips rows
+    another process is claiming (FOR UPDATE SKIP LOCKED).
+- taskherd on SQLite, durability full: the same four figures, as the reference: the same store
+  code with no server and no network round trip, where writers queue for one lock.
+- procrastinate, the established PostgreSQL task queue for Python, on its own schema
+  (`app.schema_manager.apply_schema()`) and its default `PsycopgConnector` pool:
+  - enqueue, single: `task.defer()` once per task; batched: `task.batch_defer(...)`.
+  - worker, 1 process: `app.run_worker_async(wait=False, concurrency=1)` in this process (the
+    app opened beforehand), which fetches and finishes jobs until it finds none.
+  - worker, --workers processes: that worker in that many processes, started as above.
+  The task is an `async def` no-op that records its job id (to assert each job ran exactly
+  once): procrastinate's cheapest path, since a sync task would run in a thread.
+
+What differs, so the ratios are read right: taskherd's claim+complete is the store's two
+transitions (a claim, which also records a run and a lease, then the run's end and the task's
+settlement), with no dispatch around them, because a taskherd task is an agent process whose
+spawn costs far more than either; procrastinate's figure is its whole worker loop (fetch,
+run the coroutine, finish), which is what a procrastinate user gets. Both pay one commit per
+step, so on a durable server both are bound mostly by the WAL flush.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import multiprocessing
+import os
+import signal
+import sqlite3
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+BENCH_DIR = Path(__file__).resolve().parent
+# Python puts this script's folder first on sys.path, where bench/queue.py would shadow the
+# standard library's `queue`, which multiprocessing and psycopg_pool import.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != BENCH_DIR]
+sys.path.insert(0, str(BENCH_DIR.parent))
+
+from queue import Empty  # the standard library's, now that bench/ is off the path
+
+from taskherd.model import NewTask, Outcome, RunResult, TaskState
+from taskherd.queue import RetryPolicy
+from taskherd.store import Store, open_store
+from tests.pg import PgServer, start_server, stop_server
+
+LEASE = 600.0
+DURABILITY = "full"
+ROLE = "bench"
+READY_TIMEOUT = 60.0  # seconds for a worker process to start and open its database
+RUN_TIMEOUT = 600.0  # seconds for the worker processes to empty the queue
+
+
+@dataclass
+class Rate:
+    contender: str
+    figure: str
+    count: int
+    seconds: float
+
+    @property
+    def per_second(self) -> float:
+        return self.count / self.seconds if self.seconds else float("inf")
+
+
+def timed(contender: str, figure: str, count: int, work: Callable[[], object]) -> Rate:
+    # The collector is paused so a stray collection does not land in one contender's timing.
+    gc.collect()
+    gc.disable()
+    try:
+        started = time.perf_counter()
+        work()
+        return Rate(contender, figure, count, time.perf_counter() - started)
+    finally:
+        gc.enable()
+
+
+def new_tasks(count: int) -> list[NewTask]:
+    return [NewTask(role=ROLE, title=f"task {i}") for i in range(count)]
+
+
+# -- worker processes -----------------------------------------------------------------------
+# Each worker process gets (database, node, start, out): it opens its database, puts
+# ("ready", node, None, None) on `out`, waits for `start`, works until the queue is empty,
+# then puts ("done", node, ids it handled, traceback or None).
+
+
+def taskherd_worker(database: str, node: str, start: Any, out: Any) -> None:
+    claimed: list[int] = []
+    try:
+        store = open_store(database, durability=DURABILITY)
+        out.put(("ready", node, None, None))
+        start.wait(READY_TIMEOUT)
+        policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
+        while (claim := store.claim(node, time.time(), LEASE)) is not None:
+            claimed.append(claim.task.id)
+            store.finish_run(claim.run.id, success, policy, time.time())
+        out.put(("done", node, claimed, None))
+        store.close()
+    except BaseException:  # noqa: BLE001 - every failure goes back to the parent, named
+        out.put(("done", node, claimed, traceback.format_exc()))
+
+
+def procrastinate_worker(url: str, node: str, start: Any, out: Any) -> None:
+    reported = False
+    try:
+        app = procrastinate_app(url)
+
+        async def work() -> None:
+            nonlocal reported
+            async with app.open_async():  # the pool's connections open before the start
+                out.put(("ready", node, None, None))
+                await asyncio.to_thread(start.wait, READY_TIMEOUT)
+                await app.run_worker_async(name=node, wait=False, concurrency=1,
+                                           install_signal_handlers=False)
+                out.put(("done", node, list(PROCRASTINATE_DONE), None))
+                reported = True
+
+        asyncio.run(work())
+    except BaseException:  # noqa: BLE001
+        if not reported:
+            out.put(("done", node, list(PROCRASTINATE_DONE), traceback.format_exc()))
+
+
+class Workers:
+    """`count` spawned processes running `target`; started and ready on entry, all ended on exit."""
+
+    def __init__(self, target: Callable[..., None], database: str, count: int):
+        self.context = multiprocessing.get_context("spawn")
+        self.start, self.out = self.context.Event(), self.context.Queue()
+        self.processes = [
+            self.context.Process(target=target, args=(database, f"node-{i}", self.start, self.out),
+                                 name=f"bench-worker-{i}", daemon=True)
+            for i in range(count)
+        ]
+
+    def __enter__(self) -> Self:
+        try:
+            for process in self.processes:
+                process.start()
+            self._collect("ready", READY_TIMEOUT)
+        except BaseException:
+            self._end(failed=True)
+            raise
+        return self
+
+    def __exit__(self, error_type: type[BaseException] | None, *_: object) -> None:
+        self._end(failed=error_type is not None)
+
+    def run(self) -> list[list[int]]:
+        """Start them all at once; the ids each one handled, once all have finished."""
+        self.start.set()
+        return self._collect("done", RUN_TIMEOUT)
+
+    def _collect(self, phase: str, timeout: float) -> list[list[int]]:
+        # Polled, so a process that dies without a word fails the bench instead of hanging it.
+        deadline, results = time.monotonic() + timeout, []
+        while len(results) < len(self.processes):
+            try:
+                kind, node, ids, error = self.out.get(timeout=0.5)
+            except Empty:
+                dead = [p.name for p in self.processes if p.exitcode not in (None, 0)]
+                if dead or time.monotonic() > deadline:
+                    raise RuntimeError(f"workers {dead or 'timed out'} before {phase}") from None
+                continue
+            if error:
+                raise RuntimeError(f"{node} failed:\n{error}")
+            if kind != phase:
+                raise RuntimeError(f"{node} said {kind!r}, expected {phase!r}")
+            results.append(ids)
+        return results
+
+    def _end(self, failed: bool) -> None:
+        # After a failure the others may still wait for the start or work: end them now.
+        for process in self.processes:
+            if process.pid is None:
+                continue
+            if failed:
+                process.terminate()
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=10)
+
+
+def check_once(contender: str, per_worker: list[list[int]], expected: set[int] | int) -> None:
+    """Every task handled exactly once, by one worker or another."""
+    every = [task_id for ids in per_worker for task_id in ids]
+    twice = [task_id for task_id, seen in Counter(every).items() if seen > 1]
+    assert not twice, f"{contender}: {len(twice)} tasks handled twice, e.g. {twice[:5]}"
+    if isinstance(expected, set):
+        assert set(every) == expected, f"{contender}: handled {len(every)} of {len(expected)}"
+    else:
+        assert len(every) == expected, f"{contender}: handled {len(every)} of {expected}"
+
+
+# -- taskherd ---------------------------------------------------------------------------------
+
+
+def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: int,
+                   workers: int) -> list[Rate]:
+    """The four figures on the databases `databases` yields: three fresh ones, in order."""
+    now = time.time()
+    rates = []
+
+    store = open_store(next(databases), durability=DURABILITY)
+    singles = new_tasks(tasks)
+
+    def enqueue_single() -> None:
+        for new in singles:
+            store.enqueue(new, now)
+
+    rates.append(timed(contender, "enqueue (single)", tasks, enqueue_single))
+    store.close()
+
+    # The single-process claims walk the backlog the batched enqueue made, as in bench/queue.py.
+    store = open_store(next(databases), durability=DURABILITY)
+    batched = new_tasks(tasks)
+
+    def enqueue_batched() -> None:
+        for start in range(0, tasks, batch):
+            store.enqueue_many(batched[start:start + batch], now)
+
+    rates.append(timed(contender, f"enqueue (batches of {batch})", tasks, enqueue_batched))
+    policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
+    claimed: list[int] = []
+
+    def claim_complete() -> None:
+        while (claim := store.claim("bench-node", now, LEASE)) is not None:
+            claimed.append(claim.task.id)
+            store.finish_run(claim.run.id, success, policy, now)
+
+    rates.append(timed(contender, "claim+complete, 1 process", tasks, claim_complete))
+    check_once(contender, [claimed], tasks)
+    check_settled(contender, store, tasks)
+    store.close()
+
+    database = next(databases)
+    store = open_store(database, durability=DURABILITY)
+    store.enqueue_many(new_tasks(tasks), now)
+    with Workers(taskherd_worker, database, workers) as pool:
+        per_worker: list[list[int]] = []
+        rates.append(timed(contender, f"claim+complete, {workers} processes", tasks,
+                           lambda: per_worker.extend(pool.run())))
+    check_once(contender, per_worker, tasks)
+    check_settled(contender, store, tasks)
+    store.close()
+    print(f"  {contender}: tasks per process {sorted(len(ids) for ids in per_worker)}")
+    return rates
+
+
+def check_settled(contender: str, store: Store, tasks: int) -> None:
+    counts = {(count.state, count.role): count.count for count in store.counts()}
+    assert counts == {(TaskState.COMPLETED, ROLE): tasks}, f"{contender}: {counts}"
+
+
+# -- procrastinate ----------------------------------------------------------------------------
+
+PROCRASTINATE_TASK = "bench_noop"
+# The ids of the jobs this process ran, to check that each job ran exactly once.
+PROCRASTINATE_DONE: list[int] = []
+
+
+async def procrastinate_noop(context: Any) -> None:
+    PROCRASTINATE_DONE.append(context.job.id)
+
+
+def procrastinate_app(url: str) -> Any:
+    import procrastinate
+
+    # It warns when an App is made in the __main__ module, where its CLI worker could not
+    # import it; this bench registers the task by name in each process and needs no import.
+    logging.getLogger("procrastinate.blueprints").setLevel(logging.ERROR)
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+    app.task(name=PROCRASTINATE_TASK, pass_context=True)(procrastinate_noop)
+    return app
+
+
+def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) -> list[Rate]:
+    contender = "procrastinate"
+    rates = []
+
+    def fresh_app(name: str) -> Any:
+        server.admin(f'CREATE DATABASE "{name}"')
+        app = procrastinate_app(server.url(name))
+        with app.open():
+            app.schema_manager.apply_schema()
+        return app
+
+    app = fresh_app("procrastinate_single")
+    with app.open():
+        noop = app.tasks[PROCRASTINATE_TASK]
+
+        def defer_single() -> None:
+            for _ in range(tasks):
+                noop.defer()
+
+        rates.append(timed(contender, "enqueue (single)", tasks, defer_single))
+
+    app = fresh_app("procrastinate_batched")
+    deferred: list[int] = []
+    with app.open():
+        noop = app.tasks[PROCRASTINATE_TASK]
+
+        def defer_batched() -> None:
+            for start in range(0, tasks, batch):
+                deferred.extend(noop.batch_defer(*({} for _ in range(min(batch, tasks - start)))))
+
+        rates.append(timed(contender, f"enqueue (batches of {batch})", tasks, defer_batched))
+
+    # A fresh app object for the worker: an async pool, opened before the clock starts.
+    app = procrastinate_app(server.url("procrastinate_batched"))
+    PROCRASTINATE_DONE.clear()
+    with asyncio.Runner() as runner:
+        runner.run(app.open_async().__aenter__())
+        try:
+            rates.append(timed(
+                contender, "worker, 1 process", tasks,
+                # Its own signal handlers would turn a TERM into a graceful worker stop, and
+                # the bench would go on: this bench's handler ends the whole run instead.
+                lambda: runner.run(app.run_worker_async(name="worker-0", wait=False,
+                                                        concurrency=1,
+                                                        install_signal_handlers=False)),
+            ))
+        finally:
+            runner.run(app.close_async())
+    check_once(contender, [list(PROCRASTINATE_DONE)], set(deferred))
+    check_jobs(contender, server.url("procrastinate_batched"), tasks)
+
+    app = fresh_app("procrastinate_processes")
+    with app.open():
+        deferred = []
+        noop = app.tasks[PROCRASTINATE_TASK]
+        for start in range(0, tasks, batch):
+            deferred.extend(noop.batch_defer(*({} for _ in range(min(batch, tasks - start)))))
+    url = server.url("procrastinate_processes")
+    with Workers(procrastinate_worker, url, workers) as pool:
+        per_worker: list[list[int]] = []
+        rates.append(timed(contender, f"worker, {workers} processes", tasks,
+                           lambda: per_worker.extend(pool.run())))
+    check_once(contender, per_worker, set(deferred))
+    check_jobs(contender, url, tasks)
+    print(f"  {contender}: jobs per process {sorted(len(ids) for ids in per_worker)}")
+    return rates
+
+
+def check_jobs(contender: str, url: str, tasks: int) -> None:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        statuses = dict(conn.execute(
+            "SELECT status::text, count(*) FROM procrastinate_jobs GROUP BY status").fetchall())
+    assert statuses == {"succeeded": tasks}, f"{contender}: {statuses}"
+
+
+# -- report -----------------------------------------------------------------------------------
+
+
+def versions(server: PgServer) -> str:
+    import procrastinate
+    import psycopg
+
+    with psycopg.connect(server.url()) as conn:
+        pg_version = conn.execute("SHOW server_version").fetchone()[0]
+        settings = {name: conn.execute(f"SHOW {name}").fetchone()[0]
+                    for name in ("fsync", "synchronous_commit", "full_page_writes")}
+    shown = ", ".join(f"{name}={value}" for name, value in settings.items())
+    return (f"PostgreSQL {pg_version} ({shown}), psycopg {psycopg.__version__}, "
+            f"procrastinate {procrastinate.__version__}, SQLite {sqlite3.sqlite_version} "
+            f"(synchronous=FULL), python {sys.version.split()[0]}, {os.cpu_count()} cpus")
+
+
+def report(rates: list[Rate], workers: int, batch: int) -> None:
+    width = max(len(rate.contender) for rate in rates)
+    figure_width = max(len(rate.figure) for rate in rates)
+    print(f"\n{'contender':<{width}}  {'figure':<{figure_width}}  {'tasks':>6}  "
+          f"{'seconds':>8}  {'tasks/s':>9}")
+    print(f"{'-' * width}  {'-' * figure_width}  {'-' * 6}  {'-' * 8}  {'-' * 9}")
+    for rate in rates:
+        print(f"{rate.contender:<{width}}  {rate.figure:<{figure_width}}  {rate.count:>6}  "
+              f"{rate.seconds:>8.3f}  {rate.per_second:>9,.0f}")
+
+    by = {(rate.contender, rate.figure): rate.per_second for rate in rates}
+    pairs = [
+        ("enqueue (single)", "enqueue (single)"),
+        (f"enqueue (batches of {batch})", f"enqueue (batches of {batch})"),
+        ("claim+complete, 1 process", "worker, 1 process"),
+        (f"claim+complete, {workers} processes", f"worker, {workers} processes"),
+    ]
+    print("\nratios (information):")
+    for ours, theirs in pairs:
+        pg, sqlite = by[("taskherd postgres", ours)], by[("taskherd sqlite", ours)]
+        peer = by[("procrastinate", theirs)]
+        print(f"  {ours:<{figure_width}}  taskherd pg / procrastinate {pg / peer:6.2f}x   "
+              f"taskherd pg / taskherd sqlite {pg / sqlite:6.2f}x")
+
+
+def fresh_databases(server: PgServer) -> Iterator[str]:
+    for name in ("taskherd_single", "taskherd_batched", "taskherd_processes"):
+        server.admin(f'CREATE DATABASE "{name}"')
+        yield server.url(name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # At 2,000 the whole run takes about a minute on 2 cores: every commit waits for an fsync.
+    parser.add_argument("--tasks", type=int, default=2000,
+                        help="no-op tasks per figure and contender (default: 2000)")
+    parser.add_argument("--batch", type=int, default=1000, help="batched enqueue size")
+    parser.add_argument("--workers", type=int, default=4, help="processes sharing one queue")
+    args = parser.parse_args(argv)
+
+    # A TERM (a timeout, a CI cancel) unwinds like an exception, so the `finally` clauses
+    # below stop the server and the worker processes instead of leaving them running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    started = time.perf_counter()
+    try:
+        server = start_server(durable=True)
+    except BaseException as error:
+        # tests/pg.py skips (a pytest outcome) when PostgreSQL's server binaries are missing.
+        if type(error).__name__ != "Skipped":
+            raise
+        print(f"taskherd postgres bench: skipped: {error}")
+        return 0
+    try:
+        print(f"taskherd postgres bench: {versions(server)}; tmp {tempfile.gettempdir()}")
+        rates = bench_taskherd("taskherd postgres", fresh_databases(server), args.tasks,
+                               args.batch, args.workers)
+        with tempfile.TemporaryDirectory(prefix="taskherd-bench-pg-") as tmp:
+            sqlite_files = (str(Path(tmp) / f"{name}.db")
+                            for name in ("single", "batched", "processes"))
+            rates += bench_taskherd("taskherd sqlite", sqlite_files, args.tasks, args.batch,
+                                    args.workers)
+        rates += bench_procrastinate(server, args.tasks, args.batch, args.workers)
+    finally:
+        stop_server(server)
+    report(rates, args.workers, args.batch)
+    print(f"\ndone in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
