@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.monitor import Monitor
 from taskherd.queue import RetryPolicy
 from taskherd.store import Store, open_store
+from tests.interleave import pause_before, wait_for_lock_wait_or
 
 
 class NoAgents:
@@ -88,7 +87,8 @@ def test_a_rescue_leaves_a_run_to_the_node_settling_it(tmp_path, pg_url):
                 settle = threads.submit(node.finish_run, claim.run.id,
                                         RunResult(Outcome.SUCCEEDED, summary="done"),
                                         RetryPolicy(), 1000.0 + 120)
-                wait_for_a_lock_wait(pg_url)  # the settlement ended the run; the task is held
+                # The settlement has ended the run and waits for the task the rescue holds.
+                wait_for_lock_wait_or(settle.done, pg_url)
             finally:
                 go_on.set()
             assert rescue.result(10)["rescued"] == 0
@@ -97,32 +97,3 @@ def test_a_rescue_leaves_a_run_to_the_node_settling_it(tmp_path, pg_url):
     assert settled.run.outcome is Outcome.SUCCEEDED
     assert settled.task.id == task.id
 
-
-def pause_before(store: Store, block: str) -> tuple[threading.Event, threading.Event]:
-    """Make `store` stop just before it runs its named SQL `block`, until `go_on` is set;
-    `reached` is set when it gets there."""
-    reached, go_on = threading.Event(), threading.Event()
-    blocks = store.q
-
-    class Paused(dict):
-        def __getitem__(self, name: str) -> str:
-            if name == block:
-                reached.set()
-                go_on.wait(30)
-            return blocks[name]
-
-    store.q = Paused(blocks)
-    return reached, go_on
-
-
-def wait_for_a_lock_wait(url: str, timeout: float = 10.0) -> None:
-    """Until a session of the database waits for a row lock another one holds."""
-    import psycopg
-
-    query = ("SELECT count(*) FROM pg_stat_activity"
-             " WHERE datname = current_database() AND wait_event_type = 'Lock'")
-    deadline = time.monotonic() + timeout
-    with psycopg.connect(url, autocommit=True) as watcher:
-        while watcher.execute(query).fetchone()[0] == 0:
-            assert time.monotonic() < deadline, "no session waited for a lock"
-            time.sleep(0.01)

@@ -8,6 +8,7 @@ through the store's worker path, as an agent would.
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -19,6 +20,7 @@ from taskherd.model import Outcome, RunResult, TaskState
 from taskherd.queue import RetryPolicy
 from taskherd.scheduler import Scheduler, schedule_start
 from taskherd.store import JobNotFound, open_store
+from tests.interleave import pause_before, wait_for_lock_wait_or
 
 T0 = datetime(2026, 6, 16, 12, 0, tzinfo=ZoneInfo("UTC")).timestamp()  # a plain Tuesday noon
 
@@ -448,6 +450,39 @@ def test_two_schedulers_on_one_database_fire_each_time_once(rig):
     assert len(r.tasks()) == 20 * 5
     assert Counter(t.meta["scheduled_for"] for t in r.tasks()) == {T0 + 60 * k: 20
                                                                    for k in range(1, 6)}
+
+
+def test_two_schedulers_settling_one_jobs_fires_at_once_both_finish_their_pass(tmp_path, pg_url):
+    # PostgreSQL only: SQLite has one writer at a time, so two settle passes never interleave.
+    # Here two nodes read the finished fires at different moments: one held the job's second
+    # fire and waited for the job, the other (having settled the first fire) held the job and
+    # waited for that second fire. The server broke the deadlock and one node lost its pass.
+    config = parse_config({"daemon": {"database": pg_url, "timezone": "UTC"},
+                           "roles": {"worker": {"command": ["true"]}},
+                           "jobs": [{"name": "poll", "role": "worker", "every": "10m",
+                                     "overlap": "allow"}]}, base_dir=tmp_path)
+    succeeded = RunResult(Outcome.SUCCEEDED, summary="done")
+    with open_store(pg_url, durability="normal") as first, \
+            open_store(pg_url, durability="normal") as second:
+        one, other = Scheduler(config, first), Scheduler(config, second)
+        one.sync_config(now=T0)
+        one.run_once(T0 + 600)
+        one.run_once(T0 + 1200)  # two open fires of the job
+        early, late = first.claim("n1", T0 + 1210, 60.0), first.claim("n1", T0 + 1210, 60.0)
+        first.finish_run(late.run.id, succeeded, RetryPolicy(), T0 + 1220)
+        holds_the_second_fire, go_on = pause_before(second, "get_job_by_id")
+        with ThreadPoolExecutor(2) as threads:
+            try:
+                settling = threads.submit(other.run_once, T0 + 1230)  # sees one fire finished
+                assert holds_the_second_fire.wait(10)
+                first.finish_run(early.run.id, succeeded, RetryPolicy(), T0 + 1225)
+                passing = threads.submit(one.run_once, T0 + 1231)  # sees both
+                wait_for_lock_wait_or(passing.done, pg_url)
+            finally:
+                go_on.set()
+            counts = [passing.result(10), settling.result(10)]
+        assert counts[0]["settled"] + counts[1]["settled"] == 2
+        assert [f.status for f in first.list_fires(job="poll")] == ["ok", "ok"]
 
 
 # --- config sync --------------------------------------------------------------------------------

@@ -144,6 +144,11 @@ RETURNING *;
 
 -- name: finished_open_fires
 -- Open fires whose task has ended (or vanished). The last run's outcome tells a timeout apart.
+-- FOR UPDATE OF f SKIP LOCKED, unlike sqlite's (one writer at a time): every node's scheduler
+-- settles fires, each fire then its job. Two of them reading at different moments saw
+-- different fires of one job: one held a fire and waited for the job, the other held the job
+-- and waited for that fire, a deadlock that cost one of them its pass. Locking the fires up
+-- front and skipping those another scheduler holds leaves each fire to one settler.
 SELECT f.id AS fire_id, t.state AS task_state, t.summary AS task_summary,
        coalesce(t.last_error, t.reason) AS task_error, t.finished_at AS task_finished_at,
        (SELECT min(r.claimed_at) FROM runs r WHERE r.task_id = t.id) AS started_at,
@@ -153,7 +158,8 @@ FROM job_fires f
 LEFT JOIN tasks t ON t.id = f.task_id
 WHERE f.status = 'open' AND (t.id IS NULL OR t.finished_at IS NOT NULL)
 ORDER BY f.id
-LIMIT :limit;
+LIMIT :limit
+FOR UPDATE OF f SKIP LOCKED;
 
 -- name: settle_job_fire
 UPDATE job_fires
