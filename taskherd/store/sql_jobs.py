@@ -150,6 +150,7 @@ class SQLJobs(JobStore):
 
     def delete_job(self, name: str, now: float) -> None:
         with self._write() as db:
+            db.execute(self.q["lock_fires_of_job"], {"name": name}).fetchall()
             job_id = self._job(db, name).id
             db.execute(self.q["skip_queued_fires"],
                        {"job_id": job_id, "now": now, "error": "its job was deleted"})

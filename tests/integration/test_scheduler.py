@@ -534,3 +534,33 @@ def test_the_scheduler_sleeps_until_the_earliest_next_run(rig):
     assert r.scheduler.next_wake(T0) == T0 + 300
     r.tick(T0 + 300)
     assert r.scheduler.next_wake(T0 + 300) == T0 + 600
+
+
+def test_deleting_a_job_while_a_scheduler_settles_its_fire_lets_both_finish(tmp_path, pg_url):
+    # PostgreSQL only, as above: the settle held the fire and waited for the job, the delete
+    # held the job and waited for the fire (to set its job_id to NULL); one of them failed.
+    config = parse_config({"daemon": {"database": pg_url, "timezone": "UTC"},
+                           "roles": {"worker": {"command": ["true"]}},
+                           "jobs": [{"name": "poll", "role": "worker", "every": "10m"}]},
+                          base_dir=tmp_path)
+    with open_store(pg_url, durability="normal") as first, \
+            open_store(pg_url, durability="normal") as second:
+        scheduler = Scheduler(config, second)
+        scheduler.sync_config(now=T0)
+        scheduler.run_once(T0 + 600)
+        claim = first.claim("n1", T0 + 610, 60.0)
+        first.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), T0 + 620)
+        holds_the_fire, go_on = pause_before(second, "get_job_by_id")
+        with ThreadPoolExecutor(2) as threads:
+            try:
+                settling = threads.submit(scheduler.run_once, T0 + 630)
+                assert holds_the_fire.wait(10)
+                deleting = threads.submit(first.delete_job, "poll", T0 + 631)
+                wait_for_lock_wait_or(deleting.done, pg_url)
+            finally:
+                go_on.set()
+            assert settling.result(10)["settled"] == 1
+            deleting.result(10)
+        [fire] = first.list_fires(job="poll")
+        assert (fire.status, fire.job_id) == ("ok", None)
+        assert first.list_jobs() == []

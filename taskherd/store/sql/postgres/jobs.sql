@@ -113,6 +113,14 @@ SET next_run_at = :next_run_at, schedule_at = :schedule_at, backoff_until = :bac
     retry_count = :retry_count, enabled = :enabled, version = version + 1, updated_at = :now
 WHERE id = :id AND next_run_at = :expected AND version = :version AND enabled = 1;
 
+-- name: lock_fires_of_job
+-- Deleting a job writes its fires (job_id set to NULL) after the job; a scheduler settling one
+-- of them holds the fire and then wants the job. Taking the fires first, in id order, makes
+-- a delete queue behind that settle instead of deadlocking with it.
+SELECT id FROM job_fires WHERE job_id = (SELECT id FROM jobs WHERE name = :name)
+ORDER BY id
+FOR UPDATE;
+
 -- name: delete_job
 DELETE FROM jobs WHERE id = :id;
 

@@ -103,6 +103,11 @@ SET next_run_at = :next_run_at, schedule_at = :schedule_at, backoff_until = :bac
     retry_count = :retry_count, enabled = :enabled, version = version + 1, updated_at = :now
 WHERE id = :id AND next_run_at = :expected AND version = :version AND enabled = 1;
 
+-- name: lock_fires_of_job
+-- PostgreSQL takes row locks here (see its file); SQLite's write transaction already holds
+-- the whole database, so this only reads.
+SELECT id FROM job_fires WHERE job_id = (SELECT id FROM jobs WHERE name = :name);
+
 -- name: delete_job
 DELETE FROM jobs WHERE id = :id;
 
