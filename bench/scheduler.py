@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from taskherd.config import parse_config
 from taskherd.jobs import parse_job
 from taskherd.scheduler import Scheduler, SchedulerSettings, schedule_start
+from taskherd.store.sql_jobs import _definition_params
 from taskherd.store.sqlite import SQLiteStore
 
 
@@ -37,15 +38,13 @@ def add_jobs(store: SQLiteStore, config, count: int, table: dict, now: float) ->
     base = spec.definition()
     start = schedule_start(spec.trigger, now)
     with store._write() as db:  # bulk load: one transaction, not what is being measured
-        from taskherd.store.sqlite_jobs import Q, _definition_params
-
         rows = []
         for i in range(count):
             params = _definition_params(base) | {"name": f"job{i:06d}", "source": "cli",
                                                  "now": now, "schedule_at": start,
                                                  "next_run_at": start}
             rows.append(params)
-        db.executemany(Q["insert_job"], rows)
+        db.executemany(store.q["insert_job"], rows)
 
 
 def idle_wakeups(count: int, rounds: int) -> list[float]:
