@@ -4,73 +4,31 @@
 -- statistics up to date itself (autovacuum's ANALYZE), which is what the hints stood in for.
 
 -- name: get_job_by_name
--- The job row as callers see it: open_fires (tasks of this job not finished), the variant
--- of the fire a pending retry repeats and the planned time of the held fire a release would
--- hand its task to ride along, so the scheduler plans from one read. release_for is looked up
--- only when a release can happen (fires held, none open).
--- FOR UPDATE OF j (PostgreSQL only): every write of a job reads it first and writes it guarded
--- by its version; under READ COMMITTED another node's scheduler could change it in between,
--- so the read locks the row until the transaction ends. SQLite's write lock does the same.
-SELECT j.*,
-       (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
-       (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
-           AS open_task_id,
-       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant,
-       CASE WHEN j.queued > 0 AND NOT EXISTS (SELECT 1 FROM job_fires o
-                                              WHERE o.job_id = j.id AND o.status = 'open')
-            THEN (SELECT f.scheduled_for FROM job_fires f
-                  WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
-       END AS release_for
-FROM jobs j WHERE j.name = :name
-FOR UPDATE OF j;
+-- job_rows (migration 0005): the job with what the scheduler plans from.
+-- FOR UPDATE (PostgreSQL only; on the view it locks the jobs row): every write of a job reads
+-- it first and writes it guarded by its version; under READ COMMITTED another node's
+-- scheduler could change it in between, so the read locks the row until the transaction
+-- ends. SQLite's write lock does the same.
+SELECT * FROM job_rows WHERE name = :name
+FOR UPDATE;
 
 -- name: get_job_by_id
--- FOR UPDATE OF j: as get_job_by_name.
-SELECT j.*,
-       (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
-       (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
-           AS open_task_id,
-       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant,
-       CASE WHEN j.queued > 0 AND NOT EXISTS (SELECT 1 FROM job_fires o
-                                              WHERE o.job_id = j.id AND o.status = 'open')
-            THEN (SELECT f.scheduled_for FROM job_fires f
-                  WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
-       END AS release_for
-FROM jobs j WHERE j.id = :id
-FOR UPDATE OF j;
+-- FOR UPDATE: as get_job_by_name.
+SELECT * FROM job_rows WHERE id = :id
+FOR UPDATE;
 
 -- name: list_jobs
-SELECT j.*,
-       (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
-       (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
-           AS open_task_id,
-       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant,
-       CASE WHEN j.queued > 0 AND NOT EXISTS (SELECT 1 FROM job_fires o
-                                              WHERE o.job_id = j.id AND o.status = 'open')
-            THEN (SELECT f.scheduled_for FROM job_fires f
-                  WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
-       END AS release_for
-FROM jobs j
-WHERE (:source::text IS NULL OR j.source = :source)
-  AND (:enabled::integer IS NULL OR j.enabled = :enabled)
-ORDER BY j.name;
+SELECT * FROM job_rows
+WHERE (:source::text IS NULL OR source = :source)
+  AND (:enabled::integer IS NULL OR enabled = :enabled)
+ORDER BY name;
 
 -- name: due_jobs
 -- Walks jobs_due from its low end and stops at :now: with 100,000 jobs and none due it reads
--- one index entry.
-SELECT j.*,
-       (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
-       (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
-           AS open_task_id,
-       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant,
-       CASE WHEN j.queued > 0 AND NOT EXISTS (SELECT 1 FROM job_fires o
-                                              WHERE o.job_id = j.id AND o.status = 'open')
-            THEN (SELECT f.scheduled_for FROM job_fires f
-                  WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
-       END AS release_for
-FROM jobs j
-WHERE j.enabled = 1 AND j.next_run_at <= :now
-ORDER BY j.next_run_at
+-- one index entry (the planner pushes the conditions into the view).
+SELECT * FROM job_rows
+WHERE enabled = 1 AND next_run_at <= :now
+ORDER BY next_run_at
 LIMIT :limit;
 
 -- name: earliest_next_run

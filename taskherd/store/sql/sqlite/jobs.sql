@@ -1,69 +1,27 @@
--- Named statements of the job store (taskherd/store/sqlite_jobs.py). Same rules as queries.sql.
+-- Named statements of the job store (taskherd/store/sql_jobs.py). Same rules as queries.sql.
 
 -- name: get_job_by_name
--- The job row as callers see it: open_fires (tasks of this job not finished), the variant
--- of the fire a pending retry repeats and the planned time of the held fire a release would
--- hand its task to ride along, so the scheduler plans from one read. release_for is looked up
--- only when a release can happen (fires held, none open): finding the oldest held fire walks
--- the job's fire history, as release_queued_fire does once more when it releases it.
-SELECT j.*,
-       (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
-       (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
-           AS open_task_id,
-       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant,
-       CASE WHEN j.queued > 0 AND NOT EXISTS (SELECT 1 FROM job_fires o
-                                              WHERE o.job_id = j.id AND o.status = 'open')
-            THEN (SELECT f.scheduled_for FROM job_fires f
-                  WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
-       END AS release_for
-FROM jobs j WHERE j.name = :name;
+-- job_rows (migration 0005): the job with what the scheduler plans from.
+SELECT * FROM job_rows WHERE name = :name;
 
 -- name: get_job_by_id
-SELECT j.*,
-       (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
-       (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
-           AS open_task_id,
-       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant,
-       CASE WHEN j.queued > 0 AND NOT EXISTS (SELECT 1 FROM job_fires o
-                                              WHERE o.job_id = j.id AND o.status = 'open')
-            THEN (SELECT f.scheduled_for FROM job_fires f
-                  WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
-       END AS release_for
-FROM jobs j WHERE j.id = :id;
+SELECT * FROM job_rows WHERE id = :id;
 
 -- name: list_jobs
-SELECT j.*,
-       (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
-       (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
-           AS open_task_id,
-       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant,
-       CASE WHEN j.queued > 0 AND NOT EXISTS (SELECT 1 FROM job_fires o
-                                              WHERE o.job_id = j.id AND o.status = 'open')
-            THEN (SELECT f.scheduled_for FROM job_fires f
-                  WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
-       END AS release_for
-FROM jobs j
-WHERE (:source IS NULL OR j.source = :source)
-  AND (:enabled IS NULL OR j.enabled = :enabled)
-ORDER BY j.name;
+SELECT * FROM job_rows
+WHERE (:source IS NULL OR source = :source)
+  AND (:enabled IS NULL OR enabled = :enabled)
+ORDER BY name;
 
 -- name: due_jobs
 -- Walks jobs_due from its low end and stops at :now: with 100,000 jobs and none due it reads
--- one index entry. INDEXED BY keeps the planner from a full scan before ANALYZE has run.
-SELECT j.*,
-       (SELECT count(*) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open') AS open_fires,
-       (SELECT max(f.task_id) FROM job_fires f WHERE f.job_id = j.id AND f.status = 'open')
-           AS open_task_id,
-       (SELECT f.variant FROM job_fires f WHERE f.id = j.retry_of) AS retry_variant,
-       CASE WHEN j.queued > 0 AND NOT EXISTS (SELECT 1 FROM job_fires o
-                                              WHERE o.job_id = j.id AND o.status = 'open')
-            THEN (SELECT f.scheduled_for FROM job_fires f
-                  WHERE f.job_id = j.id AND f.status = 'queued' ORDER BY f.id LIMIT 1)
-       END AS release_for
-FROM jobs j INDEXED BY jobs_due
-WHERE j.enabled = 1 AND j.next_run_at <= :now
-ORDER BY j.next_run_at
-LIMIT :limit;
+-- one index entry. INDEXED BY keeps the planner from a full scan before ANALYZE has run; a
+-- view takes no INDEXED BY, so the due ids are found in jobs itself.
+SELECT * FROM job_rows
+WHERE id IN (SELECT id FROM jobs INDEXED BY jobs_due
+             WHERE enabled = 1 AND next_run_at <= :now
+             ORDER BY next_run_at LIMIT :limit)
+ORDER BY next_run_at;
 
 -- name: earliest_next_run
 SELECT min(next_run_at) AS earliest FROM jobs INDEXED BY jobs_due WHERE enabled = 1;
