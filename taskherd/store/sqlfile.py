@@ -27,17 +27,26 @@ class Migration:
 
 @cache
 def queries(dialect: str) -> dict[str, str]:
-    """Every `-- name: X` block of every .sql file in the dialect's folder, by name."""
+    """Every `-- name: X` block of `common/` and of the dialect's folder, by name.
+
+    A block both define is the dialect's override of the common one (its reason is written
+    above it); a name defined twice within one folder is a mistake.
+    """
+    found = _blocks(SQL_ROOT / "common") | _blocks(SQL_ROOT / dialect)
+    if dialect == "postgres":
+        return {name: _psycopg_parameters(sql) for name, sql in found.items()}
+    return found
+
+
+def _blocks(folder: Path) -> dict[str, str]:
     found: dict[str, str] = {}
-    for path in sorted((SQL_ROOT / dialect).glob("*.sql")):
-        text = path.read_text()
-        parts = _NAME_LINE.split(text)
+    for path in sorted(folder.glob("*.sql")):
+        parts = _NAME_LINE.split(path.read_text())
         # parts = [preamble, name1, body1, name2, body2, ...]
         for name, body in zip(parts[1::2], parts[2::2]):
             if name in found:
-                raise ValueError(f"SQL block {name!r} is defined twice ({path.name})")
-            sql = _strip_comment_lines(body)
-            found[name] = _psycopg_parameters(sql) if dialect == "postgres" else sql
+                raise ValueError(f"SQL block {name!r} is defined twice in {folder.name}/")
+            found[name] = _strip_comment_lines(body)
     return found
 
 

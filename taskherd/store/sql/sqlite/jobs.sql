@@ -26,31 +26,6 @@ ORDER BY next_run_at;
 -- name: earliest_next_run
 SELECT min(next_run_at) AS earliest FROM jobs INDEXED BY jobs_due WHERE enabled = 1;
 
--- name: insert_job
-INSERT INTO jobs (name, template, trigger_spec, timezone, overlap, missed_fire, max_retries,
-                  enabled, source, delete_after_run, next_run_at, schedule_at, created_at,
-                  updated_at)
-VALUES (:name, :template, :trigger_spec, :timezone, :overlap, :missed_fire, :max_retries,
-        :enabled, :source, :delete_after_run, :next_run_at, :schedule_at, :now, :now);
-
--- name: update_job_definition
-UPDATE jobs
-SET template = :template, trigger_spec = :trigger_spec, timezone = :timezone,
-    overlap = :overlap, missed_fire = :missed_fire, max_retries = :max_retries,
-    enabled = :enabled, delete_after_run = :delete_after_run, schedule_at = :schedule_at,
-    next_run_at = :next_run_at, version = version + 1, updated_at = :now
-WHERE id = :id;
-
--- name: write_job_state
--- Used inside a write transaction right after reading the row, so the version always matches;
--- the guard is there so a caller that forgot to re-read fails loudly instead of clobbering.
-UPDATE jobs
-SET next_run_at = :next_run_at, schedule_at = :schedule_at, backoff_until = :backoff_until,
-    failures = :failures, variant_cursor = :variant_cursor, queued = :queued,
-    run_now_at = :run_now_at, retry_at = :retry_at, retry_of = :retry_of,
-    retry_count = :retry_count, enabled = :enabled, version = version + 1, updated_at = :now
-WHERE id = :id AND version = :version;
-
 -- name: claim_job_fire
 -- The fire claim: compare-and-set on next_run_at (plus the row version, so a plan made from
 -- any stale column loses). Zero rows changed: another scheduler fired it, or the job changed.
@@ -65,21 +40,6 @@ WHERE id = :id AND next_run_at = :expected AND version = :version AND enabled = 
 -- PostgreSQL takes row locks here (see its file); SQLite's write transaction already holds
 -- the whole database, so this only reads.
 SELECT id FROM job_fires WHERE job_id = (SELECT id FROM jobs WHERE name = :name);
-
--- name: delete_job
-DELETE FROM jobs WHERE id = :id;
-
--- name: skip_queued_fires
--- A deleted job's held fires will never be released: end them, or they stay 'queued' forever.
-UPDATE job_fires SET status = 'skipped', error = :error, finished_at = :now
-WHERE job_id = :job_id AND status = 'queued';
-
--- name: insert_job_fire
-INSERT INTO job_fires (job_id, job_name, scheduled_for, fired_at, kind, status, task_id,
-                       retry_of, retry_count, variant, error, finished_at)
-VALUES (:job_id, :job_name, :scheduled_for, :now, :kind, :status, :task_id, :retry_of,
-        :retry_count, :variant, :error, :finished_at)
-RETURNING *;
 
 -- name: release_queued_fire
 -- overlap = queue: the oldest held fire of the job gets its task now (status open), or ends
@@ -104,16 +64,6 @@ WHERE f.status = 'open' AND (t.id IS NULL OR t.finished_at IS NOT NULL)
 ORDER BY f.id
 LIMIT :limit;
 
--- name: settle_job_fire
-UPDATE job_fires
-SET status = :status, duration = :duration, summary = :summary, error = :error,
-    finished_at = :now
-WHERE id = :id AND status = 'open'
-RETURNING *;
-
--- name: get_job_fire
-SELECT * FROM job_fires WHERE id = :id;
-
 -- name: list_job_fires
 SELECT * FROM job_fires
 WHERE (:job_name IS NULL OR job_name = :job_name)
@@ -126,6 +76,3 @@ SELECT r.* FROM runs r JOIN job_fires f ON f.task_id = r.task_id
 WHERE f.job_name = :job_name AND (:since IS NULL OR r.claimed_at >= :since)
 ORDER BY r.id DESC
 LIMIT :limit;
-
--- name: prune_job_fires
-DELETE FROM job_fires WHERE finished_at IS NOT NULL AND finished_at < :before;
