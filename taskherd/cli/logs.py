@@ -17,10 +17,15 @@ import click
 
 from taskherd.cli.common import BadInput, Refused, json_option, print_json
 from taskherd.model import Run
+from taskherd.runtimes.claude_render import StreamRenderer, looks_like_stream_json, render_text
 from taskherd.store import Store
 
 FOLLOW_POLL = 0.2  # seconds between looks at a followed log: quick to show, cheap to run
 CHUNK = 64 * 1024
+SNIFF_BYTES = 8192  # the start of a log, enough to hold its header and first event
+# Events read per line asked for with --lines on a rendered log: most events render to one
+# line, stream deltas and bookkeeping to none.
+EVENTS_PER_LINE = 4
 
 
 def log_options(command: Any) -> Any:
@@ -29,6 +34,8 @@ def log_options(command: Any) -> Any:
         click.option("--lines", "-n", type=int, help="Only the last N lines."),
         click.option("--follow", "-f", is_flag=True,
                      help="Keep printing what the agent writes until its run ends."),
+        click.option("--raw", is_flag=True,
+                     help="A Claude Code run's stream-json events as written, not as text."),
         json_option,
     ]):
         command = option(command)
@@ -42,10 +49,15 @@ def check_log_options(lines: int | None, follow: bool, as_json: bool) -> None:
         raise BadInput(f"--lines {lines}: must be 0 or more")
 
 
-def show_log(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: bool) -> None:
-    """Print `run`'s log (its last `lines` lines if given), then follow it if asked."""
+def show_log(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: bool,
+             raw: bool = False) -> None:
+    """Print `run`'s log (its last `lines` lines if given), then follow it if asked.
+
+    A Claude Code run's stream-json is shown as text (what the assistant said, one line per
+    tool call and result, the result) unless `raw`; JSON output always carries the log as is.
+    """
     try:
-        _show(store, run, lines=lines, follow=follow, as_json=as_json)
+        _show(store, run, lines=lines, follow=follow, as_json=as_json, raw=raw)
     except KeyboardInterrupt:
         pass  # the person stopped following; the run goes on
     except BrokenPipeError:
@@ -54,7 +66,8 @@ def show_log(store: Store, run: Run, *, lines: int | None, follow: bool, as_json
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _show(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: bool) -> None:
+def _show(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: bool,
+          raw: bool) -> None:
     if run.log_path is None and follow:
         run = _wait_for_process(store, run)
     if run.log_path is None:
@@ -64,6 +77,10 @@ def _show(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: b
         raise Refused(f"run {run.id} has not started a process yet; "
                       "add --follow to wait for its output")
     with _open_log(run) as log_file:
+        renderer = None if raw or as_json else _renderer_for(log_file)
+        if renderer is not None:
+            _show_rendered(store, run, log_file, renderer, lines, follow)
+            return
         text = _tail(log_file, lines) if lines is not None else log_file.read()
         if as_json:
             print_json({"run_id": run.id, "task_id": run.task_id, "log_path": run.log_path,
@@ -75,6 +92,29 @@ def _show(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: b
         out.flush()
         if follow:
             _follow(store, run.id, log_file, out)
+
+
+def _renderer_for(log_file: BinaryIO) -> StreamRenderer | None:
+    """A renderer when the log is Claude Code's stream-json, else None (printed as is)."""
+    start = log_file.read(SNIFF_BYTES)
+    log_file.seek(0)
+    first_lines = start.decode("utf-8", "replace").splitlines()[:3]
+    return StreamRenderer() if looks_like_stream_json(first_lines) else None
+
+
+def _show_rendered(store: Store, run: Run, log_file: BinaryIO, renderer: StreamRenderer,
+                   lines: int | None, follow: bool) -> None:
+    out = sys.stdout.buffer
+    if lines is not None:
+        text = render_text(_tail(log_file, lines * EVENTS_PER_LINE)).splitlines(keepends=True)
+        out.write("".join(text[-lines:] if lines else []).encode())
+    else:
+        out.write(renderer.feed(log_file.read()).encode())
+    out.flush()
+    if follow:
+        _follow(store, run.id, log_file, out, renderer)
+    else:
+        out.write(renderer.finish().encode())
 
 
 def _open_log(run: Run) -> BinaryIO:
@@ -96,15 +136,19 @@ def _wait_for_process(store: Store, run: Run) -> Run:
     return run
 
 
-def _follow(store: Store, run_id: int, log_file: BinaryIO, out: BinaryIO) -> None:
+def _follow(store: Store, run_id: int, log_file: BinaryIO, out: BinaryIO,
+            renderer: StreamRenderer | None = None) -> None:
     """Copy what is appended to the log until its run has ended and nothing more comes."""
     while True:
         ended = store.get_run(run_id).ended_at is not None
         # Read after the check: whatever the agent wrote before its run ended is printed.
         while chunk := log_file.read(CHUNK):
-            out.write(chunk)
+            out.write(renderer.feed(chunk).encode() if renderer else chunk)
             out.flush()
         if ended:
+            if renderer:
+                out.write(renderer.finish().encode())
+                out.flush()
             return
         time.sleep(FOLLOW_POLL)
 

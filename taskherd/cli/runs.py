@@ -131,12 +131,13 @@ def _stale_reason(store: Store, config: Any, run: Run, started: float,
 @click.argument("run_id", type=int)
 @log_options
 @click.pass_context
-def log_command(ctx: click.Context, run_id: int, lines: int | None, follow: bool,
+def log_command(ctx: click.Context, run_id: int, lines: int | None, follow: bool, raw: bool,
                 as_json: bool) -> None:
     """Print what a run's agent wrote (its log), or follow it until the run ends."""
     check_log_options(lines, follow, as_json)
     with store_for(ctx) as store:
-        show_log(store, store.get_run(run_id), lines=lines, follow=follow, as_json=as_json)
+        show_log(store, store.get_run(run_id), lines=lines, follow=follow, as_json=as_json,
+                 raw=raw)
 
 
 @runs_group.command("cost")

@@ -150,7 +150,7 @@ def show_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
 @log_options
 @click.pass_context
 def log_command(ctx: click.Context, task_id: int, run_id: int | None, lines: int | None,
-                follow: bool, as_json: bool) -> None:
+                follow: bool, raw: bool, as_json: bool) -> None:
     """Print what the agent of a task's latest run wrote (its log), or follow it."""
     check_log_options(lines, follow, as_json)
     with store_for(ctx) as store:
@@ -166,7 +166,7 @@ def log_command(ctx: click.Context, task_id: int, run_id: int | None, lines: int
             run = runs[-1]
         else:
             raise Refused(f"task {task_id} has not run yet (it is {task.state.value})")
-        show_log(store, run, lines=lines, follow=follow, as_json=as_json)
+        show_log(store, run, lines=lines, follow=follow, as_json=as_json, raw=raw)
 
 
 def _print_task(task: Task) -> None:
