@@ -12,34 +12,61 @@ from taskherd.cli.common import BadInput
 from taskherd.config import CONFIG_FILE
 
 STARTER = """\
-# taskherd configuration. Durations read as "90s", "10m", "1h".
+# taskherd configuration. Durations read as "90s", "10m", "1h". Every setting shown with
+# its default; `taskherd doctor` checks this file against the service's environment.
 
 [daemon]
 # Where the queue lives. A relative path is relative to this file. Several machines
 # share one PostgreSQL database instead: "postgresql://user@host/taskherd"
 # (needs `pip install 'taskherd[postgres]'`).
 database = "taskherd.db"
+# Run logs and the daemon's sockets (default: .taskherd/ beside this file; created 0700).
+# data_dir = ".taskherd"
 # "full" survives power loss; "normal" is faster and survives a crash of taskherd itself.
 durability = "full"
 # Agents running at once on this machine.
 max_concurrent = 3
-# Schedules run in this zone unless a job names its own. Stated, never guessed.
+# Schedules, and "today" in cost sums, use this zone unless a job names its own.
 timezone = {timezone}
 # PATH the agents (and the service) run with: the shell's PATH is not there under launchd/systemd.
 path = {path}
+# This daemon's name in leases and runs (default: the host name); unique per database.
+# node = "build-box"
+# A claim lasts this long without renewal; a dead node's tasks are rescued after it.
+lease = "60s"
+# The daemon wakes on events; this is only the fallback look at the queue.
+poll_interval = "1s"
+# What `taskherd stop` does to running agents: "detach" (the next daemon re-adopts them),
+# "wait" (up to shutdown_grace, then kill) or "kill".
+on_shutdown = "detach"
+shutdown_grace = "30s"   # how long "wait" waits
+# Finished tasks, their runs and log files are pruned after this long.
+retention = "30d"
 
-# A role is a kind of agent. `command` is an argv list, never a shell string:
-# {{task_id}}, {{run_id}}, {{role}}, {{prompt_file}} and {{workdir}} are filled in.
+# A role is a kind of agent. This one is Claude Code in print mode: taskherd reads its
+# stream-json for the summary, cost, tokens and rate limits. It needs ANTHROPIC_API_KEY in
+# the service's environment, or a `claude` login of the user the service runs as.
 [roles.coder]
-runtime = "command"
-command = ["claude", "-p", "--output-format", "stream-json", "--verbose"]
-prompt_via = "stdin"
+runtime = "claude"
+# binary = "/usr/local/bin/claude"   # default: `claude` on `path`
+# model = "sonnet"
+# allowed_tools = ["Bash", "Edit", "Read"]
+# permission_mode = "acceptEdits"
+# workdir = "/srv/repo"              # default: the folder `taskherd up` runs in
 max_concurrent = 2
-max_attempts = 3
-backoff = "15s"        # 15s, 30s, 60s … capped at backoff_cap
+max_attempts = 3       # strikes (failed, timed out, stalled, crashed) before `dead`
+backoff = "15s"        # 15s, 30s, 60s … before a retry, capped at backoff_cap
 backoff_cap = "15m"
 timeout = "30m"        # hard limit of one run
 idle_timeout = "10m"   # no output, heartbeat or CPU for this long: stalled
+rate_limit_cooldown = "1h"   # longest pause after a limit that names no reset time
+
+# Any other program: `command` is an argv list, never a shell string;
+# {{task_id}}, {{run_id}}, {{role}}, {{prompt_file}} and {{workdir}} are filled in.
+# [roles.script]
+# runtime = "command"
+# command = ["/usr/local/bin/my-agent", "--task", "{{task_id}}"]
+# prompt_via = "stdin"   # or "file" ({{prompt_file}}) or "arg"
 
 # [pools]
 # git-main = 1         # at most one task naming pool "git-main" runs at a time
@@ -57,9 +84,15 @@ def init_command(force: bool, directory: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     # JSON string syntax is valid TOML: a PATH holding a quote or a backslash stays one string.
     text = STARTER.format(timezone=json.dumps(local_timezone()),
-                          path=json.dumps(os.environ.get("PATH", "")))
+                          path=json.dumps(unique_path(os.environ.get("PATH", ""))))
     target.write_text(text)
     click.echo(f"wrote {target}: edit the roles, then `taskherd task add` and `taskherd status`")
+
+
+def unique_path(path: str) -> str:
+    """PATH with each folder once, in its first place (shell profiles often add twice)."""
+    folders = [folder for folder in path.split(os.pathsep) if folder]
+    return os.pathsep.join(dict.fromkeys(folders))
 
 
 def local_timezone() -> str:
