@@ -137,7 +137,10 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
     if path is None:
         return parse_config({}, base_dir=Path.cwd())
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not valid UTF-8 (offset {error.start}); "
+                          "TOML files are UTF-8") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from error
     try:

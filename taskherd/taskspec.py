@@ -7,6 +7,7 @@ naming the field, the value and what would be accepted.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,16 @@ TASK_FIELDS = {
     "parent_id": "the id of the task that made it",
     "meta": "a table of extra data",
 }
+
+
+# Prompts larger than this are refused at the door: a runaway import or a log pasted whole
+# would otherwise sit in every claim's row and every agent's argv or stdin.
+MAX_PROMPT_BYTES = 1 << 20
+TITLE_LIMIT = 500  # characters: a title is what a board line or a notification shows
+# Control characters (newlines, escapes) would break a board line, or rewrite a terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Bytes that were not UTF-8 reach Python as lone surrogates (argv, surrogateescape).
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 class TaskSpecError(ValueError):
@@ -51,8 +62,8 @@ def new_task_from(data: Mapping[str, Any], config: Config) -> NewTask:
         raise TaskSpecError(f"pool {pool!r} is not defined in [pools] ({known})")
     return NewTask(
         role=role,
-        title=_text(data, "title", required=True),
-        prompt=_text(data, "prompt") or "",
+        title=_title(data),
+        prompt=_prompt(data),
         priority=_priority(data.get("priority", "P2")),
         pool=pool,
         dedup_key=_text(data, "dedup_key"),
@@ -73,7 +84,38 @@ def _text(data: Mapping[str, Any], key: str, required: bool = False) -> str | No
         return None
     if not isinstance(value, str) or (required and not value.strip()):
         raise TaskSpecError(f"{key} = {value!r}: expected {TASK_FIELDS[key]}, as a non-empty string")
+    bad = _SURROGATE.search(value)
+    if bad:
+        raise TaskSpecError(f"{key} is not valid UTF-8 (an undecodable byte at character "
+                            f"{bad.start()}): give text in UTF-8")
     return value
+
+
+def _title(data: Mapping[str, Any]) -> str:
+    title = _text(data, "title", required=True)
+    assert title is not None
+    control = _CONTROL.search(title)
+    if control:
+        raise TaskSpecError(f"title = {_clip(title)!r}: expected one line without control "
+                            f"characters (found {control.group()!r} at {control.start()}); "
+                            "put details in the prompt")
+    if len(title) > TITLE_LIMIT:
+        raise TaskSpecError(f"title is {len(title)} characters: expected at most {TITLE_LIMIT}; "
+                            "put details in the prompt")
+    return title
+
+
+def _prompt(data: Mapping[str, Any]) -> str:
+    prompt = _text(data, "prompt") or ""
+    size = len(prompt.encode())
+    if size > MAX_PROMPT_BYTES:
+        raise TaskSpecError(f"prompt is {size} bytes: expected at most {MAX_PROMPT_BYTES} "
+                            "(1 MiB); give the agent a file to read instead")
+    return prompt
+
+
+def _clip(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _priority(value: Any) -> Priority:

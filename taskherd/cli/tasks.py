@@ -36,7 +36,8 @@ def task_group() -> None:
 @click.argument("title")
 @click.option("--role", "-r", required=True, help="Role that runs it ('any' for any role).")
 @click.option("--prompt", "-p", help="The agent's instructions.")
-@click.option("--prompt-file", type=click.File("r"), help="Read the prompt from a file ('-': stdin).")
+@click.option("--prompt-file", type=click.File("rb"),
+              help="Read the prompt from a file ('-': stdin).")
 @click.option("--priority", "-P", default="P2", show_default=True, help="P0 (first) … P3.")
 @click.option("--pool", help="A pool from [pools] the task needs a slot of.")
 @click.option("--dedup-key", help="If an open task has this key, return it instead.")
@@ -53,7 +54,7 @@ def add_command(ctx: click.Context, title: str, prompt_file: Any, delay: str | N
     if options["prompt"] is not None and prompt_file is not None:
         raise BadInput("give --prompt or --prompt-file, not both")
     if prompt_file is not None:
-        options["prompt"] = prompt_file.read()
+        options["prompt"] = decoded(prompt_file.read(), "--prompt-file")
     started = now()
     if delay is not None:
         try:
@@ -74,13 +75,14 @@ def add_command(ctx: click.Context, title: str, prompt_file: Any, delay: str | N
 
 
 @task_group.command("import")
-@click.argument("source", type=click.File("r"))
+@click.argument("source", type=click.File("rb"))
 @json_option
 @click.pass_context
 def import_command(ctx: click.Context, source: Any, as_json: bool) -> None:
     """Add tasks from JSON Lines (one object per line; '-' reads stdin). All or nothing."""
     batch = []
-    for number, line in enumerate(source, start=1):
+    for number, raw in enumerate(source, start=1):
+        line = decoded(raw, f"line {number}")
         if not line.strip():
             continue
         try:
@@ -223,6 +225,15 @@ def _validated(ctx: click.Context, data: Any, where: str) -> Any:
         return new_task_from(data, get_config(ctx))
     except TaskSpecError as error:
         raise BadInput(f"{where}{error}") from error
+
+
+def decoded(data: bytes, where: str) -> str:
+    """Bytes read from a file or stdin as text; bytes that are not UTF-8 are bad input."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise BadInput(f"{where}: not valid UTF-8 (byte {data[error.start]:#04x} at offset "
+                       f"{error.start}); save it as UTF-8") from None
 
 
 def _clip(text: str, width: int) -> str:

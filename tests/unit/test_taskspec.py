@@ -37,3 +37,27 @@ def test_bad_task_data_names_the_field(data, message):
         new_task_from(data, CONFIG)
     assert message in str(caught.value)
 
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"role": "coder", "title": "line one\nline two"}, "expected one line"),
+        ({"role": "coder", "title": "bell\x07"}, "control characters"),
+        ({"role": "coder", "title": "\x1b[2Jwiped"}, "control characters"),
+        ({"role": "coder", "title": "t" * 501}, "at most 500"),
+        ({"role": "coder", "title": "caf\udce9"}, "title is not valid UTF-8"),
+        ({"role": "coder", "title": "t", "prompt": "na\udcefve"}, "prompt is not valid UTF-8"),
+        ({"role": "coder", "title": "t", "prompt": "x" * ((1 << 20) + 1)}, "at most 1048576"),
+    ],
+)
+def test_titles_are_one_clean_line_and_text_is_utf8_of_bounded_size(data, message):
+    with pytest.raises(TaskSpecError) as caught:
+        new_task_from(data, CONFIG)
+    assert message in str(caught.value)
+
+
+def test_a_prompt_of_exactly_the_limit_and_unicode_titles_are_fine():
+    task = new_task_from({"role": "coder", "title": "Prüfe café ✓", "prompt": "x" * (1 << 20)},
+                         CONFIG)
+    assert task.title == "Prüfe café ✓" and len(task.prompt) == 1 << 20
