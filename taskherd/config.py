@@ -120,7 +120,8 @@ class Config:
 
 
 def find_config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
-    """--config, else $TASKHERD_CONFIG, else ./taskherd.toml, else none (defaults)."""
+    """--config, else $TASKHERD_CONFIG, else the nearest taskherd.toml in this folder or one
+    above it (as git finds its repository), else none (defaults)."""
     if explicit is not None:
         path = Path(explicit)
         if not path.is_file():
@@ -128,8 +129,14 @@ def find_config_file(explicit: str | os.PathLike[str] | None = None) -> Path | N
         return path
     if os.environ.get(CONFIG_ENV):
         return find_config_file(os.environ[CONFIG_ENV])
-    local = Path.cwd() / CONFIG_FILE
-    return local if local.is_file() else None
+    # Walking up: run from a subfolder of the fleet's folder, a command must still talk to
+    # the fleet's queue, not open a new, empty one that no daemon serves.
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        candidate = folder / CONFIG_FILE
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from taskherd import wake
-from taskherd.config import Config, ConfigError, load_config
+from taskherd.config import CONFIG_FILE, Config, ConfigError, load_config
 from taskherd.store import (
     RunNotFound,
     Store,
@@ -49,9 +49,13 @@ def get_config(ctx: click.Context) -> Config:
     root.ensure_object(dict)
     if "config" not in root.obj:
         try:
-            root.obj["config"] = load_config(root.params.get("config"))
+            root.obj["config"] = config = load_config(root.params.get("config"))
         except ConfigError as error:
             raise BadInput(str(error)) from error
+        if config.source is None:
+            # Said on stderr, so a script reading stdout (or --json) is not disturbed.
+            click.echo(f"note: no {CONFIG_FILE} here or in a folder above; using the database "
+                       f"{shown(config.daemon.database)}", err=True)
     return root.obj["config"]
 
 
