@@ -89,9 +89,42 @@ def now() -> float:
     return time.time()
 
 
+# Fields that hold a moment (unix seconds in the store): JSON shows them as ISO 8601 with the
+# offset, which every language parses and a person reads; `<name>_epoch` keeps the number.
+TIME_FIELDS = frozenset({"until", "run_after", "scheduled_for", "last_seen", "up_since"})
+MONEY_DIGITS = 5  # dollars to a thousandth of a cent: per-call costs are fractions of a cent
+
+
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, default=str)
+    json.dump(for_json(data), sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+def for_json(data: Any) -> Any:
+    """`data` as --json prints it: times as ISO 8601 beside their epoch, money rounded."""
+    if isinstance(data, list | tuple):
+        return [for_json(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    shown: dict[str, Any] = {}
+    for key, value in data.items():
+        if _is_time(key, value):
+            shown[key] = iso_time(value)
+            shown[f"{key}_epoch"] = value
+        elif key.startswith("cost") and isinstance(value, float):
+            shown[key] = round(value, MONEY_DIGITS)
+        else:
+            shown[key] = for_json(value)
+    return shown
+
+
+def iso_time(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).astimezone().isoformat(timespec="milliseconds")
+
+
+def _is_time(key: str, value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and (key.endswith("_at") or key in TIME_FIELDS))
 
 
 def format_time(timestamp: float | None) -> str:
