@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from taskherd.config import Config, ConfigError, RoleConfig, load_config
+from taskherd.runtimes.claude import CLAUDE_AUTH_ENV
+from taskherd.service import ENV_FILE
 from taskherd.store import StoreError, open_store, shown
 from taskherd.store.postgres import is_postgres_url
 
@@ -52,8 +55,11 @@ def run_checks(config_file: str | None) -> list[Check]:
         return [Check(PROBLEM, "config", str(error), "fix the key it names, then run doctor again")]
     checks = [_config_ok(config), check_database(config), check_log_dir(config)]
     checks += [check_role(config, role) for role in config.roles.values()]
+    checks += [check_claude_auth(config, role) for role in config.roles.values()
+               if role.runtime == "claude"]
     checks += [check_timezone(config), check_disk(config)]
-    return checks
+    linger = check_linger()
+    return checks + ([linger] if linger else [])
 
 
 def _config_ok(config: Config) -> Check:
@@ -180,6 +186,61 @@ def _check_env_key(role: RoleConfig) -> Check:
         return Check(WARN, f"role {role.name}", f"reads ${key}, which the service will not "
                      "inherit from your shell", f"set it in roles.{role.name}.env or the unit")
     return Check(OK, f"role {role.name}: runtime {role.runtime} starts no program")
+
+
+def env_file(config: Config) -> Path | None:
+    """The service's environment file: `taskherd.env` beside the config (systemd reads it)."""
+    return config.source.parent / ENV_FILE if config.source is not None else None
+
+
+def read_env_file(path: Path | None) -> dict[str, str]:
+    if path is None or not path.is_file():
+        return {}
+    found = {}
+    for line in path.read_text(errors="replace").splitlines():
+        key, sep, value = line.strip().removeprefix("export ").partition("=")
+        if sep and not key.startswith("#"):
+            found[key.strip()] = value.strip().strip("'\"")
+    return found
+
+
+def check_claude_auth(config: Config, role: RoleConfig) -> Check:
+    """Claude Code under the service needs a key in its environment or the user's login."""
+    what = f"role {role.name}: Claude Code sign-in"
+    file = env_file(config)
+    for source, env in ((f"roles.{role.name}.env", role.env), (str(file), read_env_file(file))):
+        key = next((k for k in CLAUDE_AUTH_ENV if env.get(k)), None)
+        if key:
+            return Check(OK, f"{what}: {key} from {source}")
+    login = Path.home() / ".claude" / ".credentials.json"
+    if login.is_file():
+        return Check(OK, f"{what}: the login in {login}")
+    target = file or "an EnvironmentFile of the unit"
+    in_shell = next((k for k in CLAUDE_AUTH_ENV if os.environ.get(k)), None)
+    if in_shell:
+        return Check(WARN, what, f"{in_shell} is set in your shell, which the service does not "
+                     "inherit", f"put {in_shell}=… in {target} (mode 0600)")
+    return Check(PROBLEM, what, "no API key and no login: every run will fail to authenticate",
+                 f"run `claude` once and log in as this user, or put ANTHROPIC_API_KEY=… in "
+                 f"{target} (mode 0600)")
+
+
+def check_linger() -> Check | None:
+    """A systemd user service stops at logout unless the user lingers (Linux only)."""
+    if sys.platform != "linux" or shutil.which("loginctl") is None:
+        return None
+    user = os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid())
+    try:
+        shown_user = subprocess.run(["loginctl", "show-user", user, "--property=Linger"],
+                                    capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if shown_user.returncode != 0:
+        return None  # no systemd login manager here (a container): nothing to judge
+    if shown_user.stdout.strip() == "Linger=yes":
+        return Check(OK, f"user {user} lingers: the service runs without a login session")
+    return Check(WARN, f"user {user} does not linger", "the user service stops at logout",
+                 f"loginctl enable-linger {user}")
 
 
 def check_timezone(config: Config) -> Check:

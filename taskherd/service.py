@@ -24,6 +24,7 @@ LAUNCHD = "launchd"
 MANAGERS = (SYSTEMD, LAUNCHD)
 UNIT_NAME = "taskherd"
 LABEL = "dev.taskherd.daemon"
+ENV_FILE = "taskherd.env"  # beside the config; read by the unit, checked by `taskherd doctor`
 RESTART_DELAY = 5  # seconds between restarts: a crash loop costs minutes, not thousands of runs
 
 
@@ -37,6 +38,7 @@ class ServiceSpec:
 
     argv: tuple[str, ...]  # absolute program and arguments
     env: dict[str, str]
+    env_file: Path  # optional KEY=value file for secrets agents need (an API key)
     workdir: Path
     stdout_log: Path
     stderr_log: Path
@@ -63,7 +65,8 @@ def service_spec(config: Config, program: Sequence[str] | None = None) -> Servic
     argv = (*(program or taskherd_argv()), "--config", str(config_path), "up")
     env = {"PATH": daemon.path, HOME_ENV: str(daemon.data_dir.resolve())}
     logs = daemon.log_dir.resolve()
-    return ServiceSpec(tuple(argv), env, config_path.parent, logs / "daemon.out.log",
+    return ServiceSpec(tuple(argv), env, config_path.parent / ENV_FILE, config_path.parent,
+                       logs / "daemon.out.log",
                        logs / "daemon.err.log", daemon.shutdown_grace + 15)
 
 
@@ -78,6 +81,9 @@ def render_systemd(spec: ServiceSpec) -> str:
         f"ExecStart={' '.join(_systemd_quote(arg) for arg in spec.argv)}",
         f"WorkingDirectory={_systemd_quote(str(spec.workdir))}",
         *(f"Environment={_systemd_quote(f'{key}={value}')}" for key, value in spec.env.items()),
+        # Secrets (ANTHROPIC_API_KEY=…) go in this file, mode 0600, never in the unit, which
+        # any local user may read; the leading '-' lets the unit start without one.
+        f"EnvironmentFile=-{_systemd_quote(str(spec.env_file))}",
         "Restart=always",
         f"RestartSec={RESTART_DELAY}",
         # Agents run in their own sessions but in this unit's cgroup: the default

@@ -7,6 +7,7 @@ going, so the fleet pauses before Claude Code burns its own retries.
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 
 from taskherd.config import RoleConfig
@@ -20,6 +21,8 @@ from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until
 # `claude -p` reads them when no prompt argument is given.
 MAX_PROMPT_ARG = 100_000
 SUMMARY_LIMIT = 2000
+# What Claude Code signs in with, besides a login stored in ~/.claude (HOME is carried over).
+CLAUDE_AUTH_ENV = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN")
 
 
 class ClaudeReader(OutputReader):
@@ -72,7 +75,10 @@ class ClaudeRuntime(Runtime):
         if role.mcp_config:
             argv += ["--mcp-config", role.mcp_config]
         argv += list(role.args)
-        return Launch(argv, dict(role.env), role.workdir, stdin)
+        # Agents get an explicit environment: Claude Code's sign-in must be handed over from
+        # the daemon's (the service's EnvironmentFile), or every run fails to authenticate.
+        signed_in = {key: os.environ[key] for key in CLAUDE_AUTH_ENV if os.environ.get(key)}
+        return Launch(argv, signed_in | dict(role.env), role.workdir, stdin)
 
     def reader(self, role: RoleConfig) -> OutputReader:
         return ClaudeReader(role)
