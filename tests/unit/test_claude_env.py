@@ -3,12 +3,11 @@ file), and nothing else of the daemon's environment; a role's own env wins."""
 
 from __future__ import annotations
 
-from taskherd.config import RoleConfig
+from taskherd.config import RoleConfig, parse_config
 from taskherd.model import Priority, Run, Task, TaskState
 from taskherd.runtimes.base import RunFiles
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.service import render_systemd, service_spec
-from taskherd.config import parse_config
 
 
 def record(cls, **values):
