@@ -15,6 +15,7 @@ from pathlib import Path
 from taskherd.model import Claim, Cooldown, NewTask, Run, RunResult, Task, TaskState
 from taskherd.queue import RetryPolicy
 from taskherd.store.jobs import JobStore
+from taskherd.store.nodes import NodeStore
 
 # Maps a role to its retry policy: the config knows the roles, the store does not.
 PolicyLookup = Callable[[str], RetryPolicy]
@@ -80,7 +81,7 @@ class StateCount:
     count: int
 
 
-class Store(JobStore, abc.ABC):
+class Store(JobStore, NodeStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # -- tasks ---------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from taskherd.store.base import (
     TransitionRefused,
 )
 from taskherd.store.sql_jobs import SQLJobs
+from taskherd.store.sql_nodes import SQLNodes
 
 REPORTS = ("done", "fail", "block")
 S = TaskState
@@ -51,7 +52,7 @@ class Connection(Protocol):
     def execute(self, sql: str, params: Mapping[str, Any] = ..., /) -> Any: ...
 
 
-class SQLStore(SQLJobs, Store):
+class SQLStore(SQLJobs, SQLNodes, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------

@@ -1,0 +1,38 @@
+"""The node store over named SQL (`store/sql/common/nodes.sql`); mixed into `SQLStore`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from taskherd.store.nodes import Node, NodeStore
+
+if TYPE_CHECKING:
+    from taskherd.store.sql_store import Connection
+
+
+class SQLNodes(NodeStore):
+    if TYPE_CHECKING:
+        q: Mapping[str, str]
+
+        def _write(self) -> AbstractContextManager[Connection]: ...
+        def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]: ...
+
+    def node_up(self, name: str, *, host: str, pid: int, version: str, lease: float,
+                now: float) -> Node:
+        params = {"name": name, "host": host, "pid": pid, "version": version, "lease": lease,
+                  "now": now}
+        with self._write() as db:
+            return Node.from_row(db.execute(self.q["node_up"], params).fetchall()[0])
+
+    def node_seen(self, name: str, now: float, running: int) -> None:
+        with self._write() as db:
+            db.execute(self.q["node_seen"], {"name": name, "now": now, "running": running})
+
+    def node_stopped(self, name: str, now: float) -> None:
+        with self._write() as db:
+            db.execute(self.q["node_stopped"], {"name": name, "now": now})
+
+    def list_nodes(self) -> list[Node]:
+        return [Node.from_row(row) for row in self._all("list_nodes")]

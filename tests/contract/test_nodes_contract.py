@@ -1,0 +1,39 @@
+"""Nodes say they are alive: a daemon that stops says goodbye, one that dies goes silent and
+is judged down after three of its lease periods."""
+
+from __future__ import annotations
+
+LEASE = 60.0
+
+
+def up(store, name="n1", now=1000.0, pid=4242):
+    return store.node_up(name, host="box", pid=pid, version="1.2", lease=LEASE, now=now)
+
+
+def test_a_node_that_keeps_reporting_is_up_with_its_running_count(store):
+    node = up(store)
+    assert node.status(1000.0) == "up" and node.running == 0 and node.started_at == 1000.0
+    store.node_seen("n1", 1100.0, running=3)
+    [node] = store.list_nodes()
+    assert (node.last_seen, node.running, node.pid, node.host) == (1100.0, 3, 4242, "box")
+    assert node.status(1100.0 + 3 * LEASE) == "up"
+
+
+def test_a_silent_node_is_down_and_a_clean_stop_is_stopped(store):
+    up(store, "dies")
+    up(store, "leaves")
+    store.node_stopped("leaves", 1010.0)
+    nodes = {node.name: node for node in store.list_nodes()}
+    later = 1000.0 + 3 * LEASE + 1
+    assert nodes["dies"].status(later) == "down"
+    assert nodes["leaves"].status(later) == "stopped"
+    assert nodes["leaves"].stopped_at == 1010.0 and nodes["leaves"].running == 0
+
+
+def test_a_restart_is_a_new_life(store):
+    up(store, now=1000.0, pid=1)
+    store.node_seen("n1", 1050.0, running=2)
+    store.node_stopped("n1", 1060.0)
+    node = up(store, now=2000.0, pid=2)
+    assert (node.started_at, node.pid, node.stopped_at, node.running) == (2000.0, 2, None, 0)
+    assert [n.name for n in store.list_nodes()] == ["n1"]
