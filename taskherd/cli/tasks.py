@@ -21,7 +21,7 @@ from taskherd.cli.common import (
 )
 from taskherd.cli.logs import check_log_options, log_options, show_log
 from taskherd.durations import parse_duration
-from taskherd.model import Task, TaskState
+from taskherd.model import Run, Task, TaskState
 from taskherd.taskspec import TaskSpecError, new_task_from
 
 STATE_NAMES = [state.value for state in TaskState]
@@ -116,9 +116,9 @@ def list_command(ctx: click.Context, state: str | None, role: str | None, limit:
         print_json([task.to_dict() for task in tasks])
         return
     print_table(
-        ["id", "pri", "state", "role", "tries", "title"],
+        ["id", "pri", "state", "role", "strikes", "title"],
         [[t.id, f"P{int(t.priority)}", t.state.value, t.role,
-          f"{t.attempts}/{t.max_attempts}", _clip(t.title, 60)] for t in tasks],
+          f"{t.attempts} of {t.max_attempts}", _clip(t.title, 60)] for t in tasks],
     )
 
 
@@ -134,7 +134,7 @@ def show_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
     if as_json:
         print_json(task.to_dict() | {"runs": [run.to_dict() for run in runs]})
         return
-    _print_task(task)
+    _print_task(task, runs)
     if runs:
         click.echo("")
         print_table(
@@ -171,11 +171,15 @@ def log_command(ctx: click.Context, task_id: int, run_id: int | None, lines: int
         show_log(store, run, lines=lines, follow=follow, as_json=as_json, raw=raw)
 
 
-def _print_task(task: Task) -> None:
+def _print_task(task: Task, runs: list[Run]) -> None:
+    # Runs and strikes are different counts: a rate limit or a rescue is a run, not a strike.
+    progress = next((run.progress for run in reversed(runs)
+                     if run.ended_at is None and run.progress), None)
     lines = [
         ("task", task.id), ("title", task.title), ("role", task.role),
         ("state", task.state.value), ("priority", f"P{int(task.priority)}"),
-        ("attempts", f"{task.attempts} of {task.max_attempts}"), ("pool", task.pool),
+        ("runs", len(runs)), ("strikes", f"{task.attempts} of {task.max_attempts}"),
+        ("progress", progress), ("pool", task.pool),
         ("dedup key", task.dedup_key), ("lease", task.lease_node), ("reason", task.reason),
         ("summary", task.summary), ("last error", task.last_error),
         ("created", format_time(task.created_at)),
