@@ -242,12 +242,27 @@ def task_for_fire(job: Job, config: Config, *, variant: int | None, scheduled_fo
     variants = job.template.get("variants") or []
     if variant is not None and variant < len(variants):
         template = _overlay(template, variants[variant])
+    template["title"] = fill_title(str(template.get("title") or job.name), job, scheduled_for,
+                                   kind)
     meta = dict(template.get("meta") or {})
     meta.update({"job": job.name, "scheduled_for": scheduled_for, "fire": kind})
     if retry_count:
         meta["retry_count"] = retry_count
     template["meta"] = meta
     return new_task_from(template, config)
+
+
+# What a job's title may name, filled in per fire: "{job} {date}" → "digest 2026-11-23".
+# Other braces are left as written, so a title that holds them by chance still works.
+_TITLE_PLACEHOLDER = re.compile(r"\{(job|date|time|fire)\}")
+
+
+def fill_title(title: str, job: Job, scheduled_for: float, kind: str) -> str:
+    """The title with {job}, {date} and {time} (the fire's, in the job's zone) and {fire}."""
+    moment = datetime.fromtimestamp(scheduled_for, ZoneInfo(job.timezone))
+    values = {"job": job.name, "date": moment.strftime("%Y-%m-%d"),
+              "time": moment.strftime("%H:%M"), "fire": kind}
+    return _TITLE_PLACEHOLDER.sub(lambda match: values[match.group(1)], title)
 
 
 def _overlay(template: Mapping[str, Any], variant: Mapping[str, Any]) -> dict[str, Any]:
