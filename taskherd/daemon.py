@@ -13,12 +13,13 @@ import json
 import logging
 import os
 import signal
+import socket
 import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from taskherd import spares, wake
+from taskherd import __version__, spares, wake
 from taskherd.config import Config, ConfigError, DaemonConfig, load_config
 from taskherd.dispatcher import Dispatcher
 from taskherd.monitor import Monitor
@@ -132,6 +133,8 @@ class Daemon:
         self._install_signals()
         listener = await wake.listen(daemon.data_dir, self.wake)
         self._reconcile(store, supervisor)
+        store.node_up(daemon.node, host=socket.gethostname(), pid=os.getpid(),
+                      version=__version__, lease=daemon.lease, now=self.clock())
         # Spare shims for a burst as large as the node runs at once (capped low: each is an
         # idle interpreter), so even the first spawns need not wait for one to start.
         spares.prewarm(daemon.max_concurrent)
@@ -169,6 +172,10 @@ class Daemon:
                      daemon.on_shutdown)
             await supervisor.shutdown(daemon.on_shutdown, daemon.shutdown_grace)
             await _cancel(watching)
+            try:
+                store.node_stopped(daemon.node, self.clock())
+            except StoreError as error:  # the database is away: the node will look down
+                log.warning("could not record this node's stop: %s", error)
             if listener is not None:
                 listener.close()
                 wake.socket_path(daemon.data_dir).unlink(missing_ok=True)

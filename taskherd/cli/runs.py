@@ -24,6 +24,7 @@ from taskherd.cli.logs import check_log_options, log_options, show_log
 from taskherd.durations import parse_duration
 from taskherd.model import Run
 from taskherd.store import Store
+from taskherd.store.nodes import Node
 
 ALL = 1_000_000  # "every run" for sums: the runs table is pruned with its tasks
 
@@ -103,14 +104,24 @@ def stale_command(ctx: click.Context, after: str | None, as_json: bool) -> None:
         except ValueError as error:
             raise BadInput(str(error)) from error
     with store_for(ctx) as store:
+        nodes = {node.name: node for node in store.list_nodes()}
         stale = [(run, why) for run in store.open_runs()
-                 if (why := _stale_reason(store, config, run, started, limit))]
+                 if (why := _node_down(nodes.get(run.node), started)
+                     or _stale_reason(store, config, run, started, limit))]
     if as_json:
         print_json([run.to_dict() | {"reason": why} for run, why in stale])
         return
     print_table(["run", "task", "role", "node", "pid", "last activity", "why"],
                 [[r.id, r.task_id, r.role, r.node, r.pid, format_time(_last_activity(r)), why]
                  for r, why in stale])
+
+
+def _node_down(node: Node | None, now: float) -> str | None:
+    if node is None or node.status(now) == "up":
+        return None
+    if node.stopped_at is not None:
+        return f"its node {node.name} stopped at {format_time(node.stopped_at)}"
+    return f"its node {node.name} is down (last seen {format_time(node.last_seen)})"
 
 
 def _stale_reason(store: Store, config: Any, run: Run, started: float,

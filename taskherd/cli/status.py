@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -25,6 +25,7 @@ from taskherd.cli.runs import ALL, sum_cost
 from taskherd.cli.views import Screen, board_lines, read_board
 from taskherd.durations import parse_duration
 from taskherd.model import Run, TaskState
+from taskherd.store.nodes import Node
 
 WEEK = 7 * 86400
 
@@ -46,6 +47,7 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
         counts = store.counts()
         cooldowns = store.active_cooldowns(started)
         week = store.list_runs(since=started - WEEK, limit=ALL)
+        nodes = node_rows(store.list_nodes(), store.open_runs(), started)
     spend = _spend_by_role(week, _midnight(get_config(ctx).daemon.timezone, started))
     by_role: dict[str, dict[str, int]] = defaultdict(lambda: {s.value: 0 for s in TaskState})
     for count in counts:
@@ -53,8 +55,10 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
     if as_json:
         totals = {s.value: sum(row[s.value] for row in by_role.values()) for s in TaskState}
         print_json({"by_role": dict(by_role), "total": totals,
-                    "cooldowns": [c.__dict__ for c in cooldowns], "cost": spend})
+                    "cooldowns": [c.__dict__ for c in cooldowns], "cost": spend,
+                    "nodes": nodes})
         return
+    _print_nodes(nodes)
     for cooldown in cooldowns:
         click.echo(f"runtime {cooldown.runtime} is rate-limited until "
                    f"{format_time(cooldown.until)} ({cooldown.reason}); "
@@ -67,6 +71,39 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
     rows.append(["total"] + [sum(row[s] for row in by_role.values()) or "." for s in states])
     print_table(["role"] + states, rows)
     _print_spend(spend)
+
+
+def node_rows(nodes: list[Node], open_runs: list[Run], now: float) -> list[dict[str, Any]]:
+    """Each node with its status; the runs of a node that is not up are orphans: nobody
+    watches them until their lease expires and a rescue puts their tasks back in the queue."""
+    runs_by_node = Counter(run.node for run in open_runs)
+    rows = []
+    for node in nodes:
+        status = node.status(now)
+        rows.append(node.to_dict() | {
+            "status": status,
+            "open_runs": runs_by_node[node.name],
+            "orphaned_runs": runs_by_node[node.name] if status != "up" else 0,
+        })
+    return rows
+
+
+def _print_nodes(nodes: list[dict[str, Any]]) -> None:
+    if not nodes:
+        click.echo("no daemon has run on this database yet: `taskherd up` starts one")
+        return
+    for node in nodes:
+        if node["status"] == "up":
+            state = f"up since {format_time(node['started_at'])}"
+        elif node["status"] == "stopped":
+            state = f"stopped at {format_time(node['stopped_at'])}"
+        else:
+            state = f"DOWN: last seen {format_time(node['last_seen'])}"
+        orphans = (f"; {node['orphaned_runs']} run(s) orphaned until their leases are rescued"
+                   if node["orphaned_runs"] else "")
+        click.echo(f"node {node['name']} ({node['host']}, pid {node['pid']}): {state}, "
+                   f"{node['open_runs']} running{orphans}")
+    click.echo("")
 
 
 def _watch(ctx: click.Context, as_json: bool, interval: str) -> None:

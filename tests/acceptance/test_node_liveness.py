@@ -1,0 +1,68 @@
+"""Is the daemon alive? Nodes record a heartbeat in the store: `status` shows each node (up
+since, last seen, agents running), a node silent for three lease periods is down and its runs
+orphaned, and `runs stale` names them; a clean stop is shown as stopped."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from tests.fleet import PYTHON, Fleet, agent
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    program = agent(tmp_path, "waits", """
+        import os, sys, time
+        print("working", flush=True)
+        while not os.path.exists(sys.argv[1]):
+            time.sleep(0.05)
+    """)
+    node = Fleet(tmp_path, f"""
+        [daemon]
+        database = "q.db"
+        data_dir = "data"
+        timezone = "UTC"
+        node = "box-1"
+        lease = "1s"
+
+        [roles.worker]
+        command = ["{PYTHON}", "-S", "{program}", "{tmp_path / 'release'}"]
+    """)
+    yield node
+    (tmp_path / "release").touch()
+    node.close()
+
+
+def status(fleet):
+    return json.loads(fleet.cli("status", "--json").stdout)
+
+
+def test_status_shows_the_node_up_then_down_after_kill_9_with_its_run_orphaned(fleet):
+    fleet.up()
+    task = fleet.add("long work")
+    fleet.wait_until(lambda: fleet.store.get_task(task.id).state.value == "running", what="run")
+    [node] = fleet.wait_until(
+        lambda: [n for n in status(fleet)["nodes"] if n["running"] == 1], what="node heartbeat")
+    assert node["name"] == "box-1" and node["status"] == "up" and node["open_runs"] == 1
+    assert node["orphaned_runs"] == 0
+    fleet.stop(signal.SIGKILL)
+    [node] = fleet.wait_until(
+        lambda: [n for n in status(fleet)["nodes"] if n["status"] == "down"], timeout=30,
+        what="the node to be judged down")
+    assert node["orphaned_runs"] == 1
+    assert "node box-1" in (shown := fleet.cli("status").stdout) and "DOWN: last seen" in shown
+    stale = json.loads(fleet.cli("runs", "stale", "--json").stdout)
+    assert [run["task_id"] for run in stale] == [task.id]
+    assert "box-1 is down" in stale[0]["reason"]
+
+
+def test_a_clean_stop_is_shown_as_stopped(fleet):
+    fleet.up()
+    fleet.wait_until(lambda: status(fleet)["nodes"], what="the node to say it is up")
+    assert fleet.stop() == 0
+    [node] = status(fleet)["nodes"]
+    assert node["status"] == "stopped" and node["stopped_at"] is not None
+    assert "stopped at" in fleet.cli("status").stdout
