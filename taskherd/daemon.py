@@ -134,7 +134,8 @@ class Daemon:
         listener = await wake.listen(daemon.data_dir, self.wake)
         self._reconcile(store, supervisor)
         store.node_up(daemon.node, host=socket.gethostname(), pid=os.getpid(),
-                      version=__version__, lease=daemon.lease, now=self.clock())
+                      version=__version__, lease=daemon.lease, roles=list(self.config.roles),
+                      now=self.clock())
         # Spare shims for a burst as large as the node runs at once (capped low: each is an
         # idle interpreter), so even the first spawns need not wait for one to start.
         spares.prewarm(daemon.max_concurrent)

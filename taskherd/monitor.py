@@ -41,7 +41,8 @@ class Monitor:
         if now - self._last_renewal >= daemon.lease / 3:
             counts["renewed"] = self.store.renew_leases(daemon.node, now, daemon.lease)
             # The node's own heartbeat: `status` tells a live node from one that died.
-            self.store.node_seen(daemon.node, now, running=len(self.supervisor.live))
+            self.store.node_seen(daemon.node, now, running=len(self.supervisor.live),
+                                 roles=list(self.config.roles))
             self._last_renewal = now
         counts["never_spawned"] = self._rescue_never_spawned(now)
         rescued = self.store.rescue_expired(now, self.config.policy_for)

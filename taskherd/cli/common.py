@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -77,6 +77,22 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
         raise Refused(str(error)) from error
     finally:
         store.close()
+
+
+def say_if_unserved(store: Store, roles: Iterable[str], now: float) -> None:
+    """After a write that gives work: say on stderr when nothing will run it, so a task
+    added to a queue no daemon serves, or for a role no running node defines, is not a
+    silent wait."""
+    up = [node for node in store.list_nodes() if node.status(now) == "up"]
+    if not up:
+        click.echo("note: no taskherd daemon is up for this database: tasks wait until "
+                   "`taskherd up` runs", err=True)
+        return
+    for role in sorted(set(roles)):
+        if not any(node.runs(role) for node in up):
+            names = ", ".join(node.name for node in up)
+            click.echo(f"note: no running node defines role {role!r} (up: {names}): its tasks "
+                       "wait until one does", err=True)
 
 
 def notify_daemon(ctx: click.Context) -> None:

@@ -17,6 +17,7 @@ from taskherd.cli.common import (
     now,
     print_json,
     print_table,
+    say_if_unserved,
     store_for,
 )
 from taskherd.cli.logs import check_log_options, log_options, show_log
@@ -65,6 +66,7 @@ def add_command(ctx: click.Context, title: str, prompt_file: Any, delay: str | N
     new = _validated(ctx, {"title": title, **fields}, where="")
     with store_for(ctx) as store:
         enqueued = store.enqueue(new, started)
+        say_if_unserved(store, [new.role], started)
     notify_daemon(ctx)
     if as_json:
         print_json(enqueued.task.to_dict() | {"created": enqueued.created})
@@ -91,7 +93,8 @@ def import_command(ctx: click.Context, source: Any, as_json: bool) -> None:
             raise BadInput(f"line {number}: not valid JSON: {error.msg}") from error
         batch.append(_validated(ctx, data, where=f"line {number}: "))
     with store_for(ctx) as store:
-        created = store.enqueue_many(batch, now())
+        created = store.enqueue_many(batch, started := now())
+        say_if_unserved(store, [new.role for new in batch], started)
     notify_daemon(ctx)
     if as_json:
         print_json({"read": len(batch), "created": created})
@@ -202,6 +205,8 @@ def _transition(name: str, doc: str, with_reason: bool) -> None:
             method = getattr(store, name)
             args = (task_id, now(), reason) if with_reason else (task_id, now())
             task = method(*args)
+            if task.state is TaskState.READY:
+                say_if_unserved(store, [task.role], args[1])
         notify_daemon(ctx)
         if as_json:
             print_json(task.to_dict())

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -20,15 +21,16 @@ class SQLNodes(NodeStore):
         def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]: ...
 
     def node_up(self, name: str, *, host: str, pid: int, version: str, lease: float,
-                now: float) -> Node:
+                roles: Sequence[str], now: float) -> Node:
         params = {"name": name, "host": host, "pid": pid, "version": version, "lease": lease,
-                  "now": now}
+                  "roles": json.dumps(sorted(roles)), "now": now}
         with self._write() as db:
             return Node.from_row(db.execute(self.q["node_up"], params).fetchall()[0])
 
-    def node_seen(self, name: str, now: float, running: int) -> None:
+    def node_seen(self, name: str, now: float, running: int, roles: Sequence[str]) -> None:
+        params = {"name": name, "now": now, "running": running, "roles": json.dumps(sorted(roles))}
         with self._write() as db:
-            db.execute(self.q["node_seen"], {"name": name, "now": now, "running": running})
+            db.execute(self.q["node_seen"], params)
 
     def node_stopped(self, name: str, now: float) -> None:
         with self._write() as db:

@@ -66,3 +66,24 @@ def test_a_clean_stop_is_shown_as_stopped(fleet):
     [node] = status(fleet)["nodes"]
     assert node["status"] == "stopped" and node["stopped_at"] is not None
     assert "stopped at" in fleet.cli("status").stdout
+
+
+def test_a_write_says_when_no_daemon_is_up_or_no_node_defines_the_role(fleet):
+    added = fleet.cli("task", "add", "waits", "-r", "worker")
+    assert "no taskherd daemon is up" in added.stderr
+    fleet.up()
+    fleet.wait_until(lambda: status(fleet)["nodes"], what="the node to say it is up")
+    (fleet.root / "release").touch()
+    added = fleet.cli("task", "add", "runs", "-r", "worker")
+    assert "note:" not in added.stderr
+    added = fleet.cli("task", "add", "anyone", "-r", "any")
+    assert "note:" not in added.stderr
+
+
+def test_a_write_says_when_the_nodes_up_do_not_define_the_tasks_role(fleet):
+    import time
+
+    fleet.store.node_up("gpu-box", host="gpu", pid=1, version="x", lease=60.0,
+                        roles=["trainer"], now=time.time())
+    added = fleet.cli("task", "add", "needs a worker", "-r", "worker")
+    assert "no running node defines role 'worker' (up: gpu-box)" in added.stderr

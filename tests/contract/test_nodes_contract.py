@@ -7,16 +7,20 @@ LEASE = 60.0
 
 
 def up(store, name="n1", now=1000.0, pid=4242):
-    return store.node_up(name, host="box", pid=pid, version="1.2", lease=LEASE, now=now)
+    return store.node_up(name, host="box", pid=pid, version="1.2", lease=LEASE,
+                         roles=["qa", "coder"], now=now)
 
 
 def test_a_node_that_keeps_reporting_is_up_with_its_running_count(store):
     node = up(store)
     assert node.status(1000.0) == "up" and node.running == 0 and node.started_at == 1000.0
-    store.node_seen("n1", 1100.0, running=3)
+    assert node.roles == ("coder", "qa")
+    store.node_seen("n1", 1100.0, running=3, roles=["coder"])
     [node] = store.list_nodes()
     assert (node.last_seen, node.running, node.pid, node.host) == (1100.0, 3, 4242, "box")
     assert node.status(1100.0 + 3 * LEASE) == "up"
+    assert node.roles == ("coder",) and node.runs("coder") and node.runs("any")
+    assert not node.runs("qa")
 
 
 def test_a_silent_node_is_down_and_a_clean_stop_is_stopped(store):
@@ -32,7 +36,7 @@ def test_a_silent_node_is_down_and_a_clean_stop_is_stopped(store):
 
 def test_a_restart_is_a_new_life(store):
     up(store, now=1000.0, pid=1)
-    store.node_seen("n1", 1050.0, running=2)
+    store.node_seen("n1", 1050.0, running=2, roles=[])
     store.node_stopped("n1", 1060.0)
     node = up(store, now=2000.0, pid=2)
     assert (node.started_at, node.pid, node.stopped_at, node.running) == (2000.0, 2, None, 0)

@@ -8,5 +8,6 @@ CREATE TABLE nodes (
     started_at double precision NOT NULL,
     last_seen  double precision NOT NULL,
     stopped_at double precision,
-    running    integer          NOT NULL DEFAULT 0
+    running    integer          NOT NULL DEFAULT 0,
+    roles      text             NOT NULL DEFAULT '[]'  -- JSON list: the roles its config defines
 );

@@ -8,5 +8,6 @@ CREATE TABLE nodes (
     started_at REAL NOT NULL,
     last_seen  REAL NOT NULL,
     stopped_at REAL,
-    running    INTEGER NOT NULL DEFAULT 0
+    running    INTEGER NOT NULL DEFAULT 0,
+    roles      TEXT NOT NULL DEFAULT '[]'  -- JSON list: the roles its config defines
 );
