@@ -101,6 +101,16 @@ class Supervisor:
             live = self._watch(claim.run, claim.task, role, runtime, handle, now)
             self.kill(live, Outcome.CANCELLED, "cancelled before start")
             return None
+        except StoreError as error:
+            # The spawn is not on record (the database is away): an agent left running would
+            # be unwatched, and its task rescued and run a second time. Stop it now; its run
+            # ends `lost` (no strike) once the store answers, or the never-spawned rescue
+            # releases the claim later.
+            log.error("run %s: could not record the spawn of pid %s (%s); stopping it",
+                      claim.run.id, handle.pid, error)
+            live = self._watch(claim.run, claim.task, role, runtime, handle, now)
+            self.kill(live, Outcome.LOST, f"its spawn could not be recorded: {error}")
+            return None
         live = self._watch(claim.run, claim.task, role, runtime, handle, now)
         log.info("run %s: task %s (%s) started%s", claim.run.id, claim.task.id, role.name,
                  f" as pid {handle.pid}" if handle.pid else "")
