@@ -222,3 +222,53 @@ class Claim:
 
     task: Task
     run: Run
+
+
+class EventKind(str, enum.Enum):
+    """What a committed store transition tells its listeners (`Store.listen`)."""
+
+    TASK_ADDED = "task_added"  # a task entered the queue (task_id None: a batch of them)
+    TASK_CHANGED = "task_changed"  # a task moved to `state`
+    RUN_STARTED = "run_started"  # a node claimed a task for a run, or its agent started
+    RUN_ENDED = "run_ended"  # a run ended (its task_changed follows with the task's new state)
+    JOB_FIRED = "job_fired"  # a job's fire was recorded (a task may have been added with it)
+    JOB_CHANGED = "job_changed"  # a job was added, changed, enabled, disabled or asked to run now
+    COOLDOWN_SET = "cooldown_set"  # a runtime was paused by a rate limit
+    COOLDOWN_CLEARED = "cooldown_cleared"  # a runtime's pause was lifted
+
+
+_EVENT_KINDS = {kind.value: kind for kind in EventKind}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One committed change, as listeners receive it: small, and never more than a hint.
+
+    A listener that needs the whole task reads it from the store; an event may be missed
+    (a listener that was not running, a lost connection), so nothing must depend on
+    receiving every one.
+    """
+
+    kind: EventKind
+    at: float  # the transition's `now`
+    task_id: int | None = None
+    run_id: int | None = None
+    state: TaskState | None = None
+    role: str | None = None
+    job: str | None = None
+    runtime: str | None = None
+
+    def to_json(self) -> str:
+        fields = {name: value for name, value in self.__dict__.items() if value is not None}
+        fields["kind"] = self.kind.value
+        if self.state is not None:
+            fields["state"] = self.state.value
+        return json.dumps(fields, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Event:
+        fields = json.loads(text)
+        fields["kind"] = _EVENT_KINDS[fields["kind"]]
+        if fields.get("state") is not None:
+            fields["state"] = _STATES[fields["state"]]
+        return cls(**fields)

@@ -27,6 +27,8 @@ class RetryPolicy:
     backoff_cap: float = DEFAULT_BACKOFF_CAP
     max_rescues: int = DEFAULT_MAX_RESCUES
     max_rate_limits: int = DEFAULT_MAX_RATE_LIMITS
+    # The span in which rate-limited runs count towards max_rate_limits.
+    rate_limit_window: float = RATE_LIMIT_WINDOW
     rate_limit_cooldown: float = DEFAULT_RATE_LIMIT_COOLDOWN
 
     def backoff(self, strikes: int) -> float:
@@ -57,7 +59,8 @@ def settle(
 ) -> Settlement:
     """Decide where `task` goes after a run ended with `result`.
 
-    `recent_rate_limits` counts the task's rate-limited runs in the last 24 h, before this one.
+    `recent_rate_limits` counts the task's rate-limited runs within `policy.rate_limit_window`
+    before this one.
     """
     outcome = result.outcome
     if outcome is Outcome.SUCCEEDED:
@@ -86,8 +89,14 @@ def _after_rate_limit(
     result: RunResult, policy: RetryPolicy, now: float, recent_rate_limits: int
 ) -> Settlement:
     if recent_rate_limits + 1 >= policy.max_rate_limits:
-        reason = f"rate-limited {recent_rate_limits + 1} times in 24 h"
+        reason = (f"rate-limited {recent_rate_limits + 1} times in "
+                  f"{_hours(policy.rate_limit_window)}")
         return Settlement(TaskState.DEAD, now, rate_limit=1, reason=reason)
     # Ready at once: the runtime's cooldown holds every task of it, and `taskherd cooldown
     # clear` must release them all, not leave this one waiting for the old reset time.
     return Settlement(TaskState.READY, now, rate_limit=1)
+
+
+def _hours(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:g} h" if hours >= 1 else f"{seconds:g} s"

@@ -12,7 +12,6 @@ from typing import Any
 
 import click
 
-from taskherd import wake
 from taskherd.config import CONFIG_FILE, Config, ConfigError, load_config
 from taskherd.store import (
     RunNotFound,
@@ -77,11 +76,6 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
         raise Refused(str(error)) from error
     finally:
         store.close()
-
-
-def notify_daemon(ctx: click.Context) -> None:
-    """Nudge a running daemon to look at the queue now rather than at its next poll."""
-    wake.notify(get_config(ctx).daemon.data_dir)
 
 
 def now() -> float:

@@ -13,7 +13,6 @@ from taskherd.cli.common import (
     format_time,
     get_config,
     json_option,
-    notify_daemon,
     now,
     print_json,
     print_table,
@@ -65,7 +64,6 @@ def add_command(ctx: click.Context, title: str, prompt_file: Any, delay: str | N
     new = _validated(ctx, {"title": title, **fields}, where="")
     with store_for(ctx) as store:
         enqueued = store.enqueue(new, started)
-    notify_daemon(ctx)
     if as_json:
         print_json(enqueued.task.to_dict() | {"created": enqueued.created})
     elif enqueued.created:
@@ -92,7 +90,6 @@ def import_command(ctx: click.Context, source: Any, as_json: bool) -> None:
         batch.append(_validated(ctx, data, where=f"line {number}: "))
     with store_for(ctx) as store:
         created = store.enqueue_many(batch, now())
-    notify_daemon(ctx)
     if as_json:
         print_json({"read": len(batch), "created": created})
     else:
@@ -198,7 +195,6 @@ def _transition(name: str, doc: str, with_reason: bool) -> None:
             method = getattr(store, name)
             args = (task_id, now(), reason) if with_reason else (task_id, now())
             task = method(*args)
-        notify_daemon(ctx)
         if as_json:
             print_json(task.to_dict())
         else:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from taskherd.model import Claim, Cooldown, NewTask, Run, RunResult, Task, TaskState
 from taskherd.queue import RetryPolicy
+from taskherd.store.events import Listener
 from taskherd.store.jobs import JobStore
 
 # Maps a role to its retry policy: the config knows the roles, the store does not.
@@ -216,12 +217,28 @@ class Store(JobStore, abc.ABC):
         """Delete finished tasks (and their runs) that finished before `before`."""
 
     @abc.abstractmethod
+    def probe_write(self) -> None:
+        """Raise StoreError unless this process may write every table (`taskherd doctor`);
+        changes nothing."""
+
+    @abc.abstractmethod
     def checkpoint(self) -> None:
         """Move the write-ahead log into the database; safe to call from another thread."""
 
     def backup(self, destination: Path) -> None:
         """Write a consistent copy of the whole database to `destination` (a new file)."""
         raise StoreError(f"{type(self).__name__} cannot back itself up")
+
+    @abc.abstractmethod
+    def listen(self) -> Listener:
+        """The events committed from now on, by this process or any other sharing the database:
+
+            async with store.listen() as events:
+                async for event in events: ...
+
+        An event is a hint that something changed, never the only record of it: a listener
+        may miss some (it was not running, its connection was lost), so it reads the store.
+        """
 
     def hold_node(self, node: str) -> None:
         """Hold `node` for this store's lifetime, or raise StoreError naming who holds it.

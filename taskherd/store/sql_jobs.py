@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import NewTask, Run
+from taskherd.model import EventKind, NewTask, Run
+from taskherd.store.connection import Connection
 from taskherd.store.jobs import (
     FINAL_FIRE_STATUSES,
     FIRE_CANCELLED,
@@ -32,9 +33,6 @@ from taskherd.store.jobs import (
     wake_time,
 )
 
-if TYPE_CHECKING:
-    from taskherd.store.sql_store import Connection
-
 
 class SQLJobs(JobStore):
     """The job store's transitions over named SQL; mixed into `SQLStore`'s dialects."""
@@ -45,7 +43,7 @@ class SQLJobs(JobStore):
         def _write(self) -> AbstractContextManager[Connection]: ...
         def _read(self) -> AbstractContextManager[Connection]: ...
         def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]: ...
-        def _nudge(self, db: Connection) -> None: ...
+        def _emit(self, kind: EventKind, now: float, **fields: Any) -> None: ...
         def _is_unique_error(self, error: Exception) -> bool: ...
         def _add_task(
             self, db: Connection, new: NewTask, now: float
@@ -74,7 +72,7 @@ class SQLJobs(JobStore):
                     "next_run_at": schedule_at if definition.enabled else None,
                 }
                 db.execute(self.q["insert_job"], params)
-                self._nudge(db)
+                self._emit(EventKind.JOB_CHANGED, now, job=definition.name)
                 return Upserted(self._job(db, definition.name), "created")
             job = Job.from_row(row)
             if job.source != source:
@@ -94,7 +92,7 @@ class SQLJobs(JobStore):
                 "next_run_at": wake_time(updated, now),
             }
             db.execute(self.q["update_job_definition"], params)
-            self._nudge(db)
+            self._emit(EventKind.JOB_CHANGED, now, job=definition.name)
             return Upserted(self._job(db, definition.name), "updated")
 
     def get_job(self, name: str) -> Job:
@@ -145,7 +143,7 @@ class SQLJobs(JobStore):
             if enabled:
                 changes["schedule_at"] = schedule_at
             self._write_state(db, job, changes, now)
-            self._nudge(db)
+            self._emit(EventKind.JOB_CHANGED, now, job=name)
             return self._job(db, name)
 
     def delete_job(self, name: str, now: float) -> None:
@@ -155,6 +153,7 @@ class SQLJobs(JobStore):
             db.execute(self.q["skip_queued_fires"],
                        {"job_id": job_id, "now": now, "error": "its job was deleted"})
             db.execute(self.q["delete_job"], {"id": job_id})
+            self._emit(EventKind.JOB_CHANGED, now, job=name)
 
     def request_run_now(self, name: str, now: float) -> Job:
         with self._write() as db:
@@ -162,7 +161,7 @@ class SQLJobs(JobStore):
             if not job.enabled:
                 raise JobRefused(f"job {name!r} is disabled: enable it first (taskherd jobs enable)")
             self._write_state(db, job, {"run_now_at": now}, now)
-            self._nudge(db)
+            self._emit(EventKind.JOB_CHANGED, now, job=name)
             return self._job(db, name)
 
     def earliest_next_run(self) -> float | None:
@@ -206,6 +205,7 @@ class SQLJobs(JobStore):
                              {"job_id": job.id, "task_id": task_id, "now": now, "status": status,
                               "variant": planned.variant, "error": error, "finished_at": finished_at})
             if row is not None:
+                self._emit(EventKind.JOB_FIRED, now, job=job.name, task_id=task_id)
                 return JobFire.from_row(row)
         params = {
             "job_id": job.id, "job_name": job.name, "scheduled_for": planned.scheduled_for,
@@ -214,7 +214,9 @@ class SQLJobs(JobStore):
             "variant": planned.variant, "error": error,
             "finished_at": finished_at,
         }
-        return JobFire.from_row(_fetch_one(db, self.q["insert_job_fire"], params))
+        fire = JobFire.from_row(_fetch_one(db, self.q["insert_job_fire"], params))
+        self._emit(EventKind.JOB_FIRED, now, job=job.name, task_id=task_id)
+        return fire
 
     def _settle_one(self, db: Connection, row: Any, now: float) -> JobFire | None:
         state, outcome = row["task_state"], row["last_outcome"]

@@ -7,14 +7,16 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from taskherd.model import Event
 from taskherd.store.base import StoreError
+from taskherd.store.events import SocketListener, publish, socket_dir
 from taskherd.store.sql_store import SQLStore
-from taskherd.store.sqlfile import migrations, queries
+from taskherd.store.sqlfile import machinery, migrations, queries
 
 DURABILITY = {"full": "FULL", "normal": "NORMAL"}
 # Long enough that a burst of writers from several processes queues up instead of failing:
@@ -22,6 +24,7 @@ DURABILITY = {"full": "FULL", "normal": "NORMAL"}
 DEFAULT_BUSY_TIMEOUT = 60.0
 
 Q = queries("sqlite")
+M = machinery("sqlite")
 
 
 class SQLiteStore(SQLStore):
@@ -39,7 +42,14 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"durability {durability!r} is not one of: full, normal")
         self.path = Path(path)
         _create_private(self.path)
+        self._events = socket_dir(self.path)
         self._lock = threading.RLock()
+        try:
+            self._open(busy_timeout, durability, autocheckpoint)
+        except sqlite3.Error as error:
+            raise StoreError(f"cannot open {self.path}: {error}") from error
+
+    def _open(self, busy_timeout: float, durability: str, autocheckpoint: bool) -> None:
         self._conn = sqlite3.connect(
             self.path, isolation_level=None, timeout=busy_timeout, check_same_thread=False
         )
@@ -70,7 +80,7 @@ class SQLiteStore(SQLStore):
                 time.sleep(0.01)
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One transaction that takes the write lock up front, so it never has to upgrade."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
@@ -105,10 +115,34 @@ class SQLiteStore(SQLStore):
     def _is_unique_error(self, error: Exception) -> bool:
         return isinstance(error, sqlite3.IntegrityError) and "UNIQUE" in str(error)
 
+    def _published(self, events: Sequence[Event]) -> None:
+        publish(self._events, events)
+
+    def listen(self) -> SocketListener:
+        return SocketListener(self._events)
+
+    def probe_write(self) -> None:
+        # A connection of its own, and a real write into the file's schema, rolled back.
+        try:
+            conn = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+            with contextlib.closing(conn):
+                conn.execute("BEGIN IMMEDIATE")  # takes the write lock: fails on a read-only file
+                try:
+                    conn.execute(M["probe_table"])
+                    conn.execute(M["probe_row"])
+                finally:
+                    conn.execute("ROLLBACK")
+        except sqlite3.Error as error:
+            raise StoreError(str(error)) from error
+
     def checkpoint(self) -> None:
         # A connection of its own: the store's is guarded by a lock the event loop takes.
-        with contextlib.closing(sqlite3.connect(self.path, timeout=self.busy_timeout)) as db:
-            db.execute(Q["wal_checkpoint"]).fetchall()
+        try:
+            with contextlib.closing(sqlite3.connect(self.path,
+                                                    timeout=self.busy_timeout)) as db:
+                db.execute(Q["wal_checkpoint"]).fetchall()
+        except sqlite3.Error as error:
+            raise StoreError(f"WAL checkpoint: {error}") from error
 
     def backup(self, destination: Path) -> None:
         """Copy the database page by page inside one read transaction: a consistent snapshot,
@@ -151,28 +185,18 @@ def _create_private(path: Path) -> None:
 
 def _migrate(db: sqlite3.Connection) -> None:
     """Apply the numbered migrations not yet recorded, each in its own transaction."""
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-    )
-    pending = migrations("sqlite")
-    applied = {row[0] for row in db.execute("SELECT version FROM schema_migrations")}
-    for migration in pending:
+    db.execute(M["create_schema_migrations"])
+    applied = {row[0] for row in db.execute(M["applied_migrations"])}
+    for migration in migrations("sqlite"):
         if migration.version in applied:
             continue
         db.execute("BEGIN IMMEDIATE")
         try:
-            # Another process may have applied it while we waited for the write lock.
-            exists = db.execute(
-                "SELECT 1 FROM schema_migrations WHERE version = ?", (migration.version,)
-            ).fetchone()
-            if not exists:
+            if not db.execute(M["migration_applied"], {"version": migration.version}).fetchone():
                 for statement in migration.statements():
                     db.execute(statement)
-                db.execute(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                    (migration.version, migration.name, time.time()),
-                )
+                db.execute(M["record_migration"], {"version": migration.version,
+                                                   "name": migration.name, "now": time.time()})
         except BaseException:
             db.execute("ROLLBACK")
             raise
