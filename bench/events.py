@@ -30,8 +30,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != BENCH_DIR]
 sys.path.insert(0, str(BENCH_DIR.parent))
 
-from taskherd.model import EventKind  # noqa: E402
-from taskherd.store import open_store  # noqa: E402
+from taskherd.model import EventKind
+from taskherd.store import open_store
 
 TARGET_P99 = 0.050
 WRITER = """
@@ -54,13 +54,21 @@ with open(out, "w") as f:
 """
 
 
-async def measure(database: str, count: int, gap: float, scratch: Path) -> list[float]:
+def measure(database: str, count: int, gap: float, scratch: Path) -> list[float]:
     out = scratch / "started.json"
     env = dict(os.environ, PYTHONPATH=str(BENCH_DIR.parent))
     writer = subprocess.Popen([sys.executable, "-c", WRITER, database, str(count), str(gap),
                                str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, env=env)
     assert writer.stdout.readline().strip() == "ready"  # the database exists and is migrated
+    arrived = asyncio.run(listen(database, count, writer))
+    if writer.wait(60) != 0:
+        raise RuntimeError("the writer process failed")
+    started = {int(k): v for k, v in json.loads(out.read_text()).items()}
+    return [arrived[task_id] - started[task_id] for task_id in started]
+
+
+async def listen(database: str, count: int, writer: subprocess.Popen) -> dict[int, float]:
     arrived: dict[int, float] = {}
     with open_store(database, durability="normal") as store:
         async with store.listen() as events:
@@ -70,10 +78,7 @@ async def measure(database: str, count: int, gap: float, scratch: Path) -> list[
                 event = await asyncio.wait_for(anext(events), 30)
                 if event.kind is EventKind.TASK_ADDED and event.task_id is not None:
                     arrived[event.task_id] = time.time()
-    if writer.wait(60) != 0:
-        raise RuntimeError("the writer process failed")
-    started = {int(k): v for k, v in json.loads(out.read_text()).items()}
-    return [arrived[task_id] - started[task_id] for task_id in started]
+    return arrived
 
 
 def report(name: str, latencies: list[float]) -> bool:
@@ -99,7 +104,7 @@ def main() -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="taskherd-events-") as tmp:
         scratch = Path(tmp)
-        latencies = asyncio.run(measure(str(scratch / "q.db"), args.events, args.gap, scratch))
+        latencies = measure(str(scratch / "q.db"), args.events, args.gap, scratch)
         ok &= report("SQLite", latencies)
         if not args.no_postgres:
             from tests.pg import start_server, stop_server
@@ -107,7 +112,7 @@ def main() -> int:
             server = start_server(durable=True)
             try:
                 url = server.url(server.create_database())
-                latencies = asyncio.run(measure(url, args.events, args.gap, scratch))
+                latencies = measure(url, args.events, args.gap, scratch)
                 ok &= report("PostgreSQL", latencies)
             finally:
                 stop_server(server)
