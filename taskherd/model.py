@@ -59,6 +59,37 @@ class Priority(enum.IntEnum):
         raise ValueError(f"priority {value!r} is not one of P0, P1, P2, P3 (or 0-3)")
 
 
+class Verdict(enum.StrEnum):
+    """What an agent reported of its run before exiting (`taskherd done|fail|block`)."""
+
+    DONE = "done"  # the work is done: the run succeeds when the agent exits
+    FAIL = "fail"  # the work failed: a strike, as a non-zero exit would be
+    BLOCK = "block"  # the agent needs a human: the task waits in blocked
+
+
+class FireStatus(enum.StrEnum):
+    """Where a job's fire stands. `open` and `queued` are not final; the rest are."""
+
+    OPEN = "open"  # its task exists and has not finished
+    QUEUED = "queued"  # overlap = queue held it; released when the job's open task ends
+    OK = "ok"  # its task completed
+    ERROR = "error"  # its task died (attempts exhausted) or could not be made
+    TIMEOUT = "timeout"  # its task died and its last run timed out
+    SKIPPED = "skipped"  # no task: overlap, a missed time, backoff or an open duplicate
+    CANCELLED = "cancelled"  # its task was cancelled
+
+
+FINAL_FIRE_STATUSES = frozenset(FireStatus) - {FireStatus.OPEN, FireStatus.QUEUED}
+
+
+class OverlapPolicy(enum.StrEnum):
+    """What to do when a job fires while the task of its previous fire is unfinished."""
+
+    SKIP = "skip"  # default: don't create a task; two agents on one job's work collide
+    ALLOW = "allow"  # create it anyway; the runs may overlap
+    QUEUE = "queue"  # create it, held until the previous task finishes
+
+
 ANY_ROLE = "any"
 _STATES = {state.value: state for state in TaskState}
 _OUTCOMES = {outcome.value: outcome for outcome in Outcome}

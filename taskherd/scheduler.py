@@ -27,14 +27,10 @@ from typing import Any
 
 from taskherd.config import Config, ConfigError
 from taskherd.jobs import JobSpec, parse_jobs, pick_variant, task_for_fire, trigger_of
+from taskherd.model import FireStatus, OverlapPolicy
 from taskherd.schedules import MissedFire, ScheduleError, Trigger, due_fires
 from taskherd.store import Store
 from taskherd.store.jobs import (
-    FIRE_ERROR,
-    FIRE_OK,
-    FIRE_QUEUED,
-    FIRE_SKIPPED,
-    FIRE_TIMEOUT,
     FireClaim,
     Job,
     JobFire,
@@ -100,27 +96,28 @@ class _Plan:
                                 scheduled_for=scheduled_for, kind=kind, retry_count=retry_count)
         except (TaskSpecError, ConfigError) as error:
             # The config changed under the job (its role or pool is gone): say so in the record.
-            self.fires.append(PlannedFire(scheduled_for, kind, status=FIRE_ERROR, release=release,
+            self.fires.append(PlannedFire(scheduled_for, kind, status=FireStatus.ERROR,
+                                          release=release,
                                           error=f"cannot make its task: {error}", **lineage))
             return
         self.fires.append(PlannedFire(scheduled_for, kind, task=new, release=release, **lineage))
         self.open += 1
 
     def skip(self, scheduled_for: float, kind: str, why: str) -> None:
-        self.fires.append(PlannedFire(scheduled_for, kind, status=FIRE_SKIPPED, error=why))
+        self.fires.append(PlannedFire(scheduled_for, kind, status=FireStatus.SKIPPED, error=why))
 
     def overlapping(self, scheduled_for: float, kind: str) -> None:
         """A scheduled fire under the job's overlap policy."""
         overlap = self.job.overlap
-        if not self.open or overlap == "allow":
+        if not self.open or overlap == OverlapPolicy.ALLOW:
             self.task(scheduled_for, kind)
-        elif overlap == "skip":
+        elif overlap == OverlapPolicy.SKIP:
             held = f"task {self.job.open_task_id}" if self.job.open_task_id else "a task"
             self.skip(scheduled_for, kind, f"{held} of an earlier fire is still open (overlap = skip)")
         elif self.queued >= self.settings.max_queued:
             self.skip(scheduled_for, kind, f"{self.queued} fires already queued (overlap = queue)")
         else:
-            self.fires.append(PlannedFire(scheduled_for, kind, status=FIRE_QUEUED))
+            self.fires.append(PlannedFire(scheduled_for, kind, status=FireStatus.QUEUED))
             self.queued += 1
 
     def claim(self, now: float) -> FireClaim:
@@ -235,9 +232,9 @@ class Scheduler:
 
     def decide_settle(self, job: Job, fire: JobFire) -> Mapping[str, Any]:
         """The job's consequences of one settled fire: backoff and retries, or their reset."""
-        if fire.status == FIRE_OK:
+        if fire.status == FireStatus.OK:
             return {"failures": 0, "backoff_until": None}
-        if fire.status not in (FIRE_ERROR, FIRE_TIMEOUT):
+        if fire.status not in (FireStatus.ERROR, FireStatus.TIMEOUT):
             return {}  # cancelled by a person: neither a failure nor a success
         ended = fire.finished_at if fire.finished_at is not None else fire.fired_at
         failures = job.failures + 1

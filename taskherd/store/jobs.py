@@ -13,21 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskherd.model import NewTask
-
-# Fire statuses. `open` and `queued` are not final; the rest are.
-FIRE_OPEN = "open"  # its task exists and has not finished
-FIRE_QUEUED = "queued"  # overlap = queue held it; released when the job's open task ends
-FIRE_OK = "ok"  # its task completed
-FIRE_ERROR = "error"  # its task died (attempts exhausted) or could not be made
-FIRE_TIMEOUT = "timeout"  # its task died and its last run timed out
-FIRE_SKIPPED = "skipped"  # no task: overlap, a missed time, backoff or an open duplicate
-FIRE_CANCELLED = "cancelled"  # its task was cancelled
-FINAL_FIRE_STATUSES = frozenset(
-    {FIRE_OK, FIRE_ERROR, FIRE_TIMEOUT, FIRE_SKIPPED, FIRE_CANCELLED}
-)
-FIRE_KINDS = ("schedule", "catch_up", "retry", "run_now")
-SOURCES = ("config", "cli")
+from taskherd.model import FireStatus, NewTask
+from taskherd.store.errors import StoreError
 
 # The job columns a claim or a settle may change (the definition is changed by upsert_job).
 STATE_COLUMNS = (
@@ -36,13 +23,13 @@ STATE_COLUMNS = (
 )
 
 
-class JobNotFound(LookupError):
+class JobNotFound(StoreError):
     def __init__(self, name: str):
         super().__init__(f"no job named {name!r}")
         self.name = name
 
 
-class JobRefused(ValueError):
+class JobRefused(StoreError):
     """A well-formed request on a job that its state refuses (wrong source, disabled…)."""
 
 
@@ -168,9 +155,9 @@ class PlannedFire:
     """One fire the scheduler decided on; the store records it (and makes its task)."""
 
     scheduled_for: float
-    kind: str  # one of FIRE_KINDS
+    kind: str  # schedule, catch_up, retry or run_now
     task: NewTask | None = None  # the task to enqueue; None for a fire that makes none
-    status: str = FIRE_OPEN  # open (with a task), queued, skipped or error
+    status: str = FireStatus.OPEN  # open (with a task), queued, skipped or error
     error: str | None = None
     retry_of: int | None = None
     retry_count: int = 0

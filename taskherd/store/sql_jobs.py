@@ -10,15 +10,9 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import EventKind, NewTask, Run
+from taskherd.model import FINAL_FIRE_STATUSES, EventKind, FireStatus, NewTask, Run
 from taskherd.store.connection import Connection
 from taskherd.store.jobs import (
-    FINAL_FIRE_STATUSES,
-    FIRE_CANCELLED,
-    FIRE_ERROR,
-    FIRE_OK,
-    FIRE_SKIPPED,
-    FIRE_TIMEOUT,
     STATE_COLUMNS,
     FireClaim,
     Job,
@@ -196,9 +190,10 @@ class SQLJobs(JobStore):
         if planned.task is not None:
             task_id, created = self._add_task(db, planned.task, now)
             if not created:
-                status, error = FIRE_SKIPPED, (f"task {task_id} with dedup key "
+                status, error = FireStatus.SKIPPED, (f"task {task_id} with dedup key "
                                                f"{planned.task.dedup_key!r} is still open")
                 task_id = None
+        status = FireStatus(status).value  # the column holds the plain word
         finished_at = now if status in FINAL_FIRE_STATUSES else None
         if planned.release:
             row = _fetch_one(db, self.q["release_queued_fire"],
@@ -221,19 +216,19 @@ class SQLJobs(JobStore):
     def _settle_one(self, db: Connection, row: Any, now: float) -> JobFire | None:
         state, outcome = row["task_state"], row["last_outcome"]
         if state is None:
-            status, error = FIRE_ERROR, "its task was deleted before it finished"
+            status, error = FireStatus.ERROR, "its task was deleted before it finished"
         elif state == "completed":
-            status, error = FIRE_OK, None
+            status, error = FireStatus.OK, None
         elif state == "cancelled":
-            status, error = FIRE_CANCELLED, row["task_error"]
+            status, error = FireStatus.CANCELLED, row["task_error"]
         else:  # dead
-            status = FIRE_TIMEOUT if outcome == "timed_out" else FIRE_ERROR
+            status = FireStatus.TIMEOUT if outcome == "timed_out" else FireStatus.ERROR
             error = row["task_error"]
         duration = None
         if row["task_finished_at"] is not None:
             started = row["started_at"] if row["started_at"] is not None else row["task_finished_at"]
             duration = max(row["task_finished_at"] - started, 0.0)
-        params = {"id": row["fire_id"], "status": status, "duration": duration,
+        params = {"id": row["fire_id"], "status": status.value, "duration": duration,
                   "summary": row["task_summary"], "error": error, "now": now}
         fired = _fetch_one(db, self.q["settle_job_fire"], params)
         return JobFire.from_row(fired) if fired is not None else None

@@ -27,6 +27,7 @@ from taskherd.model import (
     RunResult,
     Task,
     TaskState,
+    Verdict,
 )
 from taskherd.queue import RetryPolicy, settle
 from taskherd.store.base import (
@@ -44,7 +45,6 @@ from taskherd.store.base import (
 from taskherd.store.connection import Connection
 from taskherd.store.sql_jobs import SQLJobs
 
-REPORTS = ("done", "fail", "block")
 S = TaskState
 
 
@@ -243,9 +243,11 @@ class SQLStore(SQLJobs, Store):
             return self._finish(db, run_id, result, policy, now)
 
     def report(self, run_id: int, verdict: str, now: float, summary: str | None = None) -> Run:
-        if verdict not in REPORTS:
-            raise StoreError(f"report {verdict!r} is not one of: {', '.join(REPORTS)}")
-        params = {"run_id": run_id, "report": verdict, "summary": summary, "now": now}
+        if verdict not in set(Verdict):
+            accepted = ", ".join(Verdict)
+            raise StoreError(f"report {verdict!r} is not one of: {accepted}")
+        params = {"run_id": run_id, "report": Verdict(verdict).value, "summary": summary,
+                  "now": now}
         with self._write() as db:
             row = _one(db.execute(self.q["report_run"], params))
             if row is None:
