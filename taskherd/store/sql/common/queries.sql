@@ -1,5 +1,8 @@
 -- Named SQL blocks of queries that read the same in every dialect.
 -- A dialect's folder overrides a block by defining the same name, with the reason above it.
+-- A parameter that is only tested for NULL is cast (`CAST(:x AS TEXT) IS NULL`): PostgreSQL
+-- must know each parameter's type when it plans a statement ("could not determine data type
+-- of parameter" otherwise), and SQLite reads the cast as a no-op on a text or NULL value.
 
 -- name: open_task_by_dedup_key
 SELECT * FROM tasks WHERE dedup_key = :dedup_key AND finished_at IS NULL;
@@ -79,3 +82,25 @@ WHERE runs.ended_at IS NULL AND runs.node = :node
   AND (tasks.state NOT IN ('claimed', 'running')
        OR EXISTS (SELECT 1 FROM runs AS newer
                   WHERE newer.task_id = runs.task_id AND newer.id > runs.id));
+
+-- name: insert_run
+-- The attempt number counts the task's runs; the task row is locked by its claim in the same
+-- transaction, so two runs of one task cannot count at the same time.
+INSERT INTO runs (task_id, attempt, node, role, runtime, claimed_at)
+VALUES (:task_id, (SELECT count(*) + 1 FROM runs WHERE task_id = :task_id), :node, :role,
+        :runtime, :now)
+RETURNING *;
+
+-- name: prune_finished_tasks
+DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < :before;
+
+-- name: list_tasks
+-- NULL filters match everything, so one statement serves every combination of CLI filters.
+SELECT * FROM tasks
+WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
+  AND (CAST(:role AS TEXT) IS NULL OR role = :role)
+ORDER BY CASE WHEN finished_at IS NULL THEN 0 ELSE 1 END, priority, id
+LIMIT :limit;
+
+-- name: open_runs
+SELECT * FROM runs WHERE ended_at IS NULL AND (CAST(:node AS TEXT) IS NULL OR node = :node) ORDER BY id;

@@ -20,14 +20,6 @@ VALUES (:role, :title, :prompt, :priority, :state, :pool, :dedup_key, :review, :
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING
 RETURNING id;
 
--- name: list_tasks
--- NULL filters match everything, so one statement serves every combination of CLI filters.
-SELECT * FROM tasks
-WHERE (:state::text IS NULL OR state = :state)
-  AND (:role::text IS NULL OR role = :role)
-ORDER BY CASE WHEN finished_at IS NULL THEN 0 ELSE 1 END, priority, id
-LIMIT :limit;
-
 -- name: claim_next
 -- The sub-select walks tasks_ready in (priority, id) order: P0 first, FIFO within a priority.
 -- :roles and :full_pools are JSON arrays (NULL = no filter) so the statement stays static.
@@ -52,14 +44,6 @@ WHERE id = (
 )
 RETURNING *;
 
--- name: insert_run
--- The attempt number counts the task's runs; the task row is locked by its claim in the same
--- transaction, so two runs of one task cannot count at the same time.
-INSERT INTO runs (task_id, attempt, node, role, runtime, claimed_at)
-VALUES (:task_id, (SELECT count(*) + 1 FROM runs WHERE task_id = :task_id), :node, :role,
-        :runtime, :now)
-RETURNING *;
-
 -- name: open_run_of_task
 -- The rescue's second step, after expired_leases locked the task. FOR UPDATE SKIP LOCKED,
 -- unlike sqlite's (one writer at a time): a node settling this run right now (late, not dead)
@@ -72,9 +56,6 @@ SELECT * FROM runs
 WHERE id = (SELECT max(id) FROM runs WHERE task_id = :task_id AND ended_at IS NULL)
   AND ended_at IS NULL
 FOR UPDATE SKIP LOCKED;
-
--- name: open_runs
-SELECT * FROM runs WHERE ended_at IS NULL AND (:node::text IS NULL OR node = :node) ORDER BY id;
 
 -- name: list_runs
 SELECT * FROM runs
@@ -127,9 +108,6 @@ SET state = :state::text, reason = :reason, updated_at = :now,
     finished_at = CASE WHEN :state::text IN ('completed', 'dead', 'cancelled') THEN :now END
 WHERE id = :task_id AND state = :from_state
 RETURNING *;
-
--- name: prune_finished_tasks
-DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < :before;
 
 -- wal_checkpoint has no PostgreSQL block: the server checkpoints by itself.
 

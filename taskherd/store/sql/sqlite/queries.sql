@@ -12,14 +12,6 @@ VALUES (:role, :title, :prompt, :priority, :state, :pool, :dedup_key, :review, :
         :run_after, :parent_id, :meta, :now, :now)
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING;
 
--- name: list_tasks
--- NULL filters match everything, so one statement serves every combination of CLI filters.
-SELECT * FROM tasks
-WHERE (:state IS NULL OR state = :state)
-  AND (:role IS NULL OR role = :role)
-ORDER BY CASE WHEN finished_at IS NULL THEN 0 ELSE 1 END, priority, id
-LIMIT :limit;
-
 -- name: claim_next
 -- The sub-select walks tasks_ready in (priority, id) order: P0 first, FIFO within a priority.
 -- :roles and :full_pools are JSON arrays (NULL = no filter) so the statement stays static.
@@ -39,17 +31,8 @@ WHERE id = (
 )
 RETURNING *;
 
--- name: insert_run
-INSERT INTO runs (task_id, attempt, node, role, runtime, claimed_at)
-VALUES (:task_id, (SELECT count(*) + 1 FROM runs WHERE task_id = :task_id), :node, :role,
-        :runtime, :now)
-RETURNING *;
-
 -- name: open_run_of_task
 SELECT * FROM runs WHERE task_id = :task_id AND ended_at IS NULL ORDER BY id DESC LIMIT 1;
-
--- name: open_runs
-SELECT * FROM runs WHERE ended_at IS NULL AND (:node IS NULL OR node = :node) ORDER BY id;
 
 -- name: list_runs
 SELECT * FROM runs
@@ -94,9 +77,6 @@ SET state = :state, reason = :reason, updated_at = :now,
     finished_at = CASE WHEN :state = 'completed' OR :state = 'dead' OR :state = 'cancelled' THEN :now END
 WHERE id = :task_id AND state = :from_state
 RETURNING *;
-
--- name: prune_finished_tasks
-DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < :before;
 
 -- name: wal_checkpoint
 -- PASSIVE: copies what it can without waiting for or blocking any reader or writer; once all
