@@ -81,3 +81,23 @@ SELECT * FROM job_rows
 WHERE (CAST(:source AS TEXT) IS NULL OR source = :source)
   AND (CAST(:enabled AS INTEGER) IS NULL OR enabled = :enabled)
 ORDER BY name;
+
+-- name: runs_of_job
+SELECT r.* FROM runs r JOIN job_fires f ON f.task_id = r.task_id
+WHERE f.job_name = :job_name AND (CAST(:since AS DOUBLE PRECISION) IS NULL OR r.claimed_at >= :since)
+ORDER BY r.id DESC
+LIMIT :limit;
+
+-- name: release_queued_fire
+-- overlap = queue: the oldest held fire of the job gets its task now (status open), or ends
+-- now when that task could not be made (error, or skipped for an open duplicate).
+-- The outer `status = 'queued'` matters to PostgreSQL (SQLite runs one writer at a time): a
+-- release that waited for another's row lock re-checks the fire it picked, so it cannot hand
+-- a second task to a fire the other transaction already released.
+UPDATE job_fires
+SET status = :status, task_id = :task_id, fired_at = :now, variant = :variant, error = :error,
+    finished_at = :finished_at
+WHERE id = (SELECT id FROM job_fires WHERE job_id = :job_id AND status = 'queued'
+            ORDER BY id LIMIT 1)
+  AND status = 'queued'
+RETURNING *;

@@ -104,3 +104,45 @@ LIMIT :limit;
 
 -- name: open_runs
 SELECT * FROM runs WHERE ended_at IS NULL AND (CAST(:node AS TEXT) IS NULL OR node = :node) ORDER BY id;
+
+-- name: list_runs
+SELECT * FROM runs
+WHERE (CAST(:role AS TEXT) IS NULL OR role = :role)
+  AND (CAST(:since AS DOUBLE PRECISION) IS NULL OR claimed_at >= :since)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: move_task
+-- A person's transition (approve, reject, block, unblock, cancel, requeue), guarded by the
+-- state the caller read in the same transaction.
+-- :reset_counts must be a Python bool (psycopg sends it as boolean): a 0/1 int, which SQLite
+-- takes as a condition, arrives as smallint, which PostgreSQL refuses as one.
+UPDATE tasks
+SET state = CAST(:state AS TEXT), reason = :reason, updated_at = :now,
+    run_after = CASE WHEN CAST(:state AS TEXT) = 'ready' THEN :now ELSE run_after END,
+    lease_node = NULL, lease_expires_at = NULL,
+    attempts = CASE WHEN :reset_counts THEN 0 ELSE attempts END,
+    rescues = CASE WHEN :reset_counts THEN 0 ELSE rescues END,
+    rate_limits = CASE WHEN :reset_counts THEN 0 ELSE rate_limits END,
+    finished_at = CASE WHEN CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled') THEN :now END
+WHERE id = :task_id AND state = :from_state
+RETURNING *;
+
+-- name: settle_task
+-- Guarded by the leased states: if a person cancelled the task meanwhile, nothing changes
+-- and the caller learns it from the row count. And by the run: only the task's latest run
+-- may settle it. A cancelled task requeued and claimed again while its old agent was still
+-- being killed was cancelled a second time by the old run's end, its new agent killed too.
+-- CAST(:state AS TEXT): compared with literals before it is assigned, and an untyped parameter
+-- compared with an untyped literal leaves PostgreSQL without a type to plan with.
+UPDATE tasks
+SET state = CAST(:state AS TEXT), run_after = :run_after, attempts = attempts + :strike,
+    rescues = rescues + :rescue, rate_limits = rate_limits + :rate_limit,
+    lease_node = NULL, lease_expires_at = NULL,
+    summary = coalesce(:summary, summary), last_error = coalesce(:last_error, last_error),
+    error_tail = coalesce(:error_tail, error_tail), reason = :reason,
+    updated_at = :now,
+    finished_at = CASE WHEN CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled') THEN :now END
+WHERE id = :task_id AND state IN ('claimed', 'running')
+  AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id)
+RETURNING *;

@@ -36,20 +36,6 @@ SELECT id FROM job_fires WHERE job_id = (SELECT id FROM jobs WHERE name = :name)
 ORDER BY id
 FOR UPDATE;
 
--- name: release_queued_fire
--- overlap = queue: the oldest held fire of the job gets its task now (status open), or ends
--- now when that task could not be made (error, or skipped for an open duplicate).
--- The outer `status = 'queued'` is not in sqlite's: there one writer runs at a time, here a
--- release that waited for another's row lock re-checks the fire it picked, so it cannot hand
--- a second task to a fire the other transaction already released.
-UPDATE job_fires
-SET status = :status, task_id = :task_id, fired_at = :now, variant = :variant, error = :error,
-    finished_at = :finished_at
-WHERE id = (SELECT id FROM job_fires WHERE job_id = :job_id AND status = 'queued'
-            ORDER BY id LIMIT 1)
-  AND status = 'queued'
-RETURNING *;
-
 -- name: finished_open_fires
 -- Open fires whose task has ended (or vanished). The last run's outcome tells a timeout apart.
 -- FOR UPDATE OF f SKIP LOCKED, unlike sqlite's (one writer at a time): every node's scheduler
@@ -69,8 +55,3 @@ ORDER BY f.id
 LIMIT :limit
 FOR UPDATE OF f SKIP LOCKED;
 
--- name: runs_of_job
-SELECT r.* FROM runs r JOIN job_fires f ON f.task_id = r.task_id
-WHERE f.job_name = :job_name AND (:since::double precision IS NULL OR r.claimed_at >= :since)
-ORDER BY r.id DESC
-LIMIT :limit;

@@ -57,32 +57,6 @@ WHERE id = (SELECT max(id) FROM runs WHERE task_id = :task_id AND ended_at IS NU
   AND ended_at IS NULL
 FOR UPDATE SKIP LOCKED;
 
--- name: list_runs
-SELECT * FROM runs
-WHERE (:role::text IS NULL OR role = :role)
-  AND (:since::double precision IS NULL OR claimed_at >= :since)
-ORDER BY id DESC
-LIMIT :limit;
-
--- name: settle_task
--- Guarded by the leased states: if a person cancelled the task meanwhile, nothing changes
--- and the caller learns it from the row count. And by the run: only the task's latest run
--- may settle it. A cancelled task requeued and claimed again while its old agent was still
--- being killed was cancelled a second time by the old run's end, its new agent killed too.
--- :state::text: compared with literals before it is assigned, and an untyped parameter
--- compared with an untyped literal leaves PostgreSQL without a type to plan with.
-UPDATE tasks
-SET state = :state::text, run_after = :run_after, attempts = attempts + :strike,
-    rescues = rescues + :rescue, rate_limits = rate_limits + :rate_limit,
-    lease_node = NULL, lease_expires_at = NULL,
-    summary = coalesce(:summary, summary), last_error = coalesce(:last_error, last_error),
-    error_tail = coalesce(:error_tail, error_tail), reason = :reason,
-    updated_at = :now,
-    finished_at = CASE WHEN :state::text IN ('completed', 'dead', 'cancelled') THEN :now END
-WHERE id = :task_id AND state IN ('claimed', 'running')
-  AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id)
-RETURNING *;
-
 -- name: expired_leases
 -- FOR UPDATE SKIP LOCKED: every node's monitor rescues expired leases; two of them at once
 -- each take the rows the other has not locked, instead of one waiting to find the other's
@@ -92,22 +66,6 @@ WHERE lease_expires_at IS NOT NULL AND lease_expires_at < :now
   AND state IN ('claimed', 'running')
 ORDER BY id
 FOR UPDATE SKIP LOCKED;
-
--- name: move_task
--- A person's transition (approve, reject, block, unblock, cancel, requeue), guarded by the
--- state the caller read in the same transaction.
--- :reset_counts must be a Python bool (psycopg sends it as boolean): a 0/1 int, which SQLite
--- takes as a condition, arrives as smallint, which PostgreSQL refuses as one.
-UPDATE tasks
-SET state = :state::text, reason = :reason, updated_at = :now,
-    run_after = CASE WHEN :state::text = 'ready' THEN :now ELSE run_after END,
-    lease_node = NULL, lease_expires_at = NULL,
-    attempts = CASE WHEN :reset_counts THEN 0 ELSE attempts END,
-    rescues = CASE WHEN :reset_counts THEN 0 ELSE rescues END,
-    rate_limits = CASE WHEN :reset_counts THEN 0 ELSE rate_limits END,
-    finished_at = CASE WHEN :state::text IN ('completed', 'dead', 'cancelled') THEN :now END
-WHERE id = :task_id AND state = :from_state
-RETURNING *;
 
 -- wal_checkpoint has no PostgreSQL block: the server checkpoints by itself.
 

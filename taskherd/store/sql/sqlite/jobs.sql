@@ -25,16 +25,6 @@ SELECT min(next_run_at) AS earliest FROM jobs INDEXED BY jobs_due WHERE enabled 
 -- the whole database, so this only reads.
 SELECT id FROM job_fires WHERE job_id = (SELECT id FROM jobs WHERE name = :name);
 
--- name: release_queued_fire
--- overlap = queue: the oldest held fire of the job gets its task now (status open), or ends
--- now when that task could not be made (error, or skipped for an open duplicate).
-UPDATE job_fires
-SET status = :status, task_id = :task_id, fired_at = :now, variant = :variant, error = :error,
-    finished_at = :finished_at
-WHERE id = (SELECT id FROM job_fires WHERE job_id = :job_id AND status = 'queued'
-            ORDER BY id LIMIT 1)
-RETURNING *;
-
 -- name: finished_open_fires
 -- Open fires whose task has ended (or vanished). The last run's outcome tells a timeout apart.
 SELECT f.id AS fire_id, t.state AS task_state, t.summary AS task_summary,
@@ -48,8 +38,3 @@ WHERE f.status = 'open' AND (t.id IS NULL OR t.finished_at IS NOT NULL)
 ORDER BY f.id
 LIMIT :limit;
 
--- name: runs_of_job
-SELECT r.* FROM runs r JOIN job_fires f ON f.task_id = r.task_id
-WHERE f.job_name = :job_name AND (:since IS NULL OR r.claimed_at >= :since)
-ORDER BY r.id DESC
-LIMIT :limit;

@@ -34,49 +34,11 @@ RETURNING *;
 -- name: open_run_of_task
 SELECT * FROM runs WHERE task_id = :task_id AND ended_at IS NULL ORDER BY id DESC LIMIT 1;
 
--- name: list_runs
-SELECT * FROM runs
-WHERE (:role IS NULL OR role = :role)
-  AND (:since IS NULL OR claimed_at >= :since)
-ORDER BY id DESC
-LIMIT :limit;
-
--- name: settle_task
--- Guarded by the leased states: if a person cancelled the task meanwhile, nothing changes
--- and the caller learns it from the row count. And by the run: only the task's latest run
--- may settle it. A cancelled task requeued and claimed again while its old agent was still
--- being killed was cancelled a second time by the old run's end, its new agent killed too.
-UPDATE tasks
-SET state = :state, run_after = :run_after, attempts = attempts + :strike,
-    rescues = rescues + :rescue, rate_limits = rate_limits + :rate_limit,
-    lease_node = NULL, lease_expires_at = NULL,
-    summary = coalesce(:summary, summary), last_error = coalesce(:last_error, last_error),
-    error_tail = coalesce(:error_tail, error_tail), reason = :reason,
-    updated_at = :now,
-    finished_at = CASE WHEN :state = 'completed' OR :state = 'dead' OR :state = 'cancelled' THEN :now END
-WHERE id = :task_id AND (state = 'claimed' OR state = 'running')
-  AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id)
-RETURNING *;
-
 -- name: expired_leases
 SELECT * FROM tasks
 WHERE lease_expires_at IS NOT NULL AND lease_expires_at < :now
   AND state IN ('claimed', 'running')
 ORDER BY id;
-
--- name: move_task
--- A person's transition (approve, reject, block, unblock, cancel, requeue), guarded by the
--- state the caller read in the same transaction.
-UPDATE tasks
-SET state = :state, reason = :reason, updated_at = :now,
-    run_after = CASE WHEN :state = 'ready' THEN :now ELSE run_after END,
-    lease_node = NULL, lease_expires_at = NULL,
-    attempts = CASE WHEN :reset_counts THEN 0 ELSE attempts END,
-    rescues = CASE WHEN :reset_counts THEN 0 ELSE rescues END,
-    rate_limits = CASE WHEN :reset_counts THEN 0 ELSE rate_limits END,
-    finished_at = CASE WHEN :state = 'completed' OR :state = 'dead' OR :state = 'cancelled' THEN :now END
-WHERE id = :task_id AND state = :from_state
-RETURNING *;
 
 -- name: wal_checkpoint
 -- PASSIVE: copies what it can without waiting for or blocking any reader or writer; once all
