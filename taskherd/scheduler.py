@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,7 +33,6 @@ from taskherd.store import Store
 from taskherd.store.jobs import (
     FireClaim,
     Job,
-    JobFire,
     JobNotFound,
     JobRefused,
     PlannedFire,
@@ -42,21 +41,6 @@ from taskherd.store.jobs import (
 from taskherd.taskspec import TaskSpecError
 
 log = logging.getLogger("taskherd.scheduler")
-
-# Consecutive failures → delay of the job's next scheduled fire (the seeds' cron dispatcher:
-# a broken job fired every cycle and burnt tokens on every one of them).
-FAILURE_BACKOFF = (30.0, 60.0, 300.0, 900.0, 3600.0)
-RETRY_BASE = 30.0
-
-
-def failure_backoff(failures: int) -> float:
-    return FAILURE_BACKOFF[min(failures, len(FAILURE_BACKOFF)) - 1] if failures > 0 else 0.0
-
-
-def retry_delay(retry_number: int) -> float:
-    """Delay before retry n (1-based): 30 s × 2^(n−1)."""
-    return RETRY_BASE * 2 ** (retry_number - 1)
-
 
 @dataclass(frozen=True)
 class SchedulerSettings:
@@ -141,7 +125,7 @@ class Scheduler:
 
     def run_once(self, now: float) -> Counter[str]:
         counts: Counter[str] = Counter()
-        counts["settled"] = len(self.store.settle_fires(now, self.decide_settle))
+        counts["settled"] = len(self.store.settle_fires(now))
         for _ in range(100):  # bounded: a job that stays due after its claim cannot spin here
             due = self.store.due_jobs(now, self.settings.batch)
             if not due:
@@ -227,24 +211,6 @@ class Scheduler:
             count += 1
             moment = trigger.next_after(moment)
         return count
-
-    # -- a fire's task ended -----------------------------------------------------------------
-
-    def decide_settle(self, job: Job, fire: JobFire) -> Mapping[str, Any]:
-        """The job's consequences of one settled fire: backoff and retries, or their reset."""
-        if fire.status == FireStatus.OK:
-            return {"failures": 0, "backoff_until": None}
-        if fire.status not in (FireStatus.ERROR, FireStatus.TIMEOUT):
-            return {}  # cancelled by a person: neither a failure nor a success
-        ended = fire.finished_at if fire.finished_at is not None else fire.fired_at
-        failures = job.failures + 1
-        changes: dict[str, Any] = {"failures": failures,
-                                   "backoff_until": ended + failure_backoff(failures)}
-        if fire.retry_count < job.max_retries:
-            number = fire.retry_count + 1
-            changes.update(retry_at=ended + retry_delay(number), retry_of=fire.id,
-                           retry_count=number)
-        return changes
 
     # -- config sync -----------------------------------------------------------------------
 

@@ -2,14 +2,15 @@
 
 Kept apart from the task transitions in `base.py`; `Store` inherits it, so every store has
 both. The store keeps data and guards; policy (what a fire does, backoff, retries) is the
-scheduler's, passed in as plain values or a `decide` callback run inside the transaction.
+scheduler's, passed in as plain values; what a settled fire does to its job is
+`queue.settle_fire`, run inside the settling transaction as `queue.settle` is for a task.
 """
 
 from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,9 +185,6 @@ class Upserted:
 # Given a job (fresh, inside the transaction) and one of its fires just settled, the new
 # values of some state columns; the store recomputes next_run_at and deletes a spent
 # delete_after_run job.
-SettleDecision = Callable[[Job, JobFire], Mapping[str, Any]]
-
-
 class JobStore(abc.ABC):
     """Jobs and fires. Every method takes `now` where time matters; nothing reads a clock."""
 
@@ -218,9 +216,10 @@ class JobStore(abc.ABC):
         return self.claim_fires([claim], now)[0]
 
     @abc.abstractmethod
-    def settle_fires(self, now: float, decide: SettleDecision, limit: int = 1000) -> list[JobFire]:
+    def settle_fires(self, now: float, limit: int = 1000) -> list[JobFire]:
         """Record the outcome of open fires whose task has ended (ok, error, timeout,
-        cancelled; duration, summary, error) and apply `decide` to each fire's job."""
+        cancelled; duration, summary, error) and apply the job policy (`queue.settle_fire`:
+        backoff and retries, or their reset) to each fire's job."""
 
     @abc.abstractmethod
     def set_job_enabled(

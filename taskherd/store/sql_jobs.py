@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from taskherd.model import FINAL_FIRE_STATUSES, EventKind, FireStatus, NewTask, Run
+from taskherd.queue import settle_fire
 from taskherd.store.connection import Connection
 from taskherd.store.jobs import (
     STATE_COLUMNS,
@@ -22,7 +23,6 @@ from taskherd.store.jobs import (
     JobRefused,
     JobStore,
     PlannedFire,
-    SettleDecision,
     Upserted,
     wake_time,
 )
@@ -114,7 +114,7 @@ class SQLJobs(JobStore):
             return None
         return [self._record_fire(db, job, planned, now) for planned in claim.fires]
 
-    def settle_fires(self, now: float, decide: SettleDecision, limit: int = 1000) -> list[JobFire]:
+    def settle_fires(self, now: float, limit: int = 1000) -> list[JobFire]:
         settled = []
         with self._write() as db:
             for row in db.execute(self.q["finished_open_fires"], {"limit": limit}).fetchall():
@@ -123,7 +123,7 @@ class SQLJobs(JobStore):
                     continue
                 settled.append(fire)
                 if fire.job_id is not None:
-                    self._apply_decision(db, fire, decide, now)
+                    self._apply_policy(db, fire, now)
         return settled
 
     def set_job_enabled(
@@ -233,14 +233,12 @@ class SQLJobs(JobStore):
         fired = _fetch_one(db, self.q["settle_job_fire"], params)
         return JobFire.from_row(fired) if fired is not None else None
 
-    def _apply_decision(
-        self, db: Connection, fire: JobFire, decide: SettleDecision, now: float
-    ) -> None:
+    def _apply_policy(self, db: Connection, fire: JobFire, now: float) -> None:
         row = _fetch_one(db, self.q["get_job_by_id"], {"id": fire.job_id})
         if row is None:
             return
         job = Job.from_row(row)
-        changes = dict(decide(job, fire))
+        changes = dict(settle_fire(job, fire))
         updated = _replace(job, **changes)
         spent = (job.delete_after_run and updated.schedule_at is None and updated.retry_at is None
                  and not updated.open_fires and not updated.queued and updated.run_now_at is None)
