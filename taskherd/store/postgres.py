@@ -25,9 +25,7 @@ from taskherd.store.events import Listener
 from taskherd.store.sql_store import SQLStore
 from taskherd.store.sqlfile import machinery, migrations, queries
 
-# synchronous_commit: `full` waits for the WAL flush of each commit; `normal` may lose the
-# last commits of a server crash (never a half-done one), as SQLite's NORMAL may on power loss.
-DURABILITY = {"full": "on", "normal": "off"}
+DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
 URL_SCHEMES = ("postgres://", "postgresql://")
 RELISTEN_DELAY = 5.0  # seconds between attempts to get a lost LISTEN connection back
 M = machinery("postgres")
@@ -77,7 +75,7 @@ class PostgresStore(SQLStore):
         except self._psycopg.OperationalError as error:
             # The caller names the database (without its password); psycopg's words say why.
             raise StoreUnavailable(f"cannot connect: {_said(error)}") from error
-        conn.execute(f"SET synchronous_commit = {DURABILITY[self._durability]}")
+        conn.execute(M[f"durability_{self._durability}"])
         return conn
 
     @contextmanager

@@ -350,7 +350,7 @@ class SQLStore(SQLJobs, Store):
             if row is None:  # moved meanwhile by another node (PostgreSQL's READ COMMITTED)
                 raise TransitionRefused(task_id, action, self._get_task(db, task_id).state,
                                         targets)
-            return self._finalize(db, task, Task.from_row(row), now)
+            return self._finalize(db, Task.from_row(row), now)
 
     # -- runs and housekeeping -----------------------------------------------------------
 
@@ -425,9 +425,9 @@ class SQLStore(SQLJobs, Store):
                    runtime=run.runtime)
         if row is None:  # cancelled (or otherwise moved) while the run went on
             return Finished(run, task, moved=False)
-        return Finished(run, self._finalize(db, task, Task.from_row(row), now), moved=True)
+        return Finished(run, self._finalize(db, Task.from_row(row), now), moved=True)
 
-    def _finalize(self, db: Connection, before: Task, after: Task, now: float) -> Task:
+    def _finalize(self, db: Connection, task: Task, now: float) -> Task:
         """The one step every settle of a task passes, in the settling transaction: a run's
         end (finished, rescued, rate-limited, dead) and a person's move (approve, reject,
         cancel, block, unblock, requeue). Whatever must happen when a task settles attaches
@@ -435,9 +435,9 @@ class SQLStore(SQLJobs, Store):
         chain's children, gates and reviews, notifications' outbox rows; today, the event
         that tells listeners (the daemons' dispatchers among them) where the task went.
         """
-        self._emit(EventKind.TASK_CHANGED, now, task_id=after.id, state=after.state,
-                   role=after.role)
-        return after
+        self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, state=task.state,
+                   role=task.role)
+        return task
 
     def _add_task(self, db: Connection, new: NewTask, now: float) -> tuple[int | None, bool]:
         """Insert `new`: (its id, True), or (the id of the open task holding its dedup key,

@@ -18,7 +18,7 @@ from taskherd.store.events import SocketListener, publish, socket_dir
 from taskherd.store.sql_store import SQLStore
 from taskherd.store.sqlfile import machinery, migrations, queries
 
-DURABILITY = {"full": "FULL", "normal": "NORMAL"}
+DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
 # Long enough that a burst of writers from several processes queues up instead of failing:
 # "database is locked" must never reach a caller.
 DEFAULT_BUSY_TIMEOUT = 60.0
@@ -54,15 +54,14 @@ class SQLiteStore(SQLStore):
             self.path, isolation_level=None, timeout=busy_timeout, check_same_thread=False
         )
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         self._enable_wal()
-        self._conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
-        self._conn.execute("PRAGMA foreign_keys = ON")
+        self._conn.execute(M[f"durability_{durability}"])
+        self._conn.execute(M["foreign_keys_on"])
         if not autocheckpoint:
             # The daemon checkpoints from a worker thread instead: an automatic checkpoint
             # runs inside whichever commit crosses the threshold and, at durability full,
             # holds the event loop for the fsync of the whole database (p99 spawn latency).
-            self._conn.execute("PRAGMA wal_autocheckpoint = 0")
+            self._conn.execute(M["no_autocheckpoint"])
         self.busy_timeout = busy_timeout
         _migrate(self._conn)
 
@@ -72,7 +71,7 @@ class SQLiteStore(SQLStore):
         deadline = time.monotonic() + 30
         while True:
             try:
-                self._conn.execute("PRAGMA journal_mode = WAL")
+                self._conn.execute(M["journal_wal"])
                 return
             except sqlite3.OperationalError as error:
                 if "locked" not in str(error) or time.monotonic() > deadline:
@@ -83,13 +82,13 @@ class SQLiteStore(SQLStore):
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One transaction that takes the write lock up front, so it never has to upgrade."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute(M["begin_write"])
             try:
                 yield self._conn
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._conn.execute(M["rollback"])
                 raise
-            self._conn.execute("COMMIT")
+            self._conn.execute(M["commit"])
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -126,12 +125,12 @@ class SQLiteStore(SQLStore):
         try:
             conn = sqlite3.connect(self.path, timeout=10, isolation_level=None)
             with contextlib.closing(conn):
-                conn.execute("BEGIN IMMEDIATE")  # takes the write lock: fails on a read-only file
+                conn.execute(M["begin_write"])  # takes the write lock: fails on a read-only file
                 try:
                     conn.execute(M["probe_table"])
                     conn.execute(M["probe_row"])
                 finally:
-                    conn.execute("ROLLBACK")
+                    conn.execute(M["rollback"])
         except sqlite3.Error as error:
             raise StoreError(str(error)) from error
 
@@ -160,8 +159,8 @@ class SQLiteStore(SQLStore):
             source = sqlite3.connect(self.path, timeout=self.busy_timeout)
             with contextlib.closing(source), contextlib.closing(sqlite3.connect(partial)) as copy:
                 source.backup(copy)
-                copy.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
-                verdict = copy.execute("PRAGMA integrity_check").fetchone()[0]
+                copy.execute(M["journal_delete"])
+                verdict = copy.execute(M["integrity_check"]).fetchone()[0]
             if verdict != "ok":
                 raise StoreError(f"the copy failed its integrity check: {verdict}")
             os.replace(partial, destination)
@@ -190,7 +189,7 @@ def _migrate(db: sqlite3.Connection) -> None:
     for migration in migrations("sqlite"):
         if migration.version in applied:
             continue
-        db.execute("BEGIN IMMEDIATE")
+        db.execute(M["begin_write"])
         try:
             if not db.execute(M["migration_applied"], {"version": migration.version}).fetchone():
                 for statement in migration.statements():
@@ -198,6 +197,6 @@ def _migrate(db: sqlite3.Connection) -> None:
                 db.execute(M["record_migration"], {"version": migration.version,
                                                    "name": migration.name, "now": time.time()})
         except BaseException:
-            db.execute("ROLLBACK")
+            db.execute(M["rollback"])
             raise
-        db.execute("COMMIT")
+        db.execute(M["commit"])

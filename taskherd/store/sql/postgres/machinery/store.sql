@@ -33,3 +33,12 @@ INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :nam
 -- name: may_write_table
 -- `taskherd doctor`'s write probe: asked, not tried.
 SELECT has_table_privilege(:table, 'SELECT, INSERT, UPDATE, DELETE') AS granted;
+
+-- name: durability_full
+-- durability = full: each commit waits for the flush of its WAL.
+SET synchronous_commit = on;
+
+-- name: durability_normal
+-- durability = normal: a server crash may lose the last commits (never a half-done one), as
+-- SQLite's NORMAL may on power loss.
+SET synchronous_commit = off;

@@ -20,3 +20,39 @@ CREATE TABLE taskherd_doctor_probe (x);
 
 -- name: probe_row
 INSERT INTO taskherd_doctor_probe VALUES (1);
+
+-- name: begin_write
+-- Takes the write lock up front, so a transaction never has to upgrade (and fail) midway.
+BEGIN IMMEDIATE;
+
+-- name: commit
+COMMIT;
+
+-- name: rollback
+ROLLBACK;
+
+-- name: journal_wal
+-- Readers never block the writer, nor it them.
+PRAGMA journal_mode = WAL;
+
+-- name: journal_delete
+-- A backup copy is one self-contained file.
+PRAGMA journal_mode = DELETE;
+
+-- name: integrity_check
+PRAGMA integrity_check;
+
+-- name: foreign_keys_on
+PRAGMA foreign_keys = ON;
+
+-- name: no_autocheckpoint
+PRAGMA wal_autocheckpoint = 0;
+
+-- name: durability_full
+-- durability = full: each commit is fsynced before it returns.
+PRAGMA synchronous = FULL;
+
+-- name: durability_normal
+-- durability = normal: WAL commits are fsynced at checkpoints; a power loss may lose the last
+-- commits (never a half-done one).
+PRAGMA synchronous = NORMAL;
