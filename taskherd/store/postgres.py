@@ -124,8 +124,8 @@ class PostgresStore(SQLStore):
         return isinstance(error, self._errors.UniqueViolation)
 
     def _announce(self, db: Any, events: Sequence[Event]) -> None:
-        for event in events:
-            db.execute(M["notify_event"], {"payload": event.to_json()})
+        payloads = [event.to_json() for event in events]
+        db.execute(M["notify_events"], {"payloads": payloads}).fetchall()
 
     def listen(self) -> NotifyListener:
         return NotifyListener(self.url, self._connect_timeout)

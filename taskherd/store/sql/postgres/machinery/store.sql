@@ -2,10 +2,11 @@
 -- SQLite has no counterpart of the first three (its events go through local sockets and its
 -- daemon's file lock is all a host needs).
 
--- name: notify_event
+-- name: notify_events
 -- Delivered to every LISTENing connection when this transaction commits, never if it rolls
--- back: the payload is one event's JSON (< 8000 bytes).
-SELECT pg_notify('taskherd_events', :payload);
+-- back: one notification per event, each payload one event's JSON (< 8000 bytes); one
+-- statement for all of a transaction's events, so a transition pays one round trip for them.
+SELECT pg_notify('taskherd_events', payload) FROM unnest(CAST(:payloads AS TEXT[])) AS payload;
 
 -- name: listen_events
 LISTEN taskherd_events;
