@@ -19,10 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from taskherd import spares, wake
+from taskherd.agent_door import AgentDoor
 from taskherd.config import Config, ConfigError, DaemonConfig, load_config
 from taskherd.dispatcher import Dispatcher
 from taskherd.monitor import Monitor
 from taskherd.scheduler import Scheduler
+from taskherd.ops import Queue
 from taskherd.store import Store, StoreError, open_store, shown
 from taskherd.store.postgres import is_postgres_url, listen_for_wakes
 from taskherd.supervisor import Supervisor
@@ -131,6 +133,8 @@ class Daemon:
         monitor = Monitor(self.config, store, supervisor)
         self._install_signals()
         listener = await wake.listen(daemon.data_dir, self.wake)
+        door = AgentDoor(Queue(self.config, store), self.clock, on_change=self.wake)
+        await door.start(daemon.data_dir)  # agents act on their runs here, not in the database
         self._reconcile(store, supervisor)
         # Spare shims for a burst as large as the node runs at once (capped low: each is an
         # idle interpreter), so even the first spawns need not wait for one to start.
@@ -169,6 +173,7 @@ class Daemon:
                      daemon.on_shutdown)
             await supervisor.shutdown(daemon.on_shutdown, daemon.shutdown_grace)
             await _cancel(watching)
+            await door.close()
             if listener is not None:
                 listener.close()
                 wake.socket_path(daemon.data_dir).unlink(missing_ok=True)

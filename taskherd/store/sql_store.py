@@ -38,6 +38,7 @@ from taskherd.store.base import (
     TaskNotFound,
     TransitionRefused,
 )
+from taskherd.store.sql_credentials import SQLCredentials
 from taskherd.store.sql_jobs import SQLJobs
 from taskherd.store.sql_nodes import SQLNodes
 
@@ -52,7 +53,7 @@ class Connection(Protocol):
     def execute(self, sql: str, params: Mapping[str, Any] = ..., /) -> Any: ...
 
 
-class SQLStore(SQLJobs, SQLNodes, Store):
+class SQLStore(SQLJobs, SQLNodes, SQLCredentials, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
