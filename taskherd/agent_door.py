@@ -94,7 +94,7 @@ class AgentDoor:
             answer = self.answer(line)
             writer.write(json.dumps(answer).encode() + b"\n")
             await writer.drain()
-        except (asyncio.TimeoutError, ConnectionError, ValueError) as error:
+        except (TimeoutError, ConnectionError, ValueError) as error:
             log.debug("agent door: a connection ended early: %s", type(error).__name__)
         finally:
             writer.close()

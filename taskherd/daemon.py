@@ -23,8 +23,8 @@ from taskherd.agent_door import AgentDoor
 from taskherd.config import Config, ConfigError, DaemonConfig, load_config
 from taskherd.dispatcher import Dispatcher
 from taskherd.monitor import Monitor
-from taskherd.scheduler import Scheduler
 from taskherd.ops import Queue
+from taskherd.scheduler import Scheduler
 from taskherd.store import Store, StoreError, open_store, shown
 from taskherd.store.postgres import is_postgres_url, listen_for_wakes
 from taskherd.supervisor import Supervisor

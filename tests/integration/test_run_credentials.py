@@ -94,13 +94,13 @@ def run_of(fleet: Fleet, task_id: int):
 
 
 def door_env(env: dict[str, str]) -> dict[str, str]:
-    """What the agent command needs, taken from an agent's environment, for a CLI run here."""
-    keep = {key: value for key, value in env.items() if key != "TASKHERD_CONFIG"}
-    return keep
+    """An agent's environment, to run its commands from here as that agent would."""
+    return dict(env)
 
 
 def cli_as_agent(fleet: Fleet, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([PYTHON, "-m", "taskherd", *args], env=env, capture_output=True,
+                          check=False,
                           text=True, timeout=60, cwd=fleet.root)
 
 
