@@ -23,7 +23,6 @@ from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolic
 CONFIG_FILE = "taskherd.toml"
 CONFIG_ENV = "TASKHERD_CONFIG"
 HOME_ENV = "TASKHERD_HOME"  # the data dir; set for agents, and an override for tests
-DATABASE_ENV = "TASKHERD_DATABASE"  # set for agents: the database their daemon uses
 RUNTIMES = ("command", "claude", "chat")
 ON_SHUTDOWN = ("detach", "wait", "kill")
 PROMPT_VIA = ("stdin", "file", "arg")
@@ -199,7 +198,7 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool) -> Da
         data_path = base_dir / ".taskherd"
     else:
         data_path = default_data_dir()
-    database = (os.environ.get(DATABASE_ENV) or reader.get("database", str, None)
+    database = (reader.get("database", str, None)
                 or str(data_path / "taskherd.db"))
     if not database.startswith(("postgres://", "postgresql://")):
         database = str(base_dir / database)

@@ -18,10 +18,12 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from taskherd import __version__, spares
+from taskherd.agent_door import AgentDoor
 from taskherd.config import Config, ConfigError, DaemonConfig, load_config
 from taskherd.dispatcher import Dispatcher
 from taskherd.model import LEASED_STATES, Event, EventKind
 from taskherd.monitor import Monitor
+from taskherd.ops import Queue
 from taskherd.scheduler import Scheduler
 from taskherd.store import Store, StoreError, node_lock_path, open_store, shown
 from taskherd.supervisor import Supervisor
@@ -128,6 +130,8 @@ class Daemon:
         self._install_signals()
         # Listening before anything is looked at: what commits from here on wakes the loops.
         events = await store.listen().__aenter__()
+        door = AgentDoor(Queue(self.config, store), self.clock, on_change=self.wake)
+        await door.start(daemon.data_dir)  # agents act on their runs here, not in the database
         self._reconcile(store, supervisor)
         store.node_up(daemon.node, host=socket.gethostname(), pid=os.getpid(),
                       version=__version__, lease=daemon.lease, roles=list(self.config.roles),
@@ -171,6 +175,7 @@ class Daemon:
                 store.node_stopped(daemon.node, self.clock())
             except StoreError as error:  # the database is away: the node will look down
                 log.warning("could not record this node's stop: %s", error)
+            await door.close()
             await events.aclose()
 
     async def _wake_on_events(self, events: AsyncIterator[Event]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,7 +86,7 @@ class Supervisor:
             runtime = runtime_for(role.runtime)
             _create_private(files.prompt)
             handle = self._begin(runtime, role, claim, files)
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, StoreError) as error:
             log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
             self._settle_now(claim.run, RunResult(Outcome.FAILED, error=f"could not start: {error}"))
             return None
@@ -332,12 +333,16 @@ class Supervisor:
             "TASKHERD_TASK_ID": str(claim.task.id),
             "TASKHERD_RUN_ID": str(claim.run.id),
             "TASKHERD_ROLE": claim.run.role,
-            "TASKHERD_HOME": str(self.config.daemon.data_dir),
-            "TASKHERD_DATABASE": self.config.daemon.database,
+            "TASKHERD_HOME": str(self.config.daemon.data_dir),  # where agent.sock is
+            # The agent's only key: its own run, while the run is open. Never the database.
+            "TASKHERD_RUN_TOKEN": self._issue_credential(claim.run.id),
         }
-        if self.config.source is not None:
-            agent_vars["TASKHERD_CONFIG"] = str(self.config.source.resolve())
         return agent_vars
+
+    def _issue_credential(self, run_id: int) -> str:
+        token = secrets.token_urlsafe(32)
+        self.store.issue_run_credential(run_id, token, self.clock())
+        return token
 
 
 def _create_private(path: Path) -> None:

@@ -1,47 +1,51 @@
 """Commands an agent runs from inside its run: `taskherd heartbeat|done|fail|block`.
 
-They read TASKHERD_RUN_ID (and the database the daemon named) from the environment the
-supervisor gave the agent.
+They hold no database: they reach the daemon that started the agent through its agent
+socket (TASKHERD_HOME) with the run's credential (TASKHERD_RUN_TOKEN), both set at spawn.
 """
 
 from __future__ import annotations
 
-import os
+from typing import Any
 
 import click
 
-from taskherd.cli.common import BadInput, get_config, now, store_for
+from taskherd import agent_door
+from taskherd.cli.common import EXIT_BAD_INPUT, EXIT_REFUSED
 
 
-def _run_id() -> int:
-    value = os.environ.get("TASKHERD_RUN_ID")
-    if not value:
-        raise BadInput("TASKHERD_RUN_ID is not set: this command is run by an agent inside a run")
+class DoorFailure(click.ClickException):
+    def __init__(self, error: agent_door.DoorError):
+        super().__init__(str(error))
+        self.exit_code = EXIT_BAD_INPUT if error.kind == "bad_input" else EXIT_REFUSED
+
+
+def call_door(op: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Do `op` for this agent's run through its daemon; door errors become exit codes."""
     try:
-        return int(value)
-    except ValueError:
-        raise BadInput(f"TASKHERD_RUN_ID = {value!r} is not a run id") from None
+        return agent_door.call(op, args)
+    except agent_door.DoorError as error:
+        raise DoorFailure(error) from error
 
 
 @click.command("heartbeat")
 @click.option("--progress", help="A short note on how far the work is.")
-@click.pass_context
-def heartbeat_command(ctx: click.Context, progress: str | None) -> None:
+def heartbeat_command(progress: str | None) -> None:
     """Tell the daemon this run is alive (and optionally how far it is)."""
-    run_id = _run_id()
-    with store_for(ctx) as store:
-        store.heartbeat(run_id, now(), get_config(ctx).daemon.lease, progress)
+    call_door("heartbeat", {"progress": progress})
 
 
 def _report(verdict: str, doc: str) -> None:
     @click.command(verdict, help=doc)
     @click.option("--summary", "-s", help="What was done, or why not.")
-    @click.pass_context
-    def command(ctx: click.Context, summary: str | None) -> None:
-        run_id = _run_id()
-        with store_for(ctx) as store:
-            store.report(run_id, verdict, now(), summary)
-        click.echo(f"run {run_id}: reported {verdict}")
+    @click.option("--cost-usd", type=float, help="What the run cost, in dollars (unknown if omitted).")
+    @click.option("--input-tokens", type=int, help="Input tokens the run used.")
+    @click.option("--output-tokens", type=int, help="Output tokens the run used.")
+    def command(summary: str | None, **usage: Any) -> None:
+        args = {"verdict": verdict, "summary": summary}
+        args |= {key: value for key, value in usage.items() if value is not None}
+        result = call_door("report", args)
+        click.echo(f"run {result.get('run_id')}: reported {verdict}")
 
     REPORT_COMMANDS.append(command)
 

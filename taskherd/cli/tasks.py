@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from taskherd import agent_door
+from taskherd.cli.agent import call_door
 from taskherd.cli.common import (
     BadInput,
     Refused,
@@ -62,16 +64,21 @@ def add_command(ctx: click.Context, title: str, prompt_file: Any, delay: str | N
         except ValueError as error:
             raise BadInput(f"--after {delay!r}: {error}") from error
     fields = {key: value for key, value in options.items() if value is not None}
-    new = _validated(ctx, {"title": title, **fields}, where="")
-    with store_for(ctx) as store:
-        enqueued = store.enqueue(new, started)
-        say_if_unserved(store, [new.role], started)
-    if as_json:
-        print_json(enqueued.task.to_dict() | {"created": enqueued.created})
-    elif enqueued.created:
-        click.echo(f"added task {enqueued.task.id} ({enqueued.task.state.value})")
+    if agent_door.inside_run():  # an agent adds a child of its task, through its daemon
+        result = call_door("add_child_task", {"task": {"title": title, **fields}})
+        task, created = result["task"], result["created"]
     else:
-        click.echo(f"task {enqueued.task.id} is already open with dedup key {new.dedup_key!r}")
+        new = _validated(ctx, {"title": title, **fields}, where="")
+        with store_for(ctx) as store:
+            enqueued = store.enqueue(new, started)
+            say_if_unserved(store, [new.role], started)
+        task, created = enqueued.task.to_dict(), enqueued.created
+    if as_json:
+        print_json(task | {"created": created})
+    elif created:
+        click.echo(f"added task {task['id']} ({task['state']})")
+    else:
+        click.echo(f"task {task['id']} is already open with dedup key {task['dedup_key']!r}")
 
 
 @task_group.command("import")

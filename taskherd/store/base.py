@@ -60,6 +60,21 @@ class StateCount:
 class Store(JobStore, NodeStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
+    # -- run credentials: what an agent holds instead of the database -------------------
+
+    @abc.abstractmethod
+    def issue_run_credential(self, run_id: int, token: str, now: float) -> None:
+        """Accept `token` for run `run_id` while the run is open; only its hash is kept."""
+
+    @abc.abstractmethod
+    def run_of_credential(self, token: str) -> Run | None:
+        """The open run `token` was issued for; None for an unknown token or an ended run."""
+
+    @abc.abstractmethod
+    def record_reported_usage(self, run_id: int, *, cost_usd: float | None,
+                              input_tokens: int | None, output_tokens: int | None) -> None:
+        """Keep the cost and tokens an agent reported (None: unknown, left as it was)."""
+
     # -- tasks ---------------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -43,13 +43,14 @@ from taskherd.store.base import (
     TransitionRefused,
 )
 from taskherd.store.connection import Connection
+from taskherd.store.sql_credentials import SQLCredentials
 from taskherd.store.sql_jobs import SQLJobs
 from taskherd.store.sql_nodes import SQLNodes
 
 S = TaskState
 
 
-class SQLStore(SQLJobs, SQLNodes, Store):
+class SQLStore(SQLJobs, SQLNodes, SQLCredentials, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------

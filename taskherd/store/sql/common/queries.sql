@@ -50,10 +50,12 @@ SET lease_expires_at = :lease_until
 WHERE lease_node = :node AND state IN ('claimed', 'running');
 
 -- name: end_run
+-- Usage the agent reported (`taskherd done --cost-usd`) stays unless the runtime measured its own.
 UPDATE runs
 SET ended_at = :now, outcome = :outcome, exit_code = :exit_code, summary = :summary,
-    error = :error, cost_usd = :cost_usd, input_tokens = :input_tokens,
-    output_tokens = :output_tokens, turns = :turns, session_id = :session_id
+    error = :error, cost_usd = coalesce(:cost_usd, cost_usd),
+    input_tokens = coalesce(:input_tokens, input_tokens),
+    output_tokens = coalesce(:output_tokens, output_tokens), turns = :turns, session_id = :session_id
 WHERE id = :run_id AND ended_at IS NULL
 RETURNING *;
 

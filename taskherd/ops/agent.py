@@ -1,0 +1,93 @@
+"""What an agent may do, holding only its run's credential: say it is alive, report how its
+run went (and what it cost), and add child tasks of its own task.
+
+Every door an agent can use (the daemon's agent socket today, HTTP later) calls these, so the
+rules live once: a credential acts on its own open run and on nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from taskherd.model import Run
+from taskherd.ops import BadInput, Queue
+from taskherd.store import Enqueued
+from taskherd.taskspec import TaskSpecError, new_task_from
+
+VERDICTS = ("done", "fail", "block")
+MAX_NOTE = 10_000  # a progress note or summary is a line or a paragraph, not a log
+
+
+class Unauthorized(Exception):
+    """No open run holds this credential: unknown, mistyped, or its run has ended."""
+
+
+def authenticate(queue: Queue, token: object) -> Run:
+    if not isinstance(token, str) or not token:
+        raise Unauthorized("no run credential given (TASKHERD_RUN_TOKEN is empty)")
+    run = queue.store.run_of_credential(token)
+    if run is None:
+        raise Unauthorized("the run credential is not valid: unknown, or its run has ended")
+    return run
+
+
+def heartbeat(queue: Queue, run: Run, now: float, progress: str | None = None) -> Run:
+    return queue.store.heartbeat(run.id, now, queue.config.daemon.lease,
+                                 _note("progress", progress))
+
+
+def report(queue: Queue, run: Run, now: float, verdict: str, summary: str | None = None, *,
+           cost_usd: float | None = None, input_tokens: int | None = None,
+           output_tokens: int | None = None) -> Run:
+    """Record the agent's verdict; the run settles when the agent exits."""
+    if verdict not in VERDICTS:
+        raise BadInput(f"verdict {verdict!r} is not one of: {', '.join(VERDICTS)}")
+    usage = {"cost_usd": _amount("cost_usd", cost_usd),
+             "input_tokens": _count("input_tokens", input_tokens),
+             "output_tokens": _count("output_tokens", output_tokens)}
+    summary = _note("summary", summary)
+    if any(value is not None for value in usage.values()):
+        queue.store.record_reported_usage(run.id, **usage)
+    return queue.store.report(run.id, verdict, now, summary)
+
+
+def add_child_task(queue: Queue, run: Run, spec: Mapping[str, Any], now: float) -> Enqueued:
+    """Add a task whose parent is the run's task, checked as `task add` checks it."""
+    if not isinstance(spec, Mapping):
+        raise BadInput("a task must be an object of task fields")
+    parent = spec.get("parent_id", run.task_id)
+    if parent != run.task_id:
+        raise BadInput(f"parent_id {parent!r}: an agent adds children of its own task "
+                       f"({run.task_id}) only")
+    try:
+        new = new_task_from({**spec, "parent_id": run.task_id}, queue.config)
+    except TaskSpecError as error:
+        raise BadInput(str(error)) from error
+    return queue.store.enqueue(new, now)
+
+
+def _note(field: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadInput(f"{field} must be text, not {type(value).__name__}")
+    if len(value) > MAX_NOTE:
+        raise BadInput(f"{field} is {len(value)} characters long (at most {MAX_NOTE})")
+    return value
+
+
+def _amount(field: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise BadInput(f"{field} = {value!r} is not accepted: a number of dollars, 0 or more")
+    return float(value)
+
+
+def _count(field: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadInput(f"{field} = {value!r} is not accepted: a whole number, 0 or more")
+    return value
