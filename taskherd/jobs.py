@@ -278,7 +278,3 @@ def _human(every: str) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
-
-
-def specs_by_name(specs: Sequence[JobSpec]) -> dict[str, JobSpec]:
-    return {spec.name: spec for spec in specs}
