@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from typing import TYPE_CHECKING, Any
@@ -293,7 +293,3 @@ def _human(every: str) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
-
-
-def specs_by_name(specs: Sequence[JobSpec]) -> dict[str, JobSpec]:
-    return {spec.name: spec for spec in specs}

@@ -24,8 +24,6 @@ FINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.DEAD, TaskState.CANCELL
 OPEN_STATES = frozenset(TaskState) - FINAL_STATES
 # States that hold a lease: a node is responsible for them until it finishes or its lease expires.
 LEASED_STATES = frozenset({TaskState.CLAIMED, TaskState.RUNNING})
-# States a person may cancel, block or otherwise stop.
-STOPPABLE_STATES = OPEN_STATES
 
 
 class Outcome(str, enum.Enum):

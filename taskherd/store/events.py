@@ -21,6 +21,7 @@ import os
 import secrets
 import socket
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +35,7 @@ MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS; keep a
 SOCKET_SUFFIX = ".sock"
 # A listener's name: pid and a random part, so two listeners of one process never collide.
 _NAME_LENGTH = len("4194304-0123456789ab.sock")
+RELIST_NS = 1_000_000_000
 QUEUE_LIMIT = 10_000  # events a listener holds unread before it drops new ones
 
 
@@ -69,12 +71,34 @@ def _check_private(folder: Path) -> None:
         os.chmod(folder, 0o700)
 
 
-def publish(folder: Path, events: Iterable[Event]) -> None:
-    """Send `events` to every listener in `folder`; never blocks, never raises for a listener."""
+_listings: dict[Path, tuple[int, list[str]]] = {}
+
+
+def _listeners(folder: Path) -> list[str]:
+    """The socket names in `folder`, listed again only when the folder changed: a stat costs a
+    tenth of a listing, and every commit asks.
+
+    A folder changed within the last second is listed anyway, since its mtime may be too
+    coarse to show a listener that arrived just after the previous listing.
+    """
+    try:
+        changed = os.stat(folder).st_mtime_ns
+    except OSError:
+        return []  # no folder: nobody has ever listened
+    cached = _listings.get(folder)
+    if cached is not None and cached[0] == changed and time.time_ns() - changed > RELIST_NS:
+        return cached[1]
     try:
         names = [name for name in os.listdir(folder) if name.endswith(SOCKET_SUFFIX)]
     except OSError:
-        return  # no folder: nobody has ever listened
+        return []
+    _listings[folder] = (changed, names)
+    return names
+
+
+def publish(folder: Path, events: Iterable[Event]) -> None:
+    """Send `events` to every listener in `folder`; never blocks, never raises for a listener."""
+    names = _listeners(folder)
     if not names:
         return
     datagrams = [event.to_json().encode() for event in events]

@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from taskherd.model import (
+    ANY_ROLE,
     OPEN_STATES,
     Claim,
     Cooldown,
@@ -175,7 +176,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, Store):
             if row is None:
                 return None
             task = Task.from_row(row)
-            role = as_role if task.role == "any" and as_role else task.role
+            role = as_role if task.role == ANY_ROLE and as_role else task.role
             run_params = {"task_id": task.id, "node": node, "role": role, "runtime": runtime}
             run_row = _one(db.execute(self.q["insert_run"], run_params | {"now": now}))
             claim = Claim(task, Run.from_row(run_row))

@@ -148,3 +148,31 @@ def test_a_long_database_path_listens_in_a_short_private_folder(tmp_path):
 
         assert asyncio.run(scenario()).role == "coder"
     assert oct(folder.stat().st_mode & 0o777) == oct(0o700)
+
+
+def test_a_postgres_listener_listens_again_after_losing_its_connection(pg_url, monkeypatch,
+                                                                       caplog):
+    import psycopg
+
+    from taskherd.store import postgres
+
+    monkeypatch.setattr(postgres, "RELISTEN_DELAY", 0.05)
+
+    async def scenario(store) -> Event:
+        async with store.listen() as events:
+            with psycopg.connect(pg_url, autocommit=True) as admin:  # as a server restart would
+                admin.execute("SELECT pg_terminate_backend(%s)", (events._conn.info.backend_pid,))
+            deadline = asyncio.get_running_loop().time() + WAIT
+            while asyncio.get_running_loop().time() < deadline:
+                # What commits while it is away is missed (the daemon's poll covers that), so
+                # keep committing until one arrives.
+                await asyncio.to_thread(store.enqueue, NewTask(role="coder", title="x"), NOW)
+                try:
+                    return await asyncio.wait_for(next_event(events, EventKind.TASK_ADDED), 0.2)
+                except TimeoutError:
+                    continue
+            raise AssertionError("no event after the connection was lost")
+
+    with open_store(pg_url, durability="normal") as store:
+        assert asyncio.run(scenario(store)).role == "coder"
+    assert "events from other nodes paused" in caplog.text
