@@ -21,12 +21,12 @@ from pathlib import Path
 
 from taskherd import __version__, spares, wake
 from taskherd.config import Config, ConfigError, DaemonConfig, load_config
-from taskherd.dispatcher import Dispatcher
-from taskherd.monitor import Monitor
-from taskherd.scheduler import Scheduler
+from taskherd.services.dispatcher import Dispatcher
+from taskherd.services.monitor import Monitor
+from taskherd.services.scheduler import Scheduler
 from taskherd.store import Store, StoreError, open_store, shown
 from taskherd.store.postgres import is_postgres_url, listen_for_wakes
-from taskherd.supervisor import Supervisor
+from taskherd.services.supervisor import Supervisor
 
 log = logging.getLogger("taskherd.daemon")
 CHECK_INTERVAL = 1.0  # liveness checks (stalls, timeouts, log tailing) per second

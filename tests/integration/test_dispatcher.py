@@ -7,10 +7,10 @@ import logging
 from datetime import datetime
 
 from taskherd.config import parse_config
-from taskherd.dispatcher import Dispatcher
+from taskherd.services.dispatcher import Dispatcher
 from taskherd.model import NewTask, Priority
 from taskherd.store import open_store
-from taskherd.supervisor import Supervisor
+from taskherd.services.supervisor import Supervisor
 
 NOW = 1_800_000_000.0
 

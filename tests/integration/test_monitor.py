@@ -10,7 +10,7 @@ import pytest
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.monitor import Monitor
+from taskherd.services.monitor import Monitor
 from taskherd.queue import RetryPolicy
 from taskherd.store import Store, open_store
 from tests.interleave import pause_before, wait_for_lock_wait_or

@@ -13,7 +13,7 @@ import psutil
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, TaskState
 from taskherd.store import StoreUnavailable, open_store
-from taskherd.supervisor import Supervisor
+from taskherd.services.supervisor import Supervisor
 from tests.fleet import PYTHON, agent
 
 # Records its pid, waits for the release file, then records that it did the work.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from taskherd.config import Config
 from taskherd.model import Outcome, RunResult
 from taskherd.store import Store
-from taskherd.supervisor import Supervisor
+from taskherd.services.supervisor import Supervisor
 
 log = logging.getLogger("taskherd.monitor")
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from taskherd.config import Config, RoleConfig
 from taskherd.model import Priority, TaskState
 from taskherd.store import Store
-from taskherd.supervisor import Supervisor
+from taskherd.services.supervisor import Supervisor
 
 log = logging.getLogger("taskherd.dispatcher")
 P0_WARNING_INTERVAL = 60.0  # seconds between two warnings about the same waiting P0 task
