@@ -11,7 +11,8 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,6 +57,38 @@ class LiveRun:
     watcher: asyncio.Task | None = field(default=None, repr=False)
 
 
+@dataclass(frozen=True)
+class SupervisorSettings:
+    interval: float = 1.0  # seconds between two checks: stalls, timeouts, log tailing
+
+
+class LiveRuns(Mapping[int, Run]):
+    """What other services may know of the runs this node watches, read-only: the run of
+    each watched id, running counts per role, pools in use and the last spawn per role."""
+
+    def __init__(self, live: dict[int, LiveRun], last_spawns: dict[str, float]):
+        self._live = live
+        self._last_spawns = last_spawns
+
+    def __getitem__(self, run_id: int) -> Run:
+        return self._live[run_id].run
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(list(self._live))
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def running_per_role(self) -> Counter[str]:
+        return Counter(live.role.name for live in self._live.values())
+
+    def pools_in_use(self) -> Counter[str]:
+        return Counter(pool for live in self._live.values() for pool in live.pools)
+
+    def last_spawn(self, role: str) -> float | None:
+        return self._last_spawns.get(role)
+
+
 class Supervisor:
     def __init__(
         self,
@@ -63,6 +96,7 @@ class Supervisor:
         store: Store,
         clock: Callable[[], float],
         on_change: Callable[[], None] = lambda: None,
+        settings: SupervisorSettings = SupervisorSettings(),
     ):
         self.config = config
         self.store = store
@@ -70,6 +104,8 @@ class Supervisor:
         self.on_change = on_change  # wakes the dispatcher when a slot frees or a limit starts
         self.live: dict[int, LiveRun] = {}
         self.last_spawn: dict[str, float] = {}  # role → time of its latest spawn (stagger)
+        self.view = LiveRuns(self.live, self.last_spawn)
+        self.settings = settings
         self.log_dir = config.daemon.log_dir
         self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
@@ -185,6 +221,43 @@ class Supervisor:
             await procs.terminate_async(live.handle, KILL_GRACE)
 
     # -- watching ------------------------------------------------------------------------
+
+    def next_wake(self, now: float) -> float:
+        return now + self.settings.interval
+
+    def run_once(self, now: float) -> dict[str, int]:
+        """One pass: watch what runs, stop what a person cancelled, adopt what is unwatched."""
+        counts = self.check(now)
+        counts["cancelled"] += self._stop_cancelled()
+        counts["adopted"] = self._adopt_unwatched(now)
+        return counts
+
+    def _stop_cancelled(self) -> int:
+        """Kill agents whose task a person cancelled while they worked."""
+        stopped = 0
+        for run in self.store.open_runs_of_final_tasks(self.config.daemon.node):
+            live = self.live.get(run.id)
+            if live is not None and live.kill_reason is None:
+                self.kill(live, Outcome.CANCELLED, "the task was cancelled")
+                stopped += 1
+        return stopped
+
+    def _adopt_unwatched(self, now: float) -> int:
+        """A spawned run of this node nobody watches (its watcher died on an error) is adopted
+        again: otherwise the node renews its lease forever and the task stays `running` for
+        an agent nobody will ever settle."""
+        adopted = 0
+        for run in self.store.open_runs(self.config.daemon.node):
+            if run.id in self.live or run.spawned_at is None:
+                continue
+            log.warning("run %s is open but unwatched: adopting it again", run.id)
+            try:
+                task = self.store.get_task(run.task_id)
+            except StoreError:
+                continue
+            self.adopt(run, task, now)
+            adopted += 1
+        return adopted
 
     def check(self, now: float) -> dict[str, int]:
         """Tail logs, look for rate limits, and kill the stalled and the overdue."""
