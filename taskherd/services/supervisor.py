@@ -20,15 +20,12 @@ from pathlib import Path
 from taskherd import procs
 from taskherd.config import Config, RoleConfig
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
-from taskherd.runtimes.base import OutputReader, RunFiles, Runtime
-from taskherd.runtimes.chat import ChatCall, ChatRuntime
+from taskherd.runtimes.base import AgentEnv, Execution, OutputReader, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until
 from taskherd.runtimes.registry import runtime_for
 from taskherd.store import Store, StoreError, TransitionRefused
 
 log = logging.getLogger("taskherd.supervisor")
-# What a live run is: an agent process, or an in-process call (chat) with the same shape.
-Execution = procs.ProcessHandle | ChatCall
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
 CPU_BUSY_SHARE = 0.05  # share of one core, between two samples, that counts as working
 # Bytes of new log read per check: enough for a Claude Code run streaming 10,000 events a
@@ -130,7 +127,7 @@ class Supervisor:
         self.last_spawn[role.name] = spawned_now
         try:
             self.store.mark_spawned(claim.run.id, spawned_now, self.config.daemon.lease,
-                                    pid=handle.pid, pid_started_at=getattr(handle, "started_at", None),
+                                    pid=handle.pid, pid_started_at=handle.started_at,
                                     log_path=str(files.log))
         except TransitionRefused:
             # Cancelled between claim and spawn: the agent must not outlive the decision.
@@ -154,15 +151,9 @@ class Supervisor:
 
     def _begin(self, runtime: Runtime, role: RoleConfig, claim: Claim,
                files: RunFiles) -> Execution:
-        """Start the run: an agent process, or an in-process call for runtimes like chat."""
-        if isinstance(runtime, ChatRuntime):
-            return runtime.begin(role, claim.task, claim.run, files)
-        launch = runtime.launch(role, claim.task, claim.run, files)
-        env = procs.agent_env(self._agent_path(role), launch.env, self._agent_vars(claim))
-        header = {"run": claim.run.id, "task": claim.task.id, "role": role.name}
-        spawned = procs.spawn(launch.argv, env=env, cwd=launch.cwd, log_path=files.log,
-                              stdin_path=launch.stdin_path, header=header)
-        return spawned.handle
+        """Start the run however its runtime starts one (a process, or an in-process call)."""
+        agent = AgentEnv(self._agent_path(role), self._agent_vars(claim))
+        return runtime.start(role, claim.task, claim.run, files, agent)
 
     def adopt(self, run: Run, task: Task, now: float) -> LiveRun | None:
         """Re-attach to an agent an earlier daemon started; settle it if it already ended."""
@@ -212,13 +203,13 @@ class Supervisor:
         A dev server or a watcher started in the background would otherwise outlive its run
         and pile up run after run, as service managers' control-group kill prevents.
         """
-        if not isinstance(live.handle, procs.ProcessHandle):
-            return
+        if live.handle.pid is None:
+            return  # an in-process call: no process group
         leftovers = procs.live_group_members(live.handle.pid)
         if leftovers:
             log.warning("run %s: the agent left %d process(es) running; stopping them",
                         live.run.id, len(leftovers))
-            await procs.terminate_async(live.handle, KILL_GRACE)
+            await live.handle.terminate(KILL_GRACE)
 
     # -- watching ------------------------------------------------------------------------
 
@@ -330,11 +321,7 @@ class Supervisor:
             return
         live.kill_reason = (outcome, reason)
         log.warning("run %s: killing pid %s: %s", live.run.id, live.handle.pid, reason)
-        if isinstance(live.handle, ChatCall):
-            stopping = live.handle.terminate()
-        else:
-            stopping = procs.terminate_async(live.handle, KILL_GRACE)
-        asyncio.get_running_loop().create_task(stopping)
+        asyncio.get_running_loop().create_task(live.handle.terminate(KILL_GRACE))
 
     def _settle_exit(self, live: LiveRun, status: procs.ExitStatus) -> None:
         now = self.clock()
