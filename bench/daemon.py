@@ -6,7 +6,7 @@
 Each part starts its own daemon (temp dir, config, `python -m taskherd up`) and stops it after.
 
 a. ready → exec: 1,000 tasks of a no-op agent, enqueued one by one at a steady rate the
-   daemon's max_concurrent (8) absorbs, each enqueue followed by `wake.notify` as the CLI does.
+   daemon's max_concurrent (8) absorbs, each enqueue waking it through the store's events.
    "ready" is the wall-clock time just after `store.enqueue` committed (the task is claimable
    from then on). "exec" is the agent's own word: the agent is `date +%s.%N`, a tiny C program
    that reads the clock as it starts (≈0.5 ms after execve, dynamic linking included) and
@@ -42,8 +42,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from taskherd import procs, wake
+from taskherd import procs
 from taskherd.model import NewTask, Outcome, TaskState
+from taskherd.store.events import listening
 from taskherd.store.sqlite import SQLiteStore
 
 NOOP = ["date", "+%s.%N"]
@@ -99,14 +100,13 @@ class Node:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "taskherd", "up", "--log-level", "warning"],
                 env=env, cwd=self.root, stdout=log, stderr=log)
-        self.wait_until(lambda: wake.socket_path(self.data_dir).exists(), 30, "daemon start")
+        self.wait_until(lambda: listening(self.root / "q.db"), 30, "daemon start")
 
     def add(self, role: str, prompt: str = "") -> tuple[int, float]:
         """Enqueue one task and nudge the daemon; returns (task id, the moment it was ready)."""
         task = self.store.enqueue(NewTask(role=role, title=prompt or role, prompt=prompt),
                                   time.time()).task
         ready_at = time.time()  # committed: claimable from here on
-        wake.notify(self.data_dir)
         return task.id, ready_at
 
     def wait_until(self, condition: Callable[[], object], timeout: float, what: str) -> object:
@@ -244,7 +244,6 @@ def overhead(tmp: Path, agents: int, window: float, durability: str) -> dict[str
     try:
         node.store.enqueue_many([NewTask(role="idle", title=f"idle {i}") for i in range(agents)],
                                 time.time())
-        wake.notify(node.data_dir)
         node.wait_until(lambda: sum(1 for r in node.store.open_runs() if r.spawned_at) >= agents,
                         60, f"{agents} agents to spawn")
         daemon = psutil.Process(node.process.pid)

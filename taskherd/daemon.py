@@ -15,20 +15,19 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Mapping
 
-from taskherd import __version__, spares, wake
+from taskherd import __version__, spares
 from taskherd.config import Config, ConfigError, DaemonConfig, check_reloadable, load_config
 from taskherd.jobs import JobError
+from taskherd.model import LEASED_STATES, Event, EventKind
 from taskherd.services.checkpoints import Checkpoints
 from taskherd.services.dispatcher import Dispatcher
 from taskherd.services.monitor import Monitor
 from taskherd.services.runner import ServiceLoop, run_service
 from taskherd.services.scheduler import Scheduler
 from taskherd.services.supervisor import Supervisor
-from taskherd.store import Store, StoreError, open_store, shown
-from taskherd.store.postgres import is_postgres_url, listen_for_wakes
+from taskherd.store import Store, StoreError, node_lock_path, open_store, shown
 
 log = logging.getLogger("taskherd.daemon")
 
@@ -44,10 +43,7 @@ class NodeLock:
 
     def __init__(self, daemon: DaemonConfig):
         self.node = daemon.node
-        if is_postgres_url(daemon.database):
-            self.path = daemon.data_dir / f"node-{daemon.node}.lock"
-        else:
-            self.path = Path(f"{daemon.database}.{daemon.node}.lock")
+        self.path = node_lock_path(daemon.database, daemon.data_dir, daemon.node)
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -129,7 +125,8 @@ class Daemon:
         daemon = self.config.daemon
         supervisor = Supervisor(self.config, store, self.clock, on_change=self.wake)
         self._install_signals()
-        listener = await wake.listen(daemon.data_dir, self.wake)
+        # Listening before anything is looked at: what commits from here on wakes the loops.
+        events = await store.listen().__aenter__()
         self._reconcile(store, supervisor)
         store.node_up(daemon.node, host=socket.gethostname(), pid=os.getpid(),
                       version=__version__, lease=daemon.lease, roles=list(self.config.roles),
@@ -147,9 +144,7 @@ class Daemon:
         starting = [self._start(name) for name in ("dispatcher", "scheduler")]
         watching = [self._start(name) for name in ("supervisor", "monitor", "checkpoints")]
         watching.append(asyncio.create_task(self._reload_on_request(), name="reload"))
-        if is_postgres_url(daemon.database):  # other nodes' and hosts' nudges
-            watching.append(asyncio.create_task(
-                listen_for_wakes(daemon.database, self.wake), name="wake-ups"))
+        watching.append(asyncio.create_task(self._wake_on_events(events), name="events"))
         loops = starting + watching
         try:
             stopped = asyncio.create_task(self._stop.wait())
@@ -170,9 +165,14 @@ class Daemon:
                 store.node_stopped(daemon.node, self.clock())
             except StoreError as error:  # the database is away: the node will look down
                 log.warning("could not record this node's stop: %s", error)
-            if listener is not None:
-                listener.close()
-                wake.socket_path(daemon.data_dir).unlink(missing_ok=True)
+            await events.aclose()
+
+    async def _wake_on_events(self, events: AsyncIterator[Event]) -> None:
+        """Any committed change, by this node, the CLI, an agent or another node, may give
+        the loops work: they look now rather than at their next poll."""
+        async for event in events:
+            if _may_give_work(event):
+                self.wake()
 
     def _reconcile(self, store: Store, supervisor: Supervisor) -> None:
         """Adopt what an earlier daemon of this node left, before starting anything new."""
@@ -248,6 +248,14 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stop)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+
+def _may_give_work(event: Event) -> bool:
+    """Claims and starts (this node's or another's) only take work: every node looking
+    again for each of them would be passes for nothing."""
+    if event.kind is EventKind.RUN_STARTED:
+        return False
+    return not (event.kind is EventKind.TASK_CHANGED and event.state in LEASED_STATES)
 
 
 async def _cancel(tasks: list[asyncio.Task]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -19,8 +18,7 @@ from pathlib import Path
 from taskherd.config import Config, ConfigError, RoleConfig, load_config
 from taskherd.runtimes.claude import CLAUDE_AUTH_ENV
 from taskherd.service import ENV_FILE
-from taskherd.store import StoreError, open_store, shown
-from taskherd.store.postgres import is_postgres_url
+from taskherd.store import StoreError, advice, open_store, shown
 
 OK, WARN, PROBLEM = "ok", "warn", "problem"
 GIB = 1 << 30
@@ -75,57 +73,21 @@ def _config_ok(config: Config) -> Check:
 
 def check_database(config: Config) -> Check:
     database = config.daemon.database
-    on_postgres = is_postgres_url(database)
     name = f"database {shown(database)}"
+    open_fix, write_fix = advice(database)
     try:
         store = open_store(database, durability=config.daemon.durability)
-        store.close()
-    except (StoreError, OSError, sqlite3.Error) as error:
-        fix = ("check the URL, that the server runs, and that it lets this host and role in"
-               if on_postgres
-               else "check the folder's owner and permissions, or set daemon.database")
-        return Check(PROBLEM, name, f"cannot open: {error}", fix)
+    except (StoreError, OSError) as error:
+        return Check(PROBLEM, name, f"cannot open: {error}", open_fix)
+    # (Opening the store creates and migrates a database that does not exist yet, as the
+    # daemon would on its first start.)
     try:
-        if on_postgres:
-            _probe_postgres_rights(database)
-        else:
-            _probe_write(database)
-    except (StoreError, OSError, sqlite3.Error) as error:
-        fix = ("grant the role SELECT, INSERT, UPDATE and DELETE on taskherd's tables"
-               if on_postgres else "check the file's owner and permissions")
-        return Check(PROBLEM, name, f"not writable: {error}", fix)
-    return Check(OK, f"{name} opens and is writable")
-
-
-def _probe_write(database: str) -> None:
-    """A real write into the database file's schema, rolled back: the queue is untouched.
-
-    (Opening the store first creates and migrates a database that does not exist yet, as the
-    daemon would on its first start.)
-    """
-    conn = sqlite3.connect(database, timeout=10, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")  # takes the write lock: fails on a read-only file
-        try:
-            conn.execute("CREATE TABLE taskherd_doctor_probe (x)")
-            conn.execute("INSERT INTO taskherd_doctor_probe VALUES (1)")
-        finally:
-            conn.execute("ROLLBACK")
+        store.probe_write()
+    except (StoreError, OSError) as error:
+        return Check(PROBLEM, name, f"not writable: {error}", write_fix)
     finally:
-        conn.close()
-
-
-def _probe_postgres_rights(url: str) -> None:
-    """The connecting role may change every table the daemon writes (asked, not tried)."""
-    import psycopg
-
-    tables = ("tasks", "runs", "cooldowns", "jobs", "job_fires")
-    with psycopg.connect(url, connect_timeout=10) as conn:
-        missing = [table for table in tables if not conn.execute(
-            "SELECT has_table_privilege(%s, 'SELECT, INSERT, UPDATE, DELETE')", (table,)
-        ).fetchone()[0]]
-    if missing:
-        raise StoreError(f"the role lacks SELECT, INSERT, UPDATE or DELETE on {', '.join(missing)}")
+        store.close()
+    return Check(OK, f"{name} opens and is writable")
 
 
 def check_log_dir(config: Config) -> Check:

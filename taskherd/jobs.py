@@ -14,10 +14,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from taskherd.config import Config
 from taskherd.model import NewTask
 from taskherd.schedules import (
     MissedFire,
@@ -28,6 +27,9 @@ from taskherd.schedules import (
 )
 from taskherd.store.jobs import Job, JobDefinition
 from taskherd.taskspec import TaskSpecError, new_task_from
+
+if TYPE_CHECKING:  # the config imports this module (to check [[jobs]]) at load, not the reverse
+    from taskherd.config import Config
 
 TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual", "timezone")
 TEMPLATE_KEYS = ("role", "title", "prompt", "priority", "pool", "dedup_key", "max_attempts",

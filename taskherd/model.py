@@ -59,6 +59,37 @@ class Priority(enum.IntEnum):
         raise ValueError(f"priority {value!r} is not one of P0, P1, P2, P3 (or 0-3)")
 
 
+class Verdict(enum.StrEnum):
+    """What an agent reported of its run before exiting (`taskherd done|fail|block`)."""
+
+    DONE = "done"  # the work is done: the run succeeds when the agent exits
+    FAIL = "fail"  # the work failed: a strike, as a non-zero exit would be
+    BLOCK = "block"  # the agent needs a human: the task waits in blocked
+
+
+class FireStatus(enum.StrEnum):
+    """Where a job's fire stands. `open` and `queued` are not final; the rest are."""
+
+    OPEN = "open"  # its task exists and has not finished
+    QUEUED = "queued"  # overlap = queue held it; released when the job's open task ends
+    OK = "ok"  # its task completed
+    ERROR = "error"  # its task died (attempts exhausted) or could not be made
+    TIMEOUT = "timeout"  # its task died and its last run timed out
+    SKIPPED = "skipped"  # no task: overlap, a missed time, backoff or an open duplicate
+    CANCELLED = "cancelled"  # its task was cancelled
+
+
+FINAL_FIRE_STATUSES = frozenset(FireStatus) - {FireStatus.OPEN, FireStatus.QUEUED}
+
+
+class OverlapPolicy(enum.StrEnum):
+    """What to do when a job fires while the task of its previous fire is unfinished."""
+
+    SKIP = "skip"  # default: don't create a task; two agents on one job's work collide
+    ALLOW = "allow"  # create it anyway; the runs may overlap
+    QUEUE = "queue"  # create it, held until the previous task finishes
+
+
 ANY_ROLE = "any"
 _STATES = {state.value: state for state in TaskState}
 _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
@@ -222,3 +253,53 @@ class Claim:
 
     task: Task
     run: Run
+
+
+class EventKind(str, enum.Enum):
+    """What a committed store transition tells its listeners (`Store.listen`)."""
+
+    TASK_ADDED = "task_added"  # a task entered the queue (task_id None: a batch of them)
+    TASK_CHANGED = "task_changed"  # a task moved to `state`
+    RUN_STARTED = "run_started"  # a node claimed a task for a run, or its agent started
+    RUN_ENDED = "run_ended"  # a run ended (its task_changed follows with the task's new state)
+    JOB_FIRED = "job_fired"  # a job's fire was recorded (a task may have been added with it)
+    JOB_CHANGED = "job_changed"  # a job was added, changed, enabled, disabled or asked to run now
+    COOLDOWN_SET = "cooldown_set"  # a runtime was paused by a rate limit
+    COOLDOWN_CLEARED = "cooldown_cleared"  # a runtime's pause was lifted
+
+
+_EVENT_KINDS = {kind.value: kind for kind in EventKind}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One committed change, as listeners receive it: small, and never more than a hint.
+
+    A listener that needs the whole task reads it from the store; an event may be missed
+    (a listener that was not running, a lost connection), so nothing must depend on
+    receiving every one.
+    """
+
+    kind: EventKind
+    at: float  # the transition's `now`
+    task_id: int | None = None
+    run_id: int | None = None
+    state: TaskState | None = None
+    role: str | None = None
+    job: str | None = None
+    runtime: str | None = None
+
+    def to_json(self) -> str:
+        fields = {name: value for name, value in self.__dict__.items() if value is not None}
+        fields["kind"] = self.kind.value
+        if self.state is not None:
+            fields["state"] = self.state.value
+        return json.dumps(fields, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Event:
+        fields = json.loads(text)
+        fields["kind"] = _EVENT_KINDS[fields["kind"]]
+        if fields.get("state") is not None:
+            fields["state"] = _STATES[fields["state"]]
+        return cls(**fields)

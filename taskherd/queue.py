@@ -1,12 +1,18 @@
 """Queue policy on top of the store: backoff, strikes, the dead-letter set and the caps on
-retries that are not strikes (DESIGN §2). Pure: the store calls `settle` inside the
-transaction that ends a run, so the decision and the write are one."""
+retries that are not strikes; a job's backoff and retries after a failed fire. Pure: the store
+calls `settle` inside the transaction that ends a run, and `settle_fire` inside the one that
+records a fire's end, so each decision and its write are one."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from taskherd.model import STRIKE_OUTCOMES, Outcome, RunResult, Task, TaskState
+from taskherd.model import STRIKE_OUTCOMES, FireStatus, Outcome, RunResult, Task, TaskState
+
+if TYPE_CHECKING:  # the store imports this module: its records are only named here
+    from taskherd.store.jobs import Job, JobFire
 
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BACKOFF_BASE = 15.0  # seconds before the first retry
@@ -17,6 +23,10 @@ DEFAULT_MAX_RESCUES = 10
 DEFAULT_MAX_RATE_LIMITS = 5
 RATE_LIMIT_WINDOW = 24 * 3600.0
 DEFAULT_RATE_LIMIT_COOLDOWN = 3600.0
+# Consecutive failures → delay of the job's next scheduled fire (the seeds' cron dispatcher:
+# a broken job fired every cycle and burnt tokens on every one of them).
+FAILURE_BACKOFF = (30.0, 60.0, 300.0, 900.0, 3600.0)
+RETRY_BASE = 30.0  # seconds before a failed fire's first retry (max_retries), doubling after
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,8 @@ class RetryPolicy:
     backoff_cap: float = DEFAULT_BACKOFF_CAP
     max_rescues: int = DEFAULT_MAX_RESCUES
     max_rate_limits: int = DEFAULT_MAX_RATE_LIMITS
+    # The span in which rate-limited runs count towards max_rate_limits.
+    rate_limit_window: float = RATE_LIMIT_WINDOW
     rate_limit_cooldown: float = DEFAULT_RATE_LIMIT_COOLDOWN
 
     def backoff(self, strikes: int) -> float:
@@ -57,7 +69,8 @@ def settle(
 ) -> Settlement:
     """Decide where `task` goes after a run ended with `result`.
 
-    `recent_rate_limits` counts the task's rate-limited runs in the last 24 h, before this one.
+    `recent_rate_limits` counts the task's rate-limited runs within `policy.rate_limit_window`
+    before this one.
     """
     outcome = result.outcome
     if outcome is Outcome.SUCCEEDED:
@@ -86,8 +99,40 @@ def _after_rate_limit(
     result: RunResult, policy: RetryPolicy, now: float, recent_rate_limits: int
 ) -> Settlement:
     if recent_rate_limits + 1 >= policy.max_rate_limits:
-        reason = f"rate-limited {recent_rate_limits + 1} times in 24 h"
+        reason = (f"rate-limited {recent_rate_limits + 1} times in "
+                  f"{_hours(policy.rate_limit_window)}")
         return Settlement(TaskState.DEAD, now, rate_limit=1, reason=reason)
     # Ready at once: the runtime's cooldown holds every task of it, and `taskherd cooldown
     # clear` must release them all, not leave this one waiting for the old reset time.
     return Settlement(TaskState.READY, now, rate_limit=1)
+
+
+def _hours(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:g} h" if hours >= 1 else f"{seconds:g} s"
+
+
+def failure_backoff(failures: int) -> float:
+    return FAILURE_BACKOFF[min(failures, len(FAILURE_BACKOFF)) - 1] if failures > 0 else 0.0
+
+
+def retry_delay(retry_number: int) -> float:
+    """Delay before retry n (1-based): 30 s × 2^(n−1)."""
+    return RETRY_BASE * 2 ** (retry_number - 1)
+
+
+def settle_fire(job: Job, fire: JobFire) -> Mapping[str, Any]:
+    """The job's consequences of one settled fire: backoff and retries, or their reset."""
+    if fire.status == FireStatus.OK:
+        return {"failures": 0, "backoff_until": None}
+    if fire.status not in (FireStatus.ERROR, FireStatus.TIMEOUT):
+        return {}  # cancelled by a person: neither a failure nor a success
+    ended = fire.finished_at if fire.finished_at is not None else fire.fired_at
+    failures = job.failures + 1
+    changes: dict[str, Any] = {"failures": failures,
+                               "backoff_until": ended + failure_backoff(failures)}
+    if fire.retry_count < job.max_retries:
+        number = fire.retry_count + 1
+        changes.update(retry_at=ended + retry_delay(number), retry_of=fire.id,
+                       retry_count=number)
+    return changes

@@ -41,6 +41,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterError, croniter
 
 from taskherd.durations import DurationError, parse_duration
+from taskherd.model import OverlapPolicy
 from taskherd.walltime import (
     DAY,
     MINUTE,
@@ -92,14 +93,6 @@ class MissedFire(enum.StrEnum):
     ALL = (
         "all"  # one fire per missed time, the newest `limit` of them: each period's report matters
     )
-
-
-class OverlapPolicy(enum.StrEnum):
-    """What to do when a job fires while the task of its previous fire is unfinished."""
-
-    SKIP = "skip"  # default: don't create a task; two agents on one job's work collide
-    ALLOW = "allow"  # create it anyway; the runs may overlap
-    QUEUE = "queue"  # create it, held until the previous task finishes
 
 
 DEFAULT_MISSED_FIRE = MissedFire.ONCE

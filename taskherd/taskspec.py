@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from taskherd.config import Config, ConfigError
 from taskherd.model import NewTask, Priority
+
+if TYPE_CHECKING:  # the config imports this module (to check [[jobs]]) at load, not the reverse
+    from taskherd.config import Config
 
 TASK_FIELDS = {
     "role": "the role that runs it (required)",
@@ -53,7 +55,7 @@ def new_task_from(data: Mapping[str, Any], config: Config) -> NewTask:
     role = _text(data, "role", required=True)
     try:
         config.check_role(role)
-    except ConfigError as error:
+    except ValueError as error:  # the config's ConfigError, naming the roles it defines
         raise TaskSpecError(str(error)) from error
     role_config = config.role(role)
     pool = _text(data, "pool")

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from taskherd import wake
 from taskherd.config import load_config
 from taskherd.model import FINAL_STATES, Task
 from taskherd.store import open_store
@@ -68,7 +67,6 @@ class Fleet:
         config = load_config(self.config_path)  # role defaults, as `taskherd task add` applies
         new = new_task_from({"role": role, "title": title, "prompt": prompt, **fields}, config)
         task = self.store.enqueue(new, time.time()).task
-        wake.notify(self.data_dir)
         return task
 
     def wait_until(self, condition: Callable[[], Any], timeout: float = 20.0,

@@ -12,7 +12,6 @@ from typing import Any
 
 import click
 
-from taskherd import wake
 from taskherd.config import CONFIG_FILE, Config, ConfigError, load_config
 from taskherd.store import (
     RunNotFound,
@@ -93,11 +92,6 @@ def say_if_unserved(store: Store, roles: Iterable[str], now: float) -> None:
             names = ", ".join(node.name for node in up)
             click.echo(f"note: no running node defines role {role!r} (up: {names}): its tasks "
                        "wait until one does", err=True)
-
-
-def notify_daemon(ctx: click.Context) -> None:
-    """Nudge a running daemon to look at the queue now rather than at its next poll."""
-    wake.notify(get_config(ctx).daemon.data_dir)
 
 
 def now() -> float:

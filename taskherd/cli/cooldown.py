@@ -8,7 +8,6 @@ from taskherd.cli.common import (
     Refused,
     format_time,
     json_option,
-    notify_daemon,
     now,
     print_json,
     print_table,
@@ -45,5 +44,4 @@ def clear_command(ctx: click.Context, runtime: str) -> None:
     with store_for(ctx) as store:
         if not store.clear_cooldown(runtime):
             raise Refused(f"runtime {runtime!r} has no cooldown")
-    notify_daemon(ctx)
     click.echo(f"cooldown of {runtime} cleared")

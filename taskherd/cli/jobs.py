@@ -24,7 +24,6 @@ from taskherd.cli.common import (
     format_time,
     get_config,
     json_option,
-    notify_daemon,
     now,
     print_json,
     print_table,
@@ -205,7 +204,6 @@ def add_command(ctx: click.Context, name: str, as_json: bool, **options: Any) ->
                           "use `taskherd jobs update`")
         job = store.upsert_job(spec.definition(), source="cli", now=started,
                                schedule_at=schedule_start(spec.trigger, started)).job
-    notify_daemon(ctx)
     _echo_job(job, "added", as_json)
 
 
@@ -240,7 +238,6 @@ def update_command(ctx: click.Context, name: str, as_json: bool, **options: Any)
         spec = _parse(ctx, table, started, check_past=retrigger)
         job = store.upsert_job(spec.definition(), source="cli", now=started,
                                schedule_at=schedule_start(spec.trigger, started)).job
-    notify_daemon(ctx)
     _echo_job(job, "updated", as_json)
 
 
@@ -343,7 +340,6 @@ def enable_command(ctx: click.Context, name: str) -> None:
     with job_store(ctx) as store:
         job = store.get_job(name)
         job = store.set_job_enabled(name, True, started, schedule_start(trigger_of(job), started))
-    notify_daemon(ctx)
     click.echo(f"enabled job {name!r}; next fire: {format_time(job.next_run_at)}")
 
 
@@ -354,7 +350,6 @@ def disable_command(ctx: click.Context, name: str) -> None:
     """Disable a job (a config job is enabled again by the next sync unless the file says so)."""
     with job_store(ctx) as store:
         store.set_job_enabled(name, False, now())
-    notify_daemon(ctx)
     click.echo(f"disabled job {name!r}")
 
 
@@ -369,7 +364,6 @@ def delete_command(ctx: click.Context, name: str) -> None:
             raise Refused(f"job {name!r} comes from the config file: remove it there, "
                           "then `taskherd reload` (it is disabled, its history kept)")
         store.delete_job(name, now())
-    notify_daemon(ctx)
     click.echo(f"deleted job {name!r}")
 
 
@@ -380,7 +374,6 @@ def run_command(ctx: click.Context, name: str) -> None:
     """Fire the job at the scheduler's next tick, without moving its schedule."""
     with job_store(ctx) as store:
         store.request_run_now(name, now())
-    notify_daemon(ctx)
     click.echo(f"job {name!r} fires at the next tick")
 
 

@@ -13,7 +13,6 @@ from taskherd.cli.common import (
     format_time,
     get_config,
     json_option,
-    notify_daemon,
     now,
     print_json,
     print_table,
@@ -67,7 +66,6 @@ def add_command(ctx: click.Context, title: str, prompt_file: Any, delay: str | N
     with store_for(ctx) as store:
         enqueued = store.enqueue(new, started)
         say_if_unserved(store, [new.role], started)
-    notify_daemon(ctx)
     if as_json:
         print_json(enqueued.task.to_dict() | {"created": enqueued.created})
     elif enqueued.created:
@@ -95,7 +93,6 @@ def import_command(ctx: click.Context, source: Any, as_json: bool) -> None:
     with store_for(ctx) as store:
         created = store.enqueue_many(batch, started := now())
         say_if_unserved(store, [new.role for new in batch], started)
-    notify_daemon(ctx)
     if as_json:
         print_json({"read": len(batch), "created": created})
     else:
@@ -207,7 +204,6 @@ def _transition(name: str, doc: str, with_reason: bool) -> None:
             task = method(*args)
             if task.state is TaskState.READY:
                 say_if_unserved(store, [task.role], args[1])
-        notify_daemon(ctx)
         if as_json:
             print_json(task.to_dict())
         else:

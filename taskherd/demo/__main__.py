@@ -19,7 +19,7 @@ from pathlib import Path
 from string import Template
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from taskherd import procs, wake
+from taskherd import procs
 from taskherd.cli.common import print_table
 from taskherd.cli.setup import local_timezone
 from taskherd.cli.views import HISTORY_HEADERS, Screen, board_lines, history_rows, read_board
@@ -143,7 +143,6 @@ def add_tasks(config: Config, store: Store) -> None:
         new = new_task_from({"role": role, "title": title, "priority": priority,
                              "prompt": prompt}, config)
         store.enqueue(new, time.time())
-    wake.notify(config.daemon.data_dir)
     print(f"queued {len(TASKS)} tasks\n")
 
 

@@ -15,8 +15,8 @@ from datetime import datetime
 
 from taskherd.config import Config, RoleConfig
 from taskherd.model import Claim, Priority, TaskState
-from taskherd.store import Store
 from taskherd.services.supervisor import LiveRuns
+from taskherd.store import Store
 
 log = logging.getLogger("taskherd.dispatcher")
 P0_WARNING_INTERVAL = 60.0  # seconds between two warnings about the same waiting P0 task

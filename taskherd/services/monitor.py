@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from taskherd.config import Config
 from taskherd.model import Outcome, RunResult
-from taskherd.store import Store
 from taskherd.services.supervisor import LiveRuns
+from taskherd.store import Store
 
 log = logging.getLogger("taskherd.monitor")
 

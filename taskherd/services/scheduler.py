@@ -20,24 +20,19 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from taskherd.config import Config, ConfigError
 from taskherd.jobs import JobSpec, parse_jobs, pick_variant, task_for_fire, trigger_of
+from taskherd.model import FireStatus, OverlapPolicy
 from taskherd.schedules import MissedFire, ScheduleError, Trigger, due_fires
 from taskherd.store import Store
 from taskherd.store.jobs import (
-    FIRE_ERROR,
-    FIRE_OK,
-    FIRE_QUEUED,
-    FIRE_SKIPPED,
-    FIRE_TIMEOUT,
     FireClaim,
     Job,
-    JobFire,
     JobNotFound,
     JobRefused,
     PlannedFire,
@@ -46,21 +41,6 @@ from taskherd.store.jobs import (
 from taskherd.taskspec import TaskSpecError
 
 log = logging.getLogger("taskherd.scheduler")
-
-# Consecutive failures → delay of the job's next scheduled fire (the seeds' cron dispatcher:
-# a broken job fired every cycle and burnt tokens on every one of them).
-FAILURE_BACKOFF = (30.0, 60.0, 300.0, 900.0, 3600.0)
-RETRY_BASE = 30.0
-
-
-def failure_backoff(failures: int) -> float:
-    return FAILURE_BACKOFF[min(failures, len(FAILURE_BACKOFF)) - 1] if failures > 0 else 0.0
-
-
-def retry_delay(retry_number: int) -> float:
-    """Delay before retry n (1-based): 30 s × 2^(n−1)."""
-    return RETRY_BASE * 2 ** (retry_number - 1)
-
 
 @dataclass(frozen=True)
 class SchedulerSettings:
@@ -100,27 +80,28 @@ class _Plan:
                                 scheduled_for=scheduled_for, kind=kind, retry_count=retry_count)
         except (TaskSpecError, ConfigError) as error:
             # The config changed under the job (its role or pool is gone): say so in the record.
-            self.fires.append(PlannedFire(scheduled_for, kind, status=FIRE_ERROR, release=release,
+            self.fires.append(PlannedFire(scheduled_for, kind, status=FireStatus.ERROR,
+                                          release=release,
                                           error=f"cannot make its task: {error}", **lineage))
             return
         self.fires.append(PlannedFire(scheduled_for, kind, task=new, release=release, **lineage))
         self.open += 1
 
     def skip(self, scheduled_for: float, kind: str, why: str) -> None:
-        self.fires.append(PlannedFire(scheduled_for, kind, status=FIRE_SKIPPED, error=why))
+        self.fires.append(PlannedFire(scheduled_for, kind, status=FireStatus.SKIPPED, error=why))
 
     def overlapping(self, scheduled_for: float, kind: str) -> None:
         """A scheduled fire under the job's overlap policy."""
         overlap = self.job.overlap
-        if not self.open or overlap == "allow":
+        if not self.open or overlap == OverlapPolicy.ALLOW:
             self.task(scheduled_for, kind)
-        elif overlap == "skip":
+        elif overlap == OverlapPolicy.SKIP:
             held = f"task {self.job.open_task_id}" if self.job.open_task_id else "a task"
             self.skip(scheduled_for, kind, f"{held} of an earlier fire is still open (overlap = skip)")
         elif self.queued >= self.settings.max_queued:
             self.skip(scheduled_for, kind, f"{self.queued} fires already queued (overlap = queue)")
         else:
-            self.fires.append(PlannedFire(scheduled_for, kind, status=FIRE_QUEUED))
+            self.fires.append(PlannedFire(scheduled_for, kind, status=FireStatus.QUEUED))
             self.queued += 1
 
     def claim(self, now: float) -> FireClaim:
@@ -144,7 +125,7 @@ class Scheduler:
 
     def run_once(self, now: float) -> Counter[str]:
         counts: Counter[str] = Counter()
-        counts["settled"] = len(self.store.settle_fires(now, self.decide_settle))
+        counts["settled"] = len(self.store.settle_fires(now))
         for _ in range(100):  # bounded: a job that stays due after its claim cannot spin here
             due = self.store.due_jobs(now, self.settings.batch)
             if not due:
@@ -230,24 +211,6 @@ class Scheduler:
             count += 1
             moment = trigger.next_after(moment)
         return count
-
-    # -- a fire's task ended -----------------------------------------------------------------
-
-    def decide_settle(self, job: Job, fire: JobFire) -> Mapping[str, Any]:
-        """The job's consequences of one settled fire: backoff and retries, or their reset."""
-        if fire.status == FIRE_OK:
-            return {"failures": 0, "backoff_until": None}
-        if fire.status not in (FIRE_ERROR, FIRE_TIMEOUT):
-            return {}  # cancelled by a person: neither a failure nor a success
-        ended = fire.finished_at if fire.finished_at is not None else fire.fired_at
-        failures = job.failures + 1
-        changes: dict[str, Any] = {"failures": failures,
-                                   "backoff_until": ended + failure_backoff(failures)}
-        if fire.retry_count < job.max_retries:
-            number = fire.retry_count + 1
-            changes.update(retry_at=ended + retry_delay(number), retry_of=fire.id,
-                           retry_count=number)
-        return changes
 
     # -- config sync -----------------------------------------------------------------------
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from taskherd.model import Event, EventKind
 from taskherd.store.base import (
     Enqueued,
     Finished,
@@ -18,6 +21,8 @@ from taskherd.store.jobs import Job, JobDefinition, JobFire, JobNotFound, JobRef
 
 __all__ = [
     "Enqueued",
+    "Event",
+    "EventKind",
     "Finished",
     "Job",
     "JobDefinition",
@@ -33,6 +38,8 @@ __all__ = [
     "StoreUnavailable",
     "TaskNotFound",
     "TransitionRefused",
+    "advice",
+    "node_lock_path",
     "open_store",
     "shown",
 ]
@@ -48,6 +55,28 @@ def open_store(database: str, *, durability: str = "full", autocheckpoint: bool 
         return PostgresStore(database, durability=durability)
 
     return SQLiteStore(database, durability=durability, autocheckpoint=autocheckpoint)
+
+
+def advice(database: str) -> tuple[str, str]:
+    """What to check when the database named cannot be opened, and when it cannot be written."""
+    from taskherd.store.postgres import is_postgres_url
+
+    if is_postgres_url(database):
+        return ("check the URL, that the server runs, and that it lets this host and role in",
+                "grant the role SELECT, INSERT, UPDATE and DELETE on taskherd's tables")
+    return ("check the folder's owner and permissions, or set daemon.database",
+            "check the file's owner and permissions")
+
+
+def node_lock_path(database: str, data_dir: Path, node: str) -> Path:
+    """The file whose lock makes a daemon the only one of `node` for `database` on this host:
+    beside a SQLite file (one per database and node, whatever the data dir); in the data dir
+    for a PostgreSQL URL, where the store's `hold_node` also keeps out other hosts."""
+    from taskherd.store.postgres import is_postgres_url
+
+    if is_postgres_url(database):
+        return data_dir / f"node-{node}.lock"
+    return Path(f"{database}.{node}.lock")
 
 
 def shown(database: str) -> str:

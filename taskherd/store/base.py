@@ -8,55 +8,31 @@ that someone else moved it. Every method takes `now` (unix seconds): nothing rea
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from taskherd.model import Claim, Cooldown, NewTask, Run, RunResult, Task, TaskState
 from taskherd.queue import RetryPolicy
+from taskherd.store.errors import (
+    ParentNotFound,
+    RunNotFound,
+    StoreError,
+    StoreUnavailable,
+    TaskNotFound,
+    TransitionRefused,
+)
+from taskherd.store.events import Listener
 from taskherd.store.jobs import JobStore
 from taskherd.store.nodes import NodeStore
 
+__all__ = [
+    "ParentNotFound", "RunNotFound", "StoreError", "StoreUnavailable", "TaskNotFound",
+    "TransitionRefused",
+]
+
 # Maps a role to its retry policy: the config knows the roles, the store does not.
 PolicyLookup = Callable[[str], RetryPolicy]
-
-
-class StoreError(Exception):
-    """Base of the store's errors meant for people."""
-
-
-class StoreUnavailable(StoreError):
-    """The database cannot serve this call now (connection lost, deadlock): try again later."""
-
-
-class TaskNotFound(StoreError):
-    def __init__(self, task_id: int):
-        super().__init__(f"no task with id {task_id}")
-        self.task_id = task_id
-
-
-class ParentNotFound(TaskNotFound):
-    """A new task names a parent_id no task has: bad input, like an unknown task id."""
-
-    def __init__(self, parent_id: int):
-        StoreError.__init__(self, f"parent_id = {parent_id}: no task with that id")
-        self.task_id = parent_id
-
-
-class RunNotFound(StoreError):
-    def __init__(self, run_id: int):
-        super().__init__(f"no run with id {run_id}")
-        self.run_id = run_id
-
-
-class TransitionRefused(StoreError):
-    """The task is not in a state the transition may leave."""
-
-    def __init__(self, task_id: int, action: str, found: TaskState, allowed: Iterable[TaskState]):
-        names = ", ".join(sorted(s.value for s in allowed))
-        super().__init__(f"cannot {action} task {task_id}: it is {found.value} (allowed from: {names})")
-        self.task_id = task_id
-        self.found = found
 
 
 @dataclass(frozen=True)
@@ -217,12 +193,28 @@ class Store(JobStore, NodeStore, abc.ABC):
         """Delete finished tasks (and their runs) that finished before `before`."""
 
     @abc.abstractmethod
+    def probe_write(self) -> None:
+        """Raise StoreError unless this process may write every table (`taskherd doctor`);
+        changes nothing."""
+
+    @abc.abstractmethod
     def checkpoint(self) -> None:
         """Move the write-ahead log into the database; safe to call from another thread."""
 
     def backup(self, destination: Path) -> None:
         """Write a consistent copy of the whole database to `destination` (a new file)."""
         raise StoreError(f"{type(self).__name__} cannot back itself up")
+
+    @abc.abstractmethod
+    def listen(self) -> Listener:
+        """The events committed from now on, by this process or any other sharing the database:
+
+            async with store.listen() as events:
+                async for event in events: ...
+
+        An event is a hint that something changed, never the only record of it: a listener
+        may miss some (it was not running, its connection was lost), so it reads the store.
+        """
 
     def hold_node(self, node: str) -> None:
         """Hold `node` for this store's lifetime, or raise StoreError naming who holds it.

@@ -2,32 +2,20 @@
 
 Kept apart from the task transitions in `base.py`; `Store` inherits it, so every store has
 both. The store keeps data and guards; policy (what a fire does, backoff, retries) is the
-scheduler's, passed in as plain values or a `decide` callback run inside the transaction.
+scheduler's, passed in as plain values; what a settled fire does to its job is
+`queue.settle_fire`, run inside the settling transaction as `queue.settle` is for a task.
 """
 
 from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskherd.model import NewTask
-
-# Fire statuses. `open` and `queued` are not final; the rest are.
-FIRE_OPEN = "open"  # its task exists and has not finished
-FIRE_QUEUED = "queued"  # overlap = queue held it; released when the job's open task ends
-FIRE_OK = "ok"  # its task completed
-FIRE_ERROR = "error"  # its task died (attempts exhausted) or could not be made
-FIRE_TIMEOUT = "timeout"  # its task died and its last run timed out
-FIRE_SKIPPED = "skipped"  # no task: overlap, a missed time, backoff or an open duplicate
-FIRE_CANCELLED = "cancelled"  # its task was cancelled
-FINAL_FIRE_STATUSES = frozenset(
-    {FIRE_OK, FIRE_ERROR, FIRE_TIMEOUT, FIRE_SKIPPED, FIRE_CANCELLED}
-)
-FIRE_KINDS = ("schedule", "catch_up", "retry", "run_now")
-SOURCES = ("config", "cli")
+from taskherd.model import FireStatus, NewTask
+from taskherd.store.errors import StoreError
 
 # The job columns a claim or a settle may change (the definition is changed by upsert_job).
 STATE_COLUMNS = (
@@ -36,13 +24,13 @@ STATE_COLUMNS = (
 )
 
 
-class JobNotFound(LookupError):
+class JobNotFound(StoreError):
     def __init__(self, name: str):
         super().__init__(f"no job named {name!r}")
         self.name = name
 
 
-class JobRefused(ValueError):
+class JobRefused(StoreError):
     """A well-formed request on a job that its state refuses (wrong source, disabled…)."""
 
 
@@ -168,9 +156,9 @@ class PlannedFire:
     """One fire the scheduler decided on; the store records it (and makes its task)."""
 
     scheduled_for: float
-    kind: str  # one of FIRE_KINDS
+    kind: str  # schedule, catch_up, retry or run_now
     task: NewTask | None = None  # the task to enqueue; None for a fire that makes none
-    status: str = FIRE_OPEN  # open (with a task), queued, skipped or error
+    status: str = FireStatus.OPEN  # open (with a task), queued, skipped or error
     error: str | None = None
     retry_of: int | None = None
     retry_count: int = 0
@@ -197,9 +185,6 @@ class Upserted:
 # Given a job (fresh, inside the transaction) and one of its fires just settled, the new
 # values of some state columns; the store recomputes next_run_at and deletes a spent
 # delete_after_run job.
-SettleDecision = Callable[[Job, JobFire], Mapping[str, Any]]
-
-
 class JobStore(abc.ABC):
     """Jobs and fires. Every method takes `now` where time matters; nothing reads a clock."""
 
@@ -231,9 +216,10 @@ class JobStore(abc.ABC):
         return self.claim_fires([claim], now)[0]
 
     @abc.abstractmethod
-    def settle_fires(self, now: float, decide: SettleDecision, limit: int = 1000) -> list[JobFire]:
+    def settle_fires(self, now: float, limit: int = 1000) -> list[JobFire]:
         """Record the outcome of open fires whose task has ended (ok, error, timeout,
-        cancelled; duration, summary, error) and apply `decide` to each fire's job."""
+        cancelled; duration, summary, error) and apply the job policy (`queue.settle_fire`:
+        backoff and retries, or their reset) to each fire's job."""
 
     @abc.abstractmethod
     def set_job_enabled(

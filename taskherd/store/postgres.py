@@ -9,31 +9,26 @@ reasons written above the blocks of `store/sql/postgres/`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from taskherd.model import Event
 from taskherd.store.base import StoreError, StoreUnavailable
+from taskherd.store.events import Listener
 from taskherd.store.sql_store import SQLStore
-from taskherd.store.sqlfile import migrations, queries
+from taskherd.store.sqlfile import machinery, migrations, queries
 
-# synchronous_commit: `full` waits for the WAL flush of each commit; `normal` may lose the
-# last commits of a server crash (never a half-done one), as SQLite's NORMAL may on power loss.
-DURABILITY = {"full": "on", "normal": "off"}
+DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
 URL_SCHEMES = ("postgres://", "postgresql://")
-# The channel of "look at the queue now": every node LISTENs, every store transition that may
-# give a node work NOTIFYs it (delivered at commit, so a node never looks too early).
-WAKE_CHANNEL = "taskherd_wake"
 RELISTEN_DELAY = 5.0  # seconds between attempts to get a lost LISTEN connection back
-# Any constant both sides agree on: held while migrating, so two nodes starting together
-# do not apply the same migration twice.
-MIGRATION_LOCK = 0x7461736B68657264  # "taskherd"
-NODE_LOCKS = 0x74686E64  # "thnd": the first key of each node name's advisory lock
+M = machinery("postgres")
 
 
 log = logging.getLogger(__name__)
@@ -80,7 +75,7 @@ class PostgresStore(SQLStore):
         except self._psycopg.OperationalError as error:
             # The caller names the database (without its password); psycopg's words say why.
             raise StoreUnavailable(f"cannot connect: {_said(error)}") from error
-        conn.execute(f"SET synchronous_commit = {DURABILITY[self._durability]}")
+        conn.execute(M[f"durability_{self._durability}"])
         return conn
 
     @contextmanager
@@ -105,7 +100,7 @@ class PostgresStore(SQLStore):
                 raise StoreUnavailable(f"database error: {_said(error)}") from error
 
     @contextmanager
-    def _write(self) -> Iterator[Any]:
+    def _transaction(self) -> Iterator[Any]:
         with self._connection() as conn, conn.transaction():
             yield conn
 
@@ -128,8 +123,12 @@ class PostgresStore(SQLStore):
     def _is_unique_error(self, error: Exception) -> bool:
         return isinstance(error, self._errors.UniqueViolation)
 
-    def _nudge(self, db: Any) -> None:
-        db.execute("SELECT pg_notify(%s, '')", (WAKE_CHANNEL,))
+    def _announce(self, db: Any, events: Sequence[Event]) -> None:
+        payloads = [event.to_json() for event in events]
+        db.execute(M["notify_events"], {"payloads": payloads}).fetchall()
+
+    def listen(self) -> NotifyListener:
+        return NotifyListener(self.url, self._connect_timeout)
 
     def backup(self, destination: Path) -> None:
         raise StoreError("a PostgreSQL database is backed up with its own tools: "
@@ -140,14 +139,21 @@ class PostgresStore(SQLStore):
         # when the daemon dies however it dies. Two daemons with one node name on two hosts
         # would renew each other's leases and adopt each other's runs.
         with self._connection() as conn:
-            held = conn.execute(
-                "SELECT pg_try_advisory_lock(%s, hashtext(%s)) AS held", (NODE_LOCKS, node)
-            ).fetchone()["held"]
+            held = conn.execute(M["try_node_lock"], {"node": node}).fetchone()["held"]
         if not held:
             raise StoreError(f"another taskherd daemon already runs as node {node!r} on this "
                              "database (maybe on another host): stop it, or give this one "
                              "another [daemon] node")
         self._held_node = node  # taken again on a new connection
+
+    def probe_write(self) -> None:
+        tables = ("tasks", "runs", "cooldowns", "jobs", "job_fires")
+        with self._connection() as conn:
+            missing = [table for table in tables if not conn.execute(
+                M["may_write_table"], {"table": table}).fetchone()["granted"]]
+        if missing:
+            raise StoreError("the role lacks SELECT, INSERT, UPDATE or DELETE on "
+                             f"{', '.join(missing)}")
 
     def checkpoint(self) -> None:
         """Nothing to do: PostgreSQL checkpoints its own write-ahead log."""
@@ -157,26 +163,68 @@ class PostgresStore(SQLStore):
             self._conn.close()
 
 
-async def listen_for_wakes(url: str, on_wake: Callable[[], None]) -> None:
-    """Call `on_wake` for each nudge any node, CLI or agent sends through the database.
+class NotifyListener(Listener):
+    """A listener of a PostgreSQL database: a LISTENing connection of its own, opened again
+    after a loss (meanwhile the events of other nodes are missed: the daemon's poll covers)."""
 
-    Runs until cancelled. A lost connection is logged and retried; meanwhile the daemon's
-    fallback poll still finds the work, so a nudge missed costs at most one poll interval.
-    """
-    import psycopg
+    def __init__(self, url: str, connect_timeout: int):
+        super().__init__()
+        self.url = url
+        self._connect_timeout = connect_timeout
+        self._conn: Any = None
+        self._reader: asyncio.Task[None] | None = None
 
-    while True:
+    async def _connect(self) -> Any:
+        import psycopg
+
         try:
-            conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-            async with conn:
-                await conn.execute(f"LISTEN {WAKE_CHANNEL}")
-                on_wake()  # whatever was nudged while nobody listened
-                async for _ in conn.notifies():
-                    on_wake()
+            conn = await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, connect_timeout=self._connect_timeout)
+            await conn.execute(M["listen_events"])
         except psycopg.OperationalError as error:
-            log.warning("wake-ups from other nodes paused (%s); retrying in %.0f s",
-                        _said(error), RELISTEN_DELAY)
-        await asyncio.sleep(RELISTEN_DELAY)
+            raise StoreUnavailable(f"cannot listen: {_said(error)}") from error
+        return conn
+
+    async def _start(self) -> None:
+        self._conn = await self._connect()
+        self._reader = asyncio.create_task(self._read(), name="taskherd events")
+
+    async def _read(self) -> None:
+        import psycopg
+
+        while True:
+            try:
+                async for note in self._conn.notifies():
+                    self._received(note.payload)
+            except psycopg.OperationalError as error:
+                log.warning("events from other nodes paused (%s); retrying in %.0f s",
+                            _said(error), RELISTEN_DELAY)
+            await self._conn.close()
+            while True:
+                await asyncio.sleep(RELISTEN_DELAY)
+                try:
+                    self._conn = await self._connect()
+                    break
+                except StoreUnavailable as error:
+                    log.warning("%s; retrying in %.0f s", error, RELISTEN_DELAY)
+
+    def _received(self, payload: str) -> None:
+        try:
+            event = Event.from_json(payload)
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignored a malformed event notification: %r", payload[:200])
+            return
+        with contextlib.suppress(asyncio.QueueFull):
+            self._queue.put_nowait(event)
+
+    async def _stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+            self._reader = None
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
 
 
 def _said(error: Exception) -> str:
@@ -187,18 +235,13 @@ def _said(error: Exception) -> str:
 def _migrate(db: Any) -> None:
     """Apply the numbered migrations not yet recorded, all in one transaction."""
     with db.transaction():
-        db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY,"
-            " name text NOT NULL, applied_at double precision NOT NULL)"
-        )
-        applied = {row["version"] for row in db.execute("SELECT version FROM schema_migrations")}
+        db.execute(M["migration_lock"])
+        db.execute(M["create_schema_migrations"])
+        applied = {row["version"] for row in db.execute(M["applied_migrations"])}
         for migration in migrations("postgres"):
             if migration.version in applied:
                 continue
             for statement in migration.statements():
                 db.execute(statement)
-            db.execute(
-                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
-                (migration.version, migration.name, time.time()),
-            )
+            db.execute(M["record_migration"], {"version": migration.version,
+                                               "name": migration.name, "now": time.time()})

@@ -10,14 +10,10 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import NewTask, Run
+from taskherd.model import FINAL_FIRE_STATUSES, EventKind, FireStatus, NewTask, Run
+from taskherd.queue import settle_fire
+from taskherd.store.connection import Connection
 from taskherd.store.jobs import (
-    FINAL_FIRE_STATUSES,
-    FIRE_CANCELLED,
-    FIRE_ERROR,
-    FIRE_OK,
-    FIRE_SKIPPED,
-    FIRE_TIMEOUT,
     STATE_COLUMNS,
     FireClaim,
     Job,
@@ -27,13 +23,9 @@ from taskherd.store.jobs import (
     JobRefused,
     JobStore,
     PlannedFire,
-    SettleDecision,
     Upserted,
     wake_time,
 )
-
-if TYPE_CHECKING:
-    from taskherd.store.sql_store import Connection
 
 
 class SQLJobs(JobStore):
@@ -45,7 +37,7 @@ class SQLJobs(JobStore):
         def _write(self) -> AbstractContextManager[Connection]: ...
         def _read(self) -> AbstractContextManager[Connection]: ...
         def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]: ...
-        def _nudge(self, db: Connection) -> None: ...
+        def _emit(self, kind: EventKind, now: float, **fields: Any) -> None: ...
         def _is_unique_error(self, error: Exception) -> bool: ...
         def _add_task(
             self, db: Connection, new: NewTask, now: float
@@ -74,7 +66,7 @@ class SQLJobs(JobStore):
                     "next_run_at": schedule_at if definition.enabled else None,
                 }
                 db.execute(self.q["insert_job"], params)
-                self._nudge(db)
+                self._emit(EventKind.JOB_CHANGED, now, job=definition.name)
                 return Upserted(self._job(db, definition.name), "created")
             job = Job.from_row(row)
             if job.source != source:
@@ -94,7 +86,7 @@ class SQLJobs(JobStore):
                 "next_run_at": wake_time(updated, now),
             }
             db.execute(self.q["update_job_definition"], params)
-            self._nudge(db)
+            self._emit(EventKind.JOB_CHANGED, now, job=definition.name)
             return Upserted(self._job(db, definition.name), "updated")
 
     def get_job(self, name: str) -> Job:
@@ -122,7 +114,7 @@ class SQLJobs(JobStore):
             return None
         return [self._record_fire(db, job, planned, now) for planned in claim.fires]
 
-    def settle_fires(self, now: float, decide: SettleDecision, limit: int = 1000) -> list[JobFire]:
+    def settle_fires(self, now: float, limit: int = 1000) -> list[JobFire]:
         settled = []
         with self._write() as db:
             for row in db.execute(self.q["finished_open_fires"], {"limit": limit}).fetchall():
@@ -131,7 +123,7 @@ class SQLJobs(JobStore):
                     continue
                 settled.append(fire)
                 if fire.job_id is not None:
-                    self._apply_decision(db, fire, decide, now)
+                    self._apply_policy(db, fire, now)
         return settled
 
     def set_job_enabled(
@@ -145,7 +137,7 @@ class SQLJobs(JobStore):
             if enabled:
                 changes["schedule_at"] = schedule_at
             self._write_state(db, job, changes, now)
-            self._nudge(db)
+            self._emit(EventKind.JOB_CHANGED, now, job=name)
             return self._job(db, name)
 
     def delete_job(self, name: str, now: float) -> None:
@@ -155,6 +147,7 @@ class SQLJobs(JobStore):
             db.execute(self.q["skip_queued_fires"],
                        {"job_id": job_id, "now": now, "error": "its job was deleted"})
             db.execute(self.q["delete_job"], {"id": job_id})
+            self._emit(EventKind.JOB_CHANGED, now, job=name)
 
     def request_run_now(self, name: str, now: float) -> Job:
         with self._write() as db:
@@ -162,7 +155,7 @@ class SQLJobs(JobStore):
             if not job.enabled:
                 raise JobRefused(f"job {name!r} is disabled: enable it first (taskherd jobs enable)")
             self._write_state(db, job, {"run_now_at": now}, now)
-            self._nudge(db)
+            self._emit(EventKind.JOB_CHANGED, now, job=name)
             return self._job(db, name)
 
     def earliest_next_run(self) -> float | None:
@@ -197,15 +190,17 @@ class SQLJobs(JobStore):
         if planned.task is not None:
             task_id, created = self._add_task(db, planned.task, now)
             if not created:
-                status, error = FIRE_SKIPPED, (f"task {task_id} with dedup key "
+                status, error = FireStatus.SKIPPED, (f"task {task_id} with dedup key "
                                                f"{planned.task.dedup_key!r} is still open")
                 task_id = None
+        status = FireStatus(status).value  # the column holds the plain word
         finished_at = now if status in FINAL_FIRE_STATUSES else None
         if planned.release:
             row = _fetch_one(db, self.q["release_queued_fire"],
                              {"job_id": job.id, "task_id": task_id, "now": now, "status": status,
                               "variant": planned.variant, "error": error, "finished_at": finished_at})
             if row is not None:
+                self._emit(EventKind.JOB_FIRED, now, job=job.name, task_id=task_id)
                 return JobFire.from_row(row)
         params = {
             "job_id": job.id, "job_name": job.name, "scheduled_for": planned.scheduled_for,
@@ -214,36 +209,36 @@ class SQLJobs(JobStore):
             "variant": planned.variant, "error": error,
             "finished_at": finished_at,
         }
-        return JobFire.from_row(_fetch_one(db, self.q["insert_job_fire"], params))
+        fire = JobFire.from_row(_fetch_one(db, self.q["insert_job_fire"], params))
+        self._emit(EventKind.JOB_FIRED, now, job=job.name, task_id=task_id)
+        return fire
 
     def _settle_one(self, db: Connection, row: Any, now: float) -> JobFire | None:
         state, outcome = row["task_state"], row["last_outcome"]
         if state is None:
-            status, error = FIRE_ERROR, "its task was deleted before it finished"
+            status, error = FireStatus.ERROR, "its task was deleted before it finished"
         elif state == "completed":
-            status, error = FIRE_OK, None
+            status, error = FireStatus.OK, None
         elif state == "cancelled":
-            status, error = FIRE_CANCELLED, row["task_error"]
+            status, error = FireStatus.CANCELLED, row["task_error"]
         else:  # dead
-            status = FIRE_TIMEOUT if outcome == "timed_out" else FIRE_ERROR
+            status = FireStatus.TIMEOUT if outcome == "timed_out" else FireStatus.ERROR
             error = row["task_error"]
         duration = None
         if row["task_finished_at"] is not None:
             started = row["started_at"] if row["started_at"] is not None else row["task_finished_at"]
             duration = max(row["task_finished_at"] - started, 0.0)
-        params = {"id": row["fire_id"], "status": status, "duration": duration,
+        params = {"id": row["fire_id"], "status": status.value, "duration": duration,
                   "summary": row["task_summary"], "error": error, "now": now}
         fired = _fetch_one(db, self.q["settle_job_fire"], params)
         return JobFire.from_row(fired) if fired is not None else None
 
-    def _apply_decision(
-        self, db: Connection, fire: JobFire, decide: SettleDecision, now: float
-    ) -> None:
+    def _apply_policy(self, db: Connection, fire: JobFire, now: float) -> None:
         row = _fetch_one(db, self.q["get_job_by_id"], {"id": fire.job_id})
         if row is None:
             return
         job = Job.from_row(row)
-        changes = dict(decide(job, fire))
+        changes = dict(settle_fire(job, fire))
         updated = _replace(job, **changes)
         spent = (job.delete_after_run and updated.schedule_at is None and updated.retry_at is None
                  and not updated.open_fires and not updated.queued and updated.run_now_at is None)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from taskherd.store.nodes import Node, NodeStore
 
 if TYPE_CHECKING:
-    from taskherd.store.sql_store import Connection
+    from taskherd.store.connection import Connection
 
 
 class SQLNodes(NodeStore):

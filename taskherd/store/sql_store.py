@@ -9,21 +9,25 @@ where the databases differ (how an inserted id is read, what a constraint error 
 from __future__ import annotations
 
 import json
+import time
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Protocol
+from typing import Any
 
 from taskherd.model import (
     OPEN_STATES,
     Claim,
     Cooldown,
+    Event,
+    EventKind,
     NewTask,
     Outcome,
     Run,
     RunResult,
     Task,
     TaskState,
+    Verdict,
 )
 from taskherd.queue import RetryPolicy, settle
 from taskherd.store.base import (
@@ -38,18 +42,11 @@ from taskherd.store.base import (
     TaskNotFound,
     TransitionRefused,
 )
+from taskherd.store.connection import Connection
 from taskherd.store.sql_jobs import SQLJobs
 from taskherd.store.sql_nodes import SQLNodes
 
-REPORTS = ("done", "fail", "block")
 S = TaskState
-
-
-class Connection(Protocol):
-    """What the shared logic needs of a dialect's connection: sqlite3's and psycopg's both
-    run `execute(sql, params)` and return a cursor with `fetchall()` and `rowcount`."""
-
-    def execute(self, sql: str, params: Mapping[str, Any] = ..., /) -> Any: ...
 
 
 class SQLStore(SQLJobs, SQLNodes, Store):
@@ -58,8 +55,9 @@ class SQLStore(SQLJobs, SQLNodes, Store):
     # -- what a dialect provides ---------------------------------------------------------
 
     @abstractmethod
-    def _write(self) -> AbstractContextManager[Connection]:
-        """One transaction that may write; it commits on leaving, rolls back on an error."""
+    def _transaction(self) -> AbstractContextManager[Connection]:
+        """One transaction that may write; it commits on leaving, rolls back on an error.
+        It holds the store's lock throughout, which keeps `_outbox` its own."""
 
     @abstractmethod
     def _read(self) -> AbstractContextManager[Connection]:
@@ -79,12 +77,38 @@ class SQLStore(SQLJobs, SQLNodes, Store):
     @abstractmethod
     def _is_unique_error(self, error: Exception) -> bool: ...
 
-    def _nudge(self, db: Connection) -> None:
-        """Tell every node, at this transaction's commit, that there may be work to look at.
+    def _announce(self, db: Connection, events: Sequence[Event]) -> None:
+        """Hand `events` to the database inside the transaction, where it is the one to
+        deliver them at commit (PostgreSQL's NOTIFY); a no-op elsewhere."""
 
-        A no-op where one node is all there is: its CLI and agents nudge it through the wake
-        socket of its data dir.
-        """
+    def _published(self, events: Sequence[Event]) -> None:
+        """Deliver `events` once their transaction committed; a no-op where the database
+        delivers them itself."""
+
+    # -- the transaction and its events ---------------------------------------------
+
+    _outbox: list[Event] | None = None
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """One writing transaction; the events its transitions emit reach listeners only
+        if it commits, and only after."""
+        events: list[Event] = []
+        with self._transaction() as db:
+            self._outbox = events
+            try:
+                yield db
+                if events:
+                    self._announce(db, events)
+            finally:
+                self._outbox = None
+        if events:
+            self._published(events)
+
+    def _emit(self, kind: EventKind, now: float, **fields: Any) -> None:
+        """Queue an event of the current writing transaction."""
+        assert self._outbox is not None, "an event outside a writing transaction"
+        self._outbox.append(Event(kind, now, **fields))
 
     def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]:
         with self._read() as db:
@@ -95,8 +119,6 @@ class SQLStore(SQLJobs, SQLNodes, Store):
     def enqueue(self, new: NewTask, now: float) -> Enqueued:
         with self._parents_checked([new]), self._write() as db:
             task_id, created = self._add_task(db, new, now)
-            if created:
-                self._nudge(db)
             if task_id is None:
                 raise StoreError(f"the open task with dedup key {new.dedup_key!r} finished while "
                                  "this one was being added: add it again")
@@ -106,7 +128,9 @@ class SQLStore(SQLJobs, SQLNodes, Store):
         with self._parents_checked(batch), self._write() as db:
             added = self._insert_many(db, "insert_task", (task_params(new, now) for new in batch))
             if added:
-                self._nudge(db)
+                # One event per role, not per task: a batch of 10,000 is one hint to look.
+                for role in dict.fromkeys(new.role for new in batch):
+                    self._emit(EventKind.TASK_ADDED, now, role=role)
             return added
 
     def get_task(self, task_id: int) -> Task:
@@ -153,7 +177,10 @@ class SQLStore(SQLJobs, SQLNodes, Store):
             role = as_role if task.role == "any" and as_role else task.role
             run_params = {"task_id": task.id, "node": node, "role": role, "runtime": runtime}
             run_row = _one(db.execute(self.q["insert_run"], run_params | {"now": now}))
-        return Claim(task, Run.from_row(run_row))
+            claim = Claim(task, Run.from_row(run_row))
+            self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=claim.run.id,
+                       state=task.state, role=task.role)
+        return claim
 
     def mark_spawned(
         self,
@@ -182,6 +209,9 @@ class SQLStore(SQLJobs, SQLNodes, Store):
                  "lease_until": now + lease_seconds},
             ).rowcount
             task = self._get_task(db, run.task_id)
+            if moved:
+                self._emit(EventKind.RUN_STARTED, now, task_id=task.id, run_id=run_id,
+                           state=task.state, role=run.role, runtime=run.runtime)
         if not moved:
             raise TransitionRefused(task.id, "start", task.state, {S.CLAIMED})
         return task
@@ -214,9 +244,11 @@ class SQLStore(SQLJobs, SQLNodes, Store):
             return self._finish(db, run_id, result, policy, now)
 
     def report(self, run_id: int, verdict: str, now: float, summary: str | None = None) -> Run:
-        if verdict not in REPORTS:
-            raise StoreError(f"report {verdict!r} is not one of: {', '.join(REPORTS)}")
-        params = {"run_id": run_id, "report": verdict, "summary": summary, "now": now}
+        if verdict not in set(Verdict):
+            accepted = ", ".join(Verdict)
+            raise StoreError(f"report {verdict!r} is not one of: {accepted}")
+        params = {"run_id": run_id, "report": Verdict(verdict).value, "summary": summary,
+                  "now": now}
         with self._write() as db:
             row = _one(db.execute(self.q["report_run"], params))
             if row is None:
@@ -230,16 +262,19 @@ class SQLStore(SQLJobs, SQLNodes, Store):
     def set_cooldown(self, runtime: str, until: float, reason: str, now: float) -> Cooldown:
         params = {"runtime": runtime, "until": until, "reason": reason, "now": now}
         with self._write() as db:
-            return Cooldown.from_row(_one(db.execute(self.q["set_cooldown"], params)))
+            cooldown = Cooldown.from_row(_one(db.execute(self.q["set_cooldown"], params)))
+            self._emit(EventKind.COOLDOWN_SET, now, runtime=runtime)
+            return cooldown
 
     def active_cooldowns(self, now: float) -> list[Cooldown]:
         return [Cooldown.from_row(row) for row in self._all("active_cooldowns", {"now": now})]
 
-    def clear_cooldown(self, runtime: str) -> bool:
+    def clear_cooldown(self, runtime: str, now: float | None = None) -> bool:
         with self._write() as db:
             cleared = db.execute(self.q["clear_cooldown"], {"runtime": runtime}).rowcount > 0
             if cleared:
-                self._nudge(db)
+                at = time.time() if now is None else now  # only the event's stamp
+                self._emit(EventKind.COOLDOWN_CLEARED, at, runtime=runtime)
             return cleared
 
     def rescue_expired(self, now: float, policy_for: PolicyLookup) -> list[Finished]:
@@ -316,8 +351,7 @@ class SQLStore(SQLJobs, SQLNodes, Store):
             if row is None:  # moved meanwhile by another node (PostgreSQL's READ COMMITTED)
                 raise TransitionRefused(task_id, action, self._get_task(db, task_id).state,
                                         targets)
-            self._nudge(db)
-            return Task.from_row(row)
+            return self._finalize(db, Task.from_row(row), now)
 
     # -- runs and housekeeping -----------------------------------------------------------
 
@@ -369,7 +403,7 @@ class SQLStore(SQLJobs, SQLNodes, Store):
         task = self._get_task(db, run.task_id)
         recent_rate_limits = 0
         if result.outcome is Outcome.RATE_LIMITED:
-            window = {"task_id": task.id, "since": now - 24 * 3600}
+            window = {"task_id": task.id, "since": now - policy.rate_limit_window}
             # The run just ended is among them; the policy counts the ones before it.
             recent_rate_limits = _one(db.execute(self.q["recent_rate_limits"], window))["n"] - 1
         settlement = settle(task, result, policy, now, recent_rate_limits)
@@ -388,16 +422,33 @@ class SQLStore(SQLJobs, SQLNodes, Store):
             "reason": settlement.reason,
         }
         row = _one(db.execute(self.q["settle_task"], task_fields))
-        if row is not None and settlement.state is S.READY and settlement.run_after <= now:
-            self._nudge(db)  # a rescue: another node may have a free slot for it now
-        return Finished(run, Task.from_row(row) if row else task, moved=row is not None)
+        self._emit(EventKind.RUN_ENDED, now, task_id=task.id, run_id=run.id, role=run.role,
+                   runtime=run.runtime)
+        if row is None:  # cancelled (or otherwise moved) while the run went on
+            return Finished(run, task, moved=False)
+        return Finished(run, self._finalize(db, Task.from_row(row), now), moved=True)
+
+    def _finalize(self, db: Connection, task: Task, now: float) -> Task:
+        """The one step every settle of a task passes, in the settling transaction: a run's
+        end (finished, rescued, rate-limited, dead) and a person's move (approve, reject,
+        cancel, block, unblock, requeue). Whatever must happen when a task settles attaches
+        here, so that it happens exactly when the settle commits and never around it: a
+        chain's children, gates and reviews, notifications' outbox rows; today, the event
+        that tells listeners (the daemons' dispatchers among them) where the task went.
+        """
+        self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, state=task.state,
+                   role=task.role)
+        return task
 
     def _add_task(self, db: Connection, new: NewTask, now: float) -> tuple[int | None, bool]:
         """Insert `new`: (its id, True), or (the id of the open task holding its dedup key,
         False): a duplicate of an open task is not added."""
         cursor = db.execute(self.q["insert_task"], task_params(new, now))
         if cursor.rowcount == 1:
-            return self._inserted_id(cursor), True
+            task_id = self._inserted_id(cursor)
+            state = S.PENDING if new.pending else S.READY
+            self._emit(EventKind.TASK_ADDED, now, task_id=task_id, state=state, role=new.role)
+            return task_id, True
         row = _one(db.execute(self.q["open_task_by_dedup_key"], {"dedup_key": new.dedup_key}))
         # None only if that task finished in between, which PostgreSQL's READ COMMITTED allows.
         return (row["id"] if row is not None else None), False

@@ -38,6 +38,17 @@ def queries(dialect: str) -> dict[str, str]:
     return found
 
 
+@cache
+def machinery(dialect: str) -> dict[str, str]:
+    """The named blocks of a dialect's own machinery (`<dialect>/machinery/`): migrations'
+    bookkeeping, locks, notifications. Kept apart from `queries`, whose blocks exist in both
+    dialects alike and are tested side by side."""
+    found = _blocks(SQL_ROOT / dialect / "machinery")
+    if dialect == "postgres":
+        return {name: _psycopg_parameters(sql) for name, sql in found.items()}
+    return found
+
+
 def _blocks(folder: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     for path in sorted(folder.glob("*.sql")):

@@ -7,21 +7,24 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from taskherd.model import Event
 from taskherd.store.base import StoreError
+from taskherd.store.events import SocketListener, publish, socket_dir
 from taskherd.store.sql_store import SQLStore
-from taskherd.store.sqlfile import migrations, queries
+from taskherd.store.sqlfile import machinery, migrations, queries
 
-DURABILITY = {"full": "FULL", "normal": "NORMAL"}
+DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
 # Long enough that a burst of writers from several processes queues up instead of failing:
 # "database is locked" must never reach a caller.
 DEFAULT_BUSY_TIMEOUT = 60.0
 
 Q = queries("sqlite")
+M = machinery("sqlite")
 
 
 class SQLiteStore(SQLStore):
@@ -39,20 +42,26 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"durability {durability!r} is not one of: full, normal")
         self.path = Path(path)
         _create_private(self.path)
+        self._events = socket_dir(self.path)
         self._lock = threading.RLock()
+        try:
+            self._open(busy_timeout, durability, autocheckpoint)
+        except sqlite3.Error as error:
+            raise StoreError(f"cannot open {self.path}: {error}") from error
+
+    def _open(self, busy_timeout: float, durability: str, autocheckpoint: bool) -> None:
         self._conn = sqlite3.connect(
             self.path, isolation_level=None, timeout=busy_timeout, check_same_thread=False
         )
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         self._enable_wal()
-        self._conn.execute(f"PRAGMA synchronous = {DURABILITY[durability]}")
-        self._conn.execute("PRAGMA foreign_keys = ON")
+        self._conn.execute(M[f"durability_{durability}"])
+        self._conn.execute(M["foreign_keys_on"])
         if not autocheckpoint:
             # The daemon checkpoints from a worker thread instead: an automatic checkpoint
             # runs inside whichever commit crosses the threshold and, at durability full,
             # holds the event loop for the fsync of the whole database (p99 spawn latency).
-            self._conn.execute("PRAGMA wal_autocheckpoint = 0")
+            self._conn.execute(M["no_autocheckpoint"])
         self.busy_timeout = busy_timeout
         _migrate(self._conn)
 
@@ -62,7 +71,7 @@ class SQLiteStore(SQLStore):
         deadline = time.monotonic() + 30
         while True:
             try:
-                self._conn.execute("PRAGMA journal_mode = WAL")
+                self._conn.execute(M["journal_wal"])
                 return
             except sqlite3.OperationalError as error:
                 if "locked" not in str(error) or time.monotonic() > deadline:
@@ -70,16 +79,16 @@ class SQLiteStore(SQLStore):
                 time.sleep(0.01)
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One transaction that takes the write lock up front, so it never has to upgrade."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute(M["begin_write"])
             try:
                 yield self._conn
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._conn.execute(M["rollback"])
                 raise
-            self._conn.execute("COMMIT")
+            self._conn.execute(M["commit"])
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -105,10 +114,34 @@ class SQLiteStore(SQLStore):
     def _is_unique_error(self, error: Exception) -> bool:
         return isinstance(error, sqlite3.IntegrityError) and "UNIQUE" in str(error)
 
+    def _published(self, events: Sequence[Event]) -> None:
+        publish(self._events, events)
+
+    def listen(self) -> SocketListener:
+        return SocketListener(self._events)
+
+    def probe_write(self) -> None:
+        # A connection of its own, and a real write into the file's schema, rolled back.
+        try:
+            conn = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+            with contextlib.closing(conn):
+                conn.execute(M["begin_write"])  # takes the write lock: fails on a read-only file
+                try:
+                    conn.execute(M["probe_table"])
+                    conn.execute(M["probe_row"])
+                finally:
+                    conn.execute(M["rollback"])
+        except sqlite3.Error as error:
+            raise StoreError(str(error)) from error
+
     def checkpoint(self) -> None:
         # A connection of its own: the store's is guarded by a lock the event loop takes.
-        with contextlib.closing(sqlite3.connect(self.path, timeout=self.busy_timeout)) as db:
-            db.execute(Q["wal_checkpoint"]).fetchall()
+        try:
+            with contextlib.closing(sqlite3.connect(self.path,
+                                                    timeout=self.busy_timeout)) as db:
+                db.execute(Q["wal_checkpoint"]).fetchall()
+        except sqlite3.Error as error:
+            raise StoreError(f"WAL checkpoint: {error}") from error
 
     def backup(self, destination: Path) -> None:
         """Copy the database page by page inside one read transaction: a consistent snapshot,
@@ -126,8 +159,8 @@ class SQLiteStore(SQLStore):
             source = sqlite3.connect(self.path, timeout=self.busy_timeout)
             with contextlib.closing(source), contextlib.closing(sqlite3.connect(partial)) as copy:
                 source.backup(copy)
-                copy.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
-                verdict = copy.execute("PRAGMA integrity_check").fetchone()[0]
+                copy.execute(M["journal_delete"])
+                verdict = copy.execute(M["integrity_check"]).fetchone()[0]
             if verdict != "ok":
                 raise StoreError(f"the copy failed its integrity check: {verdict}")
             os.replace(partial, destination)
@@ -151,29 +184,19 @@ def _create_private(path: Path) -> None:
 
 def _migrate(db: sqlite3.Connection) -> None:
     """Apply the numbered migrations not yet recorded, each in its own transaction."""
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-    )
-    pending = migrations("sqlite")
-    applied = {row[0] for row in db.execute("SELECT version FROM schema_migrations")}
-    for migration in pending:
+    db.execute(M["create_schema_migrations"])
+    applied = {row[0] for row in db.execute(M["applied_migrations"])}
+    for migration in migrations("sqlite"):
         if migration.version in applied:
             continue
-        db.execute("BEGIN IMMEDIATE")
+        db.execute(M["begin_write"])
         try:
-            # Another process may have applied it while we waited for the write lock.
-            exists = db.execute(
-                "SELECT 1 FROM schema_migrations WHERE version = ?", (migration.version,)
-            ).fetchone()
-            if not exists:
+            if not db.execute(M["migration_applied"], {"version": migration.version}).fetchone():
                 for statement in migration.statements():
                     db.execute(statement)
-                db.execute(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                    (migration.version, migration.name, time.time()),
-                )
+                db.execute(M["record_migration"], {"version": migration.version,
+                                                   "name": migration.name, "now": time.time()})
         except BaseException:
-            db.execute("ROLLBACK")
+            db.execute(M["rollback"])
             raise
-        db.execute("COMMIT")
+        db.execute(M["commit"])

@@ -24,7 +24,7 @@ def test_a_subfolder_finds_the_fleets_config_above_it(tmp_path):
     deep.mkdir(parents=True)
     added = taskherd(deep, "task", "add", "from below", "-r", "coder", "--json")
     assert added.returncode == 0, added.stderr
-    assert "note:" not in added.stderr
+    assert "no taskherd.toml" not in added.stderr
     listed = taskherd(tmp_path, "task", "list", "--json")
     assert [task["title"] for task in json.loads(listed.stdout)] == ["from below"]
     assert (tmp_path / "fleet.db").exists()

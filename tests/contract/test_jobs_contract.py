@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.queue import RetryPolicy
+from taskherd.queue import RetryPolicy, failure_backoff
 from taskherd.store.jobs import (
     FireClaim,
     JobDefinition,
@@ -95,25 +95,34 @@ def test_a_duplicate_dedup_key_makes_a_skipped_fire(store):
     assert fire.finished_at == NOW + 60
 
 
-def test_settle_records_the_outcome_and_applies_the_decision(store):
+def run_fire_task(store, at: float, outcome: Outcome, summary: str | None = None) -> None:
+    claim = store.claim("n1", at, 60.0)
+    store.mark_spawned(claim.run.id, at, 60.0, pid=1, pid_started_at=1.0, log_path=None)
+    store.finish_run(claim.run.id, RunResult(outcome, summary=summary),
+                     RetryPolicy(backoff_base=1, backoff_cap=1), at + 10)
+
+
+def test_settle_records_the_outcome_and_applies_the_job_policy(store):
     job = upsert(store).job
     fire = store.claim_fire(fire_claim(job, NOW + 60), NOW + 60)[0]
-    claim = store.claim("n1", NOW + 70, 60.0)
-    store.mark_spawned(claim.run.id, NOW + 70, 60.0, pid=1, pid_started_at=1.0, log_path=None)
-    store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, summary="fine"),
-                     RetryPolicy(), NOW + 80)
-    seen = []
-
-    def decide(job, settled):
-        seen.append((job.name, settled.id, settled.status))
-        return {"failures": 7}
-
-    settled = store.settle_fires(NOW + 90, decide)
+    run_fire_task(store, NOW + 70, Outcome.SUCCEEDED, "fine")
+    settled = store.settle_fires(NOW + 90)
     assert [(f.id, f.status, f.summary, f.duration) for f in settled] == [
         (fire.id, "ok", "fine", 10.0)]
-    assert seen == [("j", fire.id, "ok")]
-    assert store.get_job("j").failures == 7 and store.get_job("j").open_fires == 0
-    assert store.settle_fires(NOW + 91, decide) == []  # settled once
+    assert store.get_job("j").failures == 0 and store.get_job("j").open_fires == 0
+    assert store.settle_fires(NOW + 91) == []  # settled once
+
+
+def test_a_dead_fire_backs_its_job_off(store):
+    job = upsert(store).job
+    fire = store.claim_fire(fire_claim(job, NOW + 60), NOW + 60)[0]
+    for attempt in range(3):  # the task's default max_attempts
+        run_fire_task(store, NOW + 100 * (attempt + 1), Outcome.FAILED)
+    [settled] = store.settle_fires(NOW + 400)
+    assert (settled.id, settled.status) == (fire.id, "error")
+    job = store.get_job("j")
+    assert job.failures == 1
+    assert job.backoff_until == settled.finished_at + failure_backoff(1)
 
 
 def test_run_now_enable_disable_and_delete(store):

@@ -107,9 +107,6 @@ def test_the_rate_limit_storm_spawns_one_wave_and_strikes_nothing(claude_fleet, 
     api = start_fake_anthropic([], after_script=RateLimited(retry_after_seconds=60))
     fleet = claude_fleet(api, max_concurrent=3)
     tasks = [fleet.store.enqueue(_new(f"storm {i}"), time.time()).task for i in range(150)]
-    from taskherd import wake
-
-    wake.notify(fleet.data_dir)
     fleet.wait_until(lambda: fleet.store.active_cooldowns(time.time()), timeout=30,
                      what="the cooldown")
     fleet.wait_until(lambda: not fleet.store.open_runs(), timeout=30, what="the wave to end")

@@ -236,7 +236,7 @@ def test_cancel_stops_a_running_agent(fleet, tmp_path):
 def test_a_second_daemon_on_the_same_node_refuses(fleet):
     f = fleet()
     f.up()
-    f.wait_until(lambda: (f.data_dir / "wake.sock").exists(), what="daemon start")
+    f.wait_until(lambda: "taskherd up: node" in f.daemon_log.read_text(), what="daemon start")
     second = f.cli("up", check=False)
     assert second.returncode == 1 and "another taskherd daemon already runs" in second.stderr
 
@@ -274,7 +274,7 @@ def test_an_open_run_nobody_watches_is_adopted_not_renewed_forever(fleet, tmp_pa
     # with its lease renewed by the node every few seconds: `running` forever.
     f = fleet()
     f.up()
-    f.wait_until(lambda: (f.data_dir / "wake.sock").exists(), what="daemon start")
+    f.wait_until(lambda: "taskherd up: node" in f.daemon_log.read_text(), what="daemon start")
     node = load_config(f.config_path).daemon.node
     gone = subprocess.Popen([PYTHON, "-c", "pass"])
     started = psutil.Process(gone.pid).create_time()

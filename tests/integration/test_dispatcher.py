@@ -7,10 +7,10 @@ import logging
 from datetime import datetime
 
 from taskherd.config import parse_config
-from taskherd.services.dispatcher import Dispatcher
 from taskherd.model import NewTask, Priority
-from taskherd.store import open_store
+from taskherd.services.dispatcher import Dispatcher
 from taskherd.services.supervisor import Supervisor
+from taskherd.store import open_store
 
 NOW = 1_800_000_000.0
 

@@ -10,9 +10,9 @@ import pytest
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
+from taskherd.queue import RetryPolicy
 from taskherd.services.monitor import Monitor
 from taskherd.services.supervisor import LiveRuns
-from taskherd.queue import RetryPolicy
 from taskherd.store import Store, open_store
 from tests.interleave import pause_before, wait_for_lock_wait_or
 

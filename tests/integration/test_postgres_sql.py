@@ -37,7 +37,8 @@ PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 # Parameters tested for NULL or defaulted by coalesce(): each block using one also runs with
 # all of them None, because PostgreSQL types an untyped NULL parameter differently.
-NULLABLE = re.compile(r"(?::(\w+)|%\((\w+)\)s)(?:::[\w ]+?)? IS NULL|coalesce\(:(\w+)")
+NULLABLE = re.compile(r"(?::(\w+)|%\((\w+)\)s)(?:::[\w ]+?)? IS NULL|coalesce\(:(\w+)"
+                      r"|CAST\((?::(\w+)|%\((\w+)\)s) AS [\w ]+\) IS NULL")
 
 
 def to_psycopg(sql: str) -> str:

@@ -1,5 +1,8 @@
 -- Named SQL blocks of queries that read the same in every dialect.
 -- A dialect's folder overrides a block by defining the same name, with the reason above it.
+-- A parameter that is only tested for NULL is cast (`CAST(:x AS TEXT) IS NULL`): PostgreSQL
+-- must know each parameter's type when it plans a statement ("could not determine data type
+-- of parameter" otherwise), and SQLite reads the cast as a no-op on a text or NULL value.
 
 -- name: open_task_by_dedup_key
 SELECT * FROM tasks WHERE dedup_key = :dedup_key AND finished_at IS NULL;
@@ -79,3 +82,67 @@ WHERE runs.ended_at IS NULL AND runs.node = :node
   AND (tasks.state NOT IN ('claimed', 'running')
        OR EXISTS (SELECT 1 FROM runs AS newer
                   WHERE newer.task_id = runs.task_id AND newer.id > runs.id));
+
+-- name: insert_run
+-- The attempt number counts the task's runs; the task row is locked by its claim in the same
+-- transaction, so two runs of one task cannot count at the same time.
+INSERT INTO runs (task_id, attempt, node, role, runtime, claimed_at)
+VALUES (:task_id, (SELECT count(*) + 1 FROM runs WHERE task_id = :task_id), :node, :role,
+        :runtime, :now)
+RETURNING *;
+
+-- name: prune_finished_tasks
+DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < :before;
+
+-- name: list_tasks
+-- NULL filters match everything, so one statement serves every combination of CLI filters.
+SELECT * FROM tasks
+WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
+  AND (CAST(:role AS TEXT) IS NULL OR role = :role)
+ORDER BY CASE WHEN finished_at IS NULL THEN 0 ELSE 1 END, priority, id
+LIMIT :limit;
+
+-- name: open_runs
+SELECT * FROM runs WHERE ended_at IS NULL AND (CAST(:node AS TEXT) IS NULL OR node = :node) ORDER BY id;
+
+-- name: list_runs
+SELECT * FROM runs
+WHERE (CAST(:role AS TEXT) IS NULL OR role = :role)
+  AND (CAST(:since AS DOUBLE PRECISION) IS NULL OR claimed_at >= :since)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: move_task
+-- A person's transition (approve, reject, block, unblock, cancel, requeue), guarded by the
+-- state the caller read in the same transaction.
+-- :reset_counts must be a Python bool (psycopg sends it as boolean): a 0/1 int, which SQLite
+-- takes as a condition, arrives as smallint, which PostgreSQL refuses as one.
+UPDATE tasks
+SET state = CAST(:state AS TEXT), reason = :reason, updated_at = :now,
+    run_after = CASE WHEN CAST(:state AS TEXT) = 'ready' THEN :now ELSE run_after END,
+    lease_node = NULL, lease_expires_at = NULL,
+    attempts = CASE WHEN :reset_counts THEN 0 ELSE attempts END,
+    rescues = CASE WHEN :reset_counts THEN 0 ELSE rescues END,
+    rate_limits = CASE WHEN :reset_counts THEN 0 ELSE rate_limits END,
+    finished_at = CASE WHEN CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled') THEN :now END
+WHERE id = :task_id AND state = :from_state
+RETURNING *;
+
+-- name: settle_task
+-- Guarded by the leased states: if a person cancelled the task meanwhile, nothing changes
+-- and the caller learns it from the row count. And by the run: only the task's latest run
+-- may settle it. A cancelled task requeued and claimed again while its old agent was still
+-- being killed was cancelled a second time by the old run's end, its new agent killed too.
+-- CAST(:state AS TEXT): compared with literals before it is assigned, and an untyped parameter
+-- compared with an untyped literal leaves PostgreSQL without a type to plan with.
+UPDATE tasks
+SET state = CAST(:state AS TEXT), run_after = :run_after, attempts = attempts + :strike,
+    rescues = rescues + :rescue, rate_limits = rate_limits + :rate_limit,
+    lease_node = NULL, lease_expires_at = NULL,
+    summary = coalesce(:summary, summary), last_error = coalesce(:last_error, last_error),
+    error_tail = coalesce(:error_tail, error_tail), reason = :reason,
+    updated_at = :now,
+    finished_at = CASE WHEN CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled') THEN :now END
+WHERE id = :task_id AND state IN ('claimed', 'running')
+  AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id)
+RETURNING *;

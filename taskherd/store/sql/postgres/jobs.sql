@@ -17,12 +17,6 @@ FOR UPDATE;
 SELECT * FROM job_rows WHERE id = :id
 FOR UPDATE;
 
--- name: list_jobs
-SELECT * FROM job_rows
-WHERE (:source::text IS NULL OR source = :source)
-  AND (:enabled::integer IS NULL OR enabled = :enabled)
-ORDER BY name;
-
 -- name: due_jobs
 -- Walks jobs_due from its low end and stops at :now: with 100,000 jobs and none due it reads
 -- one index entry (the planner pushes the conditions into the view).
@@ -34,18 +28,6 @@ LIMIT :limit;
 -- name: earliest_next_run
 SELECT min(next_run_at) AS earliest FROM jobs WHERE enabled = 1;
 
--- name: claim_job_fire
--- The fire claim: compare-and-set on next_run_at (plus the row version, so a plan made from
--- any stale column loses). Zero rows changed: another scheduler fired it, or the job changed.
--- With several nodes, a second scheduler's UPDATE waits for the first's row lock, then
--- re-checks this WHERE against the committed row: the bumped version makes it change nothing.
-UPDATE jobs
-SET next_run_at = :next_run_at, schedule_at = :schedule_at, backoff_until = :backoff_until,
-    failures = :failures, variant_cursor = :variant_cursor, queued = :queued,
-    run_now_at = :run_now_at, retry_at = :retry_at, retry_of = :retry_of,
-    retry_count = :retry_count, enabled = :enabled, version = version + 1, updated_at = :now
-WHERE id = :id AND next_run_at = :expected AND version = :version AND enabled = 1;
-
 -- name: lock_fires_of_job
 -- Deleting a job writes its fires (job_id set to NULL) after the job; a scheduler settling one
 -- of them holds the fire and then wants the job. Taking the fires first, in id order, makes
@@ -53,20 +35,6 @@ WHERE id = :id AND next_run_at = :expected AND version = :version AND enabled = 
 SELECT id FROM job_fires WHERE job_id = (SELECT id FROM jobs WHERE name = :name)
 ORDER BY id
 FOR UPDATE;
-
--- name: release_queued_fire
--- overlap = queue: the oldest held fire of the job gets its task now (status open), or ends
--- now when that task could not be made (error, or skipped for an open duplicate).
--- The outer `status = 'queued'` is not in sqlite's: there one writer runs at a time, here a
--- release that waited for another's row lock re-checks the fire it picked, so it cannot hand
--- a second task to a fire the other transaction already released.
-UPDATE job_fires
-SET status = :status, task_id = :task_id, fired_at = :now, variant = :variant, error = :error,
-    finished_at = :finished_at
-WHERE id = (SELECT id FROM job_fires WHERE job_id = :job_id AND status = 'queued'
-            ORDER BY id LIMIT 1)
-  AND status = 'queued'
-RETURNING *;
 
 -- name: finished_open_fires
 -- Open fires whose task has ended (or vanished). The last run's outcome tells a timeout apart.
@@ -87,15 +55,3 @@ ORDER BY f.id
 LIMIT :limit
 FOR UPDATE OF f SKIP LOCKED;
 
--- name: list_job_fires
-SELECT * FROM job_fires
-WHERE (:job_name::text IS NULL OR job_name = :job_name)
-  AND (:status::text IS NULL OR status = :status)
-ORDER BY id DESC
-LIMIT :limit;
-
--- name: runs_of_job
-SELECT r.* FROM runs r JOIN job_fires f ON f.task_id = r.task_id
-WHERE f.job_name = :job_name AND (:since::double precision IS NULL OR r.claimed_at >= :since)
-ORDER BY r.id DESC
-LIMIT :limit;

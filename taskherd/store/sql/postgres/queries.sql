@@ -20,14 +20,6 @@ VALUES (:role, :title, :prompt, :priority, :state, :pool, :dedup_key, :review, :
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING
 RETURNING id;
 
--- name: list_tasks
--- NULL filters match everything, so one statement serves every combination of CLI filters.
-SELECT * FROM tasks
-WHERE (:state::text IS NULL OR state = :state)
-  AND (:role::text IS NULL OR role = :role)
-ORDER BY CASE WHEN finished_at IS NULL THEN 0 ELSE 1 END, priority, id
-LIMIT :limit;
-
 -- name: claim_next
 -- The sub-select walks tasks_ready in (priority, id) order: P0 first, FIFO within a priority.
 -- :roles and :full_pools are JSON arrays (NULL = no filter) so the statement stays static.
@@ -52,14 +44,6 @@ WHERE id = (
 )
 RETURNING *;
 
--- name: insert_run
--- The attempt number counts the task's runs; the task row is locked by its claim in the same
--- transaction, so two runs of one task cannot count at the same time.
-INSERT INTO runs (task_id, attempt, node, role, runtime, claimed_at)
-VALUES (:task_id, (SELECT count(*) + 1 FROM runs WHERE task_id = :task_id), :node, :role,
-        :runtime, :now)
-RETURNING *;
-
 -- name: open_run_of_task
 -- The rescue's second step, after expired_leases locked the task. FOR UPDATE SKIP LOCKED,
 -- unlike sqlite's (one writer at a time): a node settling this run right now (late, not dead)
@@ -73,35 +57,6 @@ WHERE id = (SELECT max(id) FROM runs WHERE task_id = :task_id AND ended_at IS NU
   AND ended_at IS NULL
 FOR UPDATE SKIP LOCKED;
 
--- name: open_runs
-SELECT * FROM runs WHERE ended_at IS NULL AND (:node::text IS NULL OR node = :node) ORDER BY id;
-
--- name: list_runs
-SELECT * FROM runs
-WHERE (:role::text IS NULL OR role = :role)
-  AND (:since::double precision IS NULL OR claimed_at >= :since)
-ORDER BY id DESC
-LIMIT :limit;
-
--- name: settle_task
--- Guarded by the leased states: if a person cancelled the task meanwhile, nothing changes
--- and the caller learns it from the row count. And by the run: only the task's latest run
--- may settle it. A cancelled task requeued and claimed again while its old agent was still
--- being killed was cancelled a second time by the old run's end, its new agent killed too.
--- :state::text: compared with literals before it is assigned, and an untyped parameter
--- compared with an untyped literal leaves PostgreSQL without a type to plan with.
-UPDATE tasks
-SET state = :state::text, run_after = :run_after, attempts = attempts + :strike,
-    rescues = rescues + :rescue, rate_limits = rate_limits + :rate_limit,
-    lease_node = NULL, lease_expires_at = NULL,
-    summary = coalesce(:summary, summary), last_error = coalesce(:last_error, last_error),
-    error_tail = coalesce(:error_tail, error_tail), reason = :reason,
-    updated_at = :now,
-    finished_at = CASE WHEN :state::text IN ('completed', 'dead', 'cancelled') THEN :now END
-WHERE id = :task_id AND state IN ('claimed', 'running')
-  AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id)
-RETURNING *;
-
 -- name: expired_leases
 -- FOR UPDATE SKIP LOCKED: every node's monitor rescues expired leases; two of them at once
 -- each take the rows the other has not locked, instead of one waiting to find the other's
@@ -111,25 +66,6 @@ WHERE lease_expires_at IS NOT NULL AND lease_expires_at < :now
   AND state IN ('claimed', 'running')
 ORDER BY id
 FOR UPDATE SKIP LOCKED;
-
--- name: move_task
--- A person's transition (approve, reject, block, unblock, cancel, requeue), guarded by the
--- state the caller read in the same transaction.
--- :reset_counts must be a Python bool (psycopg sends it as boolean): a 0/1 int, which SQLite
--- takes as a condition, arrives as smallint, which PostgreSQL refuses as one.
-UPDATE tasks
-SET state = :state::text, reason = :reason, updated_at = :now,
-    run_after = CASE WHEN :state::text = 'ready' THEN :now ELSE run_after END,
-    lease_node = NULL, lease_expires_at = NULL,
-    attempts = CASE WHEN :reset_counts THEN 0 ELSE attempts END,
-    rescues = CASE WHEN :reset_counts THEN 0 ELSE rescues END,
-    rate_limits = CASE WHEN :reset_counts THEN 0 ELSE rate_limits END,
-    finished_at = CASE WHEN :state::text IN ('completed', 'dead', 'cancelled') THEN :now END
-WHERE id = :task_id AND state = :from_state
-RETURNING *;
-
--- name: prune_finished_tasks
-DELETE FROM tasks WHERE finished_at IS NOT NULL AND finished_at < :before;
 
 -- wal_checkpoint has no PostgreSQL block: the server checkpoints by itself.
 

@@ -7,12 +7,6 @@ SELECT * FROM job_rows WHERE name = :name;
 -- name: get_job_by_id
 SELECT * FROM job_rows WHERE id = :id;
 
--- name: list_jobs
-SELECT * FROM job_rows
-WHERE (:source IS NULL OR source = :source)
-  AND (:enabled IS NULL OR enabled = :enabled)
-ORDER BY name;
-
 -- name: due_jobs
 -- Walks jobs_due from its low end and stops at :now: with 100,000 jobs and none due it reads
 -- one index entry. INDEXED BY keeps the planner from a full scan before ANALYZE has run; a
@@ -26,30 +20,10 @@ ORDER BY next_run_at;
 -- name: earliest_next_run
 SELECT min(next_run_at) AS earliest FROM jobs INDEXED BY jobs_due WHERE enabled = 1;
 
--- name: claim_job_fire
--- The fire claim: compare-and-set on next_run_at (plus the row version, so a plan made from
--- any stale column loses). Zero rows changed: another scheduler fired it, or the job changed.
-UPDATE jobs
-SET next_run_at = :next_run_at, schedule_at = :schedule_at, backoff_until = :backoff_until,
-    failures = :failures, variant_cursor = :variant_cursor, queued = :queued,
-    run_now_at = :run_now_at, retry_at = :retry_at, retry_of = :retry_of,
-    retry_count = :retry_count, enabled = :enabled, version = version + 1, updated_at = :now
-WHERE id = :id AND next_run_at = :expected AND version = :version AND enabled = 1;
-
 -- name: lock_fires_of_job
 -- PostgreSQL takes row locks here (see its file); SQLite's write transaction already holds
 -- the whole database, so this only reads.
 SELECT id FROM job_fires WHERE job_id = (SELECT id FROM jobs WHERE name = :name);
-
--- name: release_queued_fire
--- overlap = queue: the oldest held fire of the job gets its task now (status open), or ends
--- now when that task could not be made (error, or skipped for an open duplicate).
-UPDATE job_fires
-SET status = :status, task_id = :task_id, fired_at = :now, variant = :variant, error = :error,
-    finished_at = :finished_at
-WHERE id = (SELECT id FROM job_fires WHERE job_id = :job_id AND status = 'queued'
-            ORDER BY id LIMIT 1)
-RETURNING *;
 
 -- name: finished_open_fires
 -- Open fires whose task has ended (or vanished). The last run's outcome tells a timeout apart.
@@ -64,15 +38,3 @@ WHERE f.status = 'open' AND (t.id IS NULL OR t.finished_at IS NOT NULL)
 ORDER BY f.id
 LIMIT :limit;
 
--- name: list_job_fires
-SELECT * FROM job_fires
-WHERE (:job_name IS NULL OR job_name = :job_name)
-  AND (:status IS NULL OR status = :status)
-ORDER BY id DESC
-LIMIT :limit;
-
--- name: runs_of_job
-SELECT r.* FROM runs r JOIN job_fires f ON f.task_id = r.task_id
-WHERE f.job_name = :job_name AND (:since IS NULL OR r.claimed_at >= :since)
-ORDER BY r.id DESC
-LIMIT :limit;

@@ -1,0 +1,45 @@
+"""The store's errors, worded for people: what was asked, what was found."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from taskherd.model import TaskState
+
+
+class StoreError(Exception):
+    """Base of the store's errors meant for people."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot serve this call now (connection lost, deadlock): try again later."""
+
+
+class TaskNotFound(StoreError):
+    def __init__(self, task_id: int):
+        super().__init__(f"no task with id {task_id}")
+        self.task_id = task_id
+
+
+class ParentNotFound(TaskNotFound):
+    """A new task names a parent_id no task has: bad input, like an unknown task id."""
+
+    def __init__(self, parent_id: int):
+        StoreError.__init__(self, f"parent_id = {parent_id}: no task with that id")
+        self.task_id = parent_id
+
+
+class RunNotFound(StoreError):
+    def __init__(self, run_id: int):
+        super().__init__(f"no run with id {run_id}")
+        self.run_id = run_id
+
+
+class TransitionRefused(StoreError):
+    """The task is not in a state the transition may leave."""
+
+    def __init__(self, task_id: int, action: str, found: TaskState, allowed: Iterable[TaskState]):
+        names = ", ".join(sorted(s.value for s in allowed))
+        super().__init__(f"cannot {action} task {task_id}: it is {found.value} (allowed from: {names})")
+        self.task_id = task_id
+        self.found = found

@@ -1,0 +1,190 @@
+"""Events after commit: how a store tells listeners in other processes what just changed.
+
+SQLite carries them across the processes of one host: every listener binds a UNIX datagram
+socket in a private folder derived from the database path, and a writer sends each listener
+a small JSON datagram once its transaction committed. Sending never blocks the writer and
+nobody acknowledges: a listener that is gone (its socket file left behind by kill -9) refuses
+the datagram and its socket file is removed; one too slow to read loses events, which is
+fine because an event is a hint (the daemon still polls).
+
+PostgreSQL carries them across nodes with NOTIFY (see `postgres.py`): the server delivers
+a notification at commit and drops it with a rollback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import secrets
+import socket
+import tempfile
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from taskherd.model import Event
+
+log = logging.getLogger(__name__)
+
+MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS; keep a margin
+SOCKET_SUFFIX = ".sock"
+# A listener's name: pid and a random part, so two listeners of one process never collide.
+_NAME_LENGTH = len("4194304-0123456789ab.sock")
+QUEUE_LIMIT = 10_000  # events a listener holds unread before it drops new ones
+
+
+def socket_dir(database: str | os.PathLike[str]) -> Path:
+    """The folder of the listeners of a SQLite database: beside the file when its path is
+    short enough for a socket address, else a short private folder named by its hash."""
+    path = os.path.realpath(database)
+    beside = Path(f"{path}.events")
+    if len(str(beside)) + 1 + _NAME_LENGTH <= MAX_SOCKET_PATH:
+        return beside
+    digest = hashlib.sha256(path.encode()).hexdigest()[:16]
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) / "taskherd" if runtime else Path(
+        tempfile.gettempdir()) / f"taskherd-{os.getuid()}"
+    return base / digest
+
+
+def _make_private(folder: Path) -> None:
+    """Create `folder` for its owner only; in a shared place (/tmp) its parent too, refusing
+    one another user made or a symlink planted in its place."""
+    if not folder.name.endswith(".events"):  # the short fallback: .../taskherd[-UID]/HASH
+        folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _check_private(folder.parent)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    _check_private(folder)
+
+
+def _check_private(folder: Path) -> None:
+    info = os.lstat(folder)
+    if os.path.islink(folder) or not os.path.isdir(folder) or info.st_uid != os.getuid():
+        raise OSError(f"{folder} is not a folder of this user: no events are received there")
+    if info.st_mode & 0o077:
+        os.chmod(folder, 0o700)
+
+
+def publish(folder: Path, events: Iterable[Event]) -> None:
+    """Send `events` to every listener in `folder`; never blocks, never raises for a listener."""
+    try:
+        names = [name for name in os.listdir(folder) if name.endswith(SOCKET_SUFFIX)]
+    except OSError:
+        return  # no folder: nobody has ever listened
+    if not names:
+        return
+    datagrams = [event.to_json().encode() for event in events]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.setblocking(False)
+        for name in names:
+            address = str(folder / name)
+            for datagram in datagrams:
+                try:
+                    sock.sendto(datagram, address)
+                except (ConnectionRefusedError, FileNotFoundError):
+                    # Its listener died without removing its socket (kill -9).
+                    with contextlib.suppress(OSError):
+                        os.unlink(address)
+                    break
+                except OSError:
+                    break  # its buffer is full (a slow reader): it loses these hints
+
+
+class _Received(asyncio.DatagramProtocol):
+    def __init__(self, queue: asyncio.Queue[Event]):
+        self.queue = queue
+
+    def datagram_received(self, data: bytes, addr: object) -> None:
+        try:
+            event = Event.from_json(data)
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignored a malformed event datagram: %r", data[:200])
+            return
+        with contextlib.suppress(asyncio.QueueFull):
+            self.queue.put_nowait(event)
+
+
+class Listener:
+    """Events as an async iterator, opened as an async context manager (which closes it):
+
+        async with store.listen() as events:
+            async for event in events: ...
+
+    `async for event in store.listen()` works too and opens it at the first step.
+    """
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[Event] = asyncio.Queue(QUEUE_LIMIT)
+        self._open = False
+
+    async def _start(self) -> None:
+        raise NotImplementedError
+
+    async def _stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        if not self._open:
+            await self._start()
+            self._open = True
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        trace: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._open:
+            self._open = False
+            await self._stop()
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self
+
+    async def __anext__(self) -> Event:
+        if not self._open:
+            await self.__aenter__()
+        return await self._queue.get()
+
+
+class SocketListener(Listener):
+    """A listener of a SQLite database: a datagram socket of its own in the database's folder."""
+
+    def __init__(self, folder: Path):
+        super().__init__()
+        self.folder = folder
+        self.path = folder / f"{os.getpid()}-{secrets.token_hex(6)}{SOCKET_SUFFIX}"
+        self._transport: asyncio.BaseTransport | None = None
+
+    async def _start(self) -> None:
+        _make_private(self.folder)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.bind(str(self.path))
+            os.chmod(self.path, 0o600)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        except OSError:
+            sock.close()
+            raise
+        loop = asyncio.get_running_loop()
+        self._transport, _ = await loop.create_datagram_endpoint(
+            lambda: _Received(self._queue), sock=sock)
+
+    async def _stop(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+def listening(database: str | os.PathLike[str]) -> int:
+    """How many listeners have a socket for this SQLite database (a daemon is one of them)."""
+    try:
+        return sum(1 for name in os.listdir(socket_dir(database)) if name.endswith(SOCKET_SUFFIX))
+    except OSError:
+        return 0

@@ -1,0 +1,45 @@
+-- Statements of the PostgreSQL store's own machinery: events, node locks, migrations.
+-- SQLite has no counterpart of the first three (its events go through local sockets and its
+-- daemon's file lock is all a host needs).
+
+-- name: notify_events
+-- Delivered to every LISTENing connection when this transaction commits, never if it rolls
+-- back: one notification per event, each payload one event's JSON (< 8000 bytes); one
+-- statement for all of a transaction's events, so a transition pays one round trip for them.
+SELECT pg_notify('taskherd_events', payload) FROM unnest(CAST(:payloads AS TEXT[])) AS payload;
+
+-- name: listen_events
+LISTEN taskherd_events;
+
+-- name: try_node_lock
+-- A session advisory lock, keyed by a constant ("thnd") and the node name's hash: held while
+-- this connection lives, dropped by the server when the daemon dies however it dies.
+SELECT pg_try_advisory_lock(1953001060, hashtext(:node)) AS held;
+
+-- name: migration_lock
+-- Held until the migrating transaction ends, so two nodes starting together do not apply the
+-- same migration twice; the key is any constant both sides agree on ("taskherd").
+SELECT pg_advisory_xact_lock(8386110886290748004);
+
+-- name: create_schema_migrations
+CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY,
+  name text NOT NULL, applied_at double precision NOT NULL);
+
+-- name: applied_migrations
+SELECT version FROM schema_migrations;
+
+-- name: record_migration
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :now);
+
+-- name: may_write_table
+-- `taskherd doctor`'s write probe: asked, not tried.
+SELECT has_table_privilege(:table, 'SELECT, INSERT, UPDATE, DELETE') AS granted;
+
+-- name: durability_full
+-- durability = full: each commit waits for the flush of its WAL.
+SET synchronous_commit = on;
+
+-- name: durability_normal
+-- durability = normal: a server crash may lose the last commits (never a half-done one), as
+-- SQLite's NORMAL may on power loss.
+SET synchronous_commit = off;

@@ -1,0 +1,58 @@
+-- Statements of the SQLite store's own machinery: the migrations' bookkeeping.
+
+-- name: create_schema_migrations
+CREATE TABLE IF NOT EXISTS schema_migrations (
+  version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL);
+
+-- name: applied_migrations
+SELECT version FROM schema_migrations;
+
+-- name: migration_applied
+-- Asked again under the write lock: another process may have applied it while this one waited.
+SELECT 1 FROM schema_migrations WHERE version = :version;
+
+-- name: record_migration
+INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :name, :now);
+
+-- name: probe_table
+-- `taskherd doctor`'s write probe, inside a transaction it rolls back: the queue is untouched.
+CREATE TABLE taskherd_doctor_probe (x);
+
+-- name: probe_row
+INSERT INTO taskherd_doctor_probe VALUES (1);
+
+-- name: begin_write
+-- Takes the write lock up front, so a transaction never has to upgrade (and fail) midway.
+BEGIN IMMEDIATE;
+
+-- name: commit
+COMMIT;
+
+-- name: rollback
+ROLLBACK;
+
+-- name: journal_wal
+-- Readers never block the writer, nor it them.
+PRAGMA journal_mode = WAL;
+
+-- name: journal_delete
+-- A backup copy is one self-contained file.
+PRAGMA journal_mode = DELETE;
+
+-- name: integrity_check
+PRAGMA integrity_check;
+
+-- name: foreign_keys_on
+PRAGMA foreign_keys = ON;
+
+-- name: no_autocheckpoint
+PRAGMA wal_autocheckpoint = 0;
+
+-- name: durability_full
+-- durability = full: each commit is fsynced before it returns.
+PRAGMA synchronous = FULL;
+
+-- name: durability_normal
+-- durability = normal: WAL commits are fsynced at checkpoints; a power loss may lose the last
+-- commits (never a half-done one).
+PRAGMA synchronous = NORMAL;
