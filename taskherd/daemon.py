@@ -1,4 +1,4 @@
-"""The daemon: one asyncio loop wiring the dispatcher, supervisor and monitor (DESIGN §3).
+"""The daemon: one asyncio loop wiring the dispatcher, supervisor and monitor.
 
 Start-up reconciles before anything new starts: agents an earlier daemon left running are
 re-adopted (same pid and start time) or settled from their exit files, so a restart, even

@@ -1,4 +1,4 @@
-"""The dispatcher: which ready tasks may start now, within every limit (DESIGN §3).
+"""The dispatcher: which ready tasks may start now, within every limit.
 
 Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools, and runtime
 cooldowns. The store picks the task (P0 first, FIFO within a priority); the dispatcher only

@@ -1,4 +1,4 @@
-"""The monitor: leases, rescues and pruning (DESIGN §3). WAL checkpoints are their own
+"""The monitor: leases, rescues and pruning. WAL checkpoints are their own
 service (`services.checkpoints`), run in a worker thread since they wait on the disk.
 
 Each `run_once(now)` does what is due and returns counts; the daemon's loop is thin.

@@ -1,8 +1,10 @@
 """The supervisor: starts agent processes for claimed tasks, watches them, and settles each run
-when its process ends (DESIGN §3). Restarted daemons re-adopt live agents by pid + start time.
+when its process ends. Restarted daemons re-adopt live agents by pid + start time.
 
-Death is noticed by a pidfd (at once); stalls and timeouts by `check(now)`, which the daemon
-calls about once a second: it tails each log into the runtime's reader and samples activity.
+Death is noticed by a pidfd (at once); stalls and timeouts by `run_once(now)`, about once a
+second: it tails each log into the runtime's reader, samples activity, stops what a person
+cancelled and adopts again any run of this node left unwatched. Other services see the live
+runs only through `LiveRuns`, a read-only view.
 """
 
 from __future__ import annotations
