@@ -63,7 +63,7 @@ def test_a_reloaded_role_and_its_job_make_tasks_that_run(fleet, tmp_path, databa
     fleet.cli("reload")
     done = fleet.wait_until(
         lambda: [t for t in fleet.store.list_tasks(state=TaskState.COMPLETED)
-                 if t.role == "writer"], timeout=30, what="a task of the reloaded role done")
+                 if t.role == "writer"], timeout=60, what="a task of the reloaded role done")
     assert done[0].summary == "done as writer"
     assert fleet.stop() == 0
 
