@@ -375,3 +375,24 @@ def _zone(value: Any) -> str:
     except (ZoneInfoNotFoundError, ValueError) as error:
         raise ValueError(str(error)) from error
     return value
+
+
+# What a running daemon cannot take from a reload: its store, its name and its files are open.
+FIXED_WHILE_RUNNING = ("database", "node", "data_dir", "durability")
+
+
+def check_reloadable(running: Config, new: Config) -> None:
+    """Refuse a reloaded config that changes what is fixed while running, or whose jobs name
+    a role this node does not define (their tasks would wait forever); say all at once."""
+    problems = [f"[daemon] {key} cannot change while the daemon runs "
+                f"({getattr(running.daemon, key)!s} → {getattr(new.daemon, key)!s}); restart it"
+                for key in FIXED_WHILE_RUNNING
+                if getattr(running.daemon, key) != getattr(new.daemon, key)]
+    defined = ", ".join(sorted(new.roles)) or "none"
+    for index, job in enumerate(new.jobs):
+        role = job.get("role") if isinstance(job, Mapping) else None
+        if isinstance(role, str) and role != "any" and role not in new.roles:
+            problems.append(f"jobs[{index}] {job.get('name')!r} names role {role!r}, which this "
+                            f"node does not define (defined: {defined})")
+    if problems:
+        raise ConfigError("; ".join(problems))

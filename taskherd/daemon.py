@@ -1,4 +1,4 @@
-"""The daemon: one asyncio loop wiring the dispatcher, supervisor and monitor (DESIGN §3).
+"""The daemon: one asyncio loop wiring the dispatcher, supervisor and monitor.
 
 Start-up reconciles before anything new starts: agents an earlier daemon left running are
 re-adopted (same pid and start time) or settled from their exit files, so a restart, even
@@ -15,22 +15,23 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from taskherd import __version__, spares
 from taskherd.agent_door import AgentDoor
-from taskherd.config import Config, ConfigError, DaemonConfig, load_config
-from taskherd.dispatcher import Dispatcher
+from taskherd.config import Config, ConfigError, DaemonConfig, check_reloadable, load_config
+from taskherd.jobs import JobError
 from taskherd.model import LEASED_STATES, Event, EventKind
-from taskherd.monitor import Monitor
 from taskherd.ops import Queue
-from taskherd.scheduler import Scheduler
+from taskherd.services.checkpoints import Checkpoints
+from taskherd.services.dispatcher import Dispatcher
+from taskherd.services.monitor import Monitor
+from taskherd.services.runner import ServiceLoop, run_service
+from taskherd.services.scheduler import Scheduler
+from taskherd.services.supervisor import Supervisor
 from taskherd.store import Store, StoreError, node_lock_path, open_store, shown
-from taskherd.supervisor import Supervisor
 
 log = logging.getLogger("taskherd.daemon")
-CHECK_INTERVAL = 1.0  # liveness checks (stalls, timeouts, log tailing) per second
-CHECKPOINT_INTERVAL = 2.0  # seconds between WAL checkpoints (each copies what is committed)
 
 
 class DaemonError(Exception):
@@ -94,17 +95,17 @@ class Daemon:
         self.store: Store | None = None
         self._wake = asyncio.Event()
         self._schedule = asyncio.Event()  # the scheduler's own: job changes, reloads, task ends
-        self._reload = False
+        self._reload = asyncio.Event()
         self._stop = asyncio.Event()
+        self.services: dict[str, ServiceLoop] = {}
 
     def wake(self) -> None:
         self._wake.set()
         self._schedule.set()
 
     def reload(self) -> None:
-        """SIGHUP / `taskherd reload`: re-read the config file and sync its jobs."""
-        self._reload = True
-        self.wake()
+        """SIGHUP / `taskherd reload`: re-read the config file and give it to every service."""
+        self._reload.set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -125,8 +126,6 @@ class Daemon:
     async def _serve(self, store: Store) -> None:
         daemon = self.config.daemon
         supervisor = Supervisor(self.config, store, self.clock, on_change=self.wake)
-        dispatcher = Dispatcher(self.config, store, supervisor)
-        monitor = Monitor(self.config, store, supervisor)
         self._install_signals()
         # Listening before anything is looked at: what commits from here on wakes the loops.
         events = await store.listen().__aenter__()
@@ -145,16 +144,10 @@ class Daemon:
             log.warning("no roles are configured: tasks will wait (add [roles.NAME] to the config)")
         log.info("taskherd up: node %s, database %s, max_concurrent %s", daemon.node,
                  shown(daemon.database), daemon.max_concurrent)
-        starting = [  # what makes new work start
-            asyncio.create_task(self._dispatch_loop(dispatcher), name="dispatcher"),
-            asyncio.create_task(self._schedule_loop(scheduler), name="scheduler"),
-        ]
-        watching = [  # what watches the work already going
-            asyncio.create_task(self._every(CHECK_INTERVAL, supervisor.check), name="supervisor"),
-            asyncio.create_task(self._every(monitor.settings.interval, monitor.run_once),
-                                name="monitor"),
-            asyncio.create_task(self._checkpoint_loop(store), name="checkpoints"),
-        ]
+        self.services = self._services(store, supervisor, scheduler)
+        starting = [self._start(name) for name in ("dispatcher", "scheduler")]
+        watching = [self._start(name) for name in ("supervisor", "monitor", "checkpoints")]
+        watching.append(asyncio.create_task(self._reload_on_request(), name="reload"))
         watching.append(asyncio.create_task(self._wake_on_events(events), name="events"))
         loops = starting + watching
         try:
@@ -167,7 +160,8 @@ class Daemon:
             # Nothing new starts from here, but the watchers keep going while running agents
             # are waited for or killed: a stall or a cancel during on_shutdown = wait counts.
             await _cancel(starting)
-            log.info("stopping: %s running agent(s), on_shutdown = %s", len(supervisor.live),
+            daemon = self.config.daemon  # as last reloaded
+            log.info("stopping: %s running agent(s), on_shutdown = %s", len(supervisor.view),
                      daemon.on_shutdown)
             await supervisor.shutdown(daemon.on_shutdown, daemon.shutdown_grace)
             await _cancel(watching)
@@ -201,72 +195,58 @@ class Daemon:
         if adopted:
             log.info("re-adopted %s agent(s) left by an earlier daemon", adopted)
 
-    async def _dispatch_loop(self, dispatcher: Dispatcher) -> None:
-        poll = self.config.daemon.poll_interval
-        while True:
-            self._wake.clear()
-            now = self.clock()
-            try:
-                dispatcher.run_once(now)
-            except StoreError as error:  # e.g. the database is away: the next pass tries again
-                log.error("dispatcher: %s", error)
-            stagger_end = dispatcher.next_stagger_end(now)
-            timeout = poll if stagger_end is None else min(poll, max(stagger_end - now, 0.01))
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
+    def _services(self, store: Store, supervisor: Supervisor,
+                  scheduler: Scheduler) -> dict[str, ServiceLoop]:
+        """Every service, sharing the store and the read-only view of live runs."""
+        dispatcher = Dispatcher(self.config, store, supervisor.view, supervisor.start)
+        monitor = Monitor(self.config, store, supervisor.view)
+        return {loop.name: loop for loop in (
+            ServiceLoop("dispatcher", dispatcher, wake=self._wake),
+            ServiceLoop("scheduler", scheduler, wake=self._schedule,
+                        max_sleep=scheduler.settings.max_sleep, on_counts=self._fired),
+            ServiceLoop("supervisor", supervisor),
+            ServiceLoop("monitor", monitor),
+            ServiceLoop("checkpoints", Checkpoints(store), in_thread=True),
+        )}
 
-    async def _schedule_loop(self, scheduler: Scheduler) -> None:
-        """Sleep until the earliest next_run_at or a nudge; never a fixed tick."""
-        while True:
-            self._schedule.clear()
-            if self._reload:
-                self._reload = False
-                self._reload_jobs(scheduler)
-            now = self.clock()
-            try:
-                counts = scheduler.run_once(now)
-                if counts.get("fired"):
-                    self._wake.set()  # the dispatcher: new tasks are ready
-                    log.info("scheduler: %s", dict(counts))
-                wake_at = scheduler.next_wake(now)
-            except StoreError as error:
-                log.error("scheduler: %s", error)
-                wake_at = None
-            limit = scheduler.settings.max_sleep
-            timeout = limit if wake_at is None else min(max(wake_at - self.clock(), 0.0), limit)
-            try:
-                await asyncio.wait_for(self._schedule.wait(), timeout)
-            except TimeoutError:
-                pass
+    @property
+    def counts(self) -> dict[str, dict[str, int]]:
+        """What each service did since start, summed over its passes (for metrics)."""
+        return {name: dict(loop.counts) for name, loop in self.services.items()}
 
-    def _reload_jobs(self, scheduler: Scheduler) -> None:
+    def _start(self, name: str) -> asyncio.Task:
+        return asyncio.create_task(run_service(self.services[name], self.clock), name=name)
+
+    def _fired(self, counts: Mapping[str, int]) -> None:
+        if counts.get("fired"):
+            self._wake.set()  # the dispatcher: new tasks are ready
+            log.info("scheduler: %s", dict(counts))
+
+    async def _reload_on_request(self) -> None:
+        while True:
+            await self._reload.wait()
+            self._reload.clear()
+            self._apply_reload()
+            self.wake()
+
+    def _apply_reload(self) -> None:
+        """Re-read the config file and give it to every service, or keep the old one whole."""
         if self.config.source is None:
             log.warning("reload: the daemon was started without a config file; nothing to re-read")
             return
         try:
             config = load_config(self.config.source)
-            log.info("reloaded %s: %s", config.source, _summary(scheduler.reload(config)))
-        except (ConfigError, OSError) as error:
-            log.error("reload refused, the jobs stay as they were: %s", error)
-
-    async def _checkpoint_loop(self, store: Store) -> None:
-        """Keep the WAL short from a worker thread, so no commit of the loop pays for it."""
-        while True:
-            await asyncio.sleep(CHECKPOINT_INTERVAL)
-            try:
-                await asyncio.to_thread(store.checkpoint)
-            except StoreError as error:
-                log.warning("WAL checkpoint: %s", error)
-
-    async def _every(self, interval: float, service: Callable[[float], object]) -> None:
-        while True:
-            try:
-                service(self.clock())
-            except StoreError as error:
-                log.error("%s: %s", getattr(service, "__qualname__", service), error)
-            await asyncio.sleep(interval)
+            check_reloadable(self.config, config)
+            scheduler = self.services["scheduler"].service
+            synced = scheduler.reload(config)  # parses and syncs the jobs first: may refuse
+        except (ConfigError, JobError, OSError) as error:
+            log.error("reload refused, the config stays as it was: %s", error)
+            return
+        self.config = config
+        for loop in self.services.values():
+            if hasattr(loop.service, "config"):
+                loop.service.config = config
+        log.info("reloaded %s: %s", config.source, _summary(synced))
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()

@@ -81,7 +81,13 @@ def parse_jobs(config: Config) -> tuple[JobSpec, ...]:
     seen: dict[str, int] = {}
     for index, table in enumerate(config.jobs):
         where = f"jobs[{index}]."
-        spec = parse_job(table, config, where=where)
+        try:
+            spec = parse_job(table, config, where=where)
+        except JobError as error:
+            named = table.get("name") if isinstance(table, Mapping) else None
+            if not isinstance(named, str):
+                raise
+            raise JobError(f"{error} (job {named!r})") from error  # which one, by its name
         if spec.name in seen:
             raise JobError(f"{where}name = {spec.name!r}: already used by jobs[{seen[spec.name]}]")
         seen[spec.name] = index

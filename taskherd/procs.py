@@ -123,6 +123,10 @@ class ProcessHandle:
         self.close()  # the reader is gone once the future resolved
         return status
 
+    async def terminate(self, grace: float) -> ExitStatus:
+        """SIGTERM the process group, SIGKILL after `grace` seconds; off the event loop."""
+        return await terminate_async(self, grace)
+
     def send_signal(self, signum: int) -> None:
         """Signal the shim only (it forwards to its group).
 

@@ -36,7 +36,7 @@ from taskherd.jobs import (
     parse_job,
     trigger_of,
 )
-from taskherd.scheduler import schedule_start
+from taskherd.services.scheduler import schedule_start
 from taskherd.schedules import ScheduleError, next_fires, parse_trigger
 from taskherd.store import Store
 from taskherd.store.jobs import Job, JobNotFound, JobRefused

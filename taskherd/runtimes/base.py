@@ -1,8 +1,9 @@
-"""What a runtime is: how a role's agent is started, and how its output becomes an outcome.
+"""What a runtime is: how a role's agent is started (`start` → an `Execution`), how its output
+is read (`reader`), and how what was seen becomes an outcome (`result`).
 
-The supervisor owns processes; a runtime only builds the launch and reads the output. Output
-reaches the runtime's `OutputReader` incrementally, as the supervisor tails the run's log, so
-a rate-limit signal can pause the fleet while the run is still going (DESIGN §4).
+The supervisor watches every execution the same way, an agent process or an in-process call.
+Output reaches the runtime's `OutputReader` incrementally, as the supervisor tails the run's
+log, so a rate-limit signal can pause the fleet while the run is still going.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
+from taskherd import procs
 from taskherd.config import RoleConfig
 from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.procs import ExitStatus
+from taskherd.prompt import build_prompt
 from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until, detect_rate_limit
 
 TASK_COMPLETE = re.compile(r"^\s*TASK_COMPLETE:\s*(?P<summary>.*?)\s*$")
@@ -37,6 +41,31 @@ class Launch:
 class RunFiles:
     log: Path
     prompt: Path
+
+
+@dataclass(frozen=True)
+class AgentEnv:
+    """What the daemon gives every agent process: its PATH and its TASKHERD_* variables."""
+
+    path: str
+    variables: dict[str, str]
+
+
+class Execution(Protocol):
+    """A started run as the supervisor watches it: an agent process (procs.ProcessHandle) or an
+    in-process call (the chat runtime's). Output goes to `log_path` either way."""
+
+    pid: int | None  # None: nothing to adopt after a restart
+    started_at: float | None  # the process's start time, which tells it from a reused pid
+    log_path: Path
+
+    def is_alive(self) -> bool: ...
+
+    async def wait_exit(self) -> ExitStatus: ...
+
+    async def terminate(self, grace: float) -> object: ...
+
+    def close(self) -> None: ...
 
 
 class OutputReader:
@@ -87,7 +116,9 @@ class Runtime(abc.ABC):
     name: str
 
     @abc.abstractmethod
-    def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles) -> Launch: ...
+    def start(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
+              agent: AgentEnv) -> Execution:
+        """Start the run; raise OSError or ValueError when it cannot start."""
 
     def reader(self, role: RoleConfig) -> OutputReader:
         return OutputReader(role)
@@ -126,6 +157,24 @@ class Runtime(abc.ABC):
                 retry_at=until,
             )
         return failure(role, exit_status, tail)
+
+
+class CommandLineRuntime(Runtime):
+    """A runtime whose agent is a program: it builds the launch, this starts it under the shim
+    (own session, output straight to the run's log)."""
+
+    @abc.abstractmethod
+    def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
+               prompt: str) -> Launch: ...
+
+    def start(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
+              agent: AgentEnv) -> Execution:
+        launch = self.launch(role, task, run, files, build_prompt(task))
+        env = procs.agent_env(agent.path, launch.env, agent.variables)
+        header = {"run": run.id, "task": task.id, "role": role.name}
+        spawned = procs.spawn(launch.argv, env=env, cwd=launch.cwd, log_path=files.log,
+                              stdin_path=launch.stdin_path, header=header)
+        return spawned.handle
 
 
 def failure(role: RoleConfig, exit_status: ExitStatus, tail: str | None) -> RunResult:

@@ -19,7 +19,8 @@ import httpx
 from taskherd.config import RoleConfig
 from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.procs import ExitStatus
-from taskherd.runtimes.base import OutputReader, RunFiles, Runtime, failure
+from taskherd.prompt import build_prompt
+from taskherd.runtimes.base import AgentEnv, OutputReader, RunFiles, Runtime, failure
 from taskherd.runtimes.ratelimit import (
     RateLimitSignal,
     cooldown_until,
@@ -36,6 +37,7 @@ class ChatCall:
     """An in-flight chat completion, shaped like procs.ProcessHandle for the supervisor."""
 
     pid = None  # nothing to adopt after a restart: an interrupted call is simply retried
+    started_at = None
 
     def __init__(self, role: RoleConfig, task: Task, run: Run, log_path: Path, api_key: str | None):
         self.role, self.task, self.run = role, task, run
@@ -68,8 +70,8 @@ class ChatCall:
                 raise  # the waiter itself was cancelled, not the call
         return self._status or ExitStatus(signal=15, ended_at=time.time(), source="cancelled")
 
-    async def terminate(self) -> None:
-        self._call.cancel()
+    async def terminate(self, grace: float = 0.0) -> None:
+        self._call.cancel()  # nothing outlives a cancelled request: no grace needed
 
     def close(self) -> None:
         pass
@@ -89,7 +91,7 @@ class ChatCall:
             headers["Authorization"] = f"Bearer {self.api_key}"
         body = {
             "model": self.role.model,
-            "messages": [{"role": "user", "content": self.task.prompt}],
+            "messages": [{"role": "user", "content": build_prompt(self.task)}],
             "stream": True,
             "stream_options": {"include_usage": True},
             "user": self.session_key,
@@ -143,10 +145,9 @@ class ChatCall:
 class ChatRuntime(Runtime):
     name = "chat"
 
-    def launch(self, role, task, run, files):  # pragma: no cover - chat starts no process
-        raise NotImplementedError("the chat runtime starts a ChatCall, not a process")
-
-    def begin(self, role: RoleConfig, task: Task, run: Run, files: RunFiles) -> ChatCall:
+    def start(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
+              agent: AgentEnv) -> ChatCall:
+        """No process: the call runs on the daemon's loop (the agent env is for processes)."""
         api_key = os.environ.get(role.api_key_env) if role.api_key_env else None
         if role.api_key_env and not api_key:
             raise ValueError(f"roles.{role.name}.api_key_env names {role.api_key_env}, "

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from taskherd.config import RoleConfig
 from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.procs import ExitStatus
-from taskherd.runtimes.base import Launch, OutputReader, RunFiles, Runtime
+from taskherd.runtimes.base import CommandLineRuntime, Launch, OutputReader, RunFiles
 from taskherd.runtimes.claude_stream import ClaudeRunResult, ClaudeStreamReader, ResultEvent
 from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until
 
@@ -52,15 +52,16 @@ class ClaudeReader(OutputReader):
         return None
 
 
-class ClaudeRuntime(Runtime):
+class ClaudeRuntime(CommandLineRuntime):
     name = "claude"
 
-    def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles) -> Launch:
-        files.prompt.write_text(task.prompt)
+    def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
+               prompt: str) -> Launch:
+        files.prompt.write_text(prompt)
         argv = [role.binary or "claude", "-p"]
         stdin = None
-        if len(task.prompt.encode()) <= MAX_PROMPT_ARG:
-            argv.append(task.prompt)
+        if len(prompt.encode()) <= MAX_PROMPT_ARG:
+            argv.append(prompt)
         else:
             stdin = files.prompt
         argv += ["--output-format", "stream-json", "--verbose"]

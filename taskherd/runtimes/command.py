@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from taskherd.config import RoleConfig
 from taskherd.model import Run, Task
-from taskherd.runtimes.base import Launch, RunFiles, Runtime
+from taskherd.runtimes.base import CommandLineRuntime, Launch, RunFiles
 
 PLACEHOLDERS = ("task_id", "run_id", "role", "prompt_file", "workdir")
 
@@ -27,11 +27,12 @@ def fill_argv(template: tuple[str, ...], values: dict[str, str]) -> list[str]:
     return argv
 
 
-class CommandRuntime(Runtime):
+class CommandRuntime(CommandLineRuntime):
     name = "command"
 
-    def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles) -> Launch:
-        files.prompt.write_text(task.prompt)
+    def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
+               prompt: str) -> Launch:
+        files.prompt.write_text(prompt)
         values = {
             "task_id": str(task.id),
             "run_id": str(run.id),
@@ -41,6 +42,6 @@ class CommandRuntime(Runtime):
         }
         argv = fill_argv(role.command, values)
         if role.prompt_via == "arg":
-            argv.append(task.prompt)
+            argv.append(prompt)
         stdin = files.prompt if role.prompt_via == "stdin" else None
         return Launch(argv, dict(role.env), role.workdir, stdin)

@@ -114,7 +114,7 @@ def test_update_of_a_one_shot_that_already_fired_keeps_its_time(fleet):
 
 def test_config_jobs_are_changed_in_the_file_not_the_cli(fleet):
     from taskherd.config import load_config
-    from taskherd.scheduler import Scheduler
+    from taskherd.services.scheduler import Scheduler
 
     Scheduler(load_config(fleet.config_path), fleet.store).sync_config()
     for args in (["jobs", "update", "from-file", "--cron", "@hourly"],

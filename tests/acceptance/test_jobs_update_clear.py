@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from taskherd.config import load_config
-from taskherd.scheduler import Scheduler
+from taskherd.services.scheduler import Scheduler
 from tests.fleet import Fleet
 
 CONFIG = """

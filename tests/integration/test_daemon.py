@@ -20,13 +20,16 @@ from tests.fleet import PYTHON, Fleet, agent
 
 AGENT = """
     import os, subprocess, sys, time
-    prompt = sys.stdin.read().strip()
+    given = sys.stdin.read()
+    prompt = given.split("\\n\\n## ")[0].strip()  # the task's own words, before added context
     print("started", os.environ["TASKHERD_TASK_ID"], flush=True)
     if prompt == "complete":
         print("TASK_COMPLETE: wrote the report")
     elif prompt == "exit0":
         pass
     elif prompt == "fail":
+        if "## Previous attempt failed" in given:
+            print("told how the last attempt failed")
         print("something broke", file=sys.stderr)
         sys.exit(3)
     elif prompt == "done-cli":
@@ -145,6 +148,9 @@ def test_failures_retry_with_backoff_then_go_dead_with_the_log_tail(fleet):
     runs = f.store.runs_of_task(task.id)
     assert [r.outcome for r in runs] == [Outcome.FAILED, Outcome.FAILED]
     assert runs[1].claimed_at - runs[0].ended_at >= 0.2  # the backoff was waited
+    # The retry's prompt says how the first attempt ended.
+    assert "told how the last attempt failed" not in open(runs[0].log_path).read()
+    assert "told how the last attempt failed" in open(runs[1].log_path).read()
 
 
 def test_a_silent_agent_is_stalled_and_its_process_group_killed(fleet, tmp_path):

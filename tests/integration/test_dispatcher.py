@@ -7,10 +7,10 @@ import logging
 from datetime import datetime
 
 from taskherd.config import parse_config
-from taskherd.dispatcher import Dispatcher
 from taskherd.model import NewTask, Priority
+from taskherd.services.dispatcher import Dispatcher
+from taskherd.services.supervisor import Supervisor
 from taskherd.store import open_store
-from taskherd.supervisor import Supervisor
 
 NOW = 1_800_000_000.0
 
@@ -24,7 +24,8 @@ def test_a_p0_waiting_for_a_cooldown_is_told_when_it_ends_as_a_time(tmp_path, da
     with open_store(database, durability="normal") as store:
         store.enqueue(NewTask(role="coder", title="urgent", priority=Priority.P0), NOW)
         store.set_cooldown("command", NOW + 3600, "429", NOW)
-        dispatcher = Dispatcher(config, store, Supervisor(config, store, lambda: NOW))
+        supervisor = Supervisor(config, store, lambda: NOW)
+        dispatcher = Dispatcher(config, store, supervisor.view, supervisor.start)
         with caplog.at_level(logging.WARNING, logger="taskherd.dispatcher"):
             assert dispatcher.run_once(NOW) == {"started": 0}
     until = datetime.fromtimestamp(NOW + 3600).astimezone().isoformat(sep=" ", timespec="seconds")

@@ -10,17 +10,11 @@ import pytest
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.monitor import Monitor
 from taskherd.queue import RetryPolicy
+from taskherd.services.monitor import Monitor
+from taskherd.services.supervisor import LiveRuns
 from taskherd.store import Store, open_store
 from tests.interleave import pause_before, wait_for_lock_wait_or
-
-
-class NoAgents:
-    live: dict = {}
-
-    def kill(self, *args: object) -> None:
-        raise AssertionError("nothing is live")
 
 
 @pytest.fixture
@@ -33,7 +27,7 @@ def monitor_for(tmp_path: Path, store: Store) -> Monitor:
     config = parse_config({"daemon": {"data_dir": str(tmp_path / "data"), "node": "n1",
                                       "retention": "1d", "lease": "60s"}}, base_dir=tmp_path)
     config.daemon.log_dir.mkdir(parents=True)
-    return Monitor(config, store, NoAgents())
+    return Monitor(config, store, LiveRuns({}, {}))
 
 
 def test_old_finished_tasks_and_their_log_files_are_pruned(tmp_path, store):

@@ -12,8 +12,8 @@ import psutil
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, TaskState
+from taskherd.services.supervisor import Supervisor
 from taskherd.store import StoreUnavailable, open_store
-from taskherd.supervisor import Supervisor
 from tests.fleet import PYTHON, agent
 
 # Records its pid, waits for the release file, then records that it did the work.

@@ -25,7 +25,7 @@ def launch_env(tmp_path, monkeypatch, role_env=None):
     monkeypatch.setenv("SOME_DAEMON_SECRET", "nope")
     role = RoleConfig(name="coder", runtime="claude", env=role_env or {})
     files = RunFiles(tmp_path / "run.log", tmp_path / "run.prompt")
-    return ClaudeRuntime().launch(role, task, run, files).env
+    return ClaudeRuntime().launch(role, task, run, files, task.prompt).env
 
 
 def test_the_daemons_claude_key_reaches_the_agent_and_nothing_else(tmp_path, monkeypatch):

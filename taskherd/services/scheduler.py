@@ -1,4 +1,4 @@
-"""The scheduler service: due jobs → tasks (DESIGN §3). A fire creates a task, never an agent.
+"""The scheduler service: due jobs → tasks. A fire creates a task, never an agent.
 
 One shape with the other services: a frozen settings dataclass, `run_once(now) -> counts`,
 and a thin loop in the daemon that sleeps until `next_wake(now)` or a nudge. Each pass:

@@ -1,4 +1,4 @@
-"""The dispatcher: which ready tasks may start now, within every limit (DESIGN §3).
+"""The dispatcher: which ready tasks may start now, within every limit.
 
 Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools, and runtime
 cooldowns. The store picks the task (P0 first, FIFO within a priority); the dispatcher only
@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from taskherd.config import Config, RoleConfig
-from taskherd.model import Priority, TaskState
+from taskherd.model import Claim, Priority, TaskState
+from taskherd.services.supervisor import LiveRuns
 from taskherd.store import Store
-from taskherd.supervisor import Supervisor
 
 log = logging.getLogger("taskherd.dispatcher")
 P0_WARNING_INTERVAL = 60.0  # seconds between two warnings about the same waiting P0 task
@@ -31,11 +32,24 @@ class Room:
     blocked_by: dict[str, str]  # role → why it has no room (for the P0 warning)
 
 
+@dataclass(frozen=True)
+class DispatcherSettings:
+    # The fallback look when no event came is the config's [daemon] poll_interval (reloadable).
+    min_sleep: float = 0.01  # shortest wait for a stagger to end
+
+
 class Dispatcher:
-    def __init__(self, config: Config, store: Store, supervisor: Supervisor):
+    """Claims what fits and hands each claim to `start` (the supervisor's), which says whether
+    an agent started; it knows the live runs only through their read-only view."""
+
+    def __init__(self, config: Config, store: Store, live: LiveRuns,
+                 start: Callable[[Claim, float], object],
+                 settings: DispatcherSettings = DispatcherSettings()):
         self.config = config
         self.store = store
-        self.supervisor = supervisor
+        self.live = live
+        self.start = start
+        self.settings = settings
         self._warned_p0: dict[int, float] = {}
 
     def run_once(self, now: float) -> dict[str, int]:
@@ -52,17 +66,16 @@ class Dispatcher:
             )
             if claim is None:
                 break
-            if self.supervisor.start(claim, now) is not None:
+            if self.start(claim, now) is not None:
                 started += 1
         self._warn_waiting_p0(now, cooled)
         log.debug("dispatch pass: started %s, %s running, cooldowns %s", started,
-                  len(self.supervisor.live), sorted(cooled) or "none")
+                  len(self.live), sorted(cooled) or "none")
         return {"started": started}
 
     def room(self, now: float, cooled: dict[str, float]) -> Room:
-        live = self.supervisor.live.values()
-        running = Counter(run.role.name for run in live)
-        pool_use = Counter(pool for run in live for pool in run.pools)
+        running = self.live.running_per_role()
+        pool_use = self.live.pools_in_use()
         full_pools = tuple(p for p, cap in self.config.pools.items() if pool_use[p] >= cap)
         blocked_by: dict[str, str] = {}
         open_roles = []
@@ -73,7 +86,7 @@ class Dispatcher:
             else:
                 open_roles.append(role)
         open_roles.sort(key=lambda r: running[r.name] - (r.max_concurrent or 1 << 30))
-        slots = self.config.daemon.max_concurrent - len(self.supervisor.live)
+        slots = self.config.daemon.max_concurrent - len(self.live)
         return Room(slots, tuple(open_roles), full_pools, blocked_by)
 
     def _no_room_reason(self, role: RoleConfig, now: float, running: Counter,
@@ -84,17 +97,27 @@ class Dispatcher:
                     f"{until.isoformat(sep=' ', timespec='seconds')}")
         if role.max_concurrent is not None and running[role.name] >= role.max_concurrent:
             return f"role {role.name} is at max_concurrent {role.max_concurrent}"
-        last = self.supervisor.last_spawn.get(role.name)
+        last = self.live.last_spawn(role.name)
         if role.stagger and last is not None and now - last < role.stagger:
             return f"role {role.name} staggers spawns by {role.stagger:g}s"
         if role.pool is not None and role.pool in full_pools:
             return f"pool {role.pool} is full"
         return None
 
+    def next_wake(self, now: float) -> float:
+        """The fallback poll, or sooner when a staggered role gets room again."""
+        poll = now + self.config.daemon.poll_interval
+        stagger_end = self.next_stagger_end(now)
+        if stagger_end is None:
+            return poll
+        return min(poll, max(stagger_end, now + self.settings.min_sleep))
+
     def next_stagger_end(self, now: float) -> float | None:
         """When a staggered role gets room again, so the loop can wake for it."""
-        ends = [self.supervisor.last_spawn[r.name] + r.stagger for r in self.config.roles.values()
-                if r.stagger and r.name in self.supervisor.last_spawn]
+        spawns = {r.name: self.live.last_spawn(r.name) for r in self.config.roles.values()
+                  if r.stagger}
+        ends = [spawns[r.name] + r.stagger for r in self.config.roles.values()
+                if r.stagger and spawns[r.name] is not None]
         future = [end for end in ends if end > now]
         return min(future) if future else None
 

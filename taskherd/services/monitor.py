@@ -1,5 +1,5 @@
-"""The monitor: leases, rescues, cancelled runs and pruning (DESIGN §3). WAL checkpoints
-run beside it in a worker thread (`Daemon._checkpoint_loop`), since they wait on the disk.
+"""The monitor: leases, rescues and pruning. WAL checkpoints are their own
+service (`services.checkpoints`), run in a worker thread since they wait on the disk.
 
 Each `run_once(now)` does what is due and returns counts; the daemon's loop is thin.
 """
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from taskherd.config import Config
 from taskherd.model import Outcome, RunResult
+from taskherd.services.supervisor import LiveRuns
 from taskherd.store import Store
-from taskherd.supervisor import Supervisor
 
 log = logging.getLogger("taskherd.monitor")
 
@@ -24,24 +24,27 @@ class MonitorSettings:
 
 
 class Monitor:
-    def __init__(self, config: Config, store: Store, supervisor: Supervisor,
+    def __init__(self, config: Config, store: Store, live: LiveRuns,
                  settings: MonitorSettings = MonitorSettings()):
         self.config = config
         self.store = store
-        self.supervisor = supervisor
+        self.live = live
         self.settings = settings
         self._last_renewal = float("-inf")
         self._last_prune = float("-inf")
 
+    def next_wake(self, now: float) -> float:
+        return now + self.settings.interval
+
     def run_once(self, now: float) -> dict[str, int]:
         daemon = self.config.daemon
-        counts = {"renewed": 0, "rescued": 0, "never_spawned": 0, "cancelled": 0, "pruned": 0}
+        counts = {"renewed": 0, "rescued": 0, "never_spawned": 0, "pruned": 0}
         # Renew well before expiry: a lease that lapses while its agent works invites a rescue
         # and a second run of the same task.
         if now - self._last_renewal >= daemon.lease / 3:
             counts["renewed"] = self.store.renew_leases(daemon.node, now, daemon.lease)
             # The node's own heartbeat: `status` tells a live node from one that died.
-            self.store.node_seen(daemon.node, now, running=len(self.supervisor.live),
+            self.store.node_seen(daemon.node, now, running=len(self.live),
                                  roles=list(self.config.roles))
             self._last_renewal = now
         counts["never_spawned"] = self._rescue_never_spawned(now)
@@ -50,7 +53,6 @@ class Monitor:
             log.warning("task %s: lease of node %s expired; back to %s", finished.task.id,
                         finished.run.node, finished.task.state.value)
         counts["rescued"] = len(rescued)
-        counts["cancelled"] = self._stop_cancelled()
         if now - self._last_prune >= self.settings.prune_every:
             counts["pruned"] = self.store.prune(before=now - daemon.retention)
             counts["logs_pruned"] = self._prune_logs(before=now - daemon.retention)
@@ -78,18 +80,10 @@ class Monitor:
 
     def _rescue_never_spawned(self, now: float) -> int:
         """Claimed on this node but no process recorded, and nobody is starting one.
-
-        A spawned run of this node that the supervisor no longer watches (its watcher died on
-        an error) is adopted again: otherwise the node renews its lease forever and the task
-        stays `running` for an agent nobody will ever settle.
-        """
+        (A spawned run nobody watches is the supervisor's: it adopts it again.)"""
         rescued = 0
         for run in self.store.open_runs(self.config.daemon.node):
-            if run.id in self.supervisor.live:
-                continue
-            if run.spawned_at is not None:
-                log.warning("run %s is open but unwatched: adopting it again", run.id)
-                self.supervisor.adopt(run, self.store.get_task(run.task_id), now)
+            if run.id in self.live or run.spawned_at is not None:
                 continue
             if now - run.claimed_at < self.config.role(run.role).spawn_timeout:
                 continue
@@ -97,13 +91,3 @@ class Monitor:
             self.store.finish_run(run.id, result, self.config.policy_for(run.role), now)
             rescued += 1
         return rescued
-
-    def _stop_cancelled(self) -> int:
-        """Kill agents whose task a person cancelled while they worked."""
-        stopped = 0
-        for run in self.store.open_runs_of_final_tasks(self.config.daemon.node):
-            live = self.supervisor.live.get(run.id)
-            if live is not None:
-                self.supervisor.kill(live, Outcome.CANCELLED, "the task was cancelled")
-                stopped += 1
-        return stopped

@@ -1,8 +1,10 @@
 """The supervisor: starts agent processes for claimed tasks, watches them, and settles each run
-when its process ends (DESIGN §3). Restarted daemons re-adopt live agents by pid + start time.
+when its process ends. Restarted daemons re-adopt live agents by pid + start time.
 
-Death is noticed by a pidfd (at once); stalls and timeouts by `check(now)`, which the daemon
-calls about once a second: it tails each log into the runtime's reader and samples activity.
+Death is noticed by a pidfd (at once); stalls and timeouts by `run_once(now)`, about once a
+second: it tails each log into the runtime's reader, samples activity, stops what a person
+cancelled and adopts again any run of this node left unwatched. Other services see the live
+runs only through `LiveRuns`, a read-only view.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import logging
 import os
 import secrets
 import sys
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,15 +23,12 @@ from pathlib import Path
 from taskherd import procs
 from taskherd.config import Config, RoleConfig
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
-from taskherd.runtimes.base import OutputReader, RunFiles, Runtime
-from taskherd.runtimes.chat import ChatCall, ChatRuntime
+from taskherd.runtimes.base import AgentEnv, Execution, OutputReader, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until
 from taskherd.runtimes.registry import runtime_for
 from taskherd.store import Store, StoreError, TransitionRefused
 
 log = logging.getLogger("taskherd.supervisor")
-# What a live run is: an agent process, or an in-process call (chat) with the same shape.
-Execution = procs.ProcessHandle | ChatCall
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
 CPU_BUSY_SHARE = 0.05  # share of one core, between two samples, that counts as working
 # Bytes of new log read per check: enough for a Claude Code run streaming 10,000 events a
@@ -57,6 +57,38 @@ class LiveRun:
     watcher: asyncio.Task | None = field(default=None, repr=False)
 
 
+@dataclass(frozen=True)
+class SupervisorSettings:
+    interval: float = 1.0  # seconds between two checks: stalls, timeouts, log tailing
+
+
+class LiveRuns(Mapping[int, Run]):
+    """What other services may know of the runs this node watches, read-only: the run of
+    each watched id, running counts per role, pools in use and the last spawn per role."""
+
+    def __init__(self, live: dict[int, LiveRun], last_spawns: dict[str, float]):
+        self._live = live
+        self._last_spawns = last_spawns
+
+    def __getitem__(self, run_id: int) -> Run:
+        return self._live[run_id].run
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(list(self._live))
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def running_per_role(self) -> Counter[str]:
+        return Counter(live.role.name for live in self._live.values())
+
+    def pools_in_use(self) -> Counter[str]:
+        return Counter(pool for live in self._live.values() for pool in live.pools)
+
+    def last_spawn(self, role: str) -> float | None:
+        return self._last_spawns.get(role)
+
+
 class Supervisor:
     def __init__(
         self,
@@ -64,6 +96,7 @@ class Supervisor:
         store: Store,
         clock: Callable[[], float],
         on_change: Callable[[], None] = lambda: None,
+        settings: SupervisorSettings = SupervisorSettings(),
     ):
         self.config = config
         self.store = store
@@ -71,6 +104,8 @@ class Supervisor:
         self.on_change = on_change  # wakes the dispatcher when a slot frees or a limit starts
         self.live: dict[int, LiveRun] = {}
         self.last_spawn: dict[str, float] = {}  # role → time of its latest spawn (stagger)
+        self.view = LiveRuns(self.live, self.last_spawn)
+        self.settings = settings
         self.log_dir = config.daemon.log_dir
         self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
@@ -95,7 +130,7 @@ class Supervisor:
         self.last_spawn[role.name] = spawned_now
         try:
             self.store.mark_spawned(claim.run.id, spawned_now, self.config.daemon.lease,
-                                    pid=handle.pid, pid_started_at=getattr(handle, "started_at", None),
+                                    pid=handle.pid, pid_started_at=handle.started_at,
                                     log_path=str(files.log))
         except TransitionRefused:
             # Cancelled between claim and spawn: the agent must not outlive the decision.
@@ -119,15 +154,9 @@ class Supervisor:
 
     def _begin(self, runtime: Runtime, role: RoleConfig, claim: Claim,
                files: RunFiles) -> Execution:
-        """Start the run: an agent process, or an in-process call for runtimes like chat."""
-        if isinstance(runtime, ChatRuntime):
-            return runtime.begin(role, claim.task, claim.run, files)
-        launch = runtime.launch(role, claim.task, claim.run, files)
-        env = procs.agent_env(self._agent_path(role), launch.env, self._agent_vars(claim))
-        header = {"run": claim.run.id, "task": claim.task.id, "role": role.name}
-        spawned = procs.spawn(launch.argv, env=env, cwd=launch.cwd, log_path=files.log,
-                              stdin_path=launch.stdin_path, header=header)
-        return spawned.handle
+        """Start the run however its runtime starts one (a process, or an in-process call)."""
+        agent = AgentEnv(self._agent_path(role), self._agent_vars(claim))
+        return runtime.start(role, claim.task, claim.run, files, agent)
 
     def adopt(self, run: Run, task: Task, now: float) -> LiveRun | None:
         """Re-attach to an agent an earlier daemon started; settle it if it already ended."""
@@ -177,15 +206,52 @@ class Supervisor:
         A dev server or a watcher started in the background would otherwise outlive its run
         and pile up run after run, as service managers' control-group kill prevents.
         """
-        if not isinstance(live.handle, procs.ProcessHandle):
-            return
+        if live.handle.pid is None:
+            return  # an in-process call: no process group
         leftovers = procs.live_group_members(live.handle.pid)
         if leftovers:
             log.warning("run %s: the agent left %d process(es) running; stopping them",
                         live.run.id, len(leftovers))
-            await procs.terminate_async(live.handle, KILL_GRACE)
+            await live.handle.terminate(KILL_GRACE)
 
     # -- watching ------------------------------------------------------------------------
+
+    def next_wake(self, now: float) -> float:
+        return now + self.settings.interval
+
+    def run_once(self, now: float) -> dict[str, int]:
+        """One pass: watch what runs, stop what a person cancelled, adopt what is unwatched."""
+        counts = self.check(now)
+        counts["cancelled"] += self._stop_cancelled()
+        counts["adopted"] = self._adopt_unwatched(now)
+        return counts
+
+    def _stop_cancelled(self) -> int:
+        """Kill agents whose task a person cancelled while they worked."""
+        stopped = 0
+        for run in self.store.open_runs_of_final_tasks(self.config.daemon.node):
+            live = self.live.get(run.id)
+            if live is not None and live.kill_reason is None:
+                self.kill(live, Outcome.CANCELLED, "the task was cancelled")
+                stopped += 1
+        return stopped
+
+    def _adopt_unwatched(self, now: float) -> int:
+        """A spawned run of this node nobody watches (its watcher died on an error) is adopted
+        again: otherwise the node renews its lease forever and the task stays `running` for
+        an agent nobody will ever settle."""
+        adopted = 0
+        for run in self.store.open_runs(self.config.daemon.node):
+            if run.id in self.live or run.spawned_at is None:
+                continue
+            log.warning("run %s is open but unwatched: adopting it again", run.id)
+            try:
+                task = self.store.get_task(run.task_id)
+            except StoreError:
+                continue
+            self.adopt(run, task, now)
+            adopted += 1
+        return adopted
 
     def check(self, now: float) -> dict[str, int]:
         """Tail logs, look for rate limits, and kill the stalled and the overdue."""
@@ -258,11 +324,7 @@ class Supervisor:
             return
         live.kill_reason = (outcome, reason)
         log.warning("run %s: killing pid %s: %s", live.run.id, live.handle.pid, reason)
-        if isinstance(live.handle, ChatCall):
-            stopping = live.handle.terminate()
-        else:
-            stopping = procs.terminate_async(live.handle, KILL_GRACE)
-        asyncio.get_running_loop().create_task(stopping)
+        asyncio.get_running_loop().create_task(live.handle.terminate(KILL_GRACE))
 
     def _settle_exit(self, live: LiveRun, status: procs.ExitStatus) -> None:
         now = self.clock()

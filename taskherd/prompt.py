@@ -1,0 +1,68 @@
+"""The one place an agent's prompt is assembled: the task's own prompt, then the context the
+queue holds for it, each part under its own heading with its text fenced, so an agent (and a
+person reading the prompt file) can tell the task from what taskherd added.
+
+Sections with nothing to say are left out; a task with no context gets its prompt unchanged,
+byte for byte, as it was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from taskherd.model import Task
+
+SECTION_LIMIT = 8000  # characters of one section's text: a log tail must not drown the task
+
+
+@dataclass(frozen=True)
+class Section:
+    """One delimited part of a prompt: a heading, a line saying what it is, a fenced text."""
+
+    title: str
+    note: str
+    text: str
+
+    def render(self) -> str:
+        text = self.text if len(self.text) <= SECTION_LIMIT else (
+            "…" + self.text[-SECTION_LIMIT:])
+        fence = _fence_for(text)
+        return f"## {self.title}\n\n{self.note}\n\n{fence}\n{text}\n{fence}"
+
+
+def build_prompt(task: Task) -> str:
+    """What the agent of `task` is given."""
+    sections = [s for s in context_sections(task) if s.text.strip()]
+    if not sections:
+        return task.prompt
+    return "\n\n".join([task.prompt.rstrip("\n"), *(s.render() for s in sections)]) + "\n"
+
+
+def context_sections(task: Task) -> Iterable[Section]:
+    """Every section in the order an agent should read them. Inbox messages, role memory,
+    a failed gate's output and the parent's summary join here as the queue learns them."""
+    if task.reason:
+        yield Section("Reviewer's reason",
+                      "A reviewer sent this task back. Address this before anything else:",
+                      task.reason)
+    if task.attempts > 0 or task.last_error:
+        yield Section("Previous attempt failed",
+                      f"An earlier attempt ({task.attempts} strike(s) so far) ended with:",
+                      _failure_text(task))
+
+
+def _failure_text(task: Task) -> str:
+    parts = [task.last_error or "no error was recorded"]
+    if task.error_tail:
+        parts += ["", "Last lines of its log:", task.error_tail]
+    return "\n".join(parts)
+
+
+def _fence_for(text: str) -> str:
+    """A fence longer than any run of backticks in the text, so the text cannot close it."""
+    longest = run = 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)
