@@ -30,7 +30,7 @@ BACKOFF = 0.2
 AGENT = """
     import os, sys, time
     task = os.environ["TASKHERD_TASK_ID"]
-    gate, code = sys.stdin.read().split()
+    gate, code = sys.stdin.read().split("\\n\\n## ")[0].split()  # the task's own words
     with open(f"starts-{task}", "a") as starts:  # one line per agent process started
         starts.write(os.environ["TASKHERD_RUN_ID"] + "\\n")
     while not os.path.exists(gate):  # the agent's own wait for its release
