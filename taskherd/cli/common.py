@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from taskherd import wake
+from taskherd import ops, wake
 from taskherd.config import CONFIG_FILE, Config, ConfigError, load_config
 from taskherd.store import (
     RunNotFound,
@@ -69,6 +69,8 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
         raise BadInput(f"cannot open database {shown(config.daemon.database)}: {error}") from error
     try:
         yield store
+    except ops.BadInput as error:
+        raise BadInput(str(error)) from error
     except TransitionRefused as error:
         raise Refused(str(error)) from error
     except (TaskNotFound, RunNotFound) as error:
@@ -77,6 +79,13 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
         raise Refused(str(error)) from error
     finally:
         store.close()
+
+
+@contextmanager
+def queue_for(ctx: click.Context) -> Iterator[ops.Queue]:
+    """The queue the config names, for an operation; its refusals become exit codes."""
+    with store_for(ctx) as store:
+        yield ops.Queue(get_config(ctx), store)
 
 
 def say_if_unserved(store: Store, roles: Iterable[str], now: float) -> None:
