@@ -8,21 +8,16 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from taskherd import ops, wake
-from taskherd.config import CONFIG_FILE, Config, ConfigError, load_config
-from taskherd.store import (
-    RunNotFound,
-    Store,
-    StoreError,
-    TaskNotFound,
-    TransitionRefused,
-    open_store,
-    shown,
-)
+# The config, the store and their drivers are imported where used, not here: an agent's
+# `taskherd heartbeat` runs many times a run and should cost little more than Python's start.
+if TYPE_CHECKING:
+    from taskherd import ops
+    from taskherd.config import Config
+    from taskherd.store import Store
 
 EXIT_OK = 0
 EXIT_REFUSED = 1  # the request was understood but the queue says no (wrong state, …)
@@ -48,6 +43,9 @@ def get_config(ctx: click.Context) -> Config:
     root = ctx.find_root()
     root.ensure_object(dict)
     if "config" not in root.obj:
+        from taskherd.config import CONFIG_FILE, ConfigError, load_config
+        from taskherd.store import shown
+
         try:
             root.obj["config"] = config = load_config(root.params.get("config"))
         except ConfigError as error:
@@ -62,6 +60,16 @@ def get_config(ctx: click.Context) -> Config:
 @contextmanager
 def store_for(ctx: click.Context) -> Iterator[Store]:
     """Open the store and turn its refusals into the CLI's exit codes."""
+    from taskherd import ops
+    from taskherd.store import (
+        RunNotFound,
+        StoreError,
+        TaskNotFound,
+        TransitionRefused,
+        open_store,
+        shown,
+    )
+
     config = get_config(ctx)
     try:
         store = open_store(config.daemon.database, durability=config.daemon.durability)
@@ -84,6 +92,8 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
 @contextmanager
 def queue_for(ctx: click.Context) -> Iterator[ops.Queue]:
     """The queue the config names, for an operation; its refusals become exit codes."""
+    from taskherd import ops
+
     with store_for(ctx) as store:
         yield ops.Queue(get_config(ctx), store)
 
@@ -106,6 +116,8 @@ def say_if_unserved(store: Store, roles: Iterable[str], now: float) -> None:
 
 def notify_daemon(ctx: click.Context) -> None:
     """Nudge a running daemon to look at the queue now rather than at its next poll."""
+    from taskherd import wake
+
     wake.notify(get_config(ctx).daemon.data_dir)
 
 
