@@ -106,3 +106,23 @@ def test_import_taskherd_is_cheap() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_counts_follow_settles_revivals_and_prunes(queue) -> None:
+    store = queue.store
+    first = task_ops.add_task(queue, {"role": "qa", "title": "a"}, NOW).task
+    second = task_ops.add_task(queue, {"role": "qa", "title": "b"}, NOW).task
+
+    def counts() -> dict[str, int]:
+        return {c.state.value: c.count for c in store.counts() if c.role == "qa"}
+
+    assert counts() == {"ready": 2}
+    task_ops.cancel(queue, first.id, NOW)
+    assert counts() == {"ready": 1, "cancelled": 1}
+    task_ops.requeue(queue, first.id, NOW)
+    assert counts() == {"ready": 2}
+    task_ops.cancel(queue, first.id, NOW)
+    task_ops.cancel(queue, second.id, NOW)
+    assert counts() == {"cancelled": 2}
+    store.prune(NOW + 10)
+    assert counts() == {}
