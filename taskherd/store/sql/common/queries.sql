@@ -9,10 +9,11 @@ SELECT * FROM tasks WHERE id = :id;
 
 -- name: count_by_state_and_role
 -- Open tasks are counted live through the partial index tasks_open_state (its WHERE is
--- repeated word for word, so the planner uses it); finished ones come from the counters the
+-- repeated word for word, so the planner uses it; <> chains, not NOT IN, which SQLite
+-- evaluates through a temporary table on every row written to the index); finished ones come from the counters the
 -- triggers keep, so a long history is never scanned.
 SELECT state, role, count(*) AS n FROM tasks
-WHERE state NOT IN ('completed', 'dead', 'cancelled')
+WHERE state <> 'completed' AND state <> 'dead' AND state <> 'cancelled'
 GROUP BY state, role
 UNION ALL
 SELECT state, role, n FROM finished_counts WHERE n > 0

@@ -11,7 +11,7 @@
 -- statements by SQLite's statement splitter, which knows quotes but not dollar quotes; and
 -- CREATE OR REPLACE TRIGGER, because after a bare CREATE TRIGGER it waits for an END.
 CREATE INDEX tasks_open_state ON tasks (state, role)
-WHERE state NOT IN ('completed', 'dead', 'cancelled');
+WHERE state <> 'completed' AND state <> 'dead' AND state <> 'cancelled';
 
 CREATE TABLE finished_counts (
     state TEXT NOT NULL CHECK (state IN ('completed', 'dead', 'cancelled')),
@@ -39,14 +39,14 @@ BEGIN
 END';
 
 CREATE OR REPLACE TRIGGER finished_counts_insert AFTER INSERT ON tasks
-FOR EACH ROW WHEN (NEW.state IN ('completed', 'dead', 'cancelled'))
+FOR EACH ROW WHEN (NEW.state = 'completed' OR NEW.state = 'dead' OR NEW.state = 'cancelled')
 EXECUTE FUNCTION finished_counts_track();
 
 CREATE OR REPLACE TRIGGER finished_counts_update AFTER UPDATE OF state, role ON tasks
-FOR EACH ROW WHEN (OLD.state IN ('completed', 'dead', 'cancelled')
-                   OR NEW.state IN ('completed', 'dead', 'cancelled'))
+FOR EACH ROW WHEN (OLD.state = 'completed' OR OLD.state = 'dead' OR OLD.state = 'cancelled'
+                   OR NEW.state = 'completed' OR NEW.state = 'dead' OR NEW.state = 'cancelled')
 EXECUTE FUNCTION finished_counts_track();
 
 CREATE OR REPLACE TRIGGER finished_counts_delete AFTER DELETE ON tasks
-FOR EACH ROW WHEN (OLD.state IN ('completed', 'dead', 'cancelled'))
+FOR EACH ROW WHEN (OLD.state = 'completed' OR OLD.state = 'dead' OR OLD.state = 'cancelled')
 EXECUTE FUNCTION finished_counts_track();
