@@ -40,6 +40,7 @@ from taskherd.store.base import (
 )
 from taskherd.store.sql_jobs import SQLJobs
 from taskherd.store.sql_nodes import SQLNodes
+from taskherd.store.sql_reports import SQLReports
 
 REPORTS = ("done", "fail", "block")
 S = TaskState
@@ -52,7 +53,7 @@ class Connection(Protocol):
     def execute(self, sql: str, params: Mapping[str, Any] = ..., /) -> Any: ...
 
 
-class SQLStore(SQLJobs, SQLNodes, Store):
+class SQLStore(SQLJobs, SQLNodes, SQLReports, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------

@@ -126,3 +126,25 @@ def test_counts_follow_settles_revivals_and_prunes(queue) -> None:
     assert counts() == {"cancelled": 2}
     store.prune(NOW + 10)
     assert counts() == {}
+
+
+def test_status_board_sums_spend_by_role_in_the_database(queue) -> None:
+    from taskherd.model import Outcome, RunResult
+    from taskherd.ops.board import WEEK, status_board
+    from taskherd.queue import RetryPolicy
+
+    store = queue.store
+    day = 86400.0
+    for when, cost in ((NOW - 2 * day, 1.5), (NOW - 60, 0.25), (NOW - WEEK - day, 9.0)):
+        task_ops.add_task(queue, {"role": "qa", "title": f"t {when}"}, when)
+        claim = store.claim("n1", when, 60)
+        store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=cost,
+                                                 input_tokens=10, output_tokens=3),
+                         RetryPolicy(), when + 1)
+    board = status_board(queue, NOW)
+    assert board["total"]["completed"] == 3
+    assert board["by_role"]["qa"]["completed"] == 3
+    [qa] = board["cost"]
+    assert qa["runs_week"] == 2 and qa["runs_today"] == 1
+    assert qa["cost_week"] == pytest.approx(1.75) and qa["cost_today"] == pytest.approx(0.25)
+    assert (qa["input_tokens_today"], qa["output_tokens_today"]) == (10, 3)
