@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -171,13 +171,5 @@ def format_time(timestamp: float | None) -> str:
     return datetime.fromtimestamp(timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A plain aligned table: readable in a terminal, a log, or a service manager's journal."""
-    cells = [[str(header) for header in headers]] + [
-        ["-" if value is None else str(value) for value in row] for row in rows
-    ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for index, row in enumerate(cells):
-        click.echo("  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip())
-        if index == 0:
-            click.echo("  ".join("-" * width for width in widths))
+# Printing a table is shared with the demo, which is no CLI command: it lives in views.
+from taskherd.views import print_table  # noqa: F401

@@ -87,7 +87,7 @@ def _watch(ctx: click.Context, as_json: bool, interval: str) -> None:
         raise BadInput(str(error)) from error
     if seconds <= 0:
         raise BadInput(f"--interval {interval!r}: must be more than 0")
-    from taskherd.cli.views import Screen, board_lines, read_board
+    from taskherd.views import Screen, board_lines, read_board
 
     screen = Screen(sys.stdout.isatty())
     started = time.monotonic()
