@@ -7,7 +7,8 @@ from typing import Any
 
 # The sums come back as the dialect's numeric types (PostgreSQL: Decimal for a bigint sum);
 # a report wants plain ints and floats.
-_INTS = ("runs_week", "runs_today", "input_tokens_today", "output_tokens_today")
+_INTS = ("runs_week", "input_tokens_week", "output_tokens_week", "runs_today",
+         "input_tokens_today", "output_tokens_today")
 _FLOATS = ("cost_week", "cost_today")
 
 

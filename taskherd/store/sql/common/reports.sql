@@ -6,6 +6,8 @@
 SELECT role,
        count(*) AS runs_week,
        coalesce(sum(cost_usd), 0) AS cost_week,
+       coalesce(sum(input_tokens), 0) AS input_tokens_week,
+       coalesce(sum(output_tokens), 0) AS output_tokens_week,
        coalesce(sum(CASE WHEN claimed_at >= :day_start THEN 1 ELSE 0 END), 0) AS runs_today,
        coalesce(sum(CASE WHEN claimed_at >= :day_start THEN cost_usd END), 0) AS cost_today,
        coalesce(sum(CASE WHEN claimed_at >= :day_start THEN input_tokens END), 0)
