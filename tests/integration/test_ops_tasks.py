@@ -148,3 +148,24 @@ def test_status_board_sums_spend_by_role_in_the_database(queue) -> None:
     assert qa["runs_week"] == 2 and qa["runs_today"] == 1
     assert qa["cost_week"] == pytest.approx(1.75) and qa["cost_today"] == pytest.approx(0.25)
     assert (qa["input_tokens_today"], qa["output_tokens_today"]) == (10, 3)
+
+
+def test_job_update_keeps_what_is_not_given_and_clears_what_is_named(queue) -> None:
+    from taskherd.ops import jobs as job_ops
+    from taskherd.store.jobs import JobRefused
+
+    job_ops.add_job(queue, {"name": "nightly", "cron": "0 3 * * *", "timezone": "UTC", "role": "qa",
+                            "title": "check", "pool": "gpu"}, NOW)
+    with pytest.raises(JobRefused, match="already exists"):
+        job_ops.add_job(queue, {"name": "nightly", "cron": "0 4 * * *", "timezone": "UTC", "role": "qa",
+                                "title": "x"}, NOW)
+    job = job_ops.update_job(queue, "nightly", {"title": "check again"}, NOW)
+    assert (job.template["title"], job.template["pool"], job.trigger["cron"]) == (
+        "check again", "gpu", "0 3 * * *")
+    job = job_ops.update_job(queue, "nightly", {}, NOW, clear=["pool"])
+    assert "pool" not in job.template
+    with pytest.raises(BadInput, match="both sets it and removes it"):
+        job_ops.update_job(queue, "nightly", {"pool": "gpu"}, NOW, clear=["pool"])
+    assert job_ops.disable_job(queue, "nightly", NOW).enabled is False
+    assert job_ops.enable_job(queue, "nightly", NOW).enabled is True
+    job_ops.delete_job(queue, "nightly", NOW)
