@@ -171,5 +171,9 @@ def format_time(timestamp: float | None) -> str:
     return datetime.fromtimestamp(timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
-# Printing a table is shared with the demo, which is no CLI command: it lives in views.
-from taskherd.views import print_table  # noqa: F401
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A plain aligned table (shared with the demo, so it lives in views; imported here when
+    used, as views loads the process layer an agent's `taskherd done` does not need)."""
+    from taskherd.views import print_table as table
+
+    table(headers, rows)
