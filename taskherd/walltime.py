@@ -7,6 +7,7 @@ Split from schedules.py, which builds triggers on these: see its docstring for t
 from __future__ import annotations
 
 import bisect
+import os
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Protocol
@@ -234,3 +235,15 @@ def as_utc(moment: datetime) -> datetime:
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError(f"{moment.isoformat()} is naive; pass an aware datetime")
     return moment.astimezone(UTC)
+
+
+def local_timezone() -> str:
+    """This machine's IANA zone, from $TZ or /etc/localtime; UTC if neither names one."""
+    if os.environ.get("TZ", "").count("/") >= 1:
+        return os.environ["TZ"].lstrip(":")
+    try:
+        link = os.readlink("/etc/localtime")
+    except OSError:
+        return "UTC"
+    marker = "zoneinfo/"
+    return link.split(marker, 1)[1] if marker in link else "UTC"

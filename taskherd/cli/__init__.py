@@ -1,24 +1,57 @@
-"""The `taskherd` command: one module per command group."""
+"""The `taskherd` command: one module per command group, each imported only when used.
+
+An agent calls `taskherd heartbeat` or `done` many times a run, and a person `--version`:
+importing every group (the store, the daemon, httpx, croniter, psutil) for each call made
+them cost four times a bare click program. `--help` still lists every command.
+"""
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 import click
 
 from taskherd import __version__
-from taskherd.cli.agent import REPORT_COMMANDS, heartbeat_command
-from taskherd.cli.backup import backup_command
-from taskherd.cli.cooldown import cooldown_group
-from taskherd.cli.daemon import stop_command, up_command
-from taskherd.cli.doctor import doctor_command
-from taskherd.cli.jobs import jobs_group, reload_command
-from taskherd.cli.runs import runs_group
-from taskherd.cli.service import service_group
-from taskherd.cli.setup import init_command
-from taskherd.cli.status import status_command
-from taskherd.cli.tasks import task_group
+
+# command name → (module, attribute): the order is the order `--help` lists them in
+COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("taskherd.cli.setup", "init_command"),
+    "task": ("taskherd.cli.tasks", "task_group"),
+    "status": ("taskherd.cli.status", "status_command"),
+    "cooldown": ("taskherd.cli.cooldown", "cooldown_group"),
+    "up": ("taskherd.cli.daemon", "up_command"),
+    "stop": ("taskherd.cli.daemon", "stop_command"),
+    "heartbeat": ("taskherd.cli.agent", "heartbeat_command"),
+    "jobs": ("taskherd.cli.jobs", "jobs_group"),
+    "backup": ("taskherd.cli.backup", "backup_command"),
+    "runs": ("taskherd.cli.runs", "runs_group"),
+    "reload": ("taskherd.cli.jobs", "reload_command"),
+    "service": ("taskherd.cli.service", "service_group"),
+    "doctor": ("taskherd.cli.doctor", "doctor_command"),
+    "done": ("taskherd.cli.agent", "REPORT_COMMANDS"),
+    "fail": ("taskherd.cli.agent", "REPORT_COMMANDS"),
+    "block": ("taskherd.cli.agent", "REPORT_COMMANDS"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose commands are imported when invoked (or listed), not at start."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        where = COMMANDS.get(cmd_name)
+        if where is None:
+            return None
+        found: Any = getattr(importlib.import_module(where[0]), where[1])
+        if isinstance(found, list | tuple):  # several commands in one attribute
+            found = next(command for command in found if command.name == cmd_name)
+        return found
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     type=click.Path(dir_okay=False),
@@ -29,23 +62,6 @@ from taskherd.cli.tasks import task_group
 def cli(ctx: click.Context, config: str | None) -> None:
     """taskherd: a durable queue, scheduler and supervisor for fleets of AI agents."""
     ctx.ensure_object(dict)
-
-
-cli.add_command(init_command)
-cli.add_command(task_group)
-cli.add_command(status_command)
-cli.add_command(cooldown_group)
-cli.add_command(up_command)
-cli.add_command(stop_command)
-cli.add_command(heartbeat_command)
-cli.add_command(jobs_group)
-cli.add_command(backup_command)
-cli.add_command(runs_group)
-cli.add_command(reload_command)
-cli.add_command(service_group)
-cli.add_command(doctor_command)
-for report_command in REPORT_COMMANDS:
-    cli.add_command(report_command)
 
 
 def main() -> None:

@@ -8,20 +8,16 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from taskherd.config import CONFIG_FILE, Config, ConfigError, load_config
-from taskherd.store import (
-    RunNotFound,
-    Store,
-    StoreError,
-    TaskNotFound,
-    TransitionRefused,
-    open_store,
-    shown,
-)
+# The config, the store and their drivers are imported where used, not here: an agent's
+# `taskherd heartbeat` runs many times a run and should cost little more than Python's start.
+if TYPE_CHECKING:
+    from taskherd import ops
+    from taskherd.config import Config
+    from taskherd.store import Store
 
 EXIT_OK = 0
 EXIT_REFUSED = 1  # the request was understood but the queue says no (wrong state, …)
@@ -47,6 +43,9 @@ def get_config(ctx: click.Context) -> Config:
     root = ctx.find_root()
     root.ensure_object(dict)
     if "config" not in root.obj:
+        from taskherd.config import CONFIG_FILE, ConfigError, load_config
+        from taskherd.store import shown
+
         try:
             root.obj["config"] = config = load_config(root.params.get("config"))
         except ConfigError as error:
@@ -61,6 +60,16 @@ def get_config(ctx: click.Context) -> Config:
 @contextmanager
 def store_for(ctx: click.Context) -> Iterator[Store]:
     """Open the store and turn its refusals into the CLI's exit codes."""
+    from taskherd import ops
+    from taskherd.store import (
+        RunNotFound,
+        StoreError,
+        TaskNotFound,
+        TransitionRefused,
+        open_store,
+        shown,
+    )
+
     config = get_config(ctx)
     try:
         store = open_store(config.daemon.database, durability=config.daemon.durability)
@@ -68,6 +77,8 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
         raise BadInput(f"cannot open database {shown(config.daemon.database)}: {error}") from error
     try:
         yield store
+    except ops.BadInput as error:
+        raise BadInput(str(error)) from error
     except TransitionRefused as error:
         raise Refused(str(error)) from error
     except (TaskNotFound, RunNotFound) as error:
@@ -76,6 +87,15 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
         raise Refused(str(error)) from error
     finally:
         store.close()
+
+
+@contextmanager
+def queue_for(ctx: click.Context) -> Iterator[ops.Queue]:
+    """The queue the config names, for an operation; its refusals become exit codes."""
+    from taskherd import ops
+
+    with store_for(ctx) as store:
+        yield ops.Queue(get_config(ctx), store)
 
 
 def say_if_unserved(store: Store, roles: Iterable[str], now: float) -> None:
@@ -145,12 +165,8 @@ def format_time(timestamp: float | None) -> str:
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A plain aligned table: readable in a terminal, a log, or a service manager's journal."""
-    cells = [[str(header) for header in headers]] + [
-        ["-" if value is None else str(value) for value in row] for row in rows
-    ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for index, row in enumerate(cells):
-        click.echo("  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip())
-        if index == 0:
-            click.echo("  ".join("-" * width for width in widths))
+    """A plain aligned table (shared with the demo, so it lives in views; imported here when
+    used, as views loads the process layer an agent's `taskherd done` does not need)."""
+    from taskherd.views import print_table as table
+
+    table(headers, rows)

@@ -31,17 +31,15 @@ from taskherd.cli.common import (
 )
 from taskherd.config import ConfigError, load_config
 from taskherd.jobs import (
-    JobError,
     describe_trigger,
-    parse_job,
     trigger_of,
 )
-from taskherd.services.scheduler import schedule_start
+from taskherd.ops import jobs as job_ops
 from taskherd.schedules import ScheduleError, next_fires, parse_trigger
 from taskherd.store import Store
 from taskherd.store.jobs import Job, JobNotFound, JobRefused
 
-TRIGGER_OPTIONS = ("cron", "calendar", "every", "window", "at", "manual")
+TRIGGER_OPTIONS = job_ops.TRIGGER_KEYS
 # Fields `jobs update` can remove: (table key, the option that sets it, the flag that clears it).
 # Options not given keep their value, so without these a pool, dedup key or variants, once set,
 # could only be replaced, never dropped.
@@ -63,6 +61,15 @@ def job_store(ctx: click.Context) -> Iterator[Store]:
             raise BadInput(str(error)) from error
         except JobRefused as error:
             raise Refused(str(error)) from error
+
+
+@contextmanager
+def job_queue(ctx: click.Context) -> Iterator[Any]:
+    """The queue for a job operation: an unknown job is bad input, a refused change exit 1."""
+    from taskherd.ops import Queue
+
+    with job_store(ctx) as store:
+        yield Queue(get_config(ctx), store)
 
 
 def trigger_options(command: Any) -> Any:
@@ -192,18 +199,8 @@ def _job_lines(job: Job) -> list[tuple[str, Any]]:
 def add_command(ctx: click.Context, name: str, as_json: bool, **options: Any) -> None:
     """Add a job (stored with source 'cli'; a config sync leaves it alone)."""
     table = {"name": name} | _table_from_options(options)
-    started = now()
-    spec = _parse(ctx, table, started)
-    with job_store(ctx) as store:
-        try:
-            existing = store.get_job(name)
-        except JobNotFound:
-            existing = None
-        if existing is not None:
-            raise Refused(f"a job named {name!r} already exists (source {existing.source}); "
-                          "use `taskherd jobs update`")
-        job = store.upsert_job(spec.definition(), source="cli", now=started,
-                               schedule_at=schedule_start(spec.trigger, started)).job
+    with job_queue(ctx) as queue:
+        job = job_ops.add_job(queue, table, now())
     _echo_job(job, "added", as_json)
 
 
@@ -216,28 +213,9 @@ def add_command(ctx: click.Context, name: str, as_json: bool, **options: Any) ->
 def update_command(ctx: click.Context, name: str, as_json: bool, **options: Any) -> None:
     """Change a CLI-made job: options not given keep their value; --no-pool, --no-dedup-key
     and --no-variants remove one."""
-    started = now()
     cleared = _cleared_fields(options)
-    with job_store(ctx) as store:
-        job = store.get_job(name)
-        if job.source != "cli":
-            raise Refused(f"job {name!r} comes from the config file: change it there, "
-                          "then `taskherd reload`")
-        table = _stored_table(job)
-        changes = _table_from_options(options)
-        retrigger = any(key in changes for key in TRIGGER_OPTIONS)
-        if retrigger:
-            kept = _interval_kept(job, changes)
-            for key in (*TRIGGER_OPTIONS, "timezone"):
-                table.pop(key, None)
-            table.setdefault("timezone", job.timezone)
-            table.update(kept)
-        for key in cleared:
-            table.pop(key, None)
-        table.update(changes)
-        spec = _parse(ctx, table, started, check_past=retrigger)
-        job = store.upsert_job(spec.definition(), source="cli", now=started,
-                               schedule_at=schedule_start(spec.trigger, started)).job
+    with job_queue(ctx) as queue:
+        job = job_ops.update_job(queue, name, _table_from_options(options), now(), clear=cleared)
     _echo_job(job, "updated", as_json)
 
 
@@ -253,25 +231,6 @@ def _cleared_fields(options: dict[str, Any]) -> list[str]:
                            "give one of them, not both")
         cleared.append(key)
     return cleared
-
-
-def _interval_kept(job: Job, changes: dict[str, Any]) -> dict[str, Any]:
-    """`every` and `window` are one trigger: `--every 15m` keeps the job's window and
-    `--window 09:00-17:00` its interval (both were refused or lost); `--window ''` drops it."""
-    if "every" not in job.trigger or any(k in changes for k in ("cron", "calendar", "at", "manual")):
-        return {}
-    kept = {key: job.trigger[key] for key in ("every", "window") if key in job.trigger}
-    if changes.get("window") == "":
-        del changes["window"]
-        kept.pop("window", None)
-    return kept
-
-
-def _stored_table(job: Job) -> dict[str, Any]:
-    table = {"name": job.name, **job.template, **job.trigger}
-    table.update(overlap=job.overlap, missed_fire=job.missed_fire, max_retries=job.max_retries,
-                 delete_after_run=job.delete_after_run, enabled=job.enabled)
-    return table
 
 
 def _table_from_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -309,19 +268,6 @@ def _calendar(entries: tuple[str, ...]) -> Any:
     return parsed
 
 
-def _parse(ctx: click.Context, table: dict[str, Any], started: float,
-           check_past: bool = True) -> Any:
-    config = get_config(ctx)
-    try:
-        spec = parse_job(table, config)
-    except JobError as error:
-        raise BadInput(str(error)) from error
-    # Only a new `at` must be ahead: a one-shot that already fired still takes a new prompt.
-    if check_past and spec.trigger.kind == "at" and schedule_start(spec.trigger, started) is None:
-        raise BadInput(f"at: {table.get('at')!r} is in the past; accepted: a future date-time")
-    return spec
-
-
 def _echo_job(job: Job, verb: str, as_json: bool) -> None:
     if as_json:
         print_json(job.to_dict())
@@ -336,10 +282,8 @@ def _echo_job(job: Job, verb: str, as_json: bool) -> None:
 @click.pass_context
 def enable_command(ctx: click.Context, name: str) -> None:
     """Enable a job; its schedule restarts from now (missed fires are not caught up)."""
-    started = now()
-    with job_store(ctx) as store:
-        job = store.get_job(name)
-        job = store.set_job_enabled(name, True, started, schedule_start(trigger_of(job), started))
+    with job_queue(ctx) as queue:
+        job = job_ops.enable_job(queue, name, now())
     click.echo(f"enabled job {name!r}; next fire: {format_time(job.next_run_at)}")
 
 
@@ -348,8 +292,8 @@ def enable_command(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def disable_command(ctx: click.Context, name: str) -> None:
     """Disable a job (a config job is enabled again by the next sync unless the file says so)."""
-    with job_store(ctx) as store:
-        store.set_job_enabled(name, False, now())
+    with job_queue(ctx) as queue:
+        job_ops.disable_job(queue, name, now())
     click.echo(f"disabled job {name!r}")
 
 
@@ -358,12 +302,8 @@ def disable_command(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def delete_command(ctx: click.Context, name: str) -> None:
     """Delete a CLI-made job; its fire history is kept."""
-    with job_store(ctx) as store:
-        job = store.get_job(name)
-        if job.source != "cli":
-            raise Refused(f"job {name!r} comes from the config file: remove it there, "
-                          "then `taskherd reload` (it is disabled, its history kept)")
-        store.delete_job(name, now())
+    with job_queue(ctx) as queue:
+        job_ops.delete_job(queue, name, now())
     click.echo(f"deleted job {name!r}")
 
 
@@ -372,8 +312,8 @@ def delete_command(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def run_command(ctx: click.Context, name: str) -> None:
     """Fire the job at the scheduler's next tick, without moving its schedule."""
-    with job_store(ctx) as store:
-        store.request_run_now(name, now())
+    with job_queue(ctx) as queue:
+        job_ops.run_job_now(queue, name, now())
     click.echo(f"job {name!r} fires at the next tick")
 
 

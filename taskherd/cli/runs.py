@@ -3,30 +3,23 @@ looks stuck, and cost summed per role or per day."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from datetime import UTC, datetime
-from typing import Any
-from zoneinfo import ZoneInfo
-
 import click
 
 from taskherd.cli.common import (
     BadInput,
     format_time,
-    get_config,
     json_option,
     now,
     print_json,
     print_table,
+    queue_for,
     store_for,
 )
 from taskherd.cli.logs import check_log_options, log_options, show_log
 from taskherd.durations import parse_duration
+from taskherd.liveness import last_activity
 from taskherd.model import Run
-from taskherd.store import Store
-from taskherd.store.nodes import Node
-
-ALL = 1_000_000  # "every run" for sums: the runs table is pruned with its tasks
+from taskherd.ops import runs as run_ops
 
 
 @click.group("runs")
@@ -85,7 +78,7 @@ def running_command(ctx: click.Context, as_json: bool) -> None:
     print_table(
         ["run", "task", "role", "node", "pid", "started", "elapsed", "last activity"],
         [[r.id, r.task_id, r.role, r.node, r.pid, format_time(r.spawned_at or r.claimed_at),
-          _took(_duration(r, started)), format_time(_last_activity(r))] for r in runs],
+          _took(_duration(r, started)), format_time(last_activity(r))] for r in runs],
     )
 
 
@@ -95,7 +88,6 @@ def running_command(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def stale_command(ctx: click.Context, after: str | None, as_json: bool) -> None:
     """Open runs that look stuck: lease expired, never spawned, or silent too long."""
-    config = get_config(ctx)
     started = now()
     limit = None
     if after is not None:
@@ -103,39 +95,14 @@ def stale_command(ctx: click.Context, after: str | None, as_json: bool) -> None:
             limit = parse_duration(after, field="--after")
         except ValueError as error:
             raise BadInput(str(error)) from error
-    with store_for(ctx) as store:
-        nodes = {node.name: node for node in store.list_nodes()}
-        stale = [(run, why) for run in store.open_runs()
-                 if (why := _node_down(nodes.get(run.node), started)
-                     or _stale_reason(store, config, run, started, limit))]
+    with queue_for(ctx) as queue:
+        stale = run_ops.stale_runs(queue, started, limit)
     if as_json:
         print_json([run.to_dict() | {"reason": why} for run, why in stale])
         return
     print_table(["run", "task", "role", "node", "pid", "last activity", "why"],
-                [[r.id, r.task_id, r.role, r.node, r.pid, format_time(_last_activity(r)), why]
+                [[r.id, r.task_id, r.role, r.node, r.pid, format_time(last_activity(r)), why]
                  for r, why in stale])
-
-
-def _node_down(node: Node | None, now: float) -> str | None:
-    if node is None or node.status(now) == "up":
-        return None
-    if node.stopped_at is not None:
-        return f"its node {node.name} stopped at {format_time(node.stopped_at)}"
-    return f"its node {node.name} is down (last seen {format_time(node.last_seen)})"
-
-
-def _stale_reason(store: Store, config: Any, run: Run, started: float,
-                  limit: float | None) -> str | None:
-    role = config.role(run.role)
-    task = store.get_task(run.task_id)
-    if task.lease_expires_at is not None and task.lease_expires_at < started:
-        return f"lease expired {started - task.lease_expires_at:.0f}s ago (node {run.node} gone?)"
-    if run.spawned_at is None and started - run.claimed_at > role.spawn_timeout:
-        return f"claimed {started - run.claimed_at:.0f}s ago and never spawned"
-    idle = started - _last_activity(run)
-    if idle > (role.idle_timeout if limit is None else limit):
-        return f"no heartbeat or progress for {idle:.0f}s"
-    return None
 
 
 @runs_group.command("log")
@@ -158,12 +125,8 @@ def log_command(ctx: click.Context, run_id: int, lines: int | None, follow: bool
 @click.pass_context
 def cost_command(ctx: click.Context, by: str, since: str, as_json: bool) -> None:
     """Cost (USD) and tokens summed per role or per day (days in [daemon] timezone)."""
-    config = get_config(ctx)
-    started = now()
-    with store_for(ctx) as store:
-        runs = store.list_runs(since=_since(since, started), limit=ALL)
-    zone = ZoneInfo(config.daemon.timezone) if config.daemon.timezone else None
-    rows = sum_cost(runs, by, zone)
+    with queue_for(ctx) as queue:
+        rows = run_ops.cost(queue, by, _since(since, now()))
     if as_json:
         print_json(rows)
         return
@@ -172,30 +135,9 @@ def cost_command(ctx: click.Context, by: str, since: str, as_json: bool) -> None
                  for r in rows])
 
 
-def sum_cost(runs: list[Run], by: str, zone: ZoneInfo | None) -> list[dict[str, Any]]:
-    sums: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {"runs": 0, "cost_usd": 0.0, "input_tokens": 0, "output_tokens": 0})
-    for run in runs:
-        if by == "role":
-            key = run.role
-        else:
-            moment = datetime.fromtimestamp(run.claimed_at, UTC)
-            key = (moment.astimezone(zone) if zone else moment.astimezone()).strftime("%Y-%m-%d")
-        row = sums[key]
-        row["runs"] += 1
-        row["cost_usd"] += run.cost_usd or 0.0
-        row["input_tokens"] += run.input_tokens or 0
-        row["output_tokens"] += run.output_tokens or 0
-    return [{by: key, **sums[key]} for key in sorted(sums)]
-
-
 def _duration(run: Run, started: float) -> float:
     begin = run.spawned_at or run.claimed_at
     return round((run.ended_at if run.ended_at is not None else started) - begin, 3)
-
-
-def _last_activity(run: Run) -> float:
-    return max(t for t in (run.heartbeat_at, run.spawned_at, run.claimed_at) if t is not None)
 
 
 def _took(seconds: float) -> str:

@@ -10,6 +10,7 @@ import click
 
 from taskherd.cli.common import BadInput
 from taskherd.config import CONFIG_FILE
+from taskherd.walltime import local_timezone
 
 STARTER = """\
 # taskherd configuration. Durations read as "90s", "10m", "1h". Every setting shown with
@@ -93,15 +94,3 @@ def unique_path(path: str) -> str:
     """PATH with each folder once, in its first place (shell profiles often add twice)."""
     folders = [folder for folder in path.split(os.pathsep) if folder]
     return os.pathsep.join(dict.fromkeys(folders))
-
-
-def local_timezone() -> str:
-    """This machine's IANA zone, from $TZ or /etc/localtime; UTC if neither names one."""
-    if os.environ.get("TZ", "").count("/") >= 1:
-        return os.environ["TZ"].lstrip(":")
-    try:
-        link = os.readlink("/etc/localtime")
-    except OSError:
-        return "UTC"
-    marker = "zoneinfo/"
-    return link.split(marker, 1)[1] if marker in link else "UTC"

@@ -4,30 +4,25 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import Counter, defaultdict
-from datetime import datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import click
 
 from taskherd.cli.common import (
     BadInput,
     format_time,
-    get_config,
     json_option,
     now,
     print_json,
     print_table,
+    queue_for,
     store_for,
 )
-from taskherd.cli.runs import ALL, sum_cost
-from taskherd.cli.views import Screen, board_lines, read_board
 from taskherd.durations import parse_duration
-from taskherd.model import Run, TaskState
-from taskherd.store.nodes import Node
+from taskherd.model import TaskState
+from taskherd.ops.board import node_rows, status_board
 
-WEEK = 7 * 86400
+__all__ = ["node_rows", "status_command"]
 
 
 @click.command("status")
@@ -42,27 +37,18 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
     if watch:
         _watch(ctx, as_json, interval)
         return
-    started = now()
-    with store_for(ctx) as store:
-        counts = store.counts()
-        cooldowns = store.active_cooldowns(started)
-        week = store.list_runs(since=started - WEEK, limit=ALL)
-        nodes = node_rows(store.list_nodes(), store.open_runs(), started)
-    spend = _spend_by_role(week, _midnight(get_config(ctx).daemon.timezone, started))
-    by_role: dict[str, dict[str, int]] = defaultdict(lambda: {s.value: 0 for s in TaskState})
-    for count in counts:
-        by_role[count.role][count.state.value] += count.count
+    with queue_for(ctx) as queue:
+        board = status_board(queue, now())
     if as_json:
-        totals = {s.value: sum(row[s.value] for row in by_role.values()) for s in TaskState}
-        print_json({"by_role": dict(by_role), "total": totals,
-                    "cooldowns": [c.__dict__ for c in cooldowns], "cost": spend,
-                    "nodes": nodes})
+        print_json(board)
         return
+    by_role, spend, nodes, cooldowns = (board["by_role"], board["cost"], board["nodes"],
+                                        board["cooldowns"])
     _print_nodes(nodes)
     for cooldown in cooldowns:
-        click.echo(f"runtime {cooldown.runtime} is rate-limited until "
-                   f"{format_time(cooldown.until)} ({cooldown.reason}); "
-                   f"`taskherd cooldown clear {cooldown.runtime}` ends it")
+        click.echo(f"runtime {cooldown['runtime']} is rate-limited until "
+                   f"{format_time(cooldown['until'])} ({cooldown['reason']}); "
+                   f"`taskherd cooldown clear {cooldown['runtime']}` ends it")
     if not by_role:
         click.echo("the queue is empty")
         return
@@ -71,21 +57,6 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
     rows.append(["total"] + [sum(row[s] for row in by_role.values()) or "." for s in states])
     print_table(["role"] + states, rows)
     _print_spend(spend)
-
-
-def node_rows(nodes: list[Node], open_runs: list[Run], now: float) -> list[dict[str, Any]]:
-    """Each node with its status; the runs of a node that is not up are orphans: nobody
-    watches them until their lease expires and a rescue puts their tasks back in the queue."""
-    runs_by_node = Counter(run.node for run in open_runs)
-    rows = []
-    for node in nodes:
-        status = node.status(now)
-        rows.append(node.to_dict() | {
-            "status": status,
-            "open_runs": runs_by_node[node.name],
-            "orphaned_runs": runs_by_node[node.name] if status != "up" else 0,
-        })
-    return rows
 
 
 def _print_nodes(nodes: list[dict[str, Any]]) -> None:
@@ -116,6 +87,8 @@ def _watch(ctx: click.Context, as_json: bool, interval: str) -> None:
         raise BadInput(str(error)) from error
     if seconds <= 0:
         raise BadInput(f"--interval {interval!r}: must be more than 0")
+    from taskherd.views import Screen, board_lines, read_board
+
     screen = Screen(sys.stdout.isatty())
     started = time.monotonic()
     with store_for(ctx) as store:
@@ -137,23 +110,3 @@ def _print_spend(spend: list[dict[str, Any]]) -> None:
           f"{r['input_tokens_today']}/{r['output_tokens_today']}", r["runs_week"],
           f"${r['cost_week']:.4f}"] for r in spend],
     )
-
-
-def _spend_by_role(week: list[Run], midnight: float) -> list[dict[str, Any]]:
-    today = {row["role"]: row for row in sum_cost([r for r in week if r.claimed_at >= midnight],
-                                                  "role", None)}
-    rows = []
-    for row in sum_cost(week, "role", None):
-        day = today.get(row["role"], {})
-        rows.append({"role": row["role"], "runs_week": row["runs"], "cost_week": row["cost_usd"],
-                     "runs_today": day.get("runs", 0), "cost_today": day.get("cost_usd", 0.0),
-                     "input_tokens_today": day.get("input_tokens", 0),
-                     "output_tokens_today": day.get("output_tokens", 0)})
-    return rows
-
-
-def _midnight(timezone: str | None, moment: float) -> float:
-    """Start of today in the fleet's zone (the machine's when none is stated)."""
-    zone = ZoneInfo(timezone) if timezone else None
-    local = datetime.fromtimestamp(moment, zone) if zone else datetime.fromtimestamp(moment)
-    return local.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()

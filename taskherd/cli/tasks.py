@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -13,20 +12,20 @@ from taskherd.cli.common import (
     BadInput,
     Refused,
     format_time,
-    get_config,
     json_option,
     now,
     print_json,
     print_table,
+    queue_for,
     say_if_unserved,
     store_for,
 )
 from taskherd.cli.logs import check_log_options, log_options, show_log
 from taskherd.durations import parse_duration
 from taskherd.model import Run, Task, TaskState
-from taskherd.taskspec import TaskSpecError, new_task_from
+from taskherd.ops import tasks as task_ops
 
-STATE_NAMES = [state.value for state in TaskState]
+STATE_NAMES = list(task_ops.STATE_NAMES)
 
 
 @click.group("task")
@@ -68,10 +67,9 @@ def add_command(ctx: click.Context, title: str, prompt_file: Any, delay: str | N
         result = call_door("add_child_task", {"task": {"title": title, **fields}})
         task, created = result["task"], result["created"]
     else:
-        new = _validated(ctx, {"title": title, **fields}, where="")
-        with store_for(ctx) as store:
-            enqueued = store.enqueue(new, started)
-            say_if_unserved(store, [new.role], started)
+        with queue_for(ctx) as queue:
+            enqueued = task_ops.add_task(queue, {"title": title, **fields}, started)
+            say_if_unserved(queue.store, [enqueued.task.role], started)
         task, created = enqueued.task.to_dict(), enqueued.created
     if as_json:
         print_json(task | {"created": created})
@@ -87,23 +85,15 @@ def add_command(ctx: click.Context, title: str, prompt_file: Any, delay: str | N
 @click.pass_context
 def import_command(ctx: click.Context, source: Any, as_json: bool) -> None:
     """Add tasks from JSON Lines (one object per line; '-' reads stdin). All or nothing."""
-    batch = []
-    for number, raw in enumerate(source, start=1):
-        line = decoded(raw, f"line {number}")
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise BadInput(f"line {number}: not valid JSON: {error.msg}") from error
-        batch.append(_validated(ctx, data, where=f"line {number}: "))
-    with store_for(ctx) as store:
-        created = store.enqueue_many(batch, started := now())
-        say_if_unserved(store, [new.role for new in batch], started)
+    lines = [decoded(raw, f"line {number}") for number, raw in enumerate(source, start=1)]
+    with queue_for(ctx) as queue:
+        result = task_ops.import_json_lines(queue, lines, started := now())
+        say_if_unserved(queue.store, result["roles"], started)
+    created = result["created"]
     if as_json:
-        print_json({"read": len(batch), "created": created})
+        print_json({"read": result["read"], "created": created})
     else:
-        duplicates = len(batch) - created
+        duplicates = result["read"] - created
         note = f" ({duplicates} already open by dedup key)" if duplicates else ""
         click.echo(f"imported {created} tasks{note}")
 
@@ -117,8 +107,8 @@ def import_command(ctx: click.Context, source: Any, as_json: bool) -> None:
 def list_command(ctx: click.Context, state: str | None, role: str | None, limit: int,
                  as_json: bool) -> None:
     """List tasks: open ones first, by priority, then FIFO."""
-    with store_for(ctx) as store:
-        tasks = store.list_tasks(state=TaskState(state) if state else None, role=role, limit=limit)
+    with queue_for(ctx) as queue:
+        tasks = task_ops.list_tasks(queue, state=state, role=role, limit=limit)
     if as_json:
         print_json([task.to_dict() for task in tasks])
         return
@@ -135,9 +125,9 @@ def list_command(ctx: click.Context, state: str | None, role: str | None, limit:
 @click.pass_context
 def show_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
     """Show one task with its runs."""
-    with store_for(ctx) as store:
-        task = store.get_task(task_id)
-        runs = store.runs_of_task(task_id)
+    with queue_for(ctx) as queue:
+        task = task_ops.get_task(queue, task_id)
+        runs = task_ops.runs_of_task(queue, task_id)
     if as_json:
         print_json(task.to_dict() | {"runs": [run.to_dict() for run in runs]})
         return
@@ -205,12 +195,12 @@ def _transition(name: str, doc: str, with_reason: bool) -> None:
     """Register `task NAME ID [--reason]`: one person's transition, printed the same way."""
 
     def command(ctx: click.Context, task_id: int, as_json: bool, reason: str | None = None) -> None:
-        with store_for(ctx) as store:
-            method = getattr(store, name)
+        with queue_for(ctx) as queue:
+            operation = task_ops.TRANSITIONS[name]
             args = (task_id, now(), reason) if with_reason else (task_id, now())
-            task = method(*args)
+            task = operation(queue, *args)
             if task.state is TaskState.READY:
-                say_if_unserved(store, [task.role], args[1])
+                say_if_unserved(queue.store, [task.role], args[1])
         if as_json:
             print_json(task.to_dict())
         else:
@@ -230,13 +220,6 @@ _transition("reject", "Reject a task under review: it goes back to ready.", with
 _transition("block", "Hold a task for a human (pending, ready or under review).", True)
 _transition("unblock", "Release a blocked task back to ready.", with_reason=False)
 _transition("requeue", "Revive a dead or cancelled task with a fresh retry budget.", False)
-
-
-def _validated(ctx: click.Context, data: Any, where: str) -> Any:
-    try:
-        return new_task_from(data, get_config(ctx))
-    except TaskSpecError as error:
-        raise BadInput(f"{where}{error}") from error
 
 
 def decoded(data: bytes, where: str) -> str:

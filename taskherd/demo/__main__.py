@@ -20,15 +20,22 @@ from string import Template
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from taskherd import procs
-from taskherd.cli.common import print_table
-from taskherd.cli.setup import local_timezone
-from taskherd.cli.views import HISTORY_HEADERS, Screen, board_lines, history_rows, read_board
 from taskherd.config import DEFAULT_PATH, Config, load_config
 from taskherd.daemon import NodeLock
 from taskherd.model import FINAL_STATES, TaskState
+from taskherd.ops import Queue
+from taskherd.ops.tasks import add_task
 from taskherd.service import taskherd_argv
 from taskherd.store import Store, open_store
-from taskherd.taskspec import new_task_from
+from taskherd.views import (
+    HISTORY_HEADERS,
+    Screen,
+    board_lines,
+    history_rows,
+    print_table,
+    read_board,
+)
+from taskherd.walltime import local_timezone
 
 HERE = Path(__file__).resolve().parent
 DEADLINE = 90.0  # seconds to settle; with start and stop the demo stays under 2 minutes
@@ -139,10 +146,10 @@ def wait_for_daemon(config: Config, daemon: subprocess.Popen, deadline: float) -
 
 
 def add_tasks(config: Config, store: Store) -> None:
+    queue = Queue(config, store)
     for role, title, priority, prompt in TASKS:
-        new = new_task_from({"role": role, "title": title, "priority": priority,
-                             "prompt": prompt}, config)
-        store.enqueue(new, time.time())
+        add_task(queue, {"role": role, "title": title, "priority": priority, "prompt": prompt},
+                 time.time())
     print(f"queued {len(TASKS)} tasks\n")
 
 

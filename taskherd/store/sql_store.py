@@ -47,11 +47,12 @@ from taskherd.store.connection import Connection
 from taskherd.store.sql_credentials import SQLCredentials
 from taskherd.store.sql_jobs import SQLJobs
 from taskherd.store.sql_nodes import SQLNodes
+from taskherd.store.sql_reports import SQLReports
 
 S = TaskState
 
 
-class SQLStore(SQLJobs, SQLNodes, SQLCredentials, Store):
+class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------

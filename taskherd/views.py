@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import click
+
 from taskherd.model import Run, Task, TaskState
 from taskherd.procs import HEADER_PREFIX
 from taskherd.store import Store, StoreError
@@ -144,3 +146,15 @@ class Screen:
         elif final or (lines != self.last_lines and elapsed - self.last_plain >= PLAIN_EVERY):
             self.last_plain, self.last_lines = elapsed, lines
             print("\n".join(f"{head} {line}" for line in lines), flush=True)
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A plain aligned table: readable in a terminal, a log, or a service manager's journal."""
+    cells = [[str(header) for header in headers]] + [
+        ["-" if value is None else str(value) for value in row] for row in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for index, row in enumerate(cells):
+        click.echo("  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip())
+        if index == 0:
+            click.echo("  ".join("-" * width for width in widths))

@@ -1,0 +1,37 @@
+"""The liveness tiers as one pure rule: what `runs stale` shows and the monitor can share."""
+
+from __future__ import annotations
+
+from taskherd.liveness import last_activity, stale_reason
+from taskherd.model import Run
+
+NOW = 1_800_000_000.0
+
+
+def run(**fields) -> Run:
+    empty = dict.fromkeys(("pid", "pid_started_at", "log_path", "spawned_at", "heartbeat_at",
+                           "progress", "ended_at", "exit_code", "outcome", "summary", "error",
+                           "cost_usd", "input_tokens", "output_tokens", "turns", "session_id"))
+    base = empty | {"id": 1, "task_id": 1, "attempt": 1, "node": "n1", "role": "qa",
+                    "runtime": "command", "claimed_at": NOW - 100}
+    return Run(**(base | fields))
+
+
+def limits(**overrides) -> dict:
+    return {"spawn_timeout": 30.0, "idle_timeout": 600.0, "now": NOW} | overrides
+
+
+def test_a_fresh_spawned_run_is_alive() -> None:
+    assert stale_reason(run(spawned_at=NOW - 90), NOW + 60, **limits()) is None
+
+
+def test_each_tier_names_why() -> None:
+    assert "lease expired 5s ago" in stale_reason(run(spawned_at=NOW), NOW - 5, **limits())
+    assert "never spawned" in stale_reason(run(), None, **limits())
+    quiet = run(spawned_at=NOW - 700, claimed_at=NOW - 701)
+    assert "no heartbeat or progress for 700s" in stale_reason(quiet, None, **limits())
+    assert stale_reason(quiet, None, **limits(idle_timeout=800)) is None
+
+
+def test_last_activity_is_the_latest_sign_of_life() -> None:
+    assert last_activity(run(spawned_at=NOW - 50, heartbeat_at=NOW - 10)) == NOW - 10
