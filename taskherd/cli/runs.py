@@ -126,7 +126,8 @@ def log_command(ctx: click.Context, run_id: int, lines: int | None, follow: bool
 def cost_command(ctx: click.Context, by: str, since: str, as_json: bool) -> None:
     """Cost (USD) and tokens summed per role or per day (days in [daemon] timezone)."""
     with queue_for(ctx) as queue:
-        rows = run_ops.cost(queue, by, _since(since, now()))
+        started = now()
+        rows = run_ops.cost(queue, by, _since(since, started), started)
     if as_json:
         print_json(rows)
         return

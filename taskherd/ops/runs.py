@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -11,7 +10,6 @@ from taskherd.liveness import node_down_reason, stale_reason
 from taskherd.model import Run
 from taskherd.ops import BadInput, Queue
 
-ALL = 1 << 62  # every row: a limit no history reaches
 COST_KEYS = ("role", "day")
 
 
@@ -34,34 +32,42 @@ def stale_runs(queue: Queue, now: float, idle_after: float | None = None
     return found
 
 
-def cost(queue: Queue, by: str, since: float | None) -> list[dict[str, Any]]:
-    """Runs, cost and tokens summed per role or per day (days in the fleet's zone) for the
-    runs started since `since` (all when None)."""
+def cost(queue: Queue, by: str, since: float | None, now: float) -> list[dict[str, Any]]:
+    """Runs, cost and tokens summed by the database per role or per day (days of the fleet's
+    zone, else the machine's) for the runs started since `since` (all when None)."""
     if by not in COST_KEYS:
         raise BadInput(f"by = {by!r}: expected one of {', '.join(COST_KEYS)}")
-    if by == "role" and since is not None:
+    store = queue.store
+    if by == "role":
+        start = since if since is not None else float("-inf")
         return [{"role": row["role"], "runs": row["runs_week"], "cost_usd": row["cost_week"],
                  "input_tokens": row["input_tokens_week"],
                  "output_tokens": row["output_tokens_week"]}
-                for row in queue.store.spend_by_role(since, since)]
+                for row in store.spend_by_role(start, start)]
+    first = store.first_run_start() if since is None else since
+    if first is None:
+        return []
     zone = ZoneInfo(queue.config.daemon.timezone) if queue.config.daemon.timezone else None
-    return sum_cost(queue.store.list_runs(since=since, limit=ALL), by, zone)
+    starts = day_starts(first, now, zone)
+    return [{"day": _day_label(row.pop("day_start"), zone), **row}
+            for row in store.cost_by_day(starts, first)]
 
 
-def sum_cost(runs: list[Run], by: str, zone: ZoneInfo | None) -> list[dict[str, Any]]:
-    # By day stays a sum in Python for now: a day in the fleet's zone (daylight saving
-    # included) is not something SQLite can group by.
-    sums: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {"runs": 0, "cost_usd": 0.0, "input_tokens": 0, "output_tokens": 0})
-    for run in runs:
-        if by == "role":
-            key = run.role
-        else:
-            moment = datetime.fromtimestamp(run.claimed_at, UTC)
-            key = (moment.astimezone(zone) if zone else moment.astimezone()).strftime("%Y-%m-%d")
-        row = sums[key]
-        row["runs"] += 1
-        row["cost_usd"] += run.cost_usd or 0.0
-        row["input_tokens"] += run.input_tokens or 0
-        row["output_tokens"] += run.output_tokens or 0
-    return [{by: key, **sums[key]} for key in sorted(sums)]
+def day_starts(first: float, last: float, zone: ZoneInfo | None) -> list[float]:
+    """The midnights, in `zone` (None: the machine's), of every day from `first`'s to `last`'s.
+
+    Walking by calendar date, not by 86,400 s: a day of a daylight-saving change lasts 23 or
+    25 hours.
+    """
+    day = datetime.fromtimestamp(first, zone).date()
+    end = datetime.fromtimestamp(max(first, last), zone).date()
+    starts = []
+    while day <= end:
+        midnight = datetime.combine(day, time(), zone)
+        starts.append((midnight if zone else midnight.astimezone()).timestamp())
+        day += timedelta(days=1)
+    return starts
+
+
+def _day_label(day_start: float, zone: ZoneInfo | None) -> str:
+    return datetime.fromtimestamp(day_start, zone).strftime("%Y-%m-%d")

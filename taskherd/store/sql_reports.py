@@ -3,6 +3,7 @@ reading every row into Python."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 # The sums come back as the dialect's numeric types (PostgreSQL: Decimal for a bigint sum);
@@ -15,6 +16,20 @@ _FLOATS = ("cost_week", "cost_today")
 class SQLReports:
     def _all(self, name: str, params: Any = ...) -> list[Any]:  # provided by SQLStore
         raise NotImplementedError
+
+    def cost_by_day(self, day_starts: list[float], since: float) -> list[dict[str, Any]]:
+        """Per day (given by the starts of the days, ascending): runs, cost and tokens of the
+        runs started since `since`; each row names its day by `day_start`."""
+        rows = self._all("cost_by_day", {"starts": json.dumps(day_starts), "since": since})
+        return [{"day_start": float(row["day_start"]), "runs": int(row["runs"]),
+                 "cost_usd": float(row["cost_usd"]), "input_tokens": int(row["input_tokens"]),
+                 "output_tokens": int(row["output_tokens"])}
+                for row in rows if row["day_start"] is not None]
+
+    def first_run_start(self) -> float | None:
+        """When the oldest run still kept was claimed (None: no runs)."""
+        [row] = self._all("first_run_start")
+        return None if row["first"] is None else float(row["first"])
 
     def spend_by_role(self, week_start: float, day_start: float) -> list[dict[str, Any]]:
         """Per role: runs and cost since week_start, and runs, cost and tokens since day_start."""

@@ -78,3 +78,24 @@ ON CONFLICT (runtime) DO UPDATE
 SET until = greatest(cooldowns.until, excluded.until), reason = excluded.reason,
     created_at = excluded.created_at
 RETURNING *;
+
+-- name: cost_by_day
+-- As SQLite's block; the day starts are read from the JSON array with jsonb's functions.
+SELECT day_start,
+       count(*) AS runs,
+       coalesce(sum(cost_usd), 0) AS cost_usd,
+       coalesce(sum(input_tokens), 0) AS input_tokens,
+       coalesce(sum(output_tokens), 0) AS output_tokens
+FROM (
+    SELECT (SELECT max(value::double precision)
+            FROM jsonb_array_elements_text(CAST(:starts AS jsonb)) AS day(value)
+            WHERE value::double precision <= runs.claimed_at) AS day_start,
+           cost_usd, input_tokens, output_tokens
+    FROM runs
+    WHERE claimed_at >= :since
+) AS dated
+GROUP BY day_start
+ORDER BY day_start;
+
+-- name: first_run_start
+SELECT min(claimed_at) AS first FROM runs;

@@ -52,3 +52,25 @@ VALUES (:runtime, :until, :reason, :now)
 ON CONFLICT (runtime) DO UPDATE
 SET until = max(until, excluded.until), reason = excluded.reason, created_at = excluded.created_at
 RETURNING *;
+
+-- name: cost_by_day
+-- Runs, cost and tokens per day of the fleet's zone, summed by the database. SQLite knows no
+-- time zones, so the caller passes the days' starts (:starts, a JSON array of unix seconds,
+-- ascending: midnights in the zone, daylight saving included) and each run falls in the last
+-- day that starts at or before it. PostgreSQL's block reads the same array as jsonb.
+SELECT day_start,
+       count(*) AS runs,
+       coalesce(sum(cost_usd), 0) AS cost_usd,
+       coalesce(sum(input_tokens), 0) AS input_tokens,
+       coalesce(sum(output_tokens), 0) AS output_tokens
+FROM (
+    SELECT (SELECT max(value) FROM json_each(:starts) WHERE value <= runs.claimed_at) AS day_start,
+           cost_usd, input_tokens, output_tokens
+    FROM runs
+    WHERE claimed_at >= :since
+)
+GROUP BY day_start
+ORDER BY day_start;
+
+-- name: first_run_start
+SELECT min(claimed_at) AS first FROM runs;
