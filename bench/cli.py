@@ -8,7 +8,8 @@ Measured:
   that command's module) against a bare click program's `--version`, each the median of
   --repeat fresh processes. Target: ≤ 1.5 × the bare program.
 - status at scale: a SQLite database built through the store's own schema (open_store runs
-  the migrations), filled with executemany, then `taskherd status` (a process) and the board
+  the migrations), filled with executemany (finished tasks spread over 30 days, each with its
+  run and cost), then `taskherd status` (a process) and the board
   query (`store.counts()` in process). Target: status ≤ the CLI's own start + 50 ms, and the
   board query ≤ 50 ms.
 Exit status 1 if a target is missed.
@@ -57,11 +58,25 @@ def build_database(path: Path, finished: int, ready: int) -> None:
               "finished_at) VALUES (?, ?, ?, ?, ?, ?, ?)")
     roles = ("coder", "qa", "writer")
     chunk = 100_000
+    # History as a fleet keeps it: finished over the last 30 days (the default retention),
+    # each task with its run and that run's cost, so the board's week of spend is real work.
+    span = 30 * 86400
+
+    def finished_at(i: int) -> float:
+        return now - span + span * i / max(finished, 1)
+
     for start in range(0, finished, chunk):
-        rows = [(roles[i % 3], f"done {i}", "completed" if i % 10 else "dead", now, now, now, now)
+        rows = [(roles[i % 3], f"done {i}", "completed" if i % 10 else "dead", finished_at(i),
+                 finished_at(i), finished_at(i), finished_at(i))
                 for i in range(start, min(finished, start + chunk))]
         db.executemany(insert, rows)
         db.commit()
+    db.execute("INSERT INTO runs (task_id, attempt, node, role, claimed_at, spawned_at, "
+               "ended_at, outcome, cost_usd, input_tokens, output_tokens) "
+               "SELECT id, 1, 'n1', role, finished_at - 60, finished_at - 59, finished_at, "
+               "CASE state WHEN 'completed' THEN 'succeeded' ELSE 'failed' END, 0.01, 1000, 100 "
+               "FROM tasks WHERE finished_at IS NOT NULL")
+    db.commit()
     db.executemany(insert, [(roles[i % 3], f"todo {i}", "ready", now, now, now, None)
                             for i in range(ready)])
     db.commit()
