@@ -16,8 +16,8 @@ wins, so a message that carries a reset time is never read as a bare
 - ``Retry-After: 120`` or an HTTP-date, as printed in a log
 - caller's extra patterns (a ``(?P<epoch>…)`` or ``(?P<seconds>…)`` group
   gives a reset time)
-- "rate limit", "Too Many Requests", HTTP 429, "usage limit reached":
-  no reset time, so the caller's default cooldown applies
+- the phrases of `ratelimit_phrases` ("rate limit", "out of extra usage",
+  "quota exceeded", HTTP 429…): no reset time, so the caller's cooldown applies
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from email.utils import parsedate_to_datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from taskherd.runtimes.ratelimit_phrases import LIMIT_PHRASES
 
 DEFAULT_COOLDOWN_SECONDS = 3600
 
@@ -217,7 +219,7 @@ _USAGE_LIMIT_EPOCH = re.compile(r"usage limit reached\s*\|\s*(?P<epoch>\d{9,13})
 # · resets 2:30pm", "Weekly limit reached ∙ resets Nov 21, 2pm": "limit" must
 # come first on the same line, so a stray "resets 3pm" in a diff is no signal.
 _LIMIT_RESETS_AT_CLOCK = re.compile(
-    r"limit[^\n]{0,80}?\bresets?\s+(?:at\s+|on\s+)?"
+    r"limit[^\n]{0,80}?\b(?:resets?\s+(?:at\s+|on\s+)?|try\s+again\s+at\s+)"
     r"(?:(?P<month>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+"
     r"(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?:at\s+)?)?"
     r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>[ap]\.?m\.?)?"
@@ -229,11 +231,11 @@ _LIMIT_RESETS_AT_CLOCK = re.compile(
 # a limit first on the same line, then a relative delay.
 _LIMIT_RESETS_IN = re.compile(
     r"limit[^\n]{0,80}?\b(?:resets?|try again|retry|available)\s+in\s+"
-    r"(?P<amount>\d+(?:\.\d+)?)\s*(?P<unit>s|sec|second|m|min|minute|h|hr|hour)s?\b",
+    r"(?P<amount>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|sec|second|m|min|minute|h|hr|hour|d|day)s?\b",
     _I,
 )
-_UNIT_SECONDS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
-                 "h": 3600, "hr": 3600, "hour": 3600}
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
+                 "h": 3600, "hr": 3600, "hour": 3600, "d": 86400, "day": 86400}
 
 _RETRY_AFTER = re.compile(
     r"retry[-_ ]after[\"']?\s*[:=]\s*[\"']?(?P<value>\d+(?:\.\d+)?|"
@@ -241,26 +243,7 @@ _RETRY_AFTER = re.compile(
     _I,
 )
 
-_GENERIC = [
-    (
-        "usage_limit",
-        re.compile(
-            r"\b(?:usage|session|weekly|daily|hourly|\d+-hour)\s+limit\s+(?:reached|exceeded)", _I
-        ),
-    ),
-    ("rate_limit_text", re.compile(r"\brate[-_ ]?limit(?:ed|s|ing)?(?![a-z])", _I)),
-    ("too_many_requests", re.compile(r"\btoo many requests\b", _I)),
-    # 429 only where it is a status, not any number in a log (line 429 of a file).
-    (
-        "http_429",
-        re.compile(
-            r"(?:\b(?:http(?:/\d(?:\.\d)?)?|status|error|code|rejected|returned|got)\b[^\n\d]{0,20}"
-            r"|\(|\"status\"\s*:\s*)"
-            r"429\b",
-            _I,
-        ),
-    ),
-]
+_GENERIC = [(source, re.compile(pattern, _I)) for source, pattern in LIMIT_PHRASES]
 
 
 def _detectors(extra_patterns: Iterable[str]) -> list[tuple[str, re.Pattern, ResetFromMatch]]:
