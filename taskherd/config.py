@@ -262,6 +262,12 @@ def _check_role(role: RoleConfig, pools: Mapping[str, int]) -> None:
     where = f"roles.{role.name}"
     if role.runtime == "command" and not role.command:
         raise ConfigError(f"{where}.command is required for runtime 'command' (an argv list)")
+    if role.runtime == "command" and role.prompt_via == "arg" and role.command[-1:] != ("--",):
+        raise ConfigError(
+            f"{where}.command = {list(role.command)!r}: with prompt_via = 'arg' the command must "
+            "end with '--', so a prompt starting with '-' is never read as an option "
+            "(or use prompt_via = 'stdin' or 'file')"
+        )
     if role.runtime == "chat" and not (role.base_url and role.model):
         raise ConfigError(f"{where}: runtime 'chat' needs base_url and model")
     if role.pool is not None and role.pool not in pools:

@@ -17,9 +17,6 @@ from taskherd.runtimes.base import Launch, OutputReader, RunFiles, Runtime
 from taskherd.runtimes.claude_stream import ClaudeRunResult, ClaudeStreamReader, ResultEvent
 from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until
 
-# Linux refuses a single argv string over 128 KiB; longer prompts go on stdin, where
-# `claude -p` reads them when no prompt argument is given.
-MAX_PROMPT_ARG = 100_000
 SUMMARY_LIMIT = 2000
 # What Claude Code signs in with, besides a login stored in ~/.claude (HOME is carried over).
 CLAUDE_AUTH_ENV = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN")
@@ -57,13 +54,11 @@ class ClaudeRuntime(Runtime):
 
     def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles) -> Launch:
         files.prompt.write_text(task.prompt)
-        argv = [role.binary or "claude", "-p"]
-        stdin = None
-        if len(task.prompt.encode()) <= MAX_PROMPT_ARG:
-            argv.append(task.prompt)
-        else:
-            stdin = files.prompt
-        argv += ["--output-format", "stream-json", "--verbose"]
+        # The prompt goes on stdin, never in argv: task text (from an import, a job, another
+        # agent) that starts with '-' would otherwise be read as Claude Code's own options, and
+        # a long prompt would hit the kernel's limit on one argument.
+        argv = [role.binary or "claude", "-p", "--output-format", "stream-json", "--verbose"]
+        stdin = files.prompt
         if role.agent:
             argv += ["--agent", role.agent]
         if role.model:
