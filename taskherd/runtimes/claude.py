@@ -89,6 +89,12 @@ class ClaudeRuntime(Runtime):
         if not claude.is_error and (claude.declared_complete or not role.require_marker):
             return RunResult(Outcome.SUCCEEDED, exit_status.code,
                              summary=claude.summary[:SUMMARY_LIMIT], **spend)
+        completed = claude.summary if claude.declared_complete else reader.stream.completed_summary
+        if completed is not None:
+            # TASK_COMPLETE, then a usage limit or an API error: the work is done (partial
+            # success is success); the limit still pauses the runtime through the reader.
+            return RunResult(Outcome.SUCCEEDED, exit_status.code,
+                             summary=(completed or "done")[:SUMMARY_LIMIT], **spend)
         tail = reader.error_tail or None
         limit = claude.rate_limit or reader.rate_limit
         if limit is not None:

@@ -232,6 +232,9 @@ class ClaudeStreamReader:
         self.session_id: str | None = None
         self.rate_limit: RateLimitSignal | None = None  # the first one seen
         self.result: ClaudeRunResult | None = None
+        # The last TASK_COMPLETE summary an assistant message gave: work done before a limit
+        # or an error ended the run is still done.
+        self.completed_summary: str | None = None
         self._pending: list[bytes] = []
 
     def feed(self, chunk: bytes | str, now: datetime | None = None) -> list[ClaudeEvent]:
@@ -279,7 +282,10 @@ class ClaudeStreamReader:
         for length in _PREFIX_LENGTHS:
             lazy_type = _LAZY_PREFIXES.get(line[:length])
             if lazy_type is not None:
-                return ClaudeEvent(lazy_type, line=line)
+                event = ClaudeEvent(lazy_type, line=line)
+                if lazy_type == "assistant" and b"TASK_COMPLETE" in line:
+                    self._note_completion(event)
+                return event
         data = _parse_object(line)
         if data is None or not isinstance(data.get("type"), str):
             return None
@@ -304,7 +310,19 @@ class ClaudeStreamReader:
             if result.rate_limit is not None:
                 self._note_rate_limit(result.rate_limit)
             return ResultEvent(kind, data, result)
-        return ClaudeEvent(kind, data=data)
+        event = ClaudeEvent(kind, data=data)
+        if kind == "assistant":
+            self._note_completion(event)
+        return event
+
+    def _note_completion(self, event: ClaudeEvent) -> None:
+        message = event.data.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") == "text":
+                summary, declared = summary_of(str(block.get("text", "")))
+                if declared:
+                    self.completed_summary = summary
 
     def _note_rate_limit(self, signal: RateLimitSignal) -> None:
         # Keep the first signal, unless a later one knows the reset time.
