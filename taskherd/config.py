@@ -182,6 +182,18 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
     return config
 
 
+def make_private_dir(path: Path) -> Path:
+    """Create `path` and any missing parent as 0700 (mkdir's `parents` would make them 0755):
+    the data dir holds logs with prompts and agent output, the database, the agent socket."""
+    missing, folder = [], path
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
 def default_data_dir() -> Path:
     if os.environ.get(HOME_ENV):
         return Path(os.environ[HOME_ENV])

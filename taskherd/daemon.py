@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from taskherd import __version__, spares, wake
-from taskherd.config import Config, ConfigError, DaemonConfig, load_config
+from taskherd.config import Config, ConfigError, DaemonConfig, load_config, make_private_dir
 from taskherd.dispatcher import Dispatcher
 from taskherd.monitor import Monitor
 from taskherd.scheduler import Scheduler
@@ -51,7 +51,7 @@ class NodeLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dir(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from taskherd import procs
-from taskherd.config import Config, RoleConfig
+from taskherd.config import Config, RoleConfig, make_private_dir
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
 from taskherd.runtimes.base import OutputReader, RunFiles, Runtime
 from taskherd.runtimes.chat import ChatCall, ChatRuntime
@@ -71,7 +71,7 @@ class Supervisor:
         self.live: dict[int, LiveRun] = {}
         self.last_spawn: dict[str, float] = {}  # role → time of its latest spawn (stagger)
         self.log_dir = config.daemon.log_dir
-        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dir(self.log_dir)
 
     # -- starting ------------------------------------------------------------------------
 
