@@ -10,7 +10,7 @@ import os
 import socket
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -87,6 +87,8 @@ class RoleConfig:
     api_key_env: str | None = None
     rate_limit_patterns: tuple[str, ...] = ()
     rate_limit_cooldown: float = 3600.0
+    # Not a role key: the daemon's timezone, so a limit's "resets 3am" is read in it.
+    timezone: str | None = None
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -107,7 +109,7 @@ class Config:
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
-        return self.roles.get(name) or RoleConfig(name=name)
+        return self.roles.get(name) or RoleConfig(name=name, timezone=self.daemon.timezone)
 
     def policy_for(self, role: str) -> RetryPolicy:
         return self.role(role).retry_policy
@@ -161,7 +163,10 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
     daemon = _parse_daemon(_table(raw, "daemon"), base_dir, from_file=source is not None)
     pools = _parse_pools(_table(raw, "pools"))
     roles = {
-        name: _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools)
+        name: replace(
+            _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools),
+            timezone=daemon.timezone,
+        )
         for name in _table(raw, "roles")
     }
     jobs = raw.get("jobs", [])
@@ -234,7 +239,7 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool) -> Da
 def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int]) -> RoleConfig:
     if name == "any":
         raise ConfigError("roles.any: 'any' is reserved (a task for role 'any' runs as any role)")
-    reader = _Reader(raw, f"roles.{name}", {f.name for f in fields(RoleConfig)} - {"name"})
+    reader = _Reader(raw, f"roles.{name}", {f.name for f in fields(RoleConfig)} - {"name", "timezone"})
     values = {
         "runtime": reader.choice("runtime", RUNTIMES),
         "command": reader.str_list("command"),

@@ -17,7 +17,12 @@ from pathlib import Path
 from taskherd.config import RoleConfig
 from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.procs import ExitStatus
-from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until, detect_rate_limit
+from taskherd.runtimes.ratelimit import (
+    RateLimitSignal,
+    cooldown_until,
+    detect_rate_limit,
+    reading_zone,
+)
 
 TASK_COMPLETE = re.compile(r"^\s*TASK_COMPLETE:\s*(?P<summary>.*?)\s*$")
 TAIL_LINES = 40  # kept on the task for the dead-letter set
@@ -76,7 +81,8 @@ class OutputReader:
 
     def rate_limit_in_tail(self, now: float) -> RateLimitSignal | None:
         text = "\n".join(self.tail)
-        return detect_rate_limit(text, _utc(now), self.role.rate_limit_patterns)
+        return detect_rate_limit(text, _utc(now), self.role.rate_limit_patterns,
+                                 reading_zone(self.role.timezone))
 
     @property
     def error_tail(self) -> str:

@@ -24,6 +24,7 @@ from taskherd.runtimes.ratelimit import (
     RateLimitSignal,
     cooldown_until,
     detect_rate_limit,
+    reading_zone,
     retry_after_to_reset,
 )
 
@@ -187,7 +188,8 @@ def _rate_limit(call: ChatCall, role: RoleConfig, now: float) -> RateLimitSignal
         reset = retry_after_to_reset(call.retry_after, _utc(now)) if call.retry_after else None
         return RateLimitSignal(reset, "http_429", (call.error or "")[:200])
     if call.error:
-        return detect_rate_limit(call.error, _utc(now), role.rate_limit_patterns)
+        return detect_rate_limit(call.error, _utc(now), role.rate_limit_patterns,
+                                 reading_zone(role.timezone))
     return None
 
 

@@ -15,7 +15,7 @@ from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.procs import ExitStatus
 from taskherd.runtimes.base import Launch, OutputReader, RunFiles, Runtime
 from taskherd.runtimes.claude_stream import ClaudeRunResult, ClaudeStreamReader, ResultEvent
-from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until
+from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until, reading_zone
 
 SUMMARY_LIMIT = 2000
 # What Claude Code signs in with, besides a login stored in ~/.claude (HOME is carried over).
@@ -25,7 +25,7 @@ CLAUDE_AUTH_ENV = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AU
 class ClaudeReader(OutputReader):
     def __init__(self, role: RoleConfig):
         super().__init__(role)
-        self.stream = ClaudeStreamReader(role.rate_limit_patterns)
+        self.stream = ClaudeStreamReader(role.rate_limit_patterns, reading_zone(role.timezone))
 
     def feed(self, chunk: bytes, now: float) -> RateLimitSignal | None:
         seen_before = self.stream.rate_limit

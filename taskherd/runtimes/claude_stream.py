@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import IO
 
 from taskherd.runtimes.ratelimit import RateLimitSignal, detect_rate_limit
@@ -144,7 +144,8 @@ class ClaudeRunResult:
 
     @classmethod
     def from_event(
-        cls, data: dict, now: datetime, extra_patterns: tuple[str, ...] = ()
+        cls, data: dict, now: datetime, extra_patterns: tuple[str, ...] = (),
+        clock_zone: tzinfo | None = None,
     ) -> ClaudeRunResult:
         text = data.get("result") if isinstance(data.get("result"), str) else ""
         summary, declared = summary_of(text)
@@ -166,7 +167,7 @@ class ClaudeRunResult:
             duration_ms=data.get("duration_ms"),
             api_error_status=data.get("api_error_status"),
             terminal_reason=data.get("terminal_reason"),
-            rate_limit=_result_rate_limit(data, text, is_error, now, extra_patterns),
+            rate_limit=_result_rate_limit(data, text, is_error, now, extra_patterns, clock_zone),
         )
 
 
@@ -182,13 +183,14 @@ def summary_of(text: str) -> tuple[str, bool]:
 
 
 def _result_rate_limit(
-    data: dict, text: str, is_error: bool, now: datetime, extra_patterns: tuple[str, ...]
+    data: dict, text: str, is_error: bool, now: datetime, extra_patterns: tuple[str, ...],
+    clock_zone: tzinfo | None,
 ) -> RateLimitSignal | None:
     # Only a failed result is searched: a run that succeeded while talking
     # about "rate limits" (it may have written a limiter) was not limited.
     if not is_error:
         return None
-    signal = detect_rate_limit(text, now, extra_patterns)
+    signal = detect_rate_limit(text, now, extra_patterns, clock_zone)
     if signal is None and data.get("api_error_status") == 429:
         signal = RateLimitSignal(None, "result_api_error_status_429", text[:200])
     return signal
@@ -225,8 +227,10 @@ class ClaudeStreamReader:
         reader.session_id, reader.rate_limit, reader.result
     """
 
-    def __init__(self, extra_rate_limit_patterns: tuple[str, ...] = ()):
+    def __init__(self, extra_rate_limit_patterns: tuple[str, ...] = (),
+                 clock_zone: tzinfo | None = None):
         self.extra_rate_limit_patterns = tuple(extra_rate_limit_patterns)
+        self.clock_zone = clock_zone  # reads "resets 3am"; None: the zone of `now`
         self.events_seen = 0
         self.lines_skipped = 0
         self.session_id: str | None = None
@@ -303,7 +307,7 @@ class ClaudeStreamReader:
             return event
         if kind == "result":
             result = ClaudeRunResult.from_event(
-                data, now or datetime.now(UTC), self.extra_rate_limit_patterns
+                data, now or datetime.now(UTC), self.extra_rate_limit_patterns, self.clock_zone
             )
             self.result = result
             self.session_id = self.session_id or result.session_id
