@@ -21,7 +21,7 @@ from taskherd.config import Config, RoleConfig, make_private_dir
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
 from taskherd.runtimes.base import OutputReader, RunFiles, Runtime
 from taskherd.runtimes.chat import ChatCall, ChatRuntime
-from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until
+from taskherd.runtimes.ratelimit import RateLimitSignal, guessed_cooldown, known_reset
 from taskherd.runtimes.registry import runtime_for
 from taskherd.store import Store, StoreError, TransitionRefused
 
@@ -242,12 +242,25 @@ class Supervisor:
 
     def _rate_limited(self, live: LiveRun, signal: RateLimitSignal, now: float) -> None:
         """Pause every spawn of the runtime, and end this run without a strike."""
-        until = cooldown_until(signal, _utc(now), live.role.rate_limit_cooldown).timestamp()
-        self.store.set_cooldown(live.role.runtime, until, signal.excerpt or signal.source, now)
+        until = self._pause_runtime(live.role, known_reset(signal, now),
+                                    signal.excerpt or signal.source, now)
         log.warning("runtime %s rate-limited (run %s): paused until %s", live.role.runtime,
                     live.run.id, _utc(until).isoformat())
         self.kill(live, Outcome.RATE_LIMITED, signal.excerpt or "rate limited")
         self.on_change()
+
+    def _pause_runtime(self, role: RoleConfig, reset_at: float | None, reason: str,
+                       now: float) -> float:
+        """Pause every spawn of the role's runtime until the limit lifts: when its text said,
+        else a guess that starts short and doubles while limits repeat."""
+        span = None
+        if reset_at is None:
+            previous = self.store.cooldown_of(role.runtime)
+            span = guessed_cooldown(previous and previous.until, previous and previous.span,
+                                    now, role.rate_limit_cooldown)
+            reset_at = max(now + span, previous.until if previous else now)
+        self.store.set_cooldown(role.runtime, reset_at, reason, now, span)
+        return reset_at
 
     # -- ending --------------------------------------------------------------------------
 
@@ -276,10 +289,9 @@ class Supervisor:
         if run.ended_at is not None:
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
         result = self._result(live, run, status, now)
-        if result.outcome is Outcome.RATE_LIMITED and result.retry_at is not None:
+        if result.outcome is Outcome.RATE_LIMITED and live.kill_reason is None:
             # Limits found only at the end (an HTTP 429, a result event) pause the runtime too.
-            self.store.set_cooldown(live.role.runtime, result.retry_at,
-                                    result.error or "rate limited", now)
+            self._pause_runtime(live.role, result.retry_at, result.error or "rate limited", now)
         self._settle_now(run, result)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")

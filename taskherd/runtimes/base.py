@@ -19,7 +19,7 @@ from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.procs import ExitStatus
 from taskherd.runtimes.ratelimit import (
     RateLimitSignal,
-    cooldown_until,
+    known_reset,
     detect_rate_limit,
     reading_zone,
 )
@@ -123,7 +123,7 @@ class Runtime(abc.ABC):
             return RunResult(Outcome.SUCCEEDED, 0)
         limit = reader.rate_limit or (reader.rate_limit_in_tail(now) if exit_status.code else None)
         if limit is not None:
-            until = cooldown_until(limit, _utc(now), role.rate_limit_cooldown).timestamp()
+            until = known_reset(limit, now)  # None: the daemon picks the pause
             return RunResult(
                 Outcome.RATE_LIMITED,
                 exit_status.code,

@@ -22,7 +22,7 @@ from taskherd.procs import ExitStatus
 from taskherd.runtimes.base import OutputReader, RunFiles, Runtime, failure
 from taskherd.runtimes.ratelimit import (
     RateLimitSignal,
-    cooldown_until,
+    known_reset,
     detect_rate_limit,
     reading_zone,
     retry_after_to_reset,
@@ -168,7 +168,7 @@ class ChatRuntime(Runtime):
             return RunResult(Outcome.SUCCEEDED, 0, summary=reader.summary or reply[:2000], **usage)
         limit = _rate_limit(handle, role, now)
         if limit is not None:
-            until = cooldown_until(limit, _utc(now), role.rate_limit_cooldown).timestamp()
+            until = known_reset(limit, now)  # None: the daemon picks the pause
             return RunResult(Outcome.RATE_LIMITED, error=handle.error, retry_at=until, **usage)
         if handle.stalled:
             return RunResult(Outcome.STALLED, error=handle.error, **usage)

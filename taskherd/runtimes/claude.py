@@ -15,7 +15,7 @@ from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.procs import ExitStatus
 from taskherd.runtimes.base import Launch, OutputReader, RunFiles, Runtime
 from taskherd.runtimes.claude_stream import ClaudeRunResult, ClaudeStreamReader, ResultEvent
-from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until, reading_zone
+from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset, reading_zone
 
 SUMMARY_LIMIT = 2000
 # What Claude Code signs in with, besides a login stored in ~/.claude (HOME is carried over).
@@ -98,7 +98,7 @@ class ClaudeRuntime(Runtime):
         tail = reader.error_tail or None
         limit = claude.rate_limit or reader.rate_limit
         if limit is not None:
-            until = cooldown_until(limit, _utc(now), role.rate_limit_cooldown).timestamp()
+            until = known_reset(limit, now)  # None: the daemon picks the pause
             return RunResult(Outcome.RATE_LIMITED, exit_status.code, error=limit.excerpt or
                              limit.source, error_tail=tail, retry_at=until, **spend)
         if not claude.is_error:

@@ -33,6 +33,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from taskherd.runtimes.ratelimit_phrases import LIMIT_PHRASES
 
 DEFAULT_COOLDOWN_SECONDS = 3600
+# The first pause for a limit whose text says nothing of its reset (most are per-minute).
+FIRST_GUESSED_COOLDOWN = 60.0
 
 # How much of the matched text a signal keeps, for logs and `taskherd show`.
 _EXCERPT_LIMIT = 200
@@ -123,6 +125,29 @@ def cooldown_until(
     if not isinstance(default_cooldown, timedelta):
         default_cooldown = timedelta(seconds=default_cooldown)
     return now + default_cooldown
+
+
+def known_reset(signal: RateLimitSignal, now: float) -> float | None:
+    """When the limit lifts as the text said (unix seconds), or None: no reset time, or one
+    already past (stale text, or clocks that disagree), leaves the length to the daemon."""
+    if signal.reset_at is not None and signal.reset_at.timestamp() > now:
+        return signal.reset_at.timestamp()
+    return None
+
+
+def guessed_cooldown(previous_until: float | None, previous_span: float | None, now: float,
+                     cap: float) -> float:
+    """How long to pause when the text gave no reset time: a per-minute limit is over in a
+    minute, a daily one is not, so start at FIRST_GUESSED_COOLDOWN and double while limits
+    repeat (a new one within twice the last guess after it lifted), up to `cap`."""
+    first = min(FIRST_GUESSED_COOLDOWN, cap)
+    if previous_until is None or previous_span is None:
+        return first
+    if previous_until > now:
+        return previous_span  # runs that hit the same limit together: one step, not several
+    if now - previous_until > 2 * previous_span:
+        return first  # the limits stopped for a while: this is a new episode
+    return min(cap, previous_span * 2)
 
 
 # -- reset times from matches ---------------------------------------------

@@ -161,7 +161,13 @@ class Store(JobStore, NodeStore, abc.ABC):
     # -- runtime cooldowns (rate limits) -------------------------------------------------
 
     @abc.abstractmethod
-    def set_cooldown(self, runtime: str, until: float, reason: str, now: float) -> Cooldown: ...
+    def set_cooldown(self, runtime: str, until: float, reason: str, now: float,
+                     span: float | None = None) -> Cooldown:
+        """Pause `runtime` until `until`; `span` is the length the daemon guessed, if it had to."""
+
+    @abc.abstractmethod
+    def cooldown_of(self, runtime: str) -> Cooldown | None:
+        """The runtime's last cooldown, lifted or not (None if it never had one)."""
 
     @abc.abstractmethod
     def active_cooldowns(self, now: float) -> list[Cooldown]: ...

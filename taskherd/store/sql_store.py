@@ -227,13 +227,18 @@ class SQLStore(SQLJobs, SQLNodes, Store):
     def open_runs_of_final_tasks(self, node: str) -> list[Run]:
         return [Run.from_row(row) for row in self._all("open_runs_of_final_tasks", {"node": node})]
 
-    def set_cooldown(self, runtime: str, until: float, reason: str, now: float) -> Cooldown:
-        params = {"runtime": runtime, "until": until, "reason": reason, "now": now}
+    def set_cooldown(self, runtime: str, until: float, reason: str, now: float,
+                     span: float | None = None) -> Cooldown:
+        params = {"runtime": runtime, "until": until, "reason": reason, "now": now, "span": span}
         with self._write() as db:
             return Cooldown.from_row(_one(db.execute(self.q["set_cooldown"], params)))
 
     def active_cooldowns(self, now: float) -> list[Cooldown]:
         return [Cooldown.from_row(row) for row in self._all("active_cooldowns", {"now": now})]
+
+    def cooldown_of(self, runtime: str) -> Cooldown | None:
+        rows = self._all("cooldown_of", {"runtime": runtime})
+        return Cooldown.from_row(rows[0]) if rows else None
 
     def clear_cooldown(self, runtime: str) -> bool:
         with self._write() as db:
