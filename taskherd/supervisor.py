@@ -278,6 +278,9 @@ class Supervisor:
 
     def _settle_exit(self, live: LiveRun, status: procs.ExitStatus) -> None:
         now = self.clock()
+        # The shim's exit file knows when the agent really ended: a run re-adopted after a
+        # restart ended while no daemon watched, not when this one noticed.
+        ended_at = status.ended_at if status.ended_at and status.ended_at <= now else now
         self._read_new_output(live, now)
         live.reader.finish(now)
         self.live.pop(live.run.id, None)
@@ -292,7 +295,7 @@ class Supervisor:
         if result.outcome is Outcome.RATE_LIMITED and live.kill_reason is None:
             # Limits found only at the end (an HTTP 429, a result event) pause the runtime too.
             self._pause_runtime(live.role, result.retry_at, result.error or "rate limited", now)
-        self._settle_now(run, result)
+        self._settle_now(run, result, ended_at)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")
         self.on_change()
@@ -307,10 +310,11 @@ class Supervisor:
         return RunResult(outcome, status.code, error=reason, error_tail=live.reader.error_tail,
                          retry_at=retry_at)
 
-    def _settle_now(self, run: Run, result: RunResult) -> None:
+    def _settle_now(self, run: Run, result: RunResult, ended_at: float | None = None) -> None:
         policy = self.config.policy_for(run.role)
         try:
-            self.store.finish_run(run.id, result, policy, self.clock())
+            self.store.finish_run(run.id, result, policy,
+                                  self.clock() if ended_at is None else ended_at)
         except StoreError as error:
             log.warning("run %s could not be settled: %s", run.id, error)
 

@@ -8,7 +8,7 @@ that someone else moved it. Every method takes `now` (unix seconds): nothing rea
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +117,7 @@ class Store(JobStore, NodeStore, abc.ABC):
         full_pools: Sequence[str] | None = None,
         as_role: str | None = None,
         runtime: str | None = None,
+        runtime_of: Mapping[str, str] | None = None,
     ) -> Claim | None:
         """Lease the first ready task (P0 first, FIFO within a priority) and open its run.
 

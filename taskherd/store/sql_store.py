@@ -137,6 +137,7 @@ class SQLStore(SQLJobs, SQLNodes, Store):
         full_pools: Sequence[str] | None = None,
         as_role: str | None = None,
         runtime: str | None = None,
+        runtime_of: Mapping[str, str] | None = None,
     ) -> Claim | None:
         params = {
             "node": node,
@@ -151,6 +152,7 @@ class SQLStore(SQLJobs, SQLNodes, Store):
                 return None
             task = Task.from_row(row)
             role = as_role if task.role == "any" and as_role else task.role
+            runtime = runtime or (runtime_of or {}).get(role)
             run_params = {"task_id": task.id, "node": node, "role": role, "runtime": runtime}
             run_row = _one(db.execute(self.q["insert_run"], run_params | {"now": now}))
         return Claim(task, Run.from_row(run_row))
