@@ -10,7 +10,7 @@ import os
 import socket
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -31,6 +31,33 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 class ConfigError(ValueError):
     """A configuration problem, worded for the person who wrote the file."""
+
+
+# A role's keys: those every runtime reads, plus its runtime's own.
+RUNTIME_ROLE_KEYS = {
+    "command": frozenset({"command", "prompt_via"}),
+    "claude": frozenset({"binary", "agent", "model", "allowed_tools", "permission_mode",
+                         "mcp_config", "args"}),
+    "chat": frozenset({"base_url", "api_key_env", "model"}),
+}
+# Names people reach for that difflib cannot guess from spelling alone.
+KEY_ALIASES = {
+    "retries": "max_attempts", "max_retries": "max_attempts", "attempts": "max_attempts",
+    "concurrency": "max_concurrent", "parallel": "max_concurrent", "cwd": "workdir",
+    "dir": "workdir", "cmd": "command", "environment": "env", "tz": "timezone",
+    "cooldown": "rate_limit_cooldown", "db": "database", "prompt": "prompt_via",
+}
+
+
+def did_you_mean(key: str, accepted: set[str] | frozenset[str]) -> str:
+    """' (did you mean 'max_attempts'?)' for a near miss, else ''."""
+    import difflib
+
+    guess = KEY_ALIASES.get(key.lower())
+    if guess not in accepted:
+        close = difflib.get_close_matches(key.lower(), sorted(accepted), n=1, cutoff=0.6)
+        guess = close[0] if close else None
+    return f" (did you mean {guess!r}?)" if guess else ""
 
 
 @dataclass(frozen=True)
@@ -86,6 +113,8 @@ class RoleConfig:
     api_key_env: str | None = None
     rate_limit_patterns: tuple[str, ...] = ()
     rate_limit_cooldown: float = 3600.0
+    # Not a role key: the daemon's timezone, so a limit's "resets 3am" is read in it.
+    timezone: str | None = None
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -106,7 +135,7 @@ class Config:
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
-        return self.roles.get(name) or RoleConfig(name=name)
+        return self.roles.get(name) or RoleConfig(name=name, timezone=self.daemon.timezone)
 
     def policy_for(self, role: str) -> RetryPolicy:
         return self.role(role).retry_policy
@@ -156,18 +185,24 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
 
 
 def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None = None) -> Config:
-    _no_unknown_keys(raw, {"daemon", "roles", "pools", "jobs"}, "")
-    daemon = _parse_daemon(_table(raw, "daemon"), base_dir, from_file=source is not None)
-    pools = _parse_pools(_table(raw, "pools"))
-    roles = {
-        name: _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools)
-        for name in _table(raw, "roles")
-    }
+    """The config in `raw`; every problem in it at once (ConfigError, one per line)."""
+    problems: list[str] = []
+    _no_unknown_keys(raw, {"daemon", "roles", "pools", "jobs"}, "", problems)
+    daemon = _parse_daemon(_table(raw, "daemon"), base_dir, source is not None, problems)
+    pools = _parse_pools(_table(raw, "pools"), problems)
+    roles = {}
+    for name in _table(raw, "roles"):
+        role = _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools,
+                           problems)
+        if role is not None:
+            roles[name] = replace(role, timezone=daemon.timezone)
     jobs = raw.get("jobs", [])
     if not isinstance(jobs, list) or not all(isinstance(job, dict) for job in jobs):
-        raise ConfigError("jobs must be an array of tables ([[jobs]])")
-    if jobs and daemon.timezone is None:
-        raise ConfigError("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
+        problems.append("jobs must be an array of tables ([[jobs]])")
+    elif jobs and daemon.timezone is None:
+        problems.append("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
+    if problems:
+        raise ConfigError(_all_problems(problems))
     config = Config(daemon, roles, pools, tuple(jobs), source)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
@@ -181,14 +216,33 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
     return config
 
 
+def make_private_dir(path: Path) -> Path:
+    """Create `path` and any missing parent as 0700 (mkdir's `parents` would make them 0755):
+    the data dir holds logs with prompts and agent output, the database, the agent socket."""
+    missing, folder = [], path
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def _all_problems(problems: list[str]) -> str:
+    if len(problems) == 1:
+        return problems[0]
+    return f"{len(problems)} problems:\n" + "\n".join(f"  - {p}" for p in problems)
+
+
 def default_data_dir() -> Path:
     if os.environ.get(HOME_ENV):
         return Path(os.environ[HOME_ENV])
     return Path(platformdirs.user_data_dir("taskherd", appauthor=False))
 
 
-def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool) -> DaemonConfig:
-    reader = _Reader(raw, "daemon", {f.name for f in fields(DaemonConfig)})
+def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool,
+                  problems: list[str]) -> DaemonConfig:
+    reader = _Reader(raw, "daemon", {f.name for f in fields(DaemonConfig)}, problems)
     data_dir = reader.get("data_dir", str, None)
     if data_dir:
         data_path = base_dir / data_dir
@@ -218,10 +272,14 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool) -> Da
     return DaemonConfig(data_dir=data_path, database=database, **given)
 
 
-def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int]) -> RoleConfig:
+def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
+                problems: list[str]) -> RoleConfig | None:
     if name == "any":
-        raise ConfigError("roles.any: 'any' is reserved (a task for role 'any' runs as any role)")
-    reader = _Reader(raw, f"roles.{name}", {f.name for f in fields(RoleConfig)} - {"name"})
+        problems.append("roles.any: 'any' is reserved (a task for role 'any' runs as any role)")
+        return None
+    known_before = len(problems)
+    _runtime_keys_only(name, raw, problems)
+    reader = _Reader(raw, f"roles.{name}", _ALL_ROLE_KEYS, problems)
     values = {
         "runtime": reader.choice("runtime", RUNTIMES),
         "command": reader.str_list("command"),
@@ -253,14 +311,43 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int]) -> 
         "rate_limit_cooldown": reader.duration("rate_limit_cooldown"),
     }
     role = RoleConfig(name=name, **{k: v for k, v in values.items() if v is not None})
-    _check_role(role, pools)
+    if len(problems) == known_before:  # a bad key read as unset must not also say "missing"
+        try:
+            _check_role(role, pools)
+        except ConfigError as error:
+            problems.append(str(error))
     return role
+
+
+_ALL_ROLE_KEYS = {f.name for f in fields(RoleConfig)} - {"name", "timezone"}
+_SHARED_ROLE_KEYS = _ALL_ROLE_KEYS - set().union(*RUNTIME_ROLE_KEYS.values())
+
+
+def _runtime_keys_only(name: str, raw: Mapping[str, Any], problems: list[str]) -> None:
+    """A key of another runtime on this role is a mistake the role would silently ignore."""
+    runtime = raw.get("runtime", "command")
+    if runtime not in RUNTIME_ROLE_KEYS:
+        return  # the runtime itself is reported
+    mine = _SHARED_ROLE_KEYS | RUNTIME_ROLE_KEYS[runtime]
+    for key in sorted(set(raw) & _ALL_ROLE_KEYS - mine):
+        owners = [r for r, keys in RUNTIME_ROLE_KEYS.items() if key in keys]
+        problems.append(
+            f"roles.{name}.{key} = {raw[key]!r}: a key of runtime {' and '.join(map(repr, owners))}"
+            f", not of this role's runtime {runtime!r} (its own keys: "
+            f"{', '.join(sorted(RUNTIME_ROLE_KEYS[runtime]))})"
+        )
 
 
 def _check_role(role: RoleConfig, pools: Mapping[str, int]) -> None:
     where = f"roles.{role.name}"
     if role.runtime == "command" and not role.command:
         raise ConfigError(f"{where}.command is required for runtime 'command' (an argv list)")
+    if role.runtime == "command" and role.prompt_via == "arg" and role.command[-1:] != ("--",):
+        raise ConfigError(
+            f"{where}.command = {list(role.command)!r}: with prompt_via = 'arg' the command must "
+            "end with '--', so a prompt starting with '-' is never read as an option "
+            "(or use prompt_via = 'stdin' or 'file')"
+        )
     if role.runtime == "chat" and not (role.base_url and role.model):
         raise ConfigError(f"{where}: runtime 'chat' needs base_url and model")
     if role.pool is not None and role.pool not in pools:
@@ -272,11 +359,12 @@ def _check_role(role: RoleConfig, pools: Mapping[str, int]) -> None:
         )
 
 
-def _parse_pools(raw: Mapping[str, Any]) -> dict[str, int]:
+def _parse_pools(raw: Mapping[str, Any], problems: list[str]) -> dict[str, int]:
     pools = {}
     for name, capacity in raw.items():
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ConfigError(f"pools.{name} = {capacity!r}: a capacity must be a whole number ≥ 1")
+            problems.append(f"pools.{name} = {capacity!r}: a capacity must be a whole number ≥ 1")
+            continue
         pools[name] = capacity
     return pools
 
@@ -288,19 +376,38 @@ def _table(raw: Mapping[str, Any], key: str, prefix: str = "") -> Mapping[str, A
     return value
 
 
-def _no_unknown_keys(raw: Mapping[str, Any], known: set[str], where: str) -> None:
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        dotted = f"{where}.{unknown[0]}" if where else unknown[0]
-        raise ConfigError(f"unknown key {dotted!r} (accepted: {', '.join(sorted(known))})")
+def _no_unknown_keys(raw: Mapping[str, Any], known: set[str], where: str,
+                     problems: list[str]) -> None:
+    for key in sorted(set(raw) - known):
+        dotted = f"{where}.{key}" if where else key
+        value = raw[key] if not isinstance(raw[key], dict) else "{…}"
+        problems.append(f"unknown key {dotted!r} = {value!r}{did_you_mean(key, known)} "
+                        f"(accepted: {', '.join(sorted(known))})")
 
 
 class _Reader:
     """Reads one table's keys, each with a check that names `where.key` when it fails."""
 
-    def __init__(self, raw: Mapping[str, Any], where: str, known: set[str]):
-        _no_unknown_keys(raw, known, where)
-        self.raw, self.where = raw, where
+    def __init__(self, raw: Mapping[str, Any], where: str, known: set[str],
+                 problems: list[str]):
+        _no_unknown_keys(raw, known, where, problems)
+        self.raw, self.where, self.problems = raw, where, problems
+
+    def __getattribute__(self, name: str) -> Any:
+        # Every reading method notes its problem and reads the key as unset, so one pass
+        # reports every bad key instead of stopping at the first.
+        attribute = super().__getattribute__(name)
+        if name.startswith("_") or not callable(attribute):
+            return attribute
+
+        def noting_problems(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attribute(*args, **kwargs)
+            except ConfigError as error:
+                self.problems.append(str(error))
+                return None
+
+        return noting_problems
 
     def _fail(self, key: str, value: Any, accepted: str) -> ConfigError:
         return ConfigError(f"{self.where}.{key} = {value!r}: expected {accepted}")

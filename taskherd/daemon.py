@@ -19,7 +19,14 @@ from collections.abc import AsyncIterator, Callable, Mapping
 
 from taskherd import __version__, spares
 from taskherd.agent_door import AgentDoor
-from taskherd.config import Config, ConfigError, DaemonConfig, check_reloadable, load_config
+from taskherd.config import (
+    Config,
+    ConfigError,
+    DaemonConfig,
+    check_reloadable,
+    load_config,
+    make_private_dir,
+)
 from taskherd.jobs import JobError
 from taskherd.model import LEASED_STATES, Event, EventKind
 from taskherd.ops import Queue
@@ -49,7 +56,7 @@ class NodeLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dir(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

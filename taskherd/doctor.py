@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from taskherd.config import Config, ConfigError, RoleConfig, load_config
+from taskherd.config import Config, ConfigError, RoleConfig, load_config, make_private_dir
 from taskherd.runtimes.claude import CLAUDE_AUTH_ENV
 from taskherd.service import ENV_FILE
 from taskherd.store import StoreError, advice, open_store, shown
@@ -93,7 +93,7 @@ def check_database(config: Config) -> Check:
 def check_log_dir(config: Config) -> Check:
     log_dir = config.daemon.log_dir
     try:
-        log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dir(log_dir)
         with tempfile.NamedTemporaryFile(dir=log_dir, prefix=".doctor-"):
             pass
     except OSError as error:

@@ -239,6 +239,7 @@ class Cooldown:
     until: float
     reason: str
     created_at: float
+    span: float | None = None  # guessed length (no reset time in the text), for the next guess
 
     @classmethod
     def from_row(cls, row: Any) -> Cooldown:

@@ -67,7 +67,7 @@ rate_limit_cooldown = "1h"   # longest pause after a limit that names no reset t
 # [roles.script]
 # runtime = "command"
 # command = ["/usr/local/bin/my-agent", "--task", "{{task_id}}"]
-# prompt_via = "stdin"   # or "file" ({{prompt_file}}) or "arg"
+# prompt_via = "stdin"   # or "file" ({{prompt_file}}) or "arg" (command must end with "--")
 
 # [pools]
 # git-main = 1         # at most one task naming pool "git-main" runs at a time

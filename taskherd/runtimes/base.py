@@ -21,7 +21,12 @@ from taskherd.config import RoleConfig
 from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.procs import ExitStatus
 from taskherd.prompt import build_prompt
-from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until, detect_rate_limit
+from taskherd.runtimes.ratelimit import (
+    RateLimitSignal,
+    known_reset,
+    detect_rate_limit,
+    reading_zone,
+)
 
 TASK_COMPLETE = re.compile(r"^\s*TASK_COMPLETE:\s*(?P<summary>.*?)\s*$")
 TAIL_LINES = 40  # kept on the task for the dead-letter set
@@ -105,7 +110,8 @@ class OutputReader:
 
     def rate_limit_in_tail(self, now: float) -> RateLimitSignal | None:
         text = "\n".join(self.tail)
-        return detect_rate_limit(text, _utc(now), self.role.rate_limit_patterns)
+        return detect_rate_limit(text, _utc(now), self.role.rate_limit_patterns,
+                                 reading_zone(self.role.timezone))
 
     @property
     def error_tail(self) -> str:
@@ -148,7 +154,7 @@ class Runtime(abc.ABC):
             return RunResult(Outcome.SUCCEEDED, 0)
         limit = reader.rate_limit or (reader.rate_limit_in_tail(now) if exit_status.code else None)
         if limit is not None:
-            until = cooldown_until(limit, _utc(now), role.rate_limit_cooldown).timestamp()
+            until = known_reset(limit, now)  # None: the daemon picks the pause
             return RunResult(
                 Outcome.RATE_LIMITED,
                 exit_status.code,

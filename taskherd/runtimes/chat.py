@@ -23,8 +23,9 @@ from taskherd.prompt import build_prompt
 from taskherd.runtimes.base import AgentEnv, OutputReader, RunFiles, Runtime, failure
 from taskherd.runtimes.ratelimit import (
     RateLimitSignal,
-    cooldown_until,
+    known_reset,
     detect_rate_limit,
+    reading_zone,
     retry_after_to_reset,
 )
 
@@ -168,7 +169,7 @@ class ChatRuntime(Runtime):
             return RunResult(Outcome.SUCCEEDED, 0, summary=reader.summary or reply[:2000], **usage)
         limit = _rate_limit(handle, role, now)
         if limit is not None:
-            until = cooldown_until(limit, _utc(now), role.rate_limit_cooldown).timestamp()
+            until = known_reset(limit, now)  # None: the daemon picks the pause
             return RunResult(Outcome.RATE_LIMITED, error=handle.error, retry_at=until, **usage)
         if handle.stalled:
             return RunResult(Outcome.STALLED, error=handle.error, **usage)
@@ -188,7 +189,8 @@ def _rate_limit(call: ChatCall, role: RoleConfig, now: float) -> RateLimitSignal
         reset = retry_after_to_reset(call.retry_after, _utc(now)) if call.retry_after else None
         return RateLimitSignal(reset, "http_429", (call.error or "")[:200])
     if call.error:
-        return detect_rate_limit(call.error, _utc(now), role.rate_limit_patterns)
+        return detect_rate_limit(call.error, _utc(now), role.rate_limit_patterns,
+                                 reading_zone(role.timezone))
     return None
 
 

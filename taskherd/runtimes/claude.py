@@ -15,11 +15,8 @@ from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.procs import ExitStatus
 from taskherd.runtimes.base import CommandLineRuntime, Launch, OutputReader, RunFiles
 from taskherd.runtimes.claude_stream import ClaudeRunResult, ClaudeStreamReader, ResultEvent
-from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until
+from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset, reading_zone
 
-# Linux refuses a single argv string over 128 KiB; longer prompts go on stdin, where
-# `claude -p` reads them when no prompt argument is given.
-MAX_PROMPT_ARG = 100_000
 SUMMARY_LIMIT = 2000
 # What Claude Code signs in with, besides a login stored in ~/.claude (HOME is carried over).
 CLAUDE_AUTH_ENV = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN")
@@ -28,7 +25,7 @@ CLAUDE_AUTH_ENV = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AU
 class ClaudeReader(OutputReader):
     def __init__(self, role: RoleConfig):
         super().__init__(role)
-        self.stream = ClaudeStreamReader(role.rate_limit_patterns)
+        self.stream = ClaudeStreamReader(role.rate_limit_patterns, reading_zone(role.timezone))
 
     def feed(self, chunk: bytes, now: float) -> RateLimitSignal | None:
         seen_before = self.stream.rate_limit
@@ -58,13 +55,11 @@ class ClaudeRuntime(CommandLineRuntime):
     def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
                prompt: str) -> Launch:
         files.prompt.write_text(prompt)
-        argv = [role.binary or "claude", "-p"]
-        stdin = None
-        if len(prompt.encode()) <= MAX_PROMPT_ARG:
-            argv.append(prompt)
-        else:
-            stdin = files.prompt
-        argv += ["--output-format", "stream-json", "--verbose"]
+        # The prompt goes on stdin, never in argv: task text (from an import, a job, another
+        # agent) that starts with '-' would otherwise be read as Claude Code's own options, and
+        # a long prompt would hit the kernel's limit on one argument.
+        argv = [role.binary or "claude", "-p", "--output-format", "stream-json", "--verbose"]
+        stdin = files.prompt
         if role.agent:
             argv += ["--agent", role.agent]
         if role.model:
@@ -95,10 +90,16 @@ class ClaudeRuntime(CommandLineRuntime):
         if not claude.is_error and (claude.declared_complete or not role.require_marker):
             return RunResult(Outcome.SUCCEEDED, exit_status.code,
                              summary=claude.summary[:SUMMARY_LIMIT], **spend)
+        completed = claude.summary if claude.declared_complete else reader.stream.completed_summary
+        if completed is not None:
+            # TASK_COMPLETE, then a usage limit or an API error: the work is done (partial
+            # success is success); the limit still pauses the runtime through the reader.
+            return RunResult(Outcome.SUCCEEDED, exit_status.code,
+                             summary=(completed or "done")[:SUMMARY_LIMIT], **spend)
         tail = reader.error_tail or None
         limit = claude.rate_limit or reader.rate_limit
         if limit is not None:
-            until = cooldown_until(limit, _utc(now), role.rate_limit_cooldown).timestamp()
+            until = known_reset(limit, now)  # None: the daemon picks the pause
             return RunResult(Outcome.RATE_LIMITED, exit_status.code, error=limit.excerpt or
                              limit.source, error_tail=tail, retry_at=until, **spend)
         if not claude.is_error:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import IO
 
 from taskherd.runtimes.ratelimit import RateLimitSignal, detect_rate_limit
@@ -144,7 +144,8 @@ class ClaudeRunResult:
 
     @classmethod
     def from_event(
-        cls, data: dict, now: datetime, extra_patterns: tuple[str, ...] = ()
+        cls, data: dict, now: datetime, extra_patterns: tuple[str, ...] = (),
+        clock_zone: tzinfo | None = None,
     ) -> ClaudeRunResult:
         text = data.get("result") if isinstance(data.get("result"), str) else ""
         summary, declared = summary_of(text)
@@ -166,7 +167,7 @@ class ClaudeRunResult:
             duration_ms=data.get("duration_ms"),
             api_error_status=data.get("api_error_status"),
             terminal_reason=data.get("terminal_reason"),
-            rate_limit=_result_rate_limit(data, text, is_error, now, extra_patterns),
+            rate_limit=_result_rate_limit(data, text, is_error, now, extra_patterns, clock_zone),
         )
 
 
@@ -182,13 +183,14 @@ def summary_of(text: str) -> tuple[str, bool]:
 
 
 def _result_rate_limit(
-    data: dict, text: str, is_error: bool, now: datetime, extra_patterns: tuple[str, ...]
+    data: dict, text: str, is_error: bool, now: datetime, extra_patterns: tuple[str, ...],
+    clock_zone: tzinfo | None,
 ) -> RateLimitSignal | None:
     # Only a failed result is searched: a run that succeeded while talking
     # about "rate limits" (it may have written a limiter) was not limited.
     if not is_error:
         return None
-    signal = detect_rate_limit(text, now, extra_patterns)
+    signal = detect_rate_limit(text, now, extra_patterns, clock_zone)
     if signal is None and data.get("api_error_status") == 429:
         signal = RateLimitSignal(None, "result_api_error_status_429", text[:200])
     return signal
@@ -225,13 +227,18 @@ class ClaudeStreamReader:
         reader.session_id, reader.rate_limit, reader.result
     """
 
-    def __init__(self, extra_rate_limit_patterns: tuple[str, ...] = ()):
+    def __init__(self, extra_rate_limit_patterns: tuple[str, ...] = (),
+                 clock_zone: tzinfo | None = None):
         self.extra_rate_limit_patterns = tuple(extra_rate_limit_patterns)
+        self.clock_zone = clock_zone  # reads "resets 3am"; None: the zone of `now`
         self.events_seen = 0
         self.lines_skipped = 0
         self.session_id: str | None = None
         self.rate_limit: RateLimitSignal | None = None  # the first one seen
         self.result: ClaudeRunResult | None = None
+        # The last TASK_COMPLETE summary an assistant message gave: work done before a limit
+        # or an error ended the run is still done.
+        self.completed_summary: str | None = None
         self._pending: list[bytes] = []
 
     def feed(self, chunk: bytes | str, now: datetime | None = None) -> list[ClaudeEvent]:
@@ -279,7 +286,10 @@ class ClaudeStreamReader:
         for length in _PREFIX_LENGTHS:
             lazy_type = _LAZY_PREFIXES.get(line[:length])
             if lazy_type is not None:
-                return ClaudeEvent(lazy_type, line=line)
+                event = ClaudeEvent(lazy_type, line=line)
+                if lazy_type == "assistant" and b"TASK_COMPLETE" in line:
+                    self._note_completion(event)
+                return event
         data = _parse_object(line)
         if data is None or not isinstance(data.get("type"), str):
             return None
@@ -297,14 +307,26 @@ class ClaudeStreamReader:
             return event
         if kind == "result":
             result = ClaudeRunResult.from_event(
-                data, now or datetime.now(UTC), self.extra_rate_limit_patterns
+                data, now or datetime.now(UTC), self.extra_rate_limit_patterns, self.clock_zone
             )
             self.result = result
             self.session_id = self.session_id or result.session_id
             if result.rate_limit is not None:
                 self._note_rate_limit(result.rate_limit)
             return ResultEvent(kind, data, result)
-        return ClaudeEvent(kind, data=data)
+        event = ClaudeEvent(kind, data=data)
+        if kind == "assistant":
+            self._note_completion(event)
+        return event
+
+    def _note_completion(self, event: ClaudeEvent) -> None:
+        message = event.data.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") == "text":
+                summary, declared = summary_of(str(block.get("text", "")))
+                if declared:
+                    self.completed_summary = summary
 
     def _note_rate_limit(self, signal: RateLimitSignal) -> None:
         # Keep the first signal, unless a later one knows the reset time.

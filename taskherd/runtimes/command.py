@@ -7,6 +7,9 @@ from taskherd.model import Run, Task
 from taskherd.runtimes.base import CommandLineRuntime, Launch, RunFiles
 
 PLACEHOLDERS = ("task_id", "run_id", "role", "prompt_file", "workdir")
+# Linux refuses a single argv string over 128 KiB (MAX_ARG_STRLEN): a longer prompt for a
+# prompt_via = "arg" role goes on stdin (and stays in {prompt_file}) instead of failing the run.
+MAX_PROMPT_ARG = 100_000
 
 
 class TemplateError(ValueError):
@@ -41,7 +44,12 @@ class CommandRuntime(CommandLineRuntime):
             "workdir": role.workdir or "",
         }
         argv = fill_argv(role.command, values)
-        if role.prompt_via == "arg":
-            argv.append(prompt)
         stdin = files.prompt if role.prompt_via == "stdin" else None
+        if role.prompt_via == "arg":
+            # Last, after the command's own '--' (config requires it), so no task text is
+            # ever read as one of the program's options.
+            if len(prompt.encode()) <= MAX_PROMPT_ARG:
+                argv.append(prompt)
+            else:
+                stdin = files.prompt
         return Launch(argv, dict(role.env), role.workdir, stdin)

@@ -16,12 +16,13 @@ wins, so a message that carries a reset time is never read as a bare
 - ``Retry-After: 120`` or an HTTP-date, as printed in a log
 - caller's extra patterns (a ``(?P<epoch>…)`` or ``(?P<seconds>…)`` group
   gives a reset time)
-- "rate limit", "Too Many Requests", HTTP 429, "usage limit reached":
-  no reset time, so the caller's default cooldown applies
+- the phrases of `ratelimit_phrases` ("rate limit", "out of extra usage",
+  "quota exceeded", HTTP 429…): no reset time, so the caller's cooldown applies
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -29,7 +30,11 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from email.utils import parsedate_to_datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from taskherd.runtimes.ratelimit_phrases import LIMIT_PHRASES
+
 DEFAULT_COOLDOWN_SECONDS = 3600
+# The first pause for a limit whose text says nothing of its reset (most are per-minute).
+FIRST_GUESSED_COOLDOWN = 60.0
 
 # How much of the matched text a signal keeps, for logs and `taskherd show`.
 _EXCERPT_LIMIT = 200
@@ -69,6 +74,24 @@ def detect_rate_limit(
     return None
 
 
+def reading_zone(name: str | None) -> tzinfo:
+    """The zone a reset clock printed without one ("resets 3am") is read in: the daemon's
+    `timezone` when set, else this machine's own zone, the one the CLI printed it in."""
+    if name:
+        return _zone(name, UTC)
+    tz_env = os.environ.get("TZ", "").lstrip(":")
+    if tz_env:
+        try:
+            return ZoneInfo(tz_env)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    try:
+        with open("/etc/localtime", "rb") as local:
+            return ZoneInfo.from_file(local)
+    except (OSError, ValueError):
+        return datetime.now().astimezone().tzinfo or UTC
+
+
 def retry_after_to_reset(header_value: str | None, now: datetime) -> datetime | None:
     """An HTTP Retry-After value (delay in seconds, or an HTTP-date) as the
     time the limit lifts; None when absent or unreadable."""
@@ -102,6 +125,29 @@ def cooldown_until(
     if not isinstance(default_cooldown, timedelta):
         default_cooldown = timedelta(seconds=default_cooldown)
     return now + default_cooldown
+
+
+def known_reset(signal: RateLimitSignal, now: float) -> float | None:
+    """When the limit lifts as the text said (unix seconds), or None: no reset time, or one
+    already past (stale text, or clocks that disagree), leaves the length to the daemon."""
+    if signal.reset_at is not None and signal.reset_at.timestamp() > now:
+        return signal.reset_at.timestamp()
+    return None
+
+
+def guessed_cooldown(previous_until: float | None, previous_span: float | None, now: float,
+                     cap: float) -> float:
+    """How long to pause when the text gave no reset time: a per-minute limit is over in a
+    minute, a daily one is not, so start at FIRST_GUESSED_COOLDOWN and double while limits
+    repeat (a new one within twice the last guess after it lifted), up to `cap`."""
+    first = min(FIRST_GUESSED_COOLDOWN, cap)
+    if previous_until is None or previous_span is None:
+        return first
+    if previous_until > now:
+        return previous_span  # runs that hit the same limit together: one step, not several
+    if now - previous_until > 2 * previous_span:
+        return first  # the limits stopped for a while: this is a new episode
+    return min(cap, previous_span * 2)
 
 
 # -- reset times from matches ---------------------------------------------
@@ -217,7 +263,7 @@ _USAGE_LIMIT_EPOCH = re.compile(r"usage limit reached\s*\|\s*(?P<epoch>\d{9,13})
 # · resets 2:30pm", "Weekly limit reached ∙ resets Nov 21, 2pm": "limit" must
 # come first on the same line, so a stray "resets 3pm" in a diff is no signal.
 _LIMIT_RESETS_AT_CLOCK = re.compile(
-    r"limit[^\n]{0,80}?\bresets?\s+(?:at\s+|on\s+)?"
+    r"limit[^\n]{0,80}?\b(?:resets?\s+(?:at\s+|on\s+)?|try\s+again\s+at\s+)"
     r"(?:(?P<month>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+"
     r"(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?:at\s+)?)?"
     r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>[ap]\.?m\.?)?"
@@ -229,11 +275,11 @@ _LIMIT_RESETS_AT_CLOCK = re.compile(
 # a limit first on the same line, then a relative delay.
 _LIMIT_RESETS_IN = re.compile(
     r"limit[^\n]{0,80}?\b(?:resets?|try again|retry|available)\s+in\s+"
-    r"(?P<amount>\d+(?:\.\d+)?)\s*(?P<unit>s|sec|second|m|min|minute|h|hr|hour)s?\b",
+    r"(?P<amount>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|sec|second|m|min|minute|h|hr|hour|d|day)s?\b",
     _I,
 )
-_UNIT_SECONDS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
-                 "h": 3600, "hr": 3600, "hour": 3600}
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
+                 "h": 3600, "hr": 3600, "hour": 3600, "d": 86400, "day": 86400}
 
 _RETRY_AFTER = re.compile(
     r"retry[-_ ]after[\"']?\s*[:=]\s*[\"']?(?P<value>\d+(?:\.\d+)?|"
@@ -241,26 +287,7 @@ _RETRY_AFTER = re.compile(
     _I,
 )
 
-_GENERIC = [
-    (
-        "usage_limit",
-        re.compile(
-            r"\b(?:usage|session|weekly|daily|hourly|\d+-hour)\s+limit\s+(?:reached|exceeded)", _I
-        ),
-    ),
-    ("rate_limit_text", re.compile(r"\brate[-_ ]?limit(?:ed|s|ing)?(?![a-z])", _I)),
-    ("too_many_requests", re.compile(r"\btoo many requests\b", _I)),
-    # 429 only where it is a status, not any number in a log (line 429 of a file).
-    (
-        "http_429",
-        re.compile(
-            r"(?:\b(?:http(?:/\d(?:\.\d)?)?|status|error|code|rejected|returned|got)\b[^\n\d]{0,20}"
-            r"|\(|\"status\"\s*:\s*)"
-            r"429\b",
-            _I,
-        ),
-    ),
-]
+_GENERIC = [(source, re.compile(pattern, _I)) for source, pattern in LIMIT_PHRASES]
 
 
 def _detectors(extra_patterns: Iterable[str]) -> list[tuple[str, re.Pattern, ResetFromMatch]]:

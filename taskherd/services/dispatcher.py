@@ -63,6 +63,7 @@ class Dispatcher:
                 self.config.daemon.node, now, self.config.daemon.lease,
                 roles=[role.name for role in room.roles], full_pools=room.full_pools,
                 as_role=room.roles[0].name,
+                runtime_of={role.name: role.runtime for role in room.roles},
             )
             if claim is None:
                 break

@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from taskherd import procs
-from taskherd.config import Config, RoleConfig
+from taskherd.config import Config, RoleConfig, make_private_dir
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
 from taskherd.runtimes.base import AgentEnv, Execution, OutputReader, RunFiles, Runtime
-from taskherd.runtimes.ratelimit import RateLimitSignal, cooldown_until
+from taskherd.runtimes.ratelimit import RateLimitSignal, guessed_cooldown, known_reset
 from taskherd.runtimes.registry import runtime_for
 from taskherd.store import Store, StoreError, TransitionRefused
 
@@ -107,7 +107,7 @@ class Supervisor:
         self.view = LiveRuns(self.live, self.last_spawn)
         self.settings = settings
         self.log_dir = config.daemon.log_dir
-        self.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dir(self.log_dir)
 
     # -- starting ------------------------------------------------------------------------
 
@@ -309,12 +309,25 @@ class Supervisor:
 
     def _rate_limited(self, live: LiveRun, signal: RateLimitSignal, now: float) -> None:
         """Pause every spawn of the runtime, and end this run without a strike."""
-        until = cooldown_until(signal, _utc(now), live.role.rate_limit_cooldown).timestamp()
-        self.store.set_cooldown(live.role.runtime, until, signal.excerpt or signal.source, now)
+        until = self._pause_runtime(live.role, known_reset(signal, now),
+                                    signal.excerpt or signal.source, now)
         log.warning("runtime %s rate-limited (run %s): paused until %s", live.role.runtime,
                     live.run.id, _utc(until).isoformat())
         self.kill(live, Outcome.RATE_LIMITED, signal.excerpt or "rate limited")
         self.on_change()
+
+    def _pause_runtime(self, role: RoleConfig, reset_at: float | None, reason: str,
+                       now: float) -> float:
+        """Pause every spawn of the role's runtime until the limit lifts: when its text said,
+        else a guess that starts short and doubles while limits repeat."""
+        span = None
+        if reset_at is None:
+            previous = self.store.cooldown_of(role.runtime)
+            span = guessed_cooldown(previous and previous.until, previous and previous.span,
+                                    now, role.rate_limit_cooldown)
+            reset_at = max(now + span, previous.until if previous else now)
+        self.store.set_cooldown(role.runtime, reset_at, reason, now, span)
+        return reset_at
 
     # -- ending --------------------------------------------------------------------------
 
@@ -328,6 +341,9 @@ class Supervisor:
 
     def _settle_exit(self, live: LiveRun, status: procs.ExitStatus) -> None:
         now = self.clock()
+        # The shim's exit file knows when the agent really ended: a run re-adopted after a
+        # restart ended while no daemon watched, not when this one noticed.
+        ended_at = status.ended_at if status.ended_at and status.ended_at <= now else now
         self._read_new_output(live, now)
         live.reader.finish(now)
         self.live.pop(live.run.id, None)
@@ -339,11 +355,10 @@ class Supervisor:
         if run.ended_at is not None:
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
         result = self._result(live, run, status, now)
-        if result.outcome is Outcome.RATE_LIMITED and result.retry_at is not None:
+        if result.outcome is Outcome.RATE_LIMITED and live.kill_reason is None:
             # Limits found only at the end (an HTTP 429, a result event) pause the runtime too.
-            self.store.set_cooldown(live.role.runtime, result.retry_at,
-                                    result.error or "rate limited", now)
-        self._settle_now(run, result)
+            self._pause_runtime(live.role, result.retry_at, result.error or "rate limited", now)
+        self._settle_now(run, result, ended_at)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")
         self.on_change()
@@ -358,10 +373,11 @@ class Supervisor:
         return RunResult(outcome, status.code, error=reason, error_tail=live.reader.error_tail,
                          retry_at=retry_at)
 
-    def _settle_now(self, run: Run, result: RunResult) -> None:
+    def _settle_now(self, run: Run, result: RunResult, ended_at: float | None = None) -> None:
         policy = self.config.policy_for(run.role)
         try:
-            self.store.finish_run(run.id, result, policy, self.clock())
+            self.store.finish_run(run.id, result, policy,
+                                  self.clock() if ended_at is None else ended_at)
         except StoreError as error:
             log.warning("run %s could not be settled: %s", run.id, error)
 

@@ -8,7 +8,7 @@ that someone else moved it. Every method takes `now` (unix seconds): nothing rea
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +108,7 @@ class Store(JobStore, NodeStore, abc.ABC):
         full_pools: Sequence[str] | None = None,
         as_role: str | None = None,
         runtime: str | None = None,
+        runtime_of: Mapping[str, str] | None = None,
     ) -> Claim | None:
         """Lease the first ready task (P0 first, FIFO within a priority) and open its run.
 
@@ -152,7 +153,13 @@ class Store(JobStore, NodeStore, abc.ABC):
     # -- runtime cooldowns (rate limits) -------------------------------------------------
 
     @abc.abstractmethod
-    def set_cooldown(self, runtime: str, until: float, reason: str, now: float) -> Cooldown: ...
+    def set_cooldown(self, runtime: str, until: float, reason: str, now: float,
+                     span: float | None = None) -> Cooldown:
+        """Pause `runtime` until `until`; `span` is the length the daemon guessed, if it had to."""
+
+    @abc.abstractmethod
+    def cooldown_of(self, runtime: str) -> Cooldown | None:
+        """The runtime's last cooldown, lifted or not (None if it never had one)."""
 
     @abc.abstractmethod
     def active_cooldowns(self, now: float) -> list[Cooldown]: ...

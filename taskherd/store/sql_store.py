@@ -164,6 +164,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
         full_pools: Sequence[str] | None = None,
         as_role: str | None = None,
         runtime: str | None = None,
+        runtime_of: Mapping[str, str] | None = None,
     ) -> Claim | None:
         params = {
             "node": node,
@@ -178,6 +179,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
                 return None
             task = Task.from_row(row)
             role = as_role if task.role == ANY_ROLE and as_role else task.role
+            runtime = runtime or (runtime_of or {}).get(role)
             run_params = {"task_id": task.id, "node": node, "role": role, "runtime": runtime}
             run_row = _one(db.execute(self.q["insert_run"], run_params | {"now": now}))
             claim = Claim(task, Run.from_row(run_row))
@@ -262,8 +264,9 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
     def open_runs_of_final_tasks(self, node: str) -> list[Run]:
         return [Run.from_row(row) for row in self._all("open_runs_of_final_tasks", {"node": node})]
 
-    def set_cooldown(self, runtime: str, until: float, reason: str, now: float) -> Cooldown:
-        params = {"runtime": runtime, "until": until, "reason": reason, "now": now}
+    def set_cooldown(self, runtime: str, until: float, reason: str, now: float,
+                     span: float | None = None) -> Cooldown:
+        params = {"runtime": runtime, "until": until, "reason": reason, "now": now, "span": span}
         with self._write() as db:
             cooldown = Cooldown.from_row(_one(db.execute(self.q["set_cooldown"], params)))
             self._emit(EventKind.COOLDOWN_SET, now, runtime=runtime)
@@ -271,6 +274,10 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
 
     def active_cooldowns(self, now: float) -> list[Cooldown]:
         return [Cooldown.from_row(row) for row in self._all("active_cooldowns", {"now": now})]
+
+    def cooldown_of(self, runtime: str) -> Cooldown | None:
+        rows = self._all("cooldown_of", {"runtime": runtime})
+        return Cooldown.from_row(rows[0]) if rows else None
 
     def clear_cooldown(self, runtime: str, now: float | None = None) -> bool:
         with self._write() as db:

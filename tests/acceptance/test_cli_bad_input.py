@@ -48,6 +48,8 @@ FILES = {
     "broken.toml": "[daemon\ndatabase = 'taskherd.db'\n",
     "typo.toml": '[daemon]\ndatabase = "taskherd.db"\nmax_concurent = 4\n',
     "fast.toml": '[daemon]\ndatabase = "taskherd.db"\ndurability = "fast"\n',
+    "many.toml": '[daemon]\ndatabase = "taskherd.db"\nlease = "soon"\n'
+    '[roles.coder]\ncommand = ["agent"]\nretries = 3\nmodel = "opus"\n',
 }
 READY, COMPLETED, CANCELLED = 1, 2, 3  # task ids the workspace holds, by state
 UNKNOWN = 999
@@ -92,6 +94,9 @@ CASES = [
     ("status with bad durability", ["--config", "fast.toml", "status"], 2,
      ["daemon.durability", "fast"]),
     ("status with a missing config", ["--config", "absent.toml", "status"], 2, ["absent.toml"]),
+    ("status with three config problems", ["--config", "many.toml", "status"], 2,
+     ["3 problems", "daemon.lease = 'soon'", "roles.coder.retries", "did you mean 'max_attempts'",
+      "roles.coder.model = 'opus'", "runtime 'command'"]),
 ]
 for command in ["show", "log", "cancel", "approve", "reject", "block", "unblock", "requeue"]:
     CASES += [

@@ -130,11 +130,12 @@ def test_kill_9_with_50_running_agents_loses_nothing_and_finishes_each_task_once
         first = runs[0]
         assert first.id == first_runs[task_id].id  # the adopted run, not a replacement
         assert first.pid == first_runs[task_id].pid and first.spawned_at < killed_at
-        assert first.ended_at is not None and first.ended_at > restarted_at
+        assert first.ended_at is not None and first.ended_at > killed_at
         assert first.exit_code == code, (index, first)
         assert first.outcome is (Outcome.SUCCEEDED if code == 0 else Outcome.FAILED)
         exit_file = procs.read_exit_file(procs.exit_path_for(first.log_path))
         assert exit_file.code == code
+        assert first.ended_at == exit_file.ended_at  # its true end, even if no daemon watched
         if group[index] == "early":
             assert exit_file.ended_at < restarted_at  # died while no daemon ran
         else:

@@ -5,6 +5,7 @@ Every test runs once per store (`database`: a SQLite file, then a PostgreSQL dat
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -273,6 +274,29 @@ def test_stop_command_and_detach_leave_agents_running(fleet, tmp_path):
     finished = f.wait_final(task.id)
     assert finished.state is TaskState.COMPLETED
     assert len(f.store.runs_of_task(task.id)) == 1
+
+
+def test_a_readopted_run_keeps_its_true_end_time_and_its_runtime(fleet, tmp_path):
+    gate = tmp_path / "go"
+    f = fleet()
+    f.up()
+    task = f.add("held", prompt=f"hold {gate}")
+    run = f.wait_until(lambda: (r := f.store.open_runs()) and r[0].pid and r[0], what="spawn")
+    assert f.cli("stop").returncode == 0
+    assert f.daemon.wait(10) == 0
+    gate.write_text("go")  # the agent ends while no daemon watches
+    exit_file = f"{run.log_path}.exit"
+    deadline = time.monotonic() + 20
+    while not os.path.exists(exit_file):  # no daemon to wait on: the file itself
+        assert time.monotonic() < deadline, "the shim wrote no exit file"
+        time.sleep(0.02)
+    ended_at = json.loads(open(exit_file).read())["ended_at"]
+    f.daemon = None
+    f.up()
+    f.wait_final(task.id)
+    [settled] = f.store.runs_of_task(task.id)
+    assert settled.ended_at == pytest.approx(ended_at, abs=1e-6)  # not when the new daemon saw it
+    assert settled.runtime == "command"
 
 
 def test_an_open_run_nobody_watches_is_adopted_not_renewed_forever(fleet, tmp_path):

@@ -68,3 +68,39 @@ def test_a_config_file_keeps_its_data_beside_it(tmp_path, monkeypatch):
     first = load_config(tmp_path / "a" / "taskherd.toml").daemon
     second = load_config(tmp_path / "b" / "taskherd.toml").daemon
     assert first.data_dir == tmp_path / "a" / ".taskherd" and first.log_dir != second.log_dir
+
+
+def test_every_config_problem_is_reported_at_once_with_near_misses(tmp_path):
+    raw = {
+        "daemon": {"max_concurent": 3, "lease": "soon"},
+        "roles": {
+            "coder": {"command": ["agent"], "retries": 3, "timeout": -1},
+            "writer": {"runtime": "claude", "command": ["x"], "prompt_via": "arg"},
+            "bot": {"runtime": "chat", "base_url": "http://gw", "model": "m", "binary": "c"},
+        },
+        "pools": {"gpu": 0},
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(raw, base_dir=tmp_path)
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "8 problems:"
+    text = "\n".join(lines)
+    for expected in [
+        "unknown key 'daemon.max_concurent' = 3 (did you mean 'max_concurrent'?)",
+        "daemon.lease = 'soon': expected a duration",
+        "unknown key 'roles.coder.retries' = 3 (did you mean 'max_attempts'?)",
+        "roles.coder.timeout = -1: expected a duration",
+        ("roles.writer.command = ['x']: a key of runtime 'command', not of this role's runtime "
+         "'claude'"),
+        "roles.writer.prompt_via = 'arg': a key of runtime 'command'",
+        "roles.bot.binary = 'c': a key of runtime 'claude', not of this role's runtime 'chat'",
+        "pools.gpu = 0",
+    ]:
+        assert expected in text, text
+
+
+def test_a_key_every_runtime_shares_is_accepted_on_each(tmp_path):
+    for runtime, extra in [("command", {"command": ["a"]}), ("claude", {}),
+                           ("chat", {"base_url": "http://gw", "model": "m"})]:
+        raw = {"roles": {"r": {"runtime": runtime, "timeout": "5m", "max_attempts": 2, **extra}}}
+        assert parse_config(raw, base_dir=tmp_path).roles["r"].max_attempts == 2

@@ -138,7 +138,7 @@ def test_reset_time_form_wins_over_generic_one_earlier_in_text():
 
 
 def test_extra_patterns_with_and_without_reset_groups():
-    assert detect_rate_limit("quota exhausted", NOW) is None
+    assert detect_rate_limit("quota exhausted", NOW) is None  # not a built-in phrase
     signal = detect_rate_limit("quota exhausted", NOW, extra_patterns=[r"quota exhausted"])
     assert signal.source == "extra:quota exhausted" and signal.reset_at is None
     assert reset_of(

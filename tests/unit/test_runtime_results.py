@@ -99,3 +99,40 @@ def test_claude_api_retry_429_is_a_rate_limit_and_an_error_result_a_failure():
 @pytest.mark.parametrize("base", ["http://gw:1", "http://gw:1/", "http://gw:1/v1", "http://gw:1/v1/"])
 def test_chat_completions_url_accepts_a_base_with_or_without_v1(base):
     assert completions_url(base) == "http://gw:1/v1/chat/completions"
+
+
+USAGE_LIMIT_RESULT = {
+    "type": "result", "subtype": "success", "is_error": True, "num_turns": 4,
+    "result": "Claude AI usage limit reached|1800007200", "total_cost_usd": 0.31,
+    "session_id": "s-9", "usage": {"input_tokens": 40, "output_tokens": 9},
+}
+
+
+def assistant_text(text: str) -> dict:
+    return {"type": "assistant", "session_id": "s-9",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": text}]}}
+
+
+@pytest.mark.parametrize(
+    ("events", "summary"),
+    [
+        ([assistant_text("Fixed it.\nTASK_COMPLETE: fixed the parser"), USAGE_LIMIT_RESULT],
+         "fixed the parser"),
+        ([{**USAGE_LIMIT_RESULT,
+           "result": "TASK_COMPLETE: wrote docs\nClaude AI usage limit reached|1800007200"}],
+         "wrote docs"),
+    ],
+    ids=["in-assistant-message", "in-result-text"],
+)
+def test_claude_task_complete_before_a_usage_limit_is_success_with_its_spend(events, summary):
+    result = claude_result({"type": "system", "subtype": "init", "session_id": "s-9"}, *events,
+                           code=1)
+    assert (result.outcome, result.summary) == (Outcome.SUCCEEDED, summary)
+    assert (result.cost_usd, result.input_tokens, result.output_tokens) == (0.31, 40, 9)
+    assert (result.turns, result.session_id) == (4, "s-9")
+
+
+def test_claude_usage_limit_without_task_complete_is_a_rate_limit_with_its_spend():
+    result = claude_result(assistant_text("Working on it."), USAGE_LIMIT_RESULT, code=1)
+    assert result.outcome is Outcome.RATE_LIMITED and result.retry_at == 1800007200
+    assert (result.cost_usd, result.turns, result.session_id) == (0.31, 4, "s-9")

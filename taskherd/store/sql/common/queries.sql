@@ -81,6 +81,10 @@ RETURNING *;
 -- name: active_cooldowns
 SELECT * FROM cooldowns WHERE until > :now ORDER BY runtime;
 
+-- name: cooldown_of
+-- Also a cooldown that has lifted: how long it was tells how long the next guess is.
+SELECT * FROM cooldowns WHERE runtime = :runtime;
+
 -- name: clear_cooldown
 DELETE FROM cooldowns WHERE runtime = :runtime;
 

@@ -72,11 +72,11 @@ FOR UPDATE SKIP LOCKED;
 -- name: set_cooldown
 -- A later reset wins over an earlier one: two runs hitting the same limit must not shorten it.
 -- greatest() is SQLite's two-argument max(); the existing row is named by its table here.
-INSERT INTO cooldowns (runtime, until, reason, created_at)
-VALUES (:runtime, :until, :reason, :now)
+INSERT INTO cooldowns (runtime, until, reason, created_at, span)
+VALUES (:runtime, :until, :reason, :now, :span)
 ON CONFLICT (runtime) DO UPDATE
 SET until = greatest(cooldowns.until, excluded.until), reason = excluded.reason,
-    created_at = excluded.created_at
+    created_at = excluded.created_at, span = excluded.span
 RETURNING *;
 
 -- name: cost_by_day

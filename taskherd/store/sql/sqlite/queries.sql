@@ -47,10 +47,10 @@ PRAGMA wal_checkpoint(PASSIVE);
 
 -- name: set_cooldown
 -- A later reset wins over an earlier one: two runs hitting the same limit must not shorten it.
-INSERT INTO cooldowns (runtime, until, reason, created_at)
-VALUES (:runtime, :until, :reason, :now)
+INSERT INTO cooldowns (runtime, until, reason, created_at, span)
+VALUES (:runtime, :until, :reason, :now, :span)
 ON CONFLICT (runtime) DO UPDATE
-SET until = max(until, excluded.until), reason = excluded.reason, created_at = excluded.created_at
+SET until = max(until, excluded.until), reason = excluded.reason, created_at = excluded.created_at, span = excluded.span
 RETURNING *;
 
 -- name: cost_by_day
