@@ -1,4 +1,4 @@
-"""taskherd.toml → validated, frozen configuration (DESIGN §6).
+"""taskherd.toml → validated, frozen configuration (docs/configuration.md).
 
 Every error names the key, the bad value and what would be accepted; unknown keys are errors,
 because a misspelt `max_concurent` silently ignored is a fleet running at the wrong limit.

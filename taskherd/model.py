@@ -1,4 +1,4 @@
-"""The words of DESIGN §1 as types: task states, run outcomes, priorities, and the records."""
+"""The vocabulary of taskherd as types: task states, run outcomes, priorities, and the records."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class Outcome(str, enum.Enum):
     BLOCKED = "blocked"  # the agent asked for a human (`taskherd block`)
 
 
-# Failures of the work itself: each costs the task a strike (DESIGN §2).
+# Failures of the work itself: each costs the task a strike (docs/states.md).
 STRIKE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, Outcome.STALLED, Outcome.CRASHED})
 
 

@@ -4,7 +4,7 @@ Pure functions: the caller passes the text and the time (`now`, aware), so a
 test can say "at 13:05 in Paris, 'resets 2pm' means 14:00 today" without a
 clock. A signal only says a limit was hit and, where the text tells, when it
 lifts; whether that makes a run `rate_limited` is the runtime's decision
-(DESIGN §4: a run that already completed stays a success).
+(a run that already completed stays a success).
 
 Forms recognised, most informative first (the first pattern that matches
 wins, so a message that carries a reset time is never read as a bare

@@ -1,4 +1,4 @@
-"""The PostgreSQL store: psycopg 3, one connection, `FOR UPDATE SKIP LOCKED` claims (DESIGN §5).
+"""The PostgreSQL store: psycopg 3, one connection, `FOR UPDATE SKIP LOCKED` claims.
 
 Several daemons (nodes) on several machines share one database: a claim skips the rows
 another node is claiming instead of waiting for them, and every other transition is guarded

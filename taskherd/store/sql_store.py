@@ -1,4 +1,4 @@
-"""The store's logic over named SQL blocks, shared by every dialect (DESIGN §5).
+"""The store's logic over named SQL blocks, shared by every dialect.
 
 `SQLStore` implements each transition once: which named statements run, in which
 transaction, and what they mean. A dialect subclass (`SQLiteStore`, `PostgresStore`) brings

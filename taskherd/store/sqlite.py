@@ -1,4 +1,4 @@
-"""The SQLite store: stdlib sqlite3, WAL, BEGIN IMMEDIATE, a long busy_timeout (DESIGN §5)."""
+"""The SQLite store: stdlib sqlite3, WAL, BEGIN IMMEDIATE, a long busy_timeout."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Behaviour every store owes its callers: the state machine of DESIGN §2, guarded transitions,
+"""Behaviour every store owes its callers: the state machine (docs/states.md), guarded transitions,
 claim order, leases, retries and the dead-letter set."""
 
 from __future__ import annotations

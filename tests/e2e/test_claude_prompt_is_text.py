@@ -38,7 +38,7 @@ def test_prompt_starting_with_dashes_is_text_to_the_model(
     api = start_fake_anthropic([Text("TASK_COMPLETE: read it")])
     role = RoleConfig(name="writer", runtime="claude", binary=str(claude_cli))
     files = RunFiles(log=tmp_path / "run.log", prompt=tmp_path / "run.prompt")
-    launch = ClaudeRuntime().launch(role, SimpleNamespace(prompt=prompt), None, files)
+    launch = ClaudeRuntime().launch(role, SimpleNamespace(prompt=prompt), None, files, prompt)
     assert not any(prompt in arg for arg in launch.argv)
     home = tmp_path / "home"
     home.mkdir()

@@ -1,4 +1,4 @@
-"""Migrations (DESIGN §5): an old database migrated on open equals a fresh one; files are private."""
+"""Migrations: an old database migrated on open equals a fresh one; files are private."""
 
 from __future__ import annotations
 

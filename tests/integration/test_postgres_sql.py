@@ -85,7 +85,8 @@ SEED: list[tuple[str, dict[str, Any]]] = [
     ("insert_task", task(title="to cancel")),
     ("move_task", {"task_id": 4, "state": "cancelled", "from_state": "ready", "reason": "no",
                    "reset_counts": False, "now": NOW}),
-    ("set_cooldown", {"runtime": "claude", "until": NOW + 300, "reason": "429", "now": NOW}),
+    ("set_cooldown", {"runtime": "claude", "until": NOW + 300, "reason": "429", "now": NOW,
+                      "span": None}),
     ("insert_job", {"name": "nightly", "template": '{"role": "coder"}',
                     "trigger_spec": '{"every": 60}', "timezone": "UTC", "overlap": "queue",
                     "missed_fire": "once", "max_retries": 1, "enabled": 1, "source": "config",
@@ -114,7 +115,7 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "version": 1, "expected": NOW + 60, "job_id": 1, "status": "open", "variant": 1,
     "duration": 1.5, "kind": "run_now", "host": "box", "lease": 60.0, "running": 2,
     "token_sha256": "ab12" * 16, "week_start": NOW - 7 * 86400, "day_start": NOW - 3600,
-    "starts": f"[{NOW - 86400}, {NOW}]",
+    "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0,
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {

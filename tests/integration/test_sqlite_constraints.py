@@ -1,4 +1,4 @@
-"""The database itself refuses impossible rows, whatever code writes them (DESIGN §5)."""
+"""The database itself refuses impossible rows, whatever code writes them."""
 
 import sqlite3
 

@@ -1,4 +1,4 @@
-"""How runtimes turn what they saw into an outcome (DESIGN §4)."""
+"""How runtimes turn what they saw into an outcome."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
--- Tasks and the runs that attempt them (DESIGN §2, §5): the PostgreSQL port of sqlite's 0001.
+-- Tasks and the runs that attempt them: the PostgreSQL port of sqlite's 0001.
 -- Same tables, columns in the same order (the records are built from rows by column name, and a
 -- test compares both dialects' columns), same CHECKs, foreign keys and indexes.
 -- Times are unix seconds (double precision): every decision is made with `now` passed in.

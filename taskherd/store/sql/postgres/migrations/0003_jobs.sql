@@ -1,4 +1,4 @@
--- Jobs (schedules that create tasks) and the record of every fire (DESIGN §1, §3): the
+-- Jobs (schedules that create tasks) and the record of every fire: the
 -- PostgreSQL port of sqlite's 0003, columns in the same order.
 -- Times are unix seconds (double precision), like the rest of the schema.
 

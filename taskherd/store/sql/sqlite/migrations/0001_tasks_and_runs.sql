@@ -1,4 +1,4 @@
--- Tasks and the runs that attempt them (DESIGN §2, §5).
+-- Tasks and the runs that attempt them.
 -- Times are unix seconds (REAL): every decision is made with `now` passed in.
 -- CHECKs list allowed values as OR chains, not `x IN (…)`: SQLite evaluates an IN list in a
 -- CHECK through a temporary table on every row written, which cost a third of an insert.

@@ -1,4 +1,4 @@
--- Jobs (schedules that create tasks) and the record of every fire (DESIGN §1, §3).
+-- Jobs (schedules that create tasks) and the record of every fire.
 -- Times are unix seconds (REAL), like the rest of the schema.
 
 CREATE TABLE jobs (
