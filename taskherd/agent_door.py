@@ -9,7 +9,6 @@ Tokens are never logged.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import asyncio
+
     from taskherd.ops import Queue
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,11 @@ class AgentDoor:
         self._server: asyncio.AbstractServer | None = None
         self._path: Path | None = None
 
+    # asyncio is imported by the daemon's side only: the agent's side (`taskherd heartbeat`,
+    # many times a run) would pay ~50 ms of imports for a server it never runs.
     async def start(self, data_dir: Path) -> None:
+        import asyncio
+
         path = socket_path(data_dir)
         path.unlink(missing_ok=True)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -80,6 +85,8 @@ class AgentDoor:
         self._path = path
 
     async def close(self) -> None:
+        import asyncio
+
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
@@ -89,6 +96,8 @@ class AgentDoor:
             self._path.unlink(missing_ok=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import asyncio
+
         try:
             line = await asyncio.wait_for(reader.readline(), TIMEOUT)
             answer = self.answer(line)

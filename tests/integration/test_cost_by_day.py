@@ -57,3 +57,22 @@ def test_day_starts_follow_the_calendar_not_86400_seconds():
     assert [datetime.fromtimestamp(s, BERLIN).isoformat() for s in starts] == [
         "2026-10-24T00:00:00+02:00", "2026-10-25T00:00:00+02:00", "2026-10-26T00:00:00+01:00"]
     assert starts[2] - starts[1] == 25 * 3600
+
+
+def test_the_boards_spend_counts_runs_as_they_end_and_forgets_pruned_ones(database):
+    store = open_store(database, durability="normal")
+    try:
+        start = at("2026-10-20T10:00:00")
+        run_costing(store, start, 0.5, 100)
+        store.enqueue(NewTask(role="coder", title="still running"), start)
+        claim = store.claim("n1", start, 60.0)  # open: not counted until it ends
+        [row] = store.spend_by_role(start - 86400, start - 3600)
+        assert (row["runs_week"], row["cost_week"], row["runs_today"]) == (1, 0.5, 1)
+        store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=0.25),
+                         RetryPolicy(), start + 10)
+        [row] = store.spend_by_role(start - 86400, start - 3600)
+        assert (row["runs_week"], row["cost_week"]) == (2, 0.75)
+        assert store.prune(before=start + 3600) == 2
+        assert store.spend_by_role(start - 86400, start - 3600) == []
+    finally:
+        store.close()

@@ -74,3 +74,11 @@ ORDER BY day_start;
 
 -- name: first_run_start
 SELECT min(claimed_at) AS first FROM runs;
+
+-- name: open_runs
+-- INDEXED BY: for ORDER BY id the planner prefers walking every run ever kept in id order
+-- over the partial index of the open ones and a sort of those few (128 ms a call with a
+-- million runs kept; the supervisor asks every second). PostgreSQL plans this itself.
+SELECT * FROM runs INDEXED BY runs_open
+WHERE ended_at IS NULL AND (CAST(:node AS TEXT) IS NULL OR node = :node)
+ORDER BY id;
