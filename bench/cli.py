@@ -10,7 +10,8 @@ Measured:
 - status at scale: a SQLite database built through the store's own schema (open_store runs
   the migrations), filled with executemany (finished tasks spread over 30 days, each with its
   run and cost), then `taskherd status` (a process) and the board
-  query (`store.counts()` in process). Target: status ≤ the CLI's own start + 50 ms, and the
+  query (`store.counts()` in process). Target: status ≤ the CLI's own start + 50 ms (that
+  start measured as `status` on an empty queue: the same imports and database open), and the
   board query ≤ 50 ms.
 Exit status 1 if a target is missed.
 """
@@ -71,11 +72,13 @@ def build_database(path: Path, finished: int, ready: int) -> None:
                 for i in range(start, min(finished, start + chunk))]
         db.executemany(insert, rows)
         db.commit()
-    db.execute("INSERT INTO runs (task_id, attempt, node, role, claimed_at, spawned_at, "
-               "ended_at, outcome, cost_usd, input_tokens, output_tokens) "
-               "SELECT id, 1, 'n1', role, finished_at - 60, finished_at - 59, finished_at, "
-               "CASE state WHEN 'completed' THEN 'succeeded' ELSE 'failed' END, 0.01, 1000, 100 "
+    # Each run is claimed, then ended, as the store does it: the end is what the schema's
+    # triggers count (the board's hourly spend).
+    db.execute("INSERT INTO runs (task_id, attempt, node, role, claimed_at, spawned_at) "
+               "SELECT id, 1, 'n1', role, finished_at - 60, finished_at - 59 "
                "FROM tasks WHERE finished_at IS NOT NULL")
+    db.execute("UPDATE runs SET ended_at = claimed_at + 60, outcome = 'succeeded', "
+               "cost_usd = 0.01, input_tokens = 1000, output_tokens = 100")
     db.commit()
     db.executemany(insert, [(roles[i % 3], f"todo {i}", "ready", now, now, now, None)
                             for i in range(ready)])
@@ -106,23 +109,34 @@ def main() -> int:
             print(f"{name:<27} {seconds * 1000:7.1f} ms  {ratio:4.2f} × bare "
                   f"(target ≤ 1.50: {'ok' if ratio <= 1.5 else 'MISSED'})")
 
+        from taskherd.store import open_store
+
         database = Path(folder) / "q.db"
         started = time.perf_counter()
         build_database(database, args.finished, args.ready)
         print(f"built {args.finished:,} finished + {args.ready:,} ready tasks in "
               f"{time.perf_counter() - started:.1f} s")
-        env = os.environ | {"TASKHERD_CONFIG": "", "TASKHERD_DATABASE": str(database)}
-        config = Path(folder) / "taskherd.toml"
-        config.write_text(f'[daemon]\ndatabase = "{database}"\ndata_dir = "{folder}/data"\n')
-        status_s = median_seconds([python, "-m", "taskherd", "--config", str(config), "status"],
-                                  args.repeat, env)
-        beyond = status_s - version_s
-        ok &= beyond <= 0.050
-        print(f"taskherd status             {status_s * 1000:7.1f} ms  "
-              f"{beyond * 1000:+.1f} ms beyond the CLI's start "
-              f"(target ≤ 50: {'ok' if beyond <= 0.050 else 'MISSED'})")
+        env = os.environ | {"TASKHERD_CONFIG": ""}
 
-        from taskherd.store import open_store
+        def status_of(db: Path) -> float:
+            config = db.with_suffix(".toml")
+            config.write_text(f'[daemon]\ndatabase = "{db}"\ndata_dir = "{folder}/data"\n')
+            argv = [python, "-m", "taskherd", "--config", str(config), "status"]
+            return median_seconds(argv, args.repeat, env)
+
+        # The CLI's own start for `status` is that command on an empty queue: the same
+        # interpreter, imports and database open; what is left is what history costs.
+        empty = Path(folder) / "empty.db"
+        open_store(str(empty)).close()
+        empty_s = status_of(empty)
+        status_s = status_of(database)
+        beyond = status_s - empty_s
+        ok &= beyond <= 0.050
+        print(f"taskherd status, empty     {empty_s * 1000:7.1f} ms  "
+              f"({(empty_s - version_s) * 1000:+.1f} ms over --version: imports and the open)")
+        print(f"taskherd status             {status_s * 1000:7.1f} ms  "
+              f"{beyond * 1000:+.1f} ms beyond the same command on an empty queue "
+              f"(target ≤ 50: {'ok' if beyond <= 0.050 else 'MISSED'})")
 
         store = open_store(str(database))
         times = []

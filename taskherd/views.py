@@ -18,8 +18,11 @@ from typing import Any
 import click
 
 from taskherd.model import Run, Task, TaskState
-from taskherd.procs import HEADER_PREFIX
 from taskherd.store import Store, StoreError
+
+# The supervisor's first line of every run log (procs.HEADER_PREFIX); not imported from
+# there, which would load psutil into every `taskherd status`.
+LOG_HEADER_PREFIX = "# taskherd "
 
 PLAIN_EVERY = 2.0  # at most one board per this many seconds into a pipe or a log
 TAIL_BYTES = 4096  # enough for the last line of any sane log; never read a whole log to draw
@@ -75,7 +78,7 @@ def last_line(log_path: str | os.PathLike[str]) -> str:
     except OSError:
         return ""
     for line in reversed(tail.splitlines()):
-        if line.strip() and not line.startswith(HEADER_PREFIX):
+        if line.strip() and not line.startswith(LOG_HEADER_PREFIX):
             return line.strip()
     return ""
 

@@ -47,19 +47,21 @@ __all__ = [
 
 def open_store(database: str, *, durability: str = "full", autocheckpoint: bool = True) -> Store:
     """Open the store a `[daemon] database` setting names: a file path (SQLite) or a URL."""
-    from taskherd.store.postgres import PostgresStore, is_postgres_url
-    from taskherd.store.sqlite import SQLiteStore
+    from taskherd.store.urls import is_postgres_url
 
     if is_postgres_url(database):
+        from taskherd.store.postgres import PostgresStore
+
         # The WAL is PostgreSQL's to checkpoint: `autocheckpoint` concerns SQLite only.
         return PostgresStore(database, durability=durability)
+    from taskherd.store.sqlite import SQLiteStore
 
     return SQLiteStore(database, durability=durability, autocheckpoint=autocheckpoint)
 
 
 def advice(database: str) -> tuple[str, str]:
     """What to check when the database named cannot be opened, and when it cannot be written."""
-    from taskherd.store.postgres import is_postgres_url
+    from taskherd.store.urls import is_postgres_url
 
     if is_postgres_url(database):
         return ("check the URL, that the server runs, and that it lets this host and role in",
@@ -72,7 +74,7 @@ def node_lock_path(database: str, data_dir: Path, node: str) -> Path:
     """The file whose lock makes a daemon the only one of `node` for `database` on this host:
     beside a SQLite file (one per database and node, whatever the data dir); in the data dir
     for a PostgreSQL URL, where the store's `hold_node` also keeps out other hosts."""
-    from taskherd.store.postgres import is_postgres_url
+    from taskherd.store.urls import is_postgres_url
 
     if is_postgres_url(database):
         return data_dir / f"node-{node}.lock"
@@ -81,6 +83,6 @@ def node_lock_path(database: str, data_dir: Path, node: str) -> Path:
 
 def shown(database: str) -> str:
     """The `database` setting as logs and messages may show it: a URL loses its password."""
-    from taskherd.store.postgres import is_postgres_url, redact
+    from taskherd.store.urls import is_postgres_url, redact
 
     return redact(database) if is_postgres_url(database) else database

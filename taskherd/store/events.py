@@ -13,7 +13,6 @@ a notification at commit and drops it with a rollback.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import logging
@@ -25,9 +24,12 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from taskherd.model import Event
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -118,18 +120,25 @@ def publish(folder: Path, events: Iterable[Event]) -> None:
                     break  # its buffer is full (a slow reader): it loses these hints
 
 
-class _Received(asyncio.DatagramProtocol):
-    def __init__(self, queue: asyncio.Queue[Event]):
-        self.queue = queue
+def _receiver(queue: asyncio.Queue[Event]) -> asyncio.DatagramProtocol:
+    """The protocol that turns datagrams into events on `queue`.
 
-    def datagram_received(self, data: bytes, addr: object) -> None:
-        try:
-            event = Event.from_json(data)
-        except (ValueError, KeyError, TypeError):
-            log.warning("ignored a malformed event datagram: %r", data[:200])
-            return
-        with contextlib.suppress(asyncio.QueueFull):
-            self.queue.put_nowait(event)
+    asyncio is imported here, not at the top: publishing (every CLI write) needs only a
+    socket, and importing asyncio would add ~50 ms to each command's start.
+    """
+    import asyncio
+
+    class Received(asyncio.DatagramProtocol):
+        def datagram_received(self, data: bytes, addr: object) -> None:
+            try:
+                event = Event.from_json(data)
+            except (ValueError, KeyError, TypeError):
+                log.warning("ignored a malformed event datagram: %r", data[:200])
+                return
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(event)
+
+    return Received()
 
 
 class Listener:
@@ -142,6 +151,8 @@ class Listener:
     """
 
     def __init__(self) -> None:
+        import asyncio
+
         self._queue: asyncio.Queue[Event] = asyncio.Queue(QUEUE_LIMIT)
         self._open = False
 
@@ -194,9 +205,11 @@ class SocketListener(Listener):
         except OSError:
             sock.close()
             raise
+        import asyncio
+
         loop = asyncio.get_running_loop()
         self._transport, _ = await loop.create_datagram_endpoint(
-            lambda: _Received(self._queue), sock=sock)
+            lambda: _receiver(self._queue), sock=sock)
 
     async def _stop(self) -> None:
         if self._transport is not None:

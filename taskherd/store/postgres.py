@@ -17,7 +17,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from taskherd.model import Event
 from taskherd.store.base import StoreError, StoreUnavailable
@@ -26,25 +25,11 @@ from taskherd.store.sql_store import SQLStore
 from taskherd.store.sqlfile import machinery, migrations, queries
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
-URL_SCHEMES = ("postgres://", "postgresql://")
 RELISTEN_DELAY = 5.0  # seconds between attempts to get a lost LISTEN connection back
 M = machinery("postgres")
 
 
 log = logging.getLogger(__name__)
-
-
-def is_postgres_url(database: str) -> bool:
-    return database.startswith(URL_SCHEMES)
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for logs and messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class PostgresStore(SQLStore):
