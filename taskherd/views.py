@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from taskherd.model import Run, Task, TaskState
+from taskherd.runtimes.claude_render import render_line
 from taskherd.store import Store, StoreError
 
 # The supervisor's first line of every run log (procs.HEADER_PREFIX); not imported from
@@ -25,7 +26,8 @@ from taskherd.store import Store, StoreError
 LOG_HEADER_PREFIX = "# taskherd "
 
 PLAIN_EVERY = 2.0  # at most one board per this many seconds into a pipe or a log
-TAIL_BYTES = 4096  # enough for the last line of any sane log; never read a whole log to draw
+# Enough for the last line of any sane log, a Claude Code event included; never a whole log.
+TAIL_BYTES = 64 * 1024
 ARROW = " → "
 
 
@@ -37,6 +39,7 @@ class RunningAgent:
     task_id: int
     title: str
     last_line: str
+    progress: str | None = None  # the agent's own note (`taskherd heartbeat --progress`)
 
 
 @dataclass(frozen=True)
@@ -63,13 +66,15 @@ def read_board(store: Store) -> Board:
         except StoreError:
             continue  # pruned or deleted between the two reads
         agents.append(RunningAgent(run.id, run.pid, run.role, task.id, task.title,
-                                   last_line(run.log_path) if run.log_path else "(starting)"))
+                                   last_line(run.log_path) if run.log_path else "(starting)",
+                                   run.progress))
     ordered = {state.value: by_state[state.value] for state in TaskState}
     return Board(ordered, tuple(sorted(agents, key=lambda agent: agent.run_id)))
 
 
 def last_line(log_path: str | os.PathLike[str]) -> str:
-    """The last non-empty line an agent wrote, skipping the supervisor's header line."""
+    """The last non-empty line an agent wrote, skipping the supervisor's header line; a Claude
+    Code event is shown as its text (what the assistant said, a tool call on one line)."""
     try:
         with open(log_path, "rb") as log_file:
             size = log_file.seek(0, os.SEEK_END)
@@ -78,8 +83,11 @@ def last_line(log_path: str | os.PathLike[str]) -> str:
     except OSError:
         return ""
     for line in reversed(tail.splitlines()):
-        if line.strip() and not line.startswith(LOG_HEADER_PREFIX):
-            return line.strip()
+        if not line.strip() or line.startswith(LOG_HEADER_PREFIX):
+            continue
+        shown = render_line(line)
+        if shown:
+            return shown[-1].strip()
     return ""
 
 
@@ -92,8 +100,9 @@ def board_lines(board: Board, width: int | None = None) -> list[str]:
         lines.append("running (none)")
     for agent in board.running:
         pid = agent.pid if agent.pid is not None else "-"
+        said = f"[{agent.progress}] {agent.last_line}" if agent.progress else agent.last_line
         lines.append(f"running pid {pid:<7} {agent.role:<8} #{agent.task_id} "
-                     f"{clip(agent.title, 28):<28} | {agent.last_line}")
+                     f"{clip(agent.title, 28):<28} | {said}")
     # Truncate, never wrap: a wrapped line would break the in-place redraw's line count.
     return [line if len(line) <= width else line[: width - 1] + "…" for line in lines]
 
