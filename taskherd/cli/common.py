@@ -114,6 +114,18 @@ def say_if_unserved(store: Store, roles: Iterable[str], now: float) -> None:
                        "wait until one does", err=True)
 
 
+def since_moment(text: str | None, started: float) -> float | None:
+    """A `--since` duration ('7d') as the moment that long before `started`."""
+    if text is None:
+        return None
+    from taskherd.durations import parse_duration
+
+    try:
+        return started - parse_duration(text, field="--since")
+    except ValueError as error:
+        raise BadInput(str(error)) from error
+
+
 def now() -> float:
     """The CLI is the edge where the clock is read; everything below takes `now` in."""
     return time.time()

@@ -13,6 +13,7 @@ from taskherd.cli.common import (
     print_json,
     print_table,
     queue_for,
+    since_moment,
     store_for,
 )
 from taskherd.cli.logs import check_log_options, log_options, show_log
@@ -25,15 +26,6 @@ from taskherd.ops import runs as run_ops
 @click.group("runs")
 def runs_group() -> None:
     """Agent runs: history, cost, what is running and what looks stale."""
-
-
-def _since(text: str | None, started: float) -> float | None:
-    if text is None:
-        return None
-    try:
-        return started - parse_duration(text, field="--since")
-    except ValueError as error:
-        raise BadInput(str(error)) from error
 
 
 @runs_group.command("list")
@@ -49,10 +41,10 @@ def list_command(ctx: click.Context, job: str | None, role: str | None, since: s
     started = now()
     with store_for(ctx) as store:
         if job is not None:
-            runs = store.runs_of_job(job, since=_since(since, started), limit=limit)
+            runs = store.runs_of_job(job, since=since_moment(since, started), limit=limit)
             runs = [run for run in runs if role is None or run.role == role]
         else:
-            runs = store.list_runs(role=role, since=_since(since, started), limit=limit)
+            runs = store.list_runs(role=role, since=since_moment(since, started), limit=limit)
     if as_json:
         print_json([run.to_dict() | {"duration": _duration(run, started)} for run in runs])
         return
@@ -127,7 +119,7 @@ def cost_command(ctx: click.Context, by: str, since: str, as_json: bool) -> None
     """Cost (USD) and tokens summed per role or per day (days in [daemon] timezone)."""
     with queue_for(ctx) as queue:
         started = now()
-        rows = run_ops.cost(queue, by, _since(since, started), started)
+        rows = run_ops.cost(queue, by, since_moment(since, started), started)
     if as_json:
         print_json(rows)
         return

@@ -18,6 +18,7 @@ from taskherd.cli.common import (
     print_table,
     queue_for,
     say_if_unserved,
+    since_moment,
     store_for,
 )
 from taskherd.cli.logs import check_log_options, log_options, show_log
@@ -101,22 +102,39 @@ def import_command(ctx: click.Context, source: Any, as_json: bool) -> None:
 @task_group.command("list")
 @click.option("--state", "-s", type=click.Choice(STATE_NAMES), help="Only tasks in this state.")
 @click.option("--role", "-r", help="Only tasks of this role.")
+@click.option("--history", is_flag=True,
+              help="Finished tasks, newest first, with when they finished and how.")
+@click.option("--since", help="With --history: finished within this long, e.g. '1d'.")
 @click.option("--limit", "-n", type=click.IntRange(min=1), default=100, show_default=True)
 @json_option
 @click.pass_context
-def list_command(ctx: click.Context, state: str | None, role: str | None, limit: int,
-                 as_json: bool) -> None:
-    """List tasks: open ones first, by priority, then FIFO."""
+def list_command(ctx: click.Context, state: str | None, role: str | None, history: bool,
+                 since: str | None, limit: int, as_json: bool) -> None:
+    """List tasks: open ones first, by priority, then FIFO; or --history, newest first."""
+    if since is not None and not history:
+        raise BadInput("--since reads the history: give it with --history")
+    if history and state is not None:
+        raise BadInput("--history lists finished tasks: give --state without it")
+    started = now()
     with queue_for(ctx) as queue:
-        tasks = task_ops.list_tasks(queue, state=state, role=role, limit=limit)
+        if history:
+            tasks = task_ops.task_history(queue, since=since_moment(since, started), role=role,
+                                          limit=limit)
+        else:
+            tasks = task_ops.list_tasks(queue, state=state, role=role, limit=limit)
     if as_json:
         print_json([task.to_dict() for task in tasks])
-        return
-    print_table(
-        ["id", "pri", "state", "role", "strikes", "title"],
-        [[t.id, f"P{int(t.priority)}", t.state.value, t.role,
-          f"{t.attempts} of {t.max_attempts}", _clip(t.title, 60)] for t in tasks],
-    )
+    elif history:
+        print_table(
+            ["id", "finished", "state", "role", "title", "summary / last error"],
+            [[t.id, format_time(t.finished_at), t.state.value, t.role, _clip(t.title, 40),
+              _clip(t.summary or t.last_error or t.reason or "", 60)] for t in tasks])
+    else:
+        print_table(
+            ["id", "pri", "state", "role", "strikes", "title"],
+            [[t.id, f"P{int(t.priority)}", t.state.value, t.role,
+              f"{t.attempts} of {t.max_attempts}", _clip(t.title, 60)] for t in tasks],
+        )
 
 
 @task_group.command("show")

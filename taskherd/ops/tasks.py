@@ -72,6 +72,15 @@ def list_tasks(queue: Queue, *, state: str | TaskState | None = None, role: str 
     return queue.store.list_tasks(state=task_state(state), role=role, limit=limit)
 
 
+def task_history(queue: Queue, *, since: float | None = None, role: str | None = None,
+                 limit: int = 100) -> list[Task]:
+    """Finished tasks, newest first (finished since `since`, when given)."""
+    if limit < 1:
+        raise BadInput(f"limit = {limit!r}: expected a whole number ≥ 1")
+    start = float("-inf") if since is None else since
+    return queue.store.task_history(since=start, role=role, limit=limit)
+
+
 def runs_of_task(queue: Queue, task_id: int) -> list[Run]:
     """A task's runs, oldest first (the task must exist)."""
     queue.store.get_task(task_id)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from taskherd.model import Task
+
 # The sums come back as the dialect's numeric types (PostgreSQL: Decimal for a bigint sum);
 # a report wants plain ints and floats.
 _INTS = ("runs_week", "input_tokens_week", "output_tokens_week", "runs_today",
@@ -25,6 +27,12 @@ class SQLReports:
                  "cost_usd": float(row["cost_usd"]), "input_tokens": int(row["input_tokens"]),
                  "output_tokens": int(row["output_tokens"])}
                 for row in rows if row["day_start"] is not None]
+
+    def task_history(self, *, since: float, role: str | None = None,
+                     limit: int = 100) -> list[Task]:
+        """Finished tasks (completed, dead, cancelled), newest first, finished since `since`."""
+        params = {"since": since, "role": role, "limit": limit}
+        return [Task.from_row(row) for row in self._all("task_history", params)]
 
     def first_run_start(self) -> float | None:
         """When the oldest run still kept was claimed (None: no runs)."""

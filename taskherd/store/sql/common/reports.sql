@@ -19,3 +19,11 @@ FROM spend_hours
 WHERE hour >= :week_start - 3599 AND runs > 0
 GROUP BY role
 ORDER BY role;
+
+-- name: task_history
+-- Finished tasks, newest first, finished since :since (a role filter as list_tasks has).
+SELECT * FROM tasks
+WHERE finished_at IS NOT NULL AND finished_at >= :since
+  AND (CAST(:role AS TEXT) IS NULL OR role = :role)
+ORDER BY finished_at DESC, id DESC
+LIMIT :limit;
