@@ -133,19 +133,20 @@ def clear_options(command: Any) -> Any:
 @json_option
 @click.pass_context
 def list_command(ctx: click.Context, as_json: bool) -> None:
-    """List jobs with their trigger, next fire and last outcome."""
-    with job_store(ctx) as store:
-        jobs = store.list_jobs()
-        last = {job.name: next(iter(store.list_fires(job=job.name, limit=1)), None) for job in jobs}
+    """List jobs with their trigger, next fire and last outcome (the config's too, before a
+    daemon has synced them)."""
+    with job_queue(ctx) as queue:
+        jobs = job_ops.list_jobs(queue, now())
     if as_json:
-        print_json([job.to_dict() | {"last_fire": f.to_dict() if (f := last[job.name]) else None}
-                    for job in jobs])
+        print_json(jobs)
         return
     print_table(
         ["name", "on", "source", "trigger", "zone", "next", "last", "fails"],
-        [[j.name, "yes" if j.enabled else "no", j.source, describe_trigger(j.trigger), j.timezone,
-          format_time(j.next_run_at) if j.enabled else "-",
-          last[j.name].status if last[j.name] else None, j.failures] for j in jobs],
+        [[j["name"], "yes" if j["enabled"] else "no",
+          j["source"] if j["synced"] else f"{j['source']} (not synced: `taskherd up` applies it)",
+          describe_trigger(j["trigger"]), j["timezone"],
+          format_time(j["next_run_at"]) if j["enabled"] else "-",
+          j["last_fire"]["status"] if j["last_fire"] else None, j["failures"]] for j in jobs],
     )
 
 

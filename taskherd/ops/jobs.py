@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from taskherd.jobs import JobError, parse_job, trigger_of
+from taskherd.jobs import JobError, parse_job, parse_jobs, trigger_of
 from taskherd.ops import BadInput, Queue
 from taskherd.services.scheduler import schedule_start
 from taskherd.store.jobs import Job, JobNotFound, JobRefused
@@ -91,6 +91,32 @@ def delete_job(queue: Queue, name: str, now: float) -> None:
 def run_job_now(queue: Queue, name: str, now: float) -> None:
     """Fire the job at the scheduler's next tick, without moving its schedule."""
     queue.store.request_run_now(name, now)
+
+
+def list_jobs(queue: Queue, now: float) -> list[dict[str, Any]]:
+    """Every job with its last fire, by name: the stored ones, and the config's jobs that no
+    daemon has synced yet (before the first `taskherd up`, or since the file changed), shown
+    with `synced: false` and the next fire they would have."""
+    store = queue.store
+    stored = {job.name: job for job in store.list_jobs()}
+    rows = {name: job.to_dict() | {"synced": True, "last_fire": _last_fire(queue, name)}
+            for name, job in stored.items()}
+    for spec in parse_jobs(queue.config):
+        if spec.name in stored:
+            continue
+        definition = spec.definition()
+        rows[spec.name] = {
+            "name": spec.name, "enabled": definition.enabled, "source": "config",
+            "trigger": definition.trigger, "timezone": definition.timezone,
+            "next_run_at": schedule_start(spec.trigger, now) if definition.enabled else None,
+            "failures": 0, "synced": False, "last_fire": None,
+        }
+    return [rows[name] for name in sorted(rows)]
+
+
+def _last_fire(queue: Queue, name: str) -> dict[str, Any] | None:
+    fire = next(iter(queue.store.list_fires(job=name, limit=1)), None)
+    return fire.to_dict() if fire else None
 
 
 def stored_table(job: Job) -> dict[str, Any]:

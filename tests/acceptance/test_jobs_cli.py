@@ -67,7 +67,8 @@ def test_add_list_update_run_disable_delete(fleet):
     job = fleet.store.get_job("digest")
     assert job.source == "cli" and len(job.template["variants"]) == 2
     listed = json.loads(fleet.cli("jobs", "list", "--json").stdout)
-    assert [j["name"] for j in listed] == ["digest"]
+    # The config's own job is listed too, though no daemon has synced it yet.
+    assert [(j["name"], j["synced"]) for j in listed] == [("digest", True), ("from-file", False)]
     assert fleet.cli("jobs", "add", "digest", "-r", "worker", "--cron", "@daily",
                      check=False).returncode == 1
     fleet.cli("jobs", "update", "digest", "--cron", "0 9 * * mon-fri", "--max-retries", "2")
@@ -150,3 +151,28 @@ def test_runs_commands_show_cost_and_tokens(fleet):
     assert json.loads(fleet.cli("runs", "running", "--json").stdout) == []
     assert json.loads(fleet.cli("runs", "stale", "--json").stdout) == []
     assert fleet.cli("runs", "cost", "--since", "soon", check=False).returncode == 2
+
+
+def test_jobs_list_shows_the_configs_jobs_before_the_first_up(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "taskherd.toml").write_text(
+        '[daemon]\ndatabase = "q.db"\ntimezone = "UTC"\n\n[roles.worker]\ncommand = ["true"]\n\n'
+        '[[jobs]]\nname = "nightly"\nrole = "worker"\ncron = "30 2 * * *"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKHERD_")}
+    env["TASKHERD_HOME"] = str(tmp_path / "home")
+
+    def jobs(*args):
+        result = subprocess.run([sys.executable, "-m", "taskherd", "jobs", "list", *args],
+                                cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    [job] = json.loads(jobs("--json"))
+    assert (job["name"], job["source"], job["synced"]) == ("nightly", "config", False)
+    assert job["next_run_at"].endswith(("02:30:00.000+00:00", "02:30:00.000Z"))
+    assert "not synced" in jobs()
