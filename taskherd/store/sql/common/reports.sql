@@ -27,3 +27,6 @@ WHERE finished_at IS NOT NULL AND finished_at >= :since
   AND (CAST(:role AS TEXT) IS NULL OR role = :role)
 ORDER BY finished_at DESC, id DESC
 LIMIT :limit;
+
+-- name: first_run_start
+SELECT min(claimed_at) AS first FROM runs;

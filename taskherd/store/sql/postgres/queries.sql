@@ -96,6 +96,3 @@ FROM (
 ) AS dated
 GROUP BY day_start
 ORDER BY day_start;
-
--- name: first_run_start
-SELECT min(claimed_at) AS first FROM runs;

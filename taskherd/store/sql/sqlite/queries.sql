@@ -72,8 +72,6 @@ FROM (
 GROUP BY day_start
 ORDER BY day_start;
 
--- name: first_run_start
-SELECT min(claimed_at) AS first FROM runs;
 
 -- name: open_runs
 -- INDEXED BY: for ORDER BY id the planner prefers walking every run ever kept in id order
