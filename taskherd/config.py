@@ -74,6 +74,7 @@ class DaemonConfig:
     shutdown_grace: float = 30.0
     path: str = DEFAULT_PATH  # PATH agents run with, unless the role names one
     retention: float = 30 * 86400.0
+    max_prompt_bytes: int = 1 << 20  # a larger prompt is refused where it enters the queue
 
     @property
     def log_dir(self) -> Path:
@@ -267,6 +268,7 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool,
         "shutdown_grace": reader.duration("shutdown_grace"),
         "path": reader.get("path", str, None),
         "retention": reader.duration("retention"),
+        "max_prompt_bytes": reader.positive_int("max_prompt_bytes"),
     }
     given = {key: value for key, value in values.items() if value is not None}
     return DaemonConfig(data_dir=data_path, database=database, **given)

@@ -32,9 +32,6 @@ TASK_FIELDS = {
 }
 
 
-# Prompts larger than this are refused at the door: a runaway import or a log pasted whole
-# would otherwise sit in every claim's row and every agent's argv or stdin.
-MAX_PROMPT_BYTES = 1 << 20
 TITLE_LIMIT = 500  # characters: a title is what a board line or a notification shows
 # Control characters (newlines, escapes) would break a board line, or rewrite a terminal.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -65,7 +62,7 @@ def new_task_from(data: Mapping[str, Any], config: Config) -> NewTask:
     return NewTask(
         role=role,
         title=_title(data),
-        prompt=_prompt(data),
+        prompt=_prompt(data, config.daemon.max_prompt_bytes),
         priority=_priority(data.get("priority", "P2")),
         pool=pool,
         dedup_key=_text(data, "dedup_key"),
@@ -107,12 +104,14 @@ def _title(data: Mapping[str, Any]) -> str:
     return title
 
 
-def _prompt(data: Mapping[str, Any]) -> str:
+def _prompt(data: Mapping[str, Any], limit: int) -> str:
+    # The limit ([daemon] max_prompt_bytes, 1 MiB): a runaway import or a log pasted whole
+    # would otherwise sit in every claim's row and every agent's argv or stdin.
     prompt = _text(data, "prompt") or ""
     size = len(prompt.encode())
-    if size > MAX_PROMPT_BYTES:
-        raise TaskSpecError(f"prompt is {size} bytes: expected at most {MAX_PROMPT_BYTES} "
-                            "(1 MiB); give the agent a file to read instead")
+    if size > limit:
+        raise TaskSpecError(f"prompt is {size} bytes: expected at most {limit} "
+                            "([daemon] max_prompt_bytes); give the agent a file to read instead")
     return prompt
 
 

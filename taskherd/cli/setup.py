@@ -43,6 +43,8 @@ on_shutdown = "detach"
 shutdown_grace = "30s"   # how long "wait" waits
 # Finished tasks, their runs and log files are pruned after this long.
 retention = "30d"
+# A task's prompt may hold at most this many bytes (1 MiB); a larger one is refused.
+max_prompt_bytes = 1048576
 
 # A role is a kind of agent. This one is Claude Code in print mode: taskherd reads its
 # stream-json for the summary, cost, tokens and rate limits. It needs ANTHROPIC_API_KEY in
