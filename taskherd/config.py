@@ -37,7 +37,7 @@ class ConfigError(ValueError):
 RUNTIME_ROLE_KEYS = {
     "command": frozenset({"command", "prompt_via"}),
     "claude": frozenset({"binary", "agent", "model", "allowed_tools", "permission_mode",
-                         "mcp_config", "args"}),
+                         "mcp_config", "args", "resume"}),
     "chat": frozenset({"base_url", "api_key_env", "model"}),
 }
 # Names people reach for that difflib cannot guess from spelling alone.
@@ -109,6 +109,7 @@ class RoleConfig:
     permission_mode: str | None = None
     mcp_config: str | None = None
     args: tuple[str, ...] = ()
+    resume: bool = False  # a retry continues the previous attempt's session (--resume)
     # chat runtime
     base_url: str | None = None
     api_key_env: str | None = None
@@ -307,6 +308,7 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "permission_mode": reader.get("permission_mode", str, None),
         "mcp_config": reader.get("mcp_config", str, None),
         "args": reader.str_list("args"),
+        "resume": reader.get("resume", bool, None),
         "base_url": reader.get("base_url", str, None),
         "api_key_env": reader.get("api_key_env", str, None),
         "rate_limit_patterns": reader.str_list("rate_limit_patterns"),

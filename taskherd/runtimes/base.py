@@ -54,6 +54,8 @@ class AgentEnv:
 
     path: str
     variables: dict[str, str]
+    # The session of the task's previous attempt, for a role that continues it (`resume`).
+    resume_session: str | None = None
 
 
 class Execution(Protocol):
@@ -173,9 +175,16 @@ class CommandLineRuntime(Runtime):
     def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
                prompt: str) -> Launch: ...
 
+    def resumed(self, launch: Launch, session: str) -> Launch:
+        """The launch that continues `session` instead of starting afresh; a runtime that
+        cannot continue one starts afresh."""
+        return launch
+
     def start(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
               agent: AgentEnv) -> Execution:
         launch = self.launch(role, task, run, files, build_prompt(task))
+        if agent.resume_session:
+            launch = self.resumed(launch, agent.resume_session)
         env = procs.agent_env(agent.path, launch.env, agent.variables)
         header = {"run": run.id, "task": task.id, "role": role.name}
         spawned = procs.spawn(launch.argv, env=env, cwd=launch.cwd, log_path=files.log,

@@ -7,6 +7,7 @@ going, so the fleet pauses before Claude Code burns its own retries.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from datetime import UTC, datetime
 
@@ -75,6 +76,12 @@ class ClaudeRuntime(CommandLineRuntime):
         # the daemon's (the service's EnvironmentFile), or every run fails to authenticate.
         signed_in = {key: os.environ[key] for key in CLAUDE_AUTH_ENV if os.environ.get(key)}
         return Launch(argv, signed_in | dict(role.env), role.workdir, stdin)
+
+    def resumed(self, launch: Launch, session: str) -> Launch:
+        # `--resume ID` continues the previous attempt's conversation: the agent keeps what
+        # it read and did, and the new prompt (with why it runs again) comes after.
+        argv = [launch.argv[0], "--resume", session, *launch.argv[1:]]
+        return dataclasses.replace(launch, argv=argv)
 
     def reader(self, role: RoleConfig) -> OutputReader:
         return ClaudeReader(role)

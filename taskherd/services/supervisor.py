@@ -155,8 +155,16 @@ class Supervisor:
     def _begin(self, runtime: Runtime, role: RoleConfig, claim: Claim,
                files: RunFiles) -> Execution:
         """Start the run however its runtime starts one (a process, or an in-process call)."""
-        agent = AgentEnv(self._agent_path(role), self._agent_vars(claim))
+        agent = AgentEnv(self._agent_path(role), self._agent_vars(claim),
+                         self._previous_session(role, claim.task))
         return runtime.start(role, claim.task, claim.run, files, agent)
+
+    def _previous_session(self, role: RoleConfig, task: Task) -> str | None:
+        """The latest session an earlier run of `task` recorded, when the role resumes."""
+        if not role.resume:
+            return None
+        sessions = [run.session_id for run in self.store.runs_of_task(task.id) if run.session_id]
+        return sessions[-1] if sessions else None
 
     def adopt(self, run: Run, task: Task, now: float) -> LiveRun | None:
         """Re-attach to an agent an earlier daemon started; settle it if it already ended."""
