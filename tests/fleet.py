@@ -5,6 +5,7 @@ Tests wait on conditions in the database with a deadline; nothing sleeps for tim
 
 from __future__ import annotations
 
+import asyncio
 import os
 import selectors
 import signal
@@ -109,6 +110,16 @@ def agent(root: Path, name: str, body: str) -> str:
     path = root / f"{name}.py"
     path.write_text(textwrap.dedent(body))
     return str(path)
+
+
+async def until(condition: Callable[[], Any], timeout: float = 20.0) -> Any:
+    """Inside an event loop: wait for `condition` to hold (bounded by `timeout`), letting the
+    loop run the daemon's services meanwhile; its value."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+    return value
 
 
 def read_until(process: subprocess.Popen, wanted: str, timeout: float = 20.0) -> str:

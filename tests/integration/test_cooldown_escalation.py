@@ -5,7 +5,6 @@ Real agent processes, on both stores."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from taskherd.config import parse_config
@@ -13,7 +12,7 @@ from taskherd.model import NewTask, Outcome
 from taskherd.runtimes.ratelimit import guessed_cooldown
 from taskherd.store import open_store
 from taskherd.services.supervisor import Supervisor
-from tests.fleet import PYTHON, agent
+from tests.fleet import PYTHON, agent, until
 
 LIMITED = """
     import sys
@@ -21,14 +20,6 @@ LIMITED = """
     sys.exit(1)
 """
 START = 1_800_000_000.0
-
-
-async def until(condition, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-    return value
 
 
 def test_cooldowns_without_a_reset_time_double_while_limits_repeat(tmp_path: Path, database):

@@ -14,7 +14,7 @@ from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, TaskState
 from taskherd.services.supervisor import Supervisor
 from taskherd.store import StoreUnavailable, open_store
-from tests.fleet import PYTHON, agent
+from tests.fleet import PYTHON, agent, until
 
 # Records its pid, waits for the release file, then records that it did the work.
 AGENT = """
@@ -41,14 +41,6 @@ class SpawnNotRecorded:
 
     def mark_spawned(self, *args, **kwargs):
         raise StoreUnavailable("database error: server closed the connection unexpectedly")
-
-
-async def until(condition, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-    return value
 
 
 def test_an_unrecorded_spawn_is_stopped_and_the_task_runs_once(tmp_path: Path, database):
