@@ -90,9 +90,11 @@ WHERE id = :task_id AND state IN ('claimed', 'running')
   AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id);
 
 -- name: renew_node_leases
+-- `lease_expires_at IS NOT NULL` says nothing new (a leased task has one) but lets the lease
+-- index find the node's tasks: without it, each renewal scanned every task ever kept.
 UPDATE tasks
 SET lease_expires_at = :lease_until
-WHERE lease_node = :node AND state IN ('claimed', 'running');
+WHERE lease_expires_at IS NOT NULL AND lease_node = :node AND state IN ('claimed', 'running');
 
 -- name: end_run
 -- Usage the agent reported (`taskherd done --cost-usd`) stays unless the runtime measured its own.

@@ -58,7 +58,9 @@ CREATE OR REPLACE TRIGGER finished_counts_insert AFTER INSERT ON tasks
 FOR EACH ROW WHEN (NEW.finished_at IS NOT NULL)
 EXECUTE FUNCTION finished_counts_track();
 
-CREATE OR REPLACE TRIGGER finished_counts_update AFTER UPDATE OF state, role, finished_at ON tasks
+-- OF finished_at alone: a finished task changes only by being revived (finished_at cleared)
+-- or pruned.
+CREATE OR REPLACE TRIGGER finished_counts_update AFTER UPDATE OF finished_at ON tasks
 FOR EACH ROW WHEN (OLD.finished_at IS NOT NULL OR NEW.finished_at IS NOT NULL)
 EXECUTE FUNCTION finished_counts_track();
 

@@ -42,7 +42,9 @@ INSERT INTO rollup_marks (id, tasks_through, runs_through)
 VALUES (1, coalesce((SELECT max(finished_at) FROM tasks), 0) + 1,
         coalesce((SELECT max(id) FROM runs), 0));
 
-CREATE TRIGGER finished_counts_enter AFTER UPDATE OF state, role, finished_at ON tasks
+-- OF finished_at alone: a finished task changes only by being revived (finished_at cleared)
+-- or pruned, and a claim, which sets no finished_at, runs no trigger at all.
+CREATE TRIGGER finished_counts_enter AFTER UPDATE OF finished_at ON tasks
 WHEN (new.state = 'completed' OR new.state = 'dead' OR new.state = 'cancelled')
  AND new.finished_at < (SELECT tasks_through FROM rollup_marks)
 BEGIN
@@ -50,7 +52,7 @@ BEGIN
     ON CONFLICT (state, role) DO UPDATE SET n = n + 1;
 END;
 
-CREATE TRIGGER finished_counts_leave AFTER UPDATE OF state, role, finished_at ON tasks
+CREATE TRIGGER finished_counts_leave AFTER UPDATE OF finished_at ON tasks
 WHEN (old.state = 'completed' OR old.state = 'dead' OR old.state = 'cancelled')
  AND old.finished_at < (SELECT tasks_through FROM rollup_marks)
 BEGIN
