@@ -32,12 +32,7 @@ from taskherd.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD
 from taskherd.model import Claim, Liveness, Outcome, Run, RunResult, Task
 from taskherd.questions import question_in
 from taskherd.runtimes.base import AgentEnv, Execution, OutputReader, RunFiles, Runtime
-from taskherd.runtimes.ratelimit import (
-    FIRST_GUESSED_COOLDOWN,
-    RateLimitSignal,
-    guessed_cooldown,
-    known_reset,
-)
+from taskherd.runtimes.ratelimit import RateLimitSignal, guessed_cooldown, known_reset
 from taskherd.runtimes.registry import runtime_for
 from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.store.watch import VerdictChange
@@ -463,8 +458,7 @@ class Supervisor:
         span = None
         previous = self.store.cooldown_of(role.runtime) if probe or reset_at is None else None
         if probe and previous is not None:
-            last = previous.span or max(previous.until - previous.created_at,
-                                        FIRST_GUESSED_COOLDOWN)
+            last = previous.span or max(previous.until - previous.created_at, 1.0)
             span = min(2 * last, max(role.rate_limit_cooldown, last))
             reset_at = max(reset_at or now, now + span)
         elif reset_at is None:

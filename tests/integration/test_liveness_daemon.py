@@ -180,3 +180,67 @@ def test_a_long_honest_run_with_varied_output_is_not_a_loop(tmp_path, fleets):
     [run] = fleet.store.runs_of_task(task.id)
     assert run.outcome is Outcome.SUCCEEDED, run.error
     assert done.summary == "2400 passed"
+
+
+# A provider with a limit: for LIMIT_FOR seconds after the first call every call is refused
+# with a Retry-After of 2 s; after that, the work takes a moment and succeeds.
+PROVIDER = """
+    import os, sys, time
+    first = os.environ["FIRST_CALL"]
+    try:
+        with open(first, "x") as marker:  # the first call notes when the limit began
+            marker.write(str(time.time()))
+    except FileExistsError:
+        pass
+    while not (began := open(first).read()):
+        pass  # the first caller is writing it
+    if time.time() < float(began) + float(os.environ["LIMIT_FOR"]):
+        print("Error: 429 Too Many Requests")
+        print("Retry-After: 2")
+        sys.exit(1)
+    time.sleep(0.5)
+    print("TASK_COMPLETE: past the limit")
+"""
+
+
+def provider_fleet(tmp_path, fleets, limit_for: float) -> tuple[Fleet, list[int]]:
+    first_call = tmp_path / "first-call"
+    fleets.append(fleet := fleet_for(tmp_path, {"caller": {
+        "command": command(tmp_path, "caller", PROVIDER),
+        "env": f'{{ FIRST_CALL = "{first_call}", LIMIT_FOR = "{limit_for}" }}',
+        "max_attempts": "1", "rate_limit_cooldown": '"1m"'}}))
+    tasks = [fleet.add(f"call {i}", role="caller").id for i in range(8)]
+    for task_id in tasks:
+        fleet.wait_final(task_id, timeout=90)
+    runs = sorted((run for task_id in tasks for run in fleet.store.runs_of_task(task_id)),
+                  key=lambda run: run.claimed_at)
+    return fleet, runs
+
+
+def test_after_a_limit_one_probe_goes_first_and_the_rest_follow_its_success(tmp_path, fleets):
+    fleet, runs = provider_fleet(tmp_path, fleets, limit_for=1.0)
+    limited = [run for run in runs if run.outcome is Outcome.RATE_LIMITED]
+    assert limited and all(run.claimed_at < runs[len(limited)].claimed_at for run in limited)
+    # After the reset: a single probe, not a wave. Nothing else of the runtime was claimed
+    # until the probe had got past the limit (here: its success).
+    probe, *rest = runs[len(limited):]
+    assert probe.outcome is Outcome.SUCCEEDED
+    assert rest and all(run.claimed_at >= probe.ended_at for run in rest)
+    assert all(run.outcome is Outcome.SUCCEEDED for run in rest)
+    assert all(fleet.store.get_task(run.task_id).attempts == 0 for run in runs)
+    assert fleet.store.all_cooldowns() == []  # the probe lifted it
+
+
+def test_a_probe_that_meets_the_limit_again_doubles_the_cooldown(tmp_path, fleets):
+    # Limited for 3.5 s: the first wave pauses the runtime for 2 s (Retry-After), the probe
+    # at ~2 s meets the limit again and the pause doubles to 4 s; the next probe passes.
+    fleet, runs = provider_fleet(tmp_path, fleets, limit_for=3.5)
+    wave_end = max(run.ended_at for run in runs if run.claimed_at - runs[0].claimed_at < 1)
+    probes = [run for run in runs if run.claimed_at > wave_end]
+    first_probe, second_probe, *rest = probes
+    assert first_probe.outcome is Outcome.RATE_LIMITED
+    assert second_probe.outcome is Outcome.SUCCEEDED
+    # One run at a time while probing; the second probe waited twice the first pause.
+    assert second_probe.claimed_at >= first_probe.ended_at + 2 * 2
+    assert rest and all(run.claimed_at >= second_probe.ended_at for run in rest)
+    assert all(run.outcome is Outcome.SUCCEEDED for run in rest)
