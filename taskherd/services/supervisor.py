@@ -48,7 +48,7 @@ ADOPT_EVERY = 10.0  # seconds between two looks for open runs nobody watches
 HEARTBEAT_SLACK = 5.0  # heartbeats are stamped by another process's clock: look back this far
 
 
-@dataclass
+@dataclass(eq=False)  # identity: comparing every field of a thousand runs costs a round
 class LiveRun:
     """An agent this daemon is watching."""
 
@@ -70,6 +70,7 @@ class LiveRun:
     next_look: float = 0.0  # when run_once looks at it again (0: at the next round)
     cpu_busy: bool = False  # its last CPU sample showed work: keep sampling it
     recent: bytes = b""  # the end of its output, where a question would be
+    question_read_at: int = -1  # the log offset `recent` was last read for a question at
     waiting: str | None = None  # the question it waits at (on_input = wait), until it moves
     verdict: tuple[Liveness, float, str | None] | None = None  # as last written to the store
     probe: bool = False  # the one run of its runtime let through after a rate limit
@@ -298,14 +299,15 @@ class Supervisor:
         self._note_heartbeats(now)
         due = [live for live in self.live.values()
                if live.kill_reason is None and now >= live.next_look]
-        sampled = [live for live in due if live.handle.pid and self._wants_cpu(live, now)]
-        cpu = procs.tree_cpu_seconds({live.handle.pid for live in sampled}) if sampled else {}
+        sampled = {live.handle.pid for live in due
+                   if live.handle.pid and self._wants_cpu(live, now)}
+        cpu = procs.tree_cpu_seconds(sampled) if sampled else {}
         changes = []
         for live in due:
             if not live.handle.is_alive():
                 continue
             counts["checked"] += 1
-            verdict = self._judge(live, now, cpu.get(live.handle.pid) if live in sampled else None)
+            verdict = self._judge(live, now, cpu.get(live.handle.pid))
             if verdict is not None:
                 counts[verdict[0].value] = counts.get(verdict[0].value, 0) + 1
                 self.kill(live, *verdict)
@@ -370,7 +372,9 @@ class Supervisor:
         if live.waiting is not None:
             return None  # on_input = wait: kept for a person's answer (the timeout still holds)
         idle = now - live.last_activity
-        if idle >= role.input_timeout:
+        if idle >= role.input_timeout and live.question_read_at != live.log_offset:
+            # Read once per new output: a quiet agent's unchanged last lines ask nothing new.
+            live.question_read_at = live.log_offset
             question = question_in(live.recent.decode("utf-8", "replace"), role.input_patterns)
             if question is not None:
                 return self._needs_input(live, question, now)

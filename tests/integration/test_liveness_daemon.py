@@ -71,7 +71,7 @@ VARIED = """
 def fleet_for(tmp_path, roles: dict[str, dict[str, str]]) -> Fleet:
     text = "".join(f"\n[roles.{name}]\n" + "".join(f"{k} = {v}\n" for k, v in opts.items())
                    for name, opts in roles.items())
-    fleet = Fleet(tmp_path, f"""
+    fleet = Fleet(tmp_path, """
         [daemon]
         database = "q.db"
         data_dir = "data"
@@ -234,9 +234,10 @@ def test_after_a_limit_one_probe_goes_first_and_the_rest_follow_its_success(tmp_
 def test_a_probe_that_meets_the_limit_again_doubles_the_cooldown(tmp_path, fleets):
     # Limited for 3.5 s: the first wave pauses the runtime for 2 s (Retry-After), the probe
     # at ~2 s meets the limit again and the pause doubles to 4 s; the next probe passes.
-    fleet, runs = provider_fleet(tmp_path, fleets, limit_for=3.5)
-    wave_end = max(run.ended_at for run in runs if run.claimed_at - runs[0].claimed_at < 1)
-    probes = [run for run in runs if run.claimed_at > wave_end]
+    _, runs = provider_fleet(tmp_path, fleets, limit_for=3.5)
+    # The first wave: claimed before the first run ended (its limit paused the runtime).
+    first_end = min(run.ended_at for run in runs)
+    probes = [run for run in runs if run.claimed_at > first_end]
     first_probe, second_probe, *rest = probes
     assert first_probe.outcome is Outcome.RATE_LIMITED
     assert second_probe.outcome is Outcome.SUCCEEDED

@@ -14,10 +14,10 @@ from taskherd.questions import question_in
     ("npm warn\nProceed? (y/n) ", "Proceed? (y/n)"),
     ("Build done.\nPress Enter to continue", "Press Enter to continue"),
     # Claude Code's permission prompt, colours and all.
-    ("\x1b[1mDo you want to make this edit to app.py?\x1b[0m\n❯ 1. Yes\n  2. No, and tell "
-     "Claude what to do differently (esc)\n",
-     "Do you want to make this edit to app.py? ❯ 1. Yes 2. No, and tell Claude what to do "
-     "differently (esc)"),
+    (("\x1b[1mDo you want to make this edit to app.py?\x1b[0m\n❯ 1. Yes\n  2. No, and tell "
+      "Claude what to do differently (esc)\n"),
+     ("Do you want to make this edit to app.py? ❯ 1. Yes 2. No, and tell Claude what to do "
+      "differently (esc)")),
     # Codex's approval prompt.
     ("Would you like to run the following command?\n$ rm -rf build\n▌ Yes (y)  No (n)",
      "Would you like to run the following command? $ rm -rf build ▌ Yes (y)  No (n)"),
