@@ -324,7 +324,9 @@ def thousand(tmp: Path, agents: int, window: float, noops: int, interval: float,
         after, wall = daemon.cpu_times(), time.monotonic() - wall_before
         cpu = (after.user + after.system - before.user - before.system) / wall
         shims = [r.pid for r in node.store.open_runs() if r.pid]
-        agent_pids = [child.pid for pid in shims for child in _children(pid)]
+        shim_set = set(shims)  # one /proc walk for every shim's children, not one each
+        agent_pids = [p.pid for p in psutil.process_iter(["ppid"])
+                      if p.info["ppid"] in shim_set]
         memory = {"daemon": pss_kib(daemon.pid), "shims": sum(map(pss_kib, shims)),
                   "agents": sum(map(pss_kib, agent_pids))}
         busy = noop_wave(node, noops, interval)
@@ -333,13 +335,6 @@ def thousand(tmp: Path, agents: int, window: float, noops: int, interval: float,
                 "busy": busy, "spawned_in": spawned_in}
     finally:
         node.down()
-
-
-def _children(pid: int) -> list[psutil.Process]:
-    try:
-        return psutil.Process(pid).children()
-    except psutil.Error:
-        return []
 
 
 # -- d. liveness verdicts ------------------------------------------------------------------

@@ -70,7 +70,8 @@ class LiveRun:
     next_look: float = 0.0  # when run_once looks at it again (0: at the next round)
     cpu_busy: bool = False  # its last CPU sample showed work: keep sampling it
     recent: bytes = b""  # the end of its output, where a question would be
-    question_read_at: int = -1  # the log offset `recent` was last read for a question at
+    question: str | None = None  # the question its output ends with, if any
+    question_read_at: int = -1  # the log offset `question` was read at
     waiting: str | None = None  # the question it waits at (on_input = wait), until it moves
     verdict: tuple[Liveness, float, str | None] | None = None  # as last written to the store
     probe: bool = False  # the one run of its runtime let through after a rate limit
@@ -344,9 +345,23 @@ class Supervisor:
         run is busy, or from SAMPLE_AHEAD before its input or idle threshold."""
         if live.cpu_busy or live.waiting is not None:
             return live.cpu_busy
+        return self._nearest_threshold(live) - now <= SAMPLE_AHEAD
+
+    def _nearest_threshold(self, live: LiveRun) -> float:
+        """When idleness ends the run next: input_timeout only if it ends with a question."""
         role = live.role
-        nearest = live.last_activity + min(role.input_timeout, role.idle_timeout)
-        return nearest - now <= SAMPLE_AHEAD
+        idle_limit = role.idle_timeout
+        if self._question(live) is not None:
+            idle_limit = min(idle_limit, role.input_timeout)
+        return live.last_activity + idle_limit
+
+    def _question(self, live: LiveRun) -> str | None:
+        """The question the agent's output ends with, read once per new output."""
+        if live.question_read_at != live.log_offset:
+            live.question_read_at = live.log_offset
+            live.question = question_in(live.recent.decode("utf-8", "replace"),
+                                        live.role.input_patterns)
+        return live.question
 
     def _judge(self, live: LiveRun, now: float,
                cpu_seconds: float | None) -> tuple[Outcome, str] | None:
@@ -372,12 +387,8 @@ class Supervisor:
         if live.waiting is not None:
             return None  # on_input = wait: kept for a person's answer (the timeout still holds)
         idle = now - live.last_activity
-        if idle >= role.input_timeout and live.question_read_at != live.log_offset:
-            # Read once per new output: a quiet agent's unchanged last lines ask nothing new.
-            live.question_read_at = live.log_offset
-            question = question_in(live.recent.decode("utf-8", "replace"), role.input_patterns)
-            if question is not None:
-                return self._needs_input(live, question, now)
+        if idle >= role.input_timeout and (question := self._question(live)) is not None:
+            return self._needs_input(live, question, now)
         if idle > role.idle_timeout:
             return Outcome.STALLED, (f"no output, heartbeat or CPU for {idle:.0f}s "
                                      f"(idle_timeout {role.idle_timeout:g}s)")
@@ -406,8 +417,7 @@ class Supervisor:
         role = live.role
         times = [now + QUIET_LOOK, live.spawned_at + role.timeout]
         if live.waiting is None:
-            times += [live.last_activity + _quiet_after(role), live.last_activity + role.input_timeout,
-                      live.last_activity + role.idle_timeout]
+            times += [live.last_activity + _quiet_after(role), self._nearest_threshold(live)]
         future = [t for t in times if t > now]
         return max(now + interval, min(future, default=now + interval))
 
