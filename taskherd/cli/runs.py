@@ -68,15 +68,19 @@ def list_command(ctx: click.Context, job: str | None, role: str | None, since: s
 def running_command(ctx: click.Context, as_json: bool) -> None:
     """Runs that have not ended, on every node."""
     started = now()
-    with store_for(ctx) as store:
-        runs = store.open_runs()
+    with queue_for(ctx) as queue:
+        runs = queue.store.open_runs()
+        liveness = {run.id: run_ops.liveness(queue, run, started) for run in runs}
     if as_json:
-        print_json([run.to_dict() | {"elapsed": _duration(run, started)} for run in runs])
+        print_json([run.to_dict() | {"elapsed": _duration(run, started),
+                                     "liveness": liveness[run.id]} for run in runs])
         return
     print_table(
-        ["run", "task", "role", "node", "pid", "started", "elapsed", "last activity"],
+        ["run", "task", "role", "node", "pid", "started", "elapsed", "last activity",
+         "liveness"],
         [[r.id, r.task_id, r.role, r.node, r.pid, format_time(r.spawned_at or r.claimed_at),
-          _took(_duration(r, started)), format_time(last_activity(r))] for r in runs],
+          _took(_duration(r, started)), format_time(last_activity(r)),
+          liveness_words(liveness[r.id])] for r in runs],
     )
 
 

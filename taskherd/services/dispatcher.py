@@ -26,6 +26,9 @@ log = logging.getLogger("taskherd.dispatcher")
 P0_WARNING_INTERVAL = 60.0  # seconds between two warnings about the same waiting P0 task
 # A probe taken but never claimed (its node died in between) is given up after this long.
 PROBE_CLAIM_TIMEOUT = 60.0
+# With nothing of a runtime to run, its probe is looked for again after this long: taking and
+# releasing it costs two writes, which each dispatch pass would otherwise repeat.
+PROBE_RETRY = 1.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class Dispatcher:
         self.start = start
         self.settings = settings
         self._warned_p0: dict[int, float] = {}
+        self._probe_tried: dict[str, float] = {}  # runtime → when a probe found nothing to run
 
     def run_once(self, now: float) -> dict[str, int]:
         cooldowns = self.store.all_cooldowns()
@@ -89,6 +93,8 @@ class Dispatcher:
         runtime, node = cooldown.runtime, self.config.daemon.node
         if cooldown.probe_node is not None and not self._probe_abandoned(cooldown, now):
             return False
+        if now - self._probe_tried.get(runtime, float("-inf")) < PROBE_RETRY:
+            return False
         if cooldown.probe_node is not None:
             self.store.release_probe(runtime, cooldown.probe_run_id)
         if not self.store.take_probe(runtime, node, now):
@@ -104,6 +110,7 @@ class Dispatcher:
                                      runtime_of={role.name: runtime for role in roles})
         if claim is None:
             self.store.release_probe(runtime)  # nothing to run here: another node may
+            self._probe_tried[runtime] = now
             return False
         self.store.attach_probe(runtime, node, claim.run.id, now)
         log.info("runtime %s: its cooldown ended; run %s (task %s) probes it first",

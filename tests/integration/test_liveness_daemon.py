@@ -5,13 +5,14 @@ work, a looping agent is ended, an honest run with varied output is not, and `ru
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
 
 import pytest
 
-from taskherd.model import Liveness, Outcome, TaskState
+from taskherd.model import EventKind, Liveness, Outcome, TaskState
 from tests.fleet import PYTHON, Fleet, agent
 
 ASKS = """
@@ -99,10 +100,20 @@ def test_an_agent_at_a_question_is_blocked_with_it_and_charged_nothing(tmp_path,
     fleets.append(fleet := fleet_for(tmp_path, {"asker": {
         "command": command(tmp_path, "asker", ASKS), "input_timeout": '"1s"',
         "idle_timeout": '"30s"', "max_attempts": "1"}}))
-    task = fleet.add("migrate", role="asker")
+
+    async def added_and_heard():
+        async with fleet.store.listen() as events:
+            task = fleet.add("migrate", role="asker")
+            while (event := await asyncio.wait_for(anext(events), 30)).kind is not (
+                    EventKind.INPUT_NEEDED):
+                pass
+            return task, event
+
+    task, event = asyncio.run(added_and_heard())  # listeners hear that it waits
     blocked = fleet.wait_until(
         lambda: (t := fleet.store.get_task(task.id)).state is TaskState.BLOCKED and t,
         timeout=30, what="the task to be blocked")
+    assert event.task_id == task.id
     [run] = fleet.store.runs_of_task(task.id)
     assert run.outcome is Outcome.NEEDS_INPUT
     assert blocked.attempts == 0  # no strike: a headless agent could not ask anyone
@@ -127,6 +138,7 @@ def test_on_input_wait_keeps_the_agent_for_a_persons_answer(tmp_path, fleets):
     assert run.liveness_note == "Do you want to proceed? [y/N]"
     listed = fleet.cli("runs", "list").stdout
     assert 'waiting for input: "Do you want to proceed? [y/N]"' in listed
+    assert "waiting for input" in fleet.cli("runs", "running").stdout
     shown = fleet.cli("task", "show", str(task.id)).stdout
     assert "liveness: waiting for input" in shown and "timeout at" in shown
     # Kept alive past idle_timeout: waiting for a person is not stalling.

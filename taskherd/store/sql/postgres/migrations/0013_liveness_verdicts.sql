@@ -9,7 +9,7 @@ ALTER TABLE runs ADD CONSTRAINT runs_outcome_check CHECK (outcome IN ('succeeded
 
 -- The supervisor's verdict on a running agent, written when it changes (not each check):
 -- active, quiet (since liveness_since), waiting_input (liveness_note: the question) or
--- looping. NULL once the run ended, and for runs older than this column.
+-- looping. The last one stays after the run ends; NULL for runs older than this column.
 ALTER TABLE runs ADD COLUMN liveness text
     CHECK (liveness IN ('active', 'quiet', 'waiting_input', 'looping'));
 

@@ -37,7 +37,7 @@ CREATE TABLE runs_rebuilt (
     report_summary TEXT,
     -- The supervisor's verdict on a running agent, written when it changes (not each check):
     -- active, quiet (since liveness_since), waiting_input (liveness_note: the question) or
-    -- looping. NULL once the run ended, and for runs older than this column.
+    -- looping. The last one stays after the run ends; NULL for runs older than this column.
     liveness       TEXT CHECK (liveness = 'active' OR liveness = 'quiet'
                        OR liveness = 'waiting_input' OR liveness = 'looping'),
     liveness_since REAL,
@@ -68,8 +68,11 @@ CREATE INDEX runs_task ON runs (task_id);
 
 CREATE INDEX runs_open ON runs (node) WHERE ended_at IS NULL;
 
+-- The triggers on runs as 0012 left them:
+-- (0012) A run at or below the mark that was still open when the mark passed it adds itself now.
 CREATE TRIGGER spend_hours_run_ended AFTER UPDATE OF ended_at ON runs
 WHEN old.ended_at IS NULL AND new.ended_at IS NOT NULL
+ AND new.id <= (SELECT runs_through FROM rollup_marks)
 BEGIN
     INSERT INTO spend_hours (role, hour, runs, cost_usd, input_tokens, output_tokens)
     VALUES (new.role, CAST(new.claimed_at / 3600 AS INTEGER) * 3600.0, 1,
@@ -82,7 +85,7 @@ BEGIN
 END;
 
 CREATE TRIGGER spend_hours_run_deleted AFTER DELETE ON runs
-WHEN old.ended_at IS NOT NULL
+WHEN old.ended_at IS NOT NULL AND old.id <= (SELECT runs_through FROM rollup_marks)
 BEGIN
     UPDATE spend_hours
     SET runs = runs - 1, cost_usd = cost_usd - coalesce(old.cost_usd, 0),
