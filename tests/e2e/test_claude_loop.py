@@ -4,10 +4,8 @@ the call. And the first model message of a probe after a rate limit lifts its co
 
 from __future__ import annotations
 
-import time
-
 from taskherd.model import Outcome, TaskState
-from tests.e2e.fake_anthropic import RateLimited, Text, ToolUse
+from tests.e2e.fake_anthropic import RateLimited, ToolUse
 from tests.fleet import Fleet
 
 
