@@ -352,7 +352,7 @@ class Supervisor:
         role = live.role
         idle_limit = role.idle_timeout
         if self._question(live) is not None:
-            idle_limit = min(idle_limit, role.input_timeout)
+            idle_limit = _input_after(role)
         return live.last_activity + idle_limit
 
     def _question(self, live: LiveRun) -> str | None:
@@ -387,7 +387,7 @@ class Supervisor:
         if live.waiting is not None:
             return None  # on_input = wait: kept for a person's answer (the timeout still holds)
         idle = now - live.last_activity
-        if idle >= role.input_timeout and (question := self._question(live)) is not None:
+        if idle >= _input_after(role) and (question := self._question(live)) is not None:
             return self._needs_input(live, question, now)
         if idle > role.idle_timeout:
             return Outcome.STALLED, (f"no output, heartbeat or CPU for {idle:.0f}s "
@@ -608,6 +608,12 @@ class Supervisor:
         token = secrets.token_urlsafe(32)
         self.store.issue_run_credential(run_id, token, self.clock())
         return token
+
+
+def _input_after(role: RoleConfig) -> float:
+    """Idleness at a question that means waiting for input: never longer than idle_timeout,
+    so an agent at a question is never charged a strike as stalled."""
+    return min(role.input_timeout, role.idle_timeout)
 
 
 def _quiet_after(role: RoleConfig) -> float:
