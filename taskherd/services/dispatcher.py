@@ -3,6 +3,10 @@
 Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools, and runtime
 cooldowns. The store picks the task (P0 first, FIFO within a priority); the dispatcher only
 says which roles and pools have room.
+
+After a rate limit's cooldown ends, the runtime does not start a wave that meets the limit
+again: one run goes first (the probe, taken by compare-and-set so one node takes it), and
+the rest wait until it got past the provider (the supervisor then deletes the cooldown).
 """
 
 from __future__ import annotations
@@ -14,12 +18,17 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from taskherd.config import Config, RoleConfig
-from taskherd.model import Claim, Priority, TaskState
+from taskherd.model import Cooldown, Priority, TaskState
 from taskherd.services.supervisor import LiveRuns
-from taskherd.store import Store
+from taskherd.store import Store, StoreError
 
 log = logging.getLogger("taskherd.dispatcher")
 P0_WARNING_INTERVAL = 60.0  # seconds between two warnings about the same waiting P0 task
+# A probe taken but never claimed (its node died in between) is given up after this long.
+PROBE_CLAIM_TIMEOUT = 60.0
+# With nothing of a runtime to run, its probe is looked for again after this long: taking and
+# releasing it costs two writes, which each dispatch pass would otherwise repeat.
+PROBE_RETRY = 1.0
 
 
 @dataclass(frozen=True)
@@ -43,7 +52,7 @@ class Dispatcher:
     an agent started; it knows the live runs only through their read-only view."""
 
     def __init__(self, config: Config, store: Store, live: LiveRuns,
-                 start: Callable[[Claim, float], object],
+                 start: Callable[..., object],
                  settings: DispatcherSettings = DispatcherSettings()):
         self.config = config
         self.store = store
@@ -51,10 +60,15 @@ class Dispatcher:
         self.start = start
         self.settings = settings
         self._warned_p0: dict[int, float] = {}
+        self._probe_tried: dict[str, float] = {}  # runtime → when a probe found nothing to run
 
     def run_once(self, now: float) -> dict[str, int]:
+        cooldowns = self.store.all_cooldowns()
+        cooled = {c.runtime: _paused_reason(c, now) for c in cooldowns}
         started = 0
-        cooled = {c.runtime: c.until for c in self.store.active_cooldowns(now)}
+        for cooldown in cooldowns:
+            if cooldown.probing(now) and self._probe(cooldown, now, cooled):
+                started += 1
         while True:
             room = self.room(now, cooled)
             if room.slots <= 0 or not room.roles:
@@ -74,7 +88,47 @@ class Dispatcher:
                   len(self.live), sorted(cooled) or "none")
         return {"started": started}
 
-    def room(self, now: float, cooled: dict[str, float]) -> Room:
+    def _probe(self, cooldown: Cooldown, now: float, cooled: dict[str, str]) -> bool:
+        """Start the one run that tests whether `cooldown`'s limit has lifted, if nobody has."""
+        runtime, node = cooldown.runtime, self.config.daemon.node
+        if cooldown.probe_node is not None and not self._probe_abandoned(cooldown, now):
+            return False
+        if now - self._probe_tried.get(runtime, float("-inf")) < PROBE_RETRY:
+            return False
+        if cooldown.probe_node is not None:
+            self.store.release_probe(runtime, cooldown.probe_run_id)
+        if not self.store.take_probe(runtime, node, now):
+            return False  # another node took it
+        others = {name: why for name, why in cooled.items() if name != runtime}
+        room = self.room(now, others)
+        roles = [role for role in room.roles if role.runtime == runtime]
+        claim = None
+        if room.slots > 0 and roles:
+            claim = self.store.claim(node, now, self.config.daemon.lease,
+                                     roles=[role.name for role in roles],
+                                     full_pools=room.full_pools, as_role=roles[0].name,
+                                     runtime_of={role.name: runtime for role in roles})
+        if claim is None:
+            self.store.release_probe(runtime)  # nothing to run here: another node may
+            self._probe_tried[runtime] = now
+            return False
+        self.store.attach_probe(runtime, node, claim.run.id, now)
+        log.info("runtime %s: its cooldown ended; run %s (task %s) probes it first",
+                 runtime, claim.run.id, claim.task.id)
+        return self.start(claim, now, probe=True) is not None
+
+    def _probe_abandoned(self, cooldown: Cooldown, now: float) -> bool:
+        """A probe whose run ended without telling (lost with its node), or that was never
+        claimed: another may go."""
+        if cooldown.probe_run_id is None:
+            started = cooldown.probe_started_at or now
+            return now - started > PROBE_CLAIM_TIMEOUT
+        try:
+            return self.store.get_run(cooldown.probe_run_id).ended_at is not None
+        except StoreError:
+            return True  # pruned
+
+    def room(self, now: float, cooled: dict[str, str]) -> Room:
         running = self.live.running_per_role()
         pool_use = self.live.pools_in_use()
         full_pools = tuple(p for p, cap in self.config.pools.items() if pool_use[p] >= cap)
@@ -91,11 +145,9 @@ class Dispatcher:
         return Room(slots, tuple(open_roles), full_pools, blocked_by)
 
     def _no_room_reason(self, role: RoleConfig, now: float, running: Counter,
-                        full_pools: tuple[str, ...], cooled: dict[str, float]) -> str | None:
+                        full_pools: tuple[str, ...], cooled: dict[str, str]) -> str | None:
         if role.runtime in cooled:
-            until = datetime.fromtimestamp(cooled[role.runtime]).astimezone()
-            return (f"runtime {role.runtime} is rate-limited until "
-                    f"{until.isoformat(sep=' ', timespec='seconds')}")
+            return cooled[role.runtime]
         if role.max_concurrent is not None and running[role.name] >= role.max_concurrent:
             return f"role {role.name} is at max_concurrent {role.max_concurrent}"
         last = self.live.last_spawn(role.name)
@@ -122,7 +174,7 @@ class Dispatcher:
         future = [end for end in ends if end > now]
         return min(future) if future else None
 
-    def _warn_waiting_p0(self, now: float, cooled: dict[str, float]) -> None:
+    def _warn_waiting_p0(self, now: float, cooled: dict[str, str]) -> None:
         """A P0 that has to wait is worth a warning that says what it waits for."""
         waiting = [t for t in self.store.list_tasks(state=TaskState.READY, limit=5)
                    if t.priority is Priority.P0 and t.run_after <= now]
@@ -146,3 +198,14 @@ class Dispatcher:
         if pool in room.full_pools:
             return f"pool {pool} is full"
         return "no role has room"
+
+
+def _paused_reason(cooldown: Cooldown, now: float) -> str:
+    """Why nothing (more) of the cooldown's runtime may start now."""
+    if cooldown.active(now):
+        until = datetime.fromtimestamp(cooldown.until).astimezone()
+        return (f"runtime {cooldown.runtime} is rate-limited until "
+                f"{until.isoformat(sep=' ', timespec='seconds')}")
+    probe = f" (run {cooldown.probe_run_id})" if cooldown.probe_run_id else ""
+    return (f"runtime {cooldown.runtime} waits for the probe{probe} that tests whether "
+            "its rate limit has lifted")

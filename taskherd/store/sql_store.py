@@ -49,13 +49,14 @@ from taskherd.store.sql_credentials import SQLCredentials
 from taskherd.store.sql_jobs import SQLJobs
 from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports
+from taskherd.store.watch import SQLWatch
 
 S = TaskState
 # An event a transition emitted, as (kind, now, fields); `built` makes the Events.
 Emitted = tuple[EventKind, float, dict[str, Any]]
 
 
-class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
+class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------

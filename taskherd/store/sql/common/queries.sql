@@ -138,6 +138,43 @@ SELECT * FROM cooldowns WHERE runtime = :runtime;
 -- name: clear_cooldown
 DELETE FROM cooldowns WHERE runtime = :runtime;
 
+-- name: all_cooldowns
+-- Paused ones (until > now) and lifted ones whose probe has not yet shown the limit gone.
+SELECT * FROM cooldowns ORDER BY runtime;
+
+-- name: take_probe
+-- Compare-and-set: of every node that sees the cooldown lifted, one takes the probe.
+UPDATE cooldowns SET probe_node = :node, probe_started_at = :now, probe_run_id = NULL
+WHERE runtime = :runtime AND until <= :now AND probe_node IS NULL;
+
+-- name: attach_probe
+UPDATE cooldowns SET probe_run_id = :run_id
+WHERE runtime = :runtime AND probe_node = :node AND until <= :now;
+
+-- name: release_probe
+-- The probe ended without telling (no run claimed, crashed, lost): another one may go.
+UPDATE cooldowns SET probe_node = NULL, probe_run_id = NULL, probe_started_at = NULL
+WHERE runtime = :runtime AND probe_node IS NOT NULL
+  AND (CAST(:run_id AS BIGINT) IS NULL OR probe_run_id = :run_id);
+
+-- name: probe_passed
+-- The probe got past the provider: the limit is gone and the whole runtime may start again.
+DELETE FROM cooldowns WHERE runtime = :runtime AND probe_run_id = :run_id AND until <= :now;
+
+-- name: set_liveness
+-- The supervisor's verdict on a running agent, written only when it changes.
+UPDATE runs SET liveness = :liveness, liveness_since = :since, liveness_note = :note
+WHERE id = :run_id AND ended_at IS NULL;
+
+-- name: heartbeats_since
+-- Only the runs whose agent called in since the last look: the supervisor watches a thousand
+-- agents without reading a thousand rows a second.
+SELECT id, heartbeat_at FROM runs
+WHERE node = :node AND ended_at IS NULL AND heartbeat_at >= :since;
+
+-- name: open_run_ids
+SELECT id, spawned_at FROM runs WHERE ended_at IS NULL AND node = :node;
+
 -- name: open_runs_of_final_tasks
 -- Runs whose task a person cancelled (or that otherwise finished) while the agent still works,
 -- and runs a newer run of their task superseded (cancelled, requeued and claimed again
