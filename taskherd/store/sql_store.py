@@ -48,11 +48,12 @@ from taskherd.store.sql_credentials import SQLCredentials
 from taskherd.store.sql_jobs import SQLJobs
 from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports
+from taskherd.store.sql_tokens import SQLTokens
 
 S = TaskState
 
 
-class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
+class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLTokens, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
