@@ -71,3 +71,15 @@ def day_starts(first: float, last: float, zone: ZoneInfo | None) -> list[float]:
 
 def _day_label(day_start: float, zone: ZoneInfo | None) -> str:
     return datetime.fromtimestamp(day_start, zone).strftime("%Y-%m-%d")
+
+
+def list_runs(queue: Queue, *, role: str | None = None, since: float | None = None,
+              limit: int = 100) -> list[Run]:
+    """Runs, newest first."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise BadInput(f"limit = {limit!r}: expected a whole number from 1 to 1000")
+    return queue.store.list_runs(role=role, since=since, limit=limit)
+
+
+def get_run(queue: Queue, run_id: int) -> Run:
+    return queue.store.get_run(run_id)

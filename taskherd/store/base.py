@@ -94,6 +94,11 @@ class Store(JobStore, NodeStore, TokenStore, abc.ABC):
     ) -> list[Task]: ...
 
     @abc.abstractmethod
+    def page_tasks(self, *, state: TaskState | None = None, role: str | None = None,
+                   before_id: int | None = None, limit: int = 100) -> list[Task]:
+        """Tasks newest first, those with an id below `before_id` (a cursor) when given."""
+
+    @abc.abstractmethod
     def counts(self) -> list[StateCount]: ...
 
     # -- the worker's path: claim → spawned → heartbeat → finish ---------------------------

@@ -44,3 +44,11 @@ class SQLReports:
         rows = self._all("spend_by_role", {"week_start": week_start, "day_start": day_start})
         return [{"role": row["role"], **{key: int(row[key]) for key in _INTS},
                  **{key: float(row[key]) for key in _FLOATS}} for row in rows]
+
+    def run_totals(self) -> list[dict[str, Any]]:
+        """Per role and outcome (None: still running): runs, cost and tokens of every run
+        kept (for /metrics)."""
+        return [{"role": row["role"], "outcome": row["outcome"], "runs": int(row["runs"]),
+                 "cost_usd": float(row["cost_usd"]), "input_tokens": int(row["input_tokens"]),
+                 "output_tokens": int(row["output_tokens"])}
+                for row in self._all("run_totals")]

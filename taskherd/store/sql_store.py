@@ -147,6 +147,12 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLTokens, Store):
         params = {"state": state.value if state else None, "role": role, "limit": limit}
         return [Task.from_row(row) for row in self._all("list_tasks", params)]
 
+    def page_tasks(self, *, state: TaskState | None = None, role: str | None = None,
+                   before_id: int | None = None, limit: int = 100) -> list[Task]:
+        params = {"state": state.value if state else None, "role": role,
+                  "before_id": before_id, "limit": limit}
+        return [Task.from_row(row) for row in self._all("page_tasks", params)]
+
     def counts(self) -> list[StateCount]:
         return [
             StateCount(TaskState(row["state"]), row["role"], row["n"])

@@ -116,7 +116,7 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "duration": 1.5, "kind": "run_now", "host": "box", "lease": 60.0, "running": 2,
     "token_sha256": "ab12" * 16, "week_start": NOW - 7 * 86400, "day_start": NOW - 3600,
     "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0,
-    "scope": "intake", "rate_per_minute": 30, "expires_at": NOW + 3600,
+    "scope": "intake", "rate_per_minute": 30, "before_id": 3, "expires_at": NOW + 3600,
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {

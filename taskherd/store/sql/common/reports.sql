@@ -30,3 +30,12 @@ LIMIT :limit;
 
 -- name: first_run_start
 SELECT min(claimed_at) AS first FROM runs;
+
+-- name: run_totals
+-- /metrics: every run ever kept, by role and outcome (NULL while it runs), with what it cost.
+SELECT role, outcome, count(*) AS runs, coalesce(sum(cost_usd), 0) AS cost_usd,
+       coalesce(sum(input_tokens), 0) AS input_tokens,
+       coalesce(sum(output_tokens), 0) AS output_tokens
+FROM runs
+GROUP BY role, outcome
+ORDER BY role, outcome;
