@@ -138,11 +138,11 @@ class Daemon:
         daemon = self.config.daemon
         supervisor = Supervisor(self.config, store, self.clock, on_change=self.wake)
         self._install_signals()
+        api = self._start_api()  # first: a port taken stops the start before anything runs
         # Listening before anything is looked at: what commits from here on wakes the loops.
         events = await store.listen().__aenter__()
         door = AgentDoor(Queue(self.config, store), self.clock, on_change=self.wake)
         await door.start(daemon.data_dir)  # agents act on their runs here, not in the database
-        api = self._start_api()
         self._reconcile(store, supervisor)
         store.node_up(daemon.node, host=socket.gethostname(), pid=os.getpid(),
                       version=__version__, lease=daemon.lease, roles=list(self.config.roles),

@@ -214,7 +214,9 @@ class Api:
         try:
             caller = await self.run(self._caller, request, need, now)
         except (token_ops.Unauthenticated, agent_ops.Unauthorized):
-            self.throttle.failed(address, now)
+            # A guess is a token given that is wrong; a request with none is no guess.
+            if "authorization" in request.headers or SESSION_COOKIE in request.cookies:
+                self.throttle.failed(address, now)
             raise
         self.throttle.succeeded(address)
         return caller
