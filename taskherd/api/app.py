@@ -54,8 +54,17 @@ class ApiError(Exception):
         return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
+def answer_for(error: Exception, what: str) -> ApiError:
+    """`refusal`, or a 500 (logged with its trace) for an error no operation meant."""
+    try:
+        return refusal(error)
+    except Exception:
+        log.exception("%s failed", what)
+        return ApiError(500, "the request failed inside taskherd (see the daemon's log)")
+
+
 def refusal(error: Exception) -> ApiError:
-    """What an operation's refusal means in HTTP."""
+    """What an operation's refusal means in HTTP (other errors are raised again)."""
     message = str(error)
     if isinstance(error, ApiError):
         return error

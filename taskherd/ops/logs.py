@@ -29,11 +29,10 @@ def open_log(queue: Queue, run: Run) -> BinaryIO:
     if run.log_path is None:
         state = "ended before a process started" if run.ended_at else "has no process yet"
         raise LogUnavailable(f"run {run.id} has no log: it {state}")
-    folder = os.path.realpath(queue.config.daemon.log_dir)
-    real = os.path.realpath(run.log_path)
-    if os.path.commonpath([folder, real]) != folder:
+    real = served_path(queue, run.log_path)
+    if real is None:
         raise LogUnavailable(f"run {run.id}: its log path lies outside the log folder "
-                             f"{folder}; it is not served")
+                             f"{queue.config.daemon.log_dir}; it is not served")
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -45,6 +44,13 @@ def open_log(queue: Queue, run: Run) -> BinaryIO:
         os.close(fd)
         raise LogUnavailable(f"run {run.id}: its log is not a regular file")
     return os.fdopen(fd, "rb")
+
+
+def served_path(queue: Queue, path: str) -> str | None:
+    """`path` resolved (symlinks, `..`), if it lies inside the log folder; else None."""
+    folder = os.path.realpath(queue.config.daemon.log_dir)
+    real = os.path.realpath(path)
+    return real if os.path.commonpath([folder, real]) == folder else None
 
 
 def tail(log_file: BinaryIO, lines: int) -> bytes:

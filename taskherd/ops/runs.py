@@ -83,3 +83,16 @@ def list_runs(queue: Queue, *, role: str | None = None, since: float | None = No
 
 def get_run(queue: Queue, run_id: int) -> Run:
     return queue.store.get_run(run_id)
+
+
+def cost_by_role_and_day(queue: Queue, now: float, days: int = 14) -> dict[str, Any]:
+    """Cost per role per day over the last `days` days of the fleet's zone (for a chart):
+    the days in order, and per role one amount a day."""
+    zone = ZoneInfo(queue.config.daemon.timezone) if queue.config.daemon.timezone else None
+    starts = day_starts(now - (days - 1) * 86400, now, zone)[-days:]
+    labels = [_day_label(start, zone) for start in starts]
+    by_role: dict[str, list[float]] = {}
+    for row in queue.store.spend_hours(starts[0]):
+        index = max(i for i, start in enumerate(starts) if start <= row["hour"] + 3599)
+        by_role.setdefault(row["role"], [0.0] * len(starts))[index] += row["cost_usd"]
+    return {"days": labels, "roles": dict(sorted(by_role.items()))}

@@ -52,3 +52,9 @@ class SQLReports:
                  "cost_usd": float(row["cost_usd"]), "input_tokens": int(row["input_tokens"]),
                  "output_tokens": int(row["output_tokens"])}
                 for row in self._all("run_totals")]
+
+    def spend_hours(self, since: float) -> list[dict[str, Any]]:
+        """Each role's hourly runs and cost since `since` (hours that started then or later)."""
+        return [{"role": row["role"], "hour": float(row["hour"]), "runs": int(row["runs"]),
+                 "cost_usd": float(row["cost_usd"])}
+                for row in self._all("spend_hours_since", {"since": since})]

@@ -39,3 +39,10 @@ SELECT role, outcome, count(*) AS runs, coalesce(sum(cost_usd), 0) AS cost_usd,
 FROM runs
 GROUP BY role, outcome
 ORDER BY role, outcome;
+
+-- name: spend_hours_since
+-- The dashboard's cost chart: each role's hourly sums since :since (grouped into the fleet's
+-- days by the caller, which knows the zone).
+SELECT role, hour, runs, cost_usd FROM spend_hours
+WHERE hour >= :since AND runs > 0
+ORDER BY hour, role;
