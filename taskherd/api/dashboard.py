@@ -68,8 +68,8 @@ def _page(api: Api, render: Callable[..., str]) -> Callable[[Request], Awaitable
                                 status_code=failure.status)
         if request.query_params.get("fragment"):
             return HTMLResponse(body)
-        return HTMLResponse(pages.layout(view, pages.TITLES.get(request.url.path, "taskherd"),
-                                         body))
+        title = pages.TITLES.get(request.url.path, "Task")
+        return HTMLResponse(pages.layout(view, title, body))
 
     return handle
 
