@@ -579,6 +579,8 @@ def check_reloadable(running: Config, new: Config) -> None:
                 f"({getattr(running.daemon, key)!s} → {getattr(new.daemon, key)!s}); restart it"
                 for key in FIXED_WHILE_RUNNING
                 if getattr(running.daemon, key) != getattr(new.daemon, key)]
+    if running.api != new.api:  # its port is open and its thread serves the old settings
+        problems.append("[api] cannot change while the daemon runs; restart it")
     defined = ", ".join(sorted(new.roles)) or "none"
     for index, job in enumerate(new.jobs):
         role = job.get("role") if isinstance(job, Mapping) else None
