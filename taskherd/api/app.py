@@ -139,7 +139,7 @@ class Call:
         return value
 
     def task_id(self) -> int:
-        return _path_int(self.params, "task_id")
+        return path_int(self.params, "task_id")
 
     def body_object(self) -> dict[str, Any]:
         if not isinstance(self.body, dict):
@@ -147,7 +147,7 @@ class Call:
         return self.body
 
 
-def _path_int(params: dict[str, str], name: str) -> int:
+def path_int(params: dict[str, str], name: str) -> int:
     text = params.get(name, "")
     if not re.fullmatch(r"\d{1,18}", text):
         raise ApiError(404, f"{name} {text!r} is not an id: expected a whole number", name)

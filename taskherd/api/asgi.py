@@ -26,7 +26,7 @@ from taskherd.api.app import (
     Call,
     Caller,
     RouteSpec,
-    _path_int,
+    path_int,
     json_response,
     read_body,
     answer_for,
@@ -111,7 +111,7 @@ def build_app(api: Api) -> Starlette:
     routes += [
         Route("/v1/events", stream(api, lambda request, caller: event_stream(api.hub))),
         Route("/v1/runs/{run_id}/log/stream", stream(api, lambda request, caller: log_stream(
-            api, _path_int(dict(request.path_params), "run_id"),
+            api, path_int(dict(request.path_params), "run_id"),
             _lines(request)))),
         Route("/v1/openapi.json", lambda request: JSONResponse(openapi.document())),
         Route("/metrics", metrics.endpoint(api)),

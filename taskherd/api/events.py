@@ -10,6 +10,7 @@ next).
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import json
 import logging
@@ -113,17 +114,19 @@ async def log_stream(api: Api, run_id: int, lines: int) -> AsyncIterator[bytes]:
         await asyncio.sleep(LOG_POLL)
         run = await api.run(run_ops.get_run, api.queue, run_id)
     log_file = await api.run(log_ops.open_log, api.queue, run)
+    # A character split between two reads is decoded whole, once its last byte is read.
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
     with log_file:
         text = await api.run(log_ops.tail, log_file, lines)
         if text:
-            yield sse("log", {"text": text.decode("utf-8", "replace")})
+            yield sse("log", {"text": decoder.decode(text)})
         checked = 0.0
         ended = run.ended_at is not None
         loop = asyncio.get_running_loop()
         while True:
             chunk = await api.run(log_file.read, LOG_CHUNK)
             if chunk:
-                yield sse("log", {"text": chunk.decode("utf-8", "replace")})
+                yield sse("log", {"text": decoder.decode(chunk)})
                 continue
             if ended:
                 yield sse("end", {"run_id": run_id})

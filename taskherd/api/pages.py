@@ -159,10 +159,21 @@ def task(view: View) -> str:
                  h(run.outcome.value if run.outcome else "running"), h(run.report),
                  f"${run.cost_usd:.4f}" if run.cost_usd is not None else "-",
                  h(run.summary or run.error or run.progress)] for run in runs]
+    tree = tasks.task_tree(view.queue, task.id)
+    chain = (f'<h2>Chain</h2><div class="tree" id="chain">{_branch(tree, task.id)}</div>'
+             if tree["children"] else "")
     return (f'<h2 id="task-title">#{task.id} {h(task.title)}</h2><p>{actions}</p>{facts}'
-            f'<h2>Prompt</h2><pre>{h(task.prompt)}</pre><h2>Runs</h2>'
+            f'<h2>Prompt</h2><pre>{h(task.prompt)}</pre>{chain}<h2>Runs</h2>'
             + table(["run", "attempt", "node", "claimed", "took", "outcome", "report", "cost",
                      "summary / error"], run_rows, "no run yet"))
+
+
+def _branch(node: dict[str, Any], current: int) -> str:
+    task = node["task"]
+    label = f"<strong>#{task.id} {h(task.title)}</strong>" if task.id == current \
+        else task_link(task)
+    children = "".join(_branch(child, current) for child in node["children"])
+    return f"<ul><li>{label} {state(task.state.value)}{children}</li></ul>"
 
 
 def _actions_for(current: TaskState) -> list[str]:

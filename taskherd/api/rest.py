@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskherd.api.app import ApiError, Call, route
+from taskherd.api.app import ApiError, Call, path_int, route
 from taskherd.ops import BadInput, board, tasks
 from taskherd.ops import jobs as job_ops
 from taskherd.ops import logs as log_ops
@@ -111,9 +111,7 @@ def log_tail(call: Call) -> Any:
 
 
 def run_id(call: Call) -> int:
-    from taskherd.api.app import _path_int
-
-    return _path_int(call.params, "run_id")
+    return path_int(call.params, "run_id")
 
 
 # -- jobs -------------------------------------------------------------------------------

@@ -172,3 +172,20 @@ def task_with_runs(queue: Queue, task_id: int) -> dict[str, Any]:
     runs = queue.store.runs_of_task(task_id)
     costs = [run.cost_usd for run in runs if run.cost_usd is not None]
     return {"task": task, "runs": runs, "cost_usd": sum(costs) if costs else None}
+
+
+def task_tree(queue: Queue, task_id: int, depth: int = 4, width: int = 50) -> dict[str, Any]:
+    """The chain a task belongs to, as a tree: from its topmost ancestor down, each task
+    with its children (`depth` levels below the task at most, `width` children a task)."""
+    store = queue.store
+    top = store.get_task(task_id)
+    for _ in range(20):  # a chain deeper than this is shown from 20 levels up
+        if top.parent_id is None:
+            break
+        top = store.get_task(top.parent_id)
+
+    def branch(task: Task, level: int) -> dict[str, Any]:
+        children = store.children_of(task.id, width) if level < depth else []
+        return {"task": task, "children": [branch(child, level + 1) for child in children]}
+
+    return branch(top, 0)

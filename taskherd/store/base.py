@@ -99,6 +99,10 @@ class Store(JobStore, NodeStore, TokenStore, abc.ABC):
         """Tasks newest first, those with an id below `before_id` (a cursor) when given."""
 
     @abc.abstractmethod
+    def children_of(self, task_id: int, limit: int = 100) -> list[Task]:
+        """The tasks whose parent is `task_id`, oldest first."""
+
+    @abc.abstractmethod
     def counts(self) -> list[StateCount]: ...
 
     # -- the worker's path: claim → spawned → heartbeat → finish ---------------------------

@@ -153,6 +153,10 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLTokens, Store):
                   "before_id": before_id, "limit": limit}
         return [Task.from_row(row) for row in self._all("page_tasks", params)]
 
+    def children_of(self, task_id: int, limit: int = 100) -> list[Task]:
+        params = {"task_id": task_id, "limit": limit}
+        return [Task.from_row(row) for row in self._all("children_of", params)]
+
     def counts(self) -> list[StateCount]:
         return [
             StateCount(TaskState(row["state"]), row["role"], row["n"])

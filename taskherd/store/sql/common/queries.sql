@@ -171,3 +171,7 @@ WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
   AND (CAST(:before_id AS BIGINT) IS NULL OR id < :before_id)
 ORDER BY id DESC
 LIMIT :limit;
+
+-- name: children_of
+-- A task's children (its agent's follow-ups, a chain's next steps), through tasks_parent.
+SELECT * FROM tasks WHERE parent_id = :task_id ORDER BY id LIMIT :limit;
