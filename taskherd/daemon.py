@@ -193,8 +193,12 @@ class Daemon:
         try:
             from taskherd.api.server import ApiServer
         except ImportError as error:
-            raise DaemonError(f"[api] listen is set, but the API's packages are missing "
-                              f"({error.name}): pip install 'taskherd[api]'") from None
+            # The starter config sets `listen`: a fleet installed without the extra still
+            # runs its agents, and says what it is missing.
+            log.warning("[api] listen is set, but the API's packages are missing (%s): the "
+                        "API and dashboard are not served; pip install 'taskherd[api]'",
+                        error.name)
+            return None
         server = ApiServer(self.config, clock=self.clock, services=lambda: self.services)
         try:
             server.start()

@@ -92,7 +92,7 @@ def cost_by_role_and_day(queue: Queue, now: float, days: int = 14) -> dict[str, 
     starts = day_starts(now - (days - 1) * 86400, now, zone)[-days:]
     labels = [_day_label(start, zone) for start in starts]
     by_role: dict[str, list[float]] = {}
-    for row in queue.store.spend_hours(starts[0]):
-        index = max(i for i, start in enumerate(starts) if start <= row["hour"] + 3599)
+    for row in queue.store.spend_since(starts[0] - 3600):  # the hour holding the first midnight
+        index = max((i for i, start in enumerate(starts) if start <= row["at"]), default=0)
         by_role.setdefault(row["role"], [0.0] * len(starts))[index] += row["cost_usd"]
     return {"days": labels, "roles": dict(sorted(by_role.items()))}

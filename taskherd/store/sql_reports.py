@@ -4,6 +4,7 @@ reading every row into Python."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from taskherd.model import Task
@@ -41,7 +42,9 @@ class SQLReports:
 
     def spend_by_role(self, week_start: float, day_start: float) -> list[dict[str, Any]]:
         """Per role: runs and cost since week_start, and runs, cost and tokens since day_start."""
-        rows = self._all("spend_by_role", {"week_start": week_start, "day_start": day_start})
+        # Spend is summed by the hour: each window starts at the hour holding its start.
+        hours = {"week_from": _hour_holding(week_start), "day_from": _hour_holding(day_start)}
+        rows = self._all("spend_by_role", hours)
         return [{"role": row["role"], **{key: int(row[key]) for key in _INTS},
                  **{key: float(row[key]) for key in _FLOATS}} for row in rows]
 
@@ -53,8 +56,13 @@ class SQLReports:
                  "output_tokens": int(row["output_tokens"])}
                 for row in self._all("run_totals")]
 
-    def spend_hours(self, since: float) -> list[dict[str, Any]]:
-        """Each role's hourly runs and cost since `since` (hours that started then or later)."""
-        return [{"role": row["role"], "hour": float(row["hour"]), "runs": int(row["runs"]),
+    def spend_since(self, since: float) -> list[dict[str, Any]]:
+        """Runs and cost per role since `since`, as rows of a moment (`at`: an hour's start for
+        rolled-up hours, a claim for runs past the roll-up) and what was spent then."""
+        return [{"role": row["role"], "at": float(row["at"]), "runs": int(row["runs"]),
                  "cost_usd": float(row["cost_usd"])}
                 for row in self._all("spend_hours_since", {"since": since})]
+
+def _hour_holding(moment: float) -> float:
+    """The start of the UTC hour `moment` falls in (an infinite bound stays one)."""
+    return moment if math.isinf(moment) else moment // 3600 * 3600

@@ -92,3 +92,20 @@ def test_logging_out_ends_the_session(api):
     csrf = re.search(r'name="csrf"\s+value="([^"]+)"', client.get("/").text).group(1)
     client.post("/logout", data={"csrf": csrf})
     assert client.get("/", follow_redirects=False).status_code == 303
+
+
+def test_the_cost_page_charts_each_roles_spend_by_day(api):
+    import time
+
+    from taskherd.model import Outcome, RunResult
+    from taskherd.queue import RetryPolicy
+
+    store, now = api.queue.store, time.time()
+    for role, dollars in (("coder", 0.5), ("qa", 0.25)):
+        store.enqueue(NewTask(role=role, title=f"{role} work"), now - 60)
+        claim = store.claim("n1", now - 60, 60, roles=[role])
+        store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=dollars),
+                         RetryPolicy(), now - 30)
+    page = logged_in(api).get("/cost").text
+    assert page.count("<rect") == 2  # a bar part per role, today
+    assert "coder" in page and "0.5000" in page and "0.2500" in page

@@ -31,5 +31,5 @@ def test_children_and_run_totals(store):
     assert totals[("coder", "failed")]["runs"] == 1
     assert totals[("coder", "failed")]["cost_usd"] == 0.5
     assert totals[("coder", None)]["runs"] == 1
-    hours = store.spend_hours(0.0)
-    assert [(row["role"], row["runs"], row["cost_usd"]) for row in hours] == [("coder", 1, 0.5)]
+    spent = store.spend_since(0.0)
+    assert [(row["role"], row["runs"], row["cost_usd"]) for row in spent] == [("coder", 1, 0.5)]
