@@ -218,8 +218,11 @@ def cli_runs(argvs: list[list[str]], env: dict[str, str], parallel: int = 8
                     return
                 argv = pending.pop()
             started = time.perf_counter()
-            subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+            done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+            if done.returncode != 0:
+                print(f"{' '.join(argv[3:])}: {done.stderr.strip()}", file=sys.stderr)
+                continue
             latencies.append(time.perf_counter() - started)
 
     started = time.perf_counter()
