@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 SOCKET_NAME = "agent.sock"
 TOKEN_ENV = "TASKHERD_RUN_TOKEN"
 HOME_ENV = "TASKHERD_HOME"
+URL_ENV = "TASKHERD_URL"  # the daemon's HTTP API, for an agent that has no socket to it
 MAX_REQUEST = 4 * 1024 * 1024  # a child task's prompt fits; a runaway writer does not
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux: longer paths go through /proc
 TIMEOUT = 30.0
@@ -133,30 +134,41 @@ class AgentDoor:
                     "kind": "refused"}
 
     def _perform(self, request: dict[str, Any]) -> dict[str, Any]:
-        from taskherd.ops import BadInput
         from taskherd.ops import agent as agent_ops
 
         run = agent_ops.authenticate(self.queue, request.get("token"))
-        op, args = request.get("op"), request.get("args") or {}
-        if op not in OPS:
-            raise BadInput(f"op {op!r} is not one of: {', '.join(OPS)}")
-        if not isinstance(args, dict):
-            raise BadInput("args must be an object")
-        now = self.clock()
-        if op == "heartbeat":
-            run = agent_ops.heartbeat(self.queue, run, now, args.get("progress"))
-            return {"run_id": run.id}
-        if op == "report":
-            fields = _only(args, "verdict", "summary", "cost_usd", "input_tokens",
-                           "output_tokens")
-            run = agent_ops.report(self.queue, run, now, fields.pop("verdict", None),
-                                   fields.pop("summary", None), **fields)
-            log.info("run %s: the agent reported %s", run.id, run.report)
-            return {"run_id": run.id, "verdict": run.report}
-        enqueued = agent_ops.add_child_task(self.queue, run, args.get("task"), now)
-        if enqueued.created:
+        result, changed = perform(self.queue, run, request.get("op"),
+                                  request.get("args") or {}, self.clock())
+        if changed:
             self.on_change()
-        return {"task": enqueued.task.to_dict(), "created": enqueued.created}
+        return result
+
+
+def perform(queue: Queue, run: Any, op: object, args: object,
+            now: float) -> tuple[dict[str, Any], bool]:
+    """Do `op` for `run` (its credential already checked): the answer, and whether it added
+    work. Shared by every door an agent uses: this socket, and the HTTP API."""
+    from taskherd.ops import BadInput
+    from taskherd.ops import agent as agent_ops
+
+    if op not in OPS:
+        raise BadInput(f"op {op!r} is not one of: {', '.join(OPS)}")
+    if not isinstance(args, dict):
+        raise BadInput("args must be an object")
+    if op == "heartbeat":
+        _only(args, "progress")
+        run = agent_ops.heartbeat(queue, run, now, args.get("progress"))
+        return {"run_id": run.id}, False
+    if op == "report":
+        fields = _only(args, "verdict", "summary", "cost_usd", "input_tokens",
+                       "output_tokens")
+        run = agent_ops.report(queue, run, now, fields.pop("verdict", None),
+                               fields.pop("summary", None), **fields)
+        log.info("run %s: the agent reported %s", run.id, run.report)
+        return {"run_id": run.id, "verdict": run.report}, False
+    _only(args, "task")
+    enqueued = agent_ops.add_child_task(queue, run, args.get("task"), now)
+    return {"task": enqueued.task.to_dict(), "created": enqueued.created}, enqueued.created
 
 
 def _only(args: dict[str, Any], *accepted: str) -> dict[str, Any]:
@@ -185,12 +197,16 @@ def inside_run(env: os._Environ[str] | dict[str, str] = os.environ) -> bool:
 
 
 def call(op: str, args: dict[str, Any], env: Any = None) -> dict[str, Any]:
-    """Ask the daemon that started this agent to do `op` for its run."""
+    """Ask the daemon that started this agent to do `op` for its run: over HTTP when
+    TASKHERD_URL is set (an agent on another host), else through the agent socket."""
     env = os.environ if env is None else env
     token, home = env.get(TOKEN_ENV), env.get(HOME_ENV)
     if not token:
         raise DoorError(f"{TOKEN_ENV} is not set: this command is run by an agent inside a run",
                         "bad_input")
+    # The socket when it is here (the agent runs on the daemon's host), else the HTTP API.
+    if env.get(URL_ENV) and not (home and socket_path(Path(home)).exists()):
+        return _call_http(env[URL_ENV], token, op, args)
     if not home:
         raise DoorError(f"{HOME_ENV} is not set: the agent cannot find its daemon", "bad_input")
     path = socket_path(Path(home))
@@ -208,6 +224,37 @@ def call(op: str, args: dict[str, Any], env: Any = None) -> dict[str, Any]:
     if "error" in answer:
         raise DoorError(str(answer["error"]), str(answer.get("kind", "refused")))
     return answer.get("result") or {}
+
+
+# HTTP statuses of the API's refusals, as the kinds the CLI turns into exit codes.
+_HTTP_KINDS = {400: "bad_input", 401: "unauthorized", 403: "unauthorized", 404: "bad_input",
+               413: "bad_input", 415: "bad_input", 422: "bad_input"}
+
+
+def _call_http(url: str, token: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    """POST the op to the API's agent route. urllib, not httpx: `taskherd heartbeat` runs
+    many times a run and should start fast."""
+    import urllib.error
+    import urllib.request
+
+    if not url.startswith(("http://", "https://")):
+        raise DoorError(f"{URL_ENV} = {url!r}: expected an http:// or https:// URL", "bad_input")
+    request = urllib.request.Request(
+        f"{url.rstrip('/')}/v1/agent/{op}", data=json.dumps(args).encode(), method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            answer = json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        try:
+            message = json.loads(error.read()).get("error") or error.reason
+        except (ValueError, AttributeError):
+            message = error.reason
+        raise DoorError(str(message), _HTTP_KINDS.get(error.code, "refused")) from None
+    except (OSError, ValueError) as error:
+        reason = getattr(error, "reason", None) or error
+        raise DoorError(f"no daemon answers at {url}: {reason}", "unreachable") from None
+    return answer if isinstance(answer, dict) else {}
 
 
 def _read_line(sock: socket.socket) -> dict[str, Any]:

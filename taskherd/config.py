@@ -136,12 +136,36 @@ class RoleConfig:
 
 
 @dataclass(frozen=True)
+class ApiConfig:
+    """The HTTP API, the dashboard and /metrics (`[api]`); off unless `listen` is set."""
+
+    listen: str | None = None  # "HOST:PORT"; the starter config sets 127.0.0.1:8765
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    # Serving on an address other machines reach without TLS sends tokens in the clear:
+    # refused unless written here on purpose.
+    allow_plain_http: bool = False
+    max_body_bytes: int = 4 << 20  # a request body larger than this is refused (413)
+
+    @property
+    def host(self) -> str:
+        assert self.listen is not None
+        return split_listen(self.listen)[0]
+
+    @property
+    def port(self) -> int:
+        assert self.listen is not None
+        return split_listen(self.listen)[1]
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
     pools: Mapping[str, int] = field(default_factory=dict)
     jobs: tuple[Mapping[str, Any], ...] = ()  # validated by the scheduler's job parser
     source: Path | None = None  # the file it came from, if any
+    api: ApiConfig = field(default_factory=ApiConfig)
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
@@ -197,8 +221,9 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
 def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None = None) -> Config:
     """The config in `raw`; every problem in it at once (ConfigError, one per line)."""
     problems: list[str] = []
-    _no_unknown_keys(raw, {"daemon", "roles", "pools", "jobs"}, "", problems)
+    _no_unknown_keys(raw, {"daemon", "roles", "pools", "jobs", "api"}, "", problems)
     daemon = _parse_daemon(_table(raw, "daemon"), base_dir, source is not None, problems)
+    api = _parse_api(_table(raw, "api"), base_dir, problems)
     pools = _parse_pools(_table(raw, "pools"), problems)
     roles = {}
     for name in _table(raw, "roles"):
@@ -213,7 +238,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
         problems.append("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
     if problems:
         raise ConfigError(_all_problems(problems))
-    config = Config(daemon, roles, pools, tuple(jobs), source)
+    config = Config(daemon, roles, pools, tuple(jobs), source, api)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
         # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
@@ -281,6 +306,50 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool,
     }
     given = {key: value for key, value in values.items() if value is not None}
     return DaemonConfig(data_dir=data_path, database=database, **given)
+
+
+def _parse_api(raw: Mapping[str, Any], base_dir: Path, problems: list[str]) -> ApiConfig:
+    reader = _Reader(raw, "api", {f.name for f in fields(ApiConfig)}, problems)
+    values = {
+        "listen": reader.listen("listen"),
+        "tls_cert": reader.get("tls_cert", str, None),
+        "tls_key": reader.get("tls_key", str, None),
+        "allow_plain_http": reader.get("allow_plain_http", bool, None),
+        "max_body_bytes": reader.positive_int("max_body_bytes"),
+    }
+    for key in ("tls_cert", "tls_key"):
+        if values[key]:
+            values[key] = str(base_dir / values[key])
+    api = ApiConfig(**{key: value for key, value in values.items() if value is not None})
+    if bool(api.tls_cert) != bool(api.tls_key):
+        problems.append("api.tls_cert and api.tls_key go together: give both or neither")
+    elif api.listen and not is_loopback(api.host) and not api.tls_cert \
+            and not api.allow_plain_http:
+        problems.append(
+            f"api.listen = {api.listen!r} is reachable from other machines, and tokens would "
+            "cross the network in the clear: set api.tls_cert and api.tls_key, or write "
+            "api.allow_plain_http = true if the network is yours (default: 127.0.0.1:8765)")
+    return api
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    """'HOST:PORT' (or '[v6]:PORT') as (host, port); ValueError when it is not one."""
+    host, sep, port = listen.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(listen)
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere
 
 
 def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
@@ -464,6 +533,10 @@ class _Reader:
     def duration(self, key: str, allow_zero: bool = False) -> float | None:
         return self._convert(key, lambda v: _duration(v, allow_zero), "a duration like '90s', '10m', '1h'")
 
+    def listen(self, key: str) -> str | None:
+        value = self._convert(key, _listen, "'HOST:PORT', e.g. '127.0.0.1:8765'")
+        return value
+
     def timezone(self, key: str) -> str | None:
         return self._convert(key, _zone, "an IANA time zone such as 'Europe/Paris'")
 
@@ -511,6 +584,13 @@ def _duration(value: Any, allow_zero: bool) -> float:
     return seconds
 
 
+def _listen(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("not a string")
+    split_listen(value)
+    return value
+
+
 def _zone(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError("not a string")
@@ -532,6 +612,8 @@ def check_reloadable(running: Config, new: Config) -> None:
                 f"({getattr(running.daemon, key)!s} → {getattr(new.daemon, key)!s}); restart it"
                 for key in FIXED_WHILE_RUNNING
                 if getattr(running.daemon, key) != getattr(new.daemon, key)]
+    if running.api != new.api:  # its port is open and its thread serves the old settings
+        problems.append("[api] cannot change while the daemon runs; restart it")
     defined = ", ".join(sorted(new.roles)) or "none"
     for index, job in enumerate(new.jobs):
         role = job.get("role") if isinstance(job, Mapping) else None

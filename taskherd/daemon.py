@@ -16,6 +16,7 @@ import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from taskherd import __version__, spares
 from taskherd.agent_door import AgentDoor
@@ -37,6 +38,9 @@ from taskherd.services.runner import ServiceLoop, run_service
 from taskherd.services.scheduler import Scheduler
 from taskherd.services.supervisor import Supervisor
 from taskherd.store import Store, StoreError, node_lock_path, open_store, shown
+
+if TYPE_CHECKING:
+    from taskherd.api.server import ApiServer
 
 log = logging.getLogger("taskherd.daemon")
 
@@ -134,6 +138,7 @@ class Daemon:
         daemon = self.config.daemon
         supervisor = Supervisor(self.config, store, self.clock, on_change=self.wake)
         self._install_signals()
+        api = self._start_api()  # first: a port taken stops the start before anything runs
         # Listening before anything is looked at: what commits from here on wakes the loops.
         events = await store.listen().__aenter__()
         door = AgentDoor(Queue(self.config, store), self.clock, on_change=self.wake)
@@ -177,7 +182,29 @@ class Daemon:
             except StoreError as error:  # the database is away: the node will look down
                 log.warning("could not record this node's stop: %s", error)
             await door.close()
+            if api is not None:
+                await asyncio.to_thread(api.stop)
             await events.aclose()
+
+    def _start_api(self) -> ApiServer | None:
+        """The HTTP API and dashboard, when [api] listen is set: on a thread of its own."""
+        if not self.config.api.listen:
+            return None
+        try:
+            from taskherd.api.server import ApiServer
+        except ImportError as error:
+            # The starter config sets `listen`: a fleet installed without the extra still
+            # runs its agents, and says what it is missing.
+            log.warning("[api] listen is set, but the API's packages are missing (%s): the "
+                        "API and dashboard are not served; pip install 'taskherd[api]'",
+                        error.name)
+            return None
+        server = ApiServer(self.config, clock=self.clock, services=lambda: self.services)
+        try:
+            server.start()
+        except OSError as error:
+            raise DaemonError(str(error)) from None
+        return server
 
     async def _wake_on_events(self, events: AsyncIterator[Event]) -> None:
         """Any committed change, by this node, the CLI, an agent or another node, may give

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reload": ("taskherd.cli.jobs", "reload_command"),
     "service": ("taskherd.cli.service", "service_group"),
     "doctor": ("taskherd.cli.doctor", "doctor_command"),
+    "token": ("taskherd.cli.token", "token_group"),
     "done": ("taskherd.cli.agent", "REPORT_COMMANDS"),
     "fail": ("taskherd.cli.agent", "REPORT_COMMANDS"),
     "block": ("taskherd.cli.agent", "REPORT_COMMANDS"),

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections import deque
 from typing import Any, BinaryIO
 
 import click
 
 from taskherd.cli.common import BadInput, Refused, json_option, print_json
 from taskherd.model import Run
+from taskherd.ops.logs import tail as _tail
 from taskherd.runtimes.claude_render import StreamRenderer, looks_like_stream_json, render_text
 from taskherd.store import Store
 
@@ -151,18 +151,3 @@ def _follow(store: Store, run_id: int, log_file: BinaryIO, out: BinaryIO,
                 out.flush()
             return
         time.sleep(FOLLOW_POLL)
-
-
-def _tail(log_file: BinaryIO, lines: int) -> bytes:
-    """The last `lines` lines, read from the end so a long log is never loaded whole."""
-    end = log_file.seek(0, os.SEEK_END)
-    position, data = end, b""
-    # More newlines than lines wanted means the oldest wanted line is whole in `data`.
-    while position > 0 and data.count(b"\n") <= lines:
-        step = min(CHUNK, position)
-        position -= step
-        log_file.seek(position)
-        data = log_file.read(step) + data
-    log_file.seek(end)  # a follow goes on from the end
-    kept = deque(data.splitlines(keepends=True), maxlen=lines) if lines else ()
-    return b"".join(kept)

@@ -73,6 +73,15 @@ rate_limit_cooldown = "1h"   # longest pause after a limit that names no reset t
 
 # [pools]
 # git-main = 1         # at most one task naming pool "git-main" runs at a time
+
+# The HTTP API, the dashboard (http://127.0.0.1:8765/) and /metrics, served by `taskherd up`
+# (needs `pip install 'taskherd[api]'`). Log in with a token: `taskherd token create`.
+[api]
+listen = "127.0.0.1:8765"
+# Another address than loopback needs TLS, or allow_plain_http = true written on purpose.
+# tls_cert = "cert.pem"
+# tls_key = "key.pem"
+# max_body_bytes = 4194304   # a larger request body is refused (413)
 """
 
 

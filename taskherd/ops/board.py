@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from taskherd.model import Run, TaskState
 from taskherd.ops import Queue
+from taskherd.store import StoreError
 from taskherd.store.nodes import Node
 
 WEEK = 7 * 86400
@@ -57,3 +58,50 @@ def midnight(timezone: str | None, moment: float) -> float:
     zone = ZoneInfo(timezone) if timezone else None
     local = datetime.fromtimestamp(moment, zone) if zone else datetime.fromtimestamp(moment)
     return local.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
+def running_agents(queue: Queue, now: float) -> list[dict[str, Any]]:
+    """The agents running now: their task, how long they have run, their last line."""
+    from taskherd.ops.logs import served_path
+    from taskherd.views import last_line
+
+    rows = []
+    for run in queue.store.open_runs():
+        try:
+            task = queue.store.get_task(run.task_id)
+        except StoreError:
+            continue  # pruned between the two reads
+        path = served_path(queue, run.log_path) if run.log_path else None
+        rows.append({"run": run, "task": task,
+                     "elapsed": now - (run.spawned_at or run.claimed_at),
+                     "last_line": run.progress or (last_line(path) if path else "(starting)")})
+    return rows
+
+
+def p0_waits(queue: Queue, now: float) -> list[dict[str, Any]]:
+    """P0 tasks not yet running, each with what it waits for."""
+    store, config = queue.store, queue.config
+    waiting = [task for state in (TaskState.PENDING, TaskState.READY)
+               for task in store.list_tasks(state=state, limit=200) if task.priority == 0]
+    if not waiting:
+        return []
+    cooling = {cooldown.runtime: cooldown for cooldown in store.active_cooldowns(now)}
+    running = Counter(run.role for run in store.open_runs())
+    up = [node for node in store.list_nodes() if node.status(now) == "up"]
+    rows = []
+    for task in waiting:
+        role = config.role(task.role)
+        if task.state is TaskState.PENDING:
+            why = "approval (pending)"
+        elif task.run_after > now:
+            why = f"its retry time, in {task.run_after - now:.0f}s"
+        elif task.role != "any" and role.runtime in cooling:
+            why = f"the {role.runtime} cooldown ({cooling[role.runtime].reason})"
+        elif role.max_concurrent is not None and running[task.role] >= role.max_concurrent:
+            why = f"a slot of role {task.role} ({running[task.role]} of {role.max_concurrent} busy)"
+        elif not any(node.runs(task.role) for node in up):
+            why = f"a running node that defines role {task.role}"
+        else:
+            why = "a free slot on a node"
+        rows.append({"task": task, "waits_for": why})
+    return rows

@@ -146,3 +146,29 @@ def _parsed(queue: Queue, table: dict[str, Any], now: float, check_past: bool = 
     if check_past and spec.trigger.kind == "at" and schedule_start(spec.trigger, now) is None:
         raise BadInput(f"at: {table.get('at')!r} is in the past; accepted: a future date-time")
     return spec
+
+
+def get_job(queue: Queue, name: str, fires: int = 10) -> dict[str, Any]:
+    """One job with its last `fires` fires, newest first."""
+    job = queue.store.get_job(name)
+    recent = queue.store.list_fires(job=name, limit=fires) if fires else []
+    return job.to_dict() | {"fires": [fire.to_dict() for fire in recent]}
+
+
+def next_fire_times(queue: Queue, name: str, now: float, count: int = 5) -> list[float]:
+    """When the job would fire next (unix seconds), `count` times at most."""
+    from datetime import UTC, datetime
+
+    from taskherd.schedules import next_fires
+
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1000:
+        raise BadInput(f"count = {count!r}: expected a whole number from 1 to 1000")
+    try:
+        trigger = trigger_of(queue.store.get_job(name))
+    except JobNotFound:  # a job of the config no daemon has synced yet
+        spec = next((spec for spec in parse_jobs(queue.config) if spec.name == name), None)
+        if spec is None:
+            raise
+        trigger = spec.trigger
+    return [fire.timestamp()
+            for fire in next_fires(trigger, datetime.fromtimestamp(now, UTC), count)]

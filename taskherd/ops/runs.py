@@ -86,3 +86,28 @@ def day_starts(first: float, last: float, zone: ZoneInfo | None) -> list[float]:
 
 def _day_label(day_start: float, zone: ZoneInfo | None) -> str:
     return datetime.fromtimestamp(day_start, zone).strftime("%Y-%m-%d")
+
+
+def list_runs(queue: Queue, *, role: str | None = None, since: float | None = None,
+              limit: int = 100) -> list[Run]:
+    """Runs, newest first."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise BadInput(f"limit = {limit!r}: expected a whole number from 1 to 1000")
+    return queue.store.list_runs(role=role, since=since, limit=limit)
+
+
+def get_run(queue: Queue, run_id: int) -> Run:
+    return queue.store.get_run(run_id)
+
+
+def cost_by_role_and_day(queue: Queue, now: float, days: int = 14) -> dict[str, Any]:
+    """Cost per role per day over the last `days` days of the fleet's zone (for a chart):
+    the days in order, and per role one amount a day."""
+    zone = ZoneInfo(queue.config.daemon.timezone) if queue.config.daemon.timezone else None
+    starts = day_starts(now - (days - 1) * 86400, now, zone)[-days:]
+    labels = [_day_label(start, zone) for start in starts]
+    by_role: dict[str, list[float]] = {}
+    for row in queue.store.spend_since(starts[0] - 3600):  # the hour holding the first midnight
+        index = max((i for i, start in enumerate(starts) if start <= row["at"]), default=0)
+        by_role.setdefault(row["role"], [0.0] * len(starts))[index] += row["cost_usd"]
+    return {"days": labels, "roles": dict(sorted(by_role.items()))}

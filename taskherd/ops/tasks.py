@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from taskherd import procs
@@ -25,23 +25,39 @@ def validate_task(queue: Queue, data: Mapping[str, Any], where: str = "") -> New
         raise BadInput(f"{where}{error}") from error
 
 
-def add_task(queue: Queue, data: Mapping[str, Any], now: float) -> Enqueued:
+def add_task(queue: Queue, data: Mapping[str, Any], now: float,
+             allowed_roles: Collection[str] | None = None) -> Enqueued:
     """Add one task. An open task with the same dedup_key is returned instead
-    (`Enqueued.created` is False then)."""
-    return queue.store.enqueue(validate_task(queue, data), now)
+    (`Enqueued.created` is False then). `allowed_roles`: the roles the caller may add tasks
+    for (an intake token's list), None for any."""
+    new = validate_task(queue, data)
+    _check_roles([new], allowed_roles)
+    return queue.store.enqueue(new, now)
 
 
 def import_tasks(
-    queue: Queue, items: Iterable[Mapping[str, Any]], now: float
+    queue: Queue, items: Iterable[Mapping[str, Any]], now: float,
+    allowed_roles: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """Add many tasks, all or nothing: every item is validated before any is written.
     Returns how many were read and how many created (the rest were open by dedup key)."""
     batch = [validate_task(queue, item, where=f"item {number}: ")
              for number, item in enumerate(items, start=1)]
+    _check_roles(batch, allowed_roles)
     return _enqueue_batch(queue, batch, now)
 
 
-def import_json_lines(queue: Queue, lines: Iterable[str], now: float) -> dict[str, Any]:
+def _check_roles(batch: list[NewTask], allowed: Collection[str] | None) -> None:
+    from taskherd.ops.tokens import Forbidden
+
+    refused = sorted({new.role for new in batch} - set(allowed)) if allowed is not None else []
+    if refused:
+        raise Forbidden(f"this token may add tasks for roles {', '.join(sorted(allowed or ()))} "
+                        f"only, not {refused[0]!r}")
+
+
+def import_json_lines(queue: Queue, lines: Iterable[str], now: float,
+                      allowed_roles: Collection[str] | None = None) -> dict[str, Any]:
     """Add tasks from JSON Lines (one object a line; blank lines skipped), all or nothing.
     An error names its line."""
     batch = []
@@ -53,6 +69,7 @@ def import_json_lines(queue: Queue, lines: Iterable[str], now: float) -> dict[st
         except json.JSONDecodeError as error:
             raise BadInput(f"line {number}: not valid JSON: {error.msg}") from error
         batch.append(validate_task(queue, data, where=f"line {number}: "))
+    _check_roles(batch, allowed_roles)
     return _enqueue_batch(queue, batch, now)
 
 
@@ -176,3 +193,46 @@ def task_state(state: str | TaskState | None) -> TaskState | None:
         return TaskState(state)
     except ValueError:
         raise BadInput(f"state = {state!r}: expected one of {', '.join(STATE_NAMES)}") from None
+
+
+MAX_PAGE = 1000
+
+
+def page_tasks(queue: Queue, *, state: str | TaskState | None = None, role: str | None = None,
+               cursor: int | None = None, limit: int = 100) -> dict[str, Any]:
+    """A page of tasks, newest first, and the cursor of the next page (None after the last).
+    `cursor` is what the previous page returned."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise BadInput(f"limit = {limit!r}: expected a whole number from 1 to {MAX_PAGE}")
+    if cursor is not None and (isinstance(cursor, bool) or not isinstance(cursor, int)
+                               or cursor < 1):
+        raise BadInput(f"cursor = {cursor!r}: expected the next_cursor of the previous page")
+    tasks = queue.store.page_tasks(state=task_state(state), role=role, before_id=cursor,
+                                   limit=limit)
+    following = tasks[-1].id if len(tasks) == limit else None
+    return {"tasks": tasks, "next_cursor": following}
+
+
+def task_with_runs(queue: Queue, task_id: int) -> dict[str, Any]:
+    """A task and its runs, oldest first, with what they cost together."""
+    task = queue.store.get_task(task_id)
+    runs = queue.store.runs_of_task(task_id)
+    costs = [run.cost_usd for run in runs if run.cost_usd is not None]
+    return {"task": task, "runs": runs, "cost_usd": sum(costs) if costs else None}
+
+
+def task_tree(queue: Queue, task_id: int, depth: int = 4, width: int = 50) -> dict[str, Any]:
+    """The chain a task belongs to, as a tree: from its topmost ancestor down, each task
+    with its children (`depth` levels below the task at most, `width` children a task)."""
+    store = queue.store
+    top = store.get_task(task_id)
+    for _ in range(20):  # a chain deeper than this is shown from 20 levels up
+        if top.parent_id is None:
+            break
+        top = store.get_task(top.parent_id)
+
+    def branch(task: Task, level: int) -> dict[str, Any]:
+        children = store.children_of(task.id, width) if level < depth else []
+        return {"task": task, "children": [branch(child, level + 1) for child in children]}
+
+    return branch(top, 0)

@@ -602,6 +602,11 @@ class Supervisor:
             # The agent's only key: its own run, while the run is open. Never the database.
             "TASKHERD_RUN_TOKEN": self._issue_credential(claim.run.id),
         }
+        api = self.config.api
+        if api.listen:  # the door for an agent that cannot reach the socket (another host)
+            host = api.host if ":" not in api.host else f"[{api.host}]"
+            scheme = "https" if api.tls_cert else "http"
+            agent_vars["TASKHERD_URL"] = f"{scheme}://{host}:{api.port}"
         return agent_vars
 
     def _issue_credential(self, run_id: int) -> str:

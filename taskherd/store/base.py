@@ -26,6 +26,7 @@ from taskherd.store.events import Listener
 from taskherd.store.jobs import JobStore
 from taskherd.store.nodes import NodeStore
 from taskherd.store.watch import WatchStore
+from taskherd.store.tokens import TokenStore
 
 __all__ = [
     "ParentNotFound", "RunNotFound", "StoreError", "StoreUnavailable", "TaskNotFound",
@@ -58,7 +59,7 @@ class StateCount:
     count: int
 
 
-class Store(JobStore, NodeStore, WatchStore, abc.ABC):
+class Store(JobStore, NodeStore, WatchStore, TokenStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # -- run credentials: what an agent holds instead of the database -------------------
@@ -92,6 +93,15 @@ class Store(JobStore, NodeStore, WatchStore, abc.ABC):
     def list_tasks(
         self, *, state: TaskState | None = None, role: str | None = None, limit: int = 100
     ) -> list[Task]: ...
+
+    @abc.abstractmethod
+    def page_tasks(self, *, state: TaskState | None = None, role: str | None = None,
+                   before_id: int | None = None, limit: int = 100) -> list[Task]:
+        """Tasks newest first, those with an id below `before_id` (a cursor) when given."""
+
+    @abc.abstractmethod
+    def children_of(self, task_id: int, limit: int = 100) -> list[Task]:
+        """The tasks whose parent is `task_id`, oldest first."""
 
     @abc.abstractmethod
     def counts(self) -> list[StateCount]: ...

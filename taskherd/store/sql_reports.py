@@ -54,6 +54,20 @@ class SQLReports:
         return [{"role": row["role"], **{key: int(row[key]) for key in _INTS},
                  **{key: float(row[key]) for key in _FLOATS}} for row in rows]
 
+    def run_totals(self) -> list[dict[str, Any]]:
+        """Per role and outcome (None: still running): runs, cost and tokens of every run
+        kept (for /metrics)."""
+        return [{"role": row["role"], "outcome": row["outcome"], "runs": int(row["runs"]),
+                 "cost_usd": float(row["cost_usd"]), "input_tokens": int(row["input_tokens"]),
+                 "output_tokens": int(row["output_tokens"])}
+                for row in self._all("run_totals")]
+
+    def spend_since(self, since: float) -> list[dict[str, Any]]:
+        """Runs and cost per role since `since`, as rows of a moment (`at`: an hour's start for
+        rolled-up hours, a claim for runs past the roll-up) and what was spent then."""
+        return [{"role": row["role"], "at": float(row["at"]), "runs": int(row["runs"]),
+                 "cost_usd": float(row["cost_usd"])}
+                for row in self._all("spend_hours_since", {"since": since})]
 
 def _hour_holding(moment: float) -> float:
     """The start of the UTC hour `moment` falls in (an infinite bound stays one)."""

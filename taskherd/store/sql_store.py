@@ -49,6 +49,7 @@ from taskherd.store.sql_credentials import SQLCredentials
 from taskherd.store.sql_jobs import SQLJobs
 from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports
+from taskherd.store.sql_tokens import SQLTokens
 from taskherd.store.watch import SQLWatch
 
 S = TaskState
@@ -56,7 +57,7 @@ S = TaskState
 Emitted = tuple[EventKind, float, dict[str, Any]]
 
 
-class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, Store):
+class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLTokens, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
@@ -140,6 +141,16 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, Store):
     ) -> list[Task]:
         params = {"state": state.value if state else None, "role": role, "limit": limit}
         return [Task.from_row(row) for row in self._all("list_tasks", params)]
+
+    def page_tasks(self, *, state: TaskState | None = None, role: str | None = None,
+                   before_id: int | None = None, limit: int = 100) -> list[Task]:
+        params = {"state": state.value if state else None, "role": role,
+                  "before_id": before_id, "limit": limit}
+        return [Task.from_row(row) for row in self._all("page_tasks", params)]
+
+    def children_of(self, task_id: int, limit: int = 100) -> list[Task]:
+        params = {"task_id": task_id, "limit": limit}
+        return [Task.from_row(row) for row in self._all("children_of", params)]
 
     def counts(self) -> list[StateCount]:
         rows = self._past_the_marks(

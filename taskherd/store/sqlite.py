@@ -171,8 +171,14 @@ def _create_private(path: Path) -> None:
     SQLite gives the -wal and -shm files the main file's permissions, so this covers them.
     """
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-    os.close(fd)
+    if path.exists():
+        # Never open and close an existing database file here: closing any descriptor of it
+        # drops every POSIX lock this process holds on it, those of a connection already open
+        # (the daemon's, when its HTTP API opens its own) included, and SQLite then reports
+        # "database disk image is malformed" under concurrent writers.
+        return
+    with contextlib.suppress(FileExistsError):  # another process made it just now
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600))
 
 
 class _Transaction:

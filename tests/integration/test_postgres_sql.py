@@ -120,6 +120,7 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "token_sha256": "ab12" * 16, "week_from": NOW - 7 * 86400, "day_from": NOW - 3600, "through": NOW, "tasks_through": NOW - 60, "runs_through": 0,
     "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0,
     "liveness": "waiting_input", "note": "Continue? [y/N]",
+    "scope": "intake", "rate_per_minute": 30, "before_id": 3, "expires_at": NOW + 3600,
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {

@@ -254,3 +254,17 @@ SET state = CAST(:state AS TEXT), run_after = :run_after, attempts = attempts + 
 WHERE id = :task_id AND (state = 'claimed' OR state = 'running')
   AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id)
 RETURNING *;
+
+-- name: page_tasks
+-- Newest first, a page at a time: the cursor is the last id seen, so a page stays right
+-- while tasks are added (they come before it) and walks the primary key, not a sort.
+SELECT * FROM tasks
+WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
+  AND (CAST(:role AS TEXT) IS NULL OR role = :role)
+  AND (CAST(:before_id AS BIGINT) IS NULL OR id < :before_id)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: children_of
+-- A task's children (its agent's follow-ups, a chain's next steps), through tasks_parent.
+SELECT * FROM tasks WHERE parent_id = :task_id ORDER BY id LIMIT :limit;

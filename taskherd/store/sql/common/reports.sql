@@ -44,3 +44,25 @@ LIMIT :limit;
 
 -- name: first_run_start
 SELECT min(claimed_at) AS first FROM runs;
+
+-- name: run_totals
+-- /metrics: every run ever kept, by role and outcome (NULL while it runs), with what it cost.
+SELECT role, outcome, count(*) AS runs, coalesce(sum(cost_usd), 0) AS cost_usd,
+       coalesce(sum(input_tokens), 0) AS input_tokens,
+       coalesce(sum(output_tokens), 0) AS output_tokens
+FROM runs
+GROUP BY role, outcome
+ORDER BY role, outcome;
+
+-- name: spend_hours_since
+-- The dashboard's cost chart: each role's spend since :since, grouped into the fleet's days
+-- by the caller (which knows the zone): the hours the monitor rolled up (`at` is the hour's
+-- start), plus the ended runs past its mark, one by one (`at` is the claim; they are few).
+SELECT role, hour AS at, runs, cost_usd FROM spend_hours
+WHERE hour >= :since AND runs > 0
+UNION ALL
+SELECT role, claimed_at, 1, coalesce(cost_usd, 0)
+FROM runs
+WHERE id > (SELECT runs_through FROM rollup_marks) AND ended_at IS NOT NULL
+  AND claimed_at >= :since
+ORDER BY 2, 1;

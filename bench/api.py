@@ -1,0 +1,468 @@
+"""HTTP API benchmark: taskherd's API beside a bare uvicorn app (the floor) and the CLI (the peer).
+
+    .venv/bin/python bench/api.py                       # everything, a few minutes on 2 cores
+    .venv/bin/python bench/api.py --tasks 1000000 --requests 2000 --runs 1000
+
+a. `POST /v1/tasks` and an agent's heartbeat (`POST /v1/agent/heartbeat`, each client with
+   its own run's credential), 50 concurrent clients on loopback, as fast as they go: requests
+   a second and p50/p99 latency. Beside them: a bare uvicorn app answering a constant JSON
+   (the floor, same client, same concurrency), and the CLI doing the same (`taskherd task add`
+   and `taskherd heartbeat` through the agent socket, 8 processes at a time: what an agent on
+   the daemon's host pays). Then the heartbeat at a steady 500 requests a second (open loop):
+   target p99 ≤ 25 ms.
+b. The board page (`/`, logged in) and `/v1/status` over a database of --tasks tasks (finished
+   history with runs and cost, and 1,000 ready): p99 of 50 sequential requests each. Target
+   p99 ≤ 100 ms.
+c. `taskherd up` with the API on, --runs no-op tasks enqueued at a steady rate: ready → exec
+   p99 with no dashboard open, then with 20 clients on the event stream; target ≤ 1.5 × the
+   first. The daemon's RSS with the API on, beside the same daemon with it off.
+
+The servers run as their own processes (`python bench/api.py --serve ...`), so the client's
+work is not counted in their CPU. Exit status 1 if a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+# bench/ itself off the path: its queue.py would shadow the standard library's `queue`.
+HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+sys.path.insert(0, str(HERE.parent))
+
+import httpx  # noqa: E402
+
+HEARTBEAT_P99 = 0.025
+BOARD_P99 = 0.100
+STREAMS_RATIO = 1.5
+CLIENTS = 50
+
+BARE_APP = """
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": b'{"ok":true}'})
+"""
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:7.1f} ms"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_listening(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise SystemExit(f"nothing listens on port {port} after {timeout}s")
+
+
+def write_config(folder: Path, port: int, database: str = "q.db", api: bool = True) -> Path:
+    config = folder / "taskherd.toml"
+    text = f"""[daemon]
+database = "{database}"
+data_dir = "data"
+timezone = "UTC"
+node = "bench"
+durability = "normal"
+max_concurrent = 8
+path = "/usr/bin:/bin"
+
+[roles.noop]
+command = ["date", "+%s.%N"]
+
+[roles.coder]
+command = ["true"]
+"""
+    if api:
+        text += f'\n[api]\nlisten = "127.0.0.1:{port}"\n'
+    config.write_text(text)
+    return config
+
+
+# -- the servers, each its own process --------------------------------------------------------
+
+
+def serve(config_path: str) -> None:
+    """The API (on its thread) and the agent socket (on this loop), as `taskherd up` runs
+    them, without the services that would run the tasks."""
+    from taskherd.agent_door import AgentDoor
+    from taskherd.api.server import ApiServer
+    from taskherd.config import load_config, make_private_dir
+    from taskherd.ops import Queue
+    from taskherd.store import open_store
+
+    config = load_config(config_path)
+    make_private_dir(config.daemon.data_dir)
+    server = ApiServer(config)
+    server.start()
+    store = open_store(config.daemon.database, durability=config.daemon.durability)
+
+    async def main() -> None:
+        door = AgentDoor(Queue(config, store), time.time)
+        await door.start(config.daemon.data_dir)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def start(argv: list[str], log: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKHERD_")}
+    with open(log, "ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=out, env=env)
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+# -- the client -------------------------------------------------------------------------------
+
+
+async def hammer(url: str, path: str, bodies: list[dict], headers: list[dict[str, str]],
+                 clients: int = CLIENTS) -> tuple[float, list[float]]:
+    """`clients` workers send the requests as fast as answers come; (seconds, latencies)."""
+    latencies: list[float] = []
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for index in range(len(bodies)):
+        queue.put_nowait(index)
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+        async def worker(number: int) -> None:
+            while not queue.empty():
+                index = queue.get_nowait()
+                started = time.perf_counter()
+                response = await client.post(path, json=bodies[index],
+                                             headers=headers[number % len(headers)])
+                latencies.append(time.perf_counter() - started)
+                if response.status_code >= 300:
+                    raise SystemExit(f"{path}: {response.status_code} {response.text}")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(n) for n in range(clients)))
+        return time.perf_counter() - started, latencies
+
+
+async def steady(url: str, path: str, rate: float, seconds: float,
+                 headers: list[dict[str, str]]) -> list[float]:
+    """Open loop: a request every 1/rate s whatever the answers do; their latencies."""
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+        async def one(index: int) -> None:
+            started = time.perf_counter()
+            response = await client.post(path, json={}, headers=headers[index % len(headers)])
+            latencies.append(time.perf_counter() - started)
+            assert response.status_code == 200, response.text
+
+        tasks, begin = [], time.perf_counter()
+        for index in range(int(rate * seconds)):
+            delay = begin + index / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(index)))
+        await asyncio.gather(*tasks)
+    return latencies
+
+
+def report(name: str, seconds: float, latencies: list[float], floor: float | None) -> float:
+    rate = len(latencies) / seconds
+    versus = f"  {rate / floor:5.2f} × the floor's rate" if floor else ""
+    print(f"{name:<34} {rate:8.0f} req/s  p50 {ms(percentile(latencies, 0.5))}  "
+          f"p99 {ms(percentile(latencies, 0.99))}{versus}")
+    return rate
+
+
+def cli_runs(argvs: list[list[str]], env: dict[str, str], parallel: int = 8
+             ) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    pending = list(argvs)
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                argv = pending.pop()
+            started = time.perf_counter()
+            done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True)
+            if done.returncode != 0:
+                print(f"{' '.join(argv[3:])}: {done.stderr.strip()}", file=sys.stderr)
+                continue
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(parallel)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started, latencies
+
+
+# -- a. POST /v1/tasks and heartbeats -----------------------------------------------------------
+
+
+def part_a(folder: Path, requests: int) -> bool:
+    from taskherd.config import load_config
+    from taskherd.model import NewTask
+    from taskherd.ops import open_queue
+    from taskherd.ops import tokens as token_ops
+
+    print(f"== a. {CLIENTS} concurrent clients on loopback, {requests} requests each kind")
+    bare_port, port = free_port(), free_port()
+    (folder / "bare.py").write_text(BARE_APP)
+    bare = start([sys.executable, "-m", "uvicorn", "--app-dir", str(folder), "bare:app",
+                  "--port", str(bare_port), "--log-level", "warning", "--no-access-log",
+                  "--http", "h11"], folder / "bare.log")
+    config_path = write_config(folder, port)
+    config = load_config(config_path)
+    with open_queue(config) as queue:
+        token = token_ops.create_token(queue, "bench", "operator", time.time()).token
+        run_tokens = []
+        for number in range(CLIENTS):
+            queue.store.enqueue(NewTask(role="coder", title=f"agent {number}"), time.time())
+            claim = queue.store.claim("elsewhere", time.time(), 3600, roles=["coder"])
+            queue.store.mark_spawned(claim.run.id, time.time(), 3600, pid=None,
+                                     pid_started_at=None, log_path=None)
+            secret = f"bench-run-{number}-{os.urandom(8).hex()}"
+            queue.store.issue_run_credential(claim.run.id, secret, time.time())
+            run_tokens.append(secret)
+    server = start([sys.executable, __file__, "--serve", str(config_path)], folder / "api.log")
+    ok = True
+    try:
+        wait_listening(bare_port)
+        wait_listening(port)
+        url, bare_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{bare_port}"
+        auth = [{"Authorization": f"Bearer {token}"}]
+        agents = [{"Authorization": f"Bearer {secret}"} for secret in run_tokens]
+        adds = [{"role": "coder", "title": f"bench {n}", "prompt": "p"} for n in range(requests)]
+        seconds, lat = asyncio.run(hammer(bare_url, "/", adds, auth))
+        floor = report("floor: bare uvicorn, constant", seconds, lat, None)
+        seconds, lat = asyncio.run(hammer(url, "/v1/tasks", adds, auth))
+        report("POST /v1/tasks", seconds, lat, floor)
+        beats = [{"progress": f"step {n}"} for n in range(requests)]
+        seconds, lat = asyncio.run(hammer(url, "/v1/agent/heartbeat", beats, agents))
+        report("POST /v1/agent/heartbeat", seconds, lat, floor)
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TASKHERD_")}
+        env["TASKHERD_CONFIG"] = str(config_path)
+        count = min(requests, 200)
+        add_argv = [[sys.executable, "-m", "taskherd", "task", "add", f"cli {n}", "--role",
+                     "coder"] for n in range(count)]
+        seconds, lat = cli_runs(add_argv, env)
+        report("CLI: taskherd task add (8 at once)", seconds, lat, floor)
+        beat_env = env | {"TASKHERD_HOME": str(config.daemon.data_dir),
+                          "TASKHERD_RUN_TOKEN": run_tokens[0]}
+        seconds, lat = cli_runs([[sys.executable, "-m", "taskherd", "heartbeat"]] * count,
+                                beat_env)
+        report("CLI: taskherd heartbeat (socket)", seconds, lat, floor)
+
+        lat = asyncio.run(steady(url, "/v1/agent/heartbeat", 500, 10, agents))
+        p99 = percentile(lat, 0.99)
+        ok = p99 <= HEARTBEAT_P99
+        print(f"heartbeat at a steady 500 req/s, 10 s: p50 {ms(percentile(lat, 0.5))}  "
+              f"p99 {ms(p99)}  (target ≤ 25 ms: {'ok' if ok else 'MISSED'})")
+    finally:
+        stop(server)
+        stop(bare)
+    return ok
+
+
+# -- b. the board at a million tasks ------------------------------------------------------------
+
+
+def part_b(folder: Path, tasks: int) -> bool:
+    from bench.cli import build_database
+    from taskherd.config import load_config
+    from taskherd.ops import open_queue
+    from taskherd.ops import tokens as token_ops
+
+    print(f"== b. the board page and /v1/status over {tasks:,} tasks")
+    started = time.perf_counter()
+    build_database(folder / "big.db", tasks, 1000)
+    print(f"built the database in {time.perf_counter() - started:.0f} s")
+    port = free_port()
+    config_path = write_config(folder, port, database="big.db")
+    with open_queue(load_config(config_path)) as queue:
+        token = token_ops.create_token(queue, "board", "read", time.time()).token
+    server = start([sys.executable, __file__, "--serve", str(config_path)], folder / "big.log")
+    ok = True
+    try:
+        wait_listening(port, timeout=120)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            assert client.post("/login", data={"token": token}).status_code in (200, 303)
+            for name, path, headers in (
+                    ("GET /v1/status", "/v1/status", {"Authorization": f"Bearer {token}"}),
+                    ("GET / (the board page)", "/", {})):
+                client.get(path, headers=headers)  # warm
+                times = []
+                for _ in range(50):
+                    begin = time.perf_counter()
+                    response = client.get(path, headers=headers)
+                    times.append(time.perf_counter() - begin)
+                    assert response.status_code == 200, response.text[:200]
+                p99 = percentile(times, 0.99)
+                ok &= p99 <= BOARD_P99
+                print(f"{name:<26} p50 {ms(percentile(times, 0.5))}  p99 {ms(p99)}  "
+                      f"(target ≤ 100 ms: {'ok' if p99 <= BOARD_P99 else 'MISSED'})")
+    finally:
+        stop(server)
+    return ok
+
+
+# -- c. ready → exec with dashboards open ------------------------------------------------------
+
+
+def part_c(folder: Path, runs: int) -> bool:
+    import psutil
+
+    print(f"== c. ready → exec over {runs} no-op tasks, with 0 and 20 event streams open")
+    results = {}
+    for streams in (0, 20):
+        latencies, rss = daemon_pass(folder / f"streams-{streams}", runs, streams, api=True)
+        results[streams] = latencies
+        print(f"{streams:2d} streams open: p50 {ms(percentile(latencies, 0.5))}  "
+              f"p99 {ms(percentile(latencies, 0.99))}  daemon RSS {rss:.0f} MB (API on)")
+    _, rss_off = daemon_pass(folder / "api-off", max(runs // 10, 20), 0, api=False)
+    print(f"daemon RSS with the API off: {rss_off:.0f} MB")
+    ratio = percentile(results[20], 0.99) / percentile(results[0], 0.99)
+    ok = ratio <= STREAMS_RATIO
+    print(f"p99 with 20 streams / with none: {ratio:.2f} "
+          f"(target ≤ {STREAMS_RATIO}: {'ok' if ok else 'MISSED'})")
+    del psutil
+    return ok
+
+
+def daemon_pass(folder: Path, runs: int, streams: int, api: bool) -> tuple[list[float], float]:
+    import psutil
+
+    from bench.daemon import printed_time
+    from taskherd.config import load_config
+    from taskherd.model import NewTask, TaskState
+    from taskherd.ops import open_queue
+    from taskherd.ops import tokens as token_ops
+    from taskherd.store.events import listening
+
+    folder.mkdir(parents=True)
+    port = free_port()
+    config_path = write_config(folder, port, api=api)
+    queue = open_queue(load_config(config_path))
+    token = token_ops.create_token(queue, "watch", "read", time.time()).token
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKHERD_")}
+    env["TASKHERD_CONFIG"] = str(config_path)
+    with open(folder / "daemon.log", "ab") as log:
+        daemon = subprocess.Popen([sys.executable, "-m", "taskherd", "up", "--log-level",
+                                   "warning"], env=env, cwd=folder, stdout=log, stderr=log)
+    stop_streams = threading.Event()
+    readers = []
+    try:
+        deadline = time.monotonic() + 60
+        while not listening(folder / "q.db"):
+            assert time.monotonic() < deadline and daemon.poll() is None, "daemon start"
+            time.sleep(0.05)
+        if api:
+            wait_listening(port)
+        opened = threading.Barrier(streams + 1) if streams else None
+        for _ in range(streams):
+            reader = threading.Thread(target=_read_stream, daemon=True, args=(
+                f"http://127.0.0.1:{port}/v1/events", token, stop_streams, opened))
+            reader.start()
+            readers.append(reader)
+        if opened:
+            opened.wait(30)
+        ready: dict[int, float] = {}
+        begin = time.monotonic()
+        for index in range(runs):
+            delay = begin + index * 0.02 - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            task = queue.store.enqueue(NewTask(role="noop", title="noop"), time.time()).task
+            ready[task.id] = time.time()
+        deadline = time.monotonic() + 120
+        while sum(c.count for c in queue.store.counts()
+                  if c.state is TaskState.COMPLETED) < runs:
+            assert time.monotonic() < deadline, "tasks did not finish"
+            time.sleep(0.1)
+        latencies = [printed_time(queue.store.runs_of_task(task_id)[-1].log_path) - ready_at
+                     for task_id, ready_at in ready.items()]
+        rss = psutil.Process(daemon.pid).memory_info().rss / 2**20
+        return latencies, rss
+    finally:
+        stop_streams.set()
+        stop(daemon)
+        queue.close()
+
+
+def _read_stream(url: str, token: str, stop_event: threading.Event,
+                 opened: threading.Barrier | None) -> None:
+    with httpx.stream("GET", url, headers={"Authorization": f"Bearer {token}"},
+                      timeout=None) as stream:
+        for line in stream.iter_lines():
+            if opened is not None and line.startswith("event: hello"):
+                opened.wait(30)
+                opened = None
+            if stop_event.is_set():
+                return
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--tasks", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--parts", default="abc")
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve)
+        return 0
+    print(f"load average: {open('/proc/loadavg').read().strip()}")
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for part in args.parts:
+            folder = Path(tmp) / part
+            folder.mkdir()
+            ok &= {"a": lambda: part_a(folder, args.requests),
+                   "b": lambda: part_b(folder, args.tasks),
+                   "c": lambda: part_c(folder, args.runs)}[part]()
+    print(f"load average: {open('/proc/loadavg').read().strip()}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,8 @@
+"""The HTTP door: REST v1, server-sent events, the dashboard and /metrics, as one ASGI app.
+
+It is an adapter over `taskherd.ops` like the CLI: a rule written here would be missing at
+the other doors. It needs the `api` extra (Starlette, uvicorn, prometheus_client), imported
+only when the API is served. `taskherd up` serves it on its own thread, event loop and store
+connection (`server.ApiServer`), so a slow request or a page of a million tasks never holds
+up the daemon's loop that spawns agents.
+"""

@@ -1,0 +1,333 @@
+"""The API's core: who is calling (a token, a dashboard session or a run credential), what
+they may do (asked of `ops.tokens`), reading a bounded JSON body, and errors as JSON.
+
+Every route is declared with `route(...)`: its method, path, the scope it needs and the
+schema of what it answers. The app, the OpenAPI document and its test all read that one
+list, so the document cannot drift from the routes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from taskherd.config import Config
+from taskherd.model import Run
+from taskherd.ops import BadInput, Queue
+from taskherd.ops import agent as agent_ops
+from taskherd.ops import tokens as token_ops
+from taskherd.store import JobNotFound, JobRefused, RunNotFound, StoreError, TaskNotFound
+from taskherd.store import Store, TransitionRefused
+from taskherd.store.tokens import ApiToken, TokenNotFound, TokenRefused
+
+log = logging.getLogger("taskherd.api")
+
+SESSION_COOKIE = "taskherd_session"
+CSRF_HEADER = "x-csrf-token"
+# Field named at the start of an operation's message: "priority = 'P9': expected …",
+# "title is 300 characters …", "line 3: role is required …".
+_FIELD = re.compile(
+    r"^(?:(?:line|item) \d+: )?(?:unknown field )?'?([a-z_]+)'?(?: =| '|:| is| must| \()")
+
+
+class ApiError(Exception):
+    """A request refused: `status`, a message for people, the field at fault if one is."""
+
+    def __init__(self, status: int, message: str, field: str | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.field, self.headers = status, field, headers or {}
+
+    def response(self) -> JSONResponse:
+        body: dict[str, Any] = {"error": str(self), "status": self.status}
+        if self.field:
+            body["field"] = self.field
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+def answer_for(error: Exception, what: str) -> ApiError:
+    """`refusal`, or a 500 (logged with its trace) for an error no operation meant."""
+    try:
+        return refusal(error)
+    except Exception:
+        log.exception("%s failed", what)
+        return ApiError(500, "the request failed inside taskherd (see the daemon's log)")
+
+
+def refusal(error: Exception) -> ApiError:
+    """What an operation's refusal means in HTTP (other errors are raised again)."""
+    message = str(error)
+    if isinstance(error, ApiError):
+        return error
+    if isinstance(error, token_ops.Unauthenticated | agent_ops.Unauthorized):
+        return ApiError(401, message, headers={"WWW-Authenticate": "Bearer"})
+    if isinstance(error, token_ops.Forbidden):
+        return ApiError(403, message)
+    if isinstance(error, BadInput):
+        found = _FIELD.match(message)
+        return ApiError(422, message, found.group(1) if found else None)
+    if isinstance(error, TaskNotFound | RunNotFound | JobNotFound | TokenNotFound):
+        return ApiError(404, message)
+    if isinstance(error, TransitionRefused | JobRefused | TokenRefused | StoreError):
+        return ApiError(409, message)
+    raise error
+
+
+@dataclass
+class Caller:
+    """Who sent a request: an API token (by header or dashboard session), or a run."""
+
+    token: ApiToken | None = None
+    run: Run | None = None
+    session: Session | None = None
+
+
+@dataclass
+class Session:
+    """A dashboard login: the token's digest (checked again at every request, so a revoked
+    token logs its sessions out) and the CSRF secret its pages carry in their forms."""
+
+    digest: str
+    csrf: str
+    expires_at: float
+
+
+@dataclass
+class Call:
+    """What a route handler gets: the caller, path and query parameters, the JSON body."""
+
+    api: Api
+    caller: Caller
+    params: dict[str, str]
+    query: dict[str, str]
+    body: Any
+    now: float
+
+    @property
+    def queue(self) -> Queue:
+        return self.api.queue
+
+    def int_query(self, name: str, default: int | None, low: int = 0,
+                  high: int = 1_000_000) -> int | None:
+        text = self.query.get(name)
+        if text is None or text == "":
+            return default
+        if not re.fullmatch(r"\d{1,12}", text) or not low <= int(text) <= high:
+            raise ApiError(400, f"{name} = {text!r}: expected a whole number from {low} to "
+                           f"{high}", name)
+        return int(text)
+
+    def float_query(self, name: str) -> float | None:
+        text = self.query.get(name)
+        if text is None or text == "":
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ApiError(400, f"{name} = {text!r}: expected a number (unix seconds)", name)
+        return value
+
+    def task_id(self) -> int:
+        return path_int(self.params, "task_id")
+
+    def body_object(self) -> dict[str, Any]:
+        if not isinstance(self.body, dict):
+            raise ApiError(422, "the body must be a JSON object", "body")
+        return self.body
+
+
+def path_int(params: dict[str, str], name: str) -> int:
+    text = params.get(name, "")
+    if not re.fullmatch(r"\d{1,18}", text):
+        raise ApiError(404, f"{name} {text!r} is not an id: expected a whole number", name)
+    return int(text)
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    method: str
+    path: str
+    handler: Callable[[Call], Any]
+    need: str | None  # a token's grant (ops.tokens READ, ADD…), "run" (a run credential)
+    summary: str
+    response: str  # the name of its schema in openapi.SCHEMAS
+    status: int = 200
+    body: str | None = None  # the schema of its body, if it takes one
+    query: tuple[str, ...] = ()
+
+
+ROUTES: list[RouteSpec] = []
+
+
+def route(method: str, path: str, need: str | None, summary: str, response: str, *,
+          status: int = 200, body: str | None = None,
+          query: tuple[str, ...] = ()) -> Callable[[Callable[[Call], Any]], Callable[[Call], Any]]:
+    def register(handler: Callable[[Call], Any]) -> Callable[[Call], Any]:
+        ROUTES.append(RouteSpec(method, path, handler, need, summary, response, status, body,
+                                query))
+        return handler
+
+    return register
+
+
+@dataclass
+class Api:
+    """The state the app shares: the queue (its own store connection), the clock, the
+    guards against guessing and flooding, dashboard sessions, and the event hub."""
+
+    config: Config
+    store: Store
+    clock: Callable[[], float] = time.time
+    # The daemon's service loops (their counts and errors, for /metrics), when it serves us.
+    services: Callable[[], dict[str, Any]] | None = None
+    throttle: token_ops.Throttle = field(default_factory=token_ops.Throttle)
+    rates: token_ops.RateLimit = field(default_factory=token_ops.RateLimit)
+    sessions: dict[str, Session] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from taskherd.api.events import EventHub
+        from taskherd.api.metrics import Metrics
+
+        self.queue = Queue(self.config, self.store)
+        self.hub = EventHub(self.store)
+        self.metrics = Metrics(self)
+        # The store serialises its calls behind one lock: more threads would only queue.
+        self.limiter = anyio.CapacityLimiter(2)
+
+    async def run(self, function: Callable[..., Any], *args: Any) -> Any:
+        """A store call off the event loop, so streams and other requests keep moving."""
+        return await anyio.to_thread.run_sync(function, *args, limiter=self.limiter)
+
+    # -- who is calling --------------------------------------------------------------
+
+    async def authenticate(self, request: Request, need: str | None) -> Caller:
+        if need is None:
+            return Caller()
+        address = request.client.host if request.client else "?"
+        now = self.clock()
+        wait = self.throttle.wait(address, now)
+        if wait:
+            raise ApiError(429, "too many bad tokens from this address: wait and try again",
+                           headers={"Retry-After": str(int(wait) + 1)})
+        try:
+            caller = await self.run(self._caller, request, need, now)
+        except (token_ops.Unauthenticated, agent_ops.Unauthorized):
+            # A guess is a token given that is wrong; a request with none is no guess.
+            if "authorization" in request.headers or SESSION_COOKIE in request.cookies:
+                self.throttle.failed(address, now)
+            raise
+        self.throttle.succeeded(address)
+        return caller
+
+    def _caller(self, request: Request, need: str, now: float) -> Caller:
+        bearer = _bearer(request)
+        if need == "run":
+            return Caller(run=agent_ops.authenticate(self.queue, bearer))
+        if bearer is not None:
+            token = token_ops.authenticate(self.queue, bearer, now)
+            return Caller(token=token)
+        session = self.session_of(request, now)
+        if session is None:
+            raise token_ops.Unauthenticated(
+                "no API token given (Authorization: Bearer TOKEN, or log in to the dashboard)")
+        token = self.queue.store.live_api_token(session.digest, now)
+        if token is None:
+            raise token_ops.Unauthenticated("the session's token was revoked or expired")
+        # A cookie rides along with any request the browser makes: a change needs the
+        # page's CSRF secret too, which another site cannot read.
+        if request.method not in ("GET", "HEAD") and \
+                request.headers.get(CSRF_HEADER) != session.csrf:
+            raise token_ops.Forbidden("a change made with a dashboard session needs its "
+                                      f"CSRF token in the {CSRF_HEADER} header")
+        return Caller(token=token, session=session)
+
+    def session_of(self, request: Request, now: float) -> Session | None:
+        key = request.cookies.get(SESSION_COOKIE)
+        session = self.sessions.get(key) if key else None
+        if session is None or session.expires_at <= now:
+            return None
+        return session
+
+    def check(self, caller: Caller, need: str | None) -> None:
+        """The token's scope must grant `need`; an intake token must keep to its rate."""
+        if caller.token is not None and need not in (None, "run"):
+            token_ops.authorize(caller.token, need)
+            wait = self.rates.allow(caller.token, self.clock())
+            if wait:
+                raise ApiError(429, f"token {caller.token.name!r} may make "
+                               f"{caller.token.rate_per_minute} requests a minute",
+                               headers={"Retry-After": str(int(wait) + 1)})
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise token_ops.Unauthenticated("the Authorization header must be 'Bearer TOKEN'")
+    return value.strip()
+
+
+async def read_body(request: Request, limit: int) -> Any:
+    """The request's JSON body (None when empty), refused past `limit` bytes before it is
+    all read, and refused when it is not UTF-8 JSON."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"the body is {declared} bytes: at most {limit} are accepted "
+                       "([api] max_body_bytes)", "body")
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            raise ApiError(413, f"the body is over {limit} bytes: at most {limit} are "
+                           "accepted ([api] max_body_bytes)", "body")
+    if not data.strip():
+        return None
+    kind = request.headers.get("content-type", "application/json").split(";")[0].strip()
+    if kind not in ("application/json", "application/x-ndjson"):
+        raise ApiError(415 if kind else 400, f"content-type {kind!r}: expected application/json",
+                       "content-type")
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ApiError(400, f"the body is not valid UTF-8 (byte {error.start})", "body") from None
+    if kind == "application/x-ndjson":
+        return text
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except ValueError as error:
+        raise ApiError(400, f"the body is not valid JSON: {error}", "body") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def jsonable(value: Any) -> Any:
+    """Records as their dicts, recursively; what json.dumps takes as it is stays."""
+    if hasattr(value, "to_dict"):
+        return jsonable(value.to_dict())
+    if isinstance(value, dict):
+        return {key: jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(item) for item in value]
+    if hasattr(value, "__dataclass_fields__"):
+        return jsonable(dict(value.__dict__))
+    return value
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    body = json.dumps(jsonable(data), separators=(",", ":"), allow_nan=False, default=str)
+    return Response(body, status_code=status, media_type="application/json")

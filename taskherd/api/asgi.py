@@ -1,0 +1,163 @@
+"""The Starlette app: every declared route wrapped in the same steps, the streams, the
+agent routes, /metrics, the dashboard and the OpenAPI document.
+
+A request's steps: authenticate (401, or 429 for an address guessing tokens), check the
+scope (403), read the body within the limit (413), run the operation off the event loop,
+answer JSON; an operation's refusal becomes its status (`app.refusal`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from taskherd.api import rest  # noqa: F401 - registers the REST routes
+from taskherd.api.app import (
+    ROUTES,
+    Api,
+    ApiError,
+    Call,
+    Caller,
+    RouteSpec,
+    path_int,
+    json_response,
+    read_body,
+    answer_for,
+    route,
+)
+from taskherd.api.events import event_stream, log_stream
+from taskherd.ops.tokens import READ
+
+log = logging.getLogger("taskherd.api")
+
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    # The pages load their one script and stylesheet from here; nothing inline runs.
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+                               "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+}
+
+
+@route("POST", "/v1/agent/{op}", "run",
+       "An agent's report on its own run (op: heartbeat, report, add_child_task), "
+       "authenticated by its run credential", "AgentAnswer", body="AgentArgs")
+def agent_op(call: Call) -> Any:
+    from taskherd.agent_door import perform
+
+    assert call.caller.run is not None
+    body = call.body if call.body is not None else {}
+    result, _ = perform(call.queue, call.caller.run, call.params["op"], body, call.now)
+    return result
+
+
+def endpoint(api: Api, spec: RouteSpec) -> Callable[[Request], Awaitable[Response]]:
+    limit = api.config.api.max_body_bytes
+
+    async def handle(request: Request) -> Response:
+        try:
+            caller = await api.authenticate(request, spec.need)
+            api.check(caller, spec.need)
+            body = await read_body(request, limit) if spec.method != "GET" else None
+            call = Call(api, caller, dict(request.path_params), dict(request.query_params),
+                        body, api.clock())
+            result = await api.run(spec.handler, call)
+        except Exception as error:  # noqa: BLE001 - each refusal becomes its status
+            return _failure(error, request)
+        return json_response(result, spec.status)
+
+    return handle
+
+
+def _failure(error: Exception, request: Request) -> Response:
+    return answer_for(error, f"{request.method} {request.url.path}").response()
+
+
+def stream(api: Api, make: Callable[[Request, Caller], AsyncIterator[bytes]],
+           need: str = READ) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        try:
+            caller = await api.authenticate(request, need)
+            api.check(caller, need)
+            body = make(request, caller)
+            first = await anext(body)  # a refusal (no such run) is still a JSON answer
+        except Exception as error:  # noqa: BLE001
+            return _failure(error, request)
+
+        async def chained() -> AsyncIterator[bytes]:
+            yield first
+            async for chunk in body:
+                yield chunk
+
+        return StreamingResponse(chained(), media_type="text/event-stream",
+                                 headers={"X-Accel-Buffering": "no"})
+
+    return handle
+
+
+def build_app(api: Api) -> Starlette:
+    from taskherd.api import dashboard, metrics, openapi
+
+    routes = [Route(spec.path, endpoint(api, spec), methods=[spec.method]) for spec in ROUTES]
+    routes += [
+        Route("/v1/events", stream(api, lambda request, caller: event_stream(api.hub))),
+        Route("/v1/runs/{run_id}/log/stream", stream(api, lambda request, caller: log_stream(
+            api, path_int(dict(request.path_params), "run_id"),
+            _lines(request)))),
+        Route("/v1/openapi.json", lambda request: JSONResponse(openapi.document())),
+        Route("/metrics", metrics.endpoint(api)),
+        *dashboard.routes(api),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await api.hub.start()
+        api.metrics.start()
+        try:
+            yield
+        finally:
+            await api.metrics.stop()
+            await api.hub.stop()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(_SecurityHeaders)
+    return app
+
+
+def _lines(request: Request) -> int:
+    text = request.query_params.get("lines", "100")
+    if not text.isdigit() or int(text) > 10_000:
+        raise ApiError(400, f"lines = {text!r}: expected a whole number from 0 to 10000", "lines")
+    return int(text)
+
+
+class _SecurityHeaders:
+    """Headers every answer carries: nothing is cached, framed or sniffed."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                names = {name.lower() for name, _ in message.get("headers", [])}
+                extra = [(key.lower().encode(), value.encode())
+                         for key, value in SECURITY_HEADERS.items()
+                         if key.lower().encode() not in names]
+                message["headers"] = list(message.get("headers", [])) + extra
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

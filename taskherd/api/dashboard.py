@@ -1,0 +1,218 @@
+"""The dashboard: server-rendered pages over `taskherd.ops`, live through the event stream.
+
+A person logs in with an API token (read, operator or admin); the page keeps a session
+cookie (HttpOnly, SameSite=Strict) and never the token. Every action is a form POST carrying
+the session's CSRF secret, so another site cannot act through a logged-in browser. Pages
+work without JavaScript; `static/live.js` only makes them live: on each event it fetches the
+page's fragment again (`?fragment=1`), and a task page follows its run's log.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from taskherd.api import pages
+from taskherd.api.app import SESSION_COOKIE, Api, ApiError, Session, answer_for
+from taskherd.ops import tasks as task_ops
+from taskherd.ops import tokens as token_ops
+from taskherd.ops.tokens import ACT, GRANTS, READ
+from taskherd.store.sql_credentials import token_digest
+
+SESSION_SECONDS = 12 * 3600
+MAX_FORM = 16 * 1024
+PAGES: dict[str, Callable[..., str]] = {
+    "/": pages.board, "/dead": pages.dead, "/review": pages.review, "/blocked": pages.blocked,
+    "/jobs": pages.jobs, "/cooldowns": pages.cooldowns, "/cost": pages.cost,
+}
+ACTIONS = ("approve", "reject", "unblock", "requeue", "cancel")
+
+
+def routes(api: Api) -> list[Route]:
+    found = [Route(path, _page(api, render)) for path, render in PAGES.items()]
+    found += [
+        Route("/tasks/{task_id}", _page(api, pages.task)),
+        Route("/login", _login_form(api), methods=["GET"]),
+        Route("/login", _login(api), methods=["POST"]),
+        Route("/logout", _logout(api), methods=["POST"]),
+        Route("/ui/tasks/{task_id}/{action}", _act(api), methods=["POST"]),
+        Route("/ui/jobs/{name}/run", _run_job(api), methods=["POST"]),
+        Route("/static/{name}", _static),
+    ]
+    return found
+
+
+def _page(api: Api, render: Callable[..., str]) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        session, token = await _logged_in(api, request)
+        if token is None:
+            if request.query_params.get("fragment"):
+                return Response("log in again", status_code=401)
+            return RedirectResponse("/login", status_code=303)
+        view = pages.View(api.queue, api.clock(), token, session.csrf,
+                          may_act=ACT in GRANTS[token.scope], path=request.url.path,
+                          params=dict(request.path_params))
+        try:
+            body = await api.run(render, view)
+        except Exception as error:  # noqa: BLE001 - a missing task is a page saying so
+            failure = answer_for(error, f"page {request.url.path}")
+            return HTMLResponse(pages.layout(view, "taskherd", f'<p class="error">'
+                                             f'{pages.h(str(failure))}</p>'),
+                                status_code=failure.status)
+        if request.query_params.get("fragment"):
+            return HTMLResponse(body)
+        title = pages.TITLES.get(request.url.path, "Task")
+        return HTMLResponse(pages.layout(view, title, body))
+
+    return handle
+
+
+async def _logged_in(api: Api, request: Request) -> tuple[Session | None, Any]:
+    session = api.session_of(request, api.clock())
+    if session is None:
+        return None, None
+    token = await api.run(api.store.live_api_token, session.digest, api.clock())
+    return session, token
+
+
+def _login_form(api: Api) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        return HTMLResponse(pages.login_page(request.query_params.get("error", "")))
+
+    return handle
+
+
+def _login(api: Api) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        address = request.client.host if request.client else "?"
+        now = api.clock()
+        if api.throttle.wait(address, now):
+            return HTMLResponse(pages.login_page("Too many wrong tokens: wait a minute."),
+                                status_code=429)
+        form = await _form(request)
+        given = (form.get("token") or "").strip()
+        try:
+            token = await api.run(token_ops.authenticate, api.queue, given, now)
+            token_ops.authorize(token, READ)
+        except (token_ops.Unauthenticated, token_ops.Forbidden) as error:
+            if isinstance(error, token_ops.Unauthenticated):
+                api.throttle.failed(address, now)
+            return HTMLResponse(pages.login_page(
+                "That token is not valid." if isinstance(error, token_ops.Unauthenticated)
+                else "An intake token cannot open the dashboard."), status_code=401)
+        api.throttle.succeeded(address)
+        key = secrets.token_urlsafe(32)
+        api.sessions[key] = Session(token_digest(given), secrets.token_urlsafe(32),
+                                    now + SESSION_SECONDS)
+        _forget_expired(api, now)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(SESSION_COOKIE, key, max_age=SESSION_SECONDS, httponly=True,
+                            samesite="strict", secure=bool(api.config.api.tls_cert), path="/")
+        return response
+
+    return handle
+
+
+def _forget_expired(api: Api, now: float) -> None:
+    for key in [key for key, session in api.sessions.items() if session.expires_at <= now]:
+        del api.sessions[key]
+
+
+def _logout(api: Api) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        session = api.session_of(request, api.clock())
+        form = await _form(request)
+        if session is not None and secrets.compare_digest(form.get("csrf", ""), session.csrf):
+            api.sessions = {k: s for k, s in api.sessions.items() if s is not session}
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+
+    return handle
+
+
+async def _checked_form(api: Api, request: Request) -> tuple[dict[str, str], Any]:
+    """The form of an action, once its session, scope and CSRF secret are checked."""
+    session, token = await _logged_in(api, request)
+    if token is None:
+        raise ApiError(401, "log in first")
+    form = await _form(request)
+    if not secrets.compare_digest(form.get("csrf", ""), session.csrf):
+        raise ApiError(403, "the form's CSRF token is missing or wrong: reload the page")
+    token_ops.authorize(token, ACT)
+    return form, token
+
+
+def _act(api: Api) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        action = request.path_params["action"]
+        try:
+            form, _ = await _checked_form(api, request)
+            if action not in ACTIONS:
+                raise ApiError(404, f"no action {action!r}")
+            task_id = int(request.path_params["task_id"]) if \
+                request.path_params["task_id"].isdigit() else -1
+            reason = (form.get("reason") or None,) if action in ("reject", "cancel") else ()
+            await api.run(task_ops.TRANSITIONS[action], api.queue, task_id, api.clock(),
+                          *reason)
+        except Exception as error:  # noqa: BLE001
+            return _refused_page(error)
+        return RedirectResponse(_back(form), status_code=303)
+
+    return handle
+
+
+def _run_job(api: Api) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        from taskherd.ops import jobs as job_ops
+
+        try:
+            form, _ = await _checked_form(api, request)
+            await api.run(job_ops.run_job_now, api.queue, request.path_params["name"],
+                          api.clock())
+        except Exception as error:  # noqa: BLE001
+            return _refused_page(error)
+        return RedirectResponse(_back(form), status_code=303)
+
+    return handle
+
+
+def _refused_page(error: Exception) -> Response:
+    failure = answer_for(error, "a dashboard action")
+    return HTMLResponse(f'<!doctype html><title>refused</title><p class="error">'
+                        f'{pages.h(str(failure))}</p><p><a href="/">back</a></p>',
+                        status_code=failure.status)
+
+
+def _back(form: dict[str, str]) -> str:
+    """Where an action returns: a path of this site only (never `//elsewhere`)."""
+    back = form.get("back", "/")
+    return back if back.startswith("/") and not back.startswith("//") else "/"
+
+
+async def _form(request: Request) -> dict[str, str]:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM:
+            raise ApiError(413, "the form is too large")
+    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {key: values[0] for key, values in fields.items()}
+
+
+STATIC_TYPES = {"live.js": "text/javascript", "style.css": "text/css"}
+
+
+async def _static(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in STATIC_TYPES:
+        return Response("not found", status_code=404)
+    data = resources.files("taskherd.api").joinpath("static", name).read_bytes()
+    return Response(data, media_type=STATIC_TYPES[name])

@@ -1,0 +1,179 @@
+"""/metrics in Prometheus' text format (prometheus_client).
+
+Counts of tasks and runs are read from the database at each scrape (GROUP BY, never row by
+row), so every node's work is counted whichever node is scraped. Durations are observed as
+runs end, from the event channel: a run's duration and its ready→exec latency (from the
+moment its task was ready to the moment its agent started).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.requests import Request
+from starlette.responses import Response
+
+from taskherd.model import EventKind
+from taskherd.ops.tokens import READ
+
+if TYPE_CHECKING:
+    from taskherd.api.app import Api
+
+log = logging.getLogger("taskherd.api")
+
+DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, float("inf"))
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf"))
+
+
+class Metrics:
+    def __init__(self, api: Api):
+        self.api = api
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_StoreCollector(api, self))
+        self.durations = Histogram("taskherd_run_duration_seconds",
+                                   "How long runs took, from spawn to end", ["role", "outcome"],
+                                   buckets=DURATION_BUCKETS, registry=self.registry)
+        self.latency = Histogram("taskherd_ready_to_exec_seconds",
+                                 "From a task being ready to its agent's start",
+                                 ["role"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.store_errors = Counter("taskherd_api_store_errors",
+                                    "Store errors met by the API and the scrapes",
+                                    registry=self.registry)
+        self._seen: OrderedDict[int, None] = OrderedDict()  # runs whose start was observed
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._observe(), name="api-metrics")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+
+    async def _observe(self) -> None:
+        with self.api.hub.subscribe() as queue:
+            while (event := await queue.get()) is not None:
+                if event.kind in (EventKind.RUN_STARTED, EventKind.RUN_ENDED) and event.run_id:
+                    try:
+                        await self.api.run(self._observe_run, event.kind, event.run_id)
+                    except Exception as error:  # noqa: BLE001 - a hint lost, not a crash
+                        self.store_errors.inc()
+                        log.debug("metrics: run %s not observed: %s", event.run_id, error)
+
+    def _observe_run(self, kind: EventKind, run_id: int) -> None:
+        store = self.api.store
+        run = store.get_run(run_id)
+        if run.spawned_at is not None and run.id not in self._seen:
+            self._seen[run.id] = None
+            if len(self._seen) > 100_000:
+                self._seen.popitem(last=False)
+            ready_at = store.get_task(run.task_id).run_after
+            if ready_at <= run.spawned_at:
+                self.latency.labels(run.role).observe(run.spawned_at - ready_at)
+        if kind is EventKind.RUN_ENDED and run.ended_at is not None and run.outcome:
+            start = run.spawned_at if run.spawned_at is not None else run.claimed_at
+            self.durations.labels(run.role, run.outcome.value).observe(
+                max(run.ended_at - start, 0.0))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _StoreCollector:
+    """What a scrape reads from the database and from the daemon's services."""
+
+    def __init__(self, api: Api, metrics: Metrics):
+        self.api, self.metrics = api, metrics
+
+    def collect(self) -> Iterator[Metric]:
+        store, now = self.api.store, self.api.clock()
+        try:
+            counts, totals = store.counts(), store.run_totals()
+            cooldowns, fires = store.active_cooldowns(now), store.list_fires(limit=50)
+        except Exception as error:  # noqa: BLE001 - a scrape says so rather than failing
+            self.metrics.store_errors.inc()
+            log.warning("metrics: the store could not be read: %s", error)
+            return
+        tasks = GaugeMetricFamily("taskherd_tasks", "Tasks by state and role",
+                                  labels=["state", "role"])
+        for count in counts:
+            tasks.add_metric([count.state.value, count.role], count.count)
+        yield tasks
+        yield from _run_families(totals)
+        active = GaugeMetricFamily("taskherd_cooldowns_active",
+                                   "Runtimes paused by a rate limit", labels=["runtime"])
+        for cooldown in cooldowns:
+            active.add_metric([cooldown.runtime], 1)
+        yield active
+        drift = GaugeMetricFamily("taskherd_scheduler_drift_seconds",
+                                  "How late each job's last fire was, after its scheduled time",
+                                  labels=["job"])
+        latest: dict[str, float] = {}
+        for fire in fires:
+            if fire.kind == "schedule":
+                latest.setdefault(fire.job_name, max(fire.fired_at - fire.scheduled_for, 0.0))
+        for job, seconds in sorted(latest.items()):
+            drift.add_metric([job], seconds)
+        yield drift
+        yield from self._services()
+
+    def _services(self) -> Iterator[Metric]:
+        services = self.api.services() if self.api.services else {}
+        counted = CounterMetricFamily("taskherd_service_counts",
+                                      "What each service's passes did, summed since start",
+                                      labels=["service", "count"])
+        errors = CounterMetricFamily("taskherd_service_store_errors",
+                                     "Store errors a service's passes met", labels=["service"])
+        for name, loop in services.items():
+            for key, value in dict(loop.counts).items():
+                counted.add_metric([name, key], value)
+            errors.add_metric([name], loop.errors)
+        yield counted
+        yield errors
+
+
+def _run_families(totals: list[dict[str, Any]]) -> Iterator[Metric]:
+    runs = CounterMetricFamily("taskherd_runs", "Runs kept, by role and outcome",
+                               labels=["role", "outcome"])
+    cost = CounterMetricFamily("taskherd_cost_usd", "Dollars spent by runs kept, by role",
+                               labels=["role"])
+    tokens = CounterMetricFamily("taskherd_tokens", "Tokens used by runs kept, by role",
+                                 labels=["role", "direction"])
+    by_role: dict[str, list[float]] = {}
+    for row in totals:
+        runs.add_metric([row["role"], row["outcome"] or "running"], row["runs"])
+        sums = by_role.setdefault(row["role"], [0.0, 0, 0])
+        sums[0] += row["cost_usd"]
+        sums[1] += row["input_tokens"]
+        sums[2] += row["output_tokens"]
+    for role, (dollars, tokens_in, tokens_out) in sorted(by_role.items()):
+        cost.add_metric([role], dollars)
+        tokens.add_metric([role, "input"], tokens_in)
+        tokens.add_metric([role, "output"], tokens_out)
+    yield from (runs, cost, tokens)
+
+
+def endpoint(api: Api) -> Callable[[Request], Awaitable[Response]]:
+    """/metrics, for a `read` token (a scraper's own token with only that scope)."""
+
+    async def handle(request: Request) -> Response:
+        from taskherd.api.asgi import _failure
+
+        try:
+            caller = await api.authenticate(request, READ)
+            api.check(caller, READ)
+            body = await api.run(api.metrics.render)
+        except Exception as error:  # noqa: BLE001
+            return _failure(error, request)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    return handle

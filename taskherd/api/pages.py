@@ -1,0 +1,276 @@
+"""The dashboard's pages as HTML: each reads through `taskherd.ops` and returns the page's
+live part (the fragment `live.js` swaps in); `layout` wraps it in the frame.
+
+Everything shown is escaped (`h`): task titles, prompts and agent output are text written by
+others, and must never become markup in an operator's browser.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from taskherd.model import TaskState
+from taskherd.ops import Queue, tasks
+from taskherd.ops import board as board_ops
+from taskherd.ops import jobs as job_ops
+from taskherd.ops import runs as run_ops
+from taskherd.store.tokens import ApiToken
+
+TITLES = {"/": "Board", "/dead": "Dead letters", "/review": "Needs review",
+          "/blocked": "Blocked", "/jobs": "Jobs", "/cooldowns": "Cooldowns", "/cost": "Cost"}
+LIST_LIMIT = 200
+
+
+def h(text: Any) -> str:
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+@dataclass
+class View:
+    queue: Queue
+    now: float
+    token: ApiToken
+    csrf: str
+    may_act: bool
+    path: str
+    params: dict[str, str] = field(default_factory=dict)
+
+
+def when(moment: float | None) -> str:
+    if moment is None:
+        return "-"
+    return datetime.fromtimestamp(moment).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def span(seconds: float) -> str:
+    seconds = max(int(seconds), 0)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def layout(view: View, title: str, body: str) -> str:
+    links = "".join(f'<a href="{path}" class="{"here" if path == view.path else ""}">{name}</a>'
+                    for path, name in TITLES.items())
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{h(title)} · taskherd</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="stylesheet" href="/static/style.css"></head>
+<body><header><strong>taskherd</strong>{links}
+<span class="who">{h(view.token.name)} ({h(view.token.scope)})</span>
+<form class="inline" method="post" action="/logout"><input type="hidden" name="csrf"
+ value="{h(view.csrf)}"><button>Log out</button></form></header>
+<div class="page"><h1>{h(title)}</h1><main id="live">{body}</main>{_log_panel(view)}</div>
+<script src="/static/live.js"></script></body></html>"""
+
+
+def login_page(error: str = "") -> str:
+    shown = f'<p class="error">{h(error)}</p>' if error else ""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Log in · taskherd</title>
+<link rel="stylesheet" href="/static/style.css"></head>
+<body><div class="login"><h1>taskherd</h1>{shown}
+<form method="post" action="/login"><p><label for="token">API token</label></p>
+<p><input id="token" name="token" type="password" autocomplete="off" autofocus></p>
+<p><button type="submit" id="login">Log in</button></p></form>
+<p class="muted">Make one with <code>taskherd token create --name me --scope operator</code>.
+</p></div></body></html>"""
+
+
+def table(headers: list[str], rows: list[list[str]], empty: str = "none") -> str:
+    if not rows:
+        return f'<p class="muted">{h(empty)}</p>'
+    head = "".join(f"<th>{h(name)}</th>" for name in headers)
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>"
+                   for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def button(view: View, task_id: int, action: str, css: str = "") -> str:
+    if not view.may_act:
+        return ""
+    reason = ('<input type="hidden" name="reason" value="rejected on the dashboard">'
+              if action == "reject" else "")
+    return (f'<form class="inline" method="post" action="/ui/tasks/{task_id}/{action}">'
+            f'<input type="hidden" name="csrf" value="{h(view.csrf)}">'
+            f'<input type="hidden" name="back" value="{h(view.path)}">{reason}'
+            f'<button class="{css}" id="{action}-{task_id}">{action.capitalize()}</button></form>')
+
+
+def task_link(task: Any) -> str:
+    return f'<a href="/tasks/{task.id}">#{task.id} {h(task.title)}</a>'
+
+
+def state(value: str) -> str:
+    return f'<span class="state-{h(value)}">{h(value)}</span>'
+
+
+# -- the pages ----------------------------------------------------------------------------
+
+
+def board(view: View) -> str:
+    status = board_ops.status_board(view.queue, view.now)
+    states = [s.value for s in TaskState]
+    rows = [[h(role)] + [_count(counts[s]) for s in states]
+            for role, counts in status["by_role"].items()]
+    rows.append(["<strong>all</strong>"] + [_count(status["total"][s]) for s in states])
+    counts = table(["role", *states], rows, "the queue is empty")
+    waits = table(["task", "state", "waits for"],
+                  [[task_link(row["task"]), state(row["task"].state.value), h(row["waits_for"])]
+                   for row in board_ops.p0_waits(view.queue, view.now)], "no P0 task is waiting")
+    agents = table(["run", "task", "role", "node", "elapsed", "last line"],
+                   [[str(row["run"].id), task_link(row["task"]), h(row["run"].role),
+                     h(row["run"].node), span(row["elapsed"]),
+                     f'<code>{h(row["last_line"][:200])}</code>']
+                    for row in board_ops.running_agents(view.queue, view.now)],
+                   "no agent is running")
+    return (f'<section id="counts"><h2>Tasks by state and role</h2>{counts}</section>'
+            f'<section id="p0"><h2>P0 waiting</h2>{waits}</section>'
+            f'<section id="running"><h2>Running agents</h2>{agents}</section>')
+
+
+def _count(value: int) -> str:
+    return f'<span class="n">{value}</span>' if value else '<span class="muted">0</span>'
+
+
+def task(view: View) -> str:
+    task_id = int(view.params["task_id"]) if view.params["task_id"].isdigit() else -1
+    data = tasks.task_with_runs(view.queue, task_id)
+    task, runs = data["task"], data["runs"]
+    actions = " ".join(button(view, task.id, name) for name in _actions_for(task.state))
+    facts = table(["field", "value"], [
+        ["state", state(task.state.value)], ["role", h(task.role)],
+        ["priority", f"P{int(task.priority)}"], ["attempts", f"{task.attempts} of "
+                                                             f"{task.max_attempts}"],
+        ["created", when(task.created_at)], ["finished", when(task.finished_at)],
+        ["summary", h(task.summary)], ["reason", h(task.reason)],
+        ["last error", f"<code>{h(task.last_error)}</code>"],
+        ["parent", f'<a href="/tasks/{task.parent_id}">#{task.parent_id}</a>'
+         if task.parent_id else "-"],
+        ["cost", f"${data['cost_usd']:.4f}" if data["cost_usd"] is not None else "-"],
+    ])
+    run_rows = [[str(run.id), str(run.attempt), h(run.node), when(run.claimed_at),
+                 span((run.ended_at or view.now) - (run.spawned_at or run.claimed_at)),
+                 h(run.outcome.value if run.outcome else "running"), h(run.report),
+                 f"${run.cost_usd:.4f}" if run.cost_usd is not None else "-",
+                 h(run.summary or run.error or run.progress)] for run in runs]
+    tree = tasks.task_tree(view.queue, task.id)
+    chain = (f'<h2>Chain</h2><div class="tree" id="chain">{_branch(tree, task.id)}</div>'
+             if tree["children"] else "")
+    return (f'<h2 id="task-title">#{task.id} {h(task.title)}</h2><p>{actions}</p>{facts}'
+            f'<h2>Prompt</h2><pre>{h(task.prompt)}</pre>{chain}<h2>Runs</h2>'
+            + table(["run", "attempt", "node", "claimed", "took", "outcome", "report", "cost",
+                     "summary / error"], run_rows, "no run yet"))
+
+
+def _branch(node: dict[str, Any], current: int) -> str:
+    task = node["task"]
+    label = f"<strong>#{task.id} {h(task.title)}</strong>" if task.id == current \
+        else task_link(task)
+    children = "".join(_branch(child, current) for child in node["children"])
+    return f"<ul><li>{label} {state(task.state.value)}{children}</li></ul>"
+
+
+def _actions_for(current: TaskState) -> list[str]:
+    return {TaskState.NEEDS_REVIEW: ["approve", "reject"], TaskState.PENDING: ["approve"],
+            TaskState.BLOCKED: ["unblock"], TaskState.DEAD: ["requeue"],
+            TaskState.CANCELLED: ["requeue"]}.get(current, []) + (
+        ["cancel"] if current not in (TaskState.COMPLETED, TaskState.DEAD,
+                                      TaskState.CANCELLED) else [])
+
+
+def _log_panel(view: View) -> str:
+    """A task page's live log: its latest run's, outside the part that is swapped on events
+    (the log grows by itself, line by line)."""
+    if not view.path.startswith("/tasks/") or not view.params.get("task_id", "").isdigit():
+        return ""
+    try:
+        runs = view.queue.store.runs_of_task(int(view.params["task_id"]))
+    except Exception:  # noqa: BLE001 - the page itself says the task is missing
+        return ""
+    if not runs:
+        return '<h2>Log</h2><p class="muted">no run yet: reload when one starts</p>'
+    return f'<h2>Log of run {runs[-1].id}</h2><pre id="log" data-run="{runs[-1].id}"></pre>'
+
+
+def _state_list(view: View, wanted: TaskState, actions: list[str], extra: str,
+                empty: str) -> str:
+    found = tasks.list_tasks(view.queue, state=wanted, limit=LIST_LIMIT)
+    rows = [[task_link(task), h(task.role), f"P{int(task.priority)}", when(task.updated_at),
+             f"<code>{h(getattr(task, extra) or '')}</code>",
+             " ".join(button(view, task.id, action) for action in actions)] for task in found]
+    return table(["task", "role", "priority", "since", extra.replace("_", " "), ""], rows, empty)
+
+
+def dead(view: View) -> str:
+    return _state_list(view, TaskState.DEAD, ["requeue"], "last_error", "no dead task")
+
+
+def review(view: View) -> str:
+    return _state_list(view, TaskState.NEEDS_REVIEW, ["approve", "reject"], "summary",
+                       "nothing waits for review")
+
+
+def blocked(view: View) -> str:
+    return _state_list(view, TaskState.BLOCKED, ["unblock"], "reason", "no blocked task")
+
+
+def jobs(view: View) -> str:
+    rows = []
+    for job in job_ops.list_jobs(view.queue, view.now):
+        fire = job.get("last_fire") or {}
+        run_now = (f'<form class="inline" method="post" action="/ui/jobs/{h(job["name"])}/run">'
+                   f'<input type="hidden" name="csrf" value="{h(view.csrf)}">'
+                   f'<input type="hidden" name="back" value="/jobs"><button>Run now</button>'
+                   f'</form>') if view.may_act and job.get("synced") else ""
+        rows.append([h(job["name"]), "yes" if job["enabled"] else "no",
+                     f"<code>{h(_trigger(job['trigger']))}</code>", when(job["next_run_at"]),
+                     h(fire.get("status", "-")), when(fire.get("fired_at")), run_now])
+    return table(["job", "enabled", "trigger", "next fire", "last outcome", "last fired", ""],
+                 rows, "no jobs")
+
+
+def _trigger(trigger: dict[str, Any]) -> str:
+    return ", ".join(f"{key} {value}" for key, value in trigger.items() if key != "timezone")
+
+
+def cooldowns(view: View) -> str:
+    rows = [[h(c.runtime), when(c.until), span(c.until - view.now), h(c.reason)]
+            for c in view.queue.store.active_cooldowns(view.now)]
+    return table(["runtime", "until", "left", "reason"], rows, "no runtime is cooling down")
+
+
+def cost(view: View) -> str:
+    """Cost per role per day as stacked bars (an inline SVG: no chart library)."""
+    data = run_ops.cost_by_role_and_day(view.queue, view.now)
+    days, roles = data["days"], data["roles"]
+    totals = [sum(values[i] for values in roles.values()) for i in range(len(days))]
+    top = max(totals, default=0) or 1.0
+    colours = ["#1f5fbf", "#1d7a3a", "#9a6a00", "#a12a2a", "#6a3fb0", "#0f7c86"]
+    width, height, bar = 60 * len(days), 220, 40
+    shapes = []
+    for i, day in enumerate(days):
+        base = height - 20
+        for n, (role, values) in enumerate(roles.items()):
+            size = values[i] / top * (height - 40)
+            if size:
+                shapes.append(f'<rect x="{i * 60 + 10}" y="{base - size:.1f}" width="{bar}" '
+                              f'height="{size:.1f}" fill="{colours[n % len(colours)]}">'
+                              f'<title>{h(role)} {h(day)}: ${values[i]:.4f}</title></rect>')
+                base -= size
+        shapes.append(f'<text x="{i * 60 + 30}" y="{height - 5}" font-size="10" '
+                      f'text-anchor="middle">{h(day[5:])}</text>')
+    legend = " ".join(f'<span class="c{n % len(colours)}">■ {h(role)}</span>'
+                      for n, role in enumerate(roles))
+    rows = [[h(role)] + [f"{value:.4f}" for value in values] + [f"{sum(values):.4f}"]
+            for role, values in roles.items()]
+    return (f'<svg id="cost-chart" width="{width}" height="{height}" role="img" '
+            f'aria-label="cost per role per day">{"".join(shapes)}</svg>'
+            f'<p>{legend or "no spend in these days"}</p>'
+            + table(["role", *[day[5:] for day in days], "total"], rows, "no runs ended"))
+

@@ -1,0 +1,68 @@
+"""A run's log, read for a door that serves it to others (the HTTP API, the dashboard).
+
+The path comes from the database. Whoever could write a row there must still not read any
+file of the host through a door: a log is served only when its real path (symlinks
+resolved, `..` collapsed) lies inside the data dir's log folder, and it is opened without
+following a symlink planted after the check.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import deque
+from typing import BinaryIO
+
+from taskherd.model import Run
+from taskherd.ops import Queue
+from taskherd.store import StoreError
+
+CHUNK = 64 * 1024
+
+
+class LogUnavailable(StoreError):
+    """The run has no log to serve: none yet, pruned, or outside the log folder."""
+
+
+def open_log(queue: Queue, run: Run) -> BinaryIO:
+    """The run's log, opened for reading; LogUnavailable says why not."""
+    if run.log_path is None:
+        state = "ended before a process started" if run.ended_at else "has no process yet"
+        raise LogUnavailable(f"run {run.id} has no log: it {state}")
+    real = served_path(queue, run.log_path)
+    if real is None:
+        raise LogUnavailable(f"run {run.id}: its log path lies outside the log folder "
+                             f"{queue.config.daemon.log_dir}; it is not served")
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise LogUnavailable(f"the log of run {run.id} is gone: logs are pruned with their "
+                             "finished tasks") from None
+    except OSError as error:
+        raise LogUnavailable(f"cannot read the log of run {run.id}: {error.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or device would hang or never end
+        os.close(fd)
+        raise LogUnavailable(f"run {run.id}: its log is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def served_path(queue: Queue, path: str) -> str | None:
+    """`path` resolved (symlinks, `..`), if it lies inside the log folder; else None."""
+    folder = os.path.realpath(queue.config.daemon.log_dir)
+    real = os.path.realpath(path)
+    return real if os.path.commonpath([folder, real]) == folder else None
+
+
+def tail(log_file: BinaryIO, lines: int) -> bytes:
+    """The last `lines` lines, read from the end so a long log is never loaded whole; the
+    file is left at its end, where a follow goes on."""
+    end = log_file.seek(0, os.SEEK_END)
+    position, data = end, b""
+    while position > 0 and data.count(b"\n") <= lines:
+        step = min(CHUNK, position)
+        position -= step
+        log_file.seek(position)
+        data = log_file.read(step) + data
+    log_file.seek(end)
+    kept = deque(data.splitlines(keepends=True), maxlen=lines) if lines else ()
+    return b"".join(kept)

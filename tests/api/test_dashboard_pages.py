@@ -1,0 +1,111 @@
+"""The dashboard's pages over HTTP (the browser test drives them live): a session only
+after a good token, text of others escaped, a chain shown as a tree, CSRF on actions."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from taskherd.model import NewTask, TaskState
+from tests.api_server import served
+
+PAGES = ("/", "/dead", "/review", "/blocked", "/jobs", "/cooldowns", "/cost")
+
+
+@pytest.fixture
+def api(tmp_path):
+    with served(tmp_path) as running:
+        yield running
+
+
+def logged_in(api, scope: str = "operator"):
+    client = api.client()
+    answer = client.post("/login", data={"token": api.tokens[scope]}, follow_redirects=False)
+    assert answer.status_code == 303
+    cookie = answer.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert api.tokens[scope] not in cookie  # the cookie names a session, not the token
+    return client
+
+
+def test_pages_need_a_login_and_an_intake_token_gets_none(api):
+    client = api.client()
+    for page in PAGES:
+        answer = client.get(page, follow_redirects=False)
+        assert answer.status_code == 303 and answer.headers["location"] == "/login"
+    assert client.post("/login", data={"token": "thk_wrong"}).status_code == 401
+    assert client.post("/login", data={"token": api.tokens["intake"]}).status_code == 401
+    assert "taskherd_session" not in client.cookies
+
+
+def test_every_page_renders_and_escapes_what_others_wrote(api):
+    store = api.queue.store
+    store.enqueue(NewTask(role="coder", title="<script>alert(1)</script>", priority=0), 1000.0)
+    client = logged_in(api)
+    for page in (*PAGES, "/tasks/1"):
+        answer = client.get(page)
+        assert answer.status_code == 200, page
+        assert "<script>alert(1)" not in answer.text
+        assert "default-src 'self'" in answer.headers["content-security-policy"]
+    board = client.get("/").text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in board  # the P0 list shows it, escaped
+    assert "a running node that defines role coder" in board  # what the P0 task waits for
+    assert client.get("/tasks/99").status_code == 404
+
+
+def test_a_chain_is_shown_as_a_tree(api):
+    store = api.queue.store
+    root = store.enqueue(NewTask(role="coder", title="plan"), 1000.0).task
+    child = store.enqueue(NewTask(role="coder", title="build", parent_id=root.id), 1000.0).task
+    store.enqueue(NewTask(role="qa", title="test it", parent_id=child.id), 1000.0)
+    page = logged_in(api).get(f"/tasks/{child.id}").text
+    chain = page[page.index('id="chain"'):]
+    assert chain.index("plan") < chain.index("build") < chain.index("test it")
+    assert f"<strong>#{child.id} build</strong>" in chain
+
+
+def test_an_action_needs_the_pages_csrf_secret_and_an_acting_scope(api):
+    task = api.queue.store.enqueue(NewTask(role="coder", title="stop me"), 1000.0).task
+    operator = logged_in(api)
+    csrf = re.search(r'name="csrf"\s+value="([^"]+)"', operator.get("/").text).group(1)
+    assert operator.post(f"/ui/tasks/{task.id}/cancel", data={}).status_code == 403
+    assert operator.post(f"/ui/tasks/{task.id}/cancel", data={"csrf": "forged"}
+                         ).status_code == 403
+    # The API's routes take the session only with the same secret in a header.
+    assert operator.post(f"/v1/tasks/{task.id}/cancel").status_code == 403
+    assert api.queue.store.get_task(task.id).state is TaskState.READY
+    reader = logged_in(api, "read")
+    reader_csrf = re.search(r'name="csrf"\s+value="([^"]+)"', reader.get("/").text).group(1)
+    assert reader.post(f"/ui/tasks/{task.id}/cancel", data={"csrf": reader_csrf}
+                       ).status_code == 403
+    moved = operator.post(f"/ui/tasks/{task.id}/cancel",
+                          data={"csrf": csrf, "back": "//evil.example/"}, follow_redirects=False)
+    assert moved.status_code == 303 and moved.headers["location"] == "/"
+    assert api.queue.store.get_task(task.id).state is TaskState.CANCELLED
+    header = operator.post(f"/v1/tasks/{task.id}/requeue", headers={"x-csrf-token": csrf})
+    assert header.status_code == 200
+
+
+def test_logging_out_ends_the_session(api):
+    client = logged_in(api)
+    csrf = re.search(r'name="csrf"\s+value="([^"]+)"', client.get("/").text).group(1)
+    client.post("/logout", data={"csrf": csrf})
+    assert client.get("/", follow_redirects=False).status_code == 303
+
+
+def test_the_cost_page_charts_each_roles_spend_by_day(api):
+    import time
+
+    from taskherd.model import Outcome, RunResult
+    from taskherd.queue import RetryPolicy
+
+    store, now = api.queue.store, time.time()
+    for role, dollars in (("coder", 0.5), ("qa", 0.25)):
+        store.enqueue(NewTask(role=role, title=f"{role} work"), now - 60)
+        claim = store.claim("n1", now - 60, 60, roles=[role])
+        store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=dollars),
+                         RetryPolicy(), now - 30)
+    page = logged_in(api).get("/cost").text
+    assert page.count("<rect") == 2  # a bar part per role, today
+    assert "coder" in page and "0.5000" in page and "0.2500" in page
