@@ -134,14 +134,16 @@ class SQLiteStore(SQLStore):
         except sqlite3.Error as error:
             raise StoreError(str(error)) from error
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, truncate: bool = False, timeout: float | None = None) -> bool:
         # A connection of its own: the store's is guarded by a lock the event loop takes.
+        statement = M["wal_checkpoint_truncate"] if truncate else Q["wal_checkpoint"]
         try:
-            with contextlib.closing(sqlite3.connect(self.path,
-                                                    timeout=self.busy_timeout)) as db:
-                db.execute(Q["wal_checkpoint"]).fetchall()
+            with contextlib.closing(sqlite3.connect(
+                    self.path, timeout=self.busy_timeout if timeout is None else timeout)) as db:
+                busy = db.execute(statement).fetchone()[0]
         except sqlite3.Error as error:
             raise StoreError(f"WAL checkpoint: {error}") from error
+        return not busy
 
     def backup(self, destination: Path) -> None:
         """Copy the database page by page inside one read transaction: a consistent snapshot,
