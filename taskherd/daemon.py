@@ -173,6 +173,7 @@ class Daemon:
             log.info("stopping: %s running agent(s), on_shutdown = %s", len(supervisor.view),
                      daemon.on_shutdown)
             await supervisor.shutdown(daemon.on_shutdown, daemon.shutdown_grace)
+            self.services["backups"].service.stop()  # type: ignore[attr-defined]
             await _cancel(watching)
             try:
                 store.node_stopped(daemon.node, self.clock())

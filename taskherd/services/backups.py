@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,10 @@ class BackupSettings:
     retry_cap: float = 15 * 60.0  # the backoff doubles up to this
 
 
+class Stopping(Exception):
+    """The daemon stops: the upload under way is abandoned (the object never appears)."""
+
+
 class Backups:
     def __init__(self, config: Config, store: Store, settings: BackupSettings = BackupSettings(),
                  after_snapshot: Callable[[], None] | None = None):
@@ -47,6 +52,11 @@ class Backups:
         self.after_snapshot = after_snapshot  # the daemon asks for a WAL checkpoint here
         self.state = read_state(config.daemon.data_dir)
         self._target: tuple[BackupConfig, Target] | None = None
+        self._stopping = threading.Event()
+
+    def stop(self) -> None:
+        """Abandon an upload under way at its next chunk: a stop must not wait for it."""
+        self._stopping.set()
 
     def next_wake(self, now: float) -> float | None:
         if self.config.backup.target is None:
@@ -64,6 +74,13 @@ class Backups:
         settings = self.config.backup
         data_dir = make_private_dir(self.config.daemon.data_dir)
         counts = {kind: 0 for kind in kinds} | {"upload_failures": 0, "pruned": 0}
+
+        def moved(count: int) -> None:
+            if self._stopping.is_set():
+                raise Stopping
+            if progress is not None:
+                progress(count)
+
         try:
             target = self.target()
             # Beside the database's data, not in /tmp (often a small RAM disk): it holds a
@@ -75,10 +92,13 @@ class Backups:
                     self.after_snapshot()
                 for kind in kinds:
                     key = backup_key(kind, now, archive.suffix)
-                    target.put(key, archive.path, archive.sha256, progress)
+                    target.put(key, archive.path, archive.sha256, moved)
                     self._stored(kind, key, archive, now)
                     counts[kind] += 1
             counts["pruned"] = self.prune(now)
+        except Stopping:
+            log.info("backup abandoned: the daemon stops; the next start takes one")
+            return counts
         except (BackupError, OSError) as error:
             self._failed(error, now)
             counts["upload_failures"] = 1
