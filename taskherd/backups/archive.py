@@ -21,7 +21,7 @@ from typing import BinaryIO
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from taskherd.backups.targets import CHUNK, BackupError, StoredObject, file_sha256
-from taskherd.store import Store, StoreError
+from taskherd.store import StoreError
 
 SNAPSHOTS, ROLLUPS = "snapshots", "rollups"
 KINDS = (SNAPSHOTS, ROLLUPS)
@@ -83,16 +83,16 @@ def expired(backups: list[Backup], kind: str, keep_for: float, keep_count: int,
             if rank > 0 and (rank >= keep_count or backup.taken_at < now - keep_for)]
 
 
-def make_archive(store: Store | None, database: str, workdir: Path, level: int) -> Archive:
+def make_archive(database: str, workdir: Path, level: int) -> Archive:
     """A consistent, compressed copy of the database in `workdir`, with its checksum."""
+    from taskherd.store.sqlite import backup_file
     from taskherd.store.urls import is_postgres_url
 
     if is_postgres_url(database):
         return _pg_dump(database, workdir)
     copy = workdir / "snapshot.db"
-    assert store is not None, "a SQLite snapshot is taken through the store"
     try:
-        store.backup(copy)  # checked with PRAGMA integrity_check before it is kept
+        backup_file(Path(database), copy)  # checked with PRAGMA integrity_check before kept
     except StoreError as error:
         raise BackupError(f"snapshot of the database failed: {error}") from error
     try:

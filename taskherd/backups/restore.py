@@ -114,7 +114,7 @@ def restore_postgres(target: Target, key: str, url: str, keep_dir: Path,
     with tempfile.TemporaryDirectory(prefix=".restore-", dir=keep_dir) as work:
         dump = Path(work) / "download.dump"
         download_checked(target, key, dump)
-        kept = make_archive(None, url, Path(work), 0)
+        kept = make_archive(url, Path(work), 0)
         replaced = keep_dir / f"replaced-{_stamp(now)}.dump"
         shutil.move(kept.path, replaced)
         argv, env = pg_command("pg_restore", url)

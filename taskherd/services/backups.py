@@ -10,23 +10,17 @@ attempt deletes nothing (pruning follows a good upload only), is recorded for `s
 from __future__ import annotations
 
 import logging
+import subprocess
 import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskherd.backups.archive import (
-    ROLLUPS,
-    SNAPSHOTS,
-    Archive,
-    backup_key,
-    backups_in,
-    expired,
-    make_archive,
-)
+from taskherd.backups.archive import ROLLUPS, SNAPSHOTS, backups_in, expired
 from taskherd.backups.state import read_state, write_state
 from taskherd.backups.targets import BackupError, Progress, Target, open_target
+from taskherd.backups.worker import run_worker, snapshot_and_store
 from taskherd.config import BackupConfig, Config, make_private_dir
 from taskherd.store import Store
 
@@ -37,6 +31,7 @@ log = logging.getLogger("taskherd.backups")
 class BackupSettings:
     retry_first: float = 30.0  # seconds before the first retry of a failed backup
     retry_cap: float = 15 * 60.0  # the backoff doubles up to this
+    isolated: bool = True  # in a worker process of its own, at a lower CPU priority
 
 
 class Stopping(Exception):
@@ -53,10 +48,15 @@ class Backups:
         self.state = read_state(config.daemon.data_dir)
         self._target: tuple[BackupConfig, Target] | None = None
         self._stopping = threading.Event()
+        self._worker: subprocess.Popen | None = None
 
     def stop(self) -> None:
-        """Abandon an upload under way at its next chunk: a stop must not wait for it."""
+        """Abandon a backup under way (its worker killed, or at the upload's next chunk):
+        a stop must not wait for it. What it had sent never becomes an object."""
         self._stopping.set()
+        worker = self._worker
+        if worker is not None and worker.poll() is None:
+            worker.kill()
 
     def next_wake(self, now: float) -> float | None:
         if self.config.backup.target is None:
@@ -70,9 +70,12 @@ class Backups:
         return self.take(due, now) if due else {}
 
     def take(self, kinds: list[str], now: float, progress: Progress | None = None) -> dict[str, int]:
-        """One snapshot of the database, stored as each of `kinds`, then pruning; the counts."""
-        settings = self.config.backup
+        """One snapshot of the database, stored as each of `kinds`, then pruning; the counts.
+
+        In a worker process (`settings.isolated`), unless `progress` asks to follow the
+        upload from here (the same steps, in this process)."""
         data_dir = make_private_dir(self.config.daemon.data_dir)
+        database, settings = self.config.daemon.database, self.config.backup
         counts = {kind: 0 for kind in kinds} | {"upload_failures": 0, "pruned": 0}
 
         def moved(count: int) -> None:
@@ -82,28 +85,38 @@ class Backups:
                 progress(count)
 
         try:
-            target = self.target()
             # Beside the database's data, not in /tmp (often a small RAM disk): it holds a
             # whole copy of the database for the time of the upload.
             with tempfile.TemporaryDirectory(prefix=".backup-", dir=data_dir) as work:
-                archive = make_archive(self.store, self.config.daemon.database, Path(work),
-                                       settings.compression_level)
-                if self.after_snapshot is not None:
-                    self.after_snapshot()
-                for kind in kinds:
-                    key = backup_key(kind, now, archive.suffix)
-                    target.put(key, archive.path, archive.sha256, moved)
-                    self._stored(kind, key, archive, now)
-                    counts[kind] += 1
+                if self.settings.isolated and progress is None:
+                    stored = run_worker(database, settings, kinds, now, Path(work),
+                                        started=self._worker_started)
+                else:
+                    stored = snapshot_and_store(database, settings, kinds, now, Path(work),
+                                                moved)
+            if self.after_snapshot is not None:
+                self.after_snapshot()
+            for record in stored:
+                counts[record["kind"]] += 1
+                self._stored(record)
             counts["pruned"] = self.prune(now)
         except Stopping:
             log.info("backup abandoned: the daemon stops; the next start takes one")
             return counts
         except (BackupError, OSError) as error:
+            if self._stopping.is_set():
+                return counts
             self._failed(error, now)
             counts["upload_failures"] = 1
+        finally:
+            self._worker = None
         write_state(data_dir, self.state)
         return counts
+
+    def _worker_started(self, worker: subprocess.Popen) -> None:
+        self._worker = worker
+        if self._stopping.is_set():
+            worker.kill()
 
     def prune(self, now: float) -> int:
         """Delete the backups retention lets go; only called after a good upload."""
@@ -133,9 +146,8 @@ class Backups:
             due = max(due, self.state.retry_at)
         return due
 
-    def _stored(self, kind: str, key: str, archive: Archive, now: float) -> None:
-        record = {"key": key, "taken_at": now, "bytes": archive.size,
-                  "database_bytes": archive.database_size, "target": self.target().name}
+    def _stored(self, record: dict) -> None:
+        kind, took = record.pop("kind"), record["seconds"]
         if kind == SNAPSHOTS:
             self.state.last_snapshot = record
         else:
@@ -143,7 +155,10 @@ class Backups:
         self.state.uploaded += 1
         self.state.failures_in_a_row = 0
         self.state.retry_at = None
-        log.info("backup %s stored in %s (%.1f MB)", key, self.target().name, archive.size / 1e6)
+        log.info("backup %s stored in %s: %.1f MB of a %.1f MB database (snapshot and "
+                 "compression %.1fs, upload %.1fs)", record["key"], record["target"],
+                 record["bytes"] / 1e6, record["database_bytes"] / 1e6, took["snapshot"],
+                 took["upload"])
 
     def _failed(self, error: Exception, now: float) -> None:
         self.state.failures_in_a_row += 1

@@ -146,32 +146,39 @@ class SQLiteStore(SQLStore):
         return not busy
 
     def backup(self, destination: Path) -> None:
-        """Copy the database page by page inside one read transaction: a consistent snapshot,
-        while the daemon goes on writing (WAL readers do not block writers).
-
-        The copy is written beside `destination` and renamed into place once it is whole and
-        passes an integrity check, so `destination` is never a half-written database.
-        """
-        if destination.exists():
-            raise StoreError(f"{destination} already exists: give a new path")
-        partial = destination.with_name(destination.name + ".partial")
-        _create_private(partial)
-        try:
-            # Connections of their own: the store's is guarded by a lock the event loop takes.
-            source = sqlite3.connect(self.path, timeout=self.busy_timeout)
-            with contextlib.closing(source), contextlib.closing(sqlite3.connect(partial)) as copy:
-                source.backup(copy)
-                copy.execute(M["journal_delete"])
-                verdict = copy.execute(M["integrity_check"]).fetchone()[0]
-            if verdict != "ok":
-                raise StoreError(f"the copy failed its integrity check: {verdict}")
-            os.replace(partial, destination)
-        finally:
-            partial.unlink(missing_ok=True)
+        backup_file(self.path, destination, self.busy_timeout)
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def backup_file(source: Path, destination: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+                ) -> None:
+    """Copy the database page by page inside one read transaction: a consistent snapshot,
+    while the daemon goes on writing (WAL readers do not block writers).
+
+    The copy is written beside `destination` and renamed into place once it is whole and
+    passes an integrity check, so `destination` is never a half-written database.
+    """
+    if destination.exists():
+        raise StoreError(f"{destination} already exists: give a new path")
+    partial = destination.with_name(destination.name + ".partial")
+    _create_private(partial)
+    try:
+        # Connections of their own: the store's is guarded by a lock the event loop takes.
+        with contextlib.closing(sqlite3.connect(source, timeout=busy_timeout)) as origin, \
+                contextlib.closing(sqlite3.connect(partial)) as copy:
+            origin.backup(copy)
+            copy.execute(M["journal_delete"])
+            verdict = copy.execute(M["integrity_check"]).fetchone()[0]
+        if verdict != "ok":
+            raise StoreError(f"the copy failed its integrity check: {verdict}")
+        os.replace(partial, destination)
+    except sqlite3.Error as error:
+        raise StoreError(f"backup of {source}: {error}") from error
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _create_private(path: Path) -> None:
