@@ -182,6 +182,7 @@ class Daemon:
             await door.close()
             await events.aclose()
             await asyncio.to_thread(_final_checkpoint, store)
+            log.info("stopped")
 
     async def _wake_on_events(self, events: AsyncIterator[Event]) -> None:
         """Any committed change, by this node, the CLI, an agent or another node, may give

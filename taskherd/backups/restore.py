@@ -8,13 +8,11 @@ database it replaces is kept beside it (`taskherd.db.replaced-YYYYMMDD-HHMMSS`).
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import glob
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -154,33 +152,27 @@ def verify_postgres(target: Target, key: str) -> Restored:
 
 
 def _check_integrity(path: Path) -> None:
+    from taskherd.store import StoreError
+    from taskherd.store.sqlite import check_file
+
     try:
-        with contextlib.closing(sqlite3.connect(path)) as db:
-            verdict = db.execute("PRAGMA integrity_check").fetchone()[0]
-            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
-    except sqlite3.Error as error:
-        raise BackupError(f"the backup is not a readable SQLite database: {error}") from error
-    if verdict != "ok":
-        raise BackupError(f"the backup fails PRAGMA integrity_check: {verdict}")
-    if not {"tasks", "schema_migrations"} <= tables:
-        raise BackupError("the backup is a SQLite database, but not a taskherd one")
+        check_file(path)
+    except StoreError as error:
+        raise BackupError(f"the backup is refused: {error}") from error
 
 
 def _migrate(path: Path) -> tuple[int, int]:
     """Bring the restored file to this version's schema; (migrations applied, tasks)."""
     from taskherd.store import StoreError
-    from taskherd.store.sqlite import SQLiteStore
+    from taskherd.store.sqlite import SQLiteStore, migrations_applied
 
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        before = db.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
+    before = migrations_applied(path)
     try:
         with SQLiteStore(path) as store:
             tasks = sum(count.count for count in store.counts())
     except StoreError as error:
         raise BackupError(f"the backup's schema cannot be brought up to date: {error}") from error
-    with contextlib.closing(sqlite3.connect(path)) as db:
-        after = db.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
-    return after - before, tasks
+    return migrations_applied(path) - before, tasks
 
 
 def _swap_in(restored: Path, database: Path, now: float) -> Path | None:
@@ -194,9 +186,9 @@ def _swap_in(restored: Path, database: Path, now: float) -> Path | None:
     replaced = None
     if database.exists():
         # What the old file's WAL holds belongs in the copy kept; fold it in if it can be.
-        with contextlib.suppress(sqlite3.Error), contextlib.closing(
-                sqlite3.connect(database, timeout=5)) as db:
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        from taskherd.store.sqlite import fold_wal
+
+        fold_wal(database)
         os.link(database, kept)
         replaced = kept
     # A WAL left beside the path would be replayed into the restored file as if it were its

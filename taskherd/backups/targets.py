@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -207,6 +208,10 @@ class S3Target:
 
 
 def _s3_client(config: BackupConfig) -> Any:
+    # botocore logs signed requests and their headers at DEBUG: never into the daemon's log,
+    # whatever its level (a session token would be in them).
+    for name in ("boto3", "botocore", "s3transfer", "urllib3"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         import boto3
         from botocore.config import Config as ClientConfig

@@ -181,6 +181,33 @@ def backup_file(source: Path, destination: Path, busy_timeout: float = DEFAULT_B
         partial.unlink(missing_ok=True)
 
 
+def check_file(path: Path) -> None:
+    """Raise StoreError unless `path` is a whole taskherd database (a file being restored)."""
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            verdict = db.execute(M["integrity_check"]).fetchone()[0]
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.Error as error:
+        raise StoreError(f"not a readable SQLite database: {error}") from error
+    if verdict != "ok":
+        raise StoreError(f"it fails PRAGMA integrity_check: {verdict}")
+    if not {"tasks", "schema_migrations"} <= tables:
+        raise StoreError("a SQLite database, but not a taskherd one")
+
+
+def migrations_applied(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return db.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
+
+
+def fold_wal(path: Path) -> None:
+    """Copy what the file's WAL holds into it and empty the WAL, if it can be done at once
+    (a file about to be set aside keeps its last transactions)."""
+    with contextlib.suppress(sqlite3.Error), contextlib.closing(
+            sqlite3.connect(path, timeout=5)) as db:
+        db.execute(M["wal_checkpoint_truncate"]).fetchall()
+
+
 def _create_private(path: Path) -> None:
     """Create the database file (and its folder) readable by its owner only.
 

@@ -21,6 +21,7 @@ from taskherd.config import load_config
 from taskherd.model import Outcome, TaskState
 from taskherd.store import open_store
 from tests.fleet import PYTHON, Fleet, agent
+from tests.s3 import CREDENTIALS
 
 AGENT = """
     import os, sys, time
@@ -138,7 +139,11 @@ def _drill(fleet: Fleet, root: Path) -> None:
     assert fleet.wait_until(lambda: not fleet.store.open_runs(), what="no open runs")
 
     # A clean stop leaves the database whole in its one file: the WAL truncated to nothing.
-    assert fleet.stop() == 0
+    assert fleet.stop(timeout=90) == 0
     assert not wal.exists() or wal.stat().st_size == 0
+    # The daemon logged at debug level throughout: no credential, no signed request.
+    log = fleet.daemon_log.read_text()
+    assert CREDENTIALS["AWS_SECRET_ACCESS_KEY"] not in log and "AWS4-HMAC-SHA256" not in log
+    assert "stored in s3://" in log  # the service's own line for each backup
     (kept,) = [p for p in root.iterdir() if ".replaced-" in p.name]
     assert kept.name.endswith("-wal") and kept.read_bytes() == stale_wal
