@@ -49,11 +49,11 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from taskherd import procs  # noqa: E402
-from taskherd.model import FINAL_STATES, NewTask  # noqa: E402
-from taskherd.store.events import listening  # noqa: E402
-from taskherd.store.sqlite import SQLiteStore  # noqa: E402
-from tests.s3 import CREDENTIALS, S3Server  # noqa: E402
+from taskherd import procs
+from taskherd.model import FINAL_STATES, NewTask
+from taskherd.store.events import listening
+from taskherd.store.sqlite import SQLiteStore
+from tests.s3 import CREDENTIALS, S3Server
 
 RSS_MARGIN_MB = 100.0
 P99_RATIO = 2.0
@@ -267,7 +267,7 @@ def run(args: argparse.Namespace, root: Path, s3: S3Server) -> int:
     build_database(node.database, args.size_mb)
     size = node.database.stat().st_size
     print(f"database: {size / 1e6:.0f} MB built in {time.monotonic() - started:.0f}s; "
-          f"load {open('/proc/loadavg').read().split()[:3]}")
+          f"load {Path('/proc/loadavg').read_text().split()[:3]}")
 
     idle_window = args.idle_tasks * args.interval + 15
     node.seed_state(snapshot_due_in=idle_window)
@@ -315,7 +315,7 @@ def run(args: argparse.Namespace, root: Path, s3: S3Server) -> int:
     print(f"c. restore to a running daemon: {restore_total:.1f}s (restore "
           f"{restored_at - restore_start:.1f}s, start {running_at - restored_at:.1f}s); floor "
           f"(the download alone) {download_floor:.1f}s; ratio {restore_total / download_floor:.2f}×")
-    print(f"load {open('/proc/loadavg').read().split()[:3]}")
+    print(f"load {Path('/proc/loadavg').read_text().split()[:3]}")
     missed = []
     if snap_rss - idle_rss > RSS_MARGIN_MB:
         missed.append("peak RSS")
