@@ -152,7 +152,11 @@ class Node:
             self.store = None
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-            self.process.wait(120)
+            try:
+                self.process.wait(120)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
 
     def cli(self, *args: str) -> str:
         run = subprocess.run([sys.executable, "-m", "taskherd", *args], env=self.env,
@@ -180,17 +184,21 @@ class RssSampler(threading.Thread):
     def __init__(self, pid: int):
         super().__init__(daemon=True)
         self.process = psutil.Process(pid)
-        self.samples: list[tuple[float, float]] = []
+        self.samples: list[tuple[float, float, float]] = []  # when, daemon, backup worker
         self.running = True
 
     def run(self) -> None:
         while self.running:
             with contextlib.suppress(psutil.Error):
-                self.samples.append((time.monotonic(), self.process.memory_info().rss / 2**20))
-            time.sleep(0.02)
+                worker = sum(child.memory_info().rss for child in self.process.children()
+                             if "taskherd.backups.worker" in " ".join(child.cmdline()))
+                self.samples.append((time.monotonic(), self.process.memory_info().rss / 2**20,
+                                     worker / 2**20))
+            time.sleep(0.05)
 
-    def peak(self, start: float, end: float) -> float:
-        return max((rss for at, rss in self.samples if start <= at <= end), default=0.0)
+    def peak(self, start: float, end: float, worker: bool = False) -> float:
+        return max((daemon + (extra if worker else 0) for at, daemon, extra in self.samples
+                    if start <= at <= end), default=0.0)
 
 
 def ready_to_exec(node: Node, until: callable, interval: float, minimum: int) -> list[float]:
@@ -204,7 +212,7 @@ def ready_to_exec(node: Node, until: callable, interval: float, minimum: int) ->
             time.sleep(delay)
         task = node.store.enqueue(NewTask(role="noop", title="noop"), time.time()).task
         ready[task.id] = time.time()
-    wait(lambda: all(node.store.get_task(t).state in FINAL_STATES for t in ready), 120,
+    wait(lambda: all(node.store.get_task(t).state in FINAL_STATES for t in ready), 600,
          "the no-op tasks", node)
     return [printed_time(node.store.runs_of_task(t)[-1].log_path) - at for t, at in ready.items()]
 
@@ -246,8 +254,8 @@ def floor_download(s3: S3Server, key: str, work: Path) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size-mb", type=int, default=1024)
-    parser.add_argument("--interval", type=float, default=0.05, help="seconds between tasks")
-    parser.add_argument("--idle-tasks", type=int, default=300)
+    parser.add_argument("--interval", type=float, default=0.2, help="seconds between tasks")
+    parser.add_argument("--idle-tasks", type=int, default=100)
     args = parser.parse_args()
     os.environ.update(CREDENTIALS)
     with tempfile.TemporaryDirectory(prefix="taskherd-bench-backup-") as tmp:
@@ -269,14 +277,25 @@ def run(args: argparse.Namespace, root: Path, s3: S3Server) -> int:
     print(f"database: {size / 1e6:.0f} MB built in {time.monotonic() - started:.0f}s; "
           f"load {Path('/proc/loadavg').read_text().split()[:3]}")
 
-    idle_window = args.idle_tasks * args.interval + 15
+    # Due once the idle phase is surely over (a margin for a slow start on a busy machine).
+    idle_window = args.idle_tasks * args.interval + 90
     node.seed_state(snapshot_due_in=idle_window)
+    try:
+        return measure(args, root, s3, node, size, idle_window)
+    finally:
+        node.stop()
+
+
+def measure(args: argparse.Namespace, root: Path, s3: S3Server, node: Node, size: int,
+            idle_window: float) -> int:
     node.up()
     sampler = RssSampler(node.process.pid)
     sampler.start()
     idle_start = time.monotonic()
     idle = ready_to_exec(node, lambda: True, args.interval, args.idle_tasks)
     idle_end = time.monotonic()
+    if any(node.data_dir.glob(".backup-*")):
+        raise SystemExit("the snapshot began before the idle phase ended: raise the margin")
     # Wait for the snapshot to begin (its work folder appears), then keep tasks coming
     # until it is stored.
     wait(lambda: any(node.data_dir.glob(".backup-*")), idle_window + 60, "the snapshot", node)
@@ -286,6 +305,7 @@ def run(args: argparse.Namespace, root: Path, s3: S3Server) -> int:
     sampler.running = False
     stored = node.state()["last_snapshot"]
     idle_rss, snap_rss = sampler.peak(idle_start, idle_end), sampler.peak(snap_start, snap_end)
+    with_worker = sampler.peak(snap_start, snap_end, worker=True)
     floor = floor_upload(node.database, s3, root)
 
     # c. restore to a running daemon
@@ -307,7 +327,8 @@ def run(args: argparse.Namespace, root: Path, s3: S3Server) -> int:
           f"{ours:.1f}s (snapshot+gzip {snapshot_s:.1f}s, upload {upload_s:.1f}s)")
     print(f"   floor (backup API + raw upload, no gzip): {floor:.1f}s; ratio {ours / floor:.2f}×")
     print(f"   daemon RSS: idle peak {idle_rss:.0f} MB, during the snapshot peak {snap_rss:.0f} MB "
-          f"(+{snap_rss - idle_rss:.0f} MB; target ≤ +{RSS_MARGIN_MB:.0f})")
+          f"(+{snap_rss - idle_rss:.0f} MB; target ≤ +{RSS_MARGIN_MB:.0f}); with its backup worker "
+          f"{with_worker:.0f} MB (+{with_worker - idle_rss:.0f} MB)")
     print(f"b. ready → exec p99: idle {idle_p99 * 1e3:.1f} ms ({len(idle)} tasks), during the "
           f"snapshot {during_p99 * 1e3:.1f} ms ({len(during)} tasks); ratio "
           f"{during_p99 / idle_p99:.2f}× (target ≤ {P99_RATIO:g}×); p50 idle "
@@ -317,7 +338,7 @@ def run(args: argparse.Namespace, root: Path, s3: S3Server) -> int:
           f"(the download alone) {download_floor:.1f}s; ratio {restore_total / download_floor:.2f}×")
     print(f"load {Path('/proc/loadavg').read_text().split()[:3]}")
     missed = []
-    if snap_rss - idle_rss > RSS_MARGIN_MB:
+    if with_worker - idle_rss > RSS_MARGIN_MB:
         missed.append("peak RSS")
     if during_p99 > P99_RATIO * idle_p99:
         missed.append("ready → exec p99 during the snapshot")
