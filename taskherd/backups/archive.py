@@ -100,7 +100,8 @@ def make_archive(database: str, workdir: Path, level: int) -> Archive:
         if level == 0:
             return Archive(copy, ".db", file_sha256(copy), database_size, database_size)
         packed = workdir / "snapshot.db.gz"
-        with open(copy, "rb") as reader, open(packed, "wb") as raw:
+        private = os.open(packed, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(copy, "rb") as reader, open(private, "wb") as raw:
             hashing = _HashingWriter(raw)
             # mtime 0: the same database gives the same bytes, whenever it is packed.
             with gzip.GzipFile(fileobj=hashing, mode="wb", compresslevel=level, mtime=0) as out:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ class BackupState:
     retry_at: float | None = None
     uploaded: int = 0  # backups stored since the file was started
     pruned: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failing(self) -> bool:

@@ -42,7 +42,7 @@ class Backups:
     def __init__(self, config: Config, store: Store, settings: BackupSettings = BackupSettings(),
                  after_snapshot: Callable[[], None] | None = None):
         self.config = config  # replaced on reload: the next pass reads the new [backup]
-        self.store = store
+        self.store = store  # the daemon's; a snapshot opens connections of its own
         self.settings = settings
         self.after_snapshot = after_snapshot  # the daemon asks for a WAL checkpoint here
         self.state = read_state(config.daemon.data_dir)
