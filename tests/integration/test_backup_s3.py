@@ -18,7 +18,7 @@ from taskherd.backups.targets import BackupError
 from taskherd.config import BackupConfig, parse_config
 from taskherd.model import NewTask
 from taskherd.ops.backups import backup_status, list_backups, restore_backup, verify_backup
-from taskherd.services.backups import Backups
+from taskherd.services.backups import Backups, BackupSettings
 from taskherd.store.sqlite import SQLiteStore
 
 T0 = 1_795_000_000.0 - (1_795_000_000.0 % 3600)  # on the hour, UTC
@@ -91,7 +91,8 @@ def test_retention_keeps_by_count_and_by_age_and_never_the_last_one(tmp_path, s3
                           rollup_every="1h", rollup_keep_for="2h", compression_level=1)
     with SQLiteStore(config.daemon.database) as store:
         add(store, "kept")
-        service = Backups(config, store)
+        # In this process: 25 snapshots, and a worker process each would only add start-ups.
+        service = Backups(config, store, BackupSettings(isolated=False))
         passes = [T0 + step * 5 * MINUTE for step in range(49)]  # every 5 min for 4 hours
         stored = sum(service.run_once(now).get("snapshots", 0) for now in passes)
         assert stored == 25  # due every 10 minutes, not at every pass
