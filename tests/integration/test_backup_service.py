@@ -132,3 +132,24 @@ def test_a_backup_that_is_not_a_taskherd_database_is_refused(tmp_path, garbage):
     with pytest.raises(BackupError, match="does not unpack|not a readable"):
         restore_backup(config, T0)
     assert not Path(config.daemon.database).exists()
+
+
+def test_doctor_and_status_report_a_failing_backup_and_its_reason(tmp_path):
+    from taskherd.backups.state import BackupState, write_state
+    from taskherd.doctor import PROBLEM, WARN, check_backup
+    from taskherd.ops import Queue
+    from taskherd.ops.board import status_board
+
+    assert check_backup(parse_config({}, base_dir=tmp_path)).status == WARN
+    config = config_for(tmp_path)
+    (tmp_path / "data").mkdir()
+    write_state(tmp_path / "data", BackupState(
+        failures_in_a_row=3, last_failure={"at": T0, "error": "upload refused (AccessDenied)"},
+        retry_at=T0 + 120))
+    check = check_backup(config, now=T0)
+    assert check.status == PROBLEM and "3 attempt(s) in a row" in check.why
+    assert "AccessDenied" in check.why and "older backups are kept" in check.why
+    with SQLiteStore(config.daemon.database) as store:
+        board = status_board(Queue(config, store), T0)
+    assert board["backup"]["failures_in_a_row"] == 3
+    assert "AccessDenied" in board["backup"]["last_failure"]["error"]
