@@ -29,6 +29,12 @@ ON_SHUTDOWN = ("detach", "wait", "kill")
 PROMPT_VIA = ("stdin", "file", "arg")
 ON_INPUT = ("kill", "wait")  # what to do with an agent waiting at a question
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+S3_SCHEME = "s3://"
+# Keys people put in [backup] that must come from the environment or the AWS credential chain:
+# a secret in the config file ends up in backups of the file, in its repository, in logs.
+CREDENTIAL_KEYS = frozenset({"access_key", "secret_key", "access_key_id", "secret_access_key",
+                             "aws_access_key_id", "aws_secret_access_key", "session_token",
+                             "aws_session_token", "password", "secret"})
 
 
 class ConfigError(ValueError):
@@ -159,6 +165,26 @@ class ApiConfig:
 
 
 @dataclass(frozen=True)
+class BackupConfig:
+    """Where and how often the daemon backs up its database (`[backup]`)."""
+
+    target: str | None = None  # a local folder, or s3://bucket/prefix; None: no backups
+    endpoint_url: str | None = None  # an S3-compatible server (MinIO …); None: AWS itself
+    region: str | None = None
+    snapshot_every: float = 300.0
+    snapshot_keep_for: float = 86400.0
+    snapshot_keep_count: int = 288  # 24 hours of 5-minute snapshots
+    rollup_every: float = 3600.0
+    rollup_keep_for: float = 7 * 86400.0
+    rollup_keep_count: int = 168  # 7 days of hourly rollups
+    compression_level: int = 3  # gzip 1 (fast) … 9 (small); 0 stores the pages as they are
+
+    @property
+    def is_s3(self) -> bool:
+        return self.target is not None and self.target.startswith(S3_SCHEME)
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
@@ -166,6 +192,7 @@ class Config:
     jobs: tuple[Mapping[str, Any], ...] = ()  # validated by the scheduler's job parser
     source: Path | None = None  # the file it came from, if any
     api: ApiConfig = field(default_factory=ApiConfig)
+    backup: BackupConfig = field(default_factory=BackupConfig)
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
@@ -221,9 +248,10 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
 def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None = None) -> Config:
     """The config in `raw`; every problem in it at once (ConfigError, one per line)."""
     problems: list[str] = []
-    _no_unknown_keys(raw, {"daemon", "roles", "pools", "jobs", "api"}, "", problems)
+    _no_unknown_keys(raw, {"daemon", "roles", "pools", "jobs", "api", "backup"}, "", problems)
     daemon = _parse_daemon(_table(raw, "daemon"), base_dir, source is not None, problems)
     api = _parse_api(_table(raw, "api"), base_dir, problems)
+    backup = _parse_backup(_table(raw, "backup"), base_dir, problems)
     pools = _parse_pools(_table(raw, "pools"), problems)
     roles = {}
     for name in _table(raw, "roles"):
@@ -238,7 +266,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
         problems.append("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
     if problems:
         raise ConfigError(_all_problems(problems))
-    config = Config(daemon, roles, pools, tuple(jobs), source, api)
+    config = Config(daemon, roles, pools, tuple(jobs), source, api, backup)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
         # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
@@ -350,6 +378,46 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a host name: it may resolve anywhere
+def _parse_backup(raw: Mapping[str, Any], base_dir: Path,
+                  problems: list[str]) -> BackupConfig:
+    for key in sorted(set(raw) & CREDENTIAL_KEYS):
+        problems.append(f"backup.{key}: credentials are never read from the config file; set "
+                        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the daemon's environment "
+                        "(or use a profile, AWS_PROFILE, or an instance role)")
+    raw = {key: value for key, value in raw.items() if key not in CREDENTIAL_KEYS}
+    reader = _Reader(raw, "backup", {f.name for f in fields(BackupConfig)}, problems)
+    target = reader.get("target", str, None)
+    if target is not None and not target.strip():
+        problems.append("backup.target = '': expected a folder or s3://bucket/prefix")
+        target = None
+    elif target is not None and target.startswith(S3_SCHEME):
+        if not target[len(S3_SCHEME):].split("/", 1)[0]:
+            problems.append(f"backup.target = {target!r}: expected s3://bucket/prefix "
+                            "(the bucket is missing)")
+    elif target is not None and "://" in target:
+        problems.append(f"backup.target = {target!r}: expected a folder or s3://bucket/prefix")
+    elif target is not None:
+        target = str(base_dir / Path(target).expanduser())
+    endpoint = reader.get("endpoint_url", str, None)
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        problems.append(f"backup.endpoint_url = {endpoint!r}: expected an http:// or https:// URL")
+    level = raw.get("compression_level")
+    if level is not None and (isinstance(level, bool) or level not in range(10)):
+        problems.append(f"backup.compression_level = {level!r}: expected a whole number 0…9")
+        level = None
+    values = {
+        "target": target,
+        "endpoint_url": endpoint,
+        "region": reader.get("region", str, None),
+        "snapshot_every": reader.duration("snapshot_every"),
+        "snapshot_keep_for": reader.duration("snapshot_keep_for"),
+        "snapshot_keep_count": reader.positive_int("snapshot_keep_count"),
+        "rollup_every": reader.duration("rollup_every"),
+        "rollup_keep_for": reader.duration("rollup_keep_for"),
+        "rollup_keep_count": reader.positive_int("rollup_keep_count"),
+        "compression_level": level,
+    }
+    return BackupConfig(**{key: value for key, value in values.items() if value is not None})
 
 
 def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],

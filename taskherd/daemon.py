@@ -31,6 +31,7 @@ from taskherd.config import (
 from taskherd.jobs import JobError
 from taskherd.model import LEASED_STATES, Event, EventKind
 from taskherd.ops import Queue
+from taskherd.services.backups import Backups
 from taskherd.services.checkpoints import Checkpoints
 from taskherd.services.dispatcher import Dispatcher
 from taskherd.services.monitor import Monitor
@@ -158,7 +159,8 @@ class Daemon:
                  shown(daemon.database), daemon.max_concurrent)
         self.services = self._services(store, supervisor, scheduler)
         starting = [self._start(name) for name in ("dispatcher", "scheduler")]
-        watching = [self._start(name) for name in ("supervisor", "monitor", "checkpoints")]
+        watching = [self._start(name)
+                    for name in ("supervisor", "monitor", "checkpoints", "backups")]
         watching.append(asyncio.create_task(self._reload_on_request(), name="reload"))
         watching.append(asyncio.create_task(self._wake_on_events(events), name="events"))
         loops = starting + watching
@@ -176,6 +178,7 @@ class Daemon:
             log.info("stopping: %s running agent(s), on_shutdown = %s", len(supervisor.view),
                      daemon.on_shutdown)
             await supervisor.shutdown(daemon.on_shutdown, daemon.shutdown_grace)
+            self.services["backups"].service.stop()  # type: ignore[attr-defined]
             await _cancel(watching)
             try:
                 store.node_stopped(daemon.node, self.clock())
@@ -185,6 +188,8 @@ class Daemon:
             if api is not None:
                 await asyncio.to_thread(api.stop)
             await events.aclose()
+            await asyncio.to_thread(_final_checkpoint, store)
+            log.info("stopped")
 
     def _start_api(self) -> ApiServer | None:
         """The HTTP API and dashboard, when [api] listen is set: on a thread of its own."""
@@ -234,13 +239,16 @@ class Daemon:
         """Every service, sharing the store and the read-only view of live runs."""
         dispatcher = Dispatcher(self.config, store, supervisor.view, supervisor.start)
         monitor = Monitor(self.config, store, supervisor.view)
+        checkpoints = Checkpoints(store)
+        backups = Backups(self.config, store, after_snapshot=checkpoints.request_truncate)
         return {loop.name: loop for loop in (
             ServiceLoop("dispatcher", dispatcher, wake=self._wake),
             ServiceLoop("scheduler", scheduler, wake=self._schedule,
                         max_sleep=scheduler.settings.max_sleep, on_counts=self._fired),
             ServiceLoop("supervisor", supervisor),
             ServiceLoop("monitor", monitor),
-            ServiceLoop("checkpoints", Checkpoints(store), in_thread=True),
+            ServiceLoop("checkpoints", checkpoints, in_thread=True),
+            ServiceLoop("backups", backups, in_thread=True),
         )}
 
     @property
@@ -287,6 +295,22 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stop)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+
+def _final_checkpoint(store: Store, attempts: int = 5) -> None:
+    """On a clean stop: the whole WAL into the database file and the WAL emptied, so the file
+    alone is the database (copied, backed up or moved as it is). A reader still holding the
+    log is waited for a few seconds, then left: SQLite replays the WAL at the next open."""
+    for attempt in range(1, attempts + 1):
+        try:
+            if store.checkpoint(truncate=True, timeout=1.0):
+                return
+        except StoreError as error:
+            log.warning("WAL checkpoint at shutdown: %s", error)
+            return
+        log.warning("WAL checkpoint at shutdown: a reader holds the log (try %s of %s)",
+                    attempt, attempts)
+    log.warning("the WAL was left for the next start to replay")
 
 
 def _may_give_work(event: Event) -> bool:

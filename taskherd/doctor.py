@@ -55,7 +55,7 @@ def run_checks(config_file: str | None) -> list[Check]:
     checks += [check_role(config, role) for role in config.roles.values()]
     checks += [check_claude_auth(config, role) for role in config.roles.values()
                if role.runtime == "claude"]
-    checks += [check_timezone(config), check_disk(config)]
+    checks += [check_timezone(config), check_disk(config), check_backup(config)]
     linger = check_linger()
     return checks + ([linger] if linger else [])
 
@@ -231,3 +231,43 @@ def _existing_parent(path: Path) -> Path:
     while not path.exists() and path.parent != path:
         path = path.parent
     return path
+
+
+def check_backup(config: Config, now: float | None = None) -> Check:
+    """Backups configured, their tools present, the target answering, the last one recent."""
+    import time
+
+    from taskherd.backups.state import read_state
+    from taskherd.store.urls import is_postgres_url
+
+    settings = config.backup
+    if settings.target is None:
+        return Check(WARN, "backups", "none configured: losing this machine loses the queue",
+                     "set [backup] target to a folder on another disk or s3://bucket/prefix")
+    what = f"backups to {settings.target}"
+    if is_postgres_url(config.daemon.database) and shutil.which("pg_dump") is None:
+        return Check(PROBLEM, what, "pg_dump is not on PATH: PostgreSQL is backed up with it",
+                     "install PostgreSQL's client tools (apt-get install postgresql-client)")
+    state = read_state(config.daemon.data_dir)
+    if state.failing:
+        failure = state.last_failure or {}
+        return Check(PROBLEM, what, f"{state.failures_in_a_row} attempt(s) in a row failed, "
+                     f"the last: {failure.get('error')} (older backups are kept)",
+                     "fix the target or its credentials; the daemon retries with backoff")
+    try:
+        from taskherd.backups.targets import BackupError, open_target
+
+        open_target(settings).list()
+    except BackupError as error:
+        return Check(PROBLEM, what, str(error), "check the target, its endpoint and the "
+                     "credentials in the daemon's environment (AWS_* or a profile)")
+    now = time.time() if now is None else now
+    last = state.last_snapshot
+    if last is None:
+        return Check(WARN, what, "no snapshot yet", "start the daemon, or `taskherd backup "
+                     "snapshot`")
+    age = now - last["taken_at"]
+    if age > 3 * settings.snapshot_every:
+        return Check(WARN, what, f"the latest snapshot is {age / 60:.0f} min old (one is due "
+                     f"every {settings.snapshot_every / 60:g} min)", "is the daemon running?")
+    return Check(OK, f"{what}: latest snapshot {last['key']}, {age / 60:.0f} min ago")

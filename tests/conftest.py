@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["tests.pg"]
+pytest_plugins = ["tests.pg", "tests.s3"]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

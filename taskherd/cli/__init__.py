@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("taskherd.cli.daemon", "stop_command"),
     "heartbeat": ("taskherd.cli.agent", "heartbeat_command"),
     "jobs": ("taskherd.cli.jobs", "jobs_group"),
-    "backup": ("taskherd.cli.backup", "backup_command"),
+    "backup": ("taskherd.cli.backup", "backup_group"),
     "runs": ("taskherd.cli.runs", "runs_group"),
     "reload": ("taskherd.cli.jobs", "reload_command"),
     "service": ("taskherd.cli.service", "service_group"),

@@ -45,6 +45,7 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
     by_role, spend, nodes, cooldowns = (board["by_role"], board["cost"], board["nodes"],
                                         board["cooldowns"])
     _print_nodes(nodes)
+    _print_backup(board["backup"])
     for cooldown in cooldowns:
         click.echo(f"runtime {cooldown['runtime']} is rate-limited until "
                    f"{format_time(cooldown['until'])} ({cooldown['reason']}); "
@@ -75,6 +76,18 @@ def _print_nodes(nodes: list[dict[str, Any]]) -> None:
         click.echo(f"node {node['name']} ({node['host']}, pid {node['pid']}): {state}, "
                    f"{node['open_runs']} running{orphans}")
     click.echo("")
+
+
+def _print_backup(backup: dict[str, Any]) -> None:
+    if backup["target"] is None:
+        return
+    last = backup["last_snapshot"]
+    line = (f"backups: latest {last['key']} at {format_time(last['taken_at'])} "
+            f"({last['bytes'] / 1e6:.1f} MB)" if last else "backups: none taken yet")
+    if backup["failures_in_a_row"]:
+        line += (f"; FAILING ({backup['failures_in_a_row']} in a row): "
+                 f"{backup['last_failure']['error']}")
+    click.echo(f"{line}; `taskherd backup status` for more\n")
 
 
 def _watch(ctx: click.Context, as_json: bool, interval: str) -> None:

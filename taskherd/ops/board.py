@@ -29,7 +29,17 @@ def status_board(queue: Queue, now: float) -> dict[str, Any]:
         "cooldowns": [cooldown.__dict__ for cooldown in store.active_cooldowns(now)],
         "cost": spend_by_role(queue, now),
         "nodes": node_rows(store.list_nodes(), store.open_runs(), now),
+        "backup": backup_line(queue),
     }
+
+
+def backup_line(queue: Queue) -> dict[str, Any]:
+    """The backup service's last snapshot and failures, from the data dir (no network)."""
+    from taskherd.backups.state import read_state
+
+    state = read_state(queue.config.daemon.data_dir)
+    return {"target": queue.config.backup.target, "last_snapshot": state.last_snapshot,
+            "failures_in_a_row": state.failures_in_a_row, "last_failure": state.last_failure}
 
 
 def spend_by_role(queue: Queue, now: float) -> list[dict[str, Any]]:

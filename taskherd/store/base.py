@@ -237,8 +237,11 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, abc.ABC):
         changes nothing."""
 
     @abc.abstractmethod
-    def checkpoint(self) -> None:
-        """Move the write-ahead log into the database; safe to call from another thread."""
+    def checkpoint(self, truncate: bool = False, timeout: float | None = None) -> bool:
+        """Move the write-ahead log into the database; safe to call from another thread.
+
+        `truncate` also empties the log, waiting up to `timeout` seconds for readers; False
+        when a reader held it and the checkpoint could not complete (try again later)."""
 
     def backup(self, destination: Path) -> None:
         """Write a consistent copy of the whole database to `destination` (a new file)."""

@@ -140,8 +140,9 @@ class PostgresStore(SQLStore):
             raise StoreError("the role lacks SELECT, INSERT, UPDATE or DELETE on "
                              f"{', '.join(missing)}")
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, truncate: bool = False, timeout: float | None = None) -> bool:
         """Nothing to do: PostgreSQL checkpoints its own write-ahead log."""
+        return True
 
     def close(self) -> None:
         with self._lock:

@@ -127,42 +127,78 @@ class SQLiteStore(SQLStore):
         except sqlite3.Error as error:
             raise StoreError(str(error)) from error
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, truncate: bool = False, timeout: float | None = None) -> bool:
         # A connection of its own: the store's is guarded by a lock the event loop takes.
+        statement = M["wal_checkpoint_truncate"] if truncate else Q["wal_checkpoint"]
         try:
-            with contextlib.closing(sqlite3.connect(self.path,
-                                                    timeout=self.busy_timeout)) as db:
-                db.execute(Q["wal_checkpoint"]).fetchall()
+            with contextlib.closing(sqlite3.connect(
+                    self.path, timeout=self.busy_timeout if timeout is None else timeout)) as db:
+                busy = db.execute(statement).fetchone()[0]
         except sqlite3.Error as error:
             raise StoreError(f"WAL checkpoint: {error}") from error
+        return not busy
 
     def backup(self, destination: Path) -> None:
-        """Copy the database page by page inside one read transaction: a consistent snapshot,
-        while the daemon goes on writing (WAL readers do not block writers).
-
-        The copy is written beside `destination` and renamed into place once it is whole and
-        passes an integrity check, so `destination` is never a half-written database.
-        """
-        if destination.exists():
-            raise StoreError(f"{destination} already exists: give a new path")
-        partial = destination.with_name(destination.name + ".partial")
-        _create_private(partial)
-        try:
-            # Connections of their own: the store's is guarded by a lock the event loop takes.
-            source = sqlite3.connect(self.path, timeout=self.busy_timeout)
-            with contextlib.closing(source), contextlib.closing(sqlite3.connect(partial)) as copy:
-                source.backup(copy)
-                copy.execute(M["journal_delete"])
-                verdict = copy.execute(M["integrity_check"]).fetchone()[0]
-            if verdict != "ok":
-                raise StoreError(f"the copy failed its integrity check: {verdict}")
-            os.replace(partial, destination)
-        finally:
-            partial.unlink(missing_ok=True)
+        backup_file(self.path, destination, self.busy_timeout)
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def backup_file(source: Path, destination: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+                ) -> None:
+    """Copy the database page by page inside one read transaction: a consistent snapshot,
+    while the daemon goes on writing (WAL readers do not block writers).
+
+    The copy is written beside `destination` and renamed into place once it is whole and
+    passes an integrity check, so `destination` is never a half-written database.
+    """
+    if destination.exists():
+        raise StoreError(f"{destination} already exists: give a new path")
+    partial = destination.with_name(destination.name + ".partial")
+    _create_private(partial)
+    try:
+        # Connections of their own: the store's is guarded by a lock the event loop takes.
+        with contextlib.closing(sqlite3.connect(source, timeout=busy_timeout)) as origin, \
+                contextlib.closing(sqlite3.connect(partial)) as copy:
+            origin.backup(copy)
+            copy.execute(M["journal_delete"])
+            verdict = copy.execute(M["integrity_check"]).fetchone()[0]
+        if verdict != "ok":
+            raise StoreError(f"the copy failed its integrity check: {verdict}")
+        os.replace(partial, destination)
+    except sqlite3.Error as error:
+        raise StoreError(f"backup of {source}: {error}") from error
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def check_file(path: Path) -> None:
+    """Raise StoreError unless `path` is a whole taskherd database (a file being restored)."""
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            verdict = db.execute(M["integrity_check"]).fetchone()[0]
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.Error as error:
+        raise StoreError(f"not a readable SQLite database: {error}") from error
+    if verdict != "ok":
+        raise StoreError(f"it fails PRAGMA integrity_check: {verdict}")
+    if not {"tasks", "schema_migrations"} <= tables:
+        raise StoreError("a SQLite database, but not a taskherd one")
+
+
+def migrations_applied(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return db.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
+
+
+def fold_wal(path: Path) -> None:
+    """Copy what the file's WAL holds into it and empty the WAL, if it can be done at once
+    (a file about to be set aside keeps its last transactions)."""
+    with contextlib.suppress(sqlite3.Error), contextlib.closing(
+            sqlite3.connect(path, timeout=5)) as db:
+        db.execute(M["wal_checkpoint_truncate"]).fetchall()
 
 
 def _create_private(path: Path) -> None:

@@ -56,3 +56,9 @@ PRAGMA synchronous = FULL;
 -- durability = normal: WAL commits are fsynced at checkpoints; a power loss may lose the last
 -- commits (never a half-done one).
 PRAGMA synchronous = NORMAL;
+
+-- name: wal_checkpoint_truncate
+-- After a snapshot and on a clean shutdown: everything into the database file and the WAL
+-- emptied to zero bytes. Waits (up to the connection's busy timeout) for readers; the first
+-- column of its row is 1 when a reader still held part of the WAL and it could not finish.
+PRAGMA wal_checkpoint(TRUNCATE);
