@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import asyncio
 
+    from taskherd.model import Run
     from taskherd.ops import Queue
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ HOME_ENV = "TASKHERD_HOME"
 MAX_REQUEST = 4 * 1024 * 1024  # a child task's prompt fits; a runaway writer does not
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux: longer paths go through /proc
 TIMEOUT = 30.0
-OPS = ("heartbeat", "report", "add_child_task")
+OPS = ("heartbeat", "report", "add_child_task", "msg_send", "msg_inbox", "msg_read")
 
 
 def socket_path(data_dir: Path) -> Path:
@@ -142,21 +143,56 @@ class AgentDoor:
             raise BadInput(f"op {op!r} is not one of: {', '.join(OPS)}")
         if not isinstance(args, dict):
             raise BadInput("args must be an object")
-        now = self.clock()
-        if op == "heartbeat":
-            run = agent_ops.heartbeat(self.queue, run, now, args.get("progress"))
-            return {"run_id": run.id}
-        if op == "report":
-            fields = _only(args, "verdict", "summary", "cost_usd", "input_tokens",
-                           "output_tokens")
-            run = agent_ops.report(self.queue, run, now, fields.pop("verdict", None),
-                                   fields.pop("summary", None), **fields)
-            log.info("run %s: the agent reported %s", run.id, run.report)
-            return {"run_id": run.id, "verdict": run.report}
+        return getattr(self, f"_op_{op}")(run, args, self.clock())
+
+    def _op_heartbeat(self, run: Run, args: dict[str, Any], now: float) -> dict[str, Any]:
+        from taskherd.ops import agent as agent_ops
+
+        run = agent_ops.heartbeat(self.queue, run, now, args.get("progress"))
+        return {"run_id": run.id}
+
+    def _op_report(self, run: Run, args: dict[str, Any], now: float) -> dict[str, Any]:
+        from taskherd.ops import agent as agent_ops
+
+        fields = _only(args, "verdict", "summary", "cost_usd", "input_tokens", "output_tokens")
+        run = agent_ops.report(self.queue, run, now, fields.pop("verdict", None),
+                               fields.pop("summary", None), **fields)
+        log.info("run %s: the agent reported %s", run.id, run.report)
+        return {"run_id": run.id, "verdict": run.report}
+
+    def _op_add_child_task(self, run: Run, args: dict[str, Any], now: float) -> dict[str, Any]:
+        from taskherd.ops import agent as agent_ops
+
         enqueued = agent_ops.add_child_task(self.queue, run, args.get("task"), now)
         if enqueued.created:
             self.on_change()
         return {"task": enqueued.task.to_dict(), "created": enqueued.created}
+
+    def _op_msg_send(self, run: Run, args: dict[str, Any], now: float) -> dict[str, Any]:
+        from taskherd.ops import messages
+
+        fields = _only(args, "to", "body", "kind", "priority", "reply_to", "ttl")
+        sent = messages.send(self.queue, messages.agent(run), fields.pop("to", None),
+                             fields.pop("body", None), now, **fields)
+        self.on_change()  # an urgent message may have woken a task
+        return {"messages": [message.to_dict() for message in sent]}
+
+    def _op_msg_inbox(self, run: Run, args: dict[str, Any], now: float) -> dict[str, Any]:
+        from taskherd.ops import messages
+
+        fields = _only(args, "limit")
+        found = messages.inbox_of_run(self.queue, run, now, **fields)
+        return {"messages": [message.to_dict() for message in found]}
+
+    def _op_msg_read(self, run: Run, args: dict[str, Any], now: float) -> dict[str, Any]:
+        from taskherd.ops import BadInput, messages
+
+        ids = _only(args, "ids").get("ids")
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                for i in ids):
+            raise BadInput("ids must be a list of message ids")
+        marked = messages.mark_read(self.queue, ids, now, run)
+        return {"read": [message.id for message in marked]}
 
 
 def _only(args: dict[str, Any], *accepted: str) -> dict[str, Any]:

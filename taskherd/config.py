@@ -26,6 +26,7 @@ HOME_ENV = "TASKHERD_HOME"  # the data dir; set for agents, and an override for 
 RUNTIMES = ("command", "claude", "chat")
 ON_SHUTDOWN = ("detach", "wait", "kill")
 PROMPT_VIA = ("stdin", "file", "arg")
+TOP_LEVEL_KEYS = ("daemon", "roles", "pools", "jobs", "messages")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -101,6 +102,7 @@ class RoleConfig:
     spawn_timeout: float = 30.0  # claimed but never spawned: rescued after this, no strike
     review: bool = False
     require_marker: bool = False
+    wake_on_urgent: bool = False  # an urgent message adds a task when none is ready
     # claude runtime
     binary: str | None = None
     agent: str | None = None
@@ -128,12 +130,21 @@ class RoleConfig:
 
 
 @dataclass(frozen=True)
+class MessagesConfig:
+    """[messages]: how much of its inbox a starting run gets in its prompt."""
+
+    inbox_messages: int = 20  # the rest wait for the role's next run
+    inbox_bytes: int = 16_000
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
     pools: Mapping[str, int] = field(default_factory=dict)
     jobs: tuple[Mapping[str, Any], ...] = ()  # validated by the scheduler's job parser
     source: Path | None = None  # the file it came from, if any
+    messages: MessagesConfig = field(default_factory=MessagesConfig)
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
@@ -189,9 +200,10 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
 def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None = None) -> Config:
     """The config in `raw`; every problem in it at once (ConfigError, one per line)."""
     problems: list[str] = []
-    _no_unknown_keys(raw, {"daemon", "roles", "pools", "jobs"}, "", problems)
+    _no_unknown_keys(raw, set(TOP_LEVEL_KEYS), "", problems)
     daemon = _parse_daemon(_table(raw, "daemon"), base_dir, source is not None, problems)
     pools = _parse_pools(_table(raw, "pools"), problems)
+    messages = _parse_messages(_table(raw, "messages"), problems)
     roles = {}
     for name in _table(raw, "roles"):
         role = _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools,
@@ -205,7 +217,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
         problems.append("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
     if problems:
         raise ConfigError(_all_problems(problems))
-    config = Config(daemon, roles, pools, tuple(jobs), source)
+    config = Config(daemon, roles, pools, messages=messages, jobs=tuple(jobs), source=source)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
         # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
@@ -301,6 +313,7 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "spawn_timeout": reader.duration("spawn_timeout"),
         "review": reader.get("review", bool, None),
         "require_marker": reader.get("require_marker", bool, None),
+        "wake_on_urgent": reader.get("wake_on_urgent", bool, None),
         "binary": reader.get("binary", str, None),
         "agent": reader.get("agent", str, None),
         "model": reader.get("model", str, None),
@@ -361,6 +374,13 @@ def _check_role(role: RoleConfig, pools: Mapping[str, int]) -> None:
         raise ConfigError(
             f"{where}.backoff_cap ({role.backoff_cap:g}s) is less than backoff ({role.backoff:g}s)"
         )
+
+
+def _parse_messages(raw: Mapping[str, Any], problems: list[str]) -> MessagesConfig:
+    reader = _Reader(raw, "messages", {f.name for f in fields(MessagesConfig)}, problems)
+    values = {"inbox_messages": reader.positive_int("inbox_messages"),
+              "inbox_bytes": reader.positive_int("inbox_bytes")}
+    return MessagesConfig(**{k: v for k, v in values.items() if v is not None})
 
 
 def _parse_pools(raw: Mapping[str, Any], problems: list[str]) -> dict[str, int]:

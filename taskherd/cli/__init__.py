@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("taskherd.cli.daemon", "up_command"),
     "stop": ("taskherd.cli.daemon", "stop_command"),
     "heartbeat": ("taskherd.cli.agent", "heartbeat_command"),
+    "msg": ("taskherd.cli.messages", "msg_group"),
     "jobs": ("taskherd.cli.jobs", "jobs_group"),
     "backup": ("taskherd.cli.backup", "backup_command"),
     "runs": ("taskherd.cli.runs", "runs_group"),

@@ -23,6 +23,7 @@ from pathlib import Path
 from taskherd import procs
 from taskherd.config import Config, RoleConfig, make_private_dir
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
+from taskherd.prompt import PromptContext
 from taskherd.runtimes.base import AgentEnv, Execution, OutputReader, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, guessed_cooldown, known_reset
 from taskherd.runtimes.registry import runtime_for
@@ -156,7 +157,8 @@ class Supervisor:
                files: RunFiles) -> Execution:
         """Start the run however its runtime starts one (a process, or an in-process call)."""
         agent = AgentEnv(self._agent_path(role), self._agent_vars(claim),
-                         self._previous_session(role, claim.task))
+                         self._previous_session(role, claim.task),
+                         PromptContext(inbox=claim.inbox))
         return runtime.start(role, claim.task, claim.run, files, agent)
 
     def _previous_session(self, role: RoleConfig, task: Task) -> str | None:

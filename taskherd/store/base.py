@@ -24,6 +24,7 @@ from taskherd.store.errors import (
 )
 from taskherd.store.events import Listener
 from taskherd.store.jobs import JobStore
+from taskherd.store.messages import InboxLimit, MessageStore
 from taskherd.store.nodes import NodeStore
 
 __all__ = [
@@ -57,7 +58,7 @@ class StateCount:
     count: int
 
 
-class Store(JobStore, NodeStore, abc.ABC):
+class Store(JobStore, NodeStore, MessageStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # -- run credentials: what an agent holds instead of the database -------------------
@@ -109,11 +110,14 @@ class Store(JobStore, NodeStore, abc.ABC):
         as_role: str | None = None,
         runtime: str | None = None,
         runtime_of: Mapping[str, str] | None = None,
+        inbox: InboxLimit | None = None,
     ) -> Claim | None:
         """Lease the first ready task (P0 first, FIFO within a priority) and open its run.
 
         `roles` limits the claim to those roles (plus tasks for role `any`); `full_pools`
-        skips tasks naming a pool with no room; `as_role` names the role an `any` task runs as.
+        skips tasks naming a pool with no room; `as_role` names the role an `any` task runs as;
+        `inbox` delivers that much of the run's unread messages to it (`Claim.inbox`), in the
+        same transaction.
         """
 
     @abc.abstractmethod
@@ -212,7 +216,8 @@ class Store(JobStore, NodeStore, abc.ABC):
 
     @abc.abstractmethod
     def prune(self, before: float) -> int:
-        """Delete finished tasks (and their runs) that finished before `before`."""
+        """Delete finished tasks (and their runs) that finished before `before`, and messages
+        read, delivered or expired before it."""
 
     @abc.abstractmethod
     def probe_write(self) -> None:

@@ -44,15 +44,17 @@ from taskherd.store.base import (
     TransitionRefused,
 )
 from taskherd.store.connection import Connection
+from taskherd.store.messages import InboxLimit
 from taskherd.store.sql_credentials import SQLCredentials
 from taskherd.store.sql_jobs import SQLJobs
+from taskherd.store.sql_messages import SQLMessages
 from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports
 
 S = TaskState
 
 
-class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
+class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLMessages, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
@@ -165,6 +167,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
         as_role: str | None = None,
         runtime: str | None = None,
         runtime_of: Mapping[str, str] | None = None,
+        inbox: InboxLimit | None = None,
     ) -> Claim | None:
         params = {
             "node": node,
@@ -182,7 +185,11 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
             runtime = runtime or (runtime_of or {}).get(role)
             run_params = {"task_id": task.id, "node": node, "role": role, "runtime": runtime}
             run_row = _one(db.execute(self.q["insert_run"], run_params | {"now": now}))
-            claim = Claim(task, Run.from_row(run_row))
+            run = Run.from_row(run_row)
+            # Delivered in the claim's transaction: a claim that rolls back delivers nothing,
+            # and two runs never receive the same message.
+            messages = self._deliver_inbox(db, run, inbox, now) if inbox else ()
+            claim = Claim(task, run, messages)
             self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=claim.run.id,
                        state=task.state, role=task.role)
         return claim
@@ -383,6 +390,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
 
     def prune(self, before: float) -> int:
         with self._write() as db:
+            self._prune_messages(db, before)
             return db.execute(self.q["prune_finished_tasks"], {"before": before}).rowcount
 
 

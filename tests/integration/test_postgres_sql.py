@@ -67,6 +67,10 @@ JOB_STATE = {"next_run_at": NOW + 60, "schedule_at": NOW + 60, "backoff_until": 
              "failures": 0, "variant_cursor": 0, "queued": 1, "run_now_at": None,
              "retry_at": None, "retry_of": None, "retry_count": 0, "enabled": 1}
 
+MESSAGE = {"sender": "@person", "sender_role": None, "sender_run_id": None,
+           "recipient": "qa", "kind": "text", "priority": 0, "body": "hello", "reply_to": None,
+           "thread_id": None, "now": NOW, "expires_at": NOW + 600}
+
 # The same story written into both databases with the named blocks themselves:
 # task 1 (dedup key 'nightly'), its child task 2 (pool gpu), task 3 (qa, P0) claimed and
 # running as run 1, task 4 cancelled; a cooldown; job 'nightly' with an open fire of task 3,
@@ -87,6 +91,8 @@ SEED: list[tuple[str, dict[str, Any]]] = [
                    "reset_counts": False, "now": NOW}),
     ("set_cooldown", {"runtime": "claude", "until": NOW + 300, "reason": "429", "now": NOW,
                       "span": None}),
+    ("insert_message", MESSAGE),
+    ("insert_message", MESSAGE | {"recipient": "task:3", "priority": 2, "body": "urgent"}),
     ("insert_job", {"name": "nightly", "template": '{"role": "coder"}',
                     "trigger_spec": '{"every": 60}', "timezone": "UTC", "overlap": "queue",
                     "missed_fire": "once", "max_retries": 1, "enabled": 1, "source": "config",
@@ -116,6 +122,9 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "duration": 1.5, "kind": "run_now", "host": "box", "lease": 60.0, "running": 2,
     "token_sha256": "ab12" * 16, "week_start": NOW - 7 * 86400, "day_start": NOW - 3600,
     "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0,
+    "sender": "task:3", "sender_role": "qa", "sender_run_id": 1, "recipient": "qa",
+    "body": "a message", "reply_to": 1, "thread_id": 1, "expires_at": NOW + 60,
+    "task_address": "task:3", "also": "task:3", "root": 1, "role": "qa",
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {
