@@ -103,6 +103,8 @@ class RoleConfig:
     review: bool = False
     require_marker: bool = False
     wake_on_urgent: bool = False  # an urgent message adds a task when none is ready
+    capabilities: tuple[str, ...] = ()  # what the role's agents can do (the agents registry)
+    description: str | None = None
     # claude runtime
     binary: str | None = None
     agent: str | None = None
@@ -314,6 +316,8 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "review": reader.get("review", bool, None),
         "require_marker": reader.get("require_marker", bool, None),
         "wake_on_urgent": reader.get("wake_on_urgent", bool, None),
+        "capabilities": reader.str_list("capabilities"),
+        "description": reader.get("description", str, None),
         "binary": reader.get("binary", str, None),
         "agent": reader.get("agent", str, None),
         "model": reader.get("model", str, None),

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "stop": ("taskherd.cli.daemon", "stop_command"),
     "heartbeat": ("taskherd.cli.agent", "heartbeat_command"),
     "msg": ("taskherd.cli.messages", "msg_group"),
+    "agents": ("taskherd.cli.agents", "agents_group"),
     "jobs": ("taskherd.cli.jobs", "jobs_group"),
     "backup": ("taskherd.cli.backup", "backup_command"),
     "runs": ("taskherd.cli.runs", "runs_group"),

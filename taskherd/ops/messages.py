@@ -115,8 +115,7 @@ def check_address(queue: Queue, address: object, field: str, *,
 
 def known_agents(queue: Queue) -> list[str]:
     """Names of registered agents beyond the config's roles (the agents registry)."""
-    lister = getattr(queue.store, "list_agents", None)
-    return [agent.name for agent in lister()] if lister else []
+    return [agent.name for agent in queue.store.list_agents()]
 
 
 def parse_priority(value: object) -> int:

@@ -23,6 +23,7 @@ from taskherd.store.errors import (
     TransitionRefused,
 )
 from taskherd.store.events import Listener
+from taskherd.store.agents import AgentStore
 from taskherd.store.jobs import JobStore
 from taskherd.store.messages import InboxLimit, MessageStore
 from taskherd.store.nodes import NodeStore
@@ -58,7 +59,7 @@ class StateCount:
     count: int
 
 
-class Store(JobStore, NodeStore, MessageStore, abc.ABC):
+class Store(JobStore, NodeStore, MessageStore, AgentStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # -- run credentials: what an agent holds instead of the database -------------------

@@ -45,6 +45,7 @@ from taskherd.store.base import (
 )
 from taskherd.store.connection import Connection
 from taskherd.store.messages import InboxLimit
+from taskherd.store.sql_agents import SQLAgents
 from taskherd.store.sql_credentials import SQLCredentials
 from taskherd.store.sql_jobs import SQLJobs
 from taskherd.store.sql_messages import SQLMessages
@@ -54,7 +55,8 @@ from taskherd.store.sql_reports import SQLReports
 S = TaskState
 
 
-class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLMessages, Store):
+class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLMessages, SQLAgents,
+               Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------

@@ -125,6 +125,7 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "sender": "task:3", "sender_role": "qa", "sender_run_id": 1, "recipient": "qa",
     "body": "a message", "reply_to": 1, "thread_id": 1, "expires_at": NOW + 60,
     "task_address": "task:3", "also": "task:3", "root": 1, "role": "qa",
+    "capabilities": '["web"]', "description": "an outside agent",
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {
