@@ -32,7 +32,8 @@ HOME_ENV = "TASKHERD_HOME"
 MAX_REQUEST = 4 * 1024 * 1024  # a child task's prompt fits; a runaway writer does not
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux: longer paths go through /proc
 TIMEOUT = 30.0
-OPS = ("heartbeat", "report", "add_child_task", "msg_send", "msg_inbox", "msg_read")
+OPS = ("heartbeat", "report", "add_child_task", "msg_send", "msg_inbox", "msg_read",
+       "memory_add", "memory_search", "task_context")
 
 
 def socket_path(data_dir: Path) -> Path:
@@ -193,6 +194,28 @@ class AgentDoor:
             raise BadInput("ids must be a list of message ids")
         marked = messages.mark_read(self.queue, ids, now, run)
         return {"read": [message.id for message in marked]}
+    def _op_memory_add(self, run: Run, args: dict[str, Any], now: float) -> dict[str, Any]:
+        from taskherd.ops import memory
+
+        fields = _only(args, "text", "shared", "section")
+        scope = memory.SHARED if fields.get("shared") else run.role
+        added = memory.add(self.queue, scope, fields.get("text"), now, source="agent",
+                           section=fields.get("section"))
+        return {"memory": added.to_dict()}
+
+    def _op_memory_search(self, run: Run, args: dict[str, Any], now: float) -> dict[str, Any]:
+        from taskherd.ops import memory
+
+        fields = _only(args, "query", "limit")
+        found = memory.search(self.queue, run.role, fields.get("query"),
+                              limit=fields.get("limit", 5))
+        return {"memories": [entry.to_dict() for entry in found]}
+
+    def _op_task_context(self, run: Run, args: dict[str, Any], now: float) -> dict[str, Any]:
+        from taskherd.ops import agent as agent_ops
+
+        _only(args)
+        return agent_ops.task_context(self.queue, run)
 
 
 def _only(args: dict[str, Any], *accepted: str) -> dict[str, Any]:

@@ -26,7 +26,7 @@ HOME_ENV = "TASKHERD_HOME"  # the data dir; set for agents, and an override for 
 RUNTIMES = ("command", "claude", "chat")
 ON_SHUTDOWN = ("detach", "wait", "kill")
 PROMPT_VIA = ("stdin", "file", "arg")
-TOP_LEVEL_KEYS = ("daemon", "roles", "pools", "jobs", "messages")
+TOP_LEVEL_KEYS = ("daemon", "roles", "pools", "jobs", "messages", "memory")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -104,6 +104,7 @@ class RoleConfig:
     require_marker: bool = False
     wake_on_urgent: bool = False  # an urgent message adds a task when none is ready
     capabilities: tuple[str, ...] = ()  # what the role's agents can do (the agents registry)
+    memory: bool = False  # a short-term memory file, in the prompt and TASKHERD_MEMORY_FILE
     description: str | None = None
     # claude runtime
     binary: str | None = None
@@ -140,6 +141,26 @@ class MessagesConfig:
 
 
 @dataclass(frozen=True)
+class EmbeddingsConfig:
+    """An OpenAI-compatible embeddings endpoint: long-term memory ranks by meaning too."""
+
+    base_url: str  # e.g. http://127.0.0.1:8080/v1 (POST {base_url}/embeddings)
+    model: str
+    api_key_env: str | None = None  # the daemon's variable holding the key, never the key
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """[memory]: the short-term file's cap and the optional embeddings endpoint."""
+
+    short_term_lines: int = 80
+    embeddings: EmbeddingsConfig | None = None
+
+    def file_of(self, data_dir: Path, role: str) -> Path:
+        return data_dir / "memory" / f"{role}.md"
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
@@ -147,6 +168,7 @@ class Config:
     jobs: tuple[Mapping[str, Any], ...] = ()  # validated by the scheduler's job parser
     source: Path | None = None  # the file it came from, if any
     messages: MessagesConfig = field(default_factory=MessagesConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
@@ -206,6 +228,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
     daemon = _parse_daemon(_table(raw, "daemon"), base_dir, source is not None, problems)
     pools = _parse_pools(_table(raw, "pools"), problems)
     messages = _parse_messages(_table(raw, "messages"), problems)
+    memory = _parse_memory(_table(raw, "memory"), problems)
     roles = {}
     for name in _table(raw, "roles"):
         role = _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools,
@@ -219,7 +242,8 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
         problems.append("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
     if problems:
         raise ConfigError(_all_problems(problems))
-    config = Config(daemon, roles, pools, messages=messages, jobs=tuple(jobs), source=source)
+    config = Config(daemon, roles, pools, messages=messages, memory=memory, jobs=tuple(jobs),
+                    source=source)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
         # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
@@ -317,6 +341,7 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "require_marker": reader.get("require_marker", bool, None),
         "wake_on_urgent": reader.get("wake_on_urgent", bool, None),
         "capabilities": reader.str_list("capabilities"),
+        "memory": reader.get("memory", bool, None),
         "description": reader.get("description", str, None),
         "binary": reader.get("binary", str, None),
         "agent": reader.get("agent", str, None),
@@ -385,6 +410,29 @@ def _parse_messages(raw: Mapping[str, Any], problems: list[str]) -> MessagesConf
     values = {"inbox_messages": reader.positive_int("inbox_messages"),
               "inbox_bytes": reader.positive_int("inbox_bytes")}
     return MessagesConfig(**{k: v for k, v in values.items() if v is not None})
+
+
+def _parse_memory(raw: Mapping[str, Any], problems: list[str]) -> MemoryConfig:
+    reader = _Reader(raw, "memory", {"short_term_lines", "embeddings"}, problems)
+    lines = reader.positive_int("short_term_lines")
+    embeddings = None
+    if "embeddings" in raw:
+        table = raw["embeddings"]
+        if not isinstance(table, dict):
+            problems.append("memory.embeddings must be a table: { base_url = '…', model = '…' }")
+        else:
+            inner = _Reader(table, "memory.embeddings", {"base_url", "model", "api_key_env"},
+                            problems)
+            url, model = inner.get("base_url", str, None), inner.get("model", str, None)
+            key_env = inner.get("api_key_env", str, None)
+            if url and not url.startswith(("http://", "https://")):
+                problems.append(f"memory.embeddings.base_url = {url!r}: expected an http:// or "
+                                "https:// URL")
+            elif not (url and model):
+                problems.append("memory.embeddings needs base_url and model")
+            else:
+                embeddings = EmbeddingsConfig(url, model, key_env)
+    return MemoryConfig(lines or MemoryConfig.short_term_lines, embeddings)
 
 
 def _parse_pools(raw: Mapping[str, Any], problems: list[str]) -> dict[str, int]:

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "heartbeat": ("taskherd.cli.agent", "heartbeat_command"),
     "msg": ("taskherd.cli.messages", "msg_group"),
     "agents": ("taskherd.cli.agents", "agents_group"),
+    "memory": ("taskherd.cli.memory", "memory_group"),
     "jobs": ("taskherd.cli.jobs", "jobs_group"),
     "backup": ("taskherd.cli.backup", "backup_command"),
     "runs": ("taskherd.cli.runs", "runs_group"),

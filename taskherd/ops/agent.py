@@ -12,7 +12,7 @@ from typing import Any
 
 from taskherd.model import Run
 from taskherd.ops import BadInput, Queue
-from taskherd.store import Enqueued
+from taskherd.store import Enqueued, TaskNotFound
 from taskherd.taskspec import TaskSpecError, new_task_from
 
 VERDICTS = ("done", "fail", "block")
@@ -65,6 +65,20 @@ def add_child_task(queue: Queue, run: Run, spec: Mapping[str, Any], now: float) 
     except TaskSpecError as error:
         raise BadInput(str(error)) from error
     return queue.store.enqueue(new, now)
+
+
+def task_context(queue: Queue, run: Run) -> dict[str, Any]:
+    """The run's own task, and its parent's title, state and summary when it has one."""
+    task = queue.store.get_task(run.task_id)
+    parent = None
+    if task.parent_id is not None:
+        try:
+            found = queue.store.get_task(task.parent_id)
+            parent = {"id": found.id, "title": found.title, "state": found.state.value,
+                      "summary": found.summary}
+        except TaskNotFound:  # pruned meanwhile
+            parent = None
+    return {"task": task.to_dict(), "run_id": run.id, "parent": parent}
 
 
 def _note(field: str, value: object) -> str | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from taskherd.model import Claim, Cooldown, NewTask, Run, RunResult, Task, TaskState
 from taskherd.queue import RetryPolicy
+from taskherd.store.agents import AgentStore
 from taskherd.store.errors import (
     ParentNotFound,
     RunNotFound,
@@ -23,8 +24,8 @@ from taskherd.store.errors import (
     TransitionRefused,
 )
 from taskherd.store.events import Listener
-from taskherd.store.agents import AgentStore
 from taskherd.store.jobs import JobStore
+from taskherd.store.memory import MemoryStore
 from taskherd.store.messages import InboxLimit, MessageStore
 from taskherd.store.nodes import NodeStore
 
@@ -59,7 +60,7 @@ class StateCount:
     count: int
 
 
-class Store(JobStore, NodeStore, MessageStore, AgentStore, abc.ABC):
+class Store(JobStore, NodeStore, MessageStore, AgentStore, MemoryStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # -- run credentials: what an agent holds instead of the database -------------------

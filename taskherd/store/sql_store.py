@@ -48,6 +48,7 @@ from taskherd.store.messages import InboxLimit
 from taskherd.store.sql_agents import SQLAgents
 from taskherd.store.sql_credentials import SQLCredentials
 from taskherd.store.sql_jobs import SQLJobs
+from taskherd.store.sql_memory import SQLMemory
 from taskherd.store.sql_messages import SQLMessages
 from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports
@@ -56,7 +57,7 @@ S = TaskState
 
 
 class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLMessages, SQLAgents,
-               Store):
+               SQLMemory, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
