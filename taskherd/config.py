@@ -26,7 +26,7 @@ HOME_ENV = "TASKHERD_HOME"  # the data dir; set for agents, and an override for 
 RUNTIMES = ("command", "claude", "chat")
 ON_SHUTDOWN = ("detach", "wait", "kill")
 PROMPT_VIA = ("stdin", "file", "arg")
-TOP_LEVEL_KEYS = ("daemon", "roles", "pools", "jobs", "messages", "memory")
+TOP_LEVEL_KEYS = ("daemon", "roles", "pools", "jobs", "messages", "memory", "delivery")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -105,6 +105,8 @@ class RoleConfig:
     wake_on_urgent: bool = False  # an urgent message adds a task when none is ready
     capabilities: tuple[str, ...] = ()  # what the role's agents can do (the agents registry)
     memory: bool = False  # a short-term memory file, in the prompt and TASKHERD_MEMORY_FILE
+    deliver_to: tuple[str, ...] = ()  # delivery aliases its tasks tell when they settle
+    deliver_on: tuple[str, ...] = ()  # which settles (the role key is `on`); () = defaults
     description: str | None = None
     # claude runtime
     binary: str | None = None
@@ -161,6 +163,16 @@ class MemoryConfig:
 
 
 @dataclass(frozen=True)
+class DeliveryConfig:
+    """[delivery]: how the outbox is sent to delivery aliases."""
+
+    timeout: float = 10.0  # of one send
+    max_attempts: int = 8  # then the delivery is kept as failed
+    backoff: float = 5.0  # before the second attempt, doubling after each failure
+    backoff_cap: float = 600.0
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
@@ -169,6 +181,7 @@ class Config:
     source: Path | None = None  # the file it came from, if any
     messages: MessagesConfig = field(default_factory=MessagesConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
@@ -229,6 +242,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
     pools = _parse_pools(_table(raw, "pools"), problems)
     messages = _parse_messages(_table(raw, "messages"), problems)
     memory = _parse_memory(_table(raw, "memory"), problems)
+    delivery = _parse_delivery(_table(raw, "delivery"), problems)
     roles = {}
     for name in _table(raw, "roles"):
         role = _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools,
@@ -242,7 +256,8 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
         problems.append("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
     if problems:
         raise ConfigError(_all_problems(problems))
-    config = Config(daemon, roles, pools, messages=messages, memory=memory, jobs=tuple(jobs),
+    config = Config(daemon, roles, pools, messages=messages, memory=memory, delivery=delivery,
+                    jobs=tuple(jobs),
                     source=source)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
@@ -342,6 +357,8 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "wake_on_urgent": reader.get("wake_on_urgent", bool, None),
         "capabilities": reader.str_list("capabilities"),
         "memory": reader.get("memory", bool, None),
+        "deliver_to": reader.str_list("deliver_to"),
+        "deliver_on": reader.str_list("on"),
         "description": reader.get("description", str, None),
         "binary": reader.get("binary", str, None),
         "agent": reader.get("agent", str, None),
@@ -365,7 +382,8 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
     return role
 
 
-_ALL_ROLE_KEYS = {f.name for f in fields(RoleConfig)} - {"name", "timezone"}
+_ALL_ROLE_KEYS = ({f.name for f in fields(RoleConfig)} - {"name", "timezone", "deliver_on"}
+                  | {"on"})
 _SHARED_ROLE_KEYS = _ALL_ROLE_KEYS - set().union(*RUNTIME_ROLE_KEYS.values())
 
 
@@ -399,6 +417,7 @@ def _check_role(role: RoleConfig, pools: Mapping[str, int]) -> None:
     if role.pool is not None and role.pool not in pools:
         known = ", ".join(sorted(pools)) or "none defined"
         raise ConfigError(f"{where}.pool = {role.pool!r} is not a pool in [pools] ({known})")
+    _check_delivery(role, where)
     if role.backoff_cap < role.backoff:
         raise ConfigError(
             f"{where}.backoff_cap ({role.backoff_cap:g}s) is less than backoff ({role.backoff:g}s)"
@@ -433,6 +452,28 @@ def _parse_memory(raw: Mapping[str, Any], problems: list[str]) -> MemoryConfig:
             else:
                 embeddings = EmbeddingsConfig(url, model, key_env)
     return MemoryConfig(lines or MemoryConfig.short_term_lines, embeddings)
+
+
+def _parse_delivery(raw: Mapping[str, Any], problems: list[str]) -> DeliveryConfig:
+    reader = _Reader(raw, "delivery", {f.name for f in fields(DeliveryConfig)}, problems)
+    values = {"timeout": reader.duration("timeout"),
+              "max_attempts": reader.positive_int("max_attempts"),
+              "backoff": reader.duration("backoff"), "backoff_cap": reader.duration("backoff_cap")}
+    return DeliveryConfig(**{k: v for k, v in values.items() if v is not None})
+
+
+def _check_delivery(role: RoleConfig, where: str) -> None:
+    from taskherd.store.delivery import EVENTS
+    from taskherd.taskspec import ALIAS_NAME
+
+    bad = [target for target in role.deliver_to if not ALIAS_NAME.match(target)]
+    if bad:
+        raise ConfigError(f"{where}.deliver_to = {bad[0]!r}: expected an alias such as '@ops'")
+    unknown = [event for event in role.deliver_on if event not in EVENTS]
+    if unknown:
+        raise ConfigError(f"{where}.on = {unknown[0]!r}: expected some of {', '.join(EVENTS)}")
+    if role.deliver_on and not role.deliver_to:
+        raise ConfigError(f"{where}.on is set without deliver_to: name the aliases to tell")
 
 
 def _parse_pools(raw: Mapping[str, Any], problems: list[str]) -> dict[str, int]:

@@ -319,6 +319,7 @@ class EventKind(str, enum.Enum):
     JOB_CHANGED = "job_changed"  # a job was added, changed, enabled, disabled or asked to run now
     COOLDOWN_SET = "cooldown_set"  # a runtime was paused by a rate limit
     COOLDOWN_CLEARED = "cooldown_cleared"  # a runtime's pause was lifted
+    DELIVERY_QUEUED = "delivery_queued"  # a settle wrote outbox rows for delivery targets
 
 
 _EVENT_KINDS = {kind.value: kind for kind in EventKind}

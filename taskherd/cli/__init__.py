@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "msg": ("taskherd.cli.messages", "msg_group"),
     "agents": ("taskherd.cli.agents", "agents_group"),
     "memory": ("taskherd.cli.memory", "memory_group"),
+    "alias": ("taskherd.cli.alias", "alias_group"),
     "jobs": ("taskherd.cli.jobs", "jobs_group"),
     "backup": ("taskherd.cli.backup", "backup_command"),
     "runs": ("taskherd.cli.runs", "runs_group"),

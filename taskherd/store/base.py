@@ -15,6 +15,7 @@ from pathlib import Path
 from taskherd.model import Claim, Cooldown, NewTask, Run, RunResult, Task, TaskState
 from taskherd.queue import RetryPolicy
 from taskherd.store.agents import AgentStore
+from taskherd.store.delivery import DeliveryStore
 from taskherd.store.errors import (
     ParentNotFound,
     RunNotFound,
@@ -60,7 +61,8 @@ class StateCount:
     count: int
 
 
-class Store(JobStore, NodeStore, MessageStore, AgentStore, MemoryStore, abc.ABC):
+class Store(JobStore, NodeStore, MessageStore, AgentStore, MemoryStore, DeliveryStore,
+            abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # -- run credentials: what an agent holds instead of the database -------------------

@@ -47,6 +47,7 @@ from taskherd.store.connection import Connection
 from taskherd.store.messages import InboxLimit
 from taskherd.store.sql_agents import SQLAgents
 from taskherd.store.sql_credentials import SQLCredentials
+from taskherd.store.sql_delivery import SQLDelivery
 from taskherd.store.sql_jobs import SQLJobs
 from taskherd.store.sql_memory import SQLMemory
 from taskherd.store.sql_messages import SQLMessages
@@ -57,7 +58,7 @@ S = TaskState
 
 
 class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLMessages, SQLAgents,
-               SQLMemory, Store):
+               SQLMemory, SQLDelivery, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
@@ -394,6 +395,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLMessages, SQLAg
     def prune(self, before: float) -> int:
         with self._write() as db:
             self._prune_messages(db, before)
+            db.execute(self.q["prune_deliveries"], {"before": before})
             return db.execute(self.q["prune_finished_tasks"], {"before": before}).rowcount
 
 
@@ -455,10 +457,13 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLMessages, SQLAg
         cancel, block, unblock, requeue). Whatever must happen when a task settles attaches
         here, so that it happens exactly when the settle commits and never around it: a
         chain's children, gates and reviews, notifications' outbox rows; today, the event
-        that tells listeners (the daemons' dispatchers among them) where the task went.
+        that tells listeners (the daemons' dispatchers among them) where the task went, and
+        the outbox rows of the delivery targets the task names (sent after the commit).
         """
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, state=task.state,
                    role=task.role)
+        if self._write_outbox(db, task, now):
+            self._emit(EventKind.DELIVERY_QUEUED, now, task_id=task.id)
         return task
 
     def _add_task(self, db: Connection, new: NewTask, now: float) -> tuple[int | None, bool]:

@@ -96,6 +96,10 @@ SEED: list[tuple[str, dict[str, Any]]] = [
     ("insert_memory", {"scope": "qa", "section": None, "text": "hello from the memory",
                        "source": "person", "now": NOW, "embedding": "[1.0, 0.0]",
                        "embedding_model": "m"}),
+    ("add_alias", {"name": "ops", "channel": "file", "target": "/tmp/ops.jsonl",
+                   "format": "json", "description": None, "now": NOW}),
+    ("insert_delivery", {"alias": "ops", "event": "completed", "task_id": 4,
+                         "payload": "{}", "now": NOW}),
     ("insert_message", MESSAGE),
     ("insert_message", MESSAGE | {"recipient": "task:3", "priority": 2, "body": "urgent"}),
     ("insert_job", {"name": "nightly", "template": '{"role": "coder"}',
@@ -133,6 +137,9 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "capabilities": '["web"]', "description": "an outside agent",
     "scope": "qa", "shared": "@shared", "section": "Learnings", "text": "hello again",
     "source": "agent", "embedding": "[0.5, 0.5]", "embedding_model": "m", "query": "hello",
+    "channel": "webhook", "target": "http://127.0.0.1:9/hook", "format": "slack",
+    "alias": "ops", "event": "completed", "payload": '{"event": "completed"}', "attempts": 0,
+    "retry_at": NOW + 30,
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {
