@@ -24,10 +24,13 @@ class DeliveryFailed(Exception):
     pass
 
 
-def send(alias: Alias, delivery: Delivery, timeout: float = TIMEOUT) -> None:
+def send(alias: Alias, delivery: Delivery, timeout: float = TIMEOUT,
+         client: Any = None) -> None:
+    """Send `delivery` to `alias`; `client` is an httpx.Client to reuse across webhooks
+    (a new one per call pays for its TLS context and connection every time)."""
     body = {"delivery_id": delivery.id, **json.loads(delivery.payload)}
     if alias.channel == "webhook":
-        _post(alias, delivery, body, timeout)
+        _post(alias, delivery, body, timeout, client)
     elif alias.channel == "command":
         _run(alias, body, timeout)
     elif alias.channel == "file":
@@ -43,7 +46,8 @@ def one_line(body: dict[str, Any]) -> str:
             f"{task.get('title')}" + (f" — {detail}" if detail else ""))
 
 
-def _post(alias: Alias, delivery: Delivery, body: dict[str, Any], timeout: float) -> None:
+def _post(alias: Alias, delivery: Delivery, body: dict[str, Any], timeout: float,
+          client: Any) -> None:
     import httpx
 
     shaped: Any = body
@@ -54,7 +58,8 @@ def _post(alias: Alias, delivery: Delivery, body: dict[str, Any], timeout: float
     headers = {"X-Taskherd-Delivery": str(delivery.id), "X-Taskherd-Event": delivery.event,
                "Idempotency-Key": f"taskherd-delivery-{delivery.id}"}
     try:
-        response = httpx.post(alias.target, json=shaped, headers=headers, timeout=timeout)
+        poster = client.post if client is not None else httpx.post
+        response = poster(alias.target, json=shaped, headers=headers, timeout=timeout)
     except httpx.HTTPError as error:
         raise DeliveryFailed(f"{type(error).__name__}: {error}") from error
     if not 200 <= response.status_code < 300:

@@ -45,19 +45,25 @@ class Deliverer:
 
     def run_once(self, now: float) -> dict[str, int]:
         counts = {"sent": 0, "retrying": 0, "failed": 0}
-        for due in self.store.due_deliveries(now, self.settings.batch):
-            # Taken for longer than a send can last: no other pass sends it meanwhile.
-            taken = self.store.take_delivery(due, now + self.settings.timeout * 3)
-            if taken is not None:
-                counts[self._attempt(taken)] += 1
+        due = self.store.due_deliveries(now, self.settings.batch)
+        if not due:
+            return counts
+        import httpx  # only when there is something to send: most passes find nothing
+
+        with httpx.Client(timeout=self.settings.timeout) as client:
+            for delivery in due:
+                # Taken for longer than a send can last: no other pass sends it meanwhile.
+                taken = self.store.take_delivery(delivery, now + self.settings.timeout * 3)
+                if taken is not None:
+                    counts[self._attempt(taken, client)] += 1
         return counts
 
-    def _attempt(self, delivery: Delivery) -> str:
+    def _attempt(self, delivery: Delivery, client: object) -> str:
         alias = self.store.get_alias(delivery.alias)
         try:
             if alias is None:
                 raise DeliveryFailed(f"no alias named {delivery.alias!r} (taskherd alias add)")
-            send(alias, delivery, self.settings.timeout)
+            send(alias, delivery, self.settings.timeout, client)
         except DeliveryFailed as error:
             return self._failed(delivery, str(error))
         self.store.delivery_sent(delivery.id, self.clock())
