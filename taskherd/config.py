@@ -38,7 +38,7 @@ class ConfigError(ValueError):
 RUNTIME_ROLE_KEYS = {
     "command": frozenset({"command", "prompt_via"}),
     "claude": frozenset({"binary", "agent", "model", "allowed_tools", "permission_mode",
-                         "mcp_config", "args", "resume"}),
+                         "mcp_config", "args", "resume", "mcp"}),
     "chat": frozenset({"base_url", "api_key_env", "model"}),
 }
 # Names people reach for that difflib cannot guess from spelling alone.
@@ -117,6 +117,7 @@ class RoleConfig:
     mcp_config: str | None = None
     args: tuple[str, ...] = ()
     resume: bool = False  # a retry continues the previous attempt's session (--resume)
+    mcp: bool = False  # `taskherd mcp` in --mcp-config: the run's tools over MCP
     # chat runtime
     base_url: str | None = None
     api_key_env: str | None = None
@@ -368,6 +369,7 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "mcp_config": reader.get("mcp_config", str, None),
         "args": reader.str_list("args"),
         "resume": reader.get("resume", bool, None),
+        "mcp": reader.get("mcp", bool, None),
         "base_url": reader.get("base_url", str, None),
         "api_key_env": reader.get("api_key_env", str, None),
         "rate_limit_patterns": reader.str_list("rate_limit_patterns"),

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agents": ("taskherd.cli.agents", "agents_group"),
     "memory": ("taskherd.cli.memory", "memory_group"),
     "alias": ("taskherd.cli.alias", "alias_group"),
+    "mcp": ("taskherd.cli.agent", "mcp_command"),
     "jobs": ("taskherd.cli.jobs", "jobs_group"),
     "backup": ("taskherd.cli.backup", "backup_command"),
     "runs": ("taskherd.cli.runs", "runs_group"),
