@@ -265,6 +265,7 @@ class MessagePriority(enum.IntEnum):
 
 EVERYONE = "@all"  # a recipient: every role (one message each)
 PERSON = "@person"  # a sender: someone at the command line, not an agent
+SYSTEM_SENDER = "@taskherd"  # a sender: taskherd itself (the answer to a spawn request)
 TASK_ADDRESS = "task:"  # a recipient or sender that is one task: 'task:42'
 
 

@@ -23,7 +23,7 @@ from taskherd.cli.common import (
     print_table,
     queue_for,
 )
-from taskherd.model import Message
+from taskherd.model import SYSTEM_SENDER, Message
 from taskherd.ops import messages as message_ops
 
 PRIORITY_WORDS = {0: "normal", 1: "high", 2: "urgent"}
@@ -49,7 +49,11 @@ def msg_group() -> None:
 @click.pass_context
 def send_command(ctx: click.Context, to: str, body: str, sender: str | None, kind: str,
                  priority: str, reply_to: int | None, ttl: str | None, as_json: bool) -> None:
-    """Send BODY to TO (a role, task:ID or @all); BODY '-' reads it from stdin."""
+    """Send BODY to TO (a role, task:ID or @all); BODY '-' reads it from stdin.
+
+    With --kind spawn, BODY is a task spec in JSON (the fields of `task add`; the role is TO
+    unless given): the task is created as a child of the sender's task, and the answer (a
+    `result` message to the sender) names the new id or why not."""
     if body == "-":
         from taskherd.cli.tasks import decoded
 
@@ -67,7 +71,10 @@ def send_command(ctx: click.Context, to: str, body: str, sender: str | None, kin
         print_json(sent)
     else:
         for message in sent:
-            click.echo(f"sent message {message['id']} to {message['recipient']}")
+            if message["sender"] == SYSTEM_SENDER:  # the answer to a spawn request
+                click.echo(f"answer {message['id']}: {message['body']}")
+            else:
+                click.echo(f"sent message {message['id']} to {message['recipient']}")
 
 
 @msg_group.command("inbox")

@@ -9,6 +9,7 @@ message is read now rather than at the role's next scheduled run.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -69,6 +70,8 @@ def send(queue: Queue, sender: Sender, to: str, body: object, now: float, *,
         if parent is None:
             raise BadInput(f"reply_to = {reply_to}: no message with that id")
         thread_id = parent.thread
+    if kind == MessageKind.SPAWN:
+        return spawn(queue, sender, to, text, level, reply_to, thread_id, ttl, now)
     recipients = recipients_of(queue, to)
     batch = [NewMessage(sender.address, recipient, text, kind, level, reply_to, thread_id,
                         None if ttl is None else now + ttl, sender.role, sender.run_id)
@@ -76,6 +79,37 @@ def send(queue: Queue, sender: Sender, to: str, body: object, now: float, *,
     wake = [_wake_task(queue, recipient, sender.address) for recipient in recipients
             if level == MessagePriority.URGENT and _wakes(queue, recipient)]
     return queue.store.send_messages(batch, now, wake)
+
+
+def spawn(queue: Queue, sender: Sender, to: str, body: str, priority: int,
+          reply_to: int | None, thread_id: int | None, ttl: float | None,
+          now: float) -> list[Message]:
+    """A spawn request: `body` is a task spec (JSON, the fields of `task add`), created as a
+    child of the sender's task, checked as an agent's `task add` is (`ops.agent.child_task`).
+    The request and a `result` answer (the new id, or why not) are written with the child,
+    in one transaction; a bad spec creates nothing but the request and its answer."""
+    from taskherd.ops.agent import child_task
+
+    if not sender.address.startswith(TASK_ADDRESS):
+        raise BadInput("a spawn request comes from a task (an agent's run, or --from task:ID): "
+                       "its child is created under it")
+    if to == EVERYONE:
+        raise BadInput("a spawn request goes to one role, not to @all")
+    check_address(queue, to, "to")
+    parent = int(sender.address.removeprefix(TASK_ADDRESS))
+    child, refusal = None, None
+    try:
+        spec = json.loads(body)
+        if isinstance(spec, dict) and "role" not in spec and not to.startswith(TASK_ADDRESS):
+            spec["role"] = to  # the request's recipient is the child's role
+        child = child_task(queue, parent, spec)
+    except ValueError as error:  # bad JSON or a spec the checks refuse (BadInput)
+        refusal = str(error) if isinstance(error, BadInput) else f"not a JSON task spec: {error}"
+    request = NewMessage(sender.address, to, body, MessageKind.SPAWN.value, priority, reply_to,
+                         thread_id, None if ttl is None else now + ttl, sender.role,
+                         sender.run_id)
+    asked, answer, _ = queue.store.spawn_from_message(request, child, refusal, now)
+    return [asked, answer]
 
 
 def recipients_of(queue: Queue, to: str) -> list[str]:

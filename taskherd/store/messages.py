@@ -44,6 +44,13 @@ class MessageStore(abc.ABC):
         its role has no ready task (an urgent message to a role that sets wake_on_urgent)."""
 
     @abc.abstractmethod
+    def spawn_from_message(self, request: NewMessage, child: NewTask | None, refusal: str | None,
+                           now: float) -> tuple[Message, Message, int | None]:
+        """In one transaction: the spawn request, the child task (when `child` is given),
+        and the `result` message answering the request's sender with the new task's id or
+        with `refusal`. Returns (request, answer, the child's id or None)."""
+
+    @abc.abstractmethod
     def get_message(self, message_id: int) -> Message | None: ...
 
     @abc.abstractmethod

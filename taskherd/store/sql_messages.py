@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import TASK_ADDRESS, EventKind, Message, NewTask, Run
+from taskherd.model import SYSTEM_SENDER, TASK_ADDRESS, EventKind, Message, NewTask, Run
 from taskherd.store.messages import InboxLimit, MessageStore, NewMessage
 
 if TYPE_CHECKING:
@@ -34,6 +34,24 @@ class SQLMessages(MessageStore):
                 if ready.fetchall()[0]["n"] == 0:
                     self._add_task(db, task, now)
         return sent
+
+    def spawn_from_message(self, request: NewMessage, child: NewTask | None, refusal: str | None,
+                           now: float) -> tuple[Message, Message, int | None]:
+        with self._write() as db:
+            asked = Message.from_row(db.execute(self.q["insert_message"],
+                                                _message_params(request, now)).fetchall()[0])
+            child_id = None
+            if child is not None:
+                child_id, created = self._add_task(db, child, now)
+                what = "spawned" if created else "an open task has its dedup key:"
+                body = f"{what} task {child_id} (role {child.role}): {child.title}"
+            else:
+                body = f"spawn refused, nothing was created: {refusal}"
+            answer = NewMessage(SYSTEM_SENDER, request.sender, body, "result", request.priority,
+                                asked.id, asked.thread)
+            answered = Message.from_row(db.execute(self.q["insert_message"],
+                                                   _message_params(answer, now)).fetchall()[0])
+        return asked, answered, child_id
 
     def get_message(self, message_id: int) -> Message | None:
         rows = self._all("get_message", {"id": message_id})

@@ -92,3 +92,19 @@ def test_pruning_keeps_what_nobody_received(store):
     assert store.get_message(unread.id) is not None
     assert store.get_message(recent.id) is not None
     assert store.get_message(read.id) is None and store.get_message(expired.id) is None
+
+
+def test_a_spawn_request_its_child_and_its_answer_are_written_together(store):
+    parent = store.enqueue(NewTask(role="coder", title="parent"), NOW).task
+    request = NewMessage(f"task:{parent.id}", "qa", '{"title": "child"}', kind="spawn",
+                         priority=1)
+    child = NewTask(role="qa", title="child", parent_id=parent.id)
+    asked, answer, child_id = store.spawn_from_message(request, child, None, NOW)
+    assert store.get_task(child_id).parent_id == parent.id
+    assert (answer.sender, answer.recipient, answer.kind, answer.reply_to, answer.priority) == (
+        "@taskherd", f"task:{parent.id}", "result", asked.id, 1)
+    assert f"spawned task {child_id}" in answer.body
+
+    refused = store.spawn_from_message(request, None, "priority 'P9' is not one of", NOW)
+    assert refused[2] is None and "nothing was created: priority 'P9'" in refused[1].body
+    assert len(store.list_tasks()) == 2  # the parent and the one child
