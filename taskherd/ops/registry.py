@@ -48,15 +48,18 @@ def register(queue: Queue, name: object, now: float, *, runtime: object = None,
     if name in queue.config.roles:
         raise BadInput(f"{name!r} is a role in the config: its runtime and capabilities come "
                        f"from there (roles.{name}.capabilities)")
-    for field, value in (("runtime", runtime), ("description", description)):
-        if value is not None and (not isinstance(value, str) or len(value) > 1000):
-            raise BadInput(f"{field} must be text of at most 1000 characters")
-    if len(capabilities) > MAX_CAPABILITIES or not all(
-            isinstance(c, str) and 0 < len(c) <= 100 for c in capabilities):
+    names = [c for c in capabilities if isinstance(c, str) and 0 < len(c) <= 100]
+    if len(names) != len(capabilities) or len(names) > MAX_CAPABILITIES:
         raise BadInput(f"capabilities: at most {MAX_CAPABILITIES} names of 1 to 100 characters")
-    return queue.store.register_agent(name, now, runtime=runtime,  # type: ignore[arg-type]
-                                      capabilities=list(capabilities),  # type: ignore[arg-type]
-                                      description=description)  # type: ignore[arg-type]
+    return queue.store.register_agent(name, now, runtime=_line("runtime", runtime),
+                                      capabilities=names,
+                                      description=_line("description", description))
+
+
+def _line(field: str, value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or len(value) > 1000):
+        raise BadInput(f"{field} must be text of at most 1000 characters")
+    return value
 
 
 def _agent_view(queue: Queue, name: str, registered: RegisteredAgent | None, running: int,

@@ -376,11 +376,13 @@ class Supervisor:
         if result.outcome is Outcome.RATE_LIMITED and live.kill_reason is None:
             # Limits found only at the end (an HTTP 429, a result event) pause the runtime too.
             self._pause_runtime(live.role, result.retry_at, result.error or "rate limited", now)
+        if live.role.memory:
+            # Before the settle: once the task is settled the role's next run may start,
+            # and it must read the file within its cap.
+            self._keep_memory(live.role, now)
         self._settle_now(run, result, ended_at)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")
-        if live.role.memory:
-            self._keep_memory(live.role, now)
         self.on_change()
 
     def _result(self, live: LiveRun, run: Run, status: procs.ExitStatus, now: float) -> RunResult:
