@@ -32,10 +32,13 @@ ORDER BY role;
 
 -- name: task_history
 -- Finished tasks, newest first, finished since :since (a role filter as list_tasks has).
+-- The history side of tasks_clock (migration 0012), by its own expressions: there,
+-- coalesce(finished_at, lease_expires_at) is finished_at.
 SELECT * FROM tasks
-WHERE finished_at IS NOT NULL AND finished_at >= :since
+WHERE (finished_at IS NULL) = false AND finished_at IS NOT NULL
+  AND coalesce(finished_at, lease_expires_at) >= :since
   AND (CAST(:role AS TEXT) IS NULL OR role = :role)
-ORDER BY finished_at DESC, id DESC
+ORDER BY coalesce(finished_at, lease_expires_at) DESC, id DESC
 LIMIT :limit;
 
 -- name: first_run_start
