@@ -13,11 +13,12 @@ SELECT * FROM tasks WHERE id = :id;
 -- name: count_by_state_and_role
 -- Nothing is counted on the claim or settle path (migration 0012): open tasks through the
 -- indexes that hold them anyway (ready; leased; waiting for a person), finished ones from the
--- counters the monitor rolls up, plus the few finished since its mark.
+-- counters the monitor rolls up, plus the few finished since its mark, :tasks_through (read
+-- by the caller: a mark read in the statement leaves PostgreSQL planning the range blind).
 SELECT state, role, count(*) AS n FROM tasks WHERE state = 'ready' GROUP BY state, role
 UNION ALL
 SELECT state, role, count(*) FROM tasks
-WHERE (finished_at IS NULL) = true AND lease_expires_at IS NOT NULL
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at IS NOT NULL
   AND state IN ('claimed', 'running')
 GROUP BY state, role
 UNION ALL
@@ -29,8 +30,8 @@ SELECT state, role, sum(n) FROM (
     SELECT state, role, n FROM finished_counts WHERE n > 0
     UNION ALL
     SELECT state, role, count(*) FROM tasks
-    WHERE (finished_at IS NULL) = false AND finished_at IS NOT NULL
-      AND coalesce(finished_at, lease_expires_at) >= (SELECT +tasks_through FROM rollup_marks)
+    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
+      AND coalesce(finished_at, lease_expires_at) >= :tasks_through
       AND state IN ('completed', 'dead', 'cancelled')
     GROUP BY state, role
 ) AS finished
@@ -39,12 +40,12 @@ ORDER BY role, state;
 
 -- name: roll_up_finished_tasks
 -- Adds the tasks finished between the mark and :through to the counters; advance_tasks_mark
--- then moves the mark, in the same transaction. `+tasks_through` (here and in the counts):
+-- then moves the mark, in the same transaction. `+tasks_through`:
 -- a bound with the column's REAL affinity keeps SQLite from using it on tasks_clock's
 -- expression, which has none, and the range became a scan of the whole history.
 INSERT INTO finished_counts (state, role, n)
 SELECT state, role, count(*) FROM tasks
-WHERE (finished_at IS NULL) = false AND finished_at IS NOT NULL
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
   AND coalesce(finished_at, lease_expires_at) >= (SELECT +tasks_through FROM rollup_marks)
   AND coalesce(finished_at, lease_expires_at) < :through
   AND state IN ('completed', 'dead', 'cancelled')
@@ -53,6 +54,9 @@ ON CONFLICT (state, role) DO UPDATE SET n = finished_counts.n + excluded.n;
 
 -- name: advance_tasks_mark
 UPDATE rollup_marks SET tasks_through = :through WHERE tasks_through < :through;
+
+-- name: rollup_marks
+SELECT tasks_through, runs_through FROM rollup_marks;
 
 -- name: runs_mark
 -- How far the runs can be rolled up: to just below the oldest open run (every run up to the
@@ -96,12 +100,12 @@ WHERE id = :task_id AND state IN ('claimed', 'running')
   AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id);
 
 -- name: renew_node_leases
--- `(finished_at IS NULL) = true` and `lease_expires_at IS NOT NULL` say nothing new of a
+-- `(CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1` and `lease_expires_at IS NOT NULL` say nothing new of a
 -- leased task, but let the lease side of tasks_clock find the node's tasks: without them,
 -- each renewal scanned every task ever kept.
 UPDATE tasks
 SET lease_expires_at = :lease_until
-WHERE (finished_at IS NULL) = true AND lease_expires_at IS NOT NULL AND lease_node = :node
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at IS NOT NULL AND lease_node = :node
   AND state IN ('claimed', 'running');
 
 -- name: end_run
@@ -155,7 +159,7 @@ RETURNING *;
 -- name: prune_finished_tasks
 -- The history side of tasks_clock (migration 0012), by its own expressions.
 DELETE FROM tasks
-WHERE (finished_at IS NULL) = false AND finished_at IS NOT NULL
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
   AND coalesce(finished_at, lease_expires_at) < :before;
 
 -- name: list_tasks

@@ -63,7 +63,7 @@ FOR UPDATE SKIP LOCKED;
 -- rescue done and failing its whole pass on a run that already ended. The lease side of
 -- tasks_clock (migration 0012), by its own expressions.
 SELECT * FROM tasks
-WHERE (finished_at IS NULL) = true AND coalesce(finished_at, lease_expires_at) < :now
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND coalesce(finished_at, lease_expires_at) < :now
   AND lease_expires_at IS NOT NULL AND state IN ('claimed', 'running')
 ORDER BY id
 FOR UPDATE SKIP LOCKED;
