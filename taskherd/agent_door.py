@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import asyncio
 
+    from taskherd.model import Run
     from taskherd.ops import Queue
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,8 @@ URL_ENV = "TASKHERD_URL"  # the daemon's HTTP API, for an agent that has no sock
 MAX_REQUEST = 4 * 1024 * 1024  # a child task's prompt fits; a runaway writer does not
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux: longer paths go through /proc
 TIMEOUT = 30.0
-OPS = ("heartbeat", "report", "add_child_task")
+OPS = ("heartbeat", "report", "add_child_task", "msg_send", "msg_inbox", "msg_read",
+       "memory_add", "memory_search", "task_context")
 
 
 def socket_path(data_dir: Path) -> Path:
@@ -146,29 +148,111 @@ class AgentDoor:
 
 def perform(queue: Queue, run: Any, op: object, args: object,
             now: float) -> tuple[dict[str, Any], bool]:
-    """Do `op` for `run` (its credential already checked): the answer, and whether it added
-    work. Shared by every door an agent uses: this socket, and the HTTP API."""
+    """Do `op` for `run` (its credential already checked): the answer, and whether it may
+    have added work. Shared by every door an agent uses: this socket, and the HTTP API."""
     from taskherd.ops import BadInput
-    from taskherd.ops import agent as agent_ops
 
     if op not in OPS:
         raise BadInput(f"op {op!r} is not one of: {', '.join(OPS)}")
     if not isinstance(args, dict):
         raise BadInput("args must be an object")
-    if op == "heartbeat":
-        _only(args, "progress")
-        run = agent_ops.heartbeat(queue, run, now, args.get("progress"))
-        return {"run_id": run.id}, False
-    if op == "report":
-        fields = _only(args, "verdict", "summary", "cost_usd", "input_tokens",
-                       "output_tokens")
-        run = agent_ops.report(queue, run, now, fields.pop("verdict", None),
-                               fields.pop("summary", None), **fields)
-        log.info("run %s: the agent reported %s", run.id, run.report)
-        return {"run_id": run.id, "verdict": run.report}, False
+    return _OPERATIONS[op](queue, run, args, now)
+
+
+def _heartbeat(queue: Queue, run: Any, args: dict[str, Any],
+               now: float) -> tuple[dict[str, Any], bool]:
+    from taskherd.ops import agent as agent_ops
+
+    _only(args, "progress")
+    run = agent_ops.heartbeat(queue, run, now, args.get("progress"))
+    return {"run_id": run.id}, False
+
+
+def _report(queue: Queue, run: Any, args: dict[str, Any],
+            now: float) -> tuple[dict[str, Any], bool]:
+    from taskherd.ops import agent as agent_ops
+
+    fields = _only(args, "verdict", "summary", "cost_usd", "input_tokens", "output_tokens")
+    run = agent_ops.report(queue, run, now, fields.pop("verdict", None),
+                           fields.pop("summary", None), **fields)
+    log.info("run %s: the agent reported %s", run.id, run.report)
+    return {"run_id": run.id, "verdict": run.report}, False
+
+
+def _add_child_task(queue: Queue, run: Any, args: dict[str, Any],
+                    now: float) -> tuple[dict[str, Any], bool]:
+    from taskherd.ops import agent as agent_ops
+
     _only(args, "task")
     enqueued = agent_ops.add_child_task(queue, run, args.get("task"), now)
     return {"task": enqueued.task.to_dict(), "created": enqueued.created}, enqueued.created
+
+
+def _msg_send(queue: Queue, run: Any, args: dict[str, Any],
+              now: float) -> tuple[dict[str, Any], bool]:
+    from taskherd.ops import messages
+
+    fields = _only(args, "to", "body", "kind", "priority", "reply_to", "ttl")
+    sent = messages.send(queue, messages.agent(run), fields.pop("to", None),
+                         fields.pop("body", None), now, **fields)
+    # An urgent message may have woken a task.
+    return {"messages": [message.to_dict() for message in sent]}, True
+
+
+def _msg_inbox(queue: Queue, run: Any, args: dict[str, Any],
+               now: float) -> tuple[dict[str, Any], bool]:
+    from taskherd.ops import messages
+
+    fields = _only(args, "limit")
+    found = messages.inbox_of_run(queue, run, now, **fields)
+    return {"messages": [message.to_dict() for message in found]}, False
+
+
+def _msg_read(queue: Queue, run: Any, args: dict[str, Any],
+              now: float) -> tuple[dict[str, Any], bool]:
+    from taskherd.ops import BadInput, messages
+
+    ids = _only(args, "ids").get("ids")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                            for i in ids):
+        raise BadInput("ids must be a list of message ids")
+    marked = messages.mark_read(queue, ids, now, run)
+    return {"read": [message.id for message in marked]}, False
+
+
+def _memory_add(queue: Queue, run: Any, args: dict[str, Any],
+                now: float) -> tuple[dict[str, Any], bool]:
+    from taskherd.ops import memory
+
+    fields = _only(args, "text", "shared", "section")
+    scope = memory.SHARED if fields.get("shared") else run.role
+    added = memory.add(queue, scope, fields.get("text"), now, source="agent",
+                       section=fields.get("section"))
+    return {"memory": added.to_dict()}, False
+
+
+def _memory_search(queue: Queue, run: Any, args: dict[str, Any],
+                   now: float) -> tuple[dict[str, Any], bool]:
+    from taskherd.ops import memory
+
+    fields = _only(args, "query", "limit")
+    found = memory.search(queue, run.role, fields.get("query"), limit=fields.get("limit", 5))
+    return {"memories": [entry.to_dict() for entry in found]}, False
+
+
+def _task_context(queue: Queue, run: Any, args: dict[str, Any],
+                  now: float) -> tuple[dict[str, Any], bool]:
+    from taskherd.ops import agent as agent_ops
+
+    _only(args)
+    return agent_ops.task_context(queue, run), False
+
+
+_OPERATIONS = {
+    "heartbeat": _heartbeat, "report": _report, "add_child_task": _add_child_task,
+    "msg_send": _msg_send, "msg_inbox": _msg_inbox, "msg_read": _msg_read,
+    "memory_add": _memory_add, "memory_search": _memory_search, "task_context": _task_context,
+}
 
 
 def _only(args: dict[str, Any], *accepted: str) -> dict[str, Any]:

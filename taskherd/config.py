@@ -28,6 +28,8 @@ RUNTIMES = ("command", "claude", "chat")
 ON_SHUTDOWN = ("detach", "wait", "kill")
 PROMPT_VIA = ("stdin", "file", "arg")
 ON_INPUT = ("kill", "wait")  # what to do with an agent waiting at a question
+TOP_LEVEL_KEYS = ("daemon", "roles", "pools", "jobs", "api", "backup", "messages", "memory",
+                  "delivery")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 S3_SCHEME = "s3://"
 # Keys people put in [backup] that must come from the environment or the AWS credential chain:
@@ -45,7 +47,7 @@ class ConfigError(ValueError):
 RUNTIME_ROLE_KEYS = {
     "command": frozenset({"command", "prompt_via"}),
     "claude": frozenset({"binary", "agent", "model", "allowed_tools", "permission_mode",
-                         "mcp_config", "args", "resume"}),
+                         "mcp_config", "args", "resume", "mcp"}),
     "chat": frozenset({"base_url", "api_key_env", "model"}),
 }
 # Names people reach for that difflib cannot guess from spelling alone.
@@ -115,6 +117,12 @@ class RoleConfig:
     loop_window: float = 120.0  # ...within this span
     review: bool = False
     require_marker: bool = False
+    wake_on_urgent: bool = False  # an urgent message adds a task when none is ready
+    capabilities: tuple[str, ...] = ()  # what the role's agents can do (the agents registry)
+    memory: bool = False  # a short-term memory file, in the prompt and TASKHERD_MEMORY_FILE
+    deliver_to: tuple[str, ...] = ()  # delivery aliases its tasks tell when they settle
+    deliver_on: tuple[str, ...] = ()  # which settles (the role key is `on`); () = defaults
+    description: str | None = None
     # claude runtime
     binary: str | None = None
     agent: str | None = None
@@ -124,6 +132,7 @@ class RoleConfig:
     mcp_config: str | None = None
     args: tuple[str, ...] = ()
     resume: bool = False  # a retry continues the previous attempt's session (--resume)
+    mcp: bool = False  # `taskherd mcp` in --mcp-config: the run's tools over MCP
     # chat runtime
     base_url: str | None = None
     api_key_env: str | None = None
@@ -185,6 +194,44 @@ class BackupConfig:
 
 
 @dataclass(frozen=True)
+class MessagesConfig:
+    """[messages]: how much of its inbox a starting run gets in its prompt."""
+
+    inbox_messages: int = 20  # the rest wait for the role's next run
+    inbox_bytes: int = 16_000
+
+
+@dataclass(frozen=True)
+class EmbeddingsConfig:
+    """An OpenAI-compatible embeddings endpoint: long-term memory ranks by meaning too."""
+
+    base_url: str  # e.g. http://127.0.0.1:8080/v1 (POST {base_url}/embeddings)
+    model: str
+    api_key_env: str | None = None  # the daemon's variable holding the key, never the key
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """[memory]: the short-term file's cap and the optional embeddings endpoint."""
+
+    short_term_lines: int = 80
+    embeddings: EmbeddingsConfig | None = None
+
+    def file_of(self, data_dir: Path, role: str) -> Path:
+        return data_dir / "memory" / f"{role}.md"
+
+
+@dataclass(frozen=True)
+class DeliveryConfig:
+    """[delivery]: how the outbox is sent to delivery aliases."""
+
+    timeout: float = 10.0  # of one send
+    max_attempts: int = 8  # then the delivery is kept as failed
+    backoff: float = 5.0  # before the second attempt, doubling after each failure
+    backoff_cap: float = 600.0
+
+
+@dataclass(frozen=True)
 class Config:
     daemon: DaemonConfig
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
@@ -193,6 +240,9 @@ class Config:
     source: Path | None = None  # the file it came from, if any
     api: ApiConfig = field(default_factory=ApiConfig)
     backup: BackupConfig = field(default_factory=BackupConfig)
+    messages: MessagesConfig = field(default_factory=MessagesConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
@@ -248,11 +298,14 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
 def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None = None) -> Config:
     """The config in `raw`; every problem in it at once (ConfigError, one per line)."""
     problems: list[str] = []
-    _no_unknown_keys(raw, {"daemon", "roles", "pools", "jobs", "api", "backup"}, "", problems)
+    _no_unknown_keys(raw, set(TOP_LEVEL_KEYS), "", problems)
     daemon = _parse_daemon(_table(raw, "daemon"), base_dir, source is not None, problems)
     api = _parse_api(_table(raw, "api"), base_dir, problems)
     backup = _parse_backup(_table(raw, "backup"), base_dir, problems)
     pools = _parse_pools(_table(raw, "pools"), problems)
+    messages = _parse_messages(_table(raw, "messages"), problems)
+    memory = _parse_memory(_table(raw, "memory"), problems)
+    delivery = _parse_delivery(_table(raw, "delivery"), problems)
     roles = {}
     for name in _table(raw, "roles"):
         role = _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools,
@@ -266,7 +319,8 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
         problems.append("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
     if problems:
         raise ConfigError(_all_problems(problems))
-    config = Config(daemon, roles, pools, tuple(jobs), source, api, backup)
+    config = Config(daemon, roles, pools, tuple(jobs), source, api=api, backup=backup,
+                    messages=messages, memory=memory, delivery=delivery)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
         # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
@@ -451,6 +505,12 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "loop_window": reader.duration("loop_window"),
         "review": reader.get("review", bool, None),
         "require_marker": reader.get("require_marker", bool, None),
+        "wake_on_urgent": reader.get("wake_on_urgent", bool, None),
+        "capabilities": reader.str_list("capabilities"),
+        "memory": reader.get("memory", bool, None),
+        "deliver_to": reader.str_list("deliver_to"),
+        "deliver_on": reader.str_list("on"),
+        "description": reader.get("description", str, None),
         "binary": reader.get("binary", str, None),
         "agent": reader.get("agent", str, None),
         "model": reader.get("model", str, None),
@@ -459,6 +519,7 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "mcp_config": reader.get("mcp_config", str, None),
         "args": reader.str_list("args"),
         "resume": reader.get("resume", bool, None),
+        "mcp": reader.get("mcp", bool, None),
         "base_url": reader.get("base_url", str, None),
         "api_key_env": reader.get("api_key_env", str, None),
         "rate_limit_patterns": reader.str_list("rate_limit_patterns"),
@@ -473,7 +534,8 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
     return role
 
 
-_ALL_ROLE_KEYS = {f.name for f in fields(RoleConfig)} - {"name", "timezone"}
+_ALL_ROLE_KEYS = ({f.name for f in fields(RoleConfig)} - {"name", "timezone", "deliver_on"}
+                  | {"on"})
 _SHARED_ROLE_KEYS = _ALL_ROLE_KEYS - set().union(*RUNTIME_ROLE_KEYS.values())
 
 
@@ -517,10 +579,63 @@ def _check_role(role: RoleConfig, pools: Mapping[str, int]) -> None:
             f"{where}.on_input = 'wait' needs runtime 'command' with prompt_via = 'file' or "
             f"'arg' (this role: runtime {role.runtime!r}, prompt_via {role.prompt_via!r}): "
             "its standard input is kept open for `taskherd task answer`")
+    _check_delivery(role, where)
     if role.backoff_cap < role.backoff:
         raise ConfigError(
             f"{where}.backoff_cap ({role.backoff_cap:g}s) is less than backoff ({role.backoff:g}s)"
         )
+
+
+def _parse_messages(raw: Mapping[str, Any], problems: list[str]) -> MessagesConfig:
+    reader = _Reader(raw, "messages", {f.name for f in fields(MessagesConfig)}, problems)
+    values = {"inbox_messages": reader.positive_int("inbox_messages"),
+              "inbox_bytes": reader.positive_int("inbox_bytes")}
+    return MessagesConfig(**{k: v for k, v in values.items() if v is not None})
+
+
+def _parse_memory(raw: Mapping[str, Any], problems: list[str]) -> MemoryConfig:
+    reader = _Reader(raw, "memory", {"short_term_lines", "embeddings"}, problems)
+    lines = reader.positive_int("short_term_lines")
+    embeddings = None
+    if "embeddings" in raw:
+        table = raw["embeddings"]
+        if not isinstance(table, dict):
+            problems.append("memory.embeddings must be a table: { base_url = '…', model = '…' }")
+        else:
+            inner = _Reader(table, "memory.embeddings", {"base_url", "model", "api_key_env"},
+                            problems)
+            url, model = inner.get("base_url", str, None), inner.get("model", str, None)
+            key_env = inner.get("api_key_env", str, None)
+            if url and not url.startswith(("http://", "https://")):
+                problems.append(f"memory.embeddings.base_url = {url!r}: expected an http:// or "
+                                "https:// URL")
+            elif not (url and model):
+                problems.append("memory.embeddings needs base_url and model")
+            else:
+                embeddings = EmbeddingsConfig(url, model, key_env)
+    return MemoryConfig(lines or MemoryConfig.short_term_lines, embeddings)
+
+
+def _parse_delivery(raw: Mapping[str, Any], problems: list[str]) -> DeliveryConfig:
+    reader = _Reader(raw, "delivery", {f.name for f in fields(DeliveryConfig)}, problems)
+    values = {"timeout": reader.duration("timeout"),
+              "max_attempts": reader.positive_int("max_attempts"),
+              "backoff": reader.duration("backoff"), "backoff_cap": reader.duration("backoff_cap")}
+    return DeliveryConfig(**{k: v for k, v in values.items() if v is not None})
+
+
+def _check_delivery(role: RoleConfig, where: str) -> None:
+    from taskherd.store.delivery import EVENTS
+    from taskherd.taskspec import ALIAS_NAME
+
+    bad = [target for target in role.deliver_to if not ALIAS_NAME.match(target)]
+    if bad:
+        raise ConfigError(f"{where}.deliver_to = {bad[0]!r}: expected an alias such as '@ops'")
+    unknown = [event for event in role.deliver_on if event not in EVENTS]
+    if unknown:
+        raise ConfigError(f"{where}.on = {unknown[0]!r}: expected some of {', '.join(EVENTS)}")
+    if role.deliver_on and not role.deliver_to:
+        raise ConfigError(f"{where}.on is set without deliver_to: name the aliases to tell")
 
 
 def _parse_pools(raw: Mapping[str, Any], problems: list[str]) -> dict[str, int]:

@@ -33,6 +33,7 @@ from taskherd.model import LEASED_STATES, Event, EventKind
 from taskherd.ops import Queue
 from taskherd.services.backups import Backups
 from taskherd.services.checkpoints import Checkpoints
+from taskherd.services.delivery import Deliverer, DeliverySettings
 from taskherd.services.dispatcher import Dispatcher
 from taskherd.services.monitor import Monitor
 from taskherd.services.runner import ServiceLoop, run_service
@@ -108,12 +109,14 @@ class Daemon:
         self._wake = asyncio.Event()
         self._schedule = asyncio.Event()  # the scheduler's own: job changes, reloads, task ends
         self._reload = asyncio.Event()
+        self._deliver = asyncio.Event()  # the deliverer's own: a settle may have queued some
         self._stop = asyncio.Event()
         self.services: dict[str, ServiceLoop] = {}
 
     def wake(self) -> None:
         self._wake.set()
         self._schedule.set()
+        self._deliver.set()
 
     def reload(self) -> None:
         """SIGHUP / `taskherd reload`: re-read the config file and give it to every service."""
@@ -159,8 +162,8 @@ class Daemon:
                  shown(daemon.database), daemon.max_concurrent)
         self.services = self._services(store, supervisor, scheduler)
         starting = [self._start(name) for name in ("dispatcher", "scheduler")]
-        watching = [self._start(name)
-                    for name in ("supervisor", "monitor", "checkpoints", "backups")]
+        watching = [self._start(name) for name in ("supervisor", "monitor", "checkpoints",
+                                                   "backups", "delivery")]
         watching.append(asyncio.create_task(self._reload_on_request(), name="reload"))
         watching.append(asyncio.create_task(self._wake_on_events(events), name="events"))
         loops = starting + watching
@@ -249,6 +252,10 @@ class Daemon:
             ServiceLoop("monitor", monitor),
             ServiceLoop("checkpoints", checkpoints, in_thread=True),
             ServiceLoop("backups", backups, in_thread=True),
+            ServiceLoop("delivery", Deliverer(store, self.clock,
+                                              DeliverySettings.of(self.config.delivery)),
+                        wake=self._deliver,
+                        in_thread=True, max_sleep=DeliverySettings.interval),
         )}
 
     @property

@@ -56,6 +56,8 @@ def run_checks(config_file: str | None) -> list[Check]:
     checks += [check_claude_auth(config, role) for role in config.roles.values()
                if role.runtime == "claude"]
     checks += [check_timezone(config), check_disk(config), check_backup(config)]
+    deliveries = check_deliveries(config)
+    checks += [deliveries] if deliveries else []
     linger = check_linger()
     return checks + ([linger] if linger else [])
 
@@ -88,6 +90,33 @@ def check_database(config: Config) -> Check:
     finally:
         store.close()
     return Check(OK, f"{name} opens and is writable")
+
+
+def check_deliveries(config: Config) -> Check | None:
+    """Deliveries kept as failed, and aliases named by roles that do not exist."""
+    try:
+        store = open_store(config.daemon.database, durability=config.daemon.durability)
+    except (StoreError, OSError):
+        return None  # check_database said why
+    try:
+        counts = store.delivery_counts()
+        aliases = {alias.name for alias in store.list_aliases()}
+    finally:
+        store.close()
+    named = {t.removeprefix("@") for role in config.roles.values() for t in role.deliver_to}
+    missing = sorted(named - aliases)
+    if missing:
+        return Check(PROBLEM, "delivery", f"roles name alias(es) that do not exist: "
+                     f"{', '.join('@' + name for name in missing)}",
+                     "`taskherd alias add NAME CHANNEL TARGET`")
+    failed = {alias: n["failed"] for alias, n in counts.items() if n.get("failed")}
+    if failed:
+        listed = ", ".join(f"@{alias} {n}" for alias, n in sorted(failed.items()))
+        return Check(WARN, "delivery", f"deliveries kept as failed: {listed}",
+                     "`taskherd alias status` shows their errors")
+    if not counts and not aliases:
+        return None
+    return Check(OK, f"delivery: {len(aliases)} alias(es), no failed deliveries")
 
 
 def check_log_dir(config: Config) -> Check:

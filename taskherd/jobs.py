@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the config imports this module (to check [[jobs]]) at load,
 
 TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual", "timezone")
 TEMPLATE_KEYS = ("role", "title", "prompt", "priority", "pool", "dedup_key", "max_attempts",
-                 "review", "pending", "meta")
+                 "review", "pending", "meta", "deliver_to", "on")
 POLICY_KEYS = ("overlap", "missed_fire", "max_retries", "delete_after_run", "enabled")
 JOB_KEYS = ("name", *TEMPLATE_KEYS, "variants", *TRIGGER_KEYS, *POLICY_KEYS)
 # What a variant may change: the work, not the job's identity or limits.

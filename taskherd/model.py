@@ -279,12 +279,67 @@ class Cooldown:
         return self.until <= now
 
 
+class MessageKind(enum.StrEnum):
+    """What a message is for; agents and people read them alike, `spawn` is acted on."""
+
+    TEXT = "text"  # a note from one agent or person to another
+    TASK = "task"  # a request to do something (a person's or an agent's)
+    RESULT = "result"  # the answer to a request, e.g. the id a spawn request created
+    STATUS = "status"  # where some work stands
+    SYSTEM = "system"  # from taskherd itself
+    SPAWN = "spawn"  # a task spec to create as a child of the sender's task
+
+
+class MessagePriority(enum.IntEnum):
+    NORMAL = 0
+    HIGH = 1
+    URGENT = 2  # read first; may wake a task of a role that sets wake_on_urgent
+
+
+EVERYONE = "@all"  # a recipient: every role (one message each)
+PERSON = "@person"  # a sender: someone at the command line, not an agent
+SYSTEM_SENDER = "@taskherd"  # a sender: taskherd itself (the answer to a spawn request)
+TASK_ADDRESS = "task:"  # a recipient or sender that is one task: 'task:42'
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    sender: str
+    sender_role: str | None
+    sender_run_id: int | None
+    recipient: str
+    kind: str
+    priority: int
+    body: str
+    reply_to: int | None
+    thread_id: int | None  # the first message of its thread; None: this one is
+    created_at: float
+    delivered_at: float | None
+    delivered_run_id: int | None
+    read_at: float | None
+    expires_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> Message:
+        return _from_columns(cls, dict(row))
+
+    @property
+    def thread(self) -> int:
+        return self.thread_id if self.thread_id is not None else self.id
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
 @dataclass(frozen=True)
 class Claim:
-    """A claimed task and the run row created for this attempt."""
+    """A claimed task, the run row created for this attempt, and the messages delivered to
+    the run with it (they go into its prompt)."""
 
     task: Task
     run: Run
+    inbox: tuple[Message, ...] = ()
 
 
 class EventKind(str, enum.Enum):
@@ -299,6 +354,7 @@ class EventKind(str, enum.Enum):
     COOLDOWN_SET = "cooldown_set"  # a runtime was paused by a rate limit
     COOLDOWN_CLEARED = "cooldown_cleared"  # a runtime's pause was lifted
     INPUT_NEEDED = "input_needed"  # an agent waits at a question (the run's liveness_note)
+    DELIVERY_QUEUED = "delivery_queued"  # a settle wrote outbox rows for delivery targets
 
 
 _EVENT_KINDS = {kind.value: kind for kind in EventKind}

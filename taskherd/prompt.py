@@ -10,10 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from taskherd.model import Task
+from taskherd.model import Message, MessagePriority, Task
 
 SECTION_LIMIT = 8000  # characters of one section's text: a log tail must not drown the task
+PRIORITY_WORDS = {int(MessagePriority.NORMAL): "normal", int(MessagePriority.HIGH): "high",
+                  int(MessagePriority.URGENT): "URGENT"}
+
+
+@dataclass(frozen=True)
+class PromptContext:
+    """What the queue holds for one run beyond its task: the messages delivered to it at its
+    claim (their size was bounded there), and its role's short-term memory."""
+
+    inbox: tuple[Message, ...] = ()
+    memory: str | None = None  # the role's memory file, as it stood when the run started
+    memory_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -23,25 +36,26 @@ class Section:
     title: str
     note: str
     text: str
+    limit: int | None = SECTION_LIMIT  # None: bounded where the text was chosen
 
     def render(self) -> str:
-        text = self.text if len(self.text) <= SECTION_LIMIT else (
-            "…" + self.text[-SECTION_LIMIT:])
+        text = self.text if self.limit is None or len(self.text) <= self.limit else (
+            "…" + self.text[-self.limit:])
         fence = _fence_for(text)
         return f"## {self.title}\n\n{self.note}\n\n{fence}\n{text}\n{fence}"
 
 
-def build_prompt(task: Task) -> str:
+def build_prompt(task: Task, context: PromptContext = PromptContext()) -> str:
     """What the agent of `task` is given."""
-    sections = [s for s in context_sections(task) if s.text.strip()]
+    sections = [s for s in context_sections(task, context) if s.text.strip()]
     if not sections:
         return task.prompt
     return "\n\n".join([task.prompt.rstrip("\n"), *(s.render() for s in sections)]) + "\n"
 
 
-def context_sections(task: Task) -> Iterable[Section]:
-    """Every section in the order an agent should read them. Inbox messages, role memory,
-    a failed gate's output and the parent's summary join here as the queue learns them."""
+def context_sections(task: Task, context: PromptContext = PromptContext()) -> Iterable[Section]:
+    """Every section in the order an agent should read them: why it runs again, what was
+    sent to it, what its role remembers."""
     if task.reason:
         yield Section("Reviewer's reason",
                       "A reviewer sent this task back. Address this before anything else:",
@@ -50,6 +64,27 @@ def context_sections(task: Task) -> Iterable[Section]:
         yield Section("Previous attempt failed",
                       f"An earlier attempt ({task.attempts} strike(s) so far) ended with:",
                       _failure_text(task))
+    if context.inbox:
+        yield Section("Messages for you",
+                      f"{len(context.inbox)} message(s) arrived for this role or task, urgent "
+                      "first. Answer with `taskherd msg send TO TEXT --reply-to ID`:",
+                      "\n\n".join(_message_text(m) for m in context.inbox), limit=None)
+    if context.memory is not None:
+        where = f" ({context.memory_path})" if context.memory_path else ""
+        yield Section("Your role's memory",
+                      f"What earlier runs of this role wrote down{where}. Read it before "
+                      "acting; add to it before you finish. Older entries are searchable with "
+                      "`taskherd memory search WORDS`:",
+                      context.memory)
+
+
+def _message_text(message: Message) -> str:
+    sent = datetime.fromtimestamp(message.created_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    sender = message.sender + (f" ({message.sender_role})" if message.sender_role else "")
+    thread = f", reply to #{message.reply_to}" if message.reply_to else ""
+    head = (f"#{message.id} [{PRIORITY_WORDS.get(message.priority, message.priority)} "
+            f"{message.kind}] from {sender} to {message.recipient}, {sent}{thread}")
+    return f"{head}\n{message.body}"
 
 
 def _failure_text(task: Task) -> str:

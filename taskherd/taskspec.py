@@ -29,7 +29,10 @@ TASK_FIELDS = {
     "run_after": "unix seconds before which it is not claimed",
     "parent_id": "the id of the task that made it",
     "meta": "a table of extra data",
+    "deliver_to": "delivery aliases told when it settles, e.g. ['@ops']",
+    "on": "the events told: completed, dead, blocked, needs_review, cancelled, job_error",
 }
+ALIAS_NAME = re.compile(r"^@?[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 TITLE_LIMIT = 500  # characters: a title is what a board line or a notification shows
@@ -71,8 +74,29 @@ def new_task_from(data: Mapping[str, Any], config: Config) -> NewTask:
         pending=_flag(data, "pending", False),
         run_after=_number(data, "run_after"),
         parent_id=_positive_int(data, "parent_id", None),
-        meta=_mapping(data, "meta"),
+        meta=_with_delivery(_mapping(data, "meta"), data, role_config),
     )
+
+
+def _with_delivery(meta: dict[str, Any], data: Mapping[str, Any], role: Any) -> dict[str, Any]:
+    """The delivery targets a settle of the task tells (the task's own, else its role's),
+    kept in its meta so they hold for its whole life, whatever the config becomes."""
+    from taskherd.store.delivery import DEFAULT_EVENTS, EVENTS
+
+    targets = data.get("deliver_to", list(role.deliver_to))
+    events = data.get("on", list(role.deliver_on) or None)
+    if not targets:
+        if events:
+            raise TaskSpecError("on is given without deliver_to: name the aliases to tell")
+        return meta
+    if not isinstance(targets, list) or not all(
+            isinstance(t, str) and ALIAS_NAME.match(t) for t in targets):
+        raise TaskSpecError(f"deliver_to = {targets!r}: expected {TASK_FIELDS['deliver_to']}")
+    if events is not None and (not isinstance(events, list) or not events
+                               or not all(e in EVENTS for e in events)):
+        raise TaskSpecError(f"on = {events!r}: expected a list of: {', '.join(EVENTS)}")
+    return {**meta, "deliver_to": [t.removeprefix("@") for t in dict.fromkeys(targets)],
+            "deliver_on": list(events or DEFAULT_EVENTS)}
 
 
 def _text(data: Mapping[str, Any], key: str, required: bool = False) -> str | None:

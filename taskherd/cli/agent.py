@@ -54,3 +54,15 @@ REPORT_COMMANDS: list[click.Command] = []
 _report("done", "Report this run's task as done; it settles when the agent exits.")
 _report("fail", "Report that this run failed (a strike); it settles when the agent exits.")
 _report("block", "Report that this task needs a human; it settles when the agent exits.")
+
+
+@click.command("mcp")
+def mcp_command() -> None:
+    """Serve this agent's run as MCP tools over stdio (started inside a run, e.g. by Claude
+    Code through --mcp-config)."""
+    from taskherd.mcp_server import McpUnavailable, serve
+
+    try:
+        serve()
+    except McpUnavailable as error:
+        raise click.UsageError(str(error)) from error

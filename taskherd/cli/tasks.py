@@ -50,6 +50,11 @@ def task_group() -> None:
 @click.option("--pending", is_flag=True, help="Wait for approval before running.")
 @click.option("--after", "delay", help="Not before this delay has passed, e.g. '10m'.")
 @click.option("--parent", "parent_id", type=int, help="The task that made this one.")
+@click.option("--deliver-to", multiple=True, help="An alias told when it settles, e.g. @ops "
+              "(repeat).")
+@click.option("--on", "deliver_on", multiple=True,
+              help="Which settles tell it: completed, dead, blocked, needs_review, cancelled "
+                   "(repeat; default: all but cancelled).")
 @json_option
 @click.pass_context
 def add_command(ctx: click.Context, title: str, prompt_file: Any, delay: str | None,
@@ -66,6 +71,11 @@ def add_command(ctx: click.Context, title: str, prompt_file: Any, delay: str | N
         except ValueError as error:
             raise BadInput(f"--after {delay!r}: {error}") from error
     fields = {key: value for key, value in options.items() if value is not None}
+    deliver_to, deliver_on = fields.pop("deliver_to", ()), fields.pop("deliver_on", ())
+    if deliver_to:
+        fields["deliver_to"] = list(deliver_to)
+    if deliver_on:
+        fields["on"] = list(deliver_on)
     if agent_door.inside_run():  # an agent adds a child of its task, through its daemon
         result = call_door("add_child_task", {"task": {"title": title, **fields}})
         task, created = result["task"], result["created"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from taskherd.model import Run
+from taskherd.model import NewTask, Run
 from taskherd.ops import BadInput, Queue
-from taskherd.store import Enqueued
+from taskherd.store import Enqueued, TaskNotFound
 from taskherd.taskspec import TaskSpecError, new_task_from
 
 VERDICTS = ("done", "fail", "block")
@@ -54,17 +54,37 @@ def report(queue: Queue, run: Run, now: float, verdict: str, summary: str | None
 
 def add_child_task(queue: Queue, run: Run, spec: Mapping[str, Any], now: float) -> Enqueued:
     """Add a task whose parent is the run's task, checked as `task add` checks it."""
+    return queue.store.enqueue(child_task(queue, run.task_id, spec), now)
+
+
+def child_task(queue: Queue, parent_id: int, spec: object) -> NewTask:
+    """`spec` (task fields) as a child of task `parent_id`, checked as `task add` checks
+    it: the one check for every way an agent adds work (a door's add_task, a spawn
+    message)."""
     if not isinstance(spec, Mapping):
         raise BadInput("a task must be an object of task fields")
-    parent = spec.get("parent_id", run.task_id)
-    if parent != run.task_id:
+    parent = spec.get("parent_id", parent_id)
+    if parent != parent_id:
         raise BadInput(f"parent_id {parent!r}: an agent adds children of its own task "
-                       f"({run.task_id}) only")
+                       f"({parent_id}) only")
     try:
-        new = new_task_from({**spec, "parent_id": run.task_id}, queue.config)
+        return new_task_from({**spec, "parent_id": parent_id}, queue.config)
     except TaskSpecError as error:
         raise BadInput(str(error)) from error
-    return queue.store.enqueue(new, now)
+
+
+def task_context(queue: Queue, run: Run) -> dict[str, Any]:
+    """The run's own task, and its parent's title, state and summary when it has one."""
+    task = queue.store.get_task(run.task_id)
+    parent = None
+    if task.parent_id is not None:
+        try:
+            found = queue.store.get_task(task.parent_id)
+            parent = {"id": found.id, "title": found.title, "state": found.state.value,
+                      "summary": found.summary}
+        except TaskNotFound:  # pruned meanwhile
+            parent = None
+    return {"task": task.to_dict(), "run_id": run.id, "parent": parent}
 
 
 def _note(field: str, value: object) -> str | None:

@@ -21,7 +21,7 @@ from taskherd.config import RoleConfig
 from taskherd.loops import RepeatedLines
 from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.procs import ExitStatus
-from taskherd.prompt import build_prompt
+from taskherd.prompt import PromptContext, build_prompt
 from taskherd.runtimes.ratelimit import (
     RateLimitSignal,
     detect_rate_limit,
@@ -57,6 +57,8 @@ class AgentEnv:
     variables: dict[str, str]
     # The session of the task's previous attempt, for a role that continues it (`resume`).
     resume_session: str | None = None
+    # What the prompt builder adds to the task's prompt: delivered messages, role memory.
+    context: PromptContext = PromptContext()
 
 
 class Execution(Protocol):
@@ -191,7 +193,7 @@ class CommandLineRuntime(Runtime):
 
     def start(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
               agent: AgentEnv) -> Execution:
-        launch = self.launch(role, task, run, files, build_prompt(task))
+        launch = self.launch(role, task, run, files, build_prompt(task, agent.context))
         if agent.resume_session:
             launch = self.resumed(launch, agent.resume_session)
         env = procs.agent_env(agent.path, launch.env, agent.variables)

@@ -40,8 +40,10 @@ class ChatCall:
     pid = None  # nothing to adopt after a restart: an interrupted call is simply retried
     started_at = None
 
-    def __init__(self, role: RoleConfig, task: Task, run: Run, log_path: Path, api_key: str | None):
+    def __init__(self, role: RoleConfig, task: Task, run: Run, log_path: Path,
+                 api_key: str | None, prompt: str):
         self.role, self.task, self.run = role, task, run
+        self.prompt = prompt
         self.log_path = log_path
         self.api_key = api_key
         self.reply: list[str] = []
@@ -92,7 +94,7 @@ class ChatCall:
             headers["Authorization"] = f"Bearer {self.api_key}"
         body = {
             "model": self.role.model,
-            "messages": [{"role": "user", "content": build_prompt(self.task)}],
+            "messages": [{"role": "user", "content": self.prompt}],
             "stream": True,
             "stream_options": {"include_usage": True},
             "user": self.session_key,
@@ -153,7 +155,7 @@ class ChatRuntime(Runtime):
         if role.api_key_env and not api_key:
             raise ValueError(f"roles.{role.name}.api_key_env names {role.api_key_env}, "
                              "which is not set in the daemon's environment")
-        return ChatCall(role, task, run, files.log, api_key)
+        return ChatCall(role, task, run, files.log, api_key, build_prompt(task, agent.context))
 
     def result(self, role: RoleConfig, reader: OutputReader, exit_status: ExitStatus, run: Run,
                now: float, handle: object = None) -> RunResult:

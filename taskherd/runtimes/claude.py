@@ -8,8 +8,11 @@ going, so the fleet pauses before Claude Code burns its own retries.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 from taskherd.config import RoleConfig
 from taskherd.loops import RepeatedCalls
@@ -25,6 +28,10 @@ from taskherd.runtimes.claude_stream import (
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset, reading_zone
 
 SUMMARY_LIMIT = 2000
+MCP_SERVER = "taskherd"  # its tools reach Claude as mcp__taskherd__<tool>
+# What `taskherd mcp` needs from the agent's environment to reach its daemon as its run.
+MCP_ENV = ("TASKHERD_RUN_TOKEN", "TASKHERD_HOME", "TASKHERD_TASK_ID", "TASKHERD_RUN_ID",
+           "TASKHERD_ROLE")
 # What Claude Code signs in with, besides a login stored in ~/.claude (HOME is carried over).
 CLAUDE_AUTH_ENV = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN")
 
@@ -87,12 +94,17 @@ class ClaudeRuntime(CommandLineRuntime):
             argv += ["--agent", role.agent]
         if role.model:
             argv += ["--model", role.model]
-        if role.allowed_tools:
-            argv += ["--allowedTools", ",".join(role.allowed_tools)]
+        allowed = list(role.allowed_tools)
+        configs = [role.mcp_config] if role.mcp_config else []
+        if role.mcp:
+            configs.append(str(_write_mcp_config(files)))
+            allowed.append(f"mcp__{MCP_SERVER}")  # every tool of taskherd's own server
+        if allowed:
+            argv += ["--allowedTools", ",".join(allowed)]
         if role.permission_mode:
             argv += ["--permission-mode", role.permission_mode]
-        if role.mcp_config:
-            argv += ["--mcp-config", role.mcp_config]
+        if configs:
+            argv += ["--mcp-config", *configs]
         argv += list(role.args)
         # Agents get an explicit environment: Claude Code's sign-in must be handed over from
         # the daemon's (the service's EnvironmentFile), or every run fails to authenticate.
@@ -137,6 +149,21 @@ class ClaudeRuntime(CommandLineRuntime):
             status = f"API error {claude.api_error_status}: " if claude.api_error_status else ""
             error = f"{status}{claude.result_text[:SUMMARY_LIMIT] or claude.subtype}"
         return RunResult(Outcome.FAILED, exit_status.code, error=error, error_tail=tail, **spend)
+
+
+def _write_mcp_config(files: RunFiles) -> Path:
+    """The run's MCP config: `taskherd mcp` started by this installation's Python. Its
+    credential is not written here: Claude Code fills `${VAR}` from the agent's environment,
+    where the daemon put TASKHERD_RUN_TOKEN, so the file holds no secret."""
+    path = files.prompt.with_name(files.prompt.stem + ".mcp.json")
+    # alwaysLoad: connected before the first turn. Otherwise print mode starts the
+    # conversation while the server is still connecting, and an early call finds no tool.
+    server = {"type": "stdio", "command": sys.executable, "args": ["-m", "taskherd", "mcp"],
+              "env": {name: f"${{{name}}}" for name in MCP_ENV}, "alwaysLoad": True}
+    fd = os.open(path, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    with open(fd, "w", encoding="utf-8") as out:
+        json.dump({"mcpServers": {MCP_SERVER: server}}, out)
+    return path
 
 
 def _spend(claude: ClaudeRunResult, session_id: str | None) -> dict:

@@ -21,6 +21,7 @@ from taskherd.config import Config, RoleConfig
 from taskherd.model import Cooldown, Priority, TaskState
 from taskherd.services.supervisor import LiveRuns
 from taskherd.store import Store, StoreError
+from taskherd.store.messages import InboxLimit
 
 log = logging.getLogger("taskherd.dispatcher")
 P0_WARNING_INTERVAL = 60.0  # seconds between two warnings about the same waiting P0 task
@@ -78,6 +79,8 @@ class Dispatcher:
                 roles=[role.name for role in room.roles], full_pools=room.full_pools,
                 as_role=room.roles[0].name,
                 runtime_of={role.name: role.runtime for role in room.roles},
+                inbox=InboxLimit(self.config.messages.inbox_messages,
+                                 self.config.messages.inbox_bytes),
             )
             if claim is None:
                 break

@@ -57,6 +57,12 @@ async def run_service(loop: ServiceLoop, clock: Callable[[], float]) -> None:
             await asyncio.wait_for(loop.wake.wait(), timeout)
         except TimeoutError:
             pass
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            # Python 3.11's wait_for returns the wait's result when a wake and a cancel
+            # arrive together, swallowing the cancel: the loop then ran forever and the
+            # daemon's shutdown waited for it (a settle wakes the deliverer as it stops).
+            raise asyncio.CancelledError
 
 
 async def _pass(loop: ServiceLoop, clock: Callable[[], float]) -> None:

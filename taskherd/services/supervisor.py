@@ -30,6 +30,9 @@ from taskherd import procs
 from taskherd.config import Config, RoleConfig, make_private_dir
 from taskherd.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD
 from taskherd.model import Claim, Liveness, Outcome, Run, RunResult, Task
+from taskherd.ops import Queue
+from taskherd.ops import memory as memory_ops
+from taskherd.prompt import PromptContext
 from taskherd.questions import question_in
 from taskherd.runtimes.base import AgentEnv, Execution, OutputReader, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, guessed_cooldown, known_reset
@@ -179,8 +182,15 @@ class Supervisor:
     def _begin(self, runtime: Runtime, role: RoleConfig, claim: Claim,
                files: RunFiles) -> Execution:
         """Start the run however its runtime starts one (a process, or an in-process call)."""
-        agent = AgentEnv(self._agent_path(role), self._agent_vars(claim),
-                         self._previous_session(role, claim.task))
+        variables = self._agent_vars(claim)
+        memory = memory_path = None
+        if role.memory:
+            path = memory_ops.short_term_file(self.config, role.name)
+            memory, memory_path = path.read_bytes().decode("utf-8", "replace"), str(path)
+            variables["TASKHERD_MEMORY_FILE"] = memory_path
+        agent = AgentEnv(self._agent_path(role), variables,
+                         self._previous_session(role, claim.task),
+                         PromptContext(claim.inbox, memory, memory_path))
         return runtime.start(role, claim.task, claim.run, files, agent)
 
     def _previous_session(self, role: RoleConfig, task: Task) -> str | None:
@@ -545,6 +555,10 @@ class Supervisor:
                                 probe=live.probe)
         elif live.probe:
             self._probe_ended(live, result, now)
+        if live.role.memory:
+            # Before the settle: once the task is settled the role's next run may start,
+            # and it must read the file within its cap.
+            self._keep_memory(live.role, now)
         self._settle_now(run, result, ended_at)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")
@@ -567,6 +581,17 @@ class Supervisor:
                                   self.clock() if ended_at is None else ended_at)
         except StoreError as error:
             log.warning("run %s could not be settled: %s", run.id, error)
+
+    def _keep_memory(self, role: RoleConfig, now: float) -> None:
+        """Bring the role's memory file back within its cap; what overflows moves to
+        long-term memory (a failure leaves the file as it is, longer but whole)."""
+        try:
+            moved = memory_ops.keep_short_term(Queue(self.config, self.store), role.name, now)
+        except (OSError, StoreError) as error:
+            log.warning("role %s: its memory file could not be trimmed: %s", role.name, error)
+            return
+        if moved:
+            log.info("role %s: %d memory entries moved to long-term memory", role.name, moved)
 
     async def shutdown(self, mode: str, grace: float) -> None:
         """On daemon stop: leave agents running (detach), wait for them, or kill them."""

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from taskherd.model import Claim, Cooldown, NewTask, Run, RunResult, Task, TaskState
 from taskherd.queue import RetryPolicy
+from taskherd.store.agents import AgentStore
+from taskherd.store.delivery import DeliveryStore
 from taskherd.store.errors import (
     ParentNotFound,
     RunNotFound,
@@ -24,6 +26,8 @@ from taskherd.store.errors import (
 )
 from taskherd.store.events import Listener
 from taskherd.store.jobs import JobStore
+from taskherd.store.memory import MemoryStore
+from taskherd.store.messages import InboxLimit, MessageStore
 from taskherd.store.nodes import NodeStore
 from taskherd.store.watch import WatchStore
 from taskherd.store.tokens import TokenStore
@@ -59,7 +63,8 @@ class StateCount:
     count: int
 
 
-class Store(JobStore, NodeStore, WatchStore, TokenStore, abc.ABC):
+class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStore,
+            MemoryStore, DeliveryStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # -- run credentials: what an agent holds instead of the database -------------------
@@ -120,11 +125,14 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, abc.ABC):
         as_role: str | None = None,
         runtime: str | None = None,
         runtime_of: Mapping[str, str] | None = None,
+        inbox: InboxLimit | None = None,
     ) -> Claim | None:
         """Lease the first ready task (P0 first, FIFO within a priority) and open its run.
 
         `roles` limits the claim to those roles (plus tasks for role `any`); `full_pools`
-        skips tasks naming a pool with no room; `as_role` names the role an `any` task runs as.
+        skips tasks naming a pool with no room; `as_role` names the role an `any` task runs as;
+        `inbox` delivers that much of the run's unread messages to it (`Claim.inbox`), in the
+        same transaction.
         """
 
     @abc.abstractmethod
@@ -223,7 +231,8 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, abc.ABC):
 
     @abc.abstractmethod
     def prune(self, before: float) -> int:
-        """Delete finished tasks (and their runs) that finished before `before`."""
+        """Delete finished tasks (and their runs) that finished before `before`, and messages
+        read, delivered or expired before it."""
 
     @abc.abstractmethod
     def roll_up(self, now: float) -> int:

@@ -112,6 +112,11 @@ class PostgresStore(SQLStore):
         payloads = [event.to_json() for event in built(outbox)]
         db.execute(M["notify_events"], {"payloads": payloads}).fetchall()
 
+    def _text_query(self, words: Sequence[str]) -> str:
+        # The words are letters and digits (query_words): nothing to_tsquery reads as an
+        # operator; | so an entry matching some words still ranks.
+        return " | ".join(words)
+
     def listen(self) -> NotifyListener:
         return NotifyListener(self.url, self._connect_timeout)
 

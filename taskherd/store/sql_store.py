@@ -45,8 +45,13 @@ from taskherd.store.base import (
     TransitionRefused,
 )
 from taskherd.store.connection import Connection
+from taskherd.store.messages import InboxLimit
+from taskherd.store.sql_agents import SQLAgents
 from taskherd.store.sql_credentials import SQLCredentials
+from taskherd.store.sql_delivery import SQLDelivery
 from taskherd.store.sql_jobs import SQLJobs
+from taskherd.store.sql_memory import SQLMemory
+from taskherd.store.sql_messages import SQLMessages
 from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports
 from taskherd.store.sql_tokens import SQLTokens
@@ -57,7 +62,8 @@ S = TaskState
 Emitted = tuple[EventKind, float, dict[str, Any]]
 
 
-class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLTokens, Store):
+class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLTokens,
+               SQLMessages, SQLAgents, SQLMemory, SQLDelivery, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
@@ -171,6 +177,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         as_role: str | None = None,
         runtime: str | None = None,
         runtime_of: Mapping[str, str] | None = None,
+        inbox: InboxLimit | None = None,
     ) -> Claim | None:
         params = {
             "node": node,
@@ -188,7 +195,11 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
             runtime = runtime or (runtime_of or {}).get(role)
             run_params = {"task_id": task.id, "node": node, "role": role, "runtime": runtime}
             run_row = _one(db.execute(self.q["insert_run"], run_params | {"now": now}))
-            claim = Claim(task, Run.from_row(run_row))
+            run = Run.from_row(run_row)
+            # Delivered in the claim's transaction: a claim that rolls back delivers nothing,
+            # and two runs never receive the same message.
+            messages = self._deliver_inbox(db, run, inbox, now) if inbox else ()
+            claim = Claim(task, run, messages)
             self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=claim.run.id,
                        state=task.state, role=task.role)
         return claim
@@ -389,6 +400,8 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
 
     def prune(self, before: float) -> int:
         with self._write() as db:
+            self._prune_messages(db, before)
+            db.execute(self.q["prune_deliveries"], {"before": before})
             return db.execute(self.q["prune_finished_tasks"], {"before": before}).rowcount
 
     def _past_the_marks(self, read: Callable[[Any], list[Any]]) -> list[Any]:
@@ -488,10 +501,13 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         cancel, block, unblock, requeue). Whatever must happen when a task settles attaches
         here, so that it happens exactly when the settle commits and never around it: a
         chain's children, gates and reviews, notifications' outbox rows; today, the event
-        that tells listeners (the daemons' dispatchers among them) where the task went.
+        that tells listeners (the daemons' dispatchers among them) where the task went, and
+        the outbox rows of the delivery targets the task names (sent after the commit).
         """
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, state=task.state,
                    role=task.role)
+        if self._write_outbox(db, task, now):
+            self._emit(EventKind.DELIVERY_QUEUED, now, task_id=task.id)
         return task
 
     def _add_task(self, db: Connection, new: NewTask, now: float) -> tuple[int | None, bool]:

@@ -107,6 +107,11 @@ class SQLiteStore(SQLStore):
     def _is_unique_error(self, error: Exception) -> bool:
         return isinstance(error, sqlite3.IntegrityError) and "UNIQUE" in str(error)
 
+    def _text_query(self, words: Sequence[str]) -> str:
+        # Each word quoted (a quote inside doubled): FTS5 reads it as a plain term, never as
+        # an operator or a column filter; OR, so an entry matching some words still ranks.
+        return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
+
     def _published(self, outbox: Sequence[Emitted]) -> None:
         publish(self._events_folder, built(outbox))
 

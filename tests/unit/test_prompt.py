@@ -54,3 +54,22 @@ def test_a_huge_log_tail_is_cut_to_its_end():
     prompt = build_prompt(replace(TASK, attempts=1, last_error="boom",
                                   error_tail="x" * (SECTION_LIMIT * 3) + "THE END"))
     assert "THE END" in prompt and len(prompt) < SECTION_LIMIT + 500
+
+
+def test_delivered_messages_and_role_memory_follow_the_task_in_order():
+    from taskherd.model import Message
+    from taskherd.prompt import PromptContext
+
+    message = Message(id=7, sender="task:3", sender_role="qa", sender_run_id=2,
+                      recipient="coder", kind="status", priority=2, body="```the build``` is red",
+                      reply_to=5, thread_id=5, created_at=0.0, delivered_at=1.0,
+                      delivered_run_id=9, read_at=None, expires_at=None)
+    memory = "## Mistakes\n- pushed to main\n"
+    prompt = build_prompt(TASK, PromptContext(inbox=(message,), memory=memory,
+                                              memory_path="/data/memory/coder.md"))
+    assert prompt.startswith(TASK.prompt)
+    inbox_at, memory_at = prompt.index("## Messages for you"), prompt.index("## Your role's memory")
+    assert inbox_at < memory_at
+    assert "#7 [URGENT status] from task:3 (qa) to coder" in prompt
+    assert "reply to #5" in prompt and "/data/memory/coder.md" in prompt
+    assert "````\n#7" in prompt  # fenced past the backticks the message itself holds

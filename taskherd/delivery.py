@@ -1,0 +1,91 @@
+"""Sending one delivery to its alias: a webhook (POST JSON; Slack- or Discord-shaped bodies
+as options), a command (argv, never a shell; the event as one JSON line on stdin), or a file
+(JSON Lines). Each raises `DeliveryFailed` unless the target acknowledged: a 2xx answer,
+exit status 0, or the line written and synced.
+
+Every body carries the delivery's id (`X-Taskherd-Delivery` and `Idempotency-Key` headers
+for a webhook, `delivery_id` in the JSON): a target that acknowledged but whose answer was
+lost (the daemon died between the two) may see it again, and can tell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from typing import Any
+
+from taskherd.store.delivery import Alias, Delivery
+
+TIMEOUT = 10.0
+
+
+class DeliveryFailed(Exception):
+    pass
+
+
+def send(alias: Alias, delivery: Delivery, timeout: float = TIMEOUT,
+         client: Any = None) -> None:
+    """Send `delivery` to `alias`; `client` is an httpx.Client to reuse across webhooks
+    (a new one per call pays for its TLS context and connection every time)."""
+    body = {"delivery_id": delivery.id, **json.loads(delivery.payload)}
+    if alias.channel == "webhook":
+        _post(alias, delivery, body, timeout, client)
+    elif alias.channel == "command":
+        _run(alias, body, timeout)
+    elif alias.channel == "file":
+        _append(alias, body)
+    else:
+        raise DeliveryFailed(f"channel {alias.channel!r} is unknown")
+
+
+def one_line(body: dict[str, Any]) -> str:
+    task = body.get("task", {})
+    detail = task.get("summary") or task.get("last_error") or task.get("reason") or ""
+    return (f"taskherd: task {task.get('id')} ({task.get('role')}) {body.get('event')}: "
+            f"{task.get('title')}" + (f" — {detail}" if detail else ""))
+
+
+def _post(alias: Alias, delivery: Delivery, body: dict[str, Any], timeout: float,
+          client: Any) -> None:
+    import httpx
+
+    shaped: Any = body
+    if alias.format == "slack":
+        shaped = {"text": one_line(body)}
+    elif alias.format == "discord":
+        shaped = {"content": one_line(body)[:2000]}
+    headers = {"X-Taskherd-Delivery": str(delivery.id), "X-Taskherd-Event": delivery.event,
+               "Idempotency-Key": f"taskherd-delivery-{delivery.id}"}
+    try:
+        poster = client.post if client is not None else httpx.post
+        response = poster(alias.target, json=shaped, headers=headers, timeout=timeout)
+    except httpx.HTTPError as error:
+        raise DeliveryFailed(f"{type(error).__name__}: {error}") from error
+    if not 200 <= response.status_code < 300:
+        raise DeliveryFailed(f"HTTP {response.status_code}: {response.text[:200]}")
+
+
+def _run(alias: Alias, body: dict[str, Any], timeout: float) -> None:
+    argv = json.loads(alias.target)
+    try:
+        done = subprocess.run(argv, input=json.dumps(body) + "\n", text=True,
+                              capture_output=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise DeliveryFailed(f"{argv[0]}: {error}") from error
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip()[-300:]
+        raise DeliveryFailed(f"{argv[0]} exited {done.returncode}" + (f": {tail}" if tail else ""))
+
+
+def _append(alias: Alias, body: dict[str, Any]) -> None:
+    line = (json.dumps(body) + "\n").encode()
+    try:
+        fd = os.open(alias.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        raise DeliveryFailed(f"{alias.target}: {error.strerror or error}") from error

@@ -1,0 +1,92 @@
+"""Delivery targets' store interface: aliases, and the outbox of events to send to them.
+
+The outbox rows of a settle are written by the settle itself (`SQLStore._finalize`, from the
+task's `deliver_to` and `deliver_on`); `services/delivery.py` sends them after the commit.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any
+
+CHANNELS = ("webhook", "command", "file")
+FORMATS = ("json", "slack", "discord")
+# What a task's settle can tell: the state it moved to, or, for a job's task that died,
+# job_error too.
+EVENTS = ("completed", "dead", "blocked", "needs_review", "cancelled", "job_error")
+DEFAULT_EVENTS = ("completed", "dead", "blocked", "needs_review")
+
+
+@dataclass(frozen=True)
+class Alias:
+    name: str
+    channel: str
+    target: str
+    format: str
+    description: str | None
+    created_at: float
+
+    @classmethod
+    def from_row(cls, row: Any) -> Alias:
+        return cls(**dict(row))
+
+
+@dataclass(frozen=True)
+class Delivery:
+    id: int
+    alias: str
+    event: str
+    task_id: int | None
+    payload: str
+    state: str  # pending, sent, failed
+    attempts: int
+    next_attempt_at: float
+    last_error: str | None
+    created_at: float
+    sent_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> Delivery:
+        return cls(**dict(row))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class DeliveryStore(abc.ABC):
+    @abc.abstractmethod
+    def add_alias(self, name: str, channel: str, target: str, now: float, *,
+                  format: str = "json", description: str | None = None) -> Alias:
+        """Raise StoreError when the name is taken."""
+
+    @abc.abstractmethod
+    def get_alias(self, name: str) -> Alias | None: ...
+
+    @abc.abstractmethod
+    def list_aliases(self) -> list[Alias]: ...
+
+    @abc.abstractmethod
+    def remove_alias(self, name: str) -> bool: ...
+
+    @abc.abstractmethod
+    def due_deliveries(self, now: float, limit: int = 50) -> list[Delivery]: ...
+
+    @abc.abstractmethod
+    def take_delivery(self, delivery: Delivery, retry_at: float) -> Delivery | None:
+        """Count an attempt and move its next try to `retry_at`; None if another took it."""
+
+    @abc.abstractmethod
+    def delivery_sent(self, delivery_id: int, now: float) -> None: ...
+
+    @abc.abstractmethod
+    def delivery_failed(self, delivery_id: int, error: str, retry_at: float | None) -> None:
+        """Try again at `retry_at`, or (None) keep it as failed."""
+
+    @abc.abstractmethod
+    def list_deliveries(self, *, alias: str | None = None, state: str | None = None,
+                        limit: int = 50) -> list[Delivery]: ...
+
+    @abc.abstractmethod
+    def delivery_counts(self) -> dict[str, dict[str, int]]:
+        """alias → state → how many."""

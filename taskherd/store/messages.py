@@ -1,0 +1,77 @@
+"""The message store interface: messages between agents and people, with receipts.
+
+`Store` inherits it. Who may write to whom, and what `@all` means, is decided in
+`ops/messages.py`; the store keeps the rows, their receipts and their order. The messages a
+starting run receives are taken in the claim's own transaction (`Store.claim(inbox=...)`).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from taskherd.model import Message, NewTask
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    sender: str
+    recipient: str
+    body: str
+    kind: str = "text"
+    priority: int = 0
+    reply_to: int | None = None
+    thread_id: int | None = None  # the thread of `reply_to`, which the caller looked up
+    expires_at: float | None = None
+    sender_role: str | None = None
+    sender_run_id: int | None = None
+
+
+@dataclass(frozen=True)
+class InboxLimit:
+    """How much of its inbox a starting run receives in its prompt; the rest waits."""
+
+    messages: int = 20
+    bytes: int = 16_000
+
+
+class MessageStore(abc.ABC):
+    @abc.abstractmethod
+    def send_messages(self, batch: Sequence[NewMessage], now: float,
+                      wake: Sequence[NewTask] = ()) -> list[Message]:
+        """Write the messages in one transaction. Each task of `wake` is added with them when
+        its role has no ready task (an urgent message to a role that sets wake_on_urgent)."""
+
+    @abc.abstractmethod
+    def spawn_from_message(self, request: NewMessage, child: NewTask | None, refusal: str | None,
+                           now: float) -> tuple[Message, Message, int | None]:
+        """In one transaction: the spawn request, the child task (when `child` is given),
+        and the `result` message answering the request's sender with the new task's id or
+        with `refusal`. Returns (request, answer, the child's id or None)."""
+
+    @abc.abstractmethod
+    def get_message(self, message_id: int) -> Message | None: ...
+
+    @abc.abstractmethod
+    def unread_messages(self, recipient: str, now: float, *, also: str | None = None,
+                        limit: int = 100) -> list[Message]:
+        """Unread, unexpired messages to `recipient` (and to `also`), urgent first."""
+
+    @abc.abstractmethod
+    def count_unread_messages(self, recipient: str, now: float) -> int: ...
+
+    @abc.abstractmethod
+    def sent_messages(self, sender: str, limit: int = 100) -> list[Message]:
+        """Messages `sender` sent (a role matches its agents' messages too), newest first."""
+
+    @abc.abstractmethod
+    def message_thread(self, message_id: int) -> list[Message]:
+        """Every message of the thread `message_id` belongs to, oldest first."""
+
+    @abc.abstractmethod
+    def mark_messages_read(self, message_ids: Sequence[int], now: float) -> list[Message]:
+        """Mark them read; returns those that were unread until now."""
+
+    @abc.abstractmethod
+    def mark_all_messages_read(self, recipient: str, now: float) -> int: ...

@@ -1,0 +1,67 @@
+"""Delivery outbox rows in every store: written by the settle itself, for the events the
+task asked to tell, and taken, sent or failed exactly as the deliverer asks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from taskherd.model import NewTask, Outcome, RunResult, TaskState
+from taskherd.queue import RetryPolicy
+from taskherd.store import StoreError
+
+NOW = 1_700_000_000.0
+TELLS = {"deliver_to": ["ops", "chat"], "deliver_on": ["completed", "dead", "job_error"]}
+
+
+def settle(store, outcome, meta, max_attempts=3):
+    task = store.enqueue(NewTask(role="coder", title="t", meta=meta,
+                                 max_attempts=max_attempts), NOW).task
+    claim = store.claim("n1", NOW, 60.0)
+    store.finish_run(claim.run.id, RunResult(outcome, 1, error="boom"), RetryPolicy(), NOW + 1)
+    return store.get_task(task.id)
+
+
+def test_a_settle_writes_one_row_per_alias_for_an_event_it_tells(store):
+    task = settle(store, Outcome.SUCCEEDED, TELLS)
+    rows = store.list_deliveries()
+    assert sorted((d.alias, d.event, d.task_id, d.state) for d in rows) == [
+        ("chat", "completed", task.id, "pending"), ("ops", "completed", task.id, "pending")]
+    payload = json.loads(rows[0].payload)
+    assert payload["event"] == "completed" and payload["task"]["state"] == "completed"
+    assert store.due_deliveries(NOW + 1) and not store.due_deliveries(NOW)
+
+
+def test_events_not_asked_for_are_not_told_and_a_jobs_death_is_a_job_error(store):
+    retried = settle(store, Outcome.FAILED, TELLS)  # back to ready: not an event
+    assert retried.state is TaskState.READY and store.list_deliveries() == []
+    dead = settle(store, Outcome.FAILED, TELLS | {"job": "nightly"}, max_attempts=1)
+    assert dead.state is TaskState.DEAD
+    assert sorted(d.event for d in store.list_deliveries()) == [
+        "dead", "dead", "job_error", "job_error"]
+    store.cancel(store.enqueue(NewTask(role="coder", title="c", meta=TELLS), NOW).task.id, NOW)
+    assert len(store.list_deliveries()) == 4  # cancelled is not in deliver_on
+
+
+def test_taking_sending_and_failing(store):
+    settle(store, Outcome.SUCCEEDED, {"deliver_to": ["ops"], "deliver_on": ["completed"]})
+    due = store.due_deliveries(NOW + 1)[0]
+    taken = store.take_delivery(due, NOW + 30)
+    assert taken.attempts == 1 and store.take_delivery(due, NOW + 30) is None  # taken once
+    assert store.due_deliveries(NOW + 2) == []
+    store.delivery_failed(taken.id, "HTTP 500", NOW + 5)
+    again = store.take_delivery(store.due_deliveries(NOW + 5)[0], NOW + 40)
+    store.delivery_sent(again.id, NOW + 6)
+    store.delivery_failed(again.id, "late failure", None)  # a sent row stays sent
+    assert store.list_deliveries()[0].state == "sent"
+    assert store.delivery_counts() == {"ops": {"sent": 1}}
+
+
+def test_aliases(store):
+    store.add_alias("ops", "webhook", "http://127.0.0.1:1/x", NOW, format="slack")
+    with pytest.raises(StoreError, match="exists"):
+        store.add_alias("ops", "file", "/tmp/x", NOW)
+    assert [a.name for a in store.list_aliases()] == ["ops"]
+    assert store.get_alias("ops").format == "slack"
+    assert store.remove_alias("ops") and not store.remove_alias("ops")
