@@ -122,7 +122,7 @@ class Daemon:
         try:
             self.store = open_store(self.config.daemon.database,
                                     durability=self.config.daemon.durability,
-                                    autocheckpoint=False)
+                                    autocheckpoint=False, workflow=self.config.workflow)
             self.store.hold_node(self.config.daemon.node)
             await self._serve(self.store)
         finally:
@@ -250,6 +250,8 @@ class Daemon:
             log.error("reload refused, the config stays as it was: %s", error)
             return
         self.config = config
+        if self.store is not None:
+            self.store.workflow = config.workflow  # type: ignore[attr-defined]
         for loop in self.services.values():
             if hasattr(loop.service, "config"):
                 loop.service.config = config

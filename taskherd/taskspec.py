@@ -29,6 +29,7 @@ TASK_FIELDS = {
     "run_after": "unix seconds before which it is not claimed",
     "parent_id": "the id of the task that made it",
     "meta": "a table of extra data",
+    "chain": "follow-up tasks it creates when it settles (a list of tables: role, title, …)",
 }
 
 
@@ -72,7 +73,28 @@ def new_task_from(data: Mapping[str, Any], config: Config) -> NewTask:
         run_after=_number(data, "run_after"),
         parent_id=_positive_int(data, "parent_id", None),
         meta=_mapping(data, "meta"),
+        chain=_chain(data, config),
     )
+
+
+def _chain(data: Mapping[str, Any], config: Config) -> tuple[Any, ...]:
+    from taskherd.chains import ChainError, parse_chain
+
+    if data.get("chain") is None:
+        return ()
+    try:
+        chain = parse_chain(data["chain"], "chain")
+    except ChainError as error:
+        raise TaskSpecError(str(error)) from None
+    for index, follow_up in enumerate(chain):
+        try:
+            config.check_role(follow_up.role)
+        except ValueError as error:
+            raise TaskSpecError(f"chain[{index}].{error}") from None
+        if follow_up.pool is not None and follow_up.pool not in config.pools:
+            raise TaskSpecError(f"chain[{index}].pool = {follow_up.pool!r} is not defined in "
+                                "[pools]")
+    return chain
 
 
 def _text(data: Mapping[str, Any], key: str, required: bool = False) -> str | None:

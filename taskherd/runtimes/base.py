@@ -23,8 +23,8 @@ from taskherd.procs import ExitStatus
 from taskherd.prompt import build_prompt
 from taskherd.runtimes.ratelimit import (
     RateLimitSignal,
-    known_reset,
     detect_rate_limit,
+    known_reset,
     reading_zone,
 )
 

@@ -57,7 +57,7 @@ def task(**fields: Any) -> dict[str, Any]:
     return {
         "role": "coder", "title": "a task", "prompt": "do it", "priority": 2, "state": "ready",
         "pool": None, "dedup_key": None, "review": 0, "max_attempts": 3, "run_after": NOW,
-        "parent_id": None, "meta": "{}", "now": NOW,
+        "parent_id": None, "meta": "{}", "now": NOW, "chain": None,
     } | fields
 
 
@@ -116,10 +116,10 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "duration": 1.5, "kind": "run_now", "host": "box", "lease": 60.0, "running": 2,
     "token_sha256": "ab12" * 16, "week_start": NOW - 7 * 86400, "day_start": NOW - 3600,
     "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0,
+    "root_id": 1, "gate_id": 1, "passed": 1,
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {
-    "insert_task": [{"dedup_key": "nightly"}, {"dedup_key": "fresh"}],  # conflict, then none
     "open_task_by_dedup_key": [{"dedup_key": "nightly"}],
     "settle_task": [{"state": "completed"}, {"state": "ready", "run_id": 0}],
     "move_task": [{"task_id": 2, "from_state": "ready", "state": "cancelled"},
@@ -134,6 +134,11 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     "list_jobs": [{"source": "cli"}],
     "list_job_fires": [{"status": "queued", "job_name": "nightly"}],
     "mark_run_spawned": [{"run_id": 2}],
+    "insert_task": [{"dedup_key": "nightly"}, {"dedup_key": "fresh"},
+                    {"parent_id": 2, "chain": '[{"role":"qa","title":"QA","on":"success"}]'}],
+    "open_descendants": [{"task_id": 1}],
+    "tree_of_root": [{"root_id": 2}],
+    "reject_task": [{"state": "blocked"}],
 }
 
 
