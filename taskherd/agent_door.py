@@ -31,7 +31,7 @@ HOME_ENV = "TASKHERD_HOME"
 MAX_REQUEST = 4 * 1024 * 1024  # a child task's prompt fits; a runaway writer does not
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux: longer paths go through /proc
 TIMEOUT = 30.0
-OPS = ("heartbeat", "report", "add_child_task")
+OPS = ("heartbeat", "report", "add_child_task", "review")
 
 
 def socket_path(data_dir: Path) -> Path:
@@ -153,6 +153,14 @@ class AgentDoor:
                                    fields.pop("summary", None), **fields)
             log.info("run %s: the agent reported %s", run.id, run.report)
             return {"run_id": run.id, "verdict": run.report}
+        if op == "review":
+            fields = _only(args, "verdict", "reason")
+            task = agent_ops.review(self.queue, run, now, fields.get("verdict"),
+                                    fields.get("reason"))
+            log.info("run %s: the reviewer's verdict moved task %s to %s", run.id, task.id,
+                     task.state.value)
+            self.on_change()
+            return {"task": task.to_dict()}
         enqueued = agent_ops.add_child_task(self.queue, run, args.get("task"), now)
         if enqueued.created:
             self.on_change()

@@ -10,6 +10,7 @@ runs only through `LiveRuns`, a read-only view.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import secrets
@@ -26,6 +27,7 @@ from taskherd.model import Claim, Outcome, Run, RunResult, Task
 from taskherd.runtimes.base import AgentEnv, Execution, OutputReader, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, guessed_cooldown, known_reset
 from taskherd.runtimes.registry import runtime_for
+from taskherd.services.gates import GateRunner
 from taskherd.store import Store, StoreError, TransitionRefused
 
 log = logging.getLogger("taskherd.supervisor")
@@ -108,6 +110,7 @@ class Supervisor:
         self.settings = settings
         self.log_dir = config.daemon.log_dir
         make_private_dir(self.log_dir)
+        self.gates = GateRunner(store, clock, self.log_dir)
 
     # -- starting ------------------------------------------------------------------------
 
@@ -200,7 +203,7 @@ class Supervisor:
     async def _await_exit(self, live: LiveRun) -> None:
         status = await live.handle.wait_exit()
         try:
-            self._settle_exit(live, status)
+            await self._settle_exit(live, status)
         except Exception:
             # A task's exception is only printed when it is collected; say it now. The
             # monitor adopts the run again, as it adopts every unwatched open run.
@@ -347,25 +350,31 @@ class Supervisor:
         log.warning("run %s: killing pid %s: %s", live.run.id, live.handle.pid, reason)
         asyncio.get_running_loop().create_task(live.handle.terminate(KILL_GRACE))
 
-    def _settle_exit(self, live: LiveRun, status: procs.ExitStatus) -> None:
+    async def _settle_exit(self, live: LiveRun, status: procs.ExitStatus) -> None:
         now = self.clock()
         # The shim's exit file knows when the agent really ended: a run re-adopted after a
         # restart ended while no daemon watched, not when this one noticed.
         ended_at = status.ended_at if status.ended_at and status.ended_at <= now else now
         self._read_new_output(live, now)
         live.reader.finish(now)
-        self.live.pop(live.run.id, None)
         live.handle.close()
         try:
             run = self.store.get_run(live.run.id)  # the agent's report arrives in the store
         except StoreError:
             run = live.run
         if run.ended_at is not None:
+            self.live.pop(live.run.id, None)
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
         result = self._result(live, run, status, now)
         if result.outcome is Outcome.RATE_LIMITED and live.kill_reason is None:
             # Limits found only at the end (an HTTP 429, a result event) pause the runtime too.
             self._pause_runtime(live.role, result.retry_at, result.error or "rate limited", now)
+        if result.outcome is Outcome.SUCCEEDED and live.role.gates and live.kill_reason is None:
+            # The agent's word is not a check: the run stays open (and watched, holding its
+            # slot) while the role's gates run; a restart runs them again on adoption.
+            result = await self.gates.check(run, live.role, self._agent_path(live.role), result)
+            ended_at = self.clock()
+        self.live.pop(live.run.id, None)
         self._settle_now(run, result, ended_at)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")
@@ -373,6 +382,8 @@ class Supervisor:
 
     def _result(self, live: LiveRun, run: Run, status: procs.ExitStatus, now: float) -> RunResult:
         result = live.runtime.result(live.role, live.reader, status, run, now, live.handle)
+        if result.output_tail is None:  # for a chain's `when` and a reviewer's verdict
+            result = dataclasses.replace(result, output_tail=live.reader.error_tail or None)
         if live.kill_reason is None or result.outcome is Outcome.SUCCEEDED and (
                 run.report == "done" or live.reader.summary is not None):
             return result  # work that was completed before the kill counts (partial success)
