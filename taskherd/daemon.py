@@ -33,6 +33,7 @@ from taskherd.ops import Queue
 from taskherd.services.checkpoints import Checkpoints
 from taskherd.services.dispatcher import Dispatcher
 from taskherd.services.monitor import Monitor
+from taskherd.services.planner import Planner
 from taskherd.services.runner import ServiceLoop, run_service
 from taskherd.services.scheduler import Scheduler
 from taskherd.services.supervisor import Supervisor
@@ -153,7 +154,8 @@ class Daemon:
                  shown(daemon.database), daemon.max_concurrent)
         self.services = self._services(store, supervisor, scheduler)
         starting = [self._start(name) for name in ("dispatcher", "scheduler")]
-        watching = [self._start(name) for name in ("supervisor", "monitor", "checkpoints")]
+        watching = [self._start(name)
+                    for name in ("supervisor", "monitor", "planner", "checkpoints")]
         watching.append(asyncio.create_task(self._reload_on_request(), name="reload"))
         watching.append(asyncio.create_task(self._wake_on_events(events), name="events"))
         loops = starting + watching
@@ -213,6 +215,7 @@ class Daemon:
                         max_sleep=scheduler.settings.max_sleep, on_counts=self._fired),
             ServiceLoop("supervisor", supervisor),
             ServiceLoop("monitor", monitor),
+            ServiceLoop("planner", Planner(self.config, store), on_counts=self._planned),
             ServiceLoop("checkpoints", Checkpoints(store), in_thread=True),
         )}
 
@@ -223,6 +226,10 @@ class Daemon:
 
     def _start(self, name: str) -> asyncio.Task:
         return asyncio.create_task(run_service(self.services[name], self.clock), name=name)
+
+    def _planned(self, counts: Mapping[str, int]) -> None:
+        if counts.get("planned"):
+            self._wake.set()  # the dispatcher: the planner's task is ready
 
     def _fired(self, counts: Mapping[str, int]) -> None:
         if counts.get("fired"):
