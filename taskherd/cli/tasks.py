@@ -231,8 +231,11 @@ def tree_lines(node: dict[str, Any], mark: int | None = None, prefix: str = "",
     review = f" reviews {node['review_of']}" if node.get("review_of") else ""
     here = " ◀" if node["id"] == mark else ""
     branch = "" if top else ("└─ " if last else "├─ ")
-    line = (f"{prefix}{branch}{node['id']} {node['role']}{review} {node['state']}{outcome}: "
-            f"{_clip(node['title'], 60)}{here}")
+    marks = [f"{n} {word}{'s' if n > 1 else ''}" for n, word in
+             ((node.get("strikes", 0), "strike"), (node.get("rejections", 0), "rejection")) if n]
+    history = f" [{', '.join(marks)}]" if marks else ""
+    line = (f"{prefix}{branch}{node['id']} {node['role']}{review} {node['state']}{outcome}"
+            f"{history}: {_clip(node['title'], 60)}{here}")
     lines = [line]
     if node["reason"] and node["state"] in ("blocked", "dead", "cancelled", "completed"):
         pad = prefix + ("" if top else ("   " if last else "│  "))

@@ -109,6 +109,7 @@ def tree(queue: Queue, task_id: int) -> dict[str, Any]:
             "id": task.id, "role": task.role, "title": task.title, "state": task.state.value,
             "outcome": run.outcome.value if run and run.outcome else None,
             "depth": task.depth, "parent_id": task.parent_id, "reason": task.reason,
+            "strikes": task.attempts, "rejections": task.rejections,
             "summary": task.summary, "review_of": task.meta.get("review_of"),
             "children": [],
         }
