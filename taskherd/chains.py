@@ -110,7 +110,7 @@ def parse_follow_up(data: Any, where: str) -> FollowUp:
     if on not in ON_CHOICES:
         raise ChainError(f"{where}.on = {on!r}: expected one of {', '.join(ON_CHOICES)}")
     if texts["when"] is not None:
-        _check_condition(texts["when"], f"{where}.when")
+        check_condition(texts["when"], f"{where}.when")
     try:
         priority = Priority.parse(data.get("priority", "P2"))
     except ValueError as error:
@@ -157,7 +157,7 @@ def condition_holds(when: str | None, text: str) -> bool:
     return re.search(operand, text, re.MULTILINE) is not None
 
 
-def _check_condition(when: str, where: str) -> None:
+def check_condition(when: str, where: str) -> None:
     kind, colon, operand = when.partition(":")
     if kind not in ("contains", "regex") or not colon or not operand:
         raise ChainError(f"{where} = {when!r}: expected 'contains:TEXT' or 'regex:PATTERN'")
