@@ -4,6 +4,7 @@ never a second while one is open, and not again within planner_every."""
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 
 from taskherd.config import load_config
 from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
@@ -71,3 +72,26 @@ def test_without_a_planner_role_nothing_is_added(tmp_path, database):
     assert planner.run_once(1000.0) == {}
     assert planner.store.list_tasks() == []
     planner.store.close()
+
+
+def test_an_agent_cannot_add_a_task_beyond_max_depth(tmp_path, database):
+    import pytest
+
+    from taskherd.ops import Queue
+    from taskherd.ops.agent import SpawnRefused, add_child_task
+
+    planner = planner_for(tmp_path, database, "max_spawn = 5")
+    store = planner.store
+    config = replace(planner.config, daemon=replace(planner.config.daemon, max_depth=2))
+    parent = None
+    for depth in range(3):
+        parent = store.enqueue(NewTask(role="coder", title=f"level {depth}",
+                                       parent_id=parent), 1000.0).task.id
+    assert store.get_task(parent).depth == 2
+    while (claim := store.claim("n1", 1000.0, 60.0)).task.id != parent:
+        pass
+    queue = Queue(config, store)
+    with pytest.raises(SpawnRefused, match="depth 3 of its chain, beyond max_depth 2"):
+        add_child_task(queue, claim.run, {"role": "coder", "title": "too deep"}, 1001.0)
+    assert len(store.list_tasks()) == 3
+    store.close()
