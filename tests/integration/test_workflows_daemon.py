@@ -141,7 +141,7 @@ def test_a_reviewer_agent_rejects_once_then_approves_through_its_credential(flee
     assert all(fleet.wait_final(r.id).state is TaskState.COMPLETED for r in reviews)
     assert fleet.wait_final(marker.id, timeout=40).state is TaskState.COMPLETED
     tree = fleet.cli("task", "tree", str(task.id)).stdout
-    assert f"{task.id} author completed: login page" in tree
+    assert f"{task.id} author completed [1 rejection]: login page" in tree
     assert f"reviews {task.id} completed" in tree
 
 
