@@ -69,9 +69,16 @@ WHERE runs.task_id = :task_id
 ORDER BY gate_checks.id;
 
 -- name: open_task_of_role
--- Whether a task of :role is open (the planner runs one at a time).
+-- Whether a task of :role is open (the planner runs one at a time). Open tasks are found
+-- through the partial indexes the queue keeps anyway: ready ones (tasks_ready), leased ones
+-- (tasks_leases) and those waiting for a person (tasks_waiting); each WHERE repeats its
+-- index's, so no scan of the history is needed.
+SELECT id FROM tasks WHERE state = 'ready' AND role = :role
+UNION ALL
+SELECT id FROM tasks WHERE lease_expires_at IS NOT NULL AND role = :role
+UNION ALL
 SELECT id FROM tasks
-WHERE role = :role AND state <> 'completed' AND state <> 'dead' AND state <> 'cancelled'
+WHERE (state = 'pending' OR state = 'needs_review' OR state = 'blocked') AND role = :role
 LIMIT 1;
 
 -- name: last_task_of_role

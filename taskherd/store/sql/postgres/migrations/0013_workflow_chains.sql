@@ -1,4 +1,4 @@
--- Workflows: the PostgreSQL port of sqlite's 0012 (which says what each column is for).
+-- Workflows: the PostgreSQL port of sqlite's 0013 (which says what each column is for).
 ALTER TABLE tasks ADD COLUMN root_id bigint;
 ALTER TABLE tasks ADD COLUMN depth integer NOT NULL DEFAULT 0 CHECK (depth >= 0);
 ALTER TABLE tasks ADD COLUMN chain text;
