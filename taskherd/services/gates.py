@@ -61,7 +61,8 @@ class GateRunner:
         log.info("run %s: gate %r started as pid %s", run.id, gate.name, spawned.pid)
         timed_out = False
         try:
-            status = await asyncio.wait_for(spawned.handle.wait_exit(), gate.timeout)
+            async with asyncio.timeout(gate.timeout):  # not wait_for: see services/runner.py
+                status = await spawned.handle.wait_exit()
         except TimeoutError:
             timed_out = True
             status = await spawned.handle.terminate(KILL_GRACE)
