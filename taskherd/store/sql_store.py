@@ -12,7 +12,7 @@ import dataclasses
 import json
 import time
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any
@@ -144,10 +144,10 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWorkflows, Stor
         return [Task.from_row(row) for row in self._all("list_tasks", params)]
 
     def counts(self) -> list[StateCount]:
-        return [
-            StateCount(TaskState(row["state"]), row["role"], row["n"])
-            for row in self._all("count_by_state_and_role")
-        ]
+        rows = self._past_the_marks(
+            lambda marks: self._all("count_by_state_and_role",
+                                    {"tasks_through": marks["tasks_through"]}))
+        return [StateCount(TaskState(row["state"]), row["role"], row["n"]) for row in rows]
 
     # -- the worker's path ---------------------------------------------------------------
 
@@ -407,6 +407,26 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWorkflows, Stor
     def prune(self, before: float) -> int:
         with self._write() as db:
             return db.execute(self.q["prune_finished_tasks"], {"before": before}).rowcount
+
+    def _past_the_marks(self, read: Callable[[Any], list[Any]]) -> list[Any]:
+        """`read(marks)`, a query adding what lies past the roll-up's marks to its counters.
+
+        The marks are read first and passed in as values (read inside the statement, they
+        left PostgreSQL planning the range blind, as a scan of the whole history). A roll-up
+        committed in between would have its rows counted twice, from the counters and past
+        the old mark: so the marks are read again after, and the query repeated if they moved.
+        """
+        def current() -> dict[str, Any]:
+            [row] = self._all("rollup_marks")
+            return {"tasks_through": row["tasks_through"], "runs_through": row["runs_through"]}
+
+        marks = current()
+        while True:
+            rows = read(marks)
+            again = current()
+            if again == marks:
+                return rows
+            marks = again
 
     def roll_up(self, now: float) -> int:
         folded = 0
