@@ -71,11 +71,13 @@ ORDER BY gate_checks.id;
 -- name: open_task_of_role
 -- Whether a task of :role is open (the planner runs one at a time). Open tasks are found
 -- through the partial indexes the queue keeps anyway: ready ones (tasks_ready), leased ones
--- (tasks_leases) and those waiting for a person (tasks_waiting); each WHERE repeats its
--- index's, so no scan of the history is needed.
+-- (the lease side of tasks_clock, by its own expressions) and those waiting for a person
+-- (tasks_waiting); each WHERE repeats its index's, so no scan of the history is needed.
 SELECT id FROM tasks WHERE state = 'ready' AND role = :role
 UNION ALL
-SELECT id FROM tasks WHERE lease_expires_at IS NOT NULL AND role = :role
+SELECT id FROM tasks
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at IS NOT NULL
+  AND role = :role
 UNION ALL
 SELECT id FROM tasks
 WHERE (state = 'pending' OR state = 'needs_review' OR state = 'blocked') AND role = :role
@@ -91,8 +93,12 @@ SELECT created_at AS at FROM tasks WHERE role = :role ORDER BY id DESC LIMIT 1;
 SELECT count(*) AS n FROM tasks WHERE state = 'ready';
 
 -- name: recent_dead
-SELECT * FROM tasks WHERE state = 'dead' AND finished_at >= :since
-ORDER BY finished_at DESC LIMIT :limit;
+-- The history side of tasks_clock, by its own expressions (as task_history reads it).
+SELECT * FROM tasks
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
+  AND coalesce(finished_at, lease_expires_at) >= :since AND state = 'dead'
+ORDER BY coalesce(finished_at, lease_expires_at) DESC, id DESC
+LIMIT :limit;
 
 -- name: next_run_after
 -- When the earliest waiting ready task becomes claimable: the dispatcher wakes then, so a
