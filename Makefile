@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python -m taskherd.demo
+	$(BIN)/python -m taskherd.demo.workflow
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 tests

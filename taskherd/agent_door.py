@@ -33,8 +33,8 @@ URL_ENV = "TASKHERD_URL"  # the daemon's HTTP API, for an agent that has no sock
 MAX_REQUEST = 4 * 1024 * 1024  # a child task's prompt fits; a runaway writer does not
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux: longer paths go through /proc
 TIMEOUT = 30.0
-OPS = ("heartbeat", "report", "add_child_task", "msg_send", "msg_inbox", "msg_read",
-       "memory_add", "memory_search", "task_context")
+OPS = ("heartbeat", "report", "add_child_task", "review", "msg_send", "msg_inbox",
+       "msg_read", "memory_add", "memory_search", "task_context")
 
 
 def socket_path(data_dir: Path) -> Path:
@@ -188,6 +188,17 @@ def _add_child_task(queue: Queue, run: Any, args: dict[str, Any],
     return {"task": enqueued.task.to_dict(), "created": enqueued.created}, enqueued.created
 
 
+def _review(queue: Queue, run: Any, args: dict[str, Any],
+            now: float) -> tuple[dict[str, Any], bool]:
+    from taskherd.ops import agent as agent_ops
+
+    fields = _only(args, "verdict", "reason")
+    task = agent_ops.review(queue, run, now, fields.get("verdict"), fields.get("reason"))
+    log.info("run %s: the reviewer's verdict moved task %s to %s", run.id, task.id,
+             task.state.value)
+    return {"task": task.to_dict()}, True
+
+
 def _msg_send(queue: Queue, run: Any, args: dict[str, Any],
               now: float) -> tuple[dict[str, Any], bool]:
     from taskherd.ops import messages
@@ -250,6 +261,7 @@ def _task_context(queue: Queue, run: Any, args: dict[str, Any],
 
 _OPERATIONS = {
     "heartbeat": _heartbeat, "report": _report, "add_child_task": _add_child_task,
+    "review": _review,
     "msg_send": _msg_send, "msg_inbox": _msg_inbox, "msg_read": _msg_read,
     "memory_add": _memory_add, "memory_search": _memory_search, "task_context": _task_context,
 }

@@ -18,7 +18,18 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 
+from taskherd.chains import (
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_REVIEWS,
+    ChainError,
+    FollowUp,
+    RoleFlow,
+    Workflow,
+    find_cycle,
+    parse_chain,
+)
 from taskherd.durations import parse_duration
+from taskherd.gates import Gate, GateError, parse_gates
 from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
 
 CONFIG_FILE = "taskherd.toml"
@@ -28,8 +39,8 @@ RUNTIMES = ("command", "claude", "chat")
 ON_SHUTDOWN = ("detach", "wait", "kill")
 PROMPT_VIA = ("stdin", "file", "arg")
 ON_INPUT = ("kill", "wait")  # what to do with an agent waiting at a question
-TOP_LEVEL_KEYS = ("daemon", "roles", "pools", "jobs", "api", "backup", "messages", "memory",
-                  "delivery")
+TOP_LEVEL_KEYS = ("daemon", "roles", "pools", "jobs", "monitor", "api", "backup", "messages",
+                  "memory", "delivery")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 S3_SCHEME = "s3://"
 # Keys people put in [backup] that must come from the environment or the AWS credential chain:
@@ -85,6 +96,7 @@ class DaemonConfig:
     path: str = DEFAULT_PATH  # PATH agents run with, unless the role names one
     retention: float = 30 * 86400.0
     max_prompt_bytes: int = 1 << 20  # a larger prompt is refused where it enters the queue
+    max_depth: int = DEFAULT_MAX_DEPTH  # a chain stops here: no child deeper than this
 
     @property
     def log_dir(self) -> Path:
@@ -133,6 +145,11 @@ class RoleConfig:
     args: tuple[str, ...] = ()
     resume: bool = False  # a retry continues the previous attempt's session (--resume)
     mcp: bool = False  # `taskherd mcp` in --mcp-config: the run's tools over MCP
+    # workflows
+    chain: tuple[FollowUp, ...] = ()  # follow-ups every task of the role creates
+    review_by: str | None = None  # a role that reviews each successful task
+    max_reviews: int = DEFAULT_MAX_REVIEWS  # rejections before a person decides
+    gates: tuple[Gate, ...] = ()  # checks run after success, before the task completes
     # chat runtime
     base_url: str | None = None
     api_key_env: str | None = None
@@ -148,6 +165,21 @@ class RoleConfig:
             backoff_cap=self.backoff_cap,
             rate_limit_cooldown=self.rate_limit_cooldown,
         )
+
+
+DEFAULT_PLANNER_PROMPT = ("The queue is running low. Look at the state of the work below and "
+                          "add the next tasks with `taskherd task add`.")
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """[monitor]: the planner that keeps the queue fed, and what an agent may add."""
+
+    planner: str | None = None  # the planner's role; None: no planner is started
+    low_water: int = 5  # fewer ready tasks than this, and the planner is due
+    planner_every: float = 4 * 3600.0  # at most one planner task per this long
+    prompt: str = DEFAULT_PLANNER_PROMPT
+    max_spawn: int = 20  # tasks one run may add with `taskherd task add`
 
 
 @dataclass(frozen=True)
@@ -243,6 +275,16 @@ class Config:
     messages: MessagesConfig = field(default_factory=MessagesConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+
+    @property
+    def workflow(self) -> Workflow:
+        """What the store applies when a task settles: default chains, reviewers, limits."""
+        flows = {name: RoleFlow(chain=role.chain, review_by=role.review_by,
+                                max_reviews=role.max_reviews, max_attempts=role.max_attempts,
+                                review=role.review)
+                 for name, role in self.roles.items()}
+        return Workflow(flows, max_depth=self.daemon.max_depth)
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
@@ -312,6 +354,8 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
                            problems)
         if role is not None:
             roles[name] = replace(role, timezone=daemon.timezone)
+    _check_workflows(roles, pools, problems)
+    monitor = _parse_monitor(_table(raw, "monitor"), roles, problems)
     jobs = raw.get("jobs", [])
     if not isinstance(jobs, list) or not all(isinstance(job, dict) for job in jobs):
         problems.append("jobs must be an array of tables ([[jobs]])")
@@ -320,7 +364,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
     if problems:
         raise ConfigError(_all_problems(problems))
     config = Config(daemon, roles, pools, tuple(jobs), source, api=api, backup=backup,
-                    messages=messages, memory=memory, delivery=delivery)
+                    messages=messages, memory=memory, delivery=delivery, monitor=monitor)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
         # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
@@ -385,6 +429,7 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool,
         "path": reader.get("path", str, None),
         "retention": reader.duration("retention"),
         "max_prompt_bytes": reader.positive_int("max_prompt_bytes"),
+        "max_depth": reader.positive_int("max_depth"),
     }
     given = {key: value for key, value in values.items() if value is not None}
     return DaemonConfig(data_dir=data_path, database=database, **given)
@@ -524,6 +569,10 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "api_key_env": reader.get("api_key_env", str, None),
         "rate_limit_patterns": reader.str_list("rate_limit_patterns"),
         "rate_limit_cooldown": reader.duration("rate_limit_cooldown"),
+        "chain": reader.chain("chain"),
+        "review_by": reader.get("review_by", str, None),
+        "max_reviews": reader.positive_int("max_reviews"),
+        "gates": reader.gates("gates"),
     }
     role = RoleConfig(name=name, **{k: v for k, v in values.items() if v is not None})
     if len(problems) == known_before:  # a bad key read as unset must not also say "missing"
@@ -638,6 +687,49 @@ def _check_delivery(role: RoleConfig, where: str) -> None:
         raise ConfigError(f"{where}.on is set without deliver_to: name the aliases to tell")
 
 
+def _check_workflows(roles: Mapping[str, RoleConfig], pools: Mapping[str, int],
+                     problems: list[str]) -> None:
+    """Chains and reviewers name roles and pools that exist, and no chain loops forever."""
+    defined = ", ".join(sorted(roles)) or "none"
+    for role in roles.values():
+        if role.review_by is not None and role.review_by not in roles:
+            problems.append(f"roles.{role.name}.review_by = {role.review_by!r} is not a role "
+                            f"defined in the config (defined: {defined})")
+        if role.review_by == role.name:
+            problems.append(f"roles.{role.name}.review_by = {role.name!r}: a role cannot "
+                            "review its own work; name another role")
+        for index, follow_up in enumerate(role.chain):
+            where = f"roles.{role.name}.chain[{index}]"
+            if follow_up.role not in roles and follow_up.role != "any":
+                problems.append(f"{where}.role = {follow_up.role!r} is not a role defined in "
+                                f"the config (defined: {defined})")
+            if follow_up.pool is not None and follow_up.pool not in pools:
+                problems.append(f"{where}.pool = {follow_up.pool!r} is not a pool in [pools]")
+    cycle = find_cycle({name: role.chain for name, role in roles.items()})
+    if cycle:
+        problems.append(f"roles: the default chains loop forever: {' → '.join(cycle)} "
+                        "(give every link of it a `when` condition or remove one; for a "
+                        "reviewer that sends work back, use review_by)")
+
+
+def _parse_monitor(raw: Mapping[str, Any], roles: Mapping[str, RoleConfig],
+                   problems: list[str]) -> MonitorConfig:
+    reader = _Reader(raw, "monitor", {f.name for f in fields(MonitorConfig)}, problems)
+    values = {
+        "planner": reader.get("planner", str, None),
+        "low_water": reader.positive_int("low_water"),
+        "planner_every": reader.duration("planner_every"),
+        "prompt": reader.get("prompt", str, None),
+        "max_spawn": reader.positive_int("max_spawn"),
+    }
+    planner = values["planner"]
+    if planner is not None and planner not in roles:
+        defined = ", ".join(sorted(roles)) or "none"
+        problems.append(f"monitor.planner = {planner!r} is not a role defined in the config "
+                        f"(defined: {defined})")
+    return MonitorConfig(**{key: value for key, value in values.items() if value is not None})
+
+
 def _parse_pools(raw: Mapping[str, Any], problems: list[str]) -> dict[str, int]:
     pools = {}
     for name, capacity in raw.items():
@@ -748,6 +840,22 @@ class _Reader:
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
             raise self._fail(key, value, "a table of strings")
         return dict(value)
+
+    def chain(self, key: str) -> tuple[FollowUp, ...] | None:
+        if key not in self.raw:
+            return None
+        try:
+            return parse_chain(self.raw[key], f"{self.where}.{key}")
+        except ChainError as error:
+            raise ConfigError(str(error)) from None
+
+    def gates(self, key: str) -> tuple[Gate, ...] | None:
+        if key not in self.raw:
+            return None
+        try:
+            return parse_gates(self.raw[key], f"{self.where}.{key}")
+        except GateError as error:
+            raise ConfigError(str(error)) from None
 
     def _convert(self, key: str, convert: Callable[[Any], Any], accepted: str) -> Any:
         if key not in self.raw:

@@ -36,6 +36,7 @@ from taskherd.services.checkpoints import Checkpoints
 from taskherd.services.delivery import Deliverer, DeliverySettings
 from taskherd.services.dispatcher import Dispatcher
 from taskherd.services.monitor import Monitor
+from taskherd.services.planner import Planner
 from taskherd.services.runner import ServiceLoop, run_service
 from taskherd.services.scheduler import Scheduler
 from taskherd.services.supervisor import Supervisor
@@ -130,7 +131,7 @@ class Daemon:
         try:
             self.store = open_store(self.config.daemon.database,
                                     durability=self.config.daemon.durability,
-                                    autocheckpoint=False)
+                                    autocheckpoint=False, workflow=self.config.workflow)
             self.store.hold_node(self.config.daemon.node)
             await self._serve(self.store)
         finally:
@@ -162,8 +163,8 @@ class Daemon:
                  shown(daemon.database), daemon.max_concurrent)
         self.services = self._services(store, supervisor, scheduler)
         starting = [self._start(name) for name in ("dispatcher", "scheduler")]
-        watching = [self._start(name) for name in ("supervisor", "monitor", "checkpoints",
-                                                   "backups", "delivery")]
+        watching = [self._start(name) for name in ("supervisor", "monitor", "planner",
+                                                   "checkpoints", "backups", "delivery")]
         watching.append(asyncio.create_task(self._reload_on_request(), name="reload"))
         watching.append(asyncio.create_task(self._wake_on_events(events), name="events"))
         loops = starting + watching
@@ -250,6 +251,7 @@ class Daemon:
                         max_sleep=scheduler.settings.max_sleep, on_counts=self._fired),
             ServiceLoop("supervisor", supervisor),
             ServiceLoop("monitor", monitor),
+            ServiceLoop("planner", Planner(self.config, store), on_counts=self._planned),
             ServiceLoop("checkpoints", checkpoints, in_thread=True),
             ServiceLoop("backups", backups, in_thread=True),
             ServiceLoop("delivery", Deliverer(store, self.clock,
@@ -265,6 +267,10 @@ class Daemon:
 
     def _start(self, name: str) -> asyncio.Task:
         return asyncio.create_task(run_service(self.services[name], self.clock), name=name)
+
+    def _planned(self, counts: Mapping[str, int]) -> None:
+        if counts.get("planned"):
+            self._wake.set()  # the dispatcher: the planner's task is ready
 
     def _fired(self, counts: Mapping[str, int]) -> None:
         if counts.get("fired"):
@@ -292,6 +298,8 @@ class Daemon:
             log.error("reload refused, the config stays as it was: %s", error)
             return
         self.config = config
+        if self.store is not None:
+            self.store.workflow = config.workflow  # type: ignore[attr-defined]
         for loop in self.services.values():
             if hasattr(loop.service, "config"):
                 loop.service.config = config

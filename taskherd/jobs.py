@@ -17,6 +17,7 @@ from datetime import UTC, datetime, time
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
+from taskherd.job_chains import AFTER, LINK_KEYS, JobChainError, check_links, parent_of, parse_link
 from taskherd.model import NewTask
 from taskherd.schedules import (
     MissedFire,
@@ -35,7 +36,7 @@ TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual", "timezone
 TEMPLATE_KEYS = ("role", "title", "prompt", "priority", "pool", "dedup_key", "max_attempts",
                  "review", "pending", "meta", "deliver_to", "on")
 POLICY_KEYS = ("overlap", "missed_fire", "max_retries", "delete_after_run", "enabled")
-JOB_KEYS = ("name", *TEMPLATE_KEYS, "variants", *TRIGGER_KEYS, *POLICY_KEYS)
+JOB_KEYS = ("name", *TEMPLATE_KEYS, "variants", *TRIGGER_KEYS, *POLICY_KEYS, *LINK_KEYS)
 # What a variant may change: the work, not the job's identity or limits.
 VARIANT_KEYS = ("title", "prompt", "role", "priority", "pool", "dedup_key", "from")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
@@ -92,6 +93,11 @@ def parse_jobs(config: Config) -> tuple[JobSpec, ...]:
             raise JobError(f"{where}name = {spec.name!r}: already used by jobs[{seen[spec.name]}]")
         seen[spec.name] = index
         specs.append(spec)
+    parents = {spec.name: parent_of(spec.template) for spec in specs}
+    try:
+        check_links(parents, set(parents))
+    except JobChainError as error:
+        raise JobError(f"jobs: {error}") from None
     return tuple(specs)
 
 
@@ -110,6 +116,14 @@ def parse_job(table: Mapping[str, Any], config: Config, *, where: str = "") -> J
         raise JobError(f"{where}{error}") from error
     template = _template(table, name, config, where)
     variants = _variants(table.get("variants"), template, config, where)
+    try:
+        link = parse_link(table, where)
+    except JobChainError as error:
+        raise JobError(str(error)) from None
+    if link is not None:
+        if link["job"] == name:
+            raise JobError(f"{where}parent = {name!r}: a job cannot follow itself")
+        template[AFTER] = link
     return JobSpec(
         name=name,
         template=template,
@@ -246,7 +260,7 @@ def task_for_fire(job: Job, config: Config, *, variant: int | None, scheduled_fo
                   kind: str, retry_count: int = 0) -> NewTask:
     """The task of one fire: the template, the variant over it, and where it came from in
     `meta` (job, scheduled time, fire kind)."""
-    template = {k: v for k, v in job.template.items() if k != "variants"}
+    template = {k: v for k, v in job.template.items() if k not in ("variants", AFTER)}
     variants = job.template.get("variants") or []
     if variant is not None and variant < len(variants):
         template = _overlay(template, variants[variant])

@@ -143,6 +143,9 @@ class NewTask:
     run_after: float | None = None  # unix seconds; None = now
     parent_id: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # Follow-ups of its own (chains.FollowUp), created when it settles; the role's default
+    # chain applies besides, whatever this says.
+    chain: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,10 @@ class Task:
     created_at: float
     updated_at: float
     finished_at: float | None
+    root_id: int | None = None  # the first task of its chain; None for a root
+    depth: int = 0  # 0 for a root, its parent's + 1 for a child
+    chain: str | None = None  # its own follow-ups, as JSON (chains.decode_chain)
+    rejections: int = 0  # reviewers' rejections so far
 
     @classmethod
     def from_row(cls, row: Any) -> Task:
@@ -189,6 +196,7 @@ class Task:
         data = dict(self.__dict__)
         data["priority"] = f"P{int(self.priority)}"
         data["state"] = self.state.value
+        data["chain"] = json.loads(self.chain) if self.chain else []
         return data
 
 
@@ -251,6 +259,33 @@ class RunResult:
     session_id: str | None = None
     # When the runtime's provider said the limit resets (unix seconds), for rate_limited runs.
     retry_at: float | None = None
+    # The last lines the agent wrote, whatever the outcome: a chain's `when` condition and a
+    # reviewer's APPROVED / REJECTED marker are read from it. Not stored.
+    output_tail: str | None = None
+
+
+@dataclass(frozen=True)
+class GateCheck:
+    """One quality gate a role ran on a run whose agent reported success."""
+
+    id: int
+    run_id: int
+    name: str
+    log_path: str | None
+    started_at: float
+    ended_at: float | None
+    exit_code: int | None
+    passed: bool | None  # None while it runs
+    error: str | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> GateCheck:
+        data = dict(row)
+        data["passed"] = None if data["passed"] is None else bool(data["passed"])
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,11 @@ byte for byte, as it was written.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from taskherd.gates import is_gate_failure
 from taskherd.model import Message, MessagePriority, Task
 
 SECTION_LIMIT = 8000  # characters of one section's text: a log tail must not drown the task
@@ -60,7 +61,12 @@ def context_sections(task: Task, context: PromptContext = PromptContext()) -> It
         yield Section("Reviewer's reason",
                       "A reviewer sent this task back. Address this before anything else:",
                       task.reason)
-    if task.attempts > 0 or task.last_error:
+    if is_gate_failure(task.last_error):
+        yield Section("Quality gate failed",
+                      "Your last attempt reported success, but a check the role requires "
+                      "failed. Fix what it reports; it runs again when you finish:",
+                      _failure_text(task))
+    elif task.attempts > 0 or task.last_error:
         yield Section("Previous attempt failed",
                       f"An earlier attempt ({task.attempts} strike(s) so far) ended with:",
                       _failure_text(task))
@@ -101,3 +107,38 @@ def _fence_for(text: str) -> str:
         run = run + 1 if char == "`" else 0
         longest = max(longest, run)
     return "`" * max(3, longest + 1)
+
+
+def review_prompt(task: Task, log_path: str | None) -> str:
+    """The prompt of the task that reviews `task`: what was asked, what its agent said it
+    did, where its log is, and how to give the verdict."""
+    sections = [
+        Section("Task under review", f"Task {task.id} ({task.role}): {task.title}. It asked:",
+                task.prompt or "(no prompt)"),
+        Section("What its agent reported", "Its agent's summary of the work:",
+                task.summary or "(no summary)"),
+        Section("Its log", "The agent's full output is in this file:", log_path or "(no log)"),
+    ]
+    return "\n\n".join([
+        f"Review the work done for task {task.id}: {task.title}",
+        *(section.render() for section in sections),
+        ("Check the work itself, not the agent's report of it. Then give your verdict: run "
+         "`taskherd approve`, or `taskherd reject --reason \"what must change\"` (or print a "
+         "line `APPROVED`, or `REJECTED: what must change`). A rejection sends the task back "
+         "with your reason in its next prompt."),
+    ]) + "\n"
+
+
+def planner_prompt(instructions: str, counts: Mapping[tuple[str, str], int],
+                   failures: Sequence[Task]) -> str:
+    """The planner's prompt: its instructions, then a snapshot of the queue (open tasks by
+    role and state, recent dead letters)."""
+    rows = [f"{role:<16} {state:<13} {count}" for (role, state), count in sorted(counts.items())]
+    board = "\n".join([f"{'role':<16} {'state':<13} tasks", *rows]) if rows else "(empty)"
+    dead = "\n".join(f"task {t.id} ({t.role}) {t.title}: {t.reason or t.last_error or '?'}"
+                     for t in failures)
+    sections = [Section("Queue now", "Tasks by role and state:", board),
+                Section("Recent failures", "Tasks that died recently (attempts exhausted):",
+                        dead)]
+    return "\n\n".join([instructions.rstrip("\n"),
+                         *(s.render() for s in sections if s.text.strip())]) + "\n"

@@ -31,6 +31,7 @@ TASK_FIELDS = {
     "meta": "a table of extra data",
     "deliver_to": "delivery aliases told when it settles, e.g. ['@ops']",
     "on": "the events told: completed, dead, blocked, needs_review, cancelled, job_error",
+    "chain": "follow-up tasks it creates when it settles (a list of tables: role, title, …)",
 }
 ALIAS_NAME = re.compile(r"^@?[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -75,6 +76,7 @@ def new_task_from(data: Mapping[str, Any], config: Config) -> NewTask:
         run_after=_number(data, "run_after"),
         parent_id=_positive_int(data, "parent_id", None),
         meta=_with_delivery(_mapping(data, "meta"), data, role_config),
+        chain=_chain(data, config),
     )
 
 
@@ -97,6 +99,28 @@ def _with_delivery(meta: dict[str, Any], data: Mapping[str, Any], role: Any) -> 
         raise TaskSpecError(f"on = {events!r}: expected a list of: {', '.join(EVENTS)}")
     return {**meta, "deliver_to": [t.removeprefix("@") for t in dict.fromkeys(targets)],
             "deliver_on": list(events or DEFAULT_EVENTS)}
+
+
+
+
+def _chain(data: Mapping[str, Any], config: Config) -> tuple[Any, ...]:
+    from taskherd.chains import ChainError, parse_chain
+
+    if data.get("chain") is None:
+        return ()
+    try:
+        chain = parse_chain(data["chain"], "chain")
+    except ChainError as error:
+        raise TaskSpecError(str(error)) from None
+    for index, follow_up in enumerate(chain):
+        try:
+            config.check_role(follow_up.role)
+        except ValueError as error:
+            raise TaskSpecError(f"chain[{index}].{error}") from None
+        if follow_up.pool is not None and follow_up.pool not in config.pools:
+            raise TaskSpecError(f"chain[{index}].pool = {follow_up.pool!r} is not defined in "
+                                "[pools]")
+    return chain
 
 
 def _text(data: Mapping[str, Any], key: str, required: bool = False) -> str | None:

@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "done": ("taskherd.cli.agent", "REPORT_COMMANDS"),
     "fail": ("taskherd.cli.agent", "REPORT_COMMANDS"),
     "block": ("taskherd.cli.agent", "REPORT_COMMANDS"),
+    "approve": ("taskherd.cli.agent", "VERDICT_COMMANDS"),
+    "reject": ("taskherd.cli.agent", "VERDICT_COMMANDS"),
 }
 
 

@@ -66,3 +66,32 @@ def mcp_command() -> None:
         serve()
     except McpUnavailable as error:
         raise click.UsageError(str(error)) from error
+
+
+def _verdict(verdict: str, doc: str) -> click.Command:
+    @click.command(verdict, help=doc)
+    @click.argument("task_id", type=int, required=False)
+    @click.option("--reason", help="What must change (required to reject).")
+    @click.pass_context
+    def command(ctx: click.Context, task_id: int | None, reason: str | None) -> None:
+        if agent_door.inside_run() and task_id is None:
+            result = call_door("review", {"verdict": verdict, "reason": reason})
+            task = result["task"]
+            click.echo(f"task {task['id']} is now {task['state']}")
+            return
+        if task_id is None:
+            raise click.UsageError(f"give the task's id: `taskherd {verdict} ID` (inside a "
+                                   "reviewer's run, the id is the one it reviews)")
+        from taskherd.cli.tasks import person_transition
+
+        person_transition(ctx, verdict, task_id, reason, as_json=False)
+
+    return command
+
+
+VERDICT_COMMANDS = [
+    _verdict("approve", "A reviewer's verdict: the task under review is done (then its chain "
+                        "fires). Outside a run: `taskherd approve ID`, as `task approve`."),
+    _verdict("reject", "A reviewer's verdict: send the task under review back with --reason "
+                       "(its next prompt carries it). Outside a run: `taskherd reject ID`."),
+]

@@ -72,7 +72,8 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
 
     config = get_config(ctx)
     try:
-        store = open_store(config.daemon.database, durability=config.daemon.durability)
+        store = open_store(config.daemon.database, durability=config.daemon.durability,
+                           workflow=config.workflow)
     except (StoreError, OSError) as error:
         raise BadInput(f"cannot open database {shown(config.daemon.database)}: {error}") from error
     try:

@@ -109,6 +109,13 @@ def job_options(command: Any) -> Any:
         click.option("--delete-after-run/--keep-after-run", default=None,
                      help="Delete the job once its fire has run (for --at)."),
         click.option("--enabled/--disabled", default=None, help="Start enabled (default)."),
+        click.option("--parent", help="Fire when this job's task settles (a job chain)."),
+        click.option("--on", "on", type=click.Choice(["success", "failure", "complete"]),
+                     help="With --parent: after its success (default), its failure once "
+                          "its retries are spent, or either."),
+        click.option("--when", help="With --parent: only if its summary or error matches "
+                                    "'contains:TEXT' or 'regex:PATTERN'."),
+        click.option("--delay", help="With --parent: wait this long after it, e.g. '10m'."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -304,8 +311,61 @@ def disable_command(ctx: click.Context, name: str) -> None:
 def delete_command(ctx: click.Context, name: str) -> None:
     """Delete a CLI-made job; its fire history is kept."""
     with job_queue(ctx) as queue:
-        job_ops.delete_job(queue, name, now())
+        orphans = job_ops.delete_job(queue, name, now())
     click.echo(f"deleted job {name!r}")
+    for orphan in orphans:
+        click.echo(f"disabled job {orphan!r}: it followed {name!r}, which is gone "
+                   f"(give it another --parent, then `taskherd jobs enable {orphan}`)")
+
+
+@jobs_group.command("tree")
+@json_option
+@click.pass_context
+def tree_command(ctx: click.Context, as_json: bool) -> None:
+    """Jobs by the job they follow: each chain from its first job."""
+    with job_queue(ctx) as queue:
+        roots = job_ops.job_tree(queue)
+    if as_json:
+        print_json(roots)
+        return
+    if not roots:
+        click.echo("no jobs")
+    for root in roots:
+        for line in _tree_lines(root, "", True, True):
+            click.echo(line)
+
+
+def _tree_lines(node: dict[str, Any], prefix: str, last: bool, top: bool) -> list[str]:
+    link = ""
+    if "parent" in node:
+        link = f" (on {node['on']}" + (f", when {node['when']}" if node.get("when") else "")
+        link += (f", after {node['delay']:g}s" if node.get("delay") else "") + ")"
+    state = "" if node["enabled"] else " [disabled]"
+    orphan = f" [its parent {node['parent']!r} is gone]" if node.get("orphan") else ""
+    task = f" task {node['open_task_id']} open" if node.get("open_task_id") else ""
+    branch = "" if top else ("└─ " if last else "├─ ")
+    lines = [f"{prefix}{branch}{node['name']}{link}{state}{orphan}{task}"]
+    inner = prefix + ("" if top else ("   " if last else "│  "))
+    for index, child in enumerate(node["children"]):
+        lines += _tree_lines(child, inner, index == len(node["children"]) - 1, False)
+    return lines
+
+
+@jobs_group.command("cancel")
+@click.argument("name")
+@json_option
+@click.pass_context
+def cancel_command(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Cancel the job's open task, and the open tasks of the jobs that follow it."""
+    with job_queue(ctx) as queue:
+        cancelled = job_ops.cancel_job(queue, name, now())
+    if as_json:
+        print_json([task.to_dict() for task in cancelled])
+        return
+    if not cancelled:
+        click.echo(f"job {name!r} and the jobs after it have no open task")
+    for task in cancelled:
+        click.echo(f"task {task.id} ({task.role}) is now cancelled")
 
 
 @jobs_group.command("run")

@@ -45,6 +45,8 @@ shutdown_grace = "30s"   # how long "wait" waits
 retention = "30d"
 # A task's prompt may hold at most this many bytes (1 MiB); a larger one is refused.
 max_prompt_bytes = 1048576
+# A chain of follow-up tasks stops at this depth (the reason is kept on the last task).
+max_depth = 10
 
 # A role is a kind of agent. This one is Claude Code in print mode: taskherd reads its
 # stream-json for the summary, cost, tokens and rate limits. It needs ANTHROPIC_API_KEY in
@@ -63,6 +65,16 @@ backoff_cap = "15m"
 timeout = "30m"        # hard limit of one run
 idle_timeout = "10m"   # no output, heartbeat or CPU for this long: stalled
 rate_limit_cooldown = "1h"   # longest pause after a limit that names no reset time
+# review_by = "qa"     # each successful task waits for a review by role "qa" (define it)
+# Follow-ups every coder task creates when it settles (agents cannot skip them):
+# [[roles.coder.chain]]
+# role = "qa"
+# title = "QA: {{parent_title}}"
+# prompt = "Check what task {{parent_id}} did: {{parent_summary}} (log: {{parent_log}})"
+# Checks run after the agent says it is done, before the task completes:
+# [[roles.coder.gates]]
+# name = "tests"
+# argv = ["python", "-m", "pytest", "-q"]
 
 # Any other program: `command` is an argv list, never a shell string;
 # {{task_id}}, {{run_id}}, {{role}}, {{prompt_file}} and {{workdir}} are filled in.
@@ -70,6 +82,14 @@ rate_limit_cooldown = "1h"   # longest pause after a limit that names no reset t
 # runtime = "command"
 # command = ["/usr/local/bin/my-agent", "--task", "{{task_id}}"]
 # prompt_via = "stdin"   # or "file" ({{prompt_file}}) or "arg" (command must end with "--")
+
+# When fewer than low_water tasks are ready, a planner task (P0) asks role "planner" to
+# add work with `taskherd task add` (at most max_spawn tasks a run).
+# [monitor]
+# planner = "planner"
+# low_water = 5
+# planner_every = "4h"
+# max_spawn = 20
 
 # [pools]
 # git-main = 1         # at most one task naming pool "git-main" runs at a time

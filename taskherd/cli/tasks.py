@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -55,11 +56,16 @@ def task_group() -> None:
 @click.option("--on", "deliver_on", multiple=True,
               help="Which settles tell it: completed, dead, blocked, needs_review, cancelled "
                    "(repeat; default: all but cancelled).")
+@click.option("--then", "then", multiple=True, metavar="JSON",
+              help="A follow-up it creates when it settles, as a JSON object (role, title, "
+                   "prompt, priority, pool, on, when, delay); repeatable.")
 @json_option
 @click.pass_context
 def add_command(ctx: click.Context, title: str, prompt_file: Any, delay: str | None,
-                as_json: bool, **options: Any) -> None:
+                then: tuple[str, ...], as_json: bool, **options: Any) -> None:
     """Add a task to the queue."""
+    if then:
+        options["chain"] = [_follow_up_json(text) for text in then]
     if options["prompt"] is not None and prompt_file is not None:
         raise BadInput("give --prompt or --prompt-file, not both")
     if prompt_file is not None:
@@ -160,14 +166,23 @@ def show_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
         task = task_ops.get_task(queue, task_id)
         runs = task_ops.runs_of_task(queue, task_id)
         liveness = {run.id: run_ops.liveness(queue, run, at) for run in runs}
+        gates = task_ops.gates_of_task(queue, task_id)
     if as_json:
         print_json(task.to_dict() | {"runs": [run.to_dict() | {"liveness": liveness[run.id]}
-                                              for run in runs]})
+                                              for run in runs],
+                                     "gates": [gate.to_dict() for gate in gates]})
         return
     _print_task(task, runs)
     for run in runs:
         if liveness[run.id] is not None:
             click.echo(f"{'liveness':>10}: {liveness_words(liveness[run.id])}")
+    if gates:
+        click.echo("")
+        print_table(
+            ["gate", "run", "started", "result", "exit", "log"],
+            [[g.name, g.run_id, format_time(g.started_at),
+              "running" if g.passed is None else ("passed" if g.passed else "FAILED"),
+              g.exit_code, g.log_path] for g in gates])
     if runs:
         click.echo("")
         print_table(
@@ -220,6 +235,52 @@ def log_command(ctx: click.Context, task_id: int, run_id: int | None, lines: int
         show_log(store, run, lines=lines, follow=follow, as_json=as_json, raw=raw)
 
 
+def _follow_up_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise BadInput(f"--then {text!r}: not a JSON object ({error.msg}); e.g. "
+                       '\'{"role": "qa", "title": "Review {parent_title}"}\'') from None
+
+
+@task_group.command("tree")
+@click.argument("task_id", type=int)
+@json_option
+@click.pass_context
+def tree_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
+    """Show the chain a task belongs to, from its root: states and outcomes."""
+    with queue_for(ctx) as queue:
+        root = task_ops.tree(queue, task_id)
+    if as_json:
+        print_json(root)
+        return
+    for line in tree_lines(root, mark=task_id):
+        click.echo(line)
+
+
+def tree_lines(node: dict[str, Any], mark: int | None = None, prefix: str = "",
+               last: bool = True, top: bool = True) -> list[str]:
+    """A chain drawn as a tree, one task a line: id, role, state (outcome), title."""
+    outcome = f" ({node['outcome']})" if node["outcome"] and node["state"] != "completed" else ""
+    review = f" reviews {node['review_of']}" if node.get("review_of") else ""
+    here = " ◀" if node["id"] == mark else ""
+    branch = "" if top else ("└─ " if last else "├─ ")
+    marks = [f"{n} {word}{'s' if n > 1 else ''}" for n, word in
+             ((node.get("strikes", 0), "strike"), (node.get("rejections", 0), "rejection")) if n]
+    history = f" [{', '.join(marks)}]" if marks else ""
+    line = (f"{prefix}{branch}{node['id']} {node['role']}{review} {node['state']}{outcome}"
+            f"{history}: {_clip(node['title'], 60)}{here}")
+    lines = [line]
+    if node["reason"] and node["state"] in ("blocked", "dead", "cancelled", "completed"):
+        pad = prefix + ("" if top else ("   " if last else "│  "))
+        lines.append(f"{pad}   ↳ {_clip(node['reason'], 80)}")
+    children = node["children"]
+    inner = prefix + ("" if top else ("   " if last else "│  "))
+    for index, child in enumerate(children):
+        lines += tree_lines(child, mark, inner, index == len(children) - 1, top=False)
+    return lines
+
+
 def _print_task(task: Task, runs: list[Run]) -> None:
     # Runs and strikes are different counts: a rate limit or a rescue is a run, not a strike.
     progress = next((run.progress for run in reversed(runs)
@@ -230,6 +291,9 @@ def _print_task(task: Task, runs: list[Run]) -> None:
         ("runs", len(runs)), ("strikes", f"{task.attempts} of {task.max_attempts}"),
         ("progress", progress), ("pool", task.pool),
         ("dedup key", task.dedup_key), ("lease", task.lease_node), ("reason", task.reason),
+        ("parent", task.parent_id), ("chain", f"root {task.root_id}, depth {task.depth}"
+                                     if task.root_id else None),
+        ("rejections", task.rejections or None),
         ("summary", task.summary), ("last error", task.last_error),
         ("created", format_time(task.created_at)),
         ("finished", format_time(task.finished_at) if task.finished_at else None),
@@ -243,20 +307,49 @@ def _print_task(task: Task, runs: list[Run]) -> None:
         click.echo(f"\nerror log tail:\n{task.error_tail}")
 
 
+def person_transition(ctx: click.Context, name: str, task_id: int, reason: str | None,
+                      as_json: bool, with_reason: bool = True) -> None:
+    """One person's transition of a task, printed the same way by every command."""
+    with queue_for(ctx) as queue:
+        operation = task_ops.TRANSITIONS[name]
+        args = (task_id, now(), reason) if with_reason else (task_id, now())
+        task = operation(queue, *args)
+        if task.state is TaskState.READY:
+            say_if_unserved(queue.store, [task.role], args[1])
+    if as_json:
+        print_json(task.to_dict())
+    else:
+        click.echo(f"task {task.id} is now {task.state.value}")
+
+
+@task_group.command("cancel")
+@click.argument("task_id", type=int)
+@click.option("--reason", help="Why; kept on the task.")
+@click.option("--only", is_flag=True, help="Cancel this task only, not the open tasks its "
+                                           "chain created below it.")
+@json_option
+@click.pass_context
+def cancel_command(ctx: click.Context, task_id: int, reason: str | None, only: bool,
+                   as_json: bool) -> None:
+    """Cancel a task and the open tasks its chain created below it."""
+    if only:
+        person_transition(ctx, "cancel", task_id, reason, as_json)
+        return
+    with queue_for(ctx) as queue:
+        cancelled = task_ops.cancel_tree(queue, task_id, now(), reason)
+    if as_json:
+        print_json([task.to_dict() for task in cancelled])
+        return
+    for task in cancelled:
+        below = "" if task.id == task_id else f" (below task {task_id})"
+        click.echo(f"task {task.id} is now {task.state.value}{below}")
+
+
 def _transition(name: str, doc: str, with_reason: bool) -> None:
     """Register `task NAME ID [--reason]`: one person's transition, printed the same way."""
 
     def command(ctx: click.Context, task_id: int, as_json: bool, reason: str | None = None) -> None:
-        with queue_for(ctx) as queue:
-            operation = task_ops.TRANSITIONS[name]
-            args = (task_id, now(), reason) if with_reason else (task_id, now())
-            task = operation(queue, *args)
-            if task.state is TaskState.READY:
-                say_if_unserved(queue.store, [task.role], args[1])
-        if as_json:
-            print_json(task.to_dict())
-        else:
-            click.echo(f"task {task.id} is now {task.state.value}")
+        person_transition(ctx, name, task_id, reason, as_json, with_reason)
 
     command.__doc__ = doc
     command = json_option(command)
@@ -266,7 +359,6 @@ def _transition(name: str, doc: str, with_reason: bool) -> None:
     task_group.command(name)(click.pass_context(command))
 
 
-_transition("cancel", "Cancel a task that has not finished.", with_reason=True)
 _transition("approve", "Approve a pending task (→ ready) or a reviewed one (→ completed).", False)
 _transition("reject", "Reject a task under review: it goes back to ready.", with_reason=True)
 _transition("block", "Hold a task for a human (pending, ready or under review).", True)

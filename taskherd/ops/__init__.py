@@ -53,5 +53,6 @@ def open_queue(config: Config | str | os.PathLike[str] | None = None) -> Queue:
             config = load_config(config)
         except ConfigError as error:
             raise BadInput(str(error)) from error
-    store = open_store(config.daemon.database, durability=config.daemon.durability)
+    store = open_store(config.daemon.database, durability=config.daemon.durability,
+                       workflow=config.workflow)
     return Queue(config, store)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from taskherd.model import NewTask, Run
+from taskherd.model import NewTask, Run, Task
 from taskherd.ops import BadInput, Queue
-from taskherd.store import Enqueued, TaskNotFound
+from taskherd.store import Enqueued, StoreError, TaskNotFound
 from taskherd.taskspec import TaskSpecError, new_task_from
 
 VERDICTS = ("done", "fail", "block")
@@ -52,9 +52,26 @@ def report(queue: Queue, run: Run, now: float, verdict: str, summary: str | None
     return queue.store.report(run.id, verdict, now, summary)
 
 
+class SpawnRefused(StoreError):
+    """A run may not add this task: it added max_spawn already, or the chain is too deep."""
+
+
 def add_child_task(queue: Queue, run: Run, spec: Mapping[str, Any], now: float) -> Enqueued:
-    """Add a task whose parent is the run's task, checked as `task add` checks it."""
-    return queue.store.enqueue(child_task(queue, run.task_id, spec), now)
+    """Add a task whose parent is the run's task, checked as `task add` checks it, within the
+    limits that keep a runaway agent (a planner in a loop) from flooding the queue: at most
+    [monitor] max_spawn tasks per run, none deeper than [daemon] max_depth."""
+    new = child_task(queue, run.task_id, spec)
+    parent = queue.store.get_task(run.task_id)
+    max_depth = queue.config.daemon.max_depth
+    if parent.depth + 1 > max_depth:
+        raise SpawnRefused(f"refused: the task would be at depth {parent.depth + 1} of its "
+                           f"chain, beyond max_depth {max_depth}")
+    max_spawn = queue.config.monitor.max_spawn
+    added = queue.store.children_since(run.task_id, run.claimed_at)
+    if added >= max_spawn:
+        raise SpawnRefused(f"refused: this run already added {added} tasks (max_spawn "
+                           f"{max_spawn})")
+    return queue.store.enqueue(new, now)
 
 
 def child_task(queue: Queue, parent_id: int, spec: object) -> NewTask:
@@ -85,6 +102,29 @@ def task_context(queue: Queue, run: Run) -> dict[str, Any]:
         except TaskNotFound:  # pruned meanwhile
             parent = None
     return {"task": task.to_dict(), "run_id": run.id, "parent": parent}
+
+
+def review(queue: Queue, run: Run, now: float, verdict: str, reason: str | None = None) -> Task:
+    """The reviewer's verdict on the task its own task reviews: approve (→ completed, then its
+    chain) or reject (→ ready with `reason` in its next prompt, or blocked at max_reviews).
+    The review run is reported done with the verdict as its summary."""
+    if verdict not in ("approve", "reject"):
+        raise BadInput(f"verdict {verdict!r} is not one of: approve, reject")
+    reason = _note("reason", reason)
+    if verdict == "reject" and not (reason and reason.strip()):
+        raise BadInput("a rejection needs --reason: it is what the next attempt is told")
+    from taskherd.chains import review_of
+
+    review_task = queue.store.get_task(run.task_id)
+    reviewed = review_of(review_task)
+    if reviewed is None:
+        raise BadInput(f"task {review_task.id} is not a review: `taskherd {verdict}` is for a "
+                       "reviewer's run (a person uses `taskherd task approve|reject ID`)")
+    moved = queue.store.review_verdict(review_task.id, verdict, reason, now)
+    summary = (f"approved task {reviewed}" if verdict == "approve"
+               else f"rejected task {reviewed}: {reason}")
+    queue.store.report(run.id, "done", now, summary)
+    return moved
 
 
 def _note(field: str, value: object) -> str | None:

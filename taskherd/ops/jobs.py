@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from taskherd.job_chains import AFTER, JobChainError, check_links, link_table, parent_of
 from taskherd.jobs import JobError, parse_job, parse_jobs, trigger_of
 from taskherd.ops import BadInput, Queue
 from taskherd.services.scheduler import schedule_start
@@ -25,6 +26,7 @@ def add_job(queue: Queue, table: Mapping[str, Any], now: float) -> Job:
     """Add a job; a job of the same name is refused (change it with update_job)."""
     spec = _parsed(queue, dict(table), now)
     name = spec.definition().name
+    _check_links(queue, name, parent_of(spec.template))
     try:
         existing = queue.store.get_job(name)
     except JobNotFound:
@@ -65,6 +67,7 @@ def update_job(queue: Queue, name: str, changes: Mapping[str, Any], now: float,
         table.pop(key, None)
     table.update(changes)
     spec = _parsed(queue, table, now, check_past=retrigger)
+    _check_links(queue, name, parent_of(spec.template))
     return queue.store.upsert_job(spec.definition(), source="cli", now=now,
                                   schedule_at=schedule_start(spec.trigger, now)).job
 
@@ -79,13 +82,78 @@ def disable_job(queue: Queue, name: str, now: float) -> Job:
     return queue.store.set_job_enabled(name, False, now)
 
 
-def delete_job(queue: Queue, name: str, now: float) -> None:
-    """Delete a CLI-made job; its fire history is kept."""
+def delete_job(queue: Queue, name: str, now: float) -> list[str]:
+    """Delete a CLI-made job; its fire history is kept. Jobs that followed it are disabled
+    (their parent is gone: they would never fire); their names are returned."""
     job = queue.store.get_job(name)
     if job.source != "cli":
         raise JobRefused(f"job {name!r} comes from the config file: remove it there, "
                          "then `taskherd reload` (it is disabled, its history kept)")
+    orphans = [child.name for child in queue.store.list_jobs()
+               if parent_of(child.template) == name]
     queue.store.delete_job(name, now)
+    for orphan in orphans:
+        queue.store.set_job_enabled(orphan, False, now)
+    return orphans
+
+
+def job_tree(queue: Queue) -> list[dict[str, Any]]:
+    """Every job as a forest by parent: each {name, enabled, on, when, delay, open_task_id,
+    children}; a job whose parent is gone is a root marked `orphan`."""
+    jobs = queue.store.list_jobs()
+    names = {job.name for job in jobs}
+    nodes = {job.name: {"name": job.name, "enabled": job.enabled,
+                        "open_task_id": job.open_task_id, **link_table(job.template.get(AFTER)),
+                        "children": []} for job in jobs}
+    roots = []
+    for job in jobs:
+        parent = parent_of(job.template)
+        if parent in names:
+            nodes[parent]["children"].append(nodes[job.name])
+        else:
+            nodes[job.name]["orphan"] = parent is not None
+            roots.append(nodes[job.name])
+    return roots
+
+
+def cancel_job(queue: Queue, name: str, now: float) -> list[Any]:
+    """Cancel the job's open task (and what its chain created), then the same for every job
+    below it; a pending chained fire of those jobs is dropped. The cancelled tasks."""
+    from taskherd.store import TransitionRefused
+
+    below = {name}
+    jobs = queue.store.list_jobs()
+    grew = True
+    while grew:
+        grew = False
+        for job in jobs:
+            if job.name not in below and parent_of(job.template) in below:
+                below.add(job.name)
+                grew = True
+    cancelled: list[Any] = []
+    for job in jobs:
+        if job.name not in below:
+            continue
+        if job.name != name and job.run_now_at is not None:
+            queue.store.clear_run_now(job.name, now)
+        for task in queue.store.open_tasks_of_job(job.name):
+            try:
+                cancelled += queue.store.cancel_tree(task.id, now, f"job {name!r} was cancelled")
+            except TransitionRefused:
+                continue  # finished meanwhile
+    if name not in {job.name for job in jobs}:
+        queue.store.get_job(name)  # raises JobNotFound
+    return cancelled
+
+
+def _check_links(queue: Queue, name: str, parent: str | None) -> None:
+    """The stored jobs with this one added or changed: parents exist, no loop."""
+    parents = {job.name: parent_of(job.template) for job in queue.store.list_jobs()}
+    parents[name] = parent
+    try:
+        check_links(parents, set(parents))
+    except JobChainError as error:
+        raise BadInput(str(error)) from None
 
 
 def run_job_now(queue: Queue, name: str, now: float) -> None:
@@ -121,7 +189,9 @@ def _last_fire(queue: Queue, name: str) -> dict[str, Any] | None:
 
 def stored_table(job: Job) -> dict[str, Any]:
     """A stored job as the table that would define it."""
-    table = {"name": job.name, **job.template, **job.trigger}
+    template = {key: value for key, value in job.template.items() if key != AFTER}
+    table = {"name": job.name, **template, **job.trigger,
+             **link_table(job.template.get(AFTER))}
     table.update(overlap=job.overlap, missed_fire=job.missed_fire, max_retries=job.max_retries,
                  delete_after_run=job.delete_after_run, enabled=job.enabled)
     return table

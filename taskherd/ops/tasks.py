@@ -106,8 +106,47 @@ def runs_of_task(queue: Queue, task_id: int) -> list[Run]:
 
 
 def cancel(queue: Queue, task_id: int, now: float, reason: str | None = None) -> Task:
-    """Cancel a task that has not finished."""
+    """Cancel this one task (not what its chain created below it)."""
     return queue.store.cancel(task_id, now, reason)
+
+
+def cancel_tree(queue: Queue, task_id: int, now: float, reason: str | None = None) -> list[Task]:
+    """Cancel a task and every open task its chain created below it (children, their
+    children…), in one transaction; also the open ones below a task already finished."""
+    return queue.store.cancel_tree(task_id, now, reason)
+
+
+def tree(queue: Queue, task_id: int) -> dict[str, Any]:
+    """The chain `task_id` belongs to, from its root: each task with its state, the outcome of
+    its latest run and its children, nested."""
+    tasks, runs = queue.store.tree(task_id)
+    nodes = {}
+    for task in tasks:
+        run = runs.get(task.id)
+        nodes[task.id] = {
+            "id": task.id, "role": task.role, "title": task.title, "state": task.state.value,
+            "outcome": run.outcome.value if run and run.outcome else None,
+            "depth": task.depth, "parent_id": task.parent_id, "reason": task.reason,
+            "strikes": task.attempts, "rejections": task.rejections,
+            "summary": task.summary, "review_of": task.meta.get("review_of"),
+            "children": [],
+        }
+    root = None
+    for task in tasks:
+        parent = nodes.get(task.parent_id) if task.parent_id is not None else None
+        if parent is not None:
+            parent["children"].append(nodes[task.id])
+        elif root is None:
+            root = nodes[task.id]
+        else:  # its parent was pruned: shown under the root, where its chain began
+            root["children"].append(nodes[task.id])
+    assert root is not None
+    return root
+
+
+def gates_of_task(queue: Queue, task_id: int) -> list[Any]:
+    """The quality gates run on the task's runs, oldest first."""
+    return queue.store.gates_of_task(task_id)
 
 
 def approve(queue: Queue, task_id: int, now: float) -> Task:

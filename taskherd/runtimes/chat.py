@@ -23,8 +23,8 @@ from taskherd.prompt import build_prompt
 from taskherd.runtimes.base import AgentEnv, OutputReader, RunFiles, Runtime, failure
 from taskherd.runtimes.ratelimit import (
     RateLimitSignal,
-    known_reset,
     detect_rate_limit,
+    known_reset,
     reading_zone,
     retry_after_to_reset,
 )

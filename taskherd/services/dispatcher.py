@@ -161,12 +161,13 @@ class Dispatcher:
         return None
 
     def next_wake(self, now: float) -> float:
-        """The fallback poll, or sooner when a staggered role gets room again."""
-        poll = now + self.config.daemon.poll_interval
-        stagger_end = self.next_stagger_end(now)
-        if stagger_end is None:
-            return poll
-        return min(poll, max(stagger_end, now + self.settings.min_sleep))
+        """The fallback poll, or sooner when a staggered role gets room again or a delayed
+        task (a backoff, a chain's `delay`) becomes claimable: it must not wait for the poll."""
+        wake = now + self.config.daemon.poll_interval
+        for soon in (self.next_stagger_end(now), self.store.next_run_after(now)):
+            if soon is not None:
+                wake = min(wake, max(soon, now + self.settings.min_sleep))
+        return wake
 
     def next_stagger_end(self, now: float) -> float | None:
         """When a staggered role gets room again, so the loop can wake for it."""

@@ -53,8 +53,12 @@ async def run_service(loop: ServiceLoop, clock: Callable[[], float]) -> None:
         if loop.wake is None:
             await asyncio.sleep(timeout)
             continue
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that
+        # arrives as the event is set, and a loop woken often (a busy queue) then ran on
+        # after the daemon's stop had cancelled it, so `taskherd stop` never finished.
         try:
-            await asyncio.wait_for(loop.wake.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await loop.wake.wait()
         except TimeoutError:
             pass
         current = asyncio.current_task()

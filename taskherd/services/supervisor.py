@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -37,6 +38,7 @@ from taskherd.questions import question_in
 from taskherd.runtimes.base import AgentEnv, Execution, OutputReader, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, guessed_cooldown, known_reset
 from taskherd.runtimes.registry import runtime_for
+from taskherd.services.gates import GateRunner
 from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.store.watch import VerdictChange
 
@@ -132,6 +134,7 @@ class Supervisor:
         self.log_dir = config.daemon.log_dir
         self._last_adoption = float("-inf")
         make_private_dir(self.log_dir)
+        self.gates = GateRunner(store, clock, self.log_dir)
 
     # -- starting ------------------------------------------------------------------------
 
@@ -236,7 +239,7 @@ class Supervisor:
     async def _await_exit(self, live: LiveRun) -> None:
         status = await live.handle.wait_exit()
         try:
-            self._settle_exit(live, status)
+            await self._settle_exit(live, status)
         except Exception:
             # A task's exception is only printed when it is collected; say it now. The
             # monitor adopts the run again, as it adopts every unwatched open run.
@@ -531,14 +534,13 @@ class Supervisor:
         log.warning("run %s: killing pid %s: %s", live.run.id, live.handle.pid, reason)
         asyncio.get_running_loop().create_task(live.handle.terminate(KILL_GRACE))
 
-    def _settle_exit(self, live: LiveRun, status: procs.ExitStatus) -> None:
+    async def _settle_exit(self, live: LiveRun, status: procs.ExitStatus) -> None:
         now = self.clock()
         # The shim's exit file knows when the agent really ended: a run re-adopted after a
         # restart ended while no daemon watched, not when this one noticed.
         ended_at = status.ended_at if status.ended_at and status.ended_at <= now else now
         self._read_new_output(live, now)
         live.reader.finish(now)
-        self.live.pop(live.run.id, None)
         live.handle.close()
         if live.role.on_input == "wait" and live.handle.pid is not None:
             procs.input_path_for(live.handle.log_path).unlink(missing_ok=True)
@@ -547,6 +549,7 @@ class Supervisor:
         except StoreError:
             run = live.run
         if run.ended_at is not None:
+            self.live.pop(live.run.id, None)
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
         result = self._result(live, run, status, now)
         if result.outcome is Outcome.RATE_LIMITED and live.kill_reason is None:
@@ -555,10 +558,16 @@ class Supervisor:
                                 probe=live.probe)
         elif live.probe:
             self._probe_ended(live, result, now)
+        if result.outcome is Outcome.SUCCEEDED and live.role.gates and live.kill_reason is None:
+            # The agent's word is not a check: the run stays open (and watched, holding its
+            # slot) while the role's gates run; a restart runs them again on adoption.
+            result = await self.gates.check(run, live.role, self._agent_path(live.role), result)
+            ended_at = self.clock()
         if live.role.memory:
             # Before the settle: once the task is settled the role's next run may start,
             # and it must read the file within its cap.
             self._keep_memory(live.role, now)
+        self.live.pop(live.run.id, None)
         self._settle_now(run, result, ended_at)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")
@@ -566,6 +575,8 @@ class Supervisor:
 
     def _result(self, live: LiveRun, run: Run, status: procs.ExitStatus, now: float) -> RunResult:
         result = live.runtime.result(live.role, live.reader, status, run, now, live.handle)
+        if result.output_tail is None:  # for a chain's `when` and a reviewer's verdict
+            result = dataclasses.replace(result, output_tail=live.reader.error_tail or None)
         if live.kill_reason is None or result.outcome is Outcome.SUCCEEDED and (
                 run.report == "done" or live.reader.summary is not None):
             return result  # work that was completed before the kill counts (partial success)

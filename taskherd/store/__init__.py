@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from taskherd.model import Event, EventKind
 from taskherd.store.base import (
@@ -17,6 +18,9 @@ from taskherd.store.base import (
     TaskNotFound,
     TransitionRefused,
 )
+
+if TYPE_CHECKING:
+    from taskherd.chains import Workflow
 from taskherd.store.jobs import Job, JobDefinition, JobFire, JobNotFound, JobRefused, JobStore
 
 __all__ = [
@@ -45,18 +49,28 @@ __all__ = [
 ]
 
 
-def open_store(database: str, *, durability: str = "full", autocheckpoint: bool = True) -> Store:
-    """Open the store a `[daemon] database` setting names: a file path (SQLite) or a URL."""
+def open_store(database: str, *, durability: str = "full", autocheckpoint: bool = True,
+               workflow: Workflow | None = None) -> Store:
+    """Open the store a `[daemon] database` setting names: a file path (SQLite) or a URL.
+
+    `workflow` is the config's (`Config.workflow`): the roles' default chains, reviewers and
+    depth limit, which the store applies when a task settles. Without it, only the chains
+    tasks declared themselves are followed.
+    """
     from taskherd.store.urls import is_postgres_url
 
     if is_postgres_url(database):
         from taskherd.store.postgres import PostgresStore
 
         # The WAL is PostgreSQL's to checkpoint: `autocheckpoint` concerns SQLite only.
-        return PostgresStore(database, durability=durability)
-    from taskherd.store.sqlite import SQLiteStore
+        store: Store = PostgresStore(database, durability=durability)
+    else:
+        from taskherd.store.sqlite import SQLiteStore
 
-    return SQLiteStore(database, durability=durability, autocheckpoint=autocheckpoint)
+        store = SQLiteStore(database, durability=durability, autocheckpoint=autocheckpoint)
+    if workflow is not None:
+        store.workflow = workflow  # type: ignore[attr-defined]
+    return store
 
 
 def advice(database: str) -> tuple[str, str]:

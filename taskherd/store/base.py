@@ -12,7 +12,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskherd.model import Claim, Cooldown, NewTask, Run, RunResult, Task, TaskState
+from taskherd.model import (
+    Claim,
+    Cooldown,
+    GateCheck,
+    NewTask,
+    Run,
+    RunResult,
+    Task,
+    TaskState,
+)
 from taskherd.queue import RetryPolicy
 from taskherd.store.agents import AgentStore
 from taskherd.store.delivery import DeliveryStore
@@ -212,6 +221,53 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
     @abc.abstractmethod
     def requeue(self, task_id: int, now: float) -> Task:
         """dead or cancelled → ready with fresh counts; the run history is kept."""
+
+    # -- workflows: chains, reviews, gates, the planner's view ------------------------------
+
+    @abc.abstractmethod
+    def cancel_tree(self, task_id: int, now: float, reason: str | None = None) -> list[Task]:
+        """Cancel a task and every open task below it in its chain, in one transaction (a
+        finished task's open descendants too); the cancelled tasks, the task first."""
+
+    @abc.abstractmethod
+    def tree(self, task_id: int) -> tuple[list[Task], dict[int, Run]]:
+        """The chain `task_id` belongs to, from its root, and each task's latest run."""
+
+    @abc.abstractmethod
+    def review_verdict(self, review_task_id: int, verdict: str, reason: str | None,
+                       now: float) -> Task:
+        """A reviewer's verdict ("approve" or "reject") on the task its review task reviews."""
+
+    @abc.abstractmethod
+    def gate_started(self, run_id: int, name: str, log_path: str | None, now: float) -> int: ...
+
+    @abc.abstractmethod
+    def gate_ended(self, gate_id: int, now: float, *, exit_code: int | None, passed: bool,
+                   error: str | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def gates_of_task(self, task_id: int) -> list[GateCheck]: ...
+
+    @abc.abstractmethod
+    def children_since(self, task_id: int, since: float) -> int:
+        """Tasks added below `task_id` since `since` (a run's max_spawn)."""
+
+    @abc.abstractmethod
+    def ready_count(self) -> int: ...
+
+    @abc.abstractmethod
+    def has_open_task_of_role(self, role: str) -> bool: ...
+
+    @abc.abstractmethod
+    def last_task_of_role(self, role: str) -> float | None:
+        """When the newest task of `role` was created."""
+
+    @abc.abstractmethod
+    def recent_dead(self, since: float, limit: int = 5) -> list[Task]: ...
+
+    @abc.abstractmethod
+    def next_run_after(self, now: float) -> float | None:
+        """When the earliest ready task that is not yet claimable becomes claimable."""
 
     # -- runs and housekeeping -----------------------------------------------------------
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from taskherd.job_chains import AFTER, fires_after, parent_of
 from taskherd.model import FINAL_FIRE_STATUSES, EventKind, FireStatus, NewTask, Run
 from taskherd.queue import settle_fire
 from taskherd.store.connection import Connection
@@ -246,6 +247,36 @@ class SQLJobs(JobStore):
             db.execute(self.q["delete_job"], {"id": job.id})
         else:
             self._write_state(db, job, changes, now)
+        # A retry still to come means the parent's fire has not ended for good.
+        self._fire_children(db, job, fire, final="retry_at" not in changes, now=now)
+
+    def _fire_children(self, db: Connection, job: Job, fire: JobFire, *, final: bool,
+                       now: float) -> None:
+        """Jobs chained after `job` whose link this settled fire satisfies fire (after their
+        delay) as a run-now request of their own, in this transaction."""
+        text = "\n".join(filter(None, [fire.summary, fire.error]))
+        for row in db.execute(self.q["chained_jobs"], {}).fetchall():
+            child = Job.from_row(row)
+            link = child.template.get(AFTER)
+            if parent_of(child.template) != job.name:
+                continue
+            if fires_after(link, fire.status, final, text):
+                at = now + float(link.get("delay") or 0.0)
+                self._write_state(db, child, {"run_now_at": at}, now)
+                self._emit(EventKind.JOB_CHANGED, now, job=child.name)
+
+    def clear_run_now(self, name: str, now: float) -> Job:
+        """Drop a pending run-now (or chained) fire of the job."""
+        with self._write() as db:
+            job = self._job(db, name)
+            if job.run_now_at is not None:
+                self._write_state(db, job, {"run_now_at": None}, now)
+            return self._job(db, name)
+
+    def open_tasks_of_job(self, name: str) -> list[Any]:
+        from taskherd.model import Task
+
+        return [Task.from_row(row) for row in self._all("open_tasks_of_job", {"job_name": name})]
 
     def _write_state(
         self, db: Connection, job: Job, changes: Mapping[str, Any], now: float

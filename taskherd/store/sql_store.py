@@ -8,6 +8,7 @@ where the databases differ (how an inserted id is read, what a constraint error 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from abc import abstractmethod
@@ -16,6 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any
 
+from taskherd.chains import encode_chain, review_of, review_verdict
 from taskherd.model import (
     ANY_ROLE,
     OPEN_STATES,
@@ -56,6 +58,7 @@ from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports
 from taskherd.store.sql_tokens import SQLTokens
 from taskherd.store.watch import SQLWatch
+from taskherd.store.sql_workflows import SQLWorkflows
 
 S = TaskState
 # An event a transition emitted, as (kind, now, fields); `built` makes the Events.
@@ -63,7 +66,7 @@ Emitted = tuple[EventKind, float, dict[str, Any]]
 
 
 class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLTokens,
-               SQLMessages, SQLAgents, SQLMemory, SQLDelivery, Store):
+               SQLMessages, SQLAgents, SQLMemory, SQLDelivery, SQLWorkflows, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
@@ -321,6 +324,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
     # -- a person's transitions ----------------------------------------------------------
 
     def cancel(self, task_id: int, now: float, reason: str | None = None) -> Task:
+        """Cancel this task only; `cancel_tree` cancels what its chain created below it too."""
         targets = {state: S.CANCELLED for state in OPEN_STATES}
         return self._move(task_id, "cancel", now, targets, reason=reason)
 
@@ -329,7 +333,14 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         return self._move(task_id, "approve", now, targets)
 
     def reject(self, task_id: int, now: float, reason: str | None = None) -> Task:
-        return self._move(task_id, "reject", now, {S.NEEDS_REVIEW: S.READY}, reason=reason)
+        # Counted like a reviewer's: at the role's max_reviews it goes to a person (blocked).
+        with self._write() as db:
+            task = self._get_task(db, task_id)
+            if task.state is not S.NEEDS_REVIEW:
+                raise TransitionRefused(task_id, "reject", task.state, {S.NEEDS_REVIEW: S.READY})
+            rejected = self._reject_in(db, task, reason, now)
+            self._cancel_other_reviews(db, task_id, None, now)
+            return rejected
 
     def block(self, task_id: int, now: float, reason: str | None = None) -> Task:
         # A leased task is blocked by its agent (`taskherd block`), which ends the run too;
@@ -362,23 +373,41 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         reset_counts: bool = False,
     ) -> Task:
         with self._write() as db:
-            task = self._get_task(db, task_id)
-            target = targets.get(task.state)
-            if target is None:
-                raise TransitionRefused(task_id, action, task.state, targets)
-            params = {
-                "task_id": task_id,
-                "from_state": task.state.value,
-                "state": target.value,
-                "reason": reason,
-                "now": now,
-                "reset_counts": reset_counts,
-            }
-            row = _one(db.execute(self.q["move_task"], params))
-            if row is None:  # moved meanwhile by another node (PostgreSQL's READ COMMITTED)
-                raise TransitionRefused(task_id, action, self._get_task(db, task_id).state,
-                                        targets)
-            return self._finalize(db, Task.from_row(row), now)
+            task = self._move_in(db, self._get_task(db, task_id), action, now, targets,
+                                 reason=reason, reset_counts=reset_counts)
+            if action == "approve" and task.state is S.COMPLETED:
+                self._cancel_other_reviews(db, task_id, None, now)
+            return task
+
+    def _move_in(
+        self,
+        db: Connection,
+        task: Task,
+        action: str,
+        now: float,
+        targets: Mapping[TaskState, TaskState],
+        *,
+        reason: str | None = None,
+        reset_counts: bool = False,
+    ) -> Task:
+        """`_move` inside the caller's transaction, from `task` as the caller read it."""
+        task_id = task.id
+        target = targets.get(task.state)
+        if target is None:
+            raise TransitionRefused(task_id, action, task.state, targets)
+        params = {
+            "task_id": task_id,
+            "from_state": task.state.value,
+            "state": target.value,
+            "reason": reason,
+            "now": now,
+            "reset_counts": reset_counts,
+        }
+        row = _one(db.execute(self.q["move_task"], params))
+        if row is None:  # moved meanwhile by another node (PostgreSQL's READ COMMITTED)
+            raise TransitionRefused(task_id, action, self._get_task(db, task_id).state,
+                                    targets)
+        return self._finalize(db, Task.from_row(row), now)
 
     # -- runs and housekeeping -----------------------------------------------------------
 
@@ -473,6 +502,15 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
             window = {"task_id": task.id, "since": now - policy.rate_limit_window}
             # The run just ended is among them; the policy counts the ones before it.
             recent_rate_limits = _one(db.execute(self.q["recent_rate_limits"], window))["n"] - 1
+        if review_of(task) is not None:
+            judged = self._review_needs_verdict(db, task, result)
+            if judged is not result:  # the run is recorded as what it was: a failure
+                result = judged
+                refail = {"run_id": run.id, "error": result.error}
+                run = Run.from_row(_one(db.execute(self.q["fail_review_run"], refail)))
+        if not task.review and self.workflow.reviewed(task.role):
+            # The role's reviewer is not optional: a task added without review still gets one.
+            task = dataclasses.replace(task, review=True)
         settlement = settle(task, result, policy, now, recent_rate_limits)
         task_fields = {
             "task_id": task.id,
@@ -493,9 +531,27 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
                    runtime=run.runtime)
         if row is None:  # cancelled (or otherwise moved) while the run went on
             return Finished(run, task, moved=False)
-        return Finished(run, self._finalize(db, Task.from_row(row), now), moved=True)
+        return Finished(run, self._finalize(db, Task.from_row(row), now, result), moved=True)
 
-    def _finalize(self, db: Connection, task: Task, now: float) -> Task:
+    def _review_needs_verdict(self, db: Connection, review: Task, result: RunResult) -> RunResult:
+        """A review that ends without a verdict while its task still waits has not done its
+        work: a failure (a strike, and the next attempt is told why), not a silent success."""
+        if result.outcome is not Outcome.SUCCEEDED:
+            return result
+        if review_verdict(result.summary, result.output_tail) is not None:
+            return result
+        reviewed = _one(db.execute(self.q["get_task"], {"id": review_of(review)}))
+        if reviewed is None or reviewed["state"] != S.NEEDS_REVIEW.value:
+            return result  # decided through `taskherd approve|reject`, or by a person
+        error = ("the review ended without a verdict: print APPROVED or 'REJECTED: reason', "
+                 "or run `taskherd approve` / `taskherd reject --reason …`")
+        return RunResult(Outcome.FAILED, result.exit_code, error=error,
+                         error_tail=result.output_tail, cost_usd=result.cost_usd,
+                         input_tokens=result.input_tokens, output_tokens=result.output_tokens,
+                         turns=result.turns, session_id=result.session_id)
+
+    def _finalize(self, db: Connection, task: Task, now: float,
+                  result: RunResult | None = None) -> Task:
         """The one step every settle of a task passes, in the settling transaction: a run's
         end (finished, rescued, rate-limited, dead) and a person's move (approve, reject,
         cancel, block, unblock, requeue). Whatever must happen when a task settles attaches
@@ -506,6 +562,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         """
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, state=task.state,
                    role=task.role)
+        self._settle_workflow(db, task, now, result)
         if self._write_outbox(db, task, now):
             self._emit(EventKind.DELIVERY_QUEUED, now, task_id=task.id)
         return task
@@ -611,6 +668,7 @@ def task_params(new: NewTask, now: float) -> dict[str, Any]:
         "run_after": now if new.run_after is None else new.run_after,
         "parent_id": new.parent_id,
         "meta": json.dumps(new.meta) if new.meta else "{}",
+        "chain": encode_chain(new.chain),
         "now": now,
     }
 

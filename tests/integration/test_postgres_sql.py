@@ -62,7 +62,7 @@ def task(**fields: Any) -> dict[str, Any]:
     return {
         "role": "coder", "title": "a task", "prompt": "do it", "priority": 2, "state": "ready",
         "pool": None, "dedup_key": None, "review": 0, "max_attempts": 3, "run_after": NOW,
-        "parent_id": None, "meta": "{}", "now": NOW,
+        "parent_id": None, "meta": "{}", "now": NOW, "chain": None,
     } | fields
 
 
@@ -145,10 +145,10 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "channel": "webhook", "target": "http://127.0.0.1:9/hook", "format": "slack",
     "alias": "ops", "event": "completed", "payload": '{"event": "completed"}', "attempts": 0,
     "retry_at": NOW + 30,
+    "root_id": 1, "gate_id": 1, "passed": 1,
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {
-    "insert_task": [{"dedup_key": "nightly"}, {"dedup_key": "fresh"}],  # conflict, then none
     "open_task_by_dedup_key": [{"dedup_key": "nightly"}],
     "settle_task": [{"state": "completed"}, {"state": "ready", "run_id": 0}],
     "move_task": [{"task_id": 2, "from_state": "ready", "state": "cancelled"},
@@ -163,6 +163,11 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     "list_jobs": [{"source": "cli"}],
     "list_job_fires": [{"status": "queued", "job_name": "nightly"}],
     "mark_run_spawned": [{"run_id": 2}],
+    "insert_task": [{"dedup_key": "nightly"}, {"dedup_key": "fresh"},
+                    {"parent_id": 2, "chain": '[{"role":"qa","title":"QA","on":"success"}]'}],
+    "open_descendants": [{"task_id": 1}],
+    "tree_of_root": [{"root_id": 2}],
+    "reject_task": [{"state": "blocked"}],
 }
 
 

@@ -73,3 +73,31 @@ def test_delivered_messages_and_role_memory_follow_the_task_in_order():
     assert "#7 [URGENT status] from task:3 (qa) to coder" in prompt
     assert "reply to #5" in prompt and "/data/memory/coder.md" in prompt
     assert "````\n#7" in prompt  # fenced past the backticks the message itself holds
+
+
+def test_a_failed_gate_has_its_own_section_with_the_gate_output():
+    from taskherd.gates import Gate, failure_text
+
+    gate = Gate("compile", ("python", "-m", "py_compile", "app.py"))
+    after_gate = replace(TASK, attempts=1, last_error=failure_text(gate, 1, False),
+                         error_tail="SyntaxError: invalid syntax")
+    prompt = build_prompt(after_gate)
+    assert "## Quality gate failed" in prompt and "## Previous attempt failed" not in prompt
+    assert "quality gate 'compile' failed: exited with code 1" in prompt
+    assert "SyntaxError: invalid syntax" in prompt
+
+
+def test_the_review_and_planner_prompts_carry_their_context_fenced():
+    from taskherd.prompt import planner_prompt, review_prompt
+
+    done = replace(TASK, state=TaskState.NEEDS_REVIEW, summary="tests: passed ```")
+    prompt = review_prompt(done, "/data/logs/run-3.log")
+    assert prompt.startswith("Review the work done for task 7: fix")
+    assert "Fix the flaky test." in prompt and "/data/logs/run-3.log" in prompt
+    assert "````\ntests: passed ```\n````" in prompt  # a fence its text cannot close
+    assert "taskherd approve" in prompt and "REJECTED:" in prompt
+    dead = replace(TASK, id=9, title="sync", state=TaskState.DEAD, reason="crashed 3 times")
+    plan = planner_prompt("Fill the queue.", {("coder", "ready"): 2}, [dead])
+    assert plan.startswith("Fill the queue.\n\n## Queue now")
+    assert "coder            ready         2" in plan
+    assert "task 9 (coder) sync: crashed 3 times" in plan

@@ -101,3 +101,13 @@ WHERE id = (SELECT id FROM job_fires WHERE job_id = :job_id AND status = 'queued
             ORDER BY id LIMIT 1)
   AND status = 'queued'
 RETURNING *;
+
+-- name: chained_jobs
+-- Jobs that follow another (their template holds an `after` link): a settled fire looks for
+-- its job's children among them. The LIKE keeps most jobs out before any JSON is parsed.
+SELECT * FROM job_rows WHERE enabled = 1 AND template LIKE '%"after"%' ORDER BY name;
+
+-- name: open_tasks_of_job
+SELECT tasks.* FROM tasks JOIN job_fires ON job_fires.task_id = tasks.id
+WHERE job_fires.job_name = :job_name AND tasks.finished_at IS NULL
+ORDER BY tasks.id;

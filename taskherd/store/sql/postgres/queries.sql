@@ -13,10 +13,15 @@
 -- The conflict target repeats the partial index's WHERE so PostgreSQL infers tasks_open_dedup
 -- (a partial unique index is an arbiter only when its predicate is implied): a duplicate of an
 -- open task inserts nothing and the caller returns the open one.
+-- A child's root and depth are its parent's, read in the same statement (no parent: a root).
 INSERT INTO tasks (role, title, prompt, priority, state, pool, dedup_key, review, max_attempts,
-                   run_after, parent_id, meta, created_at, updated_at)
+                   run_after, parent_id, meta, created_at, updated_at, root_id, depth, chain)
 VALUES (:role, :title, :prompt, :priority, :state, :pool, :dedup_key, :review, :max_attempts,
-        :run_after, :parent_id, :meta, :now, :now)
+        :run_after, :parent_id, :meta, :now, :now,
+        (SELECT coalesce(parent.root_id, parent.id) FROM tasks AS parent
+         WHERE parent.id = :parent_id),
+        coalesce((SELECT parent.depth + 1 FROM tasks AS parent WHERE parent.id = :parent_id), 0),
+        :chain)
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING
 RETURNING id;
 
