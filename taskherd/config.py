@@ -18,12 +18,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import platformdirs
 
 from taskherd.durations import parse_duration
+from taskherd.pricing import Price
 from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
 
 CONFIG_FILE = "taskherd.toml"
 CONFIG_ENV = "TASKHERD_CONFIG"
 HOME_ENV = "TASKHERD_HOME"  # the data dir; set for agents, and an override for tests
-RUNTIMES = ("command", "claude", "chat")
+RUNTIMES = ("command", "claude", "codex", "chat")
+CODEX_SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
+CODEX_APPROVALS = ("never", "on-request", "on-failure", "untrusted")
 ON_SHUTDOWN = ("detach", "wait", "kill")
 PROMPT_VIA = ("stdin", "file", "arg")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -38,6 +41,7 @@ RUNTIME_ROLE_KEYS = {
     "command": frozenset({"command", "prompt_via"}),
     "claude": frozenset({"binary", "agent", "model", "allowed_tools", "permission_mode",
                          "mcp_config", "args", "resume"}),
+    "codex": frozenset({"binary", "model", "sandbox", "approval", "args", "resume"}),
     "chat": frozenset({"base_url", "api_key_env", "model"}),
 }
 # Names people reach for that difflib cannot guess from spelling alone.
@@ -110,13 +114,18 @@ class RoleConfig:
     mcp_config: str | None = None
     args: tuple[str, ...] = ()
     resume: bool = False  # a retry continues the previous attempt's session (--resume)
+    # codex runtime (binary, model, args and resume as for claude)
+    sandbox: str = "workspace-write"
+    approval: str = "never"  # `codex exec` runs unattended: nobody is there to approve
     # chat runtime
     base_url: str | None = None
     api_key_env: str | None = None
     rate_limit_patterns: tuple[str, ...] = ()
     rate_limit_cooldown: float = 3600.0
-    # Not a role key: the daemon's timezone, so a limit's "resets 3am" is read in it.
+    # Not role keys: the daemon's timezone, so a limit's "resets 3am" is read in it, and
+    # the price of the role's model from [prices], for runtimes that report tokens only.
     timezone: str | None = None
+    price: Price | None = None
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -134,6 +143,7 @@ class Config:
     pools: Mapping[str, int] = field(default_factory=dict)
     jobs: tuple[Mapping[str, Any], ...] = ()  # validated by the scheduler's job parser
     source: Path | None = None  # the file it came from, if any
+    prices: Mapping[str, Price] = field(default_factory=dict)  # model → USD per Mtok
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
@@ -189,15 +199,17 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
 def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None = None) -> Config:
     """The config in `raw`; every problem in it at once (ConfigError, one per line)."""
     problems: list[str] = []
-    _no_unknown_keys(raw, {"daemon", "roles", "pools", "jobs"}, "", problems)
+    _no_unknown_keys(raw, {"daemon", "roles", "pools", "prices", "jobs"}, "", problems)
     daemon = _parse_daemon(_table(raw, "daemon"), base_dir, source is not None, problems)
     pools = _parse_pools(_table(raw, "pools"), problems)
+    prices = _parse_prices(_table(raw, "prices"), problems)
     roles = {}
     for name in _table(raw, "roles"):
         role = _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools,
                            problems)
         if role is not None:
-            roles[name] = replace(role, timezone=daemon.timezone)
+            roles[name] = replace(role, timezone=daemon.timezone,
+                                  price=prices.get(role.model) if role.model else None)
     jobs = raw.get("jobs", [])
     if not isinstance(jobs, list) or not all(isinstance(job, dict) for job in jobs):
         problems.append("jobs must be an array of tables ([[jobs]])")
@@ -205,7 +217,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
         problems.append("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
     if problems:
         raise ConfigError(_all_problems(problems))
-    config = Config(daemon, roles, pools, tuple(jobs), source)
+    config = Config(daemon, roles, pools, tuple(jobs), source, prices)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
         # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
@@ -309,6 +321,8 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "mcp_config": reader.get("mcp_config", str, None),
         "args": reader.str_list("args"),
         "resume": reader.get("resume", bool, None),
+        "sandbox": reader.choice("sandbox", CODEX_SANDBOXES),
+        "approval": reader.choice("approval", CODEX_APPROVALS),
         "base_url": reader.get("base_url", str, None),
         "api_key_env": reader.get("api_key_env", str, None),
         "rate_limit_patterns": reader.str_list("rate_limit_patterns"),
@@ -323,7 +337,7 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
     return role
 
 
-_ALL_ROLE_KEYS = {f.name for f in fields(RoleConfig)} - {"name", "timezone"}
+_ALL_ROLE_KEYS = {f.name for f in fields(RoleConfig)} - {"name", "timezone", "price"}
 _SHARED_ROLE_KEYS = _ALL_ROLE_KEYS - set().union(*RUNTIME_ROLE_KEYS.values())
 
 
@@ -371,6 +385,35 @@ def _parse_pools(raw: Mapping[str, Any], problems: list[str]) -> dict[str, int]:
             continue
         pools[name] = capacity
     return pools
+
+
+PRICE_KEYS = {"input", "output", "cached_input"}
+
+
+def _parse_prices(raw: Mapping[str, Any], problems: list[str]) -> dict[str, Price]:
+    """[prices."MODEL"] input = …, output = …, cached_input = … (USD per million tokens)."""
+    prices = {}
+    for model, table in raw.items():
+        where = f"prices.{model}"
+        if not isinstance(table, dict):
+            problems.append(f"{where} must be a table (input = 1.25, output = 10.0 in USD per "
+                            "million tokens)")
+            continue
+        _no_unknown_keys(table, PRICE_KEYS, where, problems)
+        values = {}
+        for key in PRICE_KEYS & set(table):
+            value = table[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                problems.append(f"{where}.{key} = {value!r}: expected a number ≥ 0 "
+                                "(USD per million tokens)")
+            else:
+                values[key] = float(value)
+        missing = sorted({"input", "output"} - set(table))
+        if missing:
+            problems.append(f"{where}: {' and '.join(missing)} required (USD per million tokens)")
+        elif len(values) == len(PRICE_KEYS & set(table)):
+            prices[model] = Price(**values)
+    return prices
 
 
 def _table(raw: Mapping[str, Any], key: str, prefix: str = "") -> Mapping[str, Any]:

@@ -93,7 +93,7 @@ def test_every_config_problem_is_reported_at_once_with_near_misses(tmp_path):
         ("roles.writer.command = ['x']: a key of runtime 'command', not of this role's runtime "
          "'claude'"),
         "roles.writer.prompt_via = 'arg': a key of runtime 'command'",
-        "roles.bot.binary = 'c': a key of runtime 'claude', not of this role's runtime 'chat'",
+        "roles.bot.binary = 'c': a key of runtime 'claude' and 'codex', not of this role's runtime 'chat'",
         "pools.gpu = 0",
     ]:
         assert expected in text, text
