@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 
+from taskherd.budgets import Budgets, Limits
 from taskherd.durations import parse_duration
 from taskherd.pricing import Price
 from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
@@ -105,6 +106,7 @@ class RoleConfig:
     spawn_timeout: float = 30.0  # claimed but never spawned: rescued after this, no strike
     review: bool = False
     require_marker: bool = False
+    budget: Limits = field(default_factory=Limits)  # its spend per day and month
     # claude runtime
     binary: str | None = None
     agent: str | None = None
@@ -144,6 +146,7 @@ class Config:
     jobs: tuple[Mapping[str, Any], ...] = ()  # validated by the scheduler's job parser
     source: Path | None = None  # the file it came from, if any
     prices: Mapping[str, Price] = field(default_factory=dict)  # model → USD per Mtok
+    budgets: Budgets = field(default_factory=Budgets)
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
@@ -199,7 +202,8 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> Config:
 def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None = None) -> Config:
     """The config in `raw`; every problem in it at once (ConfigError, one per line)."""
     problems: list[str] = []
-    _no_unknown_keys(raw, {"daemon", "roles", "pools", "prices", "jobs"}, "", problems)
+    _no_unknown_keys(raw, {"daemon", "roles", "pools", "prices", "budgets", "jobs"}, "",
+                     problems)
     daemon = _parse_daemon(_table(raw, "daemon"), base_dir, source is not None, problems)
     pools = _parse_pools(_table(raw, "pools"), problems)
     prices = _parse_prices(_table(raw, "prices"), problems)
@@ -210,6 +214,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
         if role is not None:
             roles[name] = replace(role, timezone=daemon.timezone,
                                   price=prices.get(role.model) if role.model else None)
+    budgets = _parse_budgets(_table(raw, "budgets"), roles, problems)
     jobs = raw.get("jobs", [])
     if not isinstance(jobs, list) or not all(isinstance(job, dict) for job in jobs):
         problems.append("jobs must be an array of tables ([[jobs]])")
@@ -217,7 +222,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
         problems.append("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
     if problems:
         raise ConfigError(_all_problems(problems))
-    config = Config(daemon, roles, pools, tuple(jobs), source, prices)
+    config = Config(daemon, roles, pools, tuple(jobs), source, prices, budgets)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
         # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
@@ -313,6 +318,7 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "spawn_timeout": reader.duration("spawn_timeout"),
         "review": reader.get("review", bool, None),
         "require_marker": reader.get("require_marker", bool, None),
+        "budget": reader.limits("budget"),
         "binary": reader.get("binary", str, None),
         "agent": reader.get("agent", str, None),
         "model": reader.get("model", str, None),
@@ -385,6 +391,25 @@ def _parse_pools(raw: Mapping[str, Any], problems: list[str]) -> dict[str, int]:
             continue
         pools[name] = capacity
     return pools
+
+
+LIMIT_KEYS = {"daily_usd", "monthly_usd", "daily_tokens", "monthly_tokens"}
+ESTIMATE_KEYS = {"unknown_run_usd", "run_estimate_usd"}
+
+
+def _parse_budgets(raw: Mapping[str, Any], roles: Mapping[str, RoleConfig],
+                   problems: list[str]) -> Budgets:
+    """[budgets]: the fleet's limits and the estimates; each role's own `budget` table."""
+    reader = _Reader(raw, "budgets", LIMIT_KEYS | ESTIMATE_KEYS, problems)
+    fleet = _limits(raw, "budgets", reader)
+    estimates = {key: reader.amount(key) for key in ESTIMATE_KEYS}
+    return Budgets(fleet, {name: role.budget for name, role in roles.items()}, **estimates)
+
+
+def _limits(raw: Mapping[str, Any], where: str, reader: _Reader) -> Limits:
+    values = {key: reader.amount(key) for key in ("daily_usd", "monthly_usd")}
+    values |= {key: reader.positive_int(key) for key in ("daily_tokens", "monthly_tokens")}
+    return Limits(**values)
 
 
 PRICE_KEYS = {"input", "output", "cached_input"}
@@ -480,6 +505,25 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise self._fail(key, value, "a whole number ≥ 1")
         return value
+
+    def amount(self, key: str) -> float | None:
+        """A sum of money in USD, ≥ 0."""
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise self._fail(key, value, "an amount in USD ≥ 0 (e.g. 25 or 0.5)")
+        return float(value)
+
+    def limits(self, key: str) -> Limits | None:
+        """A table of spending limits (daily_usd, monthly_usd, daily_tokens, monthly_tokens)."""
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise self._fail(key, value, "a table such as { daily_usd = 5, monthly_usd = 100 }")
+        where = f"{self.where}.{key}"
+        return _limits(value, where, _Reader(value, where, LIMIT_KEYS, self.problems))
 
     def duration(self, key: str, allow_zero: bool = False) -> float | None:
         return self._convert(key, lambda v: _duration(v, allow_zero), "a duration like '90s', '10m', '1h'")

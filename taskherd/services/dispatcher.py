@@ -1,7 +1,8 @@
 """The dispatcher: which ready tasks may start now, within every limit.
 
-Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools, and runtime
-cooldowns. The store picks the task (P0 first, FIFO within a priority); the dispatcher only
+Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools, runtime
+cooldowns, and budgets (a role, or the fleet, whose next run would spend past a limit waits
+for the period to reset). The store picks the task (P0 first, FIFO within a priority); the dispatcher only
 says which roles and pools have room.
 """
 
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from taskherd.budgets import FLEET
 from taskherd.config import Config, RoleConfig
 from taskherd.model import Claim, Priority, TaskState
 from taskherd.services.supervisor import LiveRuns
@@ -56,7 +58,8 @@ class Dispatcher:
         started = 0
         cooled = {c.runtime: c.until for c in self.store.active_cooldowns(now)}
         while True:
-            room = self.room(now, cooled)
+            over_budget = self._over_budget(now)
+            room = self.room(now, cooled, over_budget)
             if room.slots <= 0 or not room.roles:
                 break
             claim = self.store.claim(
@@ -69,19 +72,30 @@ class Dispatcher:
                 break
             if self.start(claim, now) is not None:
                 started += 1
-        self._warn_waiting_p0(now, cooled)
+        self._warn_waiting_p0(now, cooled, over_budget)
         log.debug("dispatch pass: started %s, %s running, cooldowns %s", started,
                   len(self.live), sorted(cooled) or "none")
         return {"started": started}
 
-    def room(self, now: float, cooled: dict[str, float]) -> Room:
+    def _over_budget(self, now: float) -> dict[str, float]:
+        """Scopes whose next run would spend past a limit, until when; looked at before each
+        claim, since every run started counts at its expected cost."""
+        if not self.config.budgets:
+            return {}
+        from taskherd.ops.budget import apply_budget_pauses
+
+        return apply_budget_pauses(self.config, self.store, now)
+
+    def room(self, now: float, cooled: dict[str, float],
+             over_budget: dict[str, float] | None = None) -> Room:
         running = self.live.running_per_role()
         pool_use = self.live.pools_in_use()
         full_pools = tuple(p for p, cap in self.config.pools.items() if pool_use[p] >= cap)
         blocked_by: dict[str, str] = {}
         open_roles = []
         for role in self.config.roles.values():
-            reason = self._no_room_reason(role, now, running, full_pools, cooled)
+            reason = self._no_room_reason(role, now, running, full_pools, cooled,
+                                          over_budget or {})
             if reason:
                 blocked_by[role.name] = reason
             else:
@@ -91,7 +105,13 @@ class Dispatcher:
         return Room(slots, tuple(open_roles), full_pools, blocked_by)
 
     def _no_room_reason(self, role: RoleConfig, now: float, running: Counter,
-                        full_pools: tuple[str, ...], cooled: dict[str, float]) -> str | None:
+                        full_pools: tuple[str, ...], cooled: dict[str, float],
+                        over_budget: dict[str, float]) -> str | None:
+        for scope in (role.name, FLEET):
+            if scope in over_budget:
+                until = datetime.fromtimestamp(over_budget[scope]).astimezone()
+                return (f"{'role ' + scope if scope != FLEET else 'the fleet'} is over budget "
+                        f"until {until.isoformat(sep=' ', timespec='seconds')}")
         if role.runtime in cooled:
             until = datetime.fromtimestamp(cooled[role.runtime]).astimezone()
             return (f"runtime {role.runtime} is rate-limited until "
@@ -122,13 +142,14 @@ class Dispatcher:
         future = [end for end in ends if end > now]
         return min(future) if future else None
 
-    def _warn_waiting_p0(self, now: float, cooled: dict[str, float]) -> None:
+    def _warn_waiting_p0(self, now: float, cooled: dict[str, float],
+                         over_budget: dict[str, float]) -> None:
         """A P0 that has to wait is worth a warning that says what it waits for."""
         waiting = [t for t in self.store.list_tasks(state=TaskState.READY, limit=5)
                    if t.priority is Priority.P0 and t.run_after <= now]
         if not waiting:
             return
-        room = self.room(now, cooled)
+        room = self.room(now, cooled, over_budget)
         for task in waiting:
             if now - self._warned_p0.get(task.id, -P0_WARNING_INTERVAL) < P0_WARNING_INTERVAL:
                 continue

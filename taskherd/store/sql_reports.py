@@ -44,3 +44,15 @@ class SQLReports:
         rows = self._all("spend_by_role", {"week_start": week_start, "day_start": day_start})
         return [{"role": row["role"], **{key: int(row[key]) for key in _INTS},
                  **{key: float(row[key]) for key in _FLOATS}} for row in rows]
+
+    def budget_spend(self, month_start: float, day_start: float) -> list[dict[str, Any]]:
+        """Per role: cost, unknown-cost runs, open runs and tokens since month_start and since
+        day_start, and the number of priced runs this month (budget_spend in reports.sql)."""
+        rows = self._all("budget_spend", {"month_start": month_start, "day_start": day_start})
+        return [{"role": row["role"],
+                 **{key: float(row[key]) for key in ("cost_day", "cost_month")},
+                 **{key: int(row[key]) for key in _BUDGET_INTS}} for row in rows]
+
+
+_BUDGET_INTS = ("unknown_day", "open_day", "tokens_day", "unknown_month", "open_month",
+                "tokens_month", "priced_month")

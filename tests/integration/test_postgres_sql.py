@@ -115,6 +115,7 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "version": 1, "expected": NOW + 60, "job_id": 1, "status": "open", "variant": 1,
     "duration": 1.5, "kind": "run_now", "host": "box", "lease": 60.0, "running": 2,
     "token_sha256": "ab12" * 16, "week_start": NOW - 7 * 86400, "day_start": NOW - 3600,
+    "month_start": NOW - 30 * 86400,
     "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0,
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
