@@ -20,6 +20,7 @@ import platformdirs
 from taskherd.budgets import Budgets, Limits
 from taskherd.durations import parse_duration
 from taskherd.pricing import Price
+from taskherd.worktrees import MERGE_MODES, GitSettings
 from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
 
 CONFIG_FILE = "taskherd.toml"
@@ -107,6 +108,7 @@ class RoleConfig:
     review: bool = False
     require_marker: bool = False
     budget: Limits = field(default_factory=Limits)  # its spend per day and month
+    git: GitSettings | None = None  # each task in its own git worktree and branch
     # claude runtime
     binary: str | None = None
     agent: str | None = None
@@ -210,7 +212,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
     roles = {}
     for name in _table(raw, "roles"):
         role = _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools,
-                           problems)
+                           problems, base_dir)
         if role is not None:
             roles[name] = replace(role, timezone=daemon.timezone,
                                   price=prices.get(role.model) if role.model else None)
@@ -293,7 +295,7 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool,
 
 
 def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
-                problems: list[str]) -> RoleConfig | None:
+                problems: list[str], base_dir: Path) -> RoleConfig | None:
     if name == "any":
         problems.append("roles.any: 'any' is reserved (a task for role 'any' runs as any role)")
         return None
@@ -319,6 +321,7 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "review": reader.get("review", bool, None),
         "require_marker": reader.get("require_marker", bool, None),
         "budget": reader.limits("budget"),
+        "git": reader.git("git", base_dir),
         "binary": reader.get("binary", str, None),
         "agent": reader.get("agent", str, None),
         "model": reader.get("model", str, None),
@@ -525,6 +528,25 @@ class _Reader:
         where = f"{self.where}.{key}"
         return _limits(value, where, _Reader(value, where, LIMIT_KEYS, self.problems))
 
+    def git(self, key: str, base_dir: Path) -> GitSettings | None:
+        """[roles.NAME.git]: repo (required), base, merge, pool, keep."""
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        where = f"{self.where}.{key}"
+        if not isinstance(value, dict):
+            raise self._fail(key, value, 'a table such as { repo = "~/src/app", base = "main" }')
+        reader = _Reader(value, where, {"repo", "base", "merge", "pool", "keep"}, self.problems)
+        repo, base = reader.get("repo", str, None), reader.get("base", str, None)
+        if not repo:
+            raise ConfigError(f"{where}.repo is required (the repository's folder)")
+        if base is not None and not _safe_ref(base):
+            raise ConfigError(f"{where}.base = {base!r}: expected a branch name such as 'main'")
+        given = {"base": base, "merge": reader.choice("merge", MERGE_MODES),
+                 "pool": reader.get("pool", str, None), "keep": reader.duration("keep")}
+        return GitSettings(base_dir / Path(repo).expanduser(),
+                           **{k: v for k, v in given.items() if v is not None})
+
     def duration(self, key: str, allow_zero: bool = False) -> float | None:
         return self._convert(key, lambda v: _duration(v, allow_zero), "a duration like '90s', '10m', '1h'")
 
@@ -554,6 +576,14 @@ class _Reader:
             return convert(self.raw[key])
         except (ValueError, TypeError) as error:
             raise self._fail(key, self.raw[key], accepted) from error
+
+
+def _safe_ref(name: str) -> bool:
+    """A branch name git accepts and no command line could read as an option."""
+    import re
+
+    return (bool(re.fullmatch(r"[A-Za-z0-9._/-]+", name)) and not name.startswith(("-", "/"))
+            and ".." not in name and not name.endswith((".lock", "/", ".")))
 
 
 def _duration(value: Any, allow_zero: bool) -> float:

@@ -36,6 +36,7 @@ from taskherd.services.monitor import Monitor
 from taskherd.services.runner import ServiceLoop, run_service
 from taskherd.services.scheduler import Scheduler
 from taskherd.services.supervisor import Supervisor
+from taskherd.services.worktrees import WorktreeJanitor
 from taskherd.store import Store, StoreError, node_lock_path, open_store, shown
 
 log = logging.getLogger("taskherd.daemon")
@@ -153,7 +154,8 @@ class Daemon:
                  shown(daemon.database), daemon.max_concurrent)
         self.services = self._services(store, supervisor, scheduler)
         starting = [self._start(name) for name in ("dispatcher", "scheduler")]
-        watching = [self._start(name) for name in ("supervisor", "monitor", "checkpoints")]
+        watching = [self._start(name) for name in ("supervisor", "monitor", "checkpoints",
+                                                          "worktrees")]
         watching.append(asyncio.create_task(self._reload_on_request(), name="reload"))
         watching.append(asyncio.create_task(self._wake_on_events(events), name="events"))
         loops = starting + watching
@@ -214,6 +216,7 @@ class Daemon:
             ServiceLoop("supervisor", supervisor),
             ServiceLoop("monitor", monitor),
             ServiceLoop("checkpoints", Checkpoints(store), in_thread=True),
+            ServiceLoop("worktrees", WorktreeJanitor(self.config, store)),
         )}
 
     @property

@@ -10,6 +10,7 @@ runs only through `LiveRuns`, a read-only view.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import secrets
@@ -120,6 +121,7 @@ class Supervisor:
         try:
             runtime = runtime_for(role.runtime)
             _create_private(files.prompt)
+            role = self._in_worktree(role, claim.task, now)
             handle = self._begin(runtime, role, claim, files)
         except (OSError, ValueError, StoreError) as error:
             log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
@@ -151,6 +153,24 @@ class Supervisor:
         log.info("run %s: task %s (%s) started%s", claim.run.id, claim.task.id, role.name,
                  f" as pid {handle.pid}" if handle.pid else "")
         return live
+
+    def _in_worktree(self, role: RoleConfig, task: Task, now: float) -> RoleConfig:
+        """For a role with [roles.NAME.git]: the role as it runs this task, in the task's own
+        worktree (made from the base on its first run, reused by the next ones)."""
+        if role.git is None:
+            return role
+        from taskherd import worktrees
+
+        git = role.git
+        path = worktrees.ensure_worktree(git.repo, git.base, task.id, self.worktree_root)
+        self.store.record_worktree(task.id, repo=str(git.repo), base=git.base,
+                                   branch=worktrees.branch_for(task.id), path=str(path),
+                                   merge_mode=git.merge, pool=git.pool, now=now)
+        return dataclasses.replace(role, workdir=str(path))
+
+    @property
+    def worktree_root(self) -> Path:
+        return self.config.daemon.data_dir / "worktrees"
 
     def _begin(self, runtime: Runtime, role: RoleConfig, claim: Claim,
                files: RunFiles) -> Execution:

@@ -48,11 +48,12 @@ from taskherd.store.sql_credentials import SQLCredentials
 from taskherd.store.sql_jobs import SQLJobs
 from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports
+from taskherd.store.sql_worktrees import SQLWorktrees
 
 S = TaskState
 
 
-class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
+class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWorktrees, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
@@ -443,9 +444,12 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
         end (finished, rescued, rate-limited, dead) and a person's move (approve, reject,
         cancel, block, unblock, requeue). Whatever must happen when a task settles attaches
         here, so that it happens exactly when the settle commits and never around it: a
-        chain's children, gates and reviews, notifications' outbox rows; today, the event
-        that tells listeners (the daemons' dispatchers among them) where the task went.
+        chain's children, gates and reviews, notifications' outbox rows; the merge of a
+        completed task's worktree branch into its base (a conflict blocks it instead); and the
+        event that tells listeners (the daemons' dispatchers among them) where the task went.
         """
+        if task.state is TaskState.COMPLETED:
+            task = self._merge_on_completion(db, task, now)
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, state=task.state,
                    role=task.role)
         return task

@@ -115,7 +115,9 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "version": 1, "expected": NOW + 60, "job_id": 1, "status": "open", "variant": 1,
     "duration": 1.5, "kind": "run_now", "host": "box", "lease": 60.0, "running": 2,
     "token_sha256": "ab12" * 16, "week_start": NOW - 7 * 86400, "day_start": NOW - 3600,
-    "month_start": NOW - 30 * 86400,
+    "month_start": NOW - 30 * 86400, "repo": "/srv/app", "base": "main",
+    "branch": "taskherd/task-3", "path": "/srv/worktrees/task-3", "merge_mode": "merge-commit",
+    "merged_commit": None, "conflicts": '["a.txt"]',
     "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0,
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
@@ -135,6 +137,9 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     "list_jobs": [{"source": "cli"}],
     "list_job_fires": [{"status": "queued", "job_name": "nightly"}],
     "mark_run_spawned": [{"run_id": 2}],
+    "record_worktree": [{"pool": "git-main"}, {"pool": "git-main", "merge_mode": "rebase"}],
+    "hold_merge_pool": [{"pool": "git-main"}],
+    "set_worktree_state": [{"state": "merged", "merged_commit": "ab" * 20}],
 }
 
 
