@@ -20,8 +20,8 @@ import platformdirs
 from taskherd.budgets import Budgets, Limits
 from taskherd.durations import parse_duration
 from taskherd.pricing import Price
-from taskherd.worktrees import MERGE_MODES, GitSettings
 from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
+from taskherd.worktrees import MERGE_MODES, GitSettings
 
 CONFIG_FILE = "taskherd.toml"
 CONFIG_ENV = "TASKHERD_CONFIG"

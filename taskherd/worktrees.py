@@ -70,7 +70,7 @@ def git(repo: Path | str, *args: str, check: bool = True,
     argv = ["git", "-C", str(repo), *args]
     full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, env=full_env,
+        done = subprocess.run(argv, capture_output=True, text=True, env=full_env, check=False,
                               timeout=GIT_TIMEOUT, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise GitError(f"git {' '.join(args)}: {error}") from error

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -158,3 +157,111 @@ def test_a_rejected_attempt_continues_in_the_same_worktree(git_fleet, repo):
     # The second attempt's commit sits on top of the first: same worktree, same branch.
     assert git(repo, "rev-parse", f"taskherd/task-{task.id}~1") == first_tip
     assert git(repo, "rev-parse", "main") == start
+
+
+def test_abandoned_worktrees_go_after_keep_and_doctor_names_stray_ones(tmp_path, repo):
+    from taskherd import worktrees
+    from taskherd.config import parse_config
+    from taskherd.doctor import check_worktrees
+    from taskherd.model import NewTask
+    from taskherd.services.worktrees import WorktreeJanitor
+    from taskherd.store import open_store
+
+    now = 1_800_000_000.0
+    config = parse_config({
+        "daemon": {"database": "q.db", "data_dir": "data", "timezone": "UTC"},
+        "roles": {"coder": {"command": ["true"], "git": {"repo": str(repo), "keep": "1d"}}},
+    }, base_dir=tmp_path)
+    root = config.daemon.data_dir / "worktrees"
+    with open_store(config.daemon.database, durability="normal") as store:
+        task = store.enqueue(NewTask(role="coder", title="abandoned"), now).task
+        path = worktrees.ensure_worktree(repo, "main", task.id, root)
+        store.record_worktree(task.id, repo=str(repo), base="main",
+                              branch=worktrees.branch_for(task.id), path=str(path),
+                              merge_mode="merge-commit", pool="git-main", now=now)
+        store.cancel(task.id, now)
+        janitor = WorktreeJanitor(config, store)
+        assert janitor.run_once(now + 3600)["removed"] == 0  # kept for a day
+        assert janitor.run_once(now + 86400 + 1)["removed"] == 1
+        assert not path.exists() and store.worktree_of(task.id).state == "removed"
+        # The branch of an abandoned task stays, for a person to look at.
+        assert git(repo, "branch", "--list", f"taskherd/task-{task.id}")
+        assert check_worktrees(config, config.role("coder")).status == "ok"
+        # A worktree taskherd has no record of is stray: doctor names it.
+        stray = worktrees.ensure_worktree(repo, "main", 99, root)
+        check = check_worktrees(config, config.role("coder"))
+        assert check.status == "warn" and str(stray) in check.why
+
+
+def test_fast_forward_mode_and_a_checkout_with_local_edits_is_never_overwritten(repo):
+    from taskherd import worktrees
+
+    root = repo.parent / "trees"
+    path = worktrees.ensure_worktree(repo, "main", 1, root)
+    (path / "a.txt").write_text("fast\n")
+    git(path, "add", "a.txt")
+    git(path, "commit", "-q", "-m", "fast")
+    result = worktrees.merge_branch(repo, "main", "taskherd/task-1", "fast-forward", "m")
+    assert result.merged and result.fast_forward
+    assert git(repo, "rev-parse", "main") == git(repo, "rev-parse", "taskherd/task-1")
+    # A person's uncommitted edit of a file the merge would change: the merge is refused
+    # and neither the base nor the edit moves.
+    path = worktrees.ensure_worktree(repo, "main", 2, root)
+    (path / "README").write_text("from the task\n")
+    git(path, "commit", "-q", "-am", "readme")
+    (repo / "README").write_text("a person's edit\n")
+    before = git(repo, "rev-parse", "main")
+    with pytest.raises(worktrees.GitError):
+        worktrees.merge_branch(repo, "main", "taskherd/task-2", "merge-commit", "m")
+    assert git(repo, "rev-parse", "main") == before
+    assert (repo / "README").read_text() == "a person's edit\n"
+
+
+def test_merges_settling_at_the_same_moment_run_one_at_a_time(repo, database):
+    """Two nodes (two stores) complete two tasks at once: each merge holds the pool, so the
+    second starts from the first's result and both land; merges that overlapped would lose
+    the compare-and-swap of the base, and one task would be blocked."""
+    import threading
+
+    from taskherd import worktrees
+    from taskherd.model import NewTask, Outcome, RunResult
+    from taskherd.queue import RetryPolicy
+    from taskherd.store import open_store
+
+    now = 1_800_000_000.0
+    root = repo.parent / "trees"
+    stores = [open_store(database, durability="normal") for _ in range(2)]
+    try:
+        runs = []
+        for index, store in enumerate(stores):
+            task = store.enqueue(NewTask(role="coder", title=f"t{index}"), now).task
+            claim = store.claim("node", now, 60, roles=["coder"])
+            store.mark_spawned(claim.run.id, now, 60, pid=None, pid_started_at=None,
+                               log_path=None)
+            path = worktrees.ensure_worktree(repo, "main", task.id, root)
+            (path / f"file{index}.txt").write_text(f"{index}\n")
+            git(path, "add", "-A")
+            git(path, "commit", "-q", "-m", f"task {index}")
+            store.record_worktree(task.id, repo=str(repo), base="main",
+                                  branch=worktrees.branch_for(task.id), path=str(path),
+                                  merge_mode="merge-commit", pool="git-main", now=now)
+            runs.append((store, claim.run.id, task.id))
+        start = threading.Barrier(2)
+
+        def settle(store, run_id):
+            start.wait()
+            store.finish_run(run_id, RunResult(Outcome.SUCCEEDED, 0, summary="ok"),
+                             RetryPolicy(), now + 1)
+
+        threads = [threading.Thread(target=settle, args=run[:2]) for run in runs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        states = [stores[0].get_task(task_id).state for *_, task_id in runs]
+        assert states == [TaskState.COMPLETED, TaskState.COMPLETED]
+        assert git(repo, "show", "main:file0.txt") == "0"
+        assert git(repo, "show", "main:file1.txt") == "1"
+    finally:
+        for store in stores:
+            store.close()
