@@ -30,6 +30,11 @@ class CodexReader(OutputReader):
     def __init__(self, role: RoleConfig):
         super().__init__(role)
         self.stream = CodexStreamReader(role.rate_limit_patterns, reading_zone(role.timezone))
+        self.earlier: list[Run] = []
+
+    def continues(self, earlier: list[Run]) -> None:
+        # `codex exec resume` reports the thread's tokens so far, the earlier runs' included.
+        self.earlier = list(earlier)
 
     @property
     def state(self) -> CodexStreamState:
@@ -95,7 +100,7 @@ class CodexRuntime(CommandLineRuntime):
                now: float, handle: object = None) -> RunResult:
         assert isinstance(reader, CodexReader)
         state = reader.state
-        spend = spend_of(role, state)
+        spend = spend_of(role, state, reader.earlier)
         if run.report is not None:
             return dataclasses.replace(super().result(role, reader, exit_status, run, now),
                                        **spend)
@@ -125,7 +130,7 @@ class CodexRuntime(CommandLineRuntime):
         return dataclasses.replace(failure(role, exit_status, tail), **spend)
 
 
-def spend_of(role: RoleConfig, state: CodexStreamState) -> dict:
+def spend_of(role: RoleConfig, state: CodexStreamState, earlier: list[Run] = ()) -> dict:
     """Tokens, turns, session id, and the cost at the role's model's price (None without
     one: an unknown cost is never written as zero)."""
     usage = state.usage
@@ -133,10 +138,17 @@ def spend_of(role: RoleConfig, state: CodexStreamState) -> dict:
     if role.price is not None and usage.turns:
         cost = role.price.cost(usage.input_tokens, usage.output_tokens,
                                usage.cached_input_tokens)
+    input_tokens, output_tokens = usage.input_tokens, usage.output_tokens
+    if earlier and usage.turns:
+        # A resumed thread's figures include the runs it continues: only the rest is this one's.
+        input_tokens = max(0, input_tokens - sum(run.input_tokens or 0 for run in earlier))
+        output_tokens = max(0, output_tokens - sum(run.output_tokens or 0 for run in earlier))
+        if cost is not None:
+            cost = max(0.0, cost - sum(run.cost_usd or 0.0 for run in earlier))
     return {
         "cost_usd": cost,
-        "input_tokens": usage.input_tokens if usage.turns else None,
-        "output_tokens": usage.output_tokens if usage.turns else None,
+        "input_tokens": input_tokens if usage.turns else None,
+        "output_tokens": output_tokens if usage.turns else None,
         "turns": usage.turns or None,
         "session_id": state.thread_id,
     }

@@ -122,7 +122,7 @@ class Supervisor:
             runtime = runtime_for(role.runtime)
             _create_private(files.prompt)
             role = self._in_worktree(role, claim.task, now)
-            handle = self._begin(runtime, role, claim, files)
+            handle, continued = self._begin(runtime, role, claim, files)
         except (OSError, ValueError, StoreError) as error:
             log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
             self._settle_now(claim.run, RunResult(Outcome.FAILED, error=f"could not start: {error}"))
@@ -150,6 +150,8 @@ class Supervisor:
             self.kill(live, Outcome.LOST, f"its spawn could not be recorded: {error}")
             return None
         live = self._watch(claim.run, claim.task, role, runtime, handle, now)
+        if continued:
+            live.reader.continues(continued)
         log.info("run %s: task %s (%s) started%s", claim.run.id, claim.task.id, role.name,
                  f" as pid {handle.pid}" if handle.pid else "")
         return live
@@ -173,18 +175,21 @@ class Supervisor:
         return self.config.daemon.data_dir / "worktrees"
 
     def _begin(self, runtime: Runtime, role: RoleConfig, claim: Claim,
-               files: RunFiles) -> Execution:
-        """Start the run however its runtime starts one (a process, or an in-process call)."""
+               files: RunFiles) -> tuple[Execution, list[Run]]:
+        """Start the run however its runtime starts one (a process, or an in-process call);
+        with it, the earlier runs of the session it continues, if any."""
+        earlier = self._session_runs(role, claim.task)
         agent = AgentEnv(self._agent_path(role), self._agent_vars(claim),
-                         self._previous_session(role, claim.task))
-        return runtime.start(role, claim.task, claim.run, files, agent)
+                         earlier[-1].session_id if earlier else None)
+        return runtime.start(role, claim.task, claim.run, files, agent), earlier
 
-    def _previous_session(self, role: RoleConfig, task: Task) -> str | None:
-        """The latest session an earlier run of `task` recorded, when the role resumes."""
+    def _session_runs(self, role: RoleConfig, task: Task) -> list[Run]:
+        """When the role resumes: the earlier runs of `task` in its latest recorded session
+        (the one this run continues), oldest first."""
         if not role.resume:
-            return None
-        sessions = [run.session_id for run in self.store.runs_of_task(task.id) if run.session_id]
-        return sessions[-1] if sessions else None
+            return []
+        runs = [run for run in self.store.runs_of_task(task.id) if run.session_id]
+        return [run for run in runs if run.session_id == runs[-1].session_id] if runs else []
 
     def adopt(self, run: Run, task: Task, now: float) -> LiveRun | None:
         """Re-attach to an agent an earlier daemon started; settle it if it already ended."""

@@ -59,6 +59,15 @@ class UsageLimit:
 
 
 @dataclass(frozen=True)
+class RateLimited:
+    """HTTP 429 with the API's `rate_limit_exceeded` body (a per-minute limit, not a plan's
+    usage limit): Codex retries it on its own, then gives up."""
+
+    message: str = "Rate limit reached for requests. Please try again in 20s."
+    retry_after: str | None = "20"
+
+
+@dataclass(frozen=True)
 class ApiError:
     """An HTTP error with the API's error body. 400 is not retried by the CLI."""
 
@@ -75,7 +84,7 @@ class StopMidStream:
     after_events: int = 3
 
 
-Step = Text | ShellCall | UsageLimit | ApiError | StopMidStream
+Step = Text | ShellCall | UsageLimit | RateLimited | ApiError | StopMidStream
 
 
 class FakeResponses(ScriptedServer):
@@ -138,6 +147,11 @@ class FakeResponses(ScriptedServer):
             error = {"type": "usage_limit_reached", "message": "The usage limit has been reached",
                      "plan_type": step.plan_type, "resets_at": step.resets_at}
             reply.json(429, {"error": error})
+        elif isinstance(step, RateLimited):
+            headers = {"retry-after": step.retry_after} if step.retry_after else {}
+            body = _error(step.message, "requests")
+            body["error"]["code"] = "rate_limit_exceeded"
+            reply.json(429, body, headers)
         elif isinstance(step, ApiError):
             reply.json(step.status, _error(step.message, step.error_type))
         elif isinstance(step, StopMidStream):

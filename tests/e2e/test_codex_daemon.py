@@ -10,7 +10,7 @@ from datetime import datetime
 import pytest
 
 from taskherd.model import Outcome, TaskState
-from tests.e2e.fake_responses import ApiError, ShellCall, Text, UsageLimit
+from tests.e2e.fake_responses import ApiError, RateLimited, ShellCall, Text, UsageLimit
 from tests.fleet import Fleet
 
 # Codex's workspace-write sandbox refuses every socket, the daemon's unix socket too, unless
@@ -33,7 +33,7 @@ def codex_fleet(tmp_path, codex_cli):
     fleets = []
 
     def make(api, *, max_concurrent: int = 2, max_attempts: int = 3,
-             require_marker: bool = False) -> Fleet:
+             require_marker: bool = False, resume: bool = False) -> Fleet:
         home = tmp_path / "codex-home"
         home.mkdir(exist_ok=True)
         work = tmp_path / "work"
@@ -63,6 +63,7 @@ def codex_fleet(tmp_path, codex_cli):
             max_attempts = {max_attempts}
             backoff = "0.5s"
             require_marker = {str(require_marker).lower()}
+            resume = {str(resume).lower()}
         """)
         fleets.append(fleet)
         fleet.up()
@@ -150,3 +151,41 @@ def test_a_usage_limit_is_rate_limited_until_its_reset_and_cools_the_runtime(
     fleet.cli("cooldown", "clear", "codex")
     assert fleet.wait_final(first.id, timeout=60).state is TaskState.COMPLETED
     assert fleet.wait_final(second.id, timeout=60).state is TaskState.COMPLETED
+
+
+def test_a_429_rate_limit_pauses_the_runtime_with_a_first_guess(codex_fleet,
+                                                                start_fake_responses):
+    api = start_fake_responses([RateLimited(retry_after="1")],
+                               after_script=Text("TASK_COMPLETE: after the limit"))
+    fleet = codex_fleet(api, max_concurrent=1)
+    task = fleet.add("limited", role="coder", prompt="one")
+    run = fleet.wait_until(lambda: (r := fleet.store.runs_of_task(task.id)) and r[0].ended_at
+                           and r[0], timeout=60, what="the limited run to end")
+    assert run.outcome is Outcome.RATE_LIMITED and "Too Many Requests" in run.error
+    [cooldown] = fleet.store.active_cooldowns(time.time())
+    # The CLI's text names no reset time: the first pause is a guess of a minute.
+    assert cooldown.runtime == "codex" and cooldown.span == 60
+    assert fleet.store.get_task(task.id).attempts == 0
+
+
+def test_a_retry_resumes_the_session_and_counts_only_its_own_tokens(codex_fleet,
+                                                                    start_fake_responses):
+    api = start_fake_responses([
+        Text("I looked and stopped.", input_tokens=1000, cached_input_tokens=0,
+             output_tokens=100),
+        Text("TASK_COMPLETE: finished on the second go", input_tokens=1500,
+             cached_input_tokens=0, output_tokens=50),
+    ])
+    fleet = codex_fleet(api, require_marker=True, resume=True)
+    task = fleet.add("twice", role="coder", prompt="fix it")
+    done = fleet.wait_final(task.id, timeout=60)
+    assert done.state is TaskState.COMPLETED
+    first, second = fleet.store.runs_of_task(task.id)
+    assert second.session_id == first.session_id  # the same Codex thread, continued
+    # The second request carries the first conversation: it was resumed, not restarted.
+    history = api.turn_requests[1].body["input"]
+    assert any("I looked and stopped." in json.dumps(item) for item in history)
+    # Codex reports the thread's tokens so far; each run keeps its own share.
+    assert (first.input_tokens, first.output_tokens) == (1000, 100)
+    assert (second.input_tokens, second.output_tokens) == (1500, 50)
+    assert second.cost_usd == pytest.approx((1500 * INPUT + 50 * OUTPUT) / 1e6)
