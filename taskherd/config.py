@@ -404,6 +404,9 @@ def _parse_budgets(raw: Mapping[str, Any], roles: Mapping[str, RoleConfig],
                    problems: list[str]) -> Budgets:
     """[budgets]: the fleet's limits and the estimates; each role's own `budget` table."""
     reader = _Reader(raw, "budgets", LIMIT_KEYS | ESTIMATE_KEYS, problems)
+    if "fleet" in roles and roles["fleet"].budget:
+        problems.append("roles.fleet.budget: 'fleet' names the whole fleet's budget "
+                        "([budgets]); give the role another name to budget it alone")
     fleet = _limits(raw, "budgets", reader)
     estimates = {key: reader.amount(key) for key in ESTIMATE_KEYS}
     return Budgets(fleet, {name: role.budget for name, role in roles.items()}, **estimates)
