@@ -216,7 +216,8 @@ class Daemon:
             ServiceLoop("supervisor", supervisor),
             ServiceLoop("monitor", monitor),
             ServiceLoop("checkpoints", Checkpoints(store), in_thread=True),
-            ServiceLoop("worktrees", WorktreeJanitor(self.config, store)),
+            # In a thread: removing a large checkout takes seconds of disk work.
+            ServiceLoop("worktrees", WorktreeJanitor(self.config, store), in_thread=True),
         )}
 
     @property
