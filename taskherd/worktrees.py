@@ -96,6 +96,19 @@ def ensure_worktree(repo: Path, base: str, task_id: int, root: Path) -> Path:
     return path
 
 
+def commit_leftovers(path: Path, message: str) -> str | None:
+    """Commit what the agent changed in its worktree but did not commit (an agent that edits
+    and never runs `git commit`): the work must reach the branch, never be removed with the
+    worktree. The commit's id, or None when the tree was clean (or is gone)."""
+    if not path.is_dir():
+        return None
+    if not git(path, "status", "--porcelain", "--untracked-files=all").stdout.strip():
+        return None
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "--no-verify", "-m", message, env=GIT_IDENTITY)
+    return git(path, "rev-parse", "HEAD").stdout.strip()
+
+
 def merge_branch(repo: Path, base: str, branch: str, mode: str, message: str) -> MergeResult:
     """Merge `branch` into `base` (see the module's note); a conflict changes nothing."""
     old = _commit_of(repo, f"refs/heads/{base}")

@@ -170,6 +170,24 @@ class Supervisor:
                                    merge_mode=git.merge, pool=git.pool, now=now)
         return dataclasses.replace(role, workdir=str(path))
 
+    def _keep_worktree_work(self, live: LiveRun) -> None:
+        """An agent that edited its worktree without committing: its work is committed on
+        the task's branch, where a reviewer sees it and the next attempt continues from it."""
+        if live.role.git is None:
+            return
+        from taskherd import worktrees
+
+        # From the task's id, not the role's workdir: a run adopted after a restart has the
+        # role as configured, whose workdir is not the worktree.
+        path = worktrees.worktree_path(self.worktree_root, live.task.id)
+        try:
+            worktrees.commit_leftovers(path,
+                                       f"Uncommitted work of run {live.run.id} "
+                                       f"(task {live.task.id})")
+        except worktrees.GitError as error:
+            log.warning("run %s: could not commit what it left in %s: %s", live.run.id,
+                        path, error)
+
     @property
     def worktree_root(self) -> Path:
         return self.config.daemon.data_dir / "worktrees"
@@ -388,6 +406,7 @@ class Supervisor:
         if run.ended_at is not None:
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
         result = self._result(live, run, status, now)
+        self._keep_worktree_work(live)
         if result.outcome is Outcome.RATE_LIMITED and live.kill_reason is None:
             # Limits found only at the end (an HTTP 429, a result event) pause the runtime too.
             self._pause_runtime(live.role, result.retry_at, result.error or "rate limited", now)

@@ -81,6 +81,8 @@ class SQLWorktrees:
 
         message = f"Merge {record.branch}: {task.title}"[:500]
         try:
+            worktrees.commit_leftovers(Path(record.path),
+                                       f"Uncommitted work of task {task.id}: {task.title}"[:500])
             result = worktrees.merge_branch(Path(record.repo), record.base, record.branch,
                                             record.merge_mode, message)
         except worktrees.GitError as error:

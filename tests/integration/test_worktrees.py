@@ -22,9 +22,10 @@ CODER = """
         out.write(words["content"])
     branch = subprocess.run(["git", "branch", "--show-current"], capture_output=True,
                             text=True, check=True).stdout.strip()
-    subprocess.run(["git", "add", "--", words["file"]], check=True)
-    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "change " + words["file"]],
-                   check=True)
+    if not words.get("leave_uncommitted"):
+        subprocess.run(["git", "add", "--", words["file"]], check=True)
+        subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "change " + words["file"]],
+                       check=True)
     print("TASK_COMPLETE: committed on " + branch)
 """
 IDENTITY = {"GIT_AUTHOR_NAME": "coder", "GIT_AUTHOR_EMAIL": "coder@example.com",
@@ -81,8 +82,8 @@ def git_fleet(tmp_path, repo):
         fleet.close()
 
 
-def change(file: str, content: str) -> str:
-    return json.dumps({"file": file, "content": content})
+def change(file: str, content: str, **more) -> str:
+    return json.dumps({"file": file, "content": content, **more})
 
 
 def settled(fleet: Fleet, task_id: int, timeout: float = 30.0):
@@ -111,6 +112,15 @@ def test_two_tasks_changing_different_files_both_merge(git_fleet, repo):
                                  for t in (first, second)), what="the worktrees to be removed")
     assert not list((fleet.data_dir / "worktrees").glob("task-*"))
     assert git(repo, "branch", "--list", "taskherd/*") == ""
+
+
+def test_work_the_agent_left_uncommitted_is_committed_and_merged_never_lost(git_fleet, repo):
+    fleet = git_fleet()
+    task = fleet.add("a", role="coder", prompt=change("new.txt", "forgot to commit\n",
+                                                       leave_uncommitted=True))
+    assert settled(fleet, task.id).state is TaskState.COMPLETED
+    assert git(repo, "show", "main:new.txt") == "forgot to commit"
+    assert "Uncommitted work of run" in git(repo, "log", "--format=%s", "main")
 
 
 def test_two_tasks_changing_the_same_lines_one_merges_one_is_blocked_naming_the_file(
