@@ -3,12 +3,15 @@ pauses the dispatcher keeps in step with them (budgets.py holds the rules)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from taskherd import budgets
 from taskherd.config import Config
 from taskherd.runtimes.ratelimit import reading_zone
 from taskherd.store import Store
+
+log = logging.getLogger("taskherd.budgets")
 
 
 def budget_lines(config: Config, store: Store, now: float) -> list[budgets.Line]:
@@ -42,8 +45,12 @@ def apply_budget_pauses(config: Config, store: Store, now: float) -> dict[str, f
     for pause in paused.values():
         existing = current.get(pause.cooldown_name)
         if existing is None or existing.until != pause.until:
+            if existing is None:
+                log.warning("%s: spawns paused until the period resets (%s)", pause.scope,
+                            pause.reason)
             store.set_cooldown(pause.cooldown_name, pause.until, pause.reason, now)
     wanted = {pause.cooldown_name for pause in paused.values()}
     for name in set(current) - wanted:
+        log.info("%s: within budget again, spawns resume", name)
         store.clear_cooldown(name, now)
     return {scope: pause.until for scope, pause in paused.items()}
