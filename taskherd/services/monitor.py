@@ -1,4 +1,4 @@
-"""The monitor: leases, rescues and pruning. WAL checkpoints are their own
+"""The monitor: leases, rescues, the board's counters and pruning. WAL checkpoints are their own
 service (`services.checkpoints`), run in a worker thread since they wait on the disk.
 
 Each `run_once(now)` does what is due and returns counts; the daemon's loop is thin.
@@ -21,6 +21,8 @@ log = logging.getLogger("taskherd.monitor")
 class MonitorSettings:
     interval: float = 1.0  # seconds between two passes
     prune_every: float = 3600.0
+    # The board reads what finished since the last roll-up row by row: a few seconds' worth.
+    roll_up_every: float = 10.0
 
 
 class Monitor:
@@ -32,6 +34,7 @@ class Monitor:
         self.settings = settings
         self._last_renewal = float("-inf")
         self._last_prune = float("-inf")
+        self._last_roll_up = float("-inf")
 
     def next_wake(self, now: float) -> float:
         return now + self.settings.interval
@@ -53,6 +56,9 @@ class Monitor:
             log.warning("task %s: lease of node %s expired; back to %s", finished.task.id,
                         finished.run.node, finished.task.state.value)
         counts["rescued"] = len(rescued)
+        if now - self._last_roll_up >= self.settings.roll_up_every:
+            counts["rolled_up"] = self.store.roll_up(now)
+            self._last_roll_up = now
         if now - self._last_prune >= self.settings.prune_every:
             counts["pruned"] = self.store.prune(before=now - daemon.retention)
             counts["logs_pruned"] = self._prune_logs(before=now - daemon.retention)

@@ -21,7 +21,7 @@ from typing import Any
 from taskherd.model import Event
 from taskherd.store.base import StoreError, StoreUnavailable
 from taskherd.store.events import Listener
-from taskherd.store.sql_store import SQLStore
+from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sqlfile import machinery, migrations, queries
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
@@ -108,8 +108,8 @@ class PostgresStore(SQLStore):
     def _is_unique_error(self, error: Exception) -> bool:
         return isinstance(error, self._errors.UniqueViolation)
 
-    def _announce(self, db: Any, events: Sequence[Event]) -> None:
-        payloads = [event.to_json() for event in events]
+    def _announce(self, db: Any, outbox: Sequence[Emitted]) -> None:
+        payloads = [event.to_json() for event in built(outbox)]
         db.execute(M["notify_events"], {"payloads": payloads}).fetchall()
 
     def listen(self) -> NotifyListener:

@@ -13,6 +13,7 @@ import time
 from abc import abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from types import TracebackType
 from typing import Any
 
 from taskherd.model import (
@@ -51,6 +52,8 @@ from taskherd.store.sql_reports import SQLReports
 from taskherd.store.sql_worktrees import SQLWorktrees
 
 S = TaskState
+# An event a transition emitted, as (kind, now, fields); `built` makes the Events.
+Emitted = tuple[EventKind, float, dict[str, Any]]
 
 
 class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWorktrees, Store):
@@ -81,38 +84,29 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWorktrees, Stor
     @abstractmethod
     def _is_unique_error(self, error: Exception) -> bool: ...
 
-    def _announce(self, db: Connection, events: Sequence[Event]) -> None:
-        """Hand `events` to the database inside the transaction, where it is the one to
-        deliver them at commit (PostgreSQL's NOTIFY); a no-op elsewhere."""
+    def _announce(self, db: Connection, outbox: Sequence[Emitted]) -> None:
+        """Hand the transaction's events to the database, where it is the one to deliver
+        them at commit (PostgreSQL's NOTIFY); a no-op elsewhere."""
 
-    def _published(self, events: Sequence[Event]) -> None:
-        """Deliver `events` once their transaction committed; a no-op where the database
+    def _published(self, outbox: Sequence[Emitted]) -> None:
+        """Deliver the events of a transaction that committed; a no-op where the database
         delivers them itself."""
 
     # -- the transaction and its events ---------------------------------------------
 
-    _outbox: list[Event] | None = None
+    # The events of the writing transaction under way, as (kind, now, fields): an Event is
+    # built only for a listener, and most commits have none (claim+complete builds three).
+    _outbox: list[Emitted] | None = None
 
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
+    def _write(self) -> _Writing:
         """One writing transaction; the events its transitions emit reach listeners only
         if it commits, and only after."""
-        events: list[Event] = []
-        with self._transaction() as db:
-            self._outbox = events
-            try:
-                yield db
-                if events:
-                    self._announce(db, events)
-            finally:
-                self._outbox = None
-        if events:
-            self._published(events)
+        return _Writing(self)
 
     def _emit(self, kind: EventKind, now: float, **fields: Any) -> None:
         """Queue an event of the current writing transaction."""
         assert self._outbox is not None, "an event outside a writing transaction"
-        self._outbox.append(Event(kind, now, **fields))
+        self._outbox.append((kind, now, fields))
 
     def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]:
         with self._read() as db:
@@ -386,6 +380,24 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWorktrees, Stor
         with self._write() as db:
             return db.execute(self.q["prune_finished_tasks"], {"before": before}).rowcount
 
+    def roll_up(self, now: float) -> int:
+        folded = 0
+        with self._write() as db:
+            mark = _one(db.execute(self.q["runs_mark"]))
+            if mark["through"] > mark["marked"]:
+                db.execute(self.q["lock_runs_for_rollup"])
+                # Again under the lock: the oldest open run may be one committed meanwhile.
+                through = {"through": _one(db.execute(self.q["runs_mark"]))["through"]}
+                folded += db.execute(self.q["roll_up_runs"], through).rowcount
+                db.execute(self.q["advance_runs_mark"], through)
+        # A task counts once it finished before the mark; the margin leaves room for a settle
+        # stamped with a `now` taken a moment before its transaction got the write lock.
+        through = {"through": now - ROLLUP_MARGIN}
+        with self._write() as db:
+            folded += db.execute(self.q["roll_up_finished_tasks"], through).rowcount
+            db.execute(self.q["advance_tasks_mark"], through)
+        return max(folded, 0)
+
 
     # -- shared steps of the transitions ----------------------------------------------
 
@@ -497,6 +509,48 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWorktrees, Stor
         if row is None:
             raise RunNotFound(run_id)
         return Run.from_row(row)
+
+
+# How far behind the present the finished tasks' mark stays (seconds).
+ROLLUP_MARGIN = 60.0
+
+
+class _Writing:
+    """The context of `SQLStore._write`. A class rather than @contextmanager around the
+    dialect's transaction: it is entered twice per claim+complete, and two nested generator
+    contexts cost that path several percent."""
+
+    __slots__ = ("db", "events", "store", "transaction")
+
+    def __init__(self, store: SQLStore):
+        self.store = store
+        self.transaction = store._transaction()
+        self.events: list[Emitted] = []
+
+    def __enter__(self) -> Connection:
+        self.db = self.transaction.__enter__()
+        self.store._outbox = self.events
+        return self.db
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> bool | None:
+        self.store._outbox = None
+        if kind is None and self.events:
+            try:
+                self.store._announce(self.db, self.events)
+            except BaseException as failure:
+                if not self.transaction.__exit__(type(failure), failure, failure.__traceback__):
+                    raise
+                return None
+        suppressed = self.transaction.__exit__(kind, error, traceback)
+        if kind is None and self.events:
+            self.store._published(self.events)
+        return suppressed
+
+
+def built(outbox: Iterable[Emitted]) -> Iterator[Event]:
+    """The events of an outbox, built as they are read."""
+    return (Event(kind, now, **fields) for kind, now, fields in outbox)
 
 
 def task_params(new: NewTask, now: float) -> dict[str, Any]:
