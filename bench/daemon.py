@@ -1,7 +1,7 @@
 """Daemon benchmark: the real `taskherd up` as a subprocess, measured against the daemon issue.
 
-    .venv/bin/python bench/daemon.py               # everything, about 2-3 minutes on 2 cores
-    .venv/bin/python bench/daemon.py --tasks 300 --window 15   # a quicker look
+    .venv/bin/python bench/daemon.py               # everything, about 8 minutes on 2 cores
+    .venv/bin/python bench/daemon.py --tasks 300 --window 15 --agents 300 --compute 30
 
 Each part starts its own daemon (temp dir, config, `python -m taskherd up`) and stops it after.
 
@@ -18,9 +18,21 @@ b. death → settled: 200 agents `sh -c 'sleep 0.3; exec date +%s.%N'`; the last
    `ended_at` in the database (the daemon's clock at `finish_run`; the task moves in the same
    transaction). Stall: agents that print the clock once and then sleep silently, role
    idle_timeout 2 s; the figure is `ended_at` (outcome stalled) minus that last output.
-c. overhead: 100 concurrent idle agents (`sleep 600`, idle_timeout 1 h); the daemon process's
-   CPU time (user+system, its own, not its children's) over a --window s window, in % of one
-   core, and its RSS and USS at the end of the window.
+c. a thousand agents: one daemon; first 200 no-op tasks with nothing else running (ready →
+   exec as in a), then 1,000 idle agents (`sleep 600`, idle_timeout 1 h) are started; over
+   a --window s window the daemon's CPU time (user+system, its own, not its children's) in %
+   of one core, its RSS, and the whole fleet's proportional memory (Pss from
+   /proc/PID/smaps_rollup: the daemon, every shim, every agent) per agent; then 200 no-op
+   tasks again with the 1,000 still running. The ratio of the two ready → exec p99s is the
+   figure: the watch loop's cost must not grow with the agents that merely exist.
+   A thousand agents hold a thousand pidfds in the daemon and two thousand processes: the
+   bench raises its soft RLIMIT_NOFILE to the hard limit (the daemon inherits it) and
+   checks RLIMIT_NPROC, as a service unit would set LimitNOFILE (docs/operating.md).
+d. liveness: an agent that prints a `[y/N]` question and waits (input_timeout 5 s) is
+   blocked, with no strike, within input_timeout + 2 s of its last output; a silent
+   CPU-bound agent (--compute s of computation printing nothing, idle_timeout 20 s) is never
+   marked stalled; an agent looping over the same two lines is ended as `looping` within its
+   loop_window (30 s).
 
 Exit status 1 if a target is missed.
 """
@@ -28,7 +40,9 @@ Exit status 1 if a target is missed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -56,6 +70,9 @@ STALL_IDLE = 2.0
 STALL_MARGIN = 2.0
 CPU_TARGET = 5.0  # % of one core
 RSS_TARGET = 120.0  # MB
+BUSY_P99_RATIO = 2.0  # ready→exec p99 with 1,000 agents running vs none
+INPUT_TIMEOUT, INPUT_MARGIN = 5.0, 2.0
+LOOP_WINDOW = 30.0
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -235,19 +252,70 @@ def death_to_settled(tmp: Path, count: int, durability: str) -> tuple[list[float
         node.down()
 
 
-# -- c. overhead with idle agents ----------------------------------------------------------
+# -- c. a thousand agents -----------------------------------------------------------------
 
-def overhead(tmp: Path, agents: int, window: float, durability: str) -> dict[str, float]:
-    roles = {"idle": {"command": '["sleep", "600"]', "idle_timeout": '"1h"'}}
-    node = Node(tmp / "idle", agents, roles, durability)
+def raise_limits(agents: int) -> str:
+    """Enough file descriptors and processes for `agents` agents (a pidfd each in the daemon,
+    a shim and an agent process each); the daemon inherits the raised soft limits."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 2 * agents + 512
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if nofile < wanted or (nproc != resource.RLIM_INFINITY and nproc < 2 * agents + 512):
+        raise SystemExit(f"{agents} agents need RLIMIT_NOFILE ≥ {wanted} (have {nofile}) and "
+                         f"RLIMIT_NPROC ≥ {2 * agents + 512} (have {nproc}); raise the hard "
+                         "limits (ulimit -Hn / -Hu) or pass a smaller --agents")
+    return f"RLIMIT_NOFILE {nofile}, RLIMIT_NPROC {nproc}"
+
+
+def pss_kib(pid: int) -> int:
+    """Proportional memory of one process: shared pages divided among their sharers."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return 0
+
+
+def noop_wave(node: Node, count: int, interval: float) -> list[float]:
+    """`count` no-op tasks at a steady rate; each one's enqueue → exec latency."""
+    ready: dict[int, float] = {}
+    start = time.monotonic()
+    for index in range(count):
+        delay = start + index * interval - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        task_id, ready_at = node.add("noop")
+        ready[task_id] = ready_at
+
+    def all_done() -> bool:
+        return all(node.store.get_task(t).state is TaskState.COMPLETED for t in ready)
+
+    node.wait_until(all_done, 120, "no-op tasks to finish")
+    return [printed_time(node.store.runs_of_task(t)[-1].log_path) - at for t, at in ready.items()]
+
+
+def thousand(tmp: Path, agents: int, window: float, noops: int, interval: float,
+             durability: str) -> dict[str, object]:
+    roles = {"noop": {"command": str(NOOP).replace("'", '"'), "max_concurrent": "8"},
+             "idle": {"command": '["sleep", "600"]', "idle_timeout": '"1h"'}}
+    node = Node(tmp / "idle", agents + 8, roles, durability)
     node.up()
     try:
+        quiet = noop_wave(node, noops, interval)
+        began = time.monotonic()
         node.store.enqueue_many([NewTask(role="idle", title=f"idle {i}") for i in range(agents)],
                                 time.time())
         node.wait_until(lambda: sum(1 for r in node.store.open_runs() if r.spawned_at) >= agents,
-                        60, f"{agents} agents to spawn")
+                        600, f"{agents} agents to spawn")
+        spawned_in = time.monotonic() - began
         daemon = psutil.Process(node.process.pid)
-        time.sleep(3)  # let the spawn burst and the first checks of every agent pass
+        time.sleep(5)  # let the spawn burst and every agent's first looks pass
         before, wall_before = daemon.cpu_times(), time.monotonic()
         rss_max = 0
         while time.monotonic() - wall_before < window:
@@ -255,10 +323,60 @@ def overhead(tmp: Path, agents: int, window: float, durability: str) -> dict[str
             rss_max = max(rss_max, daemon.memory_info().rss)
         after, wall = daemon.cpu_times(), time.monotonic() - wall_before
         cpu = (after.user + after.system - before.user - before.system) / wall
-        memory = daemon.memory_full_info()
-        alive = sum(1 for r in node.store.open_runs() if r.spawned_at)
-        return {"cpu_percent": cpu * 100, "rss_mb": max(rss_max, memory.rss) / 2**20,
-                "uss_mb": getattr(memory, "uss", 0) / 2**20, "alive": alive, "window": wall}
+        shims = [r.pid for r in node.store.open_runs() if r.pid]
+        shim_set = set(shims)  # one /proc walk for every shim's children, not one each
+        agent_pids = [p.pid for p in psutil.process_iter(["ppid"])
+                      if p.info["ppid"] in shim_set]
+        memory = {"daemon": pss_kib(daemon.pid), "shims": sum(map(pss_kib, shims)),
+                  "agents": sum(map(pss_kib, agent_pids))}
+        busy = noop_wave(node, noops, interval)
+        return {"cpu_percent": cpu * 100, "rss_mb": max(rss_max, daemon.memory_info().rss) / 2**20,
+                "pss_kib": memory, "alive": len(shims), "window": wall, "quiet": quiet,
+                "busy": busy, "spawned_in": spawned_in}
+    finally:
+        node.down()
+
+
+# -- d. liveness verdicts ------------------------------------------------------------------
+
+ASKS = ("import sys, time; print('reading config', flush=True); "
+        "sys.stdout.write('Overwrite the existing config? [y/N] '); sys.stdout.flush(); "
+        "time.sleep(600)")
+COMPUTES = ("import sys, time\nend = time.time() + float(sys.argv[1])\nn = 0\n"
+            "while time.time() < end:\n    n += sum(range(1000))\n"
+            "print('TASK_COMPLETE: computed')")
+LOOPS = ("import time\nwhile True:\n    print('checking the build', flush=True)\n"
+         "    print('status: pending', flush=True)\n    time.sleep(0.05)")
+
+
+def liveness(tmp: Path, compute: float, durability: str) -> dict[str, object]:
+    python = json.dumps(sys.executable)
+    roles = {
+        "asker": {"command": f'[{python}, "-c", {json.dumps(ASKS)}]',
+                  "input_timeout": f'"{INPUT_TIMEOUT:g}s"', "max_attempts": "1"},
+        "cruncher": {"command": f'[{python}, "-c", {json.dumps(COMPUTES)}, "{compute:g}"]',
+                     "idle_timeout": '"20s"', "input_timeout": '"10s"', "max_attempts": "1",
+                     "timeout": f'"{compute + 120:g}s"'},
+        "looper": {"command": f'[{python}, "-c", {json.dumps(LOOPS)}]',
+                   "loop_window": f'"{LOOP_WINDOW:g}s"', "max_attempts": "1"},
+    }
+    node = Node(tmp / "liveness", 8, roles, durability)
+    node.up()
+    try:
+        tasks = {role: node.add(role)[0] for role in roles}
+        node.wait_until(lambda: all(node.store.get_task(t).state.value in ("blocked", "dead",
+                                                                           "completed")
+                                    for t in tasks.values()), compute + 180, "liveness tasks")
+        runs = {role: node.store.runs_of_task(t)[-1] for role, t in tasks.items()}
+        asked = runs["asker"]
+        return {
+            "asker": (asked.outcome, asked.ended_at - os.stat(asked.log_path).st_mtime,
+                      node.store.get_task(tasks["asker"]).attempts),
+            "cruncher": (runs["cruncher"].outcome, runs["cruncher"].ended_at
+                         - runs["cruncher"].spawned_at),
+            "looper": (runs["looper"].outcome, runs["looper"].ended_at
+                       - runs["looper"].spawned_at),
+        }
     finally:
         node.down()
 
@@ -277,10 +395,14 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.04,
                         help="seconds between two enqueues (steady rate)")
     parser.add_argument("--deaths", type=int, default=200)
-    parser.add_argument("--agents", type=int, default=100, help="idle agents for overhead")
+    parser.add_argument("--agents", type=int, default=1000, help="idle agents for part c")
     parser.add_argument("--window", type=float, default=30.0, help="overhead window, seconds")
+    parser.add_argument("--noops", type=int, default=200,
+                        help="no-op tasks before and while the idle agents run (part c)")
+    parser.add_argument("--compute", type=float, default=180.0,
+                        help="seconds of silent computation in part d")
     parser.add_argument("--durability", choices=["full", "normal"], default="full")
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: a,b,c")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: a,b,c,d")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     began = time.monotonic()
@@ -317,16 +439,53 @@ def main() -> int:
                          f"≤ {STALL_IDLE + STALL_MARGIN:g} s",
                          max(stalled) <= STALL_IDLE + STALL_MARGIN)]
         if "c" not in skip:
-            print(f"\nc. overhead: {args.agents} idle agents (`sleep 600`), window "
-                  f"{args.window:g} s")
-            use = overhead(tmp, args.agents, args.window, args.durability)
-            print(f"daemon CPU {use['cpu_percent']:.2f} % of one core over {use['window']:.1f} s; "
-                  f"RSS {use['rss_mb']:.1f} MB, USS {use['uss_mb']:.1f} MB; "
-                  f"{use['alive']} agents alive at the end")
-            results += [("daemon CPU, 100 idle agents", f"{use['cpu_percent']:.2f} %",
+            limits = raise_limits(args.agents)
+            print(f"\nc. {args.agents} idle agents (`sleep 600`), window {args.window:g} s; "
+                  f"{args.noops} no-op tasks before and while they run; {limits}")
+            use = thousand(tmp, args.agents, args.window, args.noops, args.interval,
+                           args.durability)
+            pss = use["pss_kib"]
+            fleet = pss["daemon"] + pss["shims"]
+            print(f"{use['alive']} agents started in {use['spawned_in']:.1f} s")
+            print(f"daemon CPU {use['cpu_percent']:.2f} % of one core over "
+                  f"{use['window']:.1f} s; RSS {use['rss_mb']:.1f} MB")
+            print(f"Pss: daemon {pss['daemon'] / 1024:.1f} MB, shims {pss['shims'] / 1024:.1f} MB"
+                  f", agents {pss['agents'] / 1024:.1f} MB; daemon + shims per agent "
+                  f"{fleet / max(use['alive'], 1):.0f} KiB (agents' own "
+                  f"{pss['agents'] / max(use['alive'], 1):.0f} KiB)")
+            print(row("ready → exec, nothing running", use["quiet"]))
+            print(row(f"ready → exec, {use['alive']} running", use["busy"]))
+            quiet99, busy99 = percentile(use["quiet"], .99), percentile(use["busy"], .99)
+            ratio = busy99 / quiet99
+            print(f"p99 with {use['alive']} running / with none: ×{ratio:.2f}")
+            label = f"{args.agents} idle agents"
+            results += [(f"daemon CPU, {label}", f"{use['cpu_percent']:.2f} %",
                          f"≤ {CPU_TARGET:g} %", use["cpu_percent"] <= CPU_TARGET),
-                        ("daemon RSS, 100 idle agents", f"{use['rss_mb']:.1f} MB",
-                         f"≤ {RSS_TARGET:g} MB", use["rss_mb"] <= RSS_TARGET)]
+                        (f"daemon RSS, {label}", f"{use['rss_mb']:.1f} MB",
+                         f"≤ {RSS_TARGET:g} MB", use["rss_mb"] <= RSS_TARGET),
+                        ("daemon+shims Pss per agent", f"{fleet / max(use['alive'], 1):.0f} KiB",
+                         "(shown)", True),
+                        ("ready→exec p99 busy/none", f"×{ratio:.2f}", f"≤ ×{BUSY_P99_RATIO:g}",
+                         ratio <= BUSY_P99_RATIO)]
+        if "d" not in skip:
+            print(f"\nd. liveness: a question (input_timeout {INPUT_TIMEOUT:g} s), "
+                  f"{args.compute:g} s of silent computation (idle_timeout 20 s), a loop "
+                  f"(loop_window {LOOP_WINDOW:g} s)")
+            seen = liveness(tmp, args.compute, args.durability)
+            asked, after_output, strikes = seen["asker"]
+            crunched, took = seen["cruncher"]
+            looped, loop_took = seen["looper"]
+            print(f"question: {asked.value} {after_output:.2f} s after its last output, "
+                  f"{strikes} strikes; computation: {crunched.value} after {took:.1f} s; "
+                  f"loop: {looped.value} after {loop_took:.1f} s")
+            results += [("question → blocked", f"{after_output:.2f} s",
+                         f"≤ {INPUT_TIMEOUT + INPUT_MARGIN:g} s",
+                         asked is Outcome.NEEDS_INPUT and strikes == 0
+                         and after_output <= INPUT_TIMEOUT + INPUT_MARGIN),
+                        ("silent computation", crunched.value, "succeeded",
+                         crunched is Outcome.SUCCEEDED),
+                        ("loop ended after", f"{loop_took:.1f} s", f"≤ {LOOP_WINDOW:g} s",
+                         looped is Outcome.LOOPING and loop_took <= LOOP_WINDOW)]
     print(f"\n(bench took {time.monotonic() - began:.0f} s; load average "
           f"{os.getloadavg()[0]:.2f} at the end)")
     print(f"\n{'measure':<38} {'value':>12}  {'target':<10} result")

@@ -7,6 +7,7 @@ because a misspelt `max_concurent` silently ignored is a fleet running at the wr
 from __future__ import annotations
 
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Callable, Mapping
@@ -31,6 +32,7 @@ CODEX_SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
 CODEX_APPROVALS = ("never", "on-request", "on-failure", "untrusted")
 ON_SHUTDOWN = ("detach", "wait", "kill")
 PROMPT_VIA = ("stdin", "file", "arg")
+ON_INPUT = ("kill", "wait")  # what to do with an agent waiting at a question
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -105,6 +107,12 @@ class RoleConfig:
     timeout: float = 30 * 60.0
     idle_timeout: float = 10 * 60.0
     spawn_timeout: float = 30.0  # claimed but never spawned: rescued after this, no strike
+    # Idle this long with a question as its last output: the agent waits for input.
+    input_timeout: float = 60.0
+    on_input: str = "kill"  # kill: end it as needs_input; wait: keep it for `task answer`
+    input_patterns: tuple[str, ...] = ()  # the role's own prompts, besides the known ones
+    loop_repeats: int = 20  # the same output block (or tool call) this often in a row: looping
+    loop_window: float = 120.0  # ...within this span
     review: bool = False
     require_marker: bool = False
     budget: Limits = field(default_factory=Limits)  # its spend per day and month
@@ -318,6 +326,11 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "timeout": reader.duration("timeout"),
         "idle_timeout": reader.duration("idle_timeout"),
         "spawn_timeout": reader.duration("spawn_timeout"),
+        "input_timeout": reader.duration("input_timeout"),
+        "on_input": reader.choice("on_input", ON_INPUT),
+        "input_patterns": reader.patterns("input_patterns"),
+        "loop_repeats": reader.positive_int("loop_repeats"),
+        "loop_window": reader.duration("loop_window"),
         "review": reader.get("review", bool, None),
         "require_marker": reader.get("require_marker", bool, None),
         "budget": reader.limits("budget"),
@@ -380,6 +393,16 @@ def _check_role(role: RoleConfig, pools: Mapping[str, int]) -> None:
     if role.pool is not None and role.pool not in pools:
         known = ", ".join(sorted(pools)) or "none defined"
         raise ConfigError(f"{where}.pool = {role.pool!r} is not a pool in [pools] ({known})")
+    if role.loop_repeats < 2:
+        raise ConfigError(f"{where}.loop_repeats = {role.loop_repeats}: expected a whole "
+                          "number ≥ 2 (a block seen once is not a repeat)")
+    if role.on_input == "wait" and (role.runtime != "command" or role.prompt_via == "stdin"):
+        # The agent's stdin stays open for answers, so it never reads an end of input: a
+        # prompt on stdin (claude's, or prompt_via = 'stdin') would never be read to its end.
+        raise ConfigError(
+            f"{where}.on_input = 'wait' needs runtime 'command' with prompt_via = 'file' or "
+            f"'arg' (this role: runtime {role.runtime!r}, prompt_via {role.prompt_via!r}): "
+            "its standard input is kept open for `taskherd task answer`")
     if role.backoff_cap < role.backoff:
         raise ConfigError(
             f"{where}.backoff_cap ({role.backoff_cap:g}s) is less than backoff ({role.backoff:g}s)"
@@ -563,6 +586,16 @@ class _Reader:
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise self._fail(key, value, "a list of strings")
         return tuple(value)
+
+    def patterns(self, key: str) -> tuple[str, ...] | None:
+        """A list of regular expressions, each compiled once here so a typo is named now."""
+        value = self.str_list(key)
+        for pattern in value or ():
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise self._fail(key, pattern, f"a regular expression ({error})") from error
+        return value
 
     def str_map(self, key: str) -> dict[str, str] | None:
         value = self.raw.get(key)

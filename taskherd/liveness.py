@@ -1,5 +1,6 @@
 """Whether an open run still looks alive, from what the store knows of it: one rule, read by
-`taskherd runs stale` and shareable by the monitor, so the two never disagree.
+`taskherd runs stale` and shareable by the monitor, so the two never disagree. And the words
+and the next threshold of the supervisor's verdict on a running agent (`runs list`).
 
 Pure: the run, its task's lease, its role's thresholds and `now` in; a reason (for a person)
 or None out. The tiers: the node that owns the run is down or stopped; the task's lease
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from taskherd.model import Run
+from taskherd.model import Liveness, Run
 from taskherd.store.nodes import Node
 
 
@@ -46,3 +47,50 @@ def _shown(timestamp: float | None) -> str:
     if timestamp is None:
         return "-"
     return datetime.fromtimestamp(timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+# -- the supervisor's verdict on a running agent ------------------------------------------
+
+QUIET_AFTER = 15.0  # seconds without a sign of work before a run reads as quiet
+QUIET_LOOK = 5.0  # a quiet agent's log is still looked at this often (new output, loops)
+SAMPLE_AHEAD = 10.0  # CPU time is sampled from this long before a threshold could fall
+
+
+def next_threshold(run: Run, *, input_timeout: float, idle_timeout: float, timeout: float,
+                   now: float) -> tuple[str, float] | None:
+    """What ends the run next if nothing changes, and when: for a person reading `runs list`.
+
+    From the stored verdict: a quiet run is stalled `idle_timeout` after it went quiet (or
+    asked for input at `input_timeout`, if its last output is a question); a waiting or
+    active one meets only its hard `timeout`.
+    """
+    if run.ended_at is not None or run.spawned_at is None:
+        return None
+    candidates = [("timeout", run.spawned_at + timeout)]
+    if run.liveness == Liveness.QUIET and run.liveness_since is not None:
+        candidates.append(("stalled", run.liveness_since + idle_timeout))
+    return min(candidates, key=lambda candidate: candidate[1])
+
+
+def verdict_text(run: Run, now: float) -> str:
+    """The verdict in words: active, quiet since T, waiting for input: "…", looping."""
+    if run.ended_at is not None:
+        return run.outcome.value if run.outcome else "ended"
+    if run.spawned_at is None:
+        return "starting"
+    if run.liveness == Liveness.QUIET and run.liveness_since is not None:
+        return f"quiet since {_clock(run.liveness_since)}"
+    if run.liveness == Liveness.WAITING_INPUT:
+        question = (run.liveness_note or "").replace("\n", " ")
+        return f'waiting for input: "{_clipped(question, 80)}"'
+    if run.liveness == Liveness.LOOPING:
+        return "looping"
+    return "active"
+
+
+def _clock(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).astimezone().strftime("%H:%M:%S")
+
+
+def _clipped(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"

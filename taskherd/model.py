@@ -36,10 +36,29 @@ class Outcome(str, enum.Enum):
     CANCELLED = "cancelled"  # the task was cancelled while the run was going
     LOST = "lost"  # the lease expired and nobody could say what happened (rescued)
     BLOCKED = "blocked"  # the agent asked for a human (`taskherd block`)
+    # Alive and idle at a question or a permission prompt past input_timeout: the task waits
+    # in blocked with the question as its reason. No strike: a headless agent could not ask.
+    NEEDS_INPUT = "needs_input"
+    LOOPING = "looping"  # output repeating without progress (loop_repeats in loop_window)
 
 
 # Failures of the work itself: each costs the task a strike (docs/states.md).
-STRIKE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, Outcome.STALLED, Outcome.CRASHED})
+STRIKE_OUTCOMES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, Outcome.STALLED, Outcome.CRASHED,
+                             Outcome.LOOPING})
+# Outcomes that send the task to `blocked`, waiting for a person: no strike, no retry.
+BLOCKING_OUTCOMES = frozenset({Outcome.BLOCKED, Outcome.NEEDS_INPUT})
+# Outcomes the supervisor decides while the agent is still alive, and ends it for.
+KILL_OUTCOMES = frozenset({Outcome.TIMED_OUT, Outcome.STALLED, Outcome.NEEDS_INPUT,
+                           Outcome.LOOPING, Outcome.RATE_LIMITED, Outcome.CANCELLED})
+
+
+class Liveness(enum.StrEnum):
+    """The supervisor's verdict on a running agent, kept on its run while it runs."""
+
+    ACTIVE = "active"  # output, a heartbeat or CPU time within the last QUIET_AFTER seconds
+    QUIET = "quiet"  # no sign of work since `liveness_since`; stalled at idle_timeout
+    WAITING_INPUT = "waiting_input"  # idle at a question (`liveness_note`); see on_input
+    LOOPING = "looping"  # repeating itself; being ended as `looping`
 
 
 class Priority(enum.IntEnum):
@@ -200,6 +219,9 @@ class Run:
     session_id: str | None
     report: str | None = None  # the agent's own word: done, fail or block
     report_summary: str | None = None
+    liveness: str | None = None  # a Liveness value while the run is open (None: not judged yet)
+    liveness_since: float | None = None  # when that verdict began (quiet: the last activity)
+    liveness_note: str | None = None  # the question an agent waits at, or the repeated block
 
     @classmethod
     def from_row(cls, row: Any) -> Run:
@@ -240,10 +262,21 @@ class Cooldown:
     reason: str
     created_at: float
     span: float | None = None  # guessed length (no reset time in the text), for the next guess
+    probe_node: str | None = None  # the node that took the probe once `until` passed
+    probe_run_id: int | None = None  # the probe's run, once claimed
+    probe_started_at: float | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Cooldown:
         return cls(**dict(row))
+
+    def active(self, now: float) -> bool:
+        """The runtime is paused: before `until`, nothing of it starts."""
+        return self.until > now
+
+    def probing(self, now: float) -> bool:
+        """`until` has passed but no probe has shown the limit lifted yet: one run may go."""
+        return self.until <= now
 
 
 @dataclass(frozen=True)
@@ -265,6 +298,7 @@ class EventKind(str, enum.Enum):
     JOB_CHANGED = "job_changed"  # a job was added, changed, enabled, disabled or asked to run now
     COOLDOWN_SET = "cooldown_set"  # a runtime was paused by a rate limit
     COOLDOWN_CLEARED = "cooldown_cleared"  # a runtime's pause was lifted
+    INPUT_NEEDED = "input_needed"  # an agent waits at a question (the run's liveness_note)
 
 
 _EVENT_KINDS = {kind.value: kind for kind in EventKind}

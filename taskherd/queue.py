@@ -9,7 +9,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import STRIKE_OUTCOMES, FireStatus, Outcome, RunResult, Task, TaskState
+from taskherd.model import (
+    BLOCKING_OUTCOMES,
+    STRIKE_OUTCOMES,
+    FireStatus,
+    Outcome,
+    RunResult,
+    Task,
+    TaskState,
+)
 
 if TYPE_CHECKING:  # the store imports this module: its records are only named here
     from taskherd.store.jobs import Job, JobFire
@@ -76,7 +84,8 @@ def settle(
     if outcome is Outcome.SUCCEEDED:
         state = TaskState.NEEDS_REVIEW if task.review else TaskState.COMPLETED
         return Settlement(state, now)
-    if outcome is Outcome.BLOCKED:
+    if outcome in BLOCKING_OUTCOMES:
+        # needs_input: the question the agent waits at is the reason a person reads.
         return Settlement(TaskState.BLOCKED, now, reason=result.summary or result.error)
     if outcome is Outcome.CANCELLED:
         return Settlement(TaskState.CANCELLED, now, reason=result.error)

@@ -132,7 +132,12 @@ def warm():
         request += chunk
     run = marshal.loads(bytes.fromhex(request.decode()))
     log_fd = os.open(run["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    stdin_fd = os.open(run["stdin"] or os.devnull, os.O_RDONLY)
+    if run.get("input"):
+        # The run's input FIFO, read and write: this shim holds it open for the run's life,
+        # so the agent never reads an end of input and `taskherd task answer` reaches it.
+        stdin_fd = os.open(run["input"], os.O_RDWR)
+    else:
+        stdin_fd = os.open(run["stdin"] or os.devnull, os.O_RDONLY)
     os.dup2(stdin_fd, 0)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)

@@ -176,6 +176,15 @@ def format_time(timestamp: float | None) -> str:
     return datetime.fromtimestamp(timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
+def liveness_words(liveness: dict[str, Any]) -> str:
+    """An open run's verdict and what falls next: 'quiet since 10:32:05 · stalled at 10:42:05'."""
+    words = liveness["verdict"]
+    if liveness.get("next_at") is not None:
+        clock = datetime.fromtimestamp(liveness["next_at"]).astimezone().strftime("%H:%M:%S")
+        words += f" · {liveness['next']} at {clock}"
+    return words
+
+
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A plain aligned table (shared with the demo, so it lives in views; imported here when
     used, as views loads the process layer an agent's `taskherd done` does not need)."""

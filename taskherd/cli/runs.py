@@ -9,6 +9,7 @@ from taskherd.cli.common import (
     BadInput,
     format_time,
     json_option,
+    liveness_words,
     now,
     print_json,
     print_table,
@@ -39,18 +40,23 @@ def list_command(ctx: click.Context, job: str | None, role: str | None, since: s
                  limit: int, as_json: bool) -> None:
     """Runs, newest first, with outcome, duration, cost and tokens; JOB: only its tasks' runs."""
     started = now()
-    with store_for(ctx) as store:
+    with queue_for(ctx) as queue:
+        store = queue.store
         if job is not None:
             runs = store.runs_of_job(job, since=since_moment(since, started), limit=limit)
             runs = [run for run in runs if role is None or run.role == role]
         else:
             runs = store.list_runs(role=role, since=since_moment(since, started), limit=limit)
+        liveness = {run.id: run_ops.liveness(queue, run, started) for run in runs}
     if as_json:
-        print_json([run.to_dict() | {"duration": _duration(run, started)} for run in runs])
+        print_json([run.to_dict() | {"duration": _duration(run, started),
+                                     "liveness": liveness[run.id]} for run in runs])
         return
+    # An open run's outcome column names the verdict on it and the next threshold.
     print_table(
         ["run", "task", "role", "outcome", "started", "took", "cost", "tokens in/out"],
-        [[r.id, r.task_id, r.role, r.outcome.value if r.outcome else "running",
+        [[r.id, r.task_id, r.role,
+          r.outcome.value if r.outcome else liveness_words(liveness[r.id]),
           format_time(r.spawned_at or r.claimed_at), _took(_duration(r, started)),
           _cost(r.cost_usd), _tokens(r)] for r in runs],
     )
@@ -62,15 +68,19 @@ def list_command(ctx: click.Context, job: str | None, role: str | None, since: s
 def running_command(ctx: click.Context, as_json: bool) -> None:
     """Runs that have not ended, on every node."""
     started = now()
-    with store_for(ctx) as store:
-        runs = store.open_runs()
+    with queue_for(ctx) as queue:
+        runs = queue.store.open_runs()
+        liveness = {run.id: run_ops.liveness(queue, run, started) for run in runs}
     if as_json:
-        print_json([run.to_dict() | {"elapsed": _duration(run, started)} for run in runs])
+        print_json([run.to_dict() | {"elapsed": _duration(run, started),
+                                     "liveness": liveness[run.id]} for run in runs])
         return
     print_table(
-        ["run", "task", "role", "node", "pid", "started", "elapsed", "last activity"],
+        ["run", "task", "role", "node", "pid", "started", "elapsed", "last activity",
+         "liveness"],
         [[r.id, r.task_id, r.role, r.node, r.pid, format_time(r.spawned_at or r.claimed_at),
-          _took(_duration(r, started)), format_time(last_activity(r))] for r in runs],
+          _took(_duration(r, started)), format_time(last_activity(r)),
+          liveness_words(liveness[r.id])] for r in runs],
     )
 
 

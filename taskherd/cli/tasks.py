@@ -13,6 +13,7 @@ from taskherd.cli.common import (
     Refused,
     format_time,
     json_option,
+    liveness_words,
     now,
     print_json,
     print_table,
@@ -24,6 +25,7 @@ from taskherd.cli.common import (
 from taskherd.cli.logs import check_log_options, log_options, show_log
 from taskherd.durations import parse_duration
 from taskherd.model import Run, Task, TaskState
+from taskherd.ops import runs as run_ops
 from taskherd.ops import tasks as task_ops
 
 STATE_NAMES = list(task_ops.STATE_NAMES)
@@ -143,22 +145,44 @@ def list_command(ctx: click.Context, state: str | None, role: str | None, histor
 @click.pass_context
 def show_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
     """Show one task with its runs."""
+    at = now()
     with queue_for(ctx) as queue:
         task = task_ops.get_task(queue, task_id)
         runs = task_ops.runs_of_task(queue, task_id)
+        liveness = {run.id: run_ops.liveness(queue, run, at) for run in runs}
     if as_json:
-        print_json(task.to_dict() | {"runs": [run.to_dict() for run in runs]})
+        print_json(task.to_dict() | {"runs": [run.to_dict() | {"liveness": liveness[run.id]}
+                                              for run in runs]})
         return
     _print_task(task, runs)
+    for run in runs:
+        if liveness[run.id] is not None:
+            click.echo(f"{'liveness':>10}: {liveness_words(liveness[run.id])}")
     if runs:
         click.echo("")
         print_table(
             ["run", "node", "pid", "started", "ended", "outcome", "exit", "cost", "summary"],
             [[r.id, r.node, r.pid, format_time(r.claimed_at), format_time(r.ended_at),
-              r.outcome.value if r.outcome else "running", r.exit_code,
+              r.outcome.value if r.outcome else liveness[r.id]["verdict"], r.exit_code,
               f"${r.cost_usd:.4f}" if r.cost_usd is not None else None,
               _clip(r.summary or r.error or "", 50)] for r in runs],
         )
+
+
+@task_group.command("answer")
+@click.argument("task_id", type=int)
+@click.argument("text")
+@json_option
+@click.pass_context
+def answer_command(ctx: click.Context, task_id: int, text: str, as_json: bool) -> None:
+    """Type TEXT (and Enter) into the agent of a running task that waits at a question (its
+    role sets on_input = "wait"). An answer that starts with '-' goes after '--'."""
+    with queue_for(ctx) as queue:
+        run = task_ops.answer(queue, task_id, text, now())
+    if as_json:
+        print_json({"task_id": task_id, "run_id": run.id, "answered": True})
+    else:
+        click.echo(f"task {task_id}: answered its agent (run {run.id})")
 
 
 @task_group.command("log")

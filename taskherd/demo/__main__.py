@@ -2,7 +2,7 @@
 
 It writes a config into a fresh temporary data dir, starts `taskherd up` as a child process,
 queues ten tasks for bundled agents (steady workers, one that fails twice then succeeds, one
-that dies, one that stalls at a prompt, one that asks for a human), draws the queue live, then
+that dies, one that hangs silently, one that asks for a human), draws the queue live, then
 stops the daemon and prints what happened to every task. No network, no keys.
 """
 
@@ -45,7 +45,7 @@ REFRESH = 0.5  # seconds between two redraws
 # (role, title, priority, prompt): P0 first, FIFO within a priority.
 TASKS = [
     ("writer", "Fix the login redirect loop", "P0", "Find and fix it in 6 steps."),
-    ("staller", "Run the interactive installer", "P0", "Install the toolchain."),
+    ("staller", "Fetch the toolchain licence", "P0", "Install the toolchain."),
     ("flaky", "Sync the product catalogue", "P1", "Pull the catalogue from upstream."),
     ("writer", "Write release notes for 0.1", "P1", "Summarise the changes in 4 steps."),
     ("ops", "Deploy the database migration", "P1", "Apply migration 0042 in production."),

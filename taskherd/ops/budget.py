@@ -40,7 +40,8 @@ def apply_budget_pauses(config: Config, store: Store, now: float) -> dict[str, f
     clear those whose scope has room again (a raised limit, a new day). Returns the paused
     scopes and until when."""
     paused = budgets.pauses(budget_lines(config, store, now))
-    current = {c.runtime: c for c in store.active_cooldowns(now)
+    # Every budget row, lifted ones too: a cooldown row now stays until cleared.
+    current = {c.runtime: c for c in store.all_cooldowns()
                if c.runtime.startswith(budgets.COOLDOWN_PREFIX)}
     for pause in paused.values():
         existing = current.get(pause.cooldown_name)

@@ -1,4 +1,4 @@
-"""Runs: which look stale, and what they cost."""
+"""Runs: how the running ones are doing, which look stale, and what they cost."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from taskherd.liveness import node_down_reason, stale_reason
+from taskherd.liveness import next_threshold, node_down_reason, stale_reason, verdict_text
 from taskherd.model import Run
 from taskherd.ops import BadInput, Queue
 
@@ -30,6 +30,21 @@ def stale_runs(queue: Queue, now: float, idle_after: float | None = None
         if why:
             found.append((run, why))
     return found
+
+
+def liveness(queue: Queue, run: Run, now: float) -> dict[str, Any] | None:
+    """The supervisor's verdict on an open run in words (active, quiet since T, waiting for
+    input: "…", looping) and the next threshold that falls if nothing changes (None for a
+    run that has ended)."""
+    if run.ended_at is not None:
+        return None
+    role = queue.config.role(run.role)
+    upcoming = next_threshold(run, input_timeout=role.input_timeout,
+                              idle_timeout=role.idle_timeout, timeout=role.timeout, now=now)
+    return {"verdict": verdict_text(run, now), "state": run.liveness,
+            "since": run.liveness_since, "question": run.liveness_note
+            if run.liveness == "waiting_input" else None,
+            "next": upcoming[0] if upcoming else None, "next_at": upcoming[1] if upcoming else None}
 
 
 def cost(queue: Queue, by: str, since: float | None, now: float) -> list[dict[str, Any]]:

@@ -6,9 +6,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from taskherd import procs
 from taskherd.model import NewTask, Run, Task, TaskState
 from taskherd.ops import BadInput, Queue
-from taskherd.store import Enqueued
+from taskherd.store import Enqueued, StoreError, TransitionRefused
 from taskherd.taskspec import TaskSpecError, new_task_from
 
 STATE_NAMES = tuple(state.value for state in TaskState)
@@ -115,6 +116,52 @@ def unblock(queue: Queue, task_id: int, now: float) -> Task:
 def requeue(queue: Queue, task_id: int, now: float) -> Task:
     """Revive a dead or cancelled task with a fresh retry budget."""
     return queue.store.requeue(task_id, now)
+
+
+def answer(queue: Queue, task_id: int, text: str, now: float) -> Run:
+    """Type `text` (and Enter) into the standard input of the agent running task `task_id`,
+    which waits at a question (its role sets on_input = "wait"). The text goes to the agent
+    as bytes through its run's input channel; it is never read by a shell. Returns the run
+    it reached; refused when the task has no running agent that takes answers."""
+    data = _answer_bytes(text)
+    task = queue.store.get_task(task_id)
+    runs = [run for run in queue.store.runs_of_task(task_id) if run.ended_at is None]
+    if task.state is not TaskState.RUNNING or not runs or runs[-1].log_path is None:
+        raise TransitionRefused(task_id, "answer", task.state, {TaskState.RUNNING})
+    run = runs[-1]
+    role = queue.config.role(run.role)
+    if role.on_input != "wait":
+        raise StoreError(
+            f"task {task_id}'s role {run.role} ends an agent that waits for input "
+            f"(on_input = {role.on_input!r}); set on_input = \"wait\" to answer its agents")
+    try:
+        procs.send_input(run.log_path, data)
+    except FileNotFoundError:
+        raise StoreError(
+            f"run {run.id} of task {task_id} has no input channel here (its node is "
+            f"{run.node}: answer on that host)") from None
+    except ProcessLookupError:
+        raise StoreError(f"run {run.id} of task {task_id}: its agent is no longer "
+                                "running") from None
+    return run
+
+
+def _answer_bytes(text: str) -> bytes:
+    if not text.strip():
+        raise BadInput("answer: empty; give the text to type, e.g. 'y'")
+    if "\0" in text:
+        raise BadInput("answer: contains a NUL character, which no terminal can type")
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as error:  # argv bytes that were not UTF-8
+        raise BadInput(f"answer: not valid UTF-8 (at character {error.start}); "
+                       "give the text as UTF-8") from None
+    if not data.endswith(b"\n"):
+        data += b"\n"  # the Enter that ends a typed answer
+    if len(data) > procs.PIPE_BUF:
+        raise BadInput(f"answer: {len(data)} bytes; at most {procs.PIPE_BUF} (it is written "
+                       "to the agent in one piece)")
+    return data
 
 
 # The hand transitions by name, for a door that offers them all alike (the CLI's `task NAME`).

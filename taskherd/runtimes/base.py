@@ -18,13 +18,14 @@ from typing import Protocol
 
 from taskherd import procs
 from taskherd.config import RoleConfig
+from taskherd.loops import RepeatedLines
 from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.procs import ExitStatus
 from taskherd.prompt import build_prompt
 from taskherd.runtimes.ratelimit import (
     RateLimitSignal,
-    known_reset,
     detect_rate_limit,
+    known_reset,
     reading_zone,
 )
 
@@ -83,6 +84,12 @@ class OutputReader:
         self.summary: str | None = None  # from a TASK_COMPLETE line
         self.rate_limit: RateLimitSignal | None = None
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        # The repeated block once the agent is seen looping (the supervisor ends it).
+        self.looping: str | None = None
+        # The agent got past its provider: its first model event (runtimes that have them).
+        # After a rate limit, the probe run's first one lets the rest of the runtime start.
+        self.progressed = False
+        self._lines = RepeatedLines(role.loop_repeats, role.loop_window)
         self._partial = b""
 
     def feed(self, chunk: bytes, now: float) -> RateLimitSignal | None:
@@ -109,6 +116,8 @@ class OutputReader:
         if text.startswith("# taskherd "):
             return None  # the supervisor's own header line
         self.tail.append(text)
+        if self.looping is None:
+            self.looping = self._lines.feed(text, now)
         marker = TASK_COMPLETE.match(text)
         if marker:
             self.summary = marker.group("summary") or "done"
@@ -191,8 +200,10 @@ class CommandLineRuntime(Runtime):
             launch = self.resumed(launch, agent.resume_session)
         env = procs.agent_env(agent.path, launch.env, agent.variables)
         header = {"run": run.id, "task": task.id, "role": role.name}
+        # on_input = wait: the agent's stdin stays open for `taskherd task answer`.
         spawned = procs.spawn(launch.argv, env=env, cwd=launch.cwd, log_path=files.log,
-                              stdin_path=launch.stdin_path, header=header)
+                              stdin_path=launch.stdin_path, header=header,
+                              keep_input_open=role.on_input == "wait")
         return spawned.handle
 
 

@@ -12,10 +12,16 @@ import os
 from datetime import UTC, datetime
 
 from taskherd.config import RoleConfig
+from taskherd.loops import RepeatedCalls
 from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.procs import ExitStatus
 from taskherd.runtimes.base import CommandLineRuntime, Launch, OutputReader, RunFiles
-from taskherd.runtimes.claude_stream import ClaudeRunResult, ClaudeStreamReader, ResultEvent
+from taskherd.runtimes.claude_stream import (
+    ClaudeEvent,
+    ClaudeRunResult,
+    ClaudeStreamReader,
+    ResultEvent,
+)
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset, reading_zone
 
 SUMMARY_LIMIT = 2000
@@ -27,13 +33,29 @@ class ClaudeReader(OutputReader):
     def __init__(self, role: RoleConfig):
         super().__init__(role)
         self.stream = ClaudeStreamReader(role.rate_limit_patterns, reading_zone(role.timezone))
+        # Every stream-json line carries its own ids, so no two lines repeat: a Claude Code
+        # loop shows as the same tool call with the same input, again and again.
+        self.calls = RepeatedCalls(role.loop_repeats)
 
     def feed(self, chunk: bytes, now: float) -> RateLimitSignal | None:
         seen_before = self.stream.rate_limit
         for event in self.stream.feed(chunk, _utc(now)):
             if isinstance(event, ResultEvent):
                 self.tail.append(event.run_result.result_text[-SUMMARY_LIMIT:])
+            elif event.type == "assistant":
+                self.progressed = True  # the model answered: past the provider's limits
+                self._note_tool_calls(event)
         return self._fresh_limit(seen_before)
+
+    def _note_tool_calls(self, event: ClaudeEvent) -> None:
+        if self.looping is not None:
+            return
+        message = event.data.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        for block in content if isinstance(content, list) else ():
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                found = self.calls.feed(str(block.get("name")), block.get("input"))
+                self.looping = self.looping or found
 
     def finish(self, now: float) -> RateLimitSignal | None:
         seen_before = self.stream.rate_limit

@@ -4,6 +4,10 @@ Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools
 cooldowns, and budgets (a role, or the fleet, whose next run would spend past a limit waits
 for the period to reset). The store picks the task (P0 first, FIFO within a priority); the dispatcher only
 says which roles and pools have room.
+
+After a rate limit's cooldown ends, the runtime does not start a wave that meets the limit
+again: one run goes first (the probe, taken by compare-and-set so one node takes it), and
+the rest wait until it got past the provider (the supervisor then deletes the cooldown).
 """
 
 from __future__ import annotations
@@ -16,12 +20,17 @@ from datetime import datetime
 
 from taskherd.budgets import FLEET
 from taskherd.config import Config, RoleConfig
-from taskherd.model import Claim, Priority, TaskState
+from taskherd.model import Cooldown, Priority, TaskState
 from taskherd.services.supervisor import LiveRuns
-from taskherd.store import Store
+from taskherd.store import Store, StoreError
 
 log = logging.getLogger("taskherd.dispatcher")
 P0_WARNING_INTERVAL = 60.0  # seconds between two warnings about the same waiting P0 task
+# A probe taken but never claimed (its node died in between) is given up after this long.
+PROBE_CLAIM_TIMEOUT = 60.0
+# With nothing of a runtime to run, its probe is looked for again after this long: taking and
+# releasing it costs two writes, which each dispatch pass would otherwise repeat.
+PROBE_RETRY = 1.0
 
 
 @dataclass(frozen=True)
@@ -45,7 +54,7 @@ class Dispatcher:
     an agent started; it knows the live runs only through their read-only view."""
 
     def __init__(self, config: Config, store: Store, live: LiveRuns,
-                 start: Callable[[Claim, float], object],
+                 start: Callable[..., object],
                  settings: DispatcherSettings = DispatcherSettings()):
         self.config = config
         self.store = store
@@ -53,13 +62,20 @@ class Dispatcher:
         self.start = start
         self.settings = settings
         self._warned_p0: dict[int, float] = {}
+        self._probe_tried: dict[str, float] = {}  # runtime → when a probe found nothing to run
+        self._over: dict[str, float] = {}  # budget scopes paused, until when (this pass)
 
     def run_once(self, now: float) -> dict[str, int]:
+        cooldowns = self.store.all_cooldowns()
+        cooled = {c.runtime: _paused_reason(c, now) for c in cooldowns}
+        self._over = self._over_budget(now)
         started = 0
-        cooled = {c.runtime: c.until for c in self.store.active_cooldowns(now)}
+        for cooldown in cooldowns:
+            if cooldown.probing(now) and self._probe(cooldown, now, cooled):
+                started += 1
         while True:
-            over_budget = self._over_budget(now)
-            room = self.room(now, cooled, over_budget)
+            self._over = self._over_budget(now)
+            room = self.room(now, cooled)
             if room.slots <= 0 or not room.roles:
                 break
             claim = self.store.claim(
@@ -72,10 +88,50 @@ class Dispatcher:
                 break
             if self.start(claim, now) is not None:
                 started += 1
-        self._warn_waiting_p0(now, cooled, over_budget)
+        self._warn_waiting_p0(now, cooled)
         log.debug("dispatch pass: started %s, %s running, cooldowns %s", started,
                   len(self.live), sorted(cooled) or "none")
         return {"started": started}
+
+    def _probe(self, cooldown: Cooldown, now: float, cooled: dict[str, str]) -> bool:
+        """Start the one run that tests whether `cooldown`'s limit has lifted, if nobody has."""
+        runtime, node = cooldown.runtime, self.config.daemon.node
+        if cooldown.probe_node is not None and not self._probe_abandoned(cooldown, now):
+            return False
+        if now - self._probe_tried.get(runtime, float("-inf")) < PROBE_RETRY:
+            return False
+        if cooldown.probe_node is not None:
+            self.store.release_probe(runtime, cooldown.probe_run_id)
+        if not self.store.take_probe(runtime, node, now):
+            return False  # another node took it
+        others = {name: why for name, why in cooled.items() if name != runtime}
+        room = self.room(now, others)
+        roles = [role for role in room.roles if role.runtime == runtime]
+        claim = None
+        if room.slots > 0 and roles:
+            claim = self.store.claim(node, now, self.config.daemon.lease,
+                                     roles=[role.name for role in roles],
+                                     full_pools=room.full_pools, as_role=roles[0].name,
+                                     runtime_of={role.name: runtime for role in roles})
+        if claim is None:
+            self.store.release_probe(runtime)  # nothing to run here: another node may
+            self._probe_tried[runtime] = now
+            return False
+        self.store.attach_probe(runtime, node, claim.run.id, now)
+        log.info("runtime %s: its cooldown ended; run %s (task %s) probes it first",
+                 runtime, claim.run.id, claim.task.id)
+        return self.start(claim, now, probe=True) is not None
+
+    def _probe_abandoned(self, cooldown: Cooldown, now: float) -> bool:
+        """A probe whose run ended without telling (lost with its node), or that was never
+        claimed: another may go."""
+        if cooldown.probe_run_id is None:
+            started = cooldown.probe_started_at or now
+            return now - started > PROBE_CLAIM_TIMEOUT
+        try:
+            return self.store.get_run(cooldown.probe_run_id).ended_at is not None
+        except StoreError:
+            return True  # pruned
 
     def _over_budget(self, now: float) -> dict[str, float]:
         """Scopes whose next run would spend past a limit, until when; looked at before each
@@ -86,16 +142,14 @@ class Dispatcher:
 
         return apply_budget_pauses(self.config, self.store, now)
 
-    def room(self, now: float, cooled: dict[str, float],
-             over_budget: dict[str, float] | None = None) -> Room:
+    def room(self, now: float, cooled: dict[str, str]) -> Room:
         running = self.live.running_per_role()
         pool_use = self.live.pools_in_use()
         full_pools = tuple(p for p, cap in self.config.pools.items() if pool_use[p] >= cap)
         blocked_by: dict[str, str] = {}
         open_roles = []
         for role in self.config.roles.values():
-            reason = self._no_room_reason(role, now, running, full_pools, cooled,
-                                          over_budget or {})
+            reason = self._no_room_reason(role, now, running, full_pools, cooled)
             if reason:
                 blocked_by[role.name] = reason
             else:
@@ -105,17 +159,14 @@ class Dispatcher:
         return Room(slots, tuple(open_roles), full_pools, blocked_by)
 
     def _no_room_reason(self, role: RoleConfig, now: float, running: Counter,
-                        full_pools: tuple[str, ...], cooled: dict[str, float],
-                        over_budget: dict[str, float]) -> str | None:
+                        full_pools: tuple[str, ...], cooled: dict[str, str]) -> str | None:
         for scope in (role.name, FLEET):
-            if scope in over_budget:
-                until = datetime.fromtimestamp(over_budget[scope]).astimezone()
+            if scope in self._over:
+                until = datetime.fromtimestamp(self._over[scope]).astimezone()
                 return (f"{'role ' + scope if scope != FLEET else 'the fleet'} is over budget "
                         f"until {until.isoformat(sep=' ', timespec='seconds')}")
         if role.runtime in cooled:
-            until = datetime.fromtimestamp(cooled[role.runtime]).astimezone()
-            return (f"runtime {role.runtime} is rate-limited until "
-                    f"{until.isoformat(sep=' ', timespec='seconds')}")
+            return cooled[role.runtime]
         if role.max_concurrent is not None and running[role.name] >= role.max_concurrent:
             return f"role {role.name} is at max_concurrent {role.max_concurrent}"
         last = self.live.last_spawn(role.name)
@@ -142,14 +193,13 @@ class Dispatcher:
         future = [end for end in ends if end > now]
         return min(future) if future else None
 
-    def _warn_waiting_p0(self, now: float, cooled: dict[str, float],
-                         over_budget: dict[str, float]) -> None:
+    def _warn_waiting_p0(self, now: float, cooled: dict[str, str]) -> None:
         """A P0 that has to wait is worth a warning that says what it waits for."""
         waiting = [t for t in self.store.list_tasks(state=TaskState.READY, limit=5)
                    if t.priority is Priority.P0 and t.run_after <= now]
         if not waiting:
             return
-        room = self.room(now, cooled, over_budget)
+        room = self.room(now, cooled)
         for task in waiting:
             if now - self._warned_p0.get(task.id, -P0_WARNING_INTERVAL) < P0_WARNING_INTERVAL:
                 continue
@@ -167,3 +217,14 @@ class Dispatcher:
         if pool in room.full_pools:
             return f"pool {pool} is full"
         return "no role has room"
+
+
+def _paused_reason(cooldown: Cooldown, now: float) -> str:
+    """Why nothing (more) of the cooldown's runtime may start now."""
+    if cooldown.active(now):
+        until = datetime.fromtimestamp(cooldown.until).astimezone()
+        return (f"runtime {cooldown.runtime} is rate-limited until "
+                f"{until.isoformat(sep=' ', timespec='seconds')}")
+    probe = f" (run {cooldown.probe_run_id})" if cooldown.probe_run_id else ""
+    return (f"runtime {cooldown.runtime} waits for the probe{probe} that tests whether "
+            "its rate limit has lifted")

@@ -88,8 +88,14 @@ class Monitor:
         """Claimed on this node but no process recorded, and nobody is starting one.
         (A spawned run nobody watches is the supervisor's: it adopts it again.)"""
         rescued = 0
-        for run in self.store.open_runs(self.config.daemon.node):
-            if run.id in self.live or run.spawned_at is not None:
+        # Ids first (one light query), whole runs only for the few never spawned: a thousand
+        # running agents must not cost a thousand records a second.
+        unspawned = [run_id for run_id, spawned_at
+                     in self.store.open_run_ids(self.config.daemon.node).items()
+                     if spawned_at is None and run_id not in self.live]
+        for run_id in unspawned:
+            run = self.store.get_run(run_id)
+            if run.ended_at is not None or run.spawned_at is not None:
                 continue
             if now - run.claimed_at < self.config.role(run.role).spawn_timeout:
                 continue

@@ -1,15 +1,21 @@
 """The supervisor: starts agent processes for claimed tasks, watches them, and settles each run
 when its process ends. Restarted daemons re-adopt live agents by pid + start time.
 
-Death is noticed by a pidfd (at once); stalls and timeouts by `run_once(now)`, about once a
-second: it tails each log into the runtime's reader, samples activity, stops what a person
-cancelled and adopts again any run of this node left unwatched. Other services see the live
-runs only through `LiveRuns`, a read-only view.
+Death is noticed by a pidfd (at once); the rest by `run_once(now)`, about once a second. Its
+cost grows with what changes, not with how many agents run: each run has its own next look,
+soon while it writes or burns CPU, else when a threshold could fall (input_timeout,
+idle_timeout, timeout) or every few seconds at most; only what is due is looked at, CPU
+time is read (one /proc walk per round at most) only for runs near a threshold or busy, and
+heartbeats come from one query of the runs that called in. A look tails the log into the
+runtime's reader, which catches rate limits and loops; a quiet agent whose last output is a
+question is waiting for input. Verdicts are written to the store when they change. Other
+services see the live runs only through `LiveRuns`, a read-only view.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -23,11 +29,14 @@ from pathlib import Path
 
 from taskherd import procs
 from taskherd.config import Config, RoleConfig, make_private_dir
-from taskherd.model import Claim, Outcome, Run, RunResult, Task
+from taskherd.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD
+from taskherd.model import Claim, Liveness, Outcome, Run, RunResult, Task
+from taskherd.questions import question_in
 from taskherd.runtimes.base import AgentEnv, Execution, OutputReader, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, guessed_cooldown, known_reset
 from taskherd.runtimes.registry import runtime_for
 from taskherd.store import Store, StoreError, TransitionRefused
+from taskherd.store.watch import VerdictChange
 
 log = logging.getLogger("taskherd.supervisor")
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
@@ -35,9 +44,12 @@ CPU_BUSY_SHARE = 0.05  # share of one core, between two samples, that counts as 
 # Bytes of new log read per check: enough for a Claude Code run streaming 10,000 events a
 # second, small enough that one runaway agent cannot hold the loop for long.
 READ_LIMIT = 32 << 20
+RECENT_BYTES = 4096  # the end of a run's output kept to read a question from
+ADOPT_EVERY = 10.0  # seconds between two looks for open runs nobody watches
+HEARTBEAT_SLACK = 5.0  # heartbeats are stamped by another process's clock: look back this far
 
 
-@dataclass
+@dataclass(eq=False)  # identity: comparing every field of a thousand runs costs a round
 class LiveRun:
     """An agent this daemon is watching."""
 
@@ -56,6 +68,14 @@ class LiveRun:
     heartbeat_at: float | None = None
     kill_reason: tuple[Outcome, str] | None = None  # why the supervisor is ending it
     watcher: asyncio.Task | None = field(default=None, repr=False)
+    next_look: float = 0.0  # when run_once looks at it again (0: at the next round)
+    cpu_busy: bool = False  # its last CPU sample showed work: keep sampling it
+    recent: bytes = b""  # the end of its output, where a question would be
+    question: str | None = None  # the question its output ends with, if any
+    question_read_at: int = -1  # the log offset `question` was read at
+    waiting: str | None = None  # the question it waits at (on_input = wait), until it moves
+    verdict: tuple[Liveness, float, str | None] | None = None  # as last written to the store
+    probe: bool = False  # the one run of its runtime let through after a rate limit
 
 
 @dataclass(frozen=True)
@@ -108,12 +128,14 @@ class Supervisor:
         self.view = LiveRuns(self.live, self.last_spawn)
         self.settings = settings
         self.log_dir = config.daemon.log_dir
+        self._last_adoption = float("-inf")
         make_private_dir(self.log_dir)
 
     # -- starting ------------------------------------------------------------------------
 
-    def start(self, claim: Claim, now: float) -> LiveRun | None:
-        """Spawn the agent for a fresh claim and record it; a failure to start settles the run."""
+    def start(self, claim: Claim, now: float, probe: bool = False) -> LiveRun | None:
+        """Spawn the agent for a fresh claim and record it; a failure to start settles the run.
+        `probe`: the run tests whether its runtime's rate limit has lifted."""
         role = self.config.role(claim.run.role)
         self.last_spawn[role.name] = now
         files = RunFiles(self.log_dir / f"run-{claim.run.id}.log",
@@ -150,10 +172,12 @@ class Supervisor:
             self.kill(live, Outcome.LOST, f"its spawn could not be recorded: {error}")
             return None
         live = self._watch(claim.run, claim.task, role, runtime, handle, now)
+        live.probe = probe
         if continued:
             live.reader.continues(continued)
-        log.info("run %s: task %s (%s) started%s", claim.run.id, claim.task.id, role.name,
-                 f" as pid {handle.pid}" if handle.pid else "")
+        log.info("run %s: task %s (%s) started%s%s", claim.run.id, claim.task.id, role.name,
+                 f" as pid {handle.pid}" if handle.pid else "",
+                 " to probe its runtime's rate limit" if probe else "")
         return live
 
     def _in_worktree(self, role: RoleConfig, task: Task, now: float) -> RoleConfig:
@@ -227,6 +251,8 @@ class Supervisor:
             return None
         live = self._watch(run, task, role, runtime, handle, run.spawned_at or now)
         live.last_activity = now
+        cooldown = self.store.cooldown_of(role.runtime)
+        live.probe = cooldown is not None and cooldown.probe_run_id == run.id
         log.info("run %s: re-adopted pid %s (%s)", run.id, run.pid,
                  "alive" if handle.is_alive() else "already ended")
         return live
@@ -274,7 +300,10 @@ class Supervisor:
         """One pass: watch what runs, stop what a person cancelled, adopt what is unwatched."""
         counts = self.check(now)
         counts["cancelled"] += self._stop_cancelled()
-        counts["adopted"] = self._adopt_unwatched(now)
+        counts["adopted"] = 0
+        if now - self._last_adoption >= ADOPT_EVERY:
+            counts["adopted"] = self._adopt_unwatched(now)
+            self._last_adoption = now
         return counts
 
     def _stop_cancelled(self) -> int:
@@ -292,11 +321,12 @@ class Supervisor:
         again: otherwise the node renews its lease forever and the task stays `running` for
         an agent nobody will ever settle."""
         adopted = 0
-        for run in self.store.open_runs(self.config.daemon.node):
-            if run.id in self.live or run.spawned_at is None:
+        for run_id, spawned_at in self.store.open_run_ids(self.config.daemon.node).items():
+            if run_id in self.live or spawned_at is None:
                 continue
-            log.warning("run %s is open but unwatched: adopting it again", run.id)
+            log.warning("run %s is open but unwatched: adopting it again", run_id)
             try:
+                run = self.store.get_run(run_id)
                 task = self.store.get_task(run.task_id)
             except StoreError:
                 continue
@@ -305,46 +335,154 @@ class Supervisor:
         return adopted
 
     def check(self, now: float) -> dict[str, int]:
-        """Tail logs, look for rate limits, and kill the stalled and the overdue."""
+        """Look at the runs that are due: tail their logs, sample CPU where a threshold is
+        near, and end the stalled, the overdue, the looping and those waiting for input."""
         counts = {"checked": 0, "stalled": 0, "timed_out": 0, "cancelled": 0}
         if not self.live:
             return counts
-        heartbeats = {run.id: run for run in self.store.open_runs(self.config.daemon.node)}
-        cpu = procs.tree_cpu_seconds({live.handle.pid for live in self.live.values() if live.handle.pid})
-        for live in list(self.live.values()):
-            if live.kill_reason is not None or not live.handle.is_alive():
+        self._note_heartbeats(now)
+        due = [live for live in self.live.values()
+               if live.kill_reason is None and now >= live.next_look]
+        sampled = {live.handle.pid for live in due
+                   if live.handle.pid and self._wants_cpu(live, now)}
+        cpu = procs.tree_cpu_seconds(sampled) if sampled else {}
+        changes = []
+        for live in due:
+            if not live.handle.is_alive():
                 continue
             counts["checked"] += 1
-            verdict = self._judge(live, now, heartbeats.get(live.run.id), cpu.get(live.handle.pid))
+            verdict = self._judge(live, now, cpu.get(live.handle.pid))
             if verdict is not None:
                 counts[verdict[0].value] = counts.get(verdict[0].value, 0) + 1
                 self.kill(live, *verdict)
+                continue
+            live.next_look = self._next_look(live, now)
+            change = self._verdict_change(live, now)
+            if change is not None:
+                changes.append(change)
+        if changes:
+            try:
+                self.store.set_liveness(changes)
+            except StoreError as error:
+                log.warning("liveness verdicts not recorded: %s", error)
+                for change in changes:
+                    self.live[change.run_id].verdict = None  # written again next time
         return counts
 
-    def _judge(self, live: LiveRun, now: float, stored: Run | None,
+    def _note_heartbeats(self, now: float) -> None:
+        """A heartbeat is a sign of life: one query for the runs that called in lately."""
+        since = now - self.settings.interval - HEARTBEAT_SLACK
+        for run_id, beat in self.store.heartbeats_since(self.config.daemon.node, since).items():
+            live = self.live.get(run_id)
+            if live is not None and beat != live.heartbeat_at:
+                live.heartbeat_at = beat
+                self._active(live, now)
+
+    def _active(self, live: LiveRun, now: float) -> None:
+        live.last_activity = now
+        live.waiting = None  # it moved: answered, or it found its own way on
+        live.next_look = min(live.next_look, now + self.settings.interval)
+
+    def _wants_cpu(self, live: LiveRun, now: float) -> bool:
+        """CPU time matters only where it could keep a run from a threshold: sampled while the
+        run is busy, or from SAMPLE_AHEAD before its input or idle threshold."""
+        if live.cpu_busy or live.waiting is not None:
+            return live.cpu_busy
+        return self._nearest_threshold(live) - now <= SAMPLE_AHEAD
+
+    def _nearest_threshold(self, live: LiveRun) -> float:
+        """When idleness ends the run next: input_timeout only if it ends with a question."""
+        role = live.role
+        idle_limit = role.idle_timeout
+        if self._question(live) is not None:
+            idle_limit = _input_after(role)
+        return live.last_activity + idle_limit
+
+    def _question(self, live: LiveRun) -> str | None:
+        """The question the agent's output ends with, read once per new output."""
+        if live.question_read_at != live.log_offset:
+            live.question_read_at = live.log_offset
+            live.question = question_in(live.recent.decode("utf-8", "replace"),
+                                        live.role.input_patterns)
+        return live.question
+
+    def _judge(self, live: LiveRun, now: float,
                cpu_seconds: float | None) -> tuple[Outcome, str] | None:
         if self._read_new_output(live, now):
-            live.last_activity = now
-        if stored is not None and stored.heartbeat_at != live.heartbeat_at:
-            live.heartbeat_at = stored.heartbeat_at
-            live.last_activity = now
+            self._active(live, now)
+        if live.reader.looping is not None:
+            return Outcome.LOOPING, live.reader.looping
+        if live.probe and live.reader.progressed:
+            self._probe_passed(live, now)
         if cpu_seconds is not None:
             # A rate, not any growth: an idle Node.js or Python process still ticks a few
-            # milliseconds a second, and summed over minutes that would look like work.
-            elapsed = max(now - live.cpu_sampled_at, 1e-3)
-            if cpu_seconds - live.cpu_seconds >= CPU_BUSY_SHARE * elapsed:
-                live.last_activity = now
+            # milliseconds a second, and summed over minutes that would look like work. The
+            # first sample only sets the baseline.
+            elapsed = now - live.cpu_sampled_at
+            live.cpu_busy = live.cpu_sampled_at > 0 and (
+                cpu_seconds - live.cpu_seconds >= CPU_BUSY_SHARE * max(elapsed, 1e-3))
+            if live.cpu_busy:
+                self._active(live, now)
             live.cpu_seconds, live.cpu_sampled_at = cpu_seconds, now
-        if now - live.spawned_at > live.role.timeout:
-            return Outcome.TIMED_OUT, f"ran longer than timeout ({live.role.timeout:g}s)"
-        if now - live.last_activity > live.role.idle_timeout:
-            return Outcome.STALLED, (f"no output, heartbeat or CPU for "
-                                     f"{now - live.last_activity:.0f}s (idle_timeout "
-                                     f"{live.role.idle_timeout:g}s)")
+        role = live.role
+        if now - live.spawned_at > role.timeout:
+            return Outcome.TIMED_OUT, f"ran longer than timeout ({role.timeout:g}s)"
+        if live.waiting is not None:
+            return None  # on_input = wait: kept for a person's answer (the timeout still holds)
+        idle = now - live.last_activity
+        if idle >= _input_after(role) and (question := self._question(live)) is not None:
+            return self._needs_input(live, question, now)
+        if idle > role.idle_timeout:
+            return Outcome.STALLED, (f"no output, heartbeat or CPU for {idle:.0f}s "
+                                     f"(idle_timeout {role.idle_timeout:g}s)")
         return None
+
+    def _needs_input(self, live: LiveRun, question: str,
+                     now: float) -> tuple[Outcome, str] | None:
+        """An agent idle at a question: ended as needs_input (no strike), or with
+        on_input = wait kept alive for `taskherd task answer`. Listeners hear of it either way."""
+        try:
+            self.store.note_input_needed(live.run.id, live.task.id, question, now)
+        except StoreError as error:
+            log.warning("run %s: could not record its question: %s", live.run.id, error)
+        live.verdict = (Liveness.WAITING_INPUT, now, question)
+        log.warning("run %s: the agent waits for input: %s", live.run.id, question)
+        if live.role.on_input == "wait":
+            live.waiting = question
+            return None
+        return Outcome.NEEDS_INPUT, f"waiting for input: {question}"
+
+    def _next_look(self, live: LiveRun, now: float) -> float:
+        """Soon while it changes; else when a threshold could fall, or QUIET_LOOK at most."""
+        interval = self.settings.interval
+        if live.last_activity >= now or live.cpu_busy:
+            return now + interval
+        role = live.role
+        times = [now + QUIET_LOOK, live.spawned_at + role.timeout]
+        if live.waiting is None:
+            times += [live.last_activity + _quiet_after(role), self._nearest_threshold(live)]
+        future = [t for t in times if t > now]
+        return max(now + interval, min(future, default=now + interval))
+
+    def _verdict_change(self, live: LiveRun, now: float) -> VerdictChange | None:
+        if live.waiting is not None:
+            verdict = (Liveness.WAITING_INPUT, live.verdict[1] if live.verdict else now,
+                       live.waiting)
+        elif now - live.last_activity >= _quiet_after(live.role):
+            verdict = (Liveness.QUIET, live.last_activity, None)
+        elif live.verdict is not None and live.verdict[0] is Liveness.ACTIVE:
+            return None  # still active: nothing new to write
+        else:
+            verdict = (Liveness.ACTIVE, live.last_activity, None)
+        if verdict == live.verdict:
+            return None
+        live.verdict = verdict
+        return VerdictChange(live.run.id, *verdict)
 
     def _read_new_output(self, live: LiveRun, now: float) -> bool:
         try:
+            if os.stat(live.handle.log_path).st_size <= live.log_offset:
+                return False  # one stat, no open, for the many runs that wrote nothing
             with open(live.handle.log_path, "rb") as log_file:
                 log_file.seek(live.log_offset)
                 chunk = log_file.read(READ_LIMIT)
@@ -353,6 +491,7 @@ class Supervisor:
         if not chunk:
             return False
         live.log_offset += len(chunk)
+        live.recent = (live.recent + chunk[-RECENT_BYTES:])[-RECENT_BYTES:]
         signal = live.reader.feed(chunk, now)
         if signal is not None:
             self._rate_limited(live, signal, now)
@@ -361,24 +500,55 @@ class Supervisor:
     def _rate_limited(self, live: LiveRun, signal: RateLimitSignal, now: float) -> None:
         """Pause every spawn of the runtime, and end this run without a strike."""
         until = self._pause_runtime(live.role, known_reset(signal, now),
-                                    signal.excerpt or signal.source, now)
+                                    signal.excerpt or signal.source, now, probe=live.probe)
         log.warning("runtime %s rate-limited (run %s): paused until %s", live.role.runtime,
                     live.run.id, _utc(until).isoformat())
         self.kill(live, Outcome.RATE_LIMITED, signal.excerpt or "rate limited")
         self.on_change()
 
     def _pause_runtime(self, role: RoleConfig, reset_at: float | None, reason: str,
-                       now: float) -> float:
+                       now: float, probe: bool = False) -> float:
         """Pause every spawn of the role's runtime until the limit lifts: when its text said,
-        else a guess that starts short and doubles while limits repeat."""
+        else a guess that starts short and doubles while limits repeat. A probe that meets the
+        limit again doubles the last pause, whatever its text says (up to
+        rate_limit_cooldown, or the text's reset if that is later)."""
         span = None
-        if reset_at is None:
-            previous = self.store.cooldown_of(role.runtime)
+        previous = self.store.cooldown_of(role.runtime) if probe or reset_at is None else None
+        if probe and previous is not None:
+            last = previous.span or max(previous.until - previous.created_at, 1.0)
+            span = min(2 * last, max(role.rate_limit_cooldown, last))
+            reset_at = max(reset_at or now, now + span)
+        elif reset_at is None:
             span = guessed_cooldown(previous and previous.until, previous and previous.span,
                                     now, role.rate_limit_cooldown)
             reset_at = max(now + span, previous.until if previous else now)
         self.store.set_cooldown(role.runtime, reset_at, reason, now, span)
         return reset_at
+
+    # -- the probe after a rate limit -----------------------------------------------------
+
+    def _probe_passed(self, live: LiveRun, now: float) -> None:
+        """The probe got past the provider: the rest of its runtime may start."""
+        live.probe = False
+        try:
+            if self.store.probe_passed(live.role.runtime, live.run.id, now):
+                log.info("run %s: runtime %s got past its rate limit; it runs again",
+                         live.run.id, live.role.runtime)
+                self.on_change()
+        except StoreError as error:
+            live.probe = True  # told again at the next look
+            log.warning("run %s: could not lift the cooldown: %s", live.run.id, error)
+
+    def _probe_ended(self, live: LiveRun, result: RunResult, now: float) -> None:
+        """A success proves the limit lifted; any other end says nothing of it, so another
+        probe may go."""
+        try:
+            if result.outcome is Outcome.SUCCEEDED:
+                self._probe_passed(live, now)
+            elif self.store.release_probe(live.role.runtime, live.run.id):
+                self.on_change()
+        except StoreError as error:
+            log.warning("run %s: could not end its probe: %s", live.run.id, error)
 
     # -- ending --------------------------------------------------------------------------
 
@@ -387,6 +557,10 @@ class Supervisor:
         if live.kill_reason is not None:
             return
         live.kill_reason = (outcome, reason)
+        if outcome is Outcome.LOOPING:
+            with contextlib.suppress(StoreError):
+                self.store.set_liveness([VerdictChange(live.run.id, Liveness.LOOPING,
+                                                       self.clock(), reason)])
         log.warning("run %s: killing pid %s: %s", live.run.id, live.handle.pid, reason)
         asyncio.get_running_loop().create_task(live.handle.terminate(KILL_GRACE))
 
@@ -399,6 +573,8 @@ class Supervisor:
         live.reader.finish(now)
         self.live.pop(live.run.id, None)
         live.handle.close()
+        if live.role.on_input == "wait" and live.handle.pid is not None:
+            procs.input_path_for(live.handle.log_path).unlink(missing_ok=True)
         try:
             run = self.store.get_run(live.run.id)  # the agent's report arrives in the store
         except StoreError:
@@ -409,7 +585,10 @@ class Supervisor:
         self._keep_worktree_work(live)
         if result.outcome is Outcome.RATE_LIMITED and live.kill_reason is None:
             # Limits found only at the end (an HTTP 429, a result event) pause the runtime too.
-            self._pause_runtime(live.role, result.retry_at, result.error or "rate limited", now)
+            self._pause_runtime(live.role, result.retry_at, result.error or "rate limited", now,
+                                probe=live.probe)
+        elif live.probe:
+            self._probe_ended(live, result, now)
         self._settle_now(run, result, ended_at)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")
@@ -473,6 +652,17 @@ class Supervisor:
         token = secrets.token_urlsafe(32)
         self.store.issue_run_credential(run_id, token, self.clock())
         return token
+
+
+def _input_after(role: RoleConfig) -> float:
+    """Idleness at a question that means waiting for input: never longer than idle_timeout,
+    so an agent at a question is never charged a strike as stalled."""
+    return min(role.input_timeout, role.idle_timeout)
+
+
+def _quiet_after(role: RoleConfig) -> float:
+    """Silence that makes a run read as quiet: QUIET_AFTER, or half a shorter idle_timeout."""
+    return min(QUIET_AFTER, role.idle_timeout / 2)
 
 
 def _create_private(path: Path) -> None:

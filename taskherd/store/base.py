@@ -25,6 +25,7 @@ from taskherd.store.errors import (
 from taskherd.store.events import Listener
 from taskherd.store.jobs import JobStore
 from taskherd.store.nodes import NodeStore
+from taskherd.store.watch import WatchStore
 
 __all__ = [
     "ParentNotFound", "RunNotFound", "StoreError", "StoreUnavailable", "TaskNotFound",
@@ -57,7 +58,7 @@ class StateCount:
     count: int
 
 
-class Store(JobStore, NodeStore, abc.ABC):
+class Store(JobStore, NodeStore, WatchStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # -- run credentials: what an agent holds instead of the database -------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any
@@ -50,13 +50,15 @@ from taskherd.store.sql_jobs import SQLJobs
 from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports
 from taskherd.store.sql_worktrees import SQLWorktrees
+from taskherd.store.watch import SQLWatch
 
 S = TaskState
 # An event a transition emitted, as (kind, now, fields); `built` makes the Events.
 Emitted = tuple[EventKind, float, dict[str, Any]]
 
 
-class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWorktrees, Store):
+class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLWorktrees,
+               Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
@@ -142,10 +144,10 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWorktrees, Stor
         return [Task.from_row(row) for row in self._all("list_tasks", params)]
 
     def counts(self) -> list[StateCount]:
-        return [
-            StateCount(TaskState(row["state"]), row["role"], row["n"])
-            for row in self._all("count_by_state_and_role")
-        ]
+        rows = self._past_the_marks(
+            lambda marks: self._all("count_by_state_and_role",
+                                    {"tasks_through": marks["tasks_through"]}))
+        return [StateCount(TaskState(row["state"]), row["role"], row["n"]) for row in rows]
 
     # -- the worker's path ---------------------------------------------------------------
 
@@ -379,6 +381,26 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWorktrees, Stor
     def prune(self, before: float) -> int:
         with self._write() as db:
             return db.execute(self.q["prune_finished_tasks"], {"before": before}).rowcount
+
+    def _past_the_marks(self, read: Callable[[Any], list[Any]]) -> list[Any]:
+        """`read(marks)`, a query adding what lies past the roll-up's marks to its counters.
+
+        The marks are read first and passed in as values (read inside the statement, they
+        left PostgreSQL planning the range blind, as a scan of the whole history). A roll-up
+        committed in between would have its rows counted twice, from the counters and past
+        the old mark: so the marks are read again after, and the query repeated if they moved.
+        """
+        def current() -> dict[str, Any]:
+            [row] = self._all("rollup_marks")
+            return {"tasks_through": row["tasks_through"], "runs_through": row["runs_through"]}
+
+        marks = current()
+        while True:
+            rows = read(marks)
+            again = current()
+            if again == marks:
+                return rows
+            marks = again
 
     def roll_up(self, now: float) -> int:
         folded = 0

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from taskherd.model import NewTask
+from taskherd.model import NewTask, Outcome, RunResult
+from taskherd.queue import RetryPolicy
 from taskherd.store.sqlfile import migrations
 from taskherd.store.sqlite import SQLiteStore
 
@@ -143,3 +144,28 @@ def test_every_foreign_key_is_looked_up_through_an_index(tmp_path):
     finally:
         db.close()
     assert unindexed == []
+
+
+def test_rebuilding_runs_for_the_liveness_outcomes_keeps_runs_and_credentials(tmp_path):
+    """0013 rebuilds the runs table (SQLite cannot widen a CHECK): the runs, their agents'
+    credentials (which the drop cascades away) and the new outcomes all survive it."""
+    path = tmp_path / "old.db"
+    before = next(m.version for m in MIGRATIONS if m.name.endswith("liveness_verdicts")) - 1
+    old_database(path, before)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA foreign_keys = ON")
+    db.execute("INSERT INTO tasks (id, role, title, prompt, priority, state, run_after, "
+               "lease_node, lease_expires_at, created_at, updated_at) VALUES "
+               "(1, 'qa', 't', '', 2, 'running', ?, 'n1', ?, ?, ?)", (NOW, NOW + 60, NOW, NOW))
+    db.execute("INSERT INTO runs (id, task_id, attempt, node, role, claimed_at, spawned_at) "
+               "VALUES (7, 1, 1, 'n1', 'qa', ?, ?)", (NOW, NOW))
+    db.execute("INSERT INTO run_credentials VALUES ('ab12', 7, ?)", (NOW,))
+    db.close()
+    with SQLiteStore(path) as store:
+        assert store.get_run(7).spawned_at == NOW
+        finished = store.finish_run(7, RunResult(Outcome.NEEDS_INPUT, error="Continue? [y/N]"),
+                                    RetryPolicy(), NOW + 5)
+        assert finished.task.state.value == "blocked" and finished.task.attempts == 0
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT run_id FROM run_credentials").fetchall() == [(7,)]
+    db.close()

@@ -117,11 +117,12 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "missed_fire": "all", "max_retries": 2, "source": "config", "delete_after_run": 0,
     "version": 1, "expected": NOW + 60, "job_id": 1, "status": "open", "variant": 1,
     "duration": 1.5, "kind": "run_now", "host": "box", "lease": 60.0, "running": 2,
-    "token_sha256": "ab12" * 16, "week_from": NOW - 7 * 86400, "day_from": NOW - 3600, "through": NOW,
+    "token_sha256": "ab12" * 16, "week_from": NOW - 7 * 86400, "day_from": NOW - 3600, "through": NOW, "tasks_through": NOW - 60, "runs_through": 0,
     "day_start": NOW - 3600, "month_start": NOW - 30 * 86400, "repo": "/srv/app",
     "base": "main", "branch": "taskherd/task-3", "path": "/srv/worktrees/task-3",
     "merge_mode": "merge-commit", "merged_commit": None, "conflicts": '["a.txt"]',
     "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0,
+    "liveness": "waiting_input", "note": "Continue? [y/N]",
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {

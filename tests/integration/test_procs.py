@@ -108,6 +108,26 @@ def test_stdin_comes_from_file(run, tmp_path):
     assert agent_output(process) == ["the prompt"]
 
 
+def test_a_kept_open_stdin_takes_input_for_the_runs_life_and_then_refuses(run, tmp_path):
+    # `cat` would end at the end of its input: with the input kept open it waits for more.
+    process = run(["sh", "-c", "read first; echo got $first; read second; echo got $second"],
+                  keep_input_open=True)
+    channel = procs.input_path_for(process.log_path)
+    # The shim holds the channel from before it writes the log's header line.
+    wait_until(lambda: procs.read_header(process.log_path), timeout=30, what="the shim")
+    assert stat.S_ISFIFO(channel.stat().st_mode) and stat.S_IMODE(channel.stat().st_mode) == 0o600
+    procs.send_input(process.log_path, b"one\n")
+    wait_until(lambda: agent_output(process) == ["got one"], timeout=30, what="the first answer")
+    assert process.handle.is_alive()  # no end of input after the first line
+    procs.send_input(process.log_path, b"two\n")
+    assert wait_exit(process.handle, timeout=30).code == 0
+    assert agent_output(process) == ["got one", "got two"]
+    with pytest.raises(ProcessLookupError):  # nobody holds the other end any more
+        procs.send_input(process.log_path, b"three\n")
+    with pytest.raises(FileNotFoundError):  # a run without an input channel
+        procs.send_input(tmp_path / "other.log", b"x\n")
+
+
 def test_missing_program_fails_before_anything_starts(run, tmp_path):
     with pytest.raises(FileNotFoundError, match="no-such-agent"):
         run(["no-such-agent-xyz"])

@@ -40,6 +40,17 @@ def test_role_with_durations():
         ({"pools": {"gpu": 0}}, "pools.gpu = 0"),
         ({"jobs": [{"name": "daily"}]}, "daemon.timezone is required when jobs are defined"),
         ({"roles": {"qa": {"command": ["x"], "review": "yes"}}}, "roles.qa.review = 'yes'"),
+        ({"roles": {"qa": {"command": ["x"], "on_input": "ask"}}},
+         "roles.qa.on_input = 'ask': expected one of kill, wait"),
+        ({"roles": {"qa": {"command": ["x"], "on_input": "wait"}}},
+         "roles.qa.on_input = 'wait' needs runtime 'command' with prompt_via = 'file' or 'arg'"),
+        ({"roles": {"qa": {"runtime": "claude", "on_input": "wait"}}},
+         "roles.qa.on_input = 'wait' needs runtime 'command'"),
+        ({"roles": {"qa": {"command": ["x"], "input_patterns": ["(unclosed"]}}},
+         "roles.qa.input_patterns = '(unclosed': expected a regular expression"),
+        ({"roles": {"qa": {"command": ["x"], "loop_repeats": 1}}}, "roles.qa.loop_repeats = 1"),
+        ({"roles": {"qa": {"command": ["x"], "loop_window": "soon"}}},
+         "roles.qa.loop_window = 'soon': expected a duration"),
     ],
 )
 def test_bad_config_names_the_key_and_value(raw, message):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from taskherd.liveness import last_activity, stale_reason
+from taskherd.liveness import last_activity, next_threshold, stale_reason, verdict_text
 from taskherd.model import Run
 
 NOW = 1_800_000_000.0
@@ -35,3 +35,20 @@ def test_each_tier_names_why() -> None:
 
 def test_last_activity_is_the_latest_sign_of_life() -> None:
     assert last_activity(run(spawned_at=NOW - 50, heartbeat_at=NOW - 10)) == NOW - 10
+
+
+def test_the_verdict_of_a_running_run_in_words_and_its_next_threshold() -> None:
+    spawned = run(spawned_at=NOW - 60)
+    thresholds = {"input_timeout": 60.0, "idle_timeout": 600.0, "timeout": 1800.0, "now": NOW}
+    assert verdict_text(spawned, NOW) == "active"
+    assert next_threshold(spawned, **thresholds) == ("timeout", NOW - 60 + 1800)
+    quiet = run(spawned_at=NOW - 60, liveness="quiet", liveness_since=NOW - 30)
+    assert verdict_text(quiet, NOW).startswith("quiet since ")
+    assert next_threshold(quiet, **thresholds) == ("stalled", NOW - 30 + 600)
+    waiting = run(spawned_at=NOW - 60, liveness="waiting_input", liveness_since=NOW - 5,
+                  liveness_note="Continue? [y/N]")
+    assert verdict_text(waiting, NOW) == 'waiting for input: "Continue? [y/N]"'
+    assert next_threshold(waiting, **thresholds)[0] == "timeout"  # waiting is not stalling
+    assert verdict_text(run(spawned_at=NOW, liveness="looping"), NOW) == "looping"
+    assert verdict_text(run(), NOW) == "starting"
+    assert next_threshold(run(), **thresholds) is None

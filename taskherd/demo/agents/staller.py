@@ -1,9 +1,13 @@
-"""An agent that hangs at a prompt: no output, no heartbeat, no CPU, until idle_timeout kills it."""
+"""An agent that hangs: no output, no heartbeat, no CPU, until idle_timeout kills it as stalled.
+
+It asks nothing: an agent whose last output is a question would be blocked as needs_input
+instead (no strike), not stalled.
+"""
 
 import time
 
 from _demo import prompt, say
 
 prompt()
-say("Do you want to continue? [y/N]")
-time.sleep(3600)  # waits for an answer that never comes
+say("Waiting for the license server...")
+time.sleep(3600)  # a reply that never comes

@@ -13,11 +13,12 @@ SELECT * FROM tasks WHERE id = :id;
 -- name: count_by_state_and_role
 -- Nothing is counted on the claim or settle path (migration 0012): open tasks through the
 -- indexes that hold them anyway (ready; leased; waiting for a person), finished ones from the
--- counters the monitor rolls up, plus the few finished since its mark.
+-- counters the monitor rolls up, plus the few finished since its mark, :tasks_through (read
+-- by the caller: a mark read in the statement leaves PostgreSQL planning the range blind).
 SELECT state, role, count(*) AS n FROM tasks WHERE state = 'ready' GROUP BY state, role
 UNION ALL
 SELECT state, role, count(*) FROM tasks
-WHERE (finished_at IS NULL) = true AND lease_expires_at IS NOT NULL
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at IS NOT NULL
   AND state IN ('claimed', 'running')
 GROUP BY state, role
 UNION ALL
@@ -29,8 +30,8 @@ SELECT state, role, sum(n) FROM (
     SELECT state, role, n FROM finished_counts WHERE n > 0
     UNION ALL
     SELECT state, role, count(*) FROM tasks
-    WHERE (finished_at IS NULL) = false AND finished_at IS NOT NULL
-      AND coalesce(finished_at, lease_expires_at) >= (SELECT +tasks_through FROM rollup_marks)
+    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
+      AND coalesce(finished_at, lease_expires_at) >= :tasks_through
       AND state IN ('completed', 'dead', 'cancelled')
     GROUP BY state, role
 ) AS finished
@@ -39,12 +40,12 @@ ORDER BY role, state;
 
 -- name: roll_up_finished_tasks
 -- Adds the tasks finished between the mark and :through to the counters; advance_tasks_mark
--- then moves the mark, in the same transaction. `+tasks_through` (here and in the counts):
+-- then moves the mark, in the same transaction. `+tasks_through`:
 -- a bound with the column's REAL affinity keeps SQLite from using it on tasks_clock's
 -- expression, which has none, and the range became a scan of the whole history.
 INSERT INTO finished_counts (state, role, n)
 SELECT state, role, count(*) FROM tasks
-WHERE (finished_at IS NULL) = false AND finished_at IS NOT NULL
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
   AND coalesce(finished_at, lease_expires_at) >= (SELECT +tasks_through FROM rollup_marks)
   AND coalesce(finished_at, lease_expires_at) < :through
   AND state IN ('completed', 'dead', 'cancelled')
@@ -53,6 +54,9 @@ ON CONFLICT (state, role) DO UPDATE SET n = finished_counts.n + excluded.n;
 
 -- name: advance_tasks_mark
 UPDATE rollup_marks SET tasks_through = :through WHERE tasks_through < :through;
+
+-- name: rollup_marks
+SELECT tasks_through, runs_through FROM rollup_marks;
 
 -- name: runs_mark
 -- How far the runs can be rolled up: to just below the oldest open run (every run up to the
@@ -96,12 +100,12 @@ WHERE id = :task_id AND state IN ('claimed', 'running')
   AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id);
 
 -- name: renew_node_leases
--- `(finished_at IS NULL) = true` and `lease_expires_at IS NOT NULL` say nothing new of a
+-- `(CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1` and `lease_expires_at IS NOT NULL` say nothing new of a
 -- leased task, but let the lease side of tasks_clock find the node's tasks: without them,
 -- each renewal scanned every task ever kept.
 UPDATE tasks
 SET lease_expires_at = :lease_until
-WHERE (finished_at IS NULL) = true AND lease_expires_at IS NOT NULL AND lease_node = :node
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at IS NOT NULL AND lease_node = :node
   AND state IN ('claimed', 'running');
 
 -- name: end_run
@@ -134,6 +138,43 @@ SELECT * FROM cooldowns WHERE runtime = :runtime;
 -- name: clear_cooldown
 DELETE FROM cooldowns WHERE runtime = :runtime;
 
+-- name: all_cooldowns
+-- Paused ones (until > now) and lifted ones whose probe has not yet shown the limit gone.
+SELECT * FROM cooldowns ORDER BY runtime;
+
+-- name: take_probe
+-- Compare-and-set: of every node that sees the cooldown lifted, one takes the probe.
+UPDATE cooldowns SET probe_node = :node, probe_started_at = :now, probe_run_id = NULL
+WHERE runtime = :runtime AND until <= :now AND probe_node IS NULL;
+
+-- name: attach_probe
+UPDATE cooldowns SET probe_run_id = :run_id
+WHERE runtime = :runtime AND probe_node = :node AND until <= :now;
+
+-- name: release_probe
+-- The probe ended without telling (no run claimed, crashed, lost): another one may go.
+UPDATE cooldowns SET probe_node = NULL, probe_run_id = NULL, probe_started_at = NULL
+WHERE runtime = :runtime AND probe_node IS NOT NULL
+  AND (CAST(:run_id AS BIGINT) IS NULL OR probe_run_id = :run_id);
+
+-- name: probe_passed
+-- The probe got past the provider: the limit is gone and the whole runtime may start again.
+DELETE FROM cooldowns WHERE runtime = :runtime AND probe_run_id = :run_id AND until <= :now;
+
+-- name: set_liveness
+-- The supervisor's verdict on a running agent, written only when it changes.
+UPDATE runs SET liveness = :liveness, liveness_since = :since, liveness_note = :note
+WHERE id = :run_id AND ended_at IS NULL;
+
+-- name: heartbeats_since
+-- Only the runs whose agent called in since the last look: the supervisor watches a thousand
+-- agents without reading a thousand rows a second.
+SELECT id, heartbeat_at FROM runs
+WHERE node = :node AND ended_at IS NULL AND heartbeat_at >= :since;
+
+-- name: open_run_ids
+SELECT id, spawned_at FROM runs WHERE ended_at IS NULL AND node = :node;
+
 -- name: open_runs_of_final_tasks
 -- Runs whose task a person cancelled (or that otherwise finished) while the agent still works,
 -- and runs a newer run of their task superseded (cancelled, requeued and claimed again
@@ -155,7 +196,7 @@ RETURNING *;
 -- name: prune_finished_tasks
 -- The history side of tasks_clock (migration 0012), by its own expressions.
 DELETE FROM tasks
-WHERE (finished_at IS NULL) = false AND finished_at IS NOT NULL
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
   AND coalesce(finished_at, lease_expires_at) < :before;
 
 -- name: list_tasks

@@ -63,7 +63,7 @@ FOR UPDATE SKIP LOCKED;
 -- rescue done and failing its whole pass on a run that already ended. The lease side of
 -- tasks_clock (migration 0012), by its own expressions.
 SELECT * FROM tasks
-WHERE (finished_at IS NULL) = true AND coalesce(finished_at, lease_expires_at) < :now
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND coalesce(finished_at, lease_expires_at) < :now
   AND lease_expires_at IS NOT NULL AND state IN ('claimed', 'running')
 ORDER BY id
 FOR UPDATE SKIP LOCKED;
@@ -72,12 +72,14 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: set_cooldown
 -- A later reset wins over an earlier one: two runs hitting the same limit must not shorten it.
+-- A new limit ends any probe: the next one waits for the new reset.
 -- greatest() is SQLite's two-argument max(); the existing row is named by its table here.
 INSERT INTO cooldowns (runtime, until, reason, created_at, span)
 VALUES (:runtime, :until, :reason, :now, :span)
 ON CONFLICT (runtime) DO UPDATE
 SET until = greatest(cooldowns.until, excluded.until), reason = excluded.reason,
-    created_at = excluded.created_at, span = excluded.span
+    created_at = excluded.created_at, span = excluded.span,
+    probe_node = NULL, probe_run_id = NULL, probe_started_at = NULL
 RETURNING *;
 
 -- name: cost_by_day

@@ -37,7 +37,7 @@ SELECT * FROM runs WHERE task_id = :task_id AND ended_at IS NULL ORDER BY id DES
 -- name: expired_leases
 -- The lease side of tasks_clock (migration 0012), by its own expressions.
 SELECT * FROM tasks
-WHERE (finished_at IS NULL) = true AND coalesce(finished_at, lease_expires_at) < :now
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND coalesce(finished_at, lease_expires_at) < :now
   AND lease_expires_at IS NOT NULL AND state IN ('claimed', 'running')
 ORDER BY id;
 
@@ -48,10 +48,12 @@ PRAGMA wal_checkpoint(PASSIVE);
 
 -- name: set_cooldown
 -- A later reset wins over an earlier one: two runs hitting the same limit must not shorten it.
+-- A new limit ends any probe: the next one waits for the new reset.
 INSERT INTO cooldowns (runtime, until, reason, created_at, span)
 VALUES (:runtime, :until, :reason, :now, :span)
 ON CONFLICT (runtime) DO UPDATE
-SET until = max(until, excluded.until), reason = excluded.reason, created_at = excluded.created_at, span = excluded.span
+SET until = max(until, excluded.until), reason = excluded.reason, created_at = excluded.created_at, span = excluded.span,
+    probe_node = NULL, probe_run_id = NULL, probe_started_at = NULL
 RETURNING *;
 
 -- name: cost_by_day
@@ -90,7 +92,7 @@ WHERE state = 'ready'
 GROUP BY state, role
 UNION ALL
 SELECT state, role, count(*) FROM tasks INDEXED BY tasks_clock
-WHERE (finished_at IS NULL) = true AND lease_expires_at IS NOT NULL
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at IS NOT NULL
   AND state IN ('claimed', 'running')
 GROUP BY state, role
 UNION ALL
@@ -102,8 +104,8 @@ SELECT state, role, sum(n) FROM (
     SELECT state, role, n FROM finished_counts WHERE n > 0
     UNION ALL
     SELECT state, role, count(*) FROM tasks INDEXED BY tasks_clock
-    WHERE (finished_at IS NULL) = false AND finished_at IS NOT NULL
-      AND coalesce(finished_at, lease_expires_at) >= (SELECT +tasks_through FROM rollup_marks)
+    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
+      AND coalesce(finished_at, lease_expires_at) >= :tasks_through
       AND state IN ('completed', 'dead', 'cancelled')
     GROUP BY state, role
 )

@@ -21,18 +21,23 @@ DROP TRIGGER spend_hours_run_ended ON runs;
 DROP TRIGGER spend_hours_run_deleted ON runs;
 
 -- One index for the two clocks of a task that moves: when its lease expires (claimed and
--- running tasks, `finished_at IS NULL` true) and when it finished (the history, false). A
--- settle moves the task's entry from one side to the other, and the two sides meet at the
--- index's right end, where the newest finished tasks sit beside the leases of the running
--- ones: a claim and a settle write the one page there. Two indexes (tasks_leases and the
--- history's tasks_finished) had each settle write two. Queries name the same expressions,
--- `(finished_at IS NULL) = true|false` and `coalesce(finished_at, lease_expires_at)`, so that
--- the planner finds the index. (state, role) make the board's counts read the index alone.
+-- running tasks, side 1) and when it finished (the history, side 0). A settle moves the
+-- task's entry from one side to the other, and the two sides meet at the index's right end,
+-- where the newest finished tasks sit beside the leases of the running ones: a claim and a
+-- settle write the one page there, where two indexes (tasks_leases and the history's
+-- tasks_finished) had each settle write two. Queries name the index's own expressions, the
+-- side `(CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0|1` (a CASE, not a boolean test,
+-- which PostgreSQL rewrites out of the index's reach) and `coalesce(finished_at,
+-- lease_expires_at)`, so that the planner finds the index. (state, role) let the board's
+-- counts read the index alone.
 DROP INDEX tasks_leases;
 DROP INDEX tasks_finished;
+-- Not partial, unlike SQLite's: PostgreSQL gathers statistics on an index's expressions only
+-- for an index without a predicate, and without them it planned the history, the prune and
+-- the roll-up as scans of the whole table. The open tasks' entries are the price.
 CREATE INDEX tasks_clock
-ON tasks ((finished_at IS NULL), coalesce(finished_at, lease_expires_at), state, role)
-WHERE finished_at IS NOT NULL OR lease_expires_at IS NOT NULL;
+ON tasks ((CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END), coalesce(finished_at, lease_expires_at),
+          state, role);
 CREATE INDEX tasks_waiting ON tasks (state, role)
 WHERE state IN ('pending', 'needs_review', 'blocked');
 

@@ -1,4 +1,4 @@
--- A git worktree per coding task: the PostgreSQL port of sqlite's 0013. The merge_pools row
+-- A git worktree per coding task: the PostgreSQL port of sqlite's 0014. The merge_pools row
 -- is updated by the merge's transaction, which holds its row lock until commit: one merge at
 -- a time per pool across every node.
 CREATE TABLE worktrees (

@@ -1,0 +1,81 @@
+"""The supervisor's verdicts and the probe after a rate limit, on every store."""
+
+from __future__ import annotations
+
+import asyncio
+
+from taskherd.model import EventKind, Liveness, NewTask, Outcome, RunResult
+from taskherd.queue import RetryPolicy
+from taskherd.store.watch import VerdictChange
+
+NOW = 1_800_000_000.0
+
+
+def running_run(store, node: str = "n1"):
+    store.enqueue(NewTask(role="coder", title="t"), NOW)
+    claim = store.claim(node, NOW, 60.0)
+    store.mark_spawned(claim.run.id, NOW, 60.0, pid=4242, pid_started_at=NOW,
+                       log_path="/tmp/run.log")
+    return claim.run
+
+
+def test_verdicts_are_kept_on_the_open_run(store):
+    run = running_run(store)
+    assert store.set_liveness([VerdictChange(run.id, Liveness.QUIET, NOW - 5)]) == 1
+    quiet = store.get_run(run.id)
+    assert (quiet.liveness, quiet.liveness_since, quiet.liveness_note) == ("quiet", NOW - 5, None)
+    store.note_input_needed(run.id, run.task_id, "Continue? [y/N]", NOW + 1)
+    waiting = store.get_run(run.id)
+    assert waiting.liveness == "waiting_input" and waiting.liveness_note == "Continue? [y/N]"
+    assert store.open_run_ids("n1") == {run.id: NOW}
+    store.heartbeat(run.id, NOW + 2, 60.0)
+    assert store.heartbeats_since("n1", NOW + 1) == {run.id: NOW + 2}
+    assert store.heartbeats_since("n1", NOW + 3) == {}
+    finished = store.finish_run(run.id, RunResult(Outcome.NEEDS_INPUT, error="Continue? [y/N]"),
+                                RetryPolicy(), NOW + 3)
+    assert finished.task.state.value == "blocked" and finished.task.attempts == 0
+    assert finished.task.reason == "Continue? [y/N]"
+    assert store.open_run_ids("n1") == {}
+    assert store.set_liveness([VerdictChange(run.id, Liveness.ACTIVE, NOW + 4)]) == 1
+    assert store.get_run(run.id).liveness == "waiting_input"  # an ended run is not rewritten
+
+
+def test_one_node_takes_the_probe_and_its_success_lifts_the_cooldown(store, reopen):
+    store.set_cooldown("claude", NOW + 60, "429", NOW)
+    assert not store.take_probe("claude", "n1", NOW + 30)  # still paused
+    other = reopen()
+    try:
+        assert store.take_probe("claude", "n1", NOW + 61)
+        assert not other.take_probe("claude", "n2", NOW + 61)  # one probe, across nodes
+        store.attach_probe("claude", "n1", 7, NOW + 61)
+        [probing] = other.all_cooldowns()
+        assert (probing.probe_node, probing.probe_run_id) == ("n1", 7)
+        assert probing.probing(NOW + 61) and not probing.active(NOW + 61)
+        assert not store.probe_passed("claude", 8, NOW + 62)  # not the probe's run
+        assert store.release_probe("claude", 7)  # it told nothing: another may go
+        assert other.take_probe("claude", "n2", NOW + 63)
+        other.attach_probe("claude", "n2", 9, NOW + 63)
+        # A new limit ends the probe; the next one waits for the new reset.
+        store.set_cooldown("claude", NOW + 200, "429 again", NOW + 64)
+        assert store.cooldown_of("claude").probe_node is None
+        assert store.take_probe("claude", "n1", NOW + 201)
+        store.attach_probe("claude", "n1", 10, NOW + 201)
+        assert store.probe_passed("claude", 10, NOW + 202)
+        assert store.all_cooldowns() == [] and store.cooldown_of("claude") is None
+    finally:
+        other.close()
+
+
+def test_waiting_for_input_is_an_event(store):
+    run = running_run(store)
+
+    async def heard():
+        async with store.listen() as events:
+            store.note_input_needed(run.id, run.task_id, "Press Enter", NOW)
+            while (event := await asyncio.wait_for(anext(events), 10)).kind is not (
+                    EventKind.INPUT_NEEDED):
+                pass
+            return event
+
+    event = asyncio.run(heard())
+    assert (event.task_id, event.run_id) == (run.task_id, run.id)
