@@ -30,17 +30,23 @@ from taskherd.chains import (
 )
 from taskherd.durations import parse_duration
 from taskherd.gates import Gate, GateError, parse_gates
+from taskherd.budgets import Budgets, Limits
+from taskherd.durations import parse_duration
+from taskherd.pricing import Price
 from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
+from taskherd.worktrees import MERGE_MODES, GitSettings
 
 CONFIG_FILE = "taskherd.toml"
 CONFIG_ENV = "TASKHERD_CONFIG"
 HOME_ENV = "TASKHERD_HOME"  # the data dir; set for agents, and an override for tests
-RUNTIMES = ("command", "claude", "chat")
+RUNTIMES = ("command", "claude", "codex", "chat")
+CODEX_SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
+CODEX_APPROVALS = ("never", "on-request", "on-failure", "untrusted")
 ON_SHUTDOWN = ("detach", "wait", "kill")
 PROMPT_VIA = ("stdin", "file", "arg")
 ON_INPUT = ("kill", "wait")  # what to do with an agent waiting at a question
 TOP_LEVEL_KEYS = ("daemon", "roles", "pools", "jobs", "monitor", "api", "backup", "messages",
-                  "memory", "delivery")
+                  "memory", "delivery", "prices", "budgets")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 S3_SCHEME = "s3://"
 # Keys people put in [backup] that must come from the environment or the AWS credential chain:
@@ -59,6 +65,7 @@ RUNTIME_ROLE_KEYS = {
     "command": frozenset({"command", "prompt_via"}),
     "claude": frozenset({"binary", "agent", "model", "allowed_tools", "permission_mode",
                          "mcp_config", "args", "resume", "mcp"}),
+    "codex": frozenset({"binary", "model", "sandbox", "approval", "args", "resume"}),
     "chat": frozenset({"base_url", "api_key_env", "model"}),
 }
 # Names people reach for that difflib cannot guess from spelling alone.
@@ -135,6 +142,8 @@ class RoleConfig:
     deliver_to: tuple[str, ...] = ()  # delivery aliases its tasks tell when they settle
     deliver_on: tuple[str, ...] = ()  # which settles (the role key is `on`); () = defaults
     description: str | None = None
+    budget: Limits = field(default_factory=Limits)  # its spend per day and month
+    git: GitSettings | None = None  # each task in its own git worktree and branch
     # claude runtime
     binary: str | None = None
     agent: str | None = None
@@ -150,13 +159,18 @@ class RoleConfig:
     review_by: str | None = None  # a role that reviews each successful task
     max_reviews: int = DEFAULT_MAX_REVIEWS  # rejections before a person decides
     gates: tuple[Gate, ...] = ()  # checks run after success, before the task completes
+    # codex runtime (binary, model, args and resume as for claude)
+    sandbox: str = "workspace-write"
+    approval: str = "never"  # `codex exec` runs unattended: nobody is there to approve
     # chat runtime
     base_url: str | None = None
     api_key_env: str | None = None
     rate_limit_patterns: tuple[str, ...] = ()
     rate_limit_cooldown: float = 3600.0
-    # Not a role key: the daemon's timezone, so a limit's "resets 3am" is read in it.
+    # Not role keys: the daemon's timezone, so a limit's "resets 3am" is read in it, and
+    # the price of the role's model from [prices], for runtimes that report tokens only.
     timezone: str | None = None
+    price: Price | None = None
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -285,6 +299,8 @@ class Config:
                                 review=role.review)
                  for name, role in self.roles.items()}
         return Workflow(flows, max_depth=self.daemon.max_depth)
+    prices: Mapping[str, Price] = field(default_factory=dict)  # model → USD per Mtok
+    budgets: Budgets = field(default_factory=Budgets)
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
@@ -348,12 +364,15 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
     messages = _parse_messages(_table(raw, "messages"), problems)
     memory = _parse_memory(_table(raw, "memory"), problems)
     delivery = _parse_delivery(_table(raw, "delivery"), problems)
+    prices = _parse_prices(_table(raw, "prices"), problems)
     roles = {}
     for name in _table(raw, "roles"):
         role = _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools,
-                           problems)
+                           problems, base_dir)
         if role is not None:
-            roles[name] = replace(role, timezone=daemon.timezone)
+            roles[name] = replace(role, timezone=daemon.timezone,
+                                  price=prices.get(role.model) if role.model else None)
+    budgets = _parse_budgets(_table(raw, "budgets"), roles, problems)
     _check_workflows(roles, pools, problems)
     monitor = _parse_monitor(_table(raw, "monitor"), roles, problems)
     jobs = raw.get("jobs", [])
@@ -364,7 +383,8 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
     if problems:
         raise ConfigError(_all_problems(problems))
     config = Config(daemon, roles, pools, tuple(jobs), source, api=api, backup=backup,
-                    messages=messages, memory=memory, delivery=delivery, monitor=monitor)
+                    messages=messages, memory=memory, delivery=delivery, monitor=monitor,
+                    prices=prices, budgets=budgets)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
         # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
@@ -520,7 +540,7 @@ def _parse_backup(raw: Mapping[str, Any], base_dir: Path,
 
 
 def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
-                problems: list[str]) -> RoleConfig | None:
+                problems: list[str], base_dir: Path) -> RoleConfig | None:
     if name == "any":
         problems.append("roles.any: 'any' is reserved (a task for role 'any' runs as any role)")
         return None
@@ -556,6 +576,8 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "deliver_to": reader.str_list("deliver_to"),
         "deliver_on": reader.str_list("on"),
         "description": reader.get("description", str, None),
+        "budget": reader.limits("budget"),
+        "git": reader.git("git", base_dir),
         "binary": reader.get("binary", str, None),
         "agent": reader.get("agent", str, None),
         "model": reader.get("model", str, None),
@@ -565,6 +587,8 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "args": reader.str_list("args"),
         "resume": reader.get("resume", bool, None),
         "mcp": reader.get("mcp", bool, None),
+        "sandbox": reader.choice("sandbox", CODEX_SANDBOXES),
+        "approval": reader.choice("approval", CODEX_APPROVALS),
         "base_url": reader.get("base_url", str, None),
         "api_key_env": reader.get("api_key_env", str, None),
         "rate_limit_patterns": reader.str_list("rate_limit_patterns"),
@@ -583,7 +607,7 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
     return role
 
 
-_ALL_ROLE_KEYS = ({f.name for f in fields(RoleConfig)} - {"name", "timezone", "deliver_on"}
+_ALL_ROLE_KEYS = ({f.name for f in fields(RoleConfig)} - {"name", "timezone", "deliver_on", "price"}
                   | {"on"})
 _SHARED_ROLE_KEYS = _ALL_ROLE_KEYS - set().union(*RUNTIME_ROLE_KEYS.values())
 
@@ -740,6 +764,57 @@ def _parse_pools(raw: Mapping[str, Any], problems: list[str]) -> dict[str, int]:
     return pools
 
 
+LIMIT_KEYS = {"daily_usd", "monthly_usd", "daily_tokens", "monthly_tokens"}
+ESTIMATE_KEYS = {"unknown_run_usd", "run_estimate_usd"}
+
+
+def _parse_budgets(raw: Mapping[str, Any], roles: Mapping[str, RoleConfig],
+                   problems: list[str]) -> Budgets:
+    """[budgets]: the fleet's limits and the estimates; each role's own `budget` table."""
+    reader = _Reader(raw, "budgets", LIMIT_KEYS | ESTIMATE_KEYS, problems)
+    if "fleet" in roles and roles["fleet"].budget:
+        problems.append("roles.fleet.budget: 'fleet' names the whole fleet's budget "
+                        "([budgets]); give the role another name to budget it alone")
+    fleet = _limits(raw, "budgets", reader)
+    estimates = {key: reader.amount(key) for key in ESTIMATE_KEYS}
+    return Budgets(fleet, {name: role.budget for name, role in roles.items()}, **estimates)
+
+
+def _limits(raw: Mapping[str, Any], where: str, reader: _Reader) -> Limits:
+    values = {key: reader.amount(key) for key in ("daily_usd", "monthly_usd")}
+    values |= {key: reader.positive_int(key) for key in ("daily_tokens", "monthly_tokens")}
+    return Limits(**values)
+
+
+PRICE_KEYS = {"input", "output", "cached_input"}
+
+
+def _parse_prices(raw: Mapping[str, Any], problems: list[str]) -> dict[str, Price]:
+    """[prices."MODEL"] input = …, output = …, cached_input = … (USD per million tokens)."""
+    prices = {}
+    for model, table in raw.items():
+        where = f"prices.{model}"
+        if not isinstance(table, dict):
+            problems.append(f"{where} must be a table (input = 1.25, output = 10.0 in USD per "
+                            "million tokens)")
+            continue
+        _no_unknown_keys(table, PRICE_KEYS, where, problems)
+        values = {}
+        for key in PRICE_KEYS & set(table):
+            value = table[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                problems.append(f"{where}.{key} = {value!r}: expected a number ≥ 0 "
+                                "(USD per million tokens)")
+            else:
+                values[key] = float(value)
+        missing = sorted({"input", "output"} - set(table))
+        if missing:
+            problems.append(f"{where}: {' and '.join(missing)} required (USD per million tokens)")
+        elif len(values) == len(PRICE_KEYS & set(table)):
+            prices[model] = Price(**values)
+    return prices
+
+
 def _table(raw: Mapping[str, Any], key: str, prefix: str = "") -> Mapping[str, Any]:
     value = raw.get(key, {})
     if not isinstance(value, dict):
@@ -805,6 +880,44 @@ class _Reader:
             raise self._fail(key, value, "a whole number ≥ 1")
         return value
 
+    def amount(self, key: str) -> float | None:
+        """A sum of money in USD, ≥ 0."""
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise self._fail(key, value, "an amount in USD ≥ 0 (e.g. 25 or 0.5)")
+        return float(value)
+
+    def limits(self, key: str) -> Limits | None:
+        """A table of spending limits (daily_usd, monthly_usd, daily_tokens, monthly_tokens)."""
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise self._fail(key, value, "a table such as { daily_usd = 5, monthly_usd = 100 }")
+        where = f"{self.where}.{key}"
+        return _limits(value, where, _Reader(value, where, LIMIT_KEYS, self.problems))
+
+    def git(self, key: str, base_dir: Path) -> GitSettings | None:
+        """[roles.NAME.git]: repo (required), base, merge, pool, keep."""
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        where = f"{self.where}.{key}"
+        if not isinstance(value, dict):
+            raise self._fail(key, value, 'a table such as { repo = "~/src/app", base = "main" }')
+        reader = _Reader(value, where, {"repo", "base", "merge", "pool", "keep"}, self.problems)
+        repo, base = reader.get("repo", str, None), reader.get("base", str, None)
+        if not repo:
+            raise ConfigError(f"{where}.repo is required (the repository's folder)")
+        if base is not None and not _safe_ref(base):
+            raise ConfigError(f"{where}.base = {base!r}: expected a branch name such as 'main'")
+        given = {"base": base, "merge": reader.choice("merge", MERGE_MODES),
+                 "pool": reader.get("pool", str, None), "keep": reader.duration("keep")}
+        return GitSettings(base_dir / Path(repo).expanduser(),
+                           **{k: v for k, v in given.items() if v is not None})
+
     def duration(self, key: str, allow_zero: bool = False) -> float | None:
         return self._convert(key, lambda v: _duration(v, allow_zero), "a duration like '90s', '10m', '1h'")
 
@@ -864,6 +977,14 @@ class _Reader:
             return convert(self.raw[key])
         except (ValueError, TypeError) as error:
             raise self._fail(key, self.raw[key], accepted) from error
+
+
+def _safe_ref(name: str) -> bool:
+    """A branch name git accepts and no command line could read as an option."""
+    import re
+
+    return (bool(re.fullmatch(r"[A-Za-z0-9._/-]+", name)) and not name.startswith(("-", "/"))
+            and ".." not in name and not name.endswith((".lock", "/", ".")))
 
 
 def _duration(value: Any, allow_zero: bool) -> float:

@@ -40,6 +40,7 @@ from taskherd.services.planner import Planner
 from taskherd.services.runner import ServiceLoop, run_service
 from taskherd.services.scheduler import Scheduler
 from taskherd.services.supervisor import Supervisor
+from taskherd.services.worktrees import WorktreeJanitor
 from taskherd.store import Store, StoreError, node_lock_path, open_store, shown
 
 if TYPE_CHECKING:
@@ -164,7 +165,8 @@ class Daemon:
         self.services = self._services(store, supervisor, scheduler)
         starting = [self._start(name) for name in ("dispatcher", "scheduler")]
         watching = [self._start(name) for name in ("supervisor", "monitor", "planner",
-                                                   "checkpoints", "backups", "delivery")]
+                                                   "checkpoints", "backups", "delivery",
+                                                   "worktrees")]
         watching.append(asyncio.create_task(self._reload_on_request(), name="reload"))
         watching.append(asyncio.create_task(self._wake_on_events(events), name="events"))
         loops = starting + watching
@@ -258,6 +260,8 @@ class Daemon:
                                               DeliverySettings.of(self.config.delivery)),
                         wake=self._deliver,
                         in_thread=True, max_sleep=DeliverySettings.interval),
+            # In a thread: removing a large checkout takes seconds of disk work.
+            ServiceLoop("worktrees", WorktreeJanitor(self.config, store), in_thread=True),
         )}
 
     @property

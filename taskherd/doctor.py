@@ -55,6 +55,7 @@ def run_checks(config_file: str | None) -> list[Check]:
     checks += [check_role(config, role) for role in config.roles.values()]
     checks += [check_claude_auth(config, role) for role in config.roles.values()
                if role.runtime == "claude"]
+    checks += [check_worktrees(config, role) for role in config.roles.values() if role.git]
     checks += [check_timezone(config), check_disk(config), check_backup(config)]
     deliveries = check_deliveries(config)
     checks += [deliveries] if deliveries else []
@@ -144,6 +145,8 @@ def role_program(role: RoleConfig) -> str | None:
         return role.command[0] if role.command else None
     if role.runtime == "claude":
         return role.binary or "claude"
+    if role.runtime == "codex":
+        return role.binary or "codex"
     return None
 
 
@@ -214,6 +217,36 @@ def check_claude_auth(config: Config, role: RoleConfig) -> Check:
     return Check(PROBLEM, what, "no API key and no login: every run will fail to authenticate",
                  f"run `claude` once and log in as this user, or put ANTHROPIC_API_KEY=… in "
                  f"{target} (mode 0600)")
+
+
+def check_worktrees(config: Config, role: RoleConfig) -> Check:
+    """The role's repository is a git repository with its base branch, and no worktree of
+    taskherd's is left behind: one whose task is gone, merged or removed, or one git no
+    longer knows although its folder is still there."""
+    from taskherd import worktrees
+
+    git = role.git
+    what = f"role {role.name}: git {git.repo} ({git.base})"
+    try:
+        worktrees.git(git.repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{git.base}")
+        listed = worktrees.task_worktrees(git.repo, config.daemon.data_dir / "worktrees")
+    except worktrees.GitError as error:
+        return Check(PROBLEM, what, str(error), "point repo at a repository whose base exists")
+    try:
+        with open_store(config.daemon.database, durability=config.daemon.durability) as store:
+            kept = {record.task_id: record for record in store.kept_worktrees()
+                    if record.repo == str(git.repo)}
+    except StoreError as error:
+        return Check(WARN, what, f"could not read the worktrees on record: {error}")
+    root = config.daemon.data_dir / "worktrees"
+    on_disk = {int(p.name[5:]): p for p in root.glob("task-*") if p.name[5:].isdigit()}
+    stray = sorted(str(path) for task_id, path in (listed | on_disk).items()
+                   if task_id not in kept)
+    if stray:
+        return Check(WARN, what, f"{len(stray)} stray worktree(s): {', '.join(stray[:5])}",
+                     f"`git -C {git.repo} worktree remove --force PATH` for each, then "
+                     f"`git -C {git.repo} worktree prune`")
+    return Check(OK, f"{what}: {len(kept)} worktree(s) in use")
 
 
 def check_linger() -> Check | None:

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "task": ("taskherd.cli.tasks", "task_group"),
     "status": ("taskherd.cli.status", "status_command"),
     "cooldown": ("taskherd.cli.cooldown", "cooldown_group"),
+    "budget": ("taskherd.cli.budget", "budget_group"),
     "up": ("taskherd.cli.daemon", "up_command"),
     "stop": ("taskherd.cli.daemon", "stop_command"),
     "heartbeat": ("taskherd.cli.agent", "heartbeat_command"),

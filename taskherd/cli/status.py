@@ -47,6 +47,12 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
     _print_nodes(nodes)
     _print_backup(board["backup"])
     for cooldown in cooldowns:
+        if cooldown["runtime"].startswith("budget:"):
+            scope = cooldown["runtime"].removeprefix("budget:")
+            who = "the fleet" if scope == "fleet" else f"role {scope}"
+            click.echo(f"{who} is paused by its budget until {format_time(cooldown['until'])}"
+                       f" ({cooldown['reason']}); `taskherd budget status` shows the spend")
+            continue
         click.echo(f"runtime {cooldown['runtime']} is rate-limited until "
                    f"{format_time(cooldown['until'])} ({cooldown['reason']}); "
                    f"`taskherd cooldown clear {cooldown['runtime']}` ends it")

@@ -105,6 +105,10 @@ class OutputReader:
                 self.rate_limit = fresh_limit = signal
         return fresh_limit
 
+    def continues(self, earlier: list[Run]) -> None:
+        """This run continues the session of `earlier` runs (`resume`): a runtime whose usage
+        figures count the whole session takes their share out."""
+
     def finish(self, now: float) -> RateLimitSignal | None:
         """The process ended: read the last line even without its newline."""
         chunk, self._partial = self._partial, b""

@@ -197,7 +197,7 @@ def _reset_from_clock(match: re.Match, now: datetime, default_tz: tzinfo) -> dat
     (or on the date given, if one is)."""
     if not (match.group("minute") or match.group("ampm")):
         return None  # "resets 5 hours from now" is no clock time
-    zone = _zone(match.group("tz"), default_tz)
+    zone = _zone(match.groupdict().get("tz"), default_tz)
     hour = _hour_24(int(match.group("hour")), match.group("ampm"))
     minute = int(match.group("minute") or 0)
     if hour is None or minute > 59:
@@ -215,7 +215,10 @@ def _on_given_date(local_now: datetime, match: re.Match, hour: int, minute: int)
     month = _MONTHS[match.group("month")[:3].lower()]
     day = int(match.group("day"))
     zone = local_now.tzinfo
+    year = match.groupdict().get("year")
     try:
+        if year:  # "try again at Nov 25th, 2026 6:12 PM": no guessing the year
+            return _at_local(date(int(year), month, day), hour, minute, zone)
         candidate = _at_local(date(local_now.year, month, day), hour, minute, zone)
         # "resets Jan 2" read on Dec 30 is next year's January.
         if candidate < local_now - timedelta(days=180):
@@ -271,6 +274,17 @@ _LIMIT_RESETS_AT_CLOCK = re.compile(
     _I,
 )
 
+# Codex CLI: "You’ve hit your usage limit. Upgrade to Pro (https://…), visit https://… to
+# purchase more credits or try again at 12:39 PM." or "… try again at Nov 25th, 2026 6:12 PM."
+# (in the CLI's own zone): the advice between the two can be long, so the span is wider.
+_USAGE_LIMIT_TRY_AGAIN_AT = re.compile(
+    r"usage\s+limit\b[^\n]{0,300}?\btry\s+again\s+at\s+"
+    r"(?:(?P<month>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+"
+    r"(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?:(?P<year>\d{4})\s+)?)?"
+    r"(?P<hour>\d{1,2}):(?P<minute>\d{2})\s*(?P<ampm>[ap]\.?m\.?)?",
+    _I,
+)
+
 # "rate limit exceeded, try again in 20 seconds", "limit reached · resets in 2 hours":
 # a limit first on the same line, then a relative delay.
 _LIMIT_RESETS_IN = re.compile(
@@ -293,6 +307,8 @@ _GENERIC = [(source, re.compile(pattern, _I)) for source, pattern in LIMIT_PHRAS
 def _detectors(extra_patterns: Iterable[str]) -> list[tuple[str, re.Pattern, ResetFromMatch]]:
     detectors: list[tuple[str, re.Pattern, ResetFromMatch]] = [
         ("usage_limit_epoch", _USAGE_LIMIT_EPOCH, _reset_from_epoch),
+        # Before the general clock form, which would stop at "try again at Jan 2nd, 20".
+        ("usage_limit_try_again_at", _USAGE_LIMIT_TRY_AGAIN_AT, _reset_from_clock),
         ("limit_resets_at_clock", _LIMIT_RESETS_AT_CLOCK, _reset_from_clock),
         ("retry_after", _RETRY_AFTER, _reset_from_retry_after),
         ("limit_resets_in", _LIMIT_RESETS_IN, _reset_from_delay),

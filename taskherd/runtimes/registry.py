@@ -5,11 +5,13 @@ from __future__ import annotations
 from taskherd.runtimes.base import Runtime
 from taskherd.runtimes.chat import ChatRuntime
 from taskherd.runtimes.claude import ClaudeRuntime
+from taskherd.runtimes.codex import CodexRuntime
 from taskherd.runtimes.command import CommandRuntime
 
 RUNTIMES: dict[str, type[Runtime]] = {
     "command": CommandRuntime,
     "claude": ClaudeRuntime,
+    "codex": CodexRuntime,
     "chat": ChatRuntime,
 }
 

@@ -1,7 +1,8 @@
 """The dispatcher: which ready tasks may start now, within every limit.
 
-Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools, and runtime
-cooldowns. The store picks the task (P0 first, FIFO within a priority); the dispatcher only
+Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools, runtime
+cooldowns, and budgets (a role, or the fleet, whose next run would spend past a limit waits
+for the period to reset). The store picks the task (P0 first, FIFO within a priority); the dispatcher only
 says which roles and pools have room.
 
 After a rate limit's cooldown ends, the runtime does not start a wave that meets the limit
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from taskherd.budgets import FLEET
 from taskherd.config import Config, RoleConfig
 from taskherd.model import Cooldown, Priority, TaskState
 from taskherd.services.supervisor import LiveRuns
@@ -62,15 +64,18 @@ class Dispatcher:
         self.settings = settings
         self._warned_p0: dict[int, float] = {}
         self._probe_tried: dict[str, float] = {}  # runtime → when a probe found nothing to run
+        self._over: dict[str, float] = {}  # budget scopes paused, until when (this pass)
 
     def run_once(self, now: float) -> dict[str, int]:
         cooldowns = self.store.all_cooldowns()
         cooled = {c.runtime: _paused_reason(c, now) for c in cooldowns}
+        self._over = self._over_budget(now)
         started = 0
         for cooldown in cooldowns:
             if cooldown.probing(now) and self._probe(cooldown, now, cooled):
                 started += 1
         while True:
+            self._over = self._over_budget(now)
             room = self.room(now, cooled)
             if room.slots <= 0 or not room.roles:
                 break
@@ -131,6 +136,15 @@ class Dispatcher:
         except StoreError:
             return True  # pruned
 
+    def _over_budget(self, now: float) -> dict[str, float]:
+        """Scopes whose next run would spend past a limit, until when; looked at before each
+        claim, since every run started counts at its expected cost."""
+        if not self.config.budgets:
+            return {}
+        from taskherd.ops.budget import apply_budget_pauses
+
+        return apply_budget_pauses(self.config, self.store, now)
+
     def room(self, now: float, cooled: dict[str, str]) -> Room:
         running = self.live.running_per_role()
         pool_use = self.live.pools_in_use()
@@ -149,6 +163,11 @@ class Dispatcher:
 
     def _no_room_reason(self, role: RoleConfig, now: float, running: Counter,
                         full_pools: tuple[str, ...], cooled: dict[str, str]) -> str | None:
+        for scope in (role.name, FLEET):
+            if scope in self._over:
+                until = datetime.fromtimestamp(self._over[scope]).astimezone()
+                return (f"{'role ' + scope if scope != FLEET else 'the fleet'} is over budget "
+                        f"until {until.isoformat(sep=' ', timespec='seconds')}")
         if role.runtime in cooled:
             return cooled[role.runtime]
         if role.max_concurrent is not None and running[role.name] >= role.max_concurrent:

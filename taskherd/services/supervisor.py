@@ -148,7 +148,8 @@ class Supervisor:
         try:
             runtime = runtime_for(role.runtime)
             _create_private(files.prompt)
-            handle = self._begin(runtime, role, claim, files)
+            role = self._in_worktree(role, claim.task, now)
+            handle, continued = self._begin(runtime, role, claim, files)
         except (OSError, ValueError, StoreError) as error:
             log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
             self._settle_now(claim.run, RunResult(Outcome.FAILED, error=f"could not start: {error}"))
@@ -177,14 +178,54 @@ class Supervisor:
             return None
         live = self._watch(claim.run, claim.task, role, runtime, handle, now)
         live.probe = probe
+        if continued:
+            live.reader.continues(continued)
         log.info("run %s: task %s (%s) started%s%s", claim.run.id, claim.task.id, role.name,
                  f" as pid {handle.pid}" if handle.pid else "",
                  " to probe its runtime's rate limit" if probe else "")
         return live
 
+    def _in_worktree(self, role: RoleConfig, task: Task, now: float) -> RoleConfig:
+        """For a role with [roles.NAME.git]: the role as it runs this task, in the task's own
+        worktree (made from the base on its first run, reused by the next ones)."""
+        if role.git is None:
+            return role
+        from taskherd import worktrees
+
+        git = role.git
+        path = worktrees.ensure_worktree(git.repo, git.base, task.id, self.worktree_root)
+        self.store.record_worktree(task.id, repo=str(git.repo), base=git.base,
+                                   branch=worktrees.branch_for(task.id), path=str(path),
+                                   merge_mode=git.merge, pool=git.pool, now=now)
+        return dataclasses.replace(role, workdir=str(path))
+
+    def _keep_worktree_work(self, live: LiveRun) -> None:
+        """An agent that edited its worktree without committing: its work is committed on
+        the task's branch, where a reviewer sees it and the next attempt continues from it."""
+        if live.role.git is None:
+            return
+        from taskherd import worktrees
+
+        # From the task's id, not the role's workdir: a run adopted after a restart has the
+        # role as configured, whose workdir is not the worktree.
+        path = worktrees.worktree_path(self.worktree_root, live.task.id)
+        try:
+            worktrees.commit_leftovers(path,
+                                       f"Uncommitted work of run {live.run.id} "
+                                       f"(task {live.task.id})")
+        except worktrees.GitError as error:
+            log.warning("run %s: could not commit what it left in %s: %s", live.run.id,
+                        path, error)
+
+    @property
+    def worktree_root(self) -> Path:
+        return self.config.daemon.data_dir / "worktrees"
+
     def _begin(self, runtime: Runtime, role: RoleConfig, claim: Claim,
-               files: RunFiles) -> Execution:
-        """Start the run however its runtime starts one (a process, or an in-process call)."""
+               files: RunFiles) -> tuple[Execution, list[Run]]:
+        """Start the run however its runtime starts one (a process, or an in-process call);
+        with it, the earlier runs of the session it continues, if any."""
+        earlier = self._session_runs(role, claim.task)
         variables = self._agent_vars(claim)
         memory = memory_path = None
         if role.memory:
@@ -192,16 +233,17 @@ class Supervisor:
             memory, memory_path = path.read_bytes().decode("utf-8", "replace"), str(path)
             variables["TASKHERD_MEMORY_FILE"] = memory_path
         agent = AgentEnv(self._agent_path(role), variables,
-                         self._previous_session(role, claim.task),
+                         earlier[-1].session_id if earlier else None,
                          PromptContext(claim.inbox, memory, memory_path))
-        return runtime.start(role, claim.task, claim.run, files, agent)
+        return runtime.start(role, claim.task, claim.run, files, agent), earlier
 
-    def _previous_session(self, role: RoleConfig, task: Task) -> str | None:
-        """The latest session an earlier run of `task` recorded, when the role resumes."""
+    def _session_runs(self, role: RoleConfig, task: Task) -> list[Run]:
+        """When the role resumes: the earlier runs of `task` in its latest recorded session
+        (the one this run continues), oldest first."""
         if not role.resume:
-            return None
-        sessions = [run.session_id for run in self.store.runs_of_task(task.id) if run.session_id]
-        return sessions[-1] if sessions else None
+            return []
+        runs = [run for run in self.store.runs_of_task(task.id) if run.session_id]
+        return [run for run in runs if run.session_id == runs[-1].session_id] if runs else []
 
     def adopt(self, run: Run, task: Task, now: float) -> LiveRun | None:
         """Re-attach to an agent an earlier daemon started; settle it if it already ended."""
@@ -552,6 +594,7 @@ class Supervisor:
             self.live.pop(live.run.id, None)
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
         result = self._result(live, run, status, now)
+        self._keep_worktree_work(live)
         if result.outcome is Outcome.RATE_LIMITED and live.kill_reason is None:
             # Limits found only at the end (an HTTP 429, a result event) pause the runtime too.
             self._pause_runtime(live.role, result.retry_at, result.error or "rate limited", now,

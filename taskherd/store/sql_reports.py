@@ -68,6 +68,18 @@ class SQLReports:
         return [{"role": row["role"], "at": float(row["at"]), "runs": int(row["runs"]),
                  "cost_usd": float(row["cost_usd"])}
                 for row in self._all("spend_hours_since", {"since": since})]
+    def budget_spend(self, month_start: float, day_start: float) -> list[dict[str, Any]]:
+        """Per role: cost, unknown-cost runs, open runs and tokens since month_start and since
+        day_start, and the number of priced runs this month (budget_spend in reports.sql)."""
+        rows = self._all("budget_spend", {"month_start": month_start, "day_start": day_start})
+        return [{"role": row["role"],
+                 **{key: float(row[key]) for key in ("cost_day", "cost_month")},
+                 **{key: int(row[key]) for key in _BUDGET_INTS}} for row in rows]
+
+
+_BUDGET_INTS = ("unknown_day", "open_day", "tokens_day", "unknown_month", "open_month",
+                "tokens_month", "priced_month")
+
 
 def _hour_holding(moment: float) -> float:
     """The start of the UTC hour `moment` falls in (an infinite bound stays one)."""

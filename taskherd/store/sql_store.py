@@ -57,6 +57,7 @@ from taskherd.store.sql_messages import SQLMessages
 from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports
 from taskherd.store.sql_tokens import SQLTokens
+from taskherd.store.sql_worktrees import SQLWorktrees
 from taskherd.store.watch import SQLWatch
 from taskherd.store.sql_workflows import SQLWorkflows
 
@@ -66,7 +67,8 @@ Emitted = tuple[EventKind, float, dict[str, Any]]
 
 
 class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLTokens,
-               SQLMessages, SQLAgents, SQLMemory, SQLDelivery, SQLWorkflows, Store):
+               SQLMessages, SQLAgents, SQLMemory, SQLDelivery, SQLWorkflows, SQLWorktrees,
+               Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
@@ -556,10 +558,13 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         end (finished, rescued, rate-limited, dead) and a person's move (approve, reject,
         cancel, block, unblock, requeue). Whatever must happen when a task settles attaches
         here, so that it happens exactly when the settle commits and never around it: a
-        chain's children, gates and reviews, notifications' outbox rows; today, the event
-        that tells listeners (the daemons' dispatchers among them) where the task went, and
-        the outbox rows of the delivery targets the task names (sent after the commit).
+        chain's children, gates and reviews, notifications' outbox rows; the merge of a
+        completed task's worktree branch into its base (a conflict blocks it instead); the
+        event that tells listeners (the daemons' dispatchers among them) where the task went,
+        and the outbox rows of the delivery targets the task names (sent after the commit).
         """
+        if task.state is TaskState.COMPLETED:
+            task = self._merge_on_completion(db, task, now)
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, state=task.state,
                    role=task.role)
         self._settle_workflow(db, task, now, result)

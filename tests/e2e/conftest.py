@@ -1,8 +1,9 @@
 """Shared fixtures for tests that run real agent CLIs against fake APIs.
 
 `claude_cli` is the Claude Code binary that `.ci/install-claude` puts in
-`<repo>/.claude-cli/`. Without it the Claude tests skip on a developer's
-machine but fail in CI (CI=true), where a missing install is a broken build.
+`<repo>/.claude-cli/`, `codex_cli` the Codex CLI that `.ci/install-codex` puts in
+`<repo>/.codex-cli/`. Without them those tests skip on a developer's machine but
+fail in CI (CI=true), where a missing install is a broken build.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import pytest
 from taskherd.runtimes.claude_stream import ClaudeEvent, ClaudeStreamReader
 from tests.e2e.fake_anthropic import FakeAnthropic, Step
 from tests.e2e.fake_openai import FakeOpenAI
+from tests.e2e.fake_responses import FakeResponses
 
 REPO = Path(__file__).resolve().parents[2]
 CLAUDE_CLI = REPO / ".claude-cli" / "node_modules" / ".bin" / "claude"
+CODEX_CLI = REPO / ".codex-cli" / "node_modules" / ".bin" / "codex"
 
 # How often a waiting test looks at the log again; a wait is bounded by its
 # own timeout, this only sets how soon a change is noticed.
@@ -33,6 +36,16 @@ def claude_cli() -> Path:
     if CLAUDE_CLI.exists() and os.access(CLAUDE_CLI, os.X_OK):
         return CLAUDE_CLI
     message = f"Claude Code CLI not installed at {CLAUDE_CLI}; run .ci/install-claude"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def codex_cli() -> Path:
+    if CODEX_CLI.exists() and os.access(CODEX_CLI, os.X_OK):
+        return CODEX_CLI
+    message = f"Codex CLI not installed at {CODEX_CLI}; run .ci/install-codex"
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
@@ -58,6 +71,20 @@ def start_fake_openai() -> Iterator[Callable[..., FakeOpenAI]]:
 
     def start(script, after_script=None, **kwargs) -> FakeOpenAI:
         fake = FakeOpenAI(script, after_script, **kwargs)
+        started.append(fake.start())
+        return fake
+
+    yield start
+    for fake in started:
+        fake.stop()
+
+
+@pytest.fixture
+def start_fake_responses() -> Iterator[Callable[..., FakeResponses]]:
+    started: list[FakeResponses] = []
+
+    def start(script, after_script=None) -> FakeResponses:
+        fake = FakeResponses(script, after_script)
         started.append(fake.start())
         return fake
 

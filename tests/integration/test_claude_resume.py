@@ -47,7 +47,8 @@ def test_the_retry_gets_the_latest_session_of_its_task(tmp_path: Path, database)
             store.finish_run(claim.run.id, failed, RetryPolicy(backoff_base=0), claim.run.claimed_at)
         supervisor = Supervisor(config, store, time.time)
         current = store.get_task(task.id)
-        assert supervisor._previous_session(config.role("coder"), current) == "s-2"
-        assert supervisor._previous_session(config.role("fresh"), current) is None
+        [latest] = supervisor._session_runs(config.role("coder"), current)
+        assert latest.session_id == "s-2"
+        assert supervisor._session_runs(config.role("fresh"), current) == []
     finally:
         store.close()

@@ -135,6 +135,9 @@ def test_every_foreign_key_is_looked_up_through_an_index(tmp_path):
             leading = {db.execute(f"PRAGMA index_info('{index[1]}')").fetchone()[2]
                        for index in db.execute(f"PRAGMA index_list('{table}')")}
             leading.add("id")  # the rowid itself
+            primary = [c for c in db.execute(f"PRAGMA table_info('{table}')") if c[5]]
+            if len(primary) == 1 and primary[0][2].upper() == "INTEGER":
+                leading.add(primary[0][1])  # an INTEGER PRIMARY KEY is the rowid too
             unindexed += [f"{table}.{key[3]} → {key[2]}"
                           for key in db.execute(f"PRAGMA foreign_key_list('{table}')")
                           if key[3] not in leading]

@@ -133,6 +133,9 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "version": 1, "expected": NOW + 60, "job_id": 1, "status": "open", "variant": 1,
     "duration": 1.5, "kind": "run_now", "host": "box", "lease": 60.0, "running": 2,
     "token_sha256": "ab12" * 16, "week_from": NOW - 7 * 86400, "day_from": NOW - 3600, "through": NOW, "tasks_through": NOW - 60, "runs_through": 0,
+    "day_start": NOW - 3600, "month_start": NOW - 30 * 86400, "repo": "/srv/app",
+    "base": "main", "branch": "taskherd/task-3", "path": "/srv/worktrees/task-3",
+    "merge_mode": "merge-commit", "merged_commit": None, "conflicts": '["a.txt"]',
     "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0,
     "liveness": "waiting_input", "note": "Continue? [y/N]",
     "scope": "intake", "rate_per_minute": 30, "before_id": 3, "expires_at": NOW + 3600,
@@ -168,6 +171,9 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     "open_descendants": [{"task_id": 1}],
     "tree_of_root": [{"root_id": 2}],
     "reject_task": [{"state": "blocked"}],
+    "record_worktree": [{"pool": "git-main"}, {"pool": "git-main", "merge_mode": "rebase"}],
+    "hold_merge_pool": [{"pool": "git-main"}],
+    "set_worktree_state": [{"state": "merged", "merged_commit": "ab" * 20}],
 }
 
 

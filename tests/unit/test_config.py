@@ -104,7 +104,7 @@ def test_every_config_problem_is_reported_at_once_with_near_misses(tmp_path):
         ("roles.writer.command = ['x']: a key of runtime 'command', not of this role's runtime "
          "'claude'"),
         "roles.writer.prompt_via = 'arg': a key of runtime 'command'",
-        "roles.bot.binary = 'c': a key of runtime 'claude', not of this role's runtime 'chat'",
+        "roles.bot.binary = 'c': a key of runtime 'claude' and 'codex', not of this role's runtime 'chat'",
         "pools.gpu = 0",
     ]:
         assert expected in text, text
@@ -115,3 +115,32 @@ def test_a_key_every_runtime_shares_is_accepted_on_each(tmp_path):
                            ("chat", {"base_url": "http://gw", "model": "m"})]:
         raw = {"roles": {"r": {"runtime": runtime, "timeout": "5m", "max_attempts": 2, **extra}}}
         assert parse_config(raw, base_dir=tmp_path).roles["r"].max_attempts == 2
+
+
+def test_budgets_prices_and_codex_keys_are_read_and_every_mistake_named(tmp_path):
+    config = parse_config({
+        "prices": {"gpt-5-codex": {"input": 1.25, "output": 10, "cached_input": 0.125}},
+        "budgets": {"daily_usd": 20, "monthly_tokens": 10_000_000, "unknown_run_usd": 0.5},
+        "roles": {"coder": {"runtime": "codex", "model": "gpt-5-codex", "sandbox": "read-only",
+                            "budget": {"daily_usd": 5}}},
+    }, base_dir=tmp_path)
+    coder = config.role("coder")
+    assert coder.price.cost(1_000_000, 0) == 1.25 and coder.sandbox == "read-only"
+    assert config.budgets.roles["coder"].daily_usd == 5.0
+    assert config.budgets.fleet.monthly_tokens == 10_000_000
+    with pytest.raises(ConfigError) as caught:
+        parse_config({
+            "prices": {"m": {"input": -1}},
+            "budgets": {"daily_usd": "ten", "unknown_run": 1},
+            "roles": {"coder": {"runtime": "codex", "sandbox": "yolo",
+                                "budget": {"dayly_usd": 1}},
+                      "bot": {"runtime": "chat", "base_url": "http://x", "model": "m",
+                              "sandbox": "read-only"}},
+        }, base_dir=tmp_path)
+    text = str(caught.value)
+    for expected in ["prices.m.input = -1", "prices.m: output required",
+                     "budgets.daily_usd = 'ten'", "'budgets.unknown_run'",
+                     "did you mean 'unknown_run_usd'", "roles.coder.sandbox = 'yolo'",
+                     "'roles.coder.budget.dayly_usd'", "did you mean 'daily_usd'",
+                     "roles.bot.sandbox = 'read-only': a key of runtime 'codex'"]:
+        assert expected in text, text

@@ -66,3 +66,30 @@ FROM runs
 WHERE id > (SELECT runs_through FROM rollup_marks) AND ended_at IS NOT NULL
   AND claimed_at >= :since
 ORDER BY 2, 1;
+-- name: budget_spend
+-- What each role spent this month and today (both starts in the fleet's zone, worked out by
+-- the caller): the known cost, the runs whose cost is unknown (they spawned, ended without a
+-- cost and were not stopped by a rate limit before any work), the runs still open (their cost
+-- is not in yet) and the tokens; `priced_month` counts the runs with a known cost, for the
+-- mean a next run is expected to cost. Runs count in the period they were claimed in.
+SELECT role,
+       coalesce(sum(CASE WHEN claimed_at >= :day_start THEN cost_usd END), 0) AS cost_day,
+       coalesce(sum(CASE WHEN claimed_at >= :day_start AND ended_at IS NOT NULL
+                          AND cost_usd IS NULL AND spawned_at IS NOT NULL
+                          AND outcome <> 'rate_limited' THEN 1 END), 0) AS unknown_day,
+       coalesce(sum(CASE WHEN claimed_at >= :day_start AND ended_at IS NULL THEN 1 END), 0)
+           AS open_day,
+       coalesce(sum(CASE WHEN claimed_at >= :day_start
+                         THEN coalesce(input_tokens, 0) + coalesce(output_tokens, 0) END), 0)
+           AS tokens_day,
+       coalesce(sum(cost_usd), 0) AS cost_month,
+       coalesce(sum(CASE WHEN ended_at IS NOT NULL AND cost_usd IS NULL
+                          AND spawned_at IS NOT NULL AND outcome <> 'rate_limited'
+                          THEN 1 END), 0) AS unknown_month,
+       coalesce(sum(CASE WHEN ended_at IS NULL THEN 1 END), 0) AS open_month,
+       coalesce(sum(coalesce(input_tokens, 0) + coalesce(output_tokens, 0)), 0) AS tokens_month,
+       count(cost_usd) AS priced_month
+FROM runs
+WHERE claimed_at >= :month_start
+GROUP BY role
+ORDER BY role;

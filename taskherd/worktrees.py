@@ -1,0 +1,204 @@
+"""A git worktree per coding task, and merging its branch into the base (the OS layer).
+
+A task of a role with `[roles.NAME.git]` works in its own `git worktree` on the branch
+`taskherd/task-ID`, created from the base branch's current commit; a retry (or a rejection's
+next attempt) continues in the same worktree. When the task completes, its branch is merged
+into the base without touching any working tree: `git merge-tree --write-tree` computes the
+result (and names the conflicting files), `git commit-tree` writes the merge commit and
+`git update-ref` moves the base only if it still points where it did (compare and swap). If
+the repository's own checkout is on the base, it is moved along with `git read-tree -m -u`,
+which refuses to overwrite local changes.
+
+Every git command is an argv list; branch names and paths are derived from task ids only, so
+no task text ever reaches git.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+BRANCH_PREFIX = "taskherd/task-"
+MERGE_MODES = ("merge-commit", "fast-forward")
+# Merge commits are taskherd's own: its name, whatever identity (or none) the host has.
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "taskherd", "GIT_AUTHOR_EMAIL": "taskherd@localhost",
+                "GIT_COMMITTER_NAME": "taskherd", "GIT_COMMITTER_EMAIL": "taskherd@localhost"}
+GIT_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class GitSettings:
+    """A role's `[roles.NAME.git]`: each task in a worktree of `repo` on its own branch."""
+
+    repo: Path
+    base: str = "main"
+    merge: str = "merge-commit"  # or "fast-forward" (when the base has not moved on)
+    pool: str = "git-main"  # merges through one pool happen one at a time
+    keep: float = 7 * 86400.0  # how long a dead or cancelled task's worktree is kept
+
+
+class GitError(OSError):
+    """A git command failed; the message names the command and what git said."""
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    merged: bool
+    commit: str | None = None  # the base's new commit (None: nothing to merge, or a conflict)
+    conflicts: tuple[str, ...] = ()
+    fast_forward: bool = False
+
+    def reason(self, branch: str, base: str) -> str:
+        files = ", ".join(self.conflicts[:20]) + (" …" if len(self.conflicts) > 20 else "")
+        return (f"merging {branch} into {base} conflicts in {len(self.conflicts)} file(s): "
+                f"{files}; the branch is kept: resolve it there, then unblock the task")
+
+
+def branch_for(task_id: int) -> str:
+    return f"{BRANCH_PREFIX}{int(task_id)}"
+
+
+def worktree_path(root: Path, task_id: int) -> Path:
+    return root / f"task-{int(task_id)}"
+
+
+def git(repo: Path | str, *args: str, check: bool = True,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `git -C repo ARGS…` (never a shell); GitError when it fails and `check`."""
+    argv = ["git", "-C", str(repo), *args]
+    full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=full_env, check=False,
+                              timeout=GIT_TIMEOUT, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise GitError(f"git {' '.join(args)}: {error}") from error
+    if check and done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise GitError(f"git {' '.join(args)} in {repo}: {said[-1] if said else done.returncode}")
+    return done
+
+
+def ensure_worktree(repo: Path, base: str, task_id: int, root: Path) -> Path:
+    """The task's worktree, made on first use from the base's current commit; an existing
+    one (a retry, a rejected attempt) is reused as it is, with the work done so far."""
+    path = worktree_path(root, task_id)
+    branch = branch_for(task_id)
+    if path.is_dir() and _is_worktree_of(repo, path):
+        return path
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    git(repo, "worktree", "prune")  # a folder removed by hand leaves a stale entry behind
+    if _branch_exists(repo, branch):
+        git(repo, "worktree", "add", "--", str(path), branch)
+    else:
+        git(repo, "worktree", "add", "-b", branch, "--", str(path), f"refs/heads/{base}")
+    return path
+
+
+def commit_leftovers(path: Path, message: str) -> str | None:
+    """Commit what the agent changed in its worktree but did not commit (an agent that edits
+    and never runs `git commit`): the work must reach the branch, never be removed with the
+    worktree. The commit's id, or None when the tree was clean (or is gone)."""
+    if not path.is_dir():
+        return None
+    if not git(path, "status", "--porcelain", "--untracked-files=all").stdout.strip():
+        return None
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "--no-verify", "-m", message, env=GIT_IDENTITY)
+    return git(path, "rev-parse", "HEAD").stdout.strip()
+
+
+def merge_branch(repo: Path, base: str, branch: str, mode: str, message: str) -> MergeResult:
+    """Merge `branch` into `base` (see the module's note); a conflict changes nothing."""
+    old = _commit_of(repo, f"refs/heads/{base}")
+    tip = _commit_of(repo, f"refs/heads/{branch}")
+    if _is_ancestor(repo, tip, old):
+        return MergeResult(merged=True)  # nothing new (already merged, or no commit made)
+    if mode == "fast-forward" and _is_ancestor(repo, old, tip):
+        new, fast_forward = tip, True
+    else:
+        tree, conflicts = _merged_tree(repo, old, tip)
+        if conflicts:
+            return MergeResult(merged=False, conflicts=conflicts)
+        new = git(repo, "commit-tree", tree, "-p", old, "-p", tip, "-m", message,
+                  env=GIT_IDENTITY).stdout.strip()
+        fast_forward = False
+    _move_base(repo, base, old, new)
+    return MergeResult(merged=True, commit=new, fast_forward=fast_forward)
+
+
+def remove_worktree(repo: Path, path: Path, branch: str | None = None,
+                    base: str | None = None) -> None:
+    """Remove the worktree, and `branch` too when it is merged into `base`; a worktree
+    already gone is no error."""
+    if path.exists():
+        git(repo, "worktree", "remove", "--force", "--", str(path))
+    else:
+        git(repo, "worktree", "prune")
+    if branch and base and _branch_exists(repo, branch) and _is_ancestor(
+            repo, f"refs/heads/{branch}", f"refs/heads/{base}"):
+        git(repo, "branch", "-D", "--", branch)
+
+
+def task_worktrees(repo: Path, root: Path) -> dict[int, Path]:
+    """The worktrees of `repo` under `root` that taskherd made, by task id."""
+    listing = git(repo, "worktree", "list", "--porcelain", "-z").stdout.split("\0")
+    found = {}
+    for line in listing:
+        if not line.startswith("worktree "):
+            continue
+        path = Path(line.removeprefix("worktree "))
+        if path.parent == root and path.name.startswith("task-") and path.name[5:].isdigit():
+            found[int(path.name[5:])] = path
+    return found
+
+
+def _merged_tree(repo: Path, ours: str, theirs: str) -> tuple[str, tuple[str, ...]]:
+    done = git(repo, "merge-tree", "--write-tree", "--name-only", "--no-messages", "-z",
+               ours, theirs, check=False)
+    if done.returncode not in (0, 1):
+        raise GitError(f"git merge-tree in {repo}: {done.stderr.strip()}")
+    fields = [field for field in done.stdout.split("\0") if field]
+    tree, files = fields[0].strip(), tuple(dict.fromkeys(f.strip() for f in fields[1:]))
+    return tree, files if done.returncode == 1 else ()
+
+
+def _move_base(repo: Path, base: str, old: str, new: str) -> None:
+    """Point the base at `new` if it still is at `old`; a checkout of the base follows."""
+    checked_out = _base_checked_out(repo, base)
+    if checked_out:
+        # Files first: read-tree refuses (and changes nothing) if local edits would be lost.
+        git(repo, "read-tree", "-m", "-u", old, new)
+    try:
+        git(repo, "update-ref", "-m", f"taskherd: merge into {base}", f"refs/heads/{base}",
+            new, old)
+    except GitError:
+        if checked_out:
+            git(repo, "read-tree", "-m", "-u", new, old)
+        raise
+
+
+def _base_checked_out(repo: Path, base: str) -> bool:
+    if git(repo, "rev-parse", "--is-bare-repository").stdout.strip() == "true":
+        return False
+    head = git(repo, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip()
+    return head == f"refs/heads/{base}"
+
+
+def _commit_of(repo: Path, ref: str) -> str:
+    return git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").stdout.strip()
+
+
+def _is_ancestor(repo: Path, ancestor: str, descendant: str) -> bool:
+    return git(repo, "merge-base", "--is-ancestor", ancestor, descendant,
+               check=False).returncode == 0
+
+
+def _branch_exists(repo: Path, branch: str) -> bool:
+    return git(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}",
+               check=False).returncode == 0
+
+
+def _is_worktree_of(repo: Path, path: Path) -> bool:
+    return path.resolve() in {p.resolve() for p in task_worktrees(repo, path.parent).values()}
