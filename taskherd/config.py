@@ -7,6 +7,7 @@ because a misspelt `max_concurent` silently ignored is a fleet running at the wr
 from __future__ import annotations
 
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Callable, Mapping
@@ -18,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import platformdirs
 
 from taskherd.durations import parse_duration
+from taskherd.limits import NODE, SCOPES
 from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
 
 CONFIG_FILE = "taskherd.toml"
@@ -27,6 +29,7 @@ RUNTIMES = ("command", "claude", "chat")
 ON_SHUTDOWN = ("detach", "wait", "kill")
 PROMPT_VIA = ("stdin", "file", "arg")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 class ConfigError(ValueError):
@@ -75,6 +78,9 @@ class DaemonConfig:
     path: str = DEFAULT_PATH  # PATH agents run with, unless the role names one
     retention: float = 30 * 86400.0
     max_prompt_bytes: int = 1 << 20  # a larger prompt is refused where it enters the queue
+    # A node silent this long is declared down by any other node, and its tasks rescued.
+    node_timeout: float = 15.0
+    tags: tuple[str, ...] = ()  # what this node offers (a GPU, a Mac): roles may require them
 
     @property
     def log_dir(self) -> Path:
@@ -93,6 +99,8 @@ class RoleConfig:
     max_concurrent: int | None = None
     stagger: float = 0.0
     pool: str | None = None
+    scope: str = "cluster"  # "node": max_concurrent and stagger count each node's runs alone
+    nodes: tuple[str, ...] = ()  # tags a node must have to run this role
     max_attempts: int = 3
     backoff: float = DEFAULT_BACKOFF_BASE
     backoff_cap: float = DEFAULT_BACKOFF_CAP
@@ -131,9 +139,10 @@ class RoleConfig:
 class Config:
     daemon: DaemonConfig
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
-    pools: Mapping[str, int] = field(default_factory=dict)
+    pools: Mapping[str, int] = field(default_factory=dict)  # capacity of each pool
     jobs: tuple[Mapping[str, Any], ...] = ()  # validated by the scheduler's job parser
     source: Path | None = None  # the file it came from, if any
+    pool_scopes: Mapping[str, str] = field(default_factory=dict)  # a pool's, when not cluster
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
@@ -141,6 +150,15 @@ class Config:
 
     def policy_for(self, role: str) -> RetryPolicy:
         return self.role(role).retry_policy
+
+    def runs_here(self, role: RoleConfig) -> bool:
+        """Whether this node has every tag the role requires."""
+        return set(role.nodes) <= set(self.daemon.tags)
+
+    @property
+    def runnable_roles(self) -> list[str]:
+        """The roles this node defines and may run (it has their tags)."""
+        return [name for name, role in self.roles.items() if self.runs_here(role)]
 
     def check_role(self, name: str) -> None:
         """Refuse a task role the config does not know (when it defines any roles)."""
@@ -191,7 +209,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
     problems: list[str] = []
     _no_unknown_keys(raw, {"daemon", "roles", "pools", "jobs"}, "", problems)
     daemon = _parse_daemon(_table(raw, "daemon"), base_dir, source is not None, problems)
-    pools = _parse_pools(_table(raw, "pools"), problems)
+    pools, pool_scopes = _parse_pools(_table(raw, "pools"), problems)
     roles = {}
     for name in _table(raw, "roles"):
         role = _parse_role(name, _table(_table(raw, "roles"), name, prefix="roles."), pools,
@@ -205,7 +223,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
         problems.append("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
     if problems:
         raise ConfigError(_all_problems(problems))
-    config = Config(daemon, roles, pools, tuple(jobs), source)
+    config = Config(daemon, roles, pools, tuple(jobs), source, pool_scopes)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
         # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
@@ -270,6 +288,8 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool,
         "path": reader.get("path", str, None),
         "retention": reader.duration("retention"),
         "max_prompt_bytes": reader.positive_int("max_prompt_bytes"),
+        "node_timeout": reader.duration("node_timeout"),
+        "tags": reader.tags("tags"),
     }
     given = {key: value for key, value in values.items() if value is not None}
     return DaemonConfig(data_dir=data_path, database=database, **given)
@@ -293,6 +313,8 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "max_concurrent": reader.positive_int("max_concurrent"),
         "stagger": reader.duration("stagger", allow_zero=True),
         "pool": reader.get("pool", str, None),
+        "scope": reader.choice("scope", SCOPES),
+        "nodes": reader.tags("nodes"),
         "max_attempts": reader.positive_int("max_attempts"),
         "backoff": reader.duration("backoff", allow_zero=True),
         "backoff_cap": reader.duration("backoff_cap", allow_zero=True),
@@ -363,14 +385,25 @@ def _check_role(role: RoleConfig, pools: Mapping[str, int]) -> None:
         )
 
 
-def _parse_pools(raw: Mapping[str, Any], problems: list[str]) -> dict[str, int]:
-    pools = {}
-    for name, capacity in raw.items():
+def _parse_pools(raw: Mapping[str, Any],
+                 problems: list[str]) -> tuple[dict[str, int], dict[str, str]]:
+    """`name = capacity`, or `name = { capacity = N, scope = "node" }` for a pool each node
+    has its own of (a GPU per machine): capacities, and the scopes that are not cluster."""
+    pools, scopes = {}, {}
+    for name, value in raw.items():
+        if isinstance(value, dict):
+            reader = _Reader(value, f"pools.{name}", {"capacity", "scope"}, problems)
+            capacity, scope = value.get("capacity"), reader.choice("scope", SCOPES)
+            if scope == NODE:
+                scopes[name] = scope
+        else:
+            capacity = value
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            problems.append(f"pools.{name} = {capacity!r}: a capacity must be a whole number ≥ 1")
+            problems.append(f"pools.{name} = {value!r}: a capacity must be a whole number ≥ 1"
+                            " (or a table: { capacity = 2, scope = \"node\" })")
             continue
         pools[name] = capacity
-    return pools
+    return pools, scopes
 
 
 def _table(raw: Mapping[str, Any], key: str, prefix: str = "") -> Mapping[str, Any]:
@@ -451,6 +484,13 @@ class _Reader:
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise self._fail(key, value, "a list of strings")
         return tuple(value)
+
+    def tags(self, key: str) -> tuple[str, ...] | None:
+        value = self.str_list(key)
+        if value is not None and not all(_TAG.fullmatch(tag) for tag in value):
+            raise self._fail(key, list(value), "a list of tags made of letters, digits, '-', "
+                                               "'_' or '.' (e.g. [\"gpu\", \"mac\"])")
+        return value
 
     def str_map(self, key: str) -> dict[str, str] | None:
         value = self.raw.get(key)

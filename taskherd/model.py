@@ -200,6 +200,7 @@ class Run:
     session_id: str | None
     report: str | None = None  # the agent's own word: done, fail or block
     report_summary: str | None = None
+    pool: str | None = None  # the role's pool when claimed: the run holds a place in it
 
     @classmethod
     def from_row(cls, row: Any) -> Run:

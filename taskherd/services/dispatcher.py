@@ -1,8 +1,10 @@
 """The dispatcher: which ready tasks may start now, within every limit.
 
 Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools, and runtime
-cooldowns. The store picks the task (P0 first, FIFO within a priority); the dispatcher only
-says which roles and pools have room.
+cooldowns. The store picks the task (P0 first, FIFO within a priority) and checks the role's
+and pools' limits across every node in the claim's transaction (taskherd/limits.py); the
+dispatcher says which roles this node may run (its tags) and skips at once those its own
+runs already fill, and learns from the store why the others were passed by.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from taskherd.config import Config, RoleConfig
+from taskherd.limits import ClaimLimits, Refusal
 from taskherd.model import Claim, Priority, TaskState
 from taskherd.services.supervisor import LiveRuns
 from taskherd.store import Store
@@ -51,10 +54,13 @@ class Dispatcher:
         self.start = start
         self.settings = settings
         self._warned_p0: dict[int, float] = {}
+        self._refused: dict[str, Refusal] = {}  # the store's word on the last pass
 
     def run_once(self, now: float) -> dict[str, int]:
         started = 0
         cooled = {c.runtime: c.until for c in self.store.active_cooldowns(now)}
+        limits = ClaimLimits.from_config(self.config)  # the config may have been reloaded
+        self._refused = {}
         while True:
             room = self.room(now, cooled)
             if room.slots <= 0 or not room.roles:
@@ -64,6 +70,7 @@ class Dispatcher:
                 roles=[role.name for role in room.roles], full_pools=room.full_pools,
                 as_role=room.roles[0].name,
                 runtime_of={role.name: role.runtime for role in room.roles},
+                limits=limits, refusals=self._refused,
             )
             if claim is None:
                 break
@@ -78,10 +85,15 @@ class Dispatcher:
         running = self.live.running_per_role()
         pool_use = self.live.pools_in_use()
         full_pools = tuple(p for p, cap in self.config.pools.items() if pool_use[p] >= cap)
+        full_pools += tuple(r.pool for r in self._refused.values()
+                            if r.pool is not None and r.pool not in full_pools)
         blocked_by: dict[str, str] = {}
         open_roles = []
         for role in self.config.roles.values():
             reason = self._no_room_reason(role, now, running, full_pools, cooled)
+            refused = self._refused.get(role.name)
+            if reason is None and refused is not None and refused.pool is None:
+                reason = refused.reason  # full on other nodes: not tried again this pass
             if reason:
                 blocked_by[role.name] = reason
             else:
@@ -92,6 +104,11 @@ class Dispatcher:
 
     def _no_room_reason(self, role: RoleConfig, now: float, running: Counter,
                         full_pools: tuple[str, ...], cooled: dict[str, float]) -> str | None:
+        """Why the role cannot start here now, as far as this node's own runs tell (the store
+        counts every node's at the claim)."""
+        if not self.config.runs_here(role):
+            return (f"role {role.name} runs on nodes tagged {', '.join(role.nodes)}; this node "
+                    f"has {', '.join(self.config.daemon.tags) or 'no tags'}")
         if role.runtime in cooled:
             until = datetime.fromtimestamp(cooled[role.runtime]).astimezone()
             return (f"runtime {role.runtime} is rate-limited until "
@@ -114,11 +131,13 @@ class Dispatcher:
         return min(poll, max(stagger_end, now + self.settings.min_sleep))
 
     def next_stagger_end(self, now: float) -> float | None:
-        """When a staggered role gets room again, so the loop can wake for it."""
+        """When a staggered role gets room again, here or because another node's spawn
+        (which the store reported) ends its gap, so the loop can wake for it."""
         spawns = {r.name: self.live.last_spawn(r.name) for r in self.config.roles.values()
                   if r.stagger}
         ends = [spawns[r.name] + r.stagger for r in self.config.roles.values()
                 if r.stagger and spawns[r.name] is not None]
+        ends += [refusal.retry_at for refusal in self._refused.values() if refusal.retry_at]
         future = [end for end in ends if end > now]
         return min(future) if future else None
 

@@ -271,12 +271,27 @@ class Supervisor:
         for live in list(self.live.values()):
             if live.kill_reason is not None or not live.handle.is_alive():
                 continue
+            if live.run.id not in heartbeats and self._rescued_elsewhere(live):
+                continue
             counts["checked"] += 1
             verdict = self._judge(live, now, heartbeats.get(live.run.id), cpu.get(live.handle.pid))
             if verdict is not None:
                 counts[verdict[0].value] = counts.get(verdict[0].value, 0) + 1
                 self.kill(live, *verdict)
         return counts
+
+    def _rescued_elsewhere(self, live: LiveRun) -> bool:
+        """A watched agent whose run another node ended (this node was declared down while it
+        was only slow, or cut off from the database): its task may already run elsewhere, so
+        the agent stops; one task, one agent."""
+        try:
+            run = self.store.get_run(live.run.id)
+        except StoreError:
+            return False
+        if run.ended_at is None:
+            return False  # opened or settled in between: the next pass looks again
+        self.kill(live, run.outcome or Outcome.LOST, f"its run was ended elsewhere: {run.error}")
+        return True
 
     def _judge(self, live: LiveRun, now: float, stored: Run | None,
                cpu_seconds: float | None) -> tuple[Outcome, str] | None:

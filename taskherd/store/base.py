@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from taskherd.limits import ClaimLimits, Refusal
 from taskherd.model import Claim, Cooldown, NewTask, Run, RunResult, Task, TaskState
 from taskherd.queue import RetryPolicy
 from taskherd.store.errors import (
@@ -109,11 +110,16 @@ class Store(JobStore, NodeStore, abc.ABC):
         as_role: str | None = None,
         runtime: str | None = None,
         runtime_of: Mapping[str, str] | None = None,
+        limits: ClaimLimits | None = None,
+        refusals: dict[str, Refusal] | None = None,
     ) -> Claim | None:
         """Lease the first ready task (P0 first, FIFO within a priority) and open its run.
 
         `roles` limits the claim to those roles (plus tasks for role `any`); `full_pools`
         skips tasks naming a pool with no room; `as_role` names the role an `any` task runs as.
+        With `limits`, the task must also fit its role's max_concurrent and stagger, its pools
+        and its runtime's cooldown, counted over every node's runs in the claim's transaction;
+        why a role was passed by is written into `refusals`.
         """
 
     @abc.abstractmethod

@@ -78,7 +78,8 @@ SEED: list[tuple[str, dict[str, Any]]] = [
     ("claim_next", {"node": "node-a", "lease_until": NOW + 60, "now": NOW, "roles": None,
                     "full_pools": None}),
     ("insert_run", {"task_id": 3, "node": "node-a", "role": "qa", "runtime": "command",
-                    "now": NOW}),
+                    "now": NOW, "pool": "gpu"}),
+    ("note_role_claim", {"role": "qa", "node": "node-a", "now": NOW}),
     ("mark_run_spawned", {"run_id": 1, "pid": 4242, "pid_started_at": NOW - 1.5,
                           "log_path": "/tmp/run-1.log", "now": NOW}),
     ("mark_task_running", {"task_id": 3, "node": "node-a", "lease_until": NOW + 60, "now": NOW}),
@@ -116,6 +117,8 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "duration": 1.5, "kind": "run_now", "host": "box", "lease": 60.0, "running": 2,
     "token_sha256": "ab12" * 16, "week_start": NOW - 7 * 86400, "day_start": NOW - 3600,
     "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0,
+    "pool": "gpu", "role_node": None, "pool_a": "gpu", "pool_a_node": None, "pool_b": None,
+    "pool_b_node": "node-a", "tags": '["gpu"]', "timeout": 15.0, "by": "node-b",
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {
@@ -134,6 +137,11 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     "list_jobs": [{"source": "cli"}],
     "list_job_fires": [{"status": "queued", "job_name": "nightly"}],
     "mark_run_spawned": [{"run_id": 2}],
+    "claim_candidate": [{"roles": '["qa"]', "now": NOW - 10}, {"full_pools": None}],
+    "claim_task": [{"id": 2}],
+    "limit_usage": [{"role": "qa", "role_node": "node-a", "now": NOW - 10},
+                    {"pool_a": None, "runtime": None}],
+    "silent_nodes": [{"now": NOW + 1000, "node": "node-b"}],
 }
 
 
