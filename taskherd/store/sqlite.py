@@ -12,11 +12,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from taskherd import __version__
 from taskherd.model import Event
 from taskherd.store.base import StoreError
 from taskherd.store.events import SocketListener, publish, socket_dir
 from taskherd.store.sql_store import SQLStore
-from taskherd import __version__
 from taskherd.store.sqlfile import machinery, migrations, newer_schema_error, queries
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
