@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import random
+import subprocess
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -152,7 +153,11 @@ def test_a_fleet_under_kills_keeps_its_limits_and_does_every_task_once(fleet):
         lambda: all(store.get_task(t).state in (TaskState.COMPLETED, TaskState.DEAD)
                     for t in added), timeout=60, what="every task to finish")
     for node in nodes.values():
-        node.fleet.stop()
+        try:
+            node.fleet.stop(timeout=90)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{node.fleet.root.name} did not stop:\n"
+                                 f"{node.fleet.daemon_log.read_text()[-3000:]}") from None
 
     notes = [json.loads(line) for line in records.read_text().splitlines()]
     run_nodes = {run.id: run.node for t in added for run in store.runs_of_task(t)}
