@@ -113,6 +113,9 @@ class PostgresStore(SQLStore):
     def _is_unique_error(self, error: Exception) -> bool:
         return isinstance(error, self._errors.UniqueViolation)
 
+    def _claim_started(self, db: Any) -> None:
+        db.execute(M["claim_without_flush"])
+
     def _order_claims(self, db: Any) -> None:
         db.execute(M["limits_lock"]).fetchall()
 

@@ -86,6 +86,10 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
         every cooldown set), until it ends: PostgreSQL's advisory lock. A no-op where the
         transaction already holds the database's one write lock (SQLite's BEGIN IMMEDIATE)."""
 
+    def _claim_started(self, db: Connection) -> None:
+        """A claim's transaction began: PostgreSQL lets it commit without waiting for the
+        disk (the spawn's record that follows does); a no-op elsewhere."""
+
     def _announce(self, db: Connection, events: Sequence[Event]) -> None:
         """Hand `events` to the database inside the transaction, where it is the one to
         deliver them at commit (PostgreSQL's NOTIFY); a no-op elsewhere."""
@@ -186,6 +190,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
             "full_pools": json.dumps(list(full_pools)) if full_pools else None,
         }
         with self._write() as db:
+            self._claim_started(db)
             row = _one(db.execute(self.q["claim_next"], params))
             if row is None:
                 return None
@@ -214,6 +219,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
                       "full_pools": json.dumps(full) if full else None}
             any_role = as_role if as_role in allowed else allowed[0]
             with self._write() as db:
+                self._claim_started(db)
                 candidate = _one(db.execute(self.q["claim_candidate"], params))
                 if candidate is None:
                     return None
