@@ -1,5 +1,6 @@
-"""The monitor: leases, the node's heartbeat, rescues and pruning. WAL checkpoints are their
-own service (`services.checkpoints`), run in a worker thread since they wait on the disk.
+"""The monitor: leases, the node's heartbeat, rescues, the board's counters and pruning. WAL
+checkpoints are their own service (`services.checkpoints`), run in a worker thread since they
+wait on the disk.
 
 Every node watches every other: one silent for its node_timeout is declared down here and its
 runs rescued at once (`lost`, no strike), so its tasks move to a live node within seconds.
@@ -25,6 +26,8 @@ HEARTBEATS_PER_TIMEOUT = 5
 class MonitorSettings:
     interval: float = 1.0  # seconds between two passes
     prune_every: float = 3600.0
+    # The board reads what finished since the last roll-up row by row: a few seconds' worth.
+    roll_up_every: float = 10.0
 
 
 class Monitor:
@@ -37,6 +40,7 @@ class Monitor:
         self._last_renewal = float("-inf")
         self._last_heartbeat = float("-inf")
         self._last_prune = float("-inf")
+        self._last_roll_up = float("-inf")
 
     def next_wake(self, now: float) -> float:
         return now + self.settings.interval
@@ -61,6 +65,9 @@ class Monitor:
             log.warning("task %s: lease of node %s expired; back to %s", finished.task.id,
                         finished.run.node, finished.task.state.value)
         counts["rescued"] = len(rescued)
+        if now - self._last_roll_up >= self.settings.roll_up_every:
+            counts["rolled_up"] = self.store.roll_up(now)
+            self._last_roll_up = now
         if now - self._last_prune >= self.settings.prune_every:
             counts["pruned"] = self.store.prune(before=now - daemon.retention)
             counts["logs_pruned"] = self._prune_logs(before=now - daemon.retention)

@@ -221,6 +221,12 @@ class Store(JobStore, NodeStore, abc.ABC):
         """Delete finished tasks (and their runs) that finished before `before`."""
 
     @abc.abstractmethod
+    def roll_up(self, now: float) -> int:
+        """Fold what the board has been reading live (tasks finished and runs ended since the
+        last roll-up) into its counters; the number of rows folded. The daemon's monitor calls
+        it, so that the claim and the settle need not keep those counters themselves."""
+
+    @abc.abstractmethod
     def probe_write(self) -> None:
         """Raise StoreError unless this process may write every table (`taskherd doctor`);
         changes nothing."""

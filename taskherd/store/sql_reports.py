@@ -4,6 +4,7 @@ reading every row into Python."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from taskherd.model import Task
@@ -41,6 +42,13 @@ class SQLReports:
 
     def spend_by_role(self, week_start: float, day_start: float) -> list[dict[str, Any]]:
         """Per role: runs and cost since week_start, and runs, cost and tokens since day_start."""
-        rows = self._all("spend_by_role", {"week_start": week_start, "day_start": day_start})
+        # Spend is summed by the hour: each window starts at the hour holding its start.
+        hours = {"week_from": _hour_holding(week_start), "day_from": _hour_holding(day_start)}
+        rows = self._all("spend_by_role", hours)
         return [{"role": row["role"], **{key: int(row[key]) for key in _INTS},
                  **{key: float(row[key]) for key in _FLOATS}} for row in rows]
+
+
+def _hour_holding(moment: float) -> float:
+    """The start of the UTC hour `moment` falls in (an infinite bound stays one)."""
+    return moment if math.isinf(moment) else moment // 3600 * 3600

@@ -473,6 +473,24 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
         with self._write() as db:
             return db.execute(self.q["prune_finished_tasks"], {"before": before}).rowcount
 
+    def roll_up(self, now: float) -> int:
+        folded = 0
+        with self._write() as db:
+            mark = _one(db.execute(self.q["runs_mark"]))
+            if mark["through"] > mark["marked"]:
+                db.execute(self.q["lock_runs_for_rollup"])
+                # Again under the lock: the oldest open run may be one committed meanwhile.
+                through = {"through": _one(db.execute(self.q["runs_mark"]))["through"]}
+                folded += db.execute(self.q["roll_up_runs"], through).rowcount
+                db.execute(self.q["advance_runs_mark"], through)
+        # A task counts once it finished before the mark; the margin leaves room for a settle
+        # stamped with a `now` taken a moment before its transaction got the write lock.
+        through = {"through": now - ROLLUP_MARGIN}
+        with self._write() as db:
+            folded += db.execute(self.q["roll_up_finished_tasks"], through).rowcount
+            db.execute(self.q["advance_tasks_mark"], through)
+        return max(folded, 0)
+
 
     # -- shared steps of the transitions ----------------------------------------------
 
@@ -581,6 +599,10 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
         if row is None:
             raise RunNotFound(run_id)
         return Run.from_row(row)
+
+
+# How far behind the present the finished tasks' mark stays (seconds).
+ROLLUP_MARGIN = 60.0
 
 
 def task_params(new: NewTask, now: float) -> dict[str, Any]:

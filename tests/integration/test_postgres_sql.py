@@ -25,6 +25,9 @@ except ImportError:  # pg_server then skips these tests, or fails them under CI,
     psycopg = None
 
 SQLITE_ONLY = {"wal_checkpoint"}  # PostgreSQL checkpoints by itself
+# Locks PostgreSQL takes, which return nothing; SQLite's transaction holds the whole database
+# already, and its block of the same name only reads.
+LOCKS = {"lock_runs_for_rollup"}
 # Blocks that return the new row's id in PostgreSQL only (psycopg has no lastrowid): their
 # rows there count what SQLite's rowcount counts.
 RETURNS_ID_IN_POSTGRES_ONLY = {"insert_task"}
@@ -115,7 +118,7 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "missed_fire": "all", "max_retries": 2, "source": "config", "delete_after_run": 0,
     "version": 1, "expected": NOW + 60, "job_id": 1, "status": "open", "variant": 1,
     "duration": 1.5, "kind": "run_now", "host": "box", "lease": 60.0, "running": 2,
-    "token_sha256": "ab12" * 16, "week_start": NOW - 7 * 86400, "day_start": NOW - 3600,
+    "token_sha256": "ab12" * 16, "week_from": NOW - 7 * 86400, "day_from": NOW - 3600, "through": NOW,
     "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0,
     "pool": "gpu", "role_node": None, "pool_a": "gpu", "pool_a_node": None, "pool_b": None,
     "pool_b_node": "node-a", "tags": '["gpu"]', "timeout": 15.0, "by": "node-b",
@@ -310,6 +313,9 @@ def test_block_prepares_and_runs_like_sqlite(seeded, name: str) -> None:
             resync_identities(pg)
             got = as_sqlite_would(name, run_postgres(pg, PG[name], params))
         names, rows = got
+        if name in LOCKS:
+            assert names == (), got
+            continue
         expected_names, expected_rows = expected
         assert same_columns(names, expected_names), (names, expected_names, params)
         assert rows == expected_rows, params

@@ -11,16 +11,52 @@ SELECT * FROM tasks WHERE dedup_key = :dedup_key AND finished_at IS NULL;
 SELECT * FROM tasks WHERE id = :id;
 
 -- name: count_by_state_and_role
--- Open tasks are counted live through the partial index tasks_open_state (its WHERE is
--- repeated word for word, so the planner uses it; <> chains, not NOT IN, which SQLite
--- evaluates through a temporary table on every row written to the index); finished ones come from the counters the
--- triggers keep, so a long history is never scanned.
-SELECT state, role, count(*) AS n FROM tasks
-WHERE state <> 'completed' AND state <> 'dead' AND state <> 'cancelled'
+-- Nothing is counted on the claim or settle path (migration 0012): open tasks through the
+-- indexes that hold them anyway (ready; leased; waiting for a person), finished ones from the
+-- counters the monitor rolls up, plus the few finished since its mark.
+SELECT state, role, count(*) AS n FROM tasks WHERE state = 'ready' GROUP BY state, role
+UNION ALL
+SELECT state, role, count(*) FROM tasks
+WHERE lease_expires_at IS NOT NULL AND state IN ('claimed', 'running')
 GROUP BY state, role
 UNION ALL
-SELECT state, role, n FROM finished_counts WHERE n > 0
+SELECT state, role, count(*) FROM tasks
+WHERE state = 'pending' OR state = 'needs_review' OR state = 'blocked'
+GROUP BY state, role
+UNION ALL
+SELECT state, role, sum(n) FROM (
+    SELECT state, role, n FROM finished_counts WHERE n > 0
+    UNION ALL
+    SELECT state, role, count(*) FROM tasks
+    WHERE finished_at IS NOT NULL AND finished_at >= (SELECT tasks_through FROM rollup_marks)
+      AND state IN ('completed', 'dead', 'cancelled')
+    GROUP BY state, role
+) AS finished
+GROUP BY state, role
 ORDER BY role, state;
+
+-- name: roll_up_finished_tasks
+-- Adds the tasks finished between the mark and :through to the counters; advance_tasks_mark
+-- then moves the mark, in the same transaction.
+INSERT INTO finished_counts (state, role, n)
+SELECT state, role, count(*) FROM tasks
+WHERE finished_at IS NOT NULL AND finished_at >= (SELECT tasks_through FROM rollup_marks)
+  AND finished_at < :through AND state IN ('completed', 'dead', 'cancelled')
+GROUP BY state, role
+ON CONFLICT (state, role) DO UPDATE SET n = finished_counts.n + excluded.n;
+
+-- name: advance_tasks_mark
+UPDATE rollup_marks SET tasks_through = :through WHERE tasks_through < :through;
+
+-- name: runs_mark
+-- How far the runs can be rolled up: to just below the oldest open run (every run up to the
+-- mark has ended), and where the mark is now.
+SELECT coalesce((SELECT min(id) FROM runs WHERE ended_at IS NULL),
+                (SELECT coalesce(max(id), 0) + 1 FROM runs)) - 1 AS through,
+       (SELECT runs_through FROM rollup_marks) AS marked;
+
+-- name: advance_runs_mark
+UPDATE rollup_marks SET runs_through = :through WHERE runs_through < :through;
 
 -- name: get_run
 SELECT * FROM runs WHERE id = :id;

@@ -1,22 +1,32 @@
 -- name: spend_by_role
--- The board's cost lines: runs, cost and tokens of each role's runs claimed since
--- :week_start, and the part of them since :day_start (midnight in the fleet's zone, which
--- the caller works out: SQLite knows no time zones). Read from the hourly sums the runs add
--- themselves to when they end (migration 0010), so a run counts once it has ended and the
--- windows start at the hour; summing the runs themselves read a week of rows.
+-- The board's cost lines: runs, cost and tokens of each role's runs claimed since :week_from,
+-- and the part of them since :day_from (both the start of an hour: the hour holding the
+-- week's start, and the one holding midnight in the fleet's zone, which the caller works out:
+-- SQLite knows no time zones). Read from the hourly sums the monitor rolls ended runs up into
+-- (migration 0012), plus the ended runs past the mark one by one: the mark follows the
+-- oldest open run, so those are few; summing every run read a week of rows.
+WITH spend AS (
+    SELECT role, hour AS at, runs, cost_usd, input_tokens, output_tokens
+    FROM spend_hours
+    WHERE hour >= :week_from AND runs > 0
+    UNION ALL
+    SELECT role, claimed_at, 1, coalesce(cost_usd, 0), coalesce(input_tokens, 0),
+           coalesce(output_tokens, 0)
+    FROM runs
+    WHERE id > (SELECT runs_through FROM rollup_marks) AND ended_at IS NOT NULL
+      AND claimed_at >= :week_from
+)
 SELECT role,
        sum(runs) AS runs_week,
        sum(cost_usd) AS cost_week,
        sum(input_tokens) AS input_tokens_week,
        sum(output_tokens) AS output_tokens_week,
-       coalesce(sum(CASE WHEN hour >= :day_start - 3599 THEN runs END), 0) AS runs_today,
-       coalesce(sum(CASE WHEN hour >= :day_start - 3599 THEN cost_usd END), 0) AS cost_today,
-       coalesce(sum(CASE WHEN hour >= :day_start - 3599 THEN input_tokens END), 0)
-           AS input_tokens_today,
-       coalesce(sum(CASE WHEN hour >= :day_start - 3599 THEN output_tokens END), 0)
+       coalesce(sum(CASE WHEN at >= :day_from THEN runs END), 0) AS runs_today,
+       coalesce(sum(CASE WHEN at >= :day_from THEN cost_usd END), 0) AS cost_today,
+       coalesce(sum(CASE WHEN at >= :day_from THEN input_tokens END), 0) AS input_tokens_today,
+       coalesce(sum(CASE WHEN at >= :day_from THEN output_tokens END), 0)
            AS output_tokens_today
-FROM spend_hours
-WHERE hour >= :week_start - 3599 AND runs > 0
+FROM spend
 GROUP BY role
 ORDER BY role;
 

@@ -124,3 +124,23 @@ WHERE stopped_at IS NULL AND down_at IS NULL AND name <> :node
   AND last_seen < :now - coalesce(timeout, 3 * lease)
 ORDER BY name
 FOR UPDATE SKIP LOCKED;
+
+-- name: lock_runs_for_rollup
+-- The runs' mark follows the oldest open run the rollup can see; a run another transaction
+-- is ending right now must either be seen ended by the rollup or see the moved mark (and add
+-- itself), never neither. EXCLUSIVE waits for the runs' writers and holds new ones back for
+-- the few milliseconds of the rollup; readers go on.
+LOCK TABLE runs IN EXCLUSIVE MODE;
+
+-- name: roll_up_runs
+-- Adds the ended runs between the mark and :through to their hour's sums.
+INSERT INTO spend_hours (role, hour, runs, cost_usd, input_tokens, output_tokens)
+SELECT role, floor(claimed_at / 3600) * 3600, count(*), coalesce(sum(cost_usd), 0),
+       coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0)
+FROM runs
+WHERE id > (SELECT runs_through FROM rollup_marks) AND id <= :through AND ended_at IS NOT NULL
+GROUP BY 1, 2
+ON CONFLICT (role, hour) DO UPDATE
+SET runs = spend_hours.runs + excluded.runs, cost_usd = spend_hours.cost_usd + excluded.cost_usd,
+    input_tokens = spend_hours.input_tokens + excluded.input_tokens,
+    output_tokens = spend_hours.output_tokens + excluded.output_tokens;

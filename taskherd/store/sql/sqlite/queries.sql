@@ -91,3 +91,53 @@ ORDER BY day_start;
 SELECT * FROM runs INDEXED BY runs_open
 WHERE ended_at IS NULL AND (CAST(:node AS TEXT) IS NULL OR node = :node)
 ORDER BY id;
+
+-- name: count_by_state_and_role
+-- As the common block, with the indexes named: without statistics the planner would rather
+-- scan the table than look up the rows of a partial index.
+SELECT state, role, count(*) AS n FROM tasks INDEXED BY tasks_ready
+WHERE state = 'ready'
+GROUP BY state, role
+UNION ALL
+SELECT state, role, count(*) FROM tasks INDEXED BY tasks_leases
+WHERE lease_expires_at IS NOT NULL AND state IN ('claimed', 'running')
+GROUP BY state, role
+UNION ALL
+SELECT state, role, count(*) FROM tasks INDEXED BY tasks_waiting
+WHERE state = 'pending' OR state = 'needs_review' OR state = 'blocked'
+GROUP BY state, role
+UNION ALL
+SELECT state, role, sum(n) FROM (
+    SELECT state, role, n FROM finished_counts WHERE n > 0
+    UNION ALL
+    SELECT state, role, count(*) FROM tasks INDEXED BY tasks_finished
+    WHERE finished_at IS NOT NULL AND finished_at >= (SELECT tasks_through FROM rollup_marks)
+      AND state IN ('completed', 'dead', 'cancelled')
+    GROUP BY state, role
+)
+GROUP BY state, role
+ORDER BY role, state;
+
+-- name: runs_mark
+-- As the common block; INDEXED BY, or min(id) walks the ended runs from the first.
+SELECT coalesce((SELECT min(id) FROM runs INDEXED BY runs_open WHERE ended_at IS NULL),
+                (SELECT coalesce(max(id), 0) + 1 FROM runs)) - 1 AS through,
+       (SELECT runs_through FROM rollup_marks) AS marked;
+
+-- name: lock_runs_for_rollup
+-- PostgreSQL takes a lock here (see its file); SQLite's write transaction already holds the
+-- whole database. (A statement returning no row: one left unread would hold up the COMMIT.)
+SELECT 1 WHERE 0;
+
+-- name: roll_up_runs
+-- Adds the ended runs between the mark and :through to their hour's sums.
+INSERT INTO spend_hours (role, hour, runs, cost_usd, input_tokens, output_tokens)
+SELECT role, CAST(claimed_at / 3600 AS INTEGER) * 3600.0, count(*), coalesce(sum(cost_usd), 0),
+       coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0)
+FROM runs
+WHERE id > (SELECT runs_through FROM rollup_marks) AND id <= :through AND ended_at IS NOT NULL
+GROUP BY 1, 2
+ON CONFLICT (role, hour) DO UPDATE
+SET runs = spend_hours.runs + excluded.runs, cost_usd = spend_hours.cost_usd + excluded.cost_usd,
+    input_tokens = spend_hours.input_tokens + excluded.input_tokens,
+    output_tokens = spend_hours.output_tokens + excluded.output_tokens;

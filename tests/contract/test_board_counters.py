@@ -1,0 +1,104 @@
+"""The board's numbers stay exact while the claim and the settle keep no counters: open tasks
+are counted through the queue's own indexes, finished tasks and spend are rolled up by the
+monitor behind a mark, and whatever lies past the mark is read live."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from taskherd.model import NewTask, Outcome, RunResult, TaskState
+from taskherd.queue import RetryPolicy
+from taskherd.store.sql_store import ROLLUP_MARGIN
+
+ONE_TRY = RetryPolicy()
+LEASE = 60.0
+T0 = 1_800_000_000.0  # an hour's start, so the spend windows below start exactly here
+
+
+def counted(store) -> Counter:
+    return Counter({(c.state, c.role): c.count for c in store.counts()})
+
+
+def every_task(store) -> Counter:
+    """What the counts must say, from the tasks themselves."""
+    tasks = store.list_tasks(limit=10_000)
+    return Counter((task.state, task.role) for task in tasks)
+
+
+def spend(store, week_start: float = T0 - 86400, day_start: float = T0):
+    return {row["role"]: (row["runs_week"], round(row["cost_week"], 5), row["runs_today"])
+            for row in store.spend_by_role(week_start, day_start)}
+
+
+def run_once(store, role: str, outcome: Outcome, now: float, cost: float = 0.0):
+    # One attempt: a failure goes straight to the dead-letter set.
+    store.enqueue(NewTask(role=role, title=f"{role} {outcome.value}", max_attempts=1), now)
+    claimed = store.claim("n1", now, LEASE, roles=[role])
+    return store.finish_run(claimed.run.id, RunResult(outcome, cost_usd=cost), ONE_TRY, now + 1)
+
+
+def test_counts_match_the_tasks_through_claims_settles_roll_ups_revivals_and_prunes(store):
+    now = T0
+    for role in ("coder", "qa"):
+        for outcome in (Outcome.SUCCEEDED, Outcome.FAILED, Outcome.SUCCEEDED):
+            run_once(store, role, outcome, now)
+            now += 10
+    assert counted(store) == every_task(store)
+
+    # Open tasks of every kind: ready, claimed, running, blocked, pending, needs_review.
+    store.enqueue(NewTask(role="coder", title="waits"), now)
+    store.enqueue(NewTask(role="qa", title="pending", pending=True), now)
+    blocked = store.enqueue(NewTask(role="coder", title="blocked"), now).task
+    store.block(blocked.id, now, "a human must look")
+    store.enqueue(NewTask(role="qa", title="reviewed", review=True), now)
+    reviewed = store.claim("n1", now, LEASE, roles=["qa"])
+    store.finish_run(reviewed.run.id, RunResult(Outcome.SUCCEEDED), ONE_TRY, now + 1)
+    store.enqueue(NewTask(role="coder", title="running"), now)
+    running = store.claim("n1", now, LEASE, roles=["coder"])
+    store.mark_spawned(running.run.id, now, LEASE, pid=1, pid_started_at=1.0, log_path=None)
+    store.enqueue(NewTask(role="qa", title="claimed"), now)
+    store.claim("n1", now, LEASE, roles=["qa"])
+    assert counted(store) == every_task(store)
+    assert counted(store)[(TaskState.NEEDS_REVIEW, "qa")] == 1
+
+    # The roll-up moves the settled tasks into the counters; nothing changes on the board.
+    now += ROLLUP_MARGIN + 60
+    assert store.roll_up(now) > 0
+    assert counted(store) == every_task(store)
+
+    # A task finished before the mark comes back (requeue), or is pruned: the counters follow.
+    dead = [t for t in store.list_tasks(state=TaskState.DEAD, limit=10)]
+    store.requeue(dead[0].id, now)
+    assert counted(store) == every_task(store)
+    run_once(store, "coder", Outcome.SUCCEEDED, now)  # settles after the mark: read live
+    assert counted(store) == every_task(store)
+    assert store.prune(before=T0 + 25) > 0
+    assert counted(store) == every_task(store)
+    now += ROLLUP_MARGIN + 60
+    store.roll_up(now)
+    store.roll_up(now)  # a second roll-up with nothing new counts nothing twice
+    assert counted(store) == every_task(store)
+
+
+def test_spend_counts_each_ended_run_once_whether_rolled_up_or_read_live(store):
+    run_once(store, "coder", Outcome.SUCCEEDED, T0 + 10, cost=0.5)
+    store.enqueue(NewTask(role="coder", title="long"), T0 + 20)
+    long_run = store.claim("n1", T0 + 20, LEASE)  # open: it holds the runs' mark back
+    run_once(store, "coder", Outcome.FAILED, T0 + 30, cost=0.25)
+    assert spend(store) == {"coder": (2, 0.75, 2)}
+
+    store.roll_up(T0 + 3600)
+    assert spend(store) == {"coder": (2, 0.75, 2)}
+    # It ends after the roll-up passed the runs after it: counted once, by itself.
+    store.finish_run(long_run.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=2.0), ONE_TRY,
+                     T0 + 3700)
+    assert spend(store) == {"coder": (3, 2.75, 3)}
+    store.roll_up(T0 + 7200)
+    assert spend(store) == {"coder": (3, 2.75, 3)}
+    run_once(store, "qa", Outcome.SUCCEEDED, T0 + 7300, cost=1.0)
+    assert spend(store) == {"coder": (3, 2.75, 3), "qa": (1, 1.0, 1)}
+    # A day window that starts after the coder's runs: they count for the week only.
+    assert spend(store, day_start=T0 + 7200) == {"coder": (3, 2.75, 0), "qa": (1, 1.0, 1)}
+
+    assert store.prune(before=T0 + 8000) == 4
+    assert spend(store) == {}
