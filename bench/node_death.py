@@ -31,7 +31,11 @@ from pathlib import Path
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+BENCH_DIR = Path(__file__).resolve().parent
+# Python puts this script's folder first on sys.path, where bench/queue.py would shadow the
+# standard library's `queue`, which psycopg imports.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != BENCH_DIR]
+sys.path.insert(0, str(BENCH_DIR.parent))
 
 from taskherd.model import NewTask, TaskState
 from taskherd.store import open_store
