@@ -53,8 +53,12 @@ async def run_service(loop: ServiceLoop, clock: Callable[[], float]) -> None:
         if loop.wake is None:
             await asyncio.sleep(timeout)
             continue
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancel that lands
+        # as the event is set, and the service loop went on forever: a daemon on a busy fleet
+        # (events every second) hung in its stop, waiting for its scheduler to end.
         try:
-            await asyncio.wait_for(loop.wake.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await loop.wake.wait()
         except TimeoutError:
             pass
 
