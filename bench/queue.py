@@ -124,6 +124,27 @@ def bench_taskherd(folder: Path, durability: str, rounds: int, singles: int, bat
     return rates
 
 
+def wal_pages_per_claim_complete(folder: Path, durability: str, rounds: int = 2000) -> float:
+    """Pages a claim and its completion write to the WAL, the two transactions together: the
+    load-independent half of claim+complete's cost (every page is copied, checksummed, written
+    and later checkpointed). Counted on a store that never checkpoints, so the WAL only grows."""
+    now = time.time()
+    path = folder / "taskherd-wal.db"
+    store = SQLiteStore(path, durability=durability, autocheckpoint=False)
+    store.enqueue_many(new_tasks(rounds), now)
+    wal = Path(f"{path}-wal")
+    before = wal.stat().st_size
+    policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
+    for _ in range(rounds):
+        claim = store.claim("bench-node", now, LEASE)
+        assert claim is not None
+        store.finish_run(claim.run.id, success, policy, now)
+    frame = 24 + sqlite3.connect(path).execute("PRAGMA page_size").fetchone()[0]
+    pages = (wal.stat().st_size - before) / frame / rounds
+    store.close()
+    return pages
+
+
 # -- bare sqlite3: the floor --------------------------------------------------------------------
 
 BARE_SCHEMA = """
@@ -280,6 +301,7 @@ def run_durability(durability: str, rounds: int, singles: int, batch: int) -> li
             + bench_bare(folder, durability, rounds, batch)
             + bench_huey(folder, durability, rounds)
         )
+        pages = wal_pages_per_claim_complete(folder, durability)
     by_name = {rate.name: rate for rate in rates}
     ours = by_name["taskherd claim+complete"].per_second
     floor = by_name["bare sqlite3 same-SQL claim+complete"].per_second
@@ -314,6 +336,8 @@ def run_durability(durability: str, rounds: int, singles: int, batch: int) -> li
     print(f"both claim targets need a floor ≥ {needed:g}x Huey; the cheapest two-step queue on "
           f"SQLite (minimal floor) is {minimal / huey:.2f}x")
     print(f"ratio claim+complete / minimal floor    {ours / minimal:6.2f}x  (information)")
+    print(f"WAL pages per claim+complete            {pages:6.2f}   (information: the same on any "
+          "machine under any load)")
     for check in checks:
         value = (f"{check.value:6.2f}x" if check.unit == "x"
                  else f"{check.value:,.0f} {check.unit}")

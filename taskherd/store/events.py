@@ -73,10 +73,10 @@ def _check_private(folder: Path) -> None:
         os.chmod(folder, 0o700)
 
 
-_listings: dict[Path, tuple[int, list[str]]] = {}
+_listings: dict[str, tuple[int, list[str]]] = {}
 
 
-def _listeners(folder: Path) -> list[str]:
+def _listeners(folder: str) -> list[str]:
     """The socket names in `folder`, listed again only when the folder changed: a stat costs a
     tenth of a listing, and every commit asks.
 
@@ -98,8 +98,9 @@ def _listeners(folder: Path) -> list[str]:
     return names
 
 
-def publish(folder: Path, events: Iterable[Event]) -> None:
-    """Send `events` to every listener in `folder`; never blocks, never raises for a listener."""
+def publish(folder: str, events: Iterable[Event]) -> None:
+    """Send `events` to every listener in `folder`; never blocks, never raises for a listener.
+    The events are read only when someone listens: most commits have nobody to tell."""
     names = _listeners(folder)
     if not names:
         return
@@ -107,7 +108,7 @@ def publish(folder: Path, events: Iterable[Event]) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.setblocking(False)
         for name in names:
-            address = str(folder / name)
+            address = os.path.join(folder, name)
             for datagram in datagrams:
                 try:
                     sock.sendto(datagram, address)

@@ -22,7 +22,7 @@ from taskherd import __version__
 from taskherd.model import Event
 from taskherd.store.base import StoreError, StoreUnavailable
 from taskherd.store.events import Listener
-from taskherd.store.sql_store import SQLStore
+from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sqlfile import machinery, migrations, newer_schema_error, queries
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
@@ -119,8 +119,8 @@ class PostgresStore(SQLStore):
     def _order_claims(self, db: Any) -> None:
         db.execute(M["limits_lock"]).fetchall()
 
-    def _announce(self, db: Any, events: Sequence[Event]) -> None:
-        payloads = [event.to_json() for event in events]
+    def _announce(self, db: Any, outbox: Sequence[Emitted]) -> None:
+        payloads = [event.to_json() for event in built(outbox)]
         db.execute(M["notify_events"], {"payloads": payloads}).fetchall()
 
     def listen(self) -> NotifyListener:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from taskherd.model import Task
@@ -18,6 +19,9 @@ _FLOATS = ("cost_week", "cost_today")
 
 class SQLReports:
     def _all(self, name: str, params: Any = ...) -> list[Any]:  # provided by SQLStore
+        raise NotImplementedError
+
+    def _past_the_marks(self, read: Callable[[Any], list[Any]]) -> list[Any]:  # by SQLStore
         raise NotImplementedError
 
     def cost_by_day(self, day_starts: list[float], since: float) -> list[dict[str, Any]]:
@@ -44,7 +48,9 @@ class SQLReports:
         """Per role: runs and cost since week_start, and runs, cost and tokens since day_start."""
         # Spend is summed by the hour: each window starts at the hour holding its start.
         hours = {"week_from": _hour_holding(week_start), "day_from": _hour_holding(day_start)}
-        rows = self._all("spend_by_role", hours)
+        rows = self._past_the_marks(
+            lambda marks: self._all("spend_by_role",
+                                    hours | {"runs_through": marks["runs_through"]}))
         return [{"role": row["role"], **{key: int(row[key]) for key in _INTS},
                  **{key: float(row[key]) for key in _FLOATS}} for row in rows]
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import time
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from types import TracebackType
 from typing import Any
 
 from taskherd.limits import NODE, ClaimLimits, Refusal, Usage
@@ -51,6 +52,8 @@ from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports
 
 S = TaskState
+# An event a transition emitted, as (kind, now, fields); `built` makes the Events.
+Emitted = tuple[EventKind, float, dict[str, Any]]
 
 
 class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
@@ -90,38 +93,29 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
         """A claim's transaction began: PostgreSQL lets it commit without waiting for the
         disk (the spawn's record that follows does); a no-op elsewhere."""
 
-    def _announce(self, db: Connection, events: Sequence[Event]) -> None:
-        """Hand `events` to the database inside the transaction, where it is the one to
-        deliver them at commit (PostgreSQL's NOTIFY); a no-op elsewhere."""
+    def _announce(self, db: Connection, outbox: Sequence[Emitted]) -> None:
+        """Hand the transaction's events to the database, where it is the one to deliver
+        them at commit (PostgreSQL's NOTIFY); a no-op elsewhere."""
 
-    def _published(self, events: Sequence[Event]) -> None:
-        """Deliver `events` once their transaction committed; a no-op where the database
+    def _published(self, outbox: Sequence[Emitted]) -> None:
+        """Deliver the events of a transaction that committed; a no-op where the database
         delivers them itself."""
 
     # -- the transaction and its events ---------------------------------------------
 
-    _outbox: list[Event] | None = None
+    # The events of the writing transaction under way, as (kind, now, fields): an Event is
+    # built only for a listener, and most commits have none (claim+complete builds three).
+    _outbox: list[Emitted] | None = None
 
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
+    def _write(self) -> _Writing:
         """One writing transaction; the events its transitions emit reach listeners only
         if it commits, and only after."""
-        events: list[Event] = []
-        with self._transaction() as db:
-            self._outbox = events
-            try:
-                yield db
-                if events:
-                    self._announce(db, events)
-            finally:
-                self._outbox = None
-        if events:
-            self._published(events)
+        return _Writing(self)
 
     def _emit(self, kind: EventKind, now: float, **fields: Any) -> None:
         """Queue an event of the current writing transaction."""
         assert self._outbox is not None, "an event outside a writing transaction"
-        self._outbox.append(Event(kind, now, **fields))
+        self._outbox.append((kind, now, fields))
 
     def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]:
         with self._read() as db:
@@ -157,10 +151,10 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
         return [Task.from_row(row) for row in self._all("list_tasks", params)]
 
     def counts(self) -> list[StateCount]:
-        return [
-            StateCount(TaskState(row["state"]), row["role"], row["n"])
-            for row in self._all("count_by_state_and_role")
-        ]
+        rows = self._past_the_marks(
+            lambda marks: self._all("count_by_state_and_role",
+                                    {"tasks_through": marks["tasks_through"]}))
+        return [StateCount(TaskState(row["state"]), row["role"], row["n"]) for row in rows]
 
     # -- the worker's path ---------------------------------------------------------------
 
@@ -473,6 +467,26 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
         with self._write() as db:
             return db.execute(self.q["prune_finished_tasks"], {"before": before}).rowcount
 
+    def _past_the_marks(self, read: Callable[[Any], list[Any]]) -> list[Any]:
+        """`read(marks)`, a query adding what lies past the roll-up's marks to its counters.
+
+        The marks are read first and passed in as values (read inside the statement, they
+        left PostgreSQL planning the range blind, as a scan of the whole history). A roll-up
+        committed in between would have its rows counted twice, from the counters and past
+        the old mark: so the marks are read again after, and the query repeated if they moved.
+        """
+        def current() -> dict[str, Any]:
+            [row] = self._all("rollup_marks")
+            return {"tasks_through": row["tasks_through"], "runs_through": row["runs_through"]}
+
+        marks = current()
+        while True:
+            rows = read(marks)
+            again = current()
+            if again == marks:
+                return rows
+            marks = again
+
     def roll_up(self, now: float) -> int:
         folded = 0
         with self._write() as db:
@@ -603,6 +617,44 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, Store):
 
 # How far behind the present the finished tasks' mark stays (seconds).
 ROLLUP_MARGIN = 60.0
+
+
+class _Writing:
+    """The context of `SQLStore._write`. A class rather than @contextmanager around the
+    dialect's transaction: it is entered twice per claim+complete, and two nested generator
+    contexts cost that path several percent."""
+
+    __slots__ = ("db", "events", "store", "transaction")
+
+    def __init__(self, store: SQLStore):
+        self.store = store
+        self.transaction = store._transaction()
+        self.events: list[Emitted] = []
+
+    def __enter__(self) -> Connection:
+        self.db = self.transaction.__enter__()
+        self.store._outbox = self.events
+        return self.db
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> bool | None:
+        self.store._outbox = None
+        if kind is None and self.events:
+            try:
+                self.store._announce(self.db, self.events)
+            except BaseException as failure:
+                if not self.transaction.__exit__(type(failure), failure, failure.__traceback__):
+                    raise
+                return None
+        suppressed = self.transaction.__exit__(kind, error, traceback)
+        if kind is None and self.events:
+            self.store._published(self.events)
+        return suppressed
+
+
+def built(outbox: Iterable[Emitted]) -> Iterator[Event]:
+    """The events of an outbox, built as they are read."""
+    return (Event(kind, now, **fields) for kind, now, fields in outbox)
 
 
 def task_params(new: NewTask, now: float) -> dict[str, Any]:

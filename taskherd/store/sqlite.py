@@ -10,13 +10,13 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from taskherd import __version__
-from taskherd.model import Event
 from taskherd.store.base import StoreError
 from taskherd.store.events import SocketListener, publish, socket_dir
-from taskherd.store.sql_store import SQLStore
+from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sqlfile import machinery, migrations, newer_schema_error, queries
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
@@ -44,6 +44,7 @@ class SQLiteStore(SQLStore):
         self.path = Path(path)
         _create_private(self.path)
         self._events = socket_dir(self.path)
+        self._events_folder = str(self._events)  # every commit stats it: no Path calls
         self._lock = threading.RLock()
         try:
             self._open(busy_timeout, durability, autocheckpoint)
@@ -83,17 +84,9 @@ class SQLiteStore(SQLStore):
                     raise
                 time.sleep(0.01)
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self) -> _Transaction:
         """One transaction that takes the write lock up front, so it never has to upgrade."""
-        with self._lock:
-            self._conn.execute(M["begin_write"])
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute(M["rollback"])
-                raise
-            self._conn.execute(M["commit"])
+        return _Transaction(self._conn, self._lock)
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -119,8 +112,8 @@ class SQLiteStore(SQLStore):
     def _is_unique_error(self, error: Exception) -> bool:
         return isinstance(error, sqlite3.IntegrityError) and "UNIQUE" in str(error)
 
-    def _published(self, events: Sequence[Event]) -> None:
-        publish(self._events, events)
+    def _published(self, outbox: Sequence[Emitted]) -> None:
+        publish(self._events_folder, built(outbox))
 
     def listen(self) -> SocketListener:
         return SocketListener(self._events)
@@ -185,6 +178,33 @@ def _create_private(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
     os.close(fd)
+
+
+class _Transaction:
+    """The context of `SQLiteStore._transaction`: a class rather than @contextmanager, since
+    it is entered twice per claim+complete and a generator context costs that path."""
+
+    __slots__ = ("conn", "lock")
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock):
+        self.conn = conn
+        self.lock = lock
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.lock.acquire()
+        try:
+            self.conn.execute(M["begin_write"])
+        except BaseException:
+            self.lock.release()
+            raise
+        return self.conn
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        try:
+            self.conn.execute(M["commit"] if kind is None else M["rollback"])
+        finally:
+            self.lock.release()
 
 
 def _migrate(db: sqlite3.Connection) -> None:

@@ -102,3 +102,26 @@ def test_spend_counts_each_ended_run_once_whether_rolled_up_or_read_live(store):
 
     assert store.prune(before=T0 + 8000) == 4
     assert spend(store) == {}
+
+
+def test_a_roll_up_committed_while_the_board_counts_is_not_counted_twice(store, reopen):
+    for i in range(3):
+        run_once(store, "coder", Outcome.SUCCEEDED, T0 + i, cost=0.5)
+    other = reopen()  # another process's monitor
+    read = store._all
+    rolled = []
+
+    def read_while_another_rolls_up(name, params={}):
+        # Between reading the marks and counting past them, another monitor rolls up.
+        if name in ("count_by_state_and_role", "spend_by_role") and len(rolled) < 2:
+            rolled.append(other.roll_up(T0 + 3600 * (len(rolled) + 1)))
+        return read(name, params)
+
+    store._all = read_while_another_rolls_up
+    try:
+        assert counted(store) == every_task(store)
+        assert spend(store) == {"coder": (3, 1.5, 3)}
+    finally:
+        store._all = read
+        other.close()
+    assert rolled[0] > 0  # the first read really raced a roll-up that folded rows

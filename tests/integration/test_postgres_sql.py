@@ -118,7 +118,7 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "missed_fire": "all", "max_retries": 2, "source": "config", "delete_after_run": 0,
     "version": 1, "expected": NOW + 60, "job_id": 1, "status": "open", "variant": 1,
     "duration": 1.5, "kind": "run_now", "host": "box", "lease": 60.0, "running": 2,
-    "token_sha256": "ab12" * 16, "week_from": NOW - 7 * 86400, "day_from": NOW - 3600, "through": NOW,
+    "token_sha256": "ab12" * 16, "week_from": NOW - 7 * 86400, "day_from": NOW - 3600, "through": NOW, "tasks_through": NOW - 60, "runs_through": 0,
     "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0,
     "pool": "gpu", "role_node": None, "pool_a": "gpu", "pool_a_node": None, "pool_b": None,
     "pool_b_node": "node-a", "tags": '["gpu"]', "timeout": 15.0, "by": "node-b",

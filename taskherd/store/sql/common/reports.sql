@@ -4,7 +4,8 @@
 -- week's start, and the one holding midnight in the fleet's zone, which the caller works out:
 -- SQLite knows no time zones). Read from the hourly sums the monitor rolls ended runs up into
 -- (migration 0012), plus the ended runs past the mark one by one: the mark follows the
--- oldest open run, so those are few; summing every run read a week of rows.
+-- oldest open run, so those are few; summing every run read a week of rows. The caller reads
+-- the mark, :runs_through: one read in the statement leaves PostgreSQL planning the range blind.
 WITH spend AS (
     SELECT role, hour AS at, runs, cost_usd, input_tokens, output_tokens
     FROM spend_hours
@@ -13,7 +14,7 @@ WITH spend AS (
     SELECT role, claimed_at, 1, coalesce(cost_usd, 0), coalesce(input_tokens, 0),
            coalesce(output_tokens, 0)
     FROM runs
-    WHERE id > (SELECT runs_through FROM rollup_marks) AND ended_at IS NOT NULL
+    WHERE id > :runs_through AND ended_at IS NOT NULL
       AND claimed_at >= :week_from
 )
 SELECT role,
@@ -32,10 +33,13 @@ ORDER BY role;
 
 -- name: task_history
 -- Finished tasks, newest first, finished since :since (a role filter as list_tasks has).
+-- The history side of tasks_clock (migration 0012), by its own expressions: there,
+-- coalesce(finished_at, lease_expires_at) is finished_at.
 SELECT * FROM tasks
-WHERE finished_at IS NOT NULL AND finished_at >= :since
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
+  AND coalesce(finished_at, lease_expires_at) >= :since
   AND (CAST(:role AS TEXT) IS NULL OR role = :role)
-ORDER BY finished_at DESC, id DESC
+ORDER BY coalesce(finished_at, lease_expires_at) DESC, id DESC
 LIMIT :limit;
 
 -- name: first_run_start

@@ -74,10 +74,11 @@ FOR UPDATE SKIP LOCKED;
 -- name: expired_leases
 -- FOR UPDATE SKIP LOCKED: every node's monitor rescues expired leases; two of them at once
 -- each take the rows the other has not locked, instead of one waiting to find the other's
--- rescue done and failing its whole pass on a run that already ended.
+-- rescue done and failing its whole pass on a run that already ended. The lease side of
+-- tasks_clock (migration 0012), by its own expressions.
 SELECT * FROM tasks
-WHERE lease_expires_at IS NOT NULL AND lease_expires_at < :now
-  AND state IN ('claimed', 'running')
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND coalesce(finished_at, lease_expires_at) < :now
+  AND lease_expires_at IS NOT NULL AND state IN ('claimed', 'running')
 ORDER BY id
 FOR UPDATE SKIP LOCKED;
 

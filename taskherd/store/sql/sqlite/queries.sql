@@ -46,9 +46,10 @@ LIMIT 1;
 SELECT * FROM runs WHERE task_id = :task_id AND ended_at IS NULL ORDER BY id DESC LIMIT 1;
 
 -- name: expired_leases
+-- The lease side of tasks_clock (migration 0012), by its own expressions.
 SELECT * FROM tasks
-WHERE lease_expires_at IS NOT NULL AND lease_expires_at < :now
-  AND state IN ('claimed', 'running')
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND coalesce(finished_at, lease_expires_at) < :now
+  AND lease_expires_at IS NOT NULL AND state IN ('claimed', 'running')
 ORDER BY id;
 
 -- name: wal_checkpoint
@@ -99,8 +100,9 @@ SELECT state, role, count(*) AS n FROM tasks INDEXED BY tasks_ready
 WHERE state = 'ready'
 GROUP BY state, role
 UNION ALL
-SELECT state, role, count(*) FROM tasks INDEXED BY tasks_leases
-WHERE lease_expires_at IS NOT NULL AND state IN ('claimed', 'running')
+SELECT state, role, count(*) FROM tasks INDEXED BY tasks_clock
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at IS NOT NULL
+  AND state IN ('claimed', 'running')
 GROUP BY state, role
 UNION ALL
 SELECT state, role, count(*) FROM tasks INDEXED BY tasks_waiting
@@ -110,8 +112,9 @@ UNION ALL
 SELECT state, role, sum(n) FROM (
     SELECT state, role, n FROM finished_counts WHERE n > 0
     UNION ALL
-    SELECT state, role, count(*) FROM tasks INDEXED BY tasks_finished
-    WHERE finished_at IS NOT NULL AND finished_at >= (SELECT tasks_through FROM rollup_marks)
+    SELECT state, role, count(*) FROM tasks INDEXED BY tasks_clock
+    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
+      AND coalesce(finished_at, lease_expires_at) >= :tasks_through
       AND state IN ('completed', 'dead', 'cancelled')
     GROUP BY state, role
 )

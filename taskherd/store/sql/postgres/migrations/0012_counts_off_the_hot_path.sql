@@ -3,7 +3,7 @@
 -- each ended run to a counter row, one row every node's settles contended for. So the claim
 -- and the settle now write nothing for the board:
 --  * open tasks are counted through indexes the queue keeps anyway (tasks_ready for ready
---    ones, tasks_leases for claimed and running ones) and tasks_waiting, which only tasks
+--    ones, tasks_clock for claimed and running ones) and tasks_waiting, which only tasks
 --    waiting for a person enter;
 --  * finished tasks and spend are rolled up by the daemons' monitors behind two marks:
 --    finished_counts holds the tasks finished before rollup_marks.tasks_through (a time a
@@ -20,8 +20,24 @@ DROP TRIGGER finished_counts_delete ON tasks;
 DROP TRIGGER spend_hours_run_ended ON runs;
 DROP TRIGGER spend_hours_run_deleted ON runs;
 
+-- One index for the two clocks of a task that moves: when its lease expires (claimed and
+-- running tasks, side 1) and when it finished (the history, side 0). A settle moves the
+-- task's entry from one side to the other, and the two sides meet at the index's right end,
+-- where the newest finished tasks sit beside the leases of the running ones: a claim and a
+-- settle write the one page there, where two indexes (tasks_leases and the history's
+-- tasks_finished) had each settle write two. Queries name the index's own expressions, the
+-- side `(CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0|1` (a CASE, not a boolean test,
+-- which PostgreSQL rewrites out of the index's reach) and `coalesce(finished_at,
+-- lease_expires_at)`, so that the planner finds the index. (state, role) let the board's
+-- counts read the index alone.
+DROP INDEX tasks_leases;
 DROP INDEX tasks_finished;
-CREATE INDEX tasks_finished ON tasks (finished_at, state, role) WHERE finished_at IS NOT NULL;
+-- Not partial, unlike SQLite's: PostgreSQL gathers statistics on an index's expressions only
+-- for an index without a predicate, and without them it planned the history, the prune and
+-- the roll-up as scans of the whole table. The open tasks' entries are the price.
+CREATE INDEX tasks_clock
+ON tasks ((CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END), coalesce(finished_at, lease_expires_at),
+          state, role);
 CREATE INDEX tasks_waiting ON tasks (state, role)
 WHERE state IN ('pending', 'needs_review', 'blocked');
 
@@ -58,7 +74,9 @@ CREATE OR REPLACE TRIGGER finished_counts_insert AFTER INSERT ON tasks
 FOR EACH ROW WHEN (NEW.finished_at IS NOT NULL)
 EXECUTE FUNCTION finished_counts_track();
 
-CREATE OR REPLACE TRIGGER finished_counts_update AFTER UPDATE OF state, role, finished_at ON tasks
+-- OF finished_at alone: a finished task changes only by being revived (finished_at cleared)
+-- or pruned.
+CREATE OR REPLACE TRIGGER finished_counts_update AFTER UPDATE OF finished_at ON tasks
 FOR EACH ROW WHEN (OLD.finished_at IS NOT NULL OR NEW.finished_at IS NOT NULL)
 EXECUTE FUNCTION finished_counts_track();
 

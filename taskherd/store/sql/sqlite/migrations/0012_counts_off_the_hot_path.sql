@@ -4,13 +4,13 @@
 -- cost claim+complete a quarter of its throughput. So the claim and the settle now write
 -- nothing for the board:
 --  * open tasks are counted through indexes the queue keeps anyway (tasks_ready for ready
---    ones, tasks_leases for claimed and running ones) and tasks_waiting, which only tasks
+--    ones, tasks_clock for claimed and running ones) and tasks_waiting, which only tasks
 --    waiting for a person enter;
 --  * finished tasks and spend are rolled up by the daemon's monitor behind two marks:
 --    finished_counts holds the tasks finished before rollup_marks.tasks_through (a time a
 --    little in the past), spend_hours the runs whose id is at most rollup_marks.runs_through
 --    (all of them ended). The board adds what lies past the marks, read live: the tasks
---    through the tasks_finished index, the runs by id from the mark on;
+--    through the tasks_clock index, the runs by id from the mark on;
 --  * triggers remain only for what changes a counter already holding a row: a task finished
 --    before the mark that is revived, or pruned; a rolled-up run pruned. They fire on no
 --    claim or settle of a task finished after the mark.
@@ -22,11 +22,24 @@ DROP TRIGGER finished_counts_delete;
 DROP TRIGGER spend_hours_run_ended;
 DROP TRIGGER spend_hours_run_deleted;
 
--- (state, role) beside finished_at: the board counts the tasks past the mark from the index
--- alone. <> chains and ORs, not IN: SQLite evaluates a partial index's IN list through a
--- temporary table on every row written to the table.
+-- One index for the two clocks of a task that moves: when its lease expires (claimed and
+-- running tasks, side 1) and when it finished (the history, side 0). A settle moves the
+-- task's entry from one side to the other, and the two sides meet at the index's right end,
+-- where the newest finished tasks sit beside the leases of the running ones: a claim and a
+-- settle write the one page there, where two indexes (tasks_leases and the history's
+-- tasks_finished) had each settle write two. Queries name the index's own expressions, the
+-- side `(CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0|1` (a CASE, not a boolean test,
+-- which PostgreSQL rewrites out of the index's reach) and `coalesce(finished_at,
+-- lease_expires_at)`, so that the planner finds the index. (state, role) let the board's
+-- counts read the index alone.
+DROP INDEX tasks_leases;
 DROP INDEX tasks_finished;
-CREATE INDEX tasks_finished ON tasks (finished_at, state, role) WHERE finished_at IS NOT NULL;
+CREATE INDEX tasks_clock
+ON tasks ((CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END), coalesce(finished_at, lease_expires_at),
+          state, role)
+WHERE finished_at IS NOT NULL OR lease_expires_at IS NOT NULL;
+-- <> chains and ORs, not IN: SQLite evaluates a partial index's IN list through a temporary
+-- table on every row written to the table.
 CREATE INDEX tasks_waiting ON tasks (state, role)
 WHERE state = 'pending' OR state = 'needs_review' OR state = 'blocked';
 
@@ -42,7 +55,9 @@ INSERT INTO rollup_marks (id, tasks_through, runs_through)
 VALUES (1, coalesce((SELECT max(finished_at) FROM tasks), 0) + 1,
         coalesce((SELECT max(id) FROM runs), 0));
 
-CREATE TRIGGER finished_counts_enter AFTER UPDATE OF state, role, finished_at ON tasks
+-- OF finished_at alone: a finished task changes only by being revived (finished_at cleared)
+-- or pruned, and a claim, which sets no finished_at, runs no trigger at all.
+CREATE TRIGGER finished_counts_enter AFTER UPDATE OF finished_at ON tasks
 WHEN (new.state = 'completed' OR new.state = 'dead' OR new.state = 'cancelled')
  AND new.finished_at < (SELECT tasks_through FROM rollup_marks)
 BEGIN
@@ -50,7 +65,7 @@ BEGIN
     ON CONFLICT (state, role) DO UPDATE SET n = n + 1;
 END;
 
-CREATE TRIGGER finished_counts_leave AFTER UPDATE OF state, role, finished_at ON tasks
+CREATE TRIGGER finished_counts_leave AFTER UPDATE OF finished_at ON tasks
 WHEN (old.state = 'completed' OR old.state = 'dead' OR old.state = 'cancelled')
  AND old.finished_at < (SELECT tasks_through FROM rollup_marks)
 BEGIN
