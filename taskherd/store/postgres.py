@@ -114,7 +114,8 @@ class PostgresStore(SQLStore):
         return isinstance(error, self._errors.UniqueViolation)
 
     def _claim_started(self, db: Any) -> None:
-        db.execute(M["claim_without_flush"])
+        if self._durability == "full":  # "normal" commits nothing with a flush already
+            db.execute(M["claim_without_flush"])
 
     def _order_claims(self, db: Any) -> None:
         db.execute(M["limits_lock"]).fetchall()

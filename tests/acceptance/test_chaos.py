@@ -52,7 +52,7 @@ AGENT = """
 
     signal.signal(signal.SIGTERM, stopped)
     note("start")
-    time.sleep(0 if role == "tick" else random.uniform(0.2, 2.0))
+    time.sleep(random.uniform(0.2, 2.0))
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the end is said, then done
     note("end")
     print("TASK_COMPLETE: done", flush=True)
@@ -223,7 +223,7 @@ def check_each_second_fired_once(store, started: float) -> None:
     seconds = sorted(fire.scheduled_for for fire in fires)
     assert len(seconds) == len(set(seconds)), "a second fired twice"
     # From soon after the first daemon was up until past the last kill, without a gap.
-    assert seconds[0] <= started + 10 and seconds[-1] >= started + CHAOS_SECONDS
+    assert seconds[0] <= started + 30 and seconds[-1] >= started + CHAOS_SECONDS
     gaps = [(a, b) for a, b in itertools.pairwise(seconds) if b - a != 1.0]
     assert gaps == [], "seconds that never fired"
 
