@@ -3,7 +3,9 @@
     python bench/postgres.py              # default sizes (< 2 min on 2 cores)
     python bench/postgres.py --tasks 5000
 
-Information only: there are no targets, and the exit status is 0 unless the bench itself fails.
+Information, except two targets (exit status 1 if either is missed): claim+complete with
+--workers processes on PostgreSQL with cluster-wide limits costs at most 15 % of the figure
+without them, and stays at least at procrastinate's worker with as many processes.
 
 It starts one throwaway PostgreSQL server (tests/pg.py's `start_server(durable=True)`): fsync,
 synchronous_commit and full_page_writes stay on, as on a production server, because what a
@@ -23,6 +25,12 @@ database, or a new SQLite file in a temporary directory, where the fsync is on t
     store first, then all start together, timed until the last one has found the queue empty.
     Every task must be claimed exactly once (asserted): on PostgreSQL the claim skips rows
     another process is claiming (FOR UPDATE SKIP LOCKED).
+  - claim+complete, --workers processes, cluster limits: the same, each claim within limits
+    counted across every process (node) in the claim's transaction, as a daemon claims: the
+    role has max_concurrent and is in a pool, both larger than --workers so they never refuse
+    and the figure is what the counting and the advisory lock that orders the claims cost.
+    On PostgreSQL this figure and the one without limits are taken --rounds times each,
+    alternating on fresh databases, and the best of each is kept (the machine is shared).
 - taskherd on SQLite, durability full: the same four figures, as the reference: the same store
   code with no server and no network round trip, where writers queue for one lock.
 - procrastinate, the established PostgreSQL task queue for Python, on its own schema
@@ -47,6 +55,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import logging
 import multiprocessing
 import os
@@ -70,6 +79,7 @@ sys.path.insert(0, str(BENCH_DIR.parent))
 
 from queue import Empty  # the standard library's, now that bench/ is off the path
 
+from taskherd.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.queue import RetryPolicy
 from taskherd.store import Store, open_store
@@ -80,6 +90,11 @@ DURABILITY = "full"
 ROLE = "bench"
 READY_TIMEOUT = 60.0  # seconds for a worker process to start and open its database
 RUN_TIMEOUT = 600.0  # seconds for the worker processes to empty the queue
+# Limits counted at every claim but never reached by the bench's few processes: what they
+# cost, not what they hold back. Cluster scope, so the claims are ordered across processes.
+LIMITS = ClaimLimits({ROLE: RoleLimit(max_concurrent=64, pool="bench-pool")},
+                     {"bench-pool": PoolLimit(64)})
+LIMITS_TARGET = 0.85  # cluster limits may cost at most 15 % of claim+complete
 
 
 @dataclass
@@ -116,14 +131,21 @@ def new_tasks(count: int) -> list[NewTask]:
 # then puts ("done", node, ids it handled, traceback or None).
 
 
-def taskherd_worker(database: str, node: str, start: Any, out: Any) -> None:
+def taskherd_limited_worker(database: str, node: str, start: Any, out: Any) -> None:
+    taskherd_worker(database, node, start, out, LIMITS)
+
+
+def taskherd_worker(database: str, node: str, start: Any, out: Any,
+                    limits: ClaimLimits | None = None) -> None:
     claimed: list[int] = []
     try:
         store = open_store(database, durability=DURABILITY)
         out.put(("ready", node, None, None))
         start.wait(READY_TIMEOUT)
         policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
-        while (claim := store.claim(node, time.time(), LEASE)) is not None:
+        roles = [ROLE] if limits else None
+        while (claim := store.claim(node, time.time(), LEASE, roles=roles,
+                                    limits=limits)) is not None:
             claimed.append(claim.task.id)
             store.finish_run(claim.run.id, success, policy, time.time())
         out.put(("done", node, claimed, None))
@@ -229,8 +251,9 @@ def check_once(contender: str, per_worker: list[list[int]], expected: set[int] |
 
 
 def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: int,
-                   workers: int) -> list[Rate]:
-    """The four figures on the databases `databases` yields: three fresh ones, in order."""
+                   workers: int, limited_rounds: int = 0) -> list[Rate]:
+    """The four figures on the fresh databases `databases` yields, in order; with
+    `limited_rounds`, the processes' figure with and without cluster limits that many times."""
     now = time.time()
     rates = []
 
@@ -266,18 +289,36 @@ def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: 
     check_settled(contender, store, tasks)
     store.close()
 
-    database = next(databases)
+    figure = f"claim+complete, {workers} processes"
+    if not limited_rounds:
+        rates.append(processes_figure(contender, figure, next(databases), tasks, workers,
+                                      taskherd_worker))
+        return rates
+    # Without and with cluster limits, alternating, each on a fresh database; the best of each.
+    plain, limited = [], []
+    for _ in range(limited_rounds):
+        plain.append(processes_figure(contender, figure, next(databases), tasks, workers,
+                                      taskherd_worker))
+        limited.append(processes_figure(contender, f"{figure}, cluster limits", next(databases),
+                                        tasks, workers, taskherd_limited_worker))
+    rates.append(max(plain, key=lambda rate: rate.per_second))
+    rates.append(max(limited, key=lambda rate: rate.per_second))
+    return rates
+
+
+def processes_figure(contender: str, figure: str, database: str, tasks: int, workers: int,
+                     target: Callable[..., None]) -> Rate:
     store = open_store(database, durability=DURABILITY)
-    store.enqueue_many(new_tasks(tasks), now)
-    with Workers(taskherd_worker, database, workers) as pool:
+    store.enqueue_many(new_tasks(tasks), time.time())
+    with Workers(target, database, workers) as pool:
         per_worker: list[list[int]] = []
-        rates.append(timed(contender, f"claim+complete, {workers} processes", tasks,
-                           lambda: per_worker.extend(pool.run())))
+        rate = timed(contender, figure, tasks, lambda: per_worker.extend(pool.run()))
     check_once(contender, per_worker, tasks)
     check_settled(contender, store, tasks)
     store.close()
-    print(f"  {contender}: tasks per process {sorted(len(ids) for ids in per_worker)}")
-    return rates
+    print(f"  {contender} ({figure}): {rate.per_second:,.0f}/s, tasks per process "
+          f"{sorted(len(ids) for ids in per_worker)}", flush=True)
+    return rate
 
 
 def check_settled(contender: str, store: Store, tasks: int) -> None:
@@ -426,8 +467,24 @@ def report(rates: list[Rate], workers: int, batch: int) -> None:
               f"taskherd pg / taskherd sqlite {pg / sqlite:6.2f}x")
 
 
+def report_limits(rates: list[Rate], workers: int) -> bool:
+    by = {(rate.contender, rate.figure): rate.per_second for rate in rates}
+    figure = f"claim+complete, {workers} processes"
+    plain = by[("taskherd postgres", figure)]
+    limited = by[("taskherd postgres", f"{figure}, cluster limits")]
+    peer = by[("procrastinate", f"worker, {workers} processes")]
+    cost_ok, peer_ok = limited / plain >= LIMITS_TARGET, limited / peer >= 1.0
+    print(f"\ncluster limits, {figure} on PostgreSQL:")
+    print(f"  with / without limits  {limited / plain:6.2f}x  (they cost "
+          f"{1 - limited / plain:.0%}; target ≤ 15 %: {'PASS' if cost_ok else 'FAIL'})")
+    print(f"  with limits / procrastinate  {limited / peer:6.2f}x  (target ≥ 1x: "
+          f"{'PASS' if peer_ok else 'FAIL'})")
+    return cost_ok and peer_ok
+
+
 def fresh_databases(server: PgServer) -> Iterator[str]:
-    for name in ("taskherd_single", "taskherd_batched", "taskherd_processes"):
+    for number in itertools.count():
+        name = f"taskherd_{number}"
         server.admin(f'CREATE DATABASE "{name}"')
         yield server.url(name)
 
@@ -439,6 +496,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="no-op tasks per figure and contender (default: 2000)")
     parser.add_argument("--batch", type=int, default=1000, help="batched enqueue size")
     parser.add_argument("--workers", type=int, default=4, help="processes sharing one queue")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="rounds of the processes' figure with and without cluster limits")
     args = parser.parse_args(argv)
 
     # A TERM (a timeout, a CI cancel) unwinds like an exception, so the `finally` clauses
@@ -456,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"taskherd postgres bench: {versions(server)}; tmp {tempfile.gettempdir()}")
         rates = bench_taskherd("taskherd postgres", fresh_databases(server), args.tasks,
-                               args.batch, args.workers)
+                               args.batch, args.workers, limited_rounds=args.rounds)
         with tempfile.TemporaryDirectory(prefix="taskherd-bench-pg-") as tmp:
             sqlite_files = (str(Path(tmp) / f"{name}.db")
                             for name in ("single", "batched", "processes"))
@@ -466,8 +525,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_server(server)
     report(rates, args.workers, args.batch)
+    passed = report_limits(rates, args.workers)
     print(f"\ndone in {time.perf_counter() - started:.1f} s")
-    return 0
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from taskherd.gates import Gate, GateError, parse_gates
 from taskherd.budgets import Budgets, Limits
 from taskherd.durations import parse_duration
 from taskherd.pricing import Price
+from taskherd.limits import NODE, SCOPES
 from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
 from taskherd.worktrees import MERGE_MODES, GitSettings
 
@@ -54,6 +55,7 @@ S3_SCHEME = "s3://"
 CREDENTIAL_KEYS = frozenset({"access_key", "secret_key", "access_key_id", "secret_access_key",
                              "aws_access_key_id", "aws_secret_access_key", "session_token",
                              "aws_session_token", "password", "secret"})
+_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 class ConfigError(ValueError):
@@ -104,6 +106,9 @@ class DaemonConfig:
     retention: float = 30 * 86400.0
     max_prompt_bytes: int = 1 << 20  # a larger prompt is refused where it enters the queue
     max_depth: int = DEFAULT_MAX_DEPTH  # a chain stops here: no child deeper than this
+    # A node silent this long is declared down by any other node, and its tasks rescued.
+    node_timeout: float = 15.0
+    tags: tuple[str, ...] = ()  # what this node offers (a GPU, a Mac): roles may require them
 
     @property
     def log_dir(self) -> Path:
@@ -122,6 +127,8 @@ class RoleConfig:
     max_concurrent: int | None = None
     stagger: float = 0.0
     pool: str | None = None
+    scope: str = "cluster"  # "node": max_concurrent and stagger count each node's runs alone
+    nodes: tuple[str, ...] = ()  # tags a node must have to run this role
     max_attempts: int = 3
     backoff: float = DEFAULT_BACKOFF_BASE
     backoff_cap: float = DEFAULT_BACKOFF_CAP
@@ -281,7 +288,7 @@ class DeliveryConfig:
 class Config:
     daemon: DaemonConfig
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
-    pools: Mapping[str, int] = field(default_factory=dict)
+    pools: Mapping[str, int] = field(default_factory=dict)  # capacity of each pool
     jobs: tuple[Mapping[str, Any], ...] = ()  # validated by the scheduler's job parser
     source: Path | None = None  # the file it came from, if any
     api: ApiConfig = field(default_factory=ApiConfig)
@@ -301,6 +308,7 @@ class Config:
         return Workflow(flows, max_depth=self.daemon.max_depth)
     prices: Mapping[str, Price] = field(default_factory=dict)  # model → USD per Mtok
     budgets: Budgets = field(default_factory=Budgets)
+    pool_scopes: Mapping[str, str] = field(default_factory=dict)  # a pool's, when not cluster
 
     def role(self, name: str) -> RoleConfig:
         """The role's config; a role the file does not define gets the defaults."""
@@ -308,6 +316,15 @@ class Config:
 
     def policy_for(self, role: str) -> RetryPolicy:
         return self.role(role).retry_policy
+
+    def runs_here(self, role: RoleConfig) -> bool:
+        """Whether this node has every tag the role requires."""
+        return set(role.nodes) <= set(self.daemon.tags)
+
+    @property
+    def runnable_roles(self) -> list[str]:
+        """The roles this node defines and may run (it has their tags)."""
+        return [name for name, role in self.roles.items() if self.runs_here(role)]
 
     def check_role(self, name: str) -> None:
         """Refuse a task role the config does not know (when it defines any roles)."""
@@ -360,7 +377,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
     daemon = _parse_daemon(_table(raw, "daemon"), base_dir, source is not None, problems)
     api = _parse_api(_table(raw, "api"), base_dir, problems)
     backup = _parse_backup(_table(raw, "backup"), base_dir, problems)
-    pools = _parse_pools(_table(raw, "pools"), problems)
+    pools, pool_scopes = _parse_pools(_table(raw, "pools"), problems)
     messages = _parse_messages(_table(raw, "messages"), problems)
     memory = _parse_memory(_table(raw, "memory"), problems)
     delivery = _parse_delivery(_table(raw, "delivery"), problems)
@@ -384,7 +401,8 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
         raise ConfigError(_all_problems(problems))
     config = Config(daemon, roles, pools, tuple(jobs), source, api=api, backup=backup,
                     messages=messages, memory=memory, delivery=delivery, monitor=monitor,
-                    prices=prices, budgets=budgets)
+                    prices=prices, budgets=budgets,
+                    pool_scopes=pool_scopes)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
         # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
@@ -450,6 +468,8 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool,
         "retention": reader.duration("retention"),
         "max_prompt_bytes": reader.positive_int("max_prompt_bytes"),
         "max_depth": reader.positive_int("max_depth"),
+        "node_timeout": reader.duration("node_timeout"),
+        "tags": reader.tags("tags"),
     }
     given = {key: value for key, value in values.items() if value is not None}
     return DaemonConfig(data_dir=data_path, database=database, **given)
@@ -557,6 +577,8 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "max_concurrent": reader.positive_int("max_concurrent"),
         "stagger": reader.duration("stagger", allow_zero=True),
         "pool": reader.get("pool", str, None),
+        "scope": reader.choice("scope", SCOPES),
+        "nodes": reader.tags("nodes"),
         "max_attempts": reader.positive_int("max_attempts"),
         "backoff": reader.duration("backoff", allow_zero=True),
         "backoff_cap": reader.duration("backoff_cap", allow_zero=True),
@@ -754,14 +776,25 @@ def _parse_monitor(raw: Mapping[str, Any], roles: Mapping[str, RoleConfig],
     return MonitorConfig(**{key: value for key, value in values.items() if value is not None})
 
 
-def _parse_pools(raw: Mapping[str, Any], problems: list[str]) -> dict[str, int]:
-    pools = {}
-    for name, capacity in raw.items():
+def _parse_pools(raw: Mapping[str, Any],
+                 problems: list[str]) -> tuple[dict[str, int], dict[str, str]]:
+    """`name = capacity`, or `name = { capacity = N, scope = "node" }` for a pool each node
+    has its own of (a GPU per machine): capacities, and the scopes that are not cluster."""
+    pools, scopes = {}, {}
+    for name, value in raw.items():
+        if isinstance(value, dict):
+            reader = _Reader(value, f"pools.{name}", {"capacity", "scope"}, problems)
+            capacity, scope = value.get("capacity"), reader.choice("scope", SCOPES)
+            if scope == NODE:
+                scopes[name] = scope
+        else:
+            capacity = value
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            problems.append(f"pools.{name} = {capacity!r}: a capacity must be a whole number ≥ 1")
+            problems.append(f"pools.{name} = {value!r}: a capacity must be a whole number ≥ 1"
+                            " (or a table: { capacity = 2, scope = \"node\" })")
             continue
         pools[name] = capacity
-    return pools
+    return pools, scopes
 
 
 LIMIT_KEYS = {"daily_usd", "monthly_usd", "daily_tokens", "monthly_tokens"}
@@ -944,6 +977,12 @@ class _Reader:
                 re.compile(pattern)
             except re.error as error:
                 raise self._fail(key, pattern, f"a regular expression ({error})") from error
+
+    def tags(self, key: str) -> tuple[str, ...] | None:
+        value = self.str_list(key)
+        if value is not None and not all(_TAG.fullmatch(tag) for tag in value):
+            raise self._fail(key, list(value), "a list of tags made of letters, digits, '-', "
+                                               "'_' or '.' (e.g. [\"gpu\", \"mac\"])")
         return value
 
     def str_map(self, key: str) -> dict[str, str] | None:

@@ -17,8 +17,9 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING
+from pathlib import Path
 
-from taskherd import __version__, spares
+from taskherd import __version__, procs, spares
 from taskherd.agent_door import AgentDoor
 from taskherd.config import (
     Config,
@@ -39,7 +40,7 @@ from taskherd.services.monitor import Monitor
 from taskherd.services.planner import Planner
 from taskherd.services.runner import ServiceLoop, run_service
 from taskherd.services.scheduler import Scheduler
-from taskherd.services.supervisor import Supervisor
+from taskherd.services.supervisor import KILL_GRACE, Supervisor
 from taskherd.services.worktrees import WorktreeJanitor
 from taskherd.store import Store, StoreError, node_lock_path, open_store, shown
 
@@ -149,10 +150,15 @@ class Daemon:
         events = await store.listen().__aenter__()
         door = AgentDoor(Queue(self.config, store), self.clock, on_change=self.wake)
         await door.start(daemon.data_dir)  # agents act on their runs here, not in the database
+        # Up before adopting: a node declared down meanwhile is seen alive again from here on,
+        # so no other node rescues the runs this one is about to adopt.
+        node = store.node_up(daemon.node, host=socket.gethostname(), pid=os.getpid(),
+                             version=__version__, lease=daemon.lease,
+                             roles=self.config.runnable_roles, tags=daemon.tags,
+                             timeout=daemon.node_timeout, now=self.clock())
+        if node.was_down_at is not None:
+            self._stop_rescued_agents(store, node.was_down_at)
         self._reconcile(store, supervisor)
-        store.node_up(daemon.node, host=socket.gethostname(), pid=os.getpid(),
-                      version=__version__, lease=daemon.lease, roles=list(self.config.roles),
-                      now=self.clock())
         # Spare shims for a burst as large as the node runs at once (capped low: each is an
         # idle interpreter), so even the first spawns need not wait for one to start.
         spares.prewarm(daemon.max_concurrent)
@@ -239,6 +245,18 @@ class Daemon:
         store.renew_leases(self.config.daemon.node, now, self.config.daemon.lease)
         if adopted:
             log.info("re-adopted %s agent(s) left by an earlier daemon", adopted)
+
+    def _stop_rescued_agents(self, store: Store, down_at: float) -> None:
+        """This node was declared down while it was away and its runs were rescued: their
+        tasks belong to other nodes now. Agents of those runs still alive here (the daemon
+        died, not the machine) are stopped, never adopted: one task, one agent."""
+        for run in store.lost_runs_of_node(self.config.daemon.node, since=down_at):
+            handle = procs.adopt(run.pid, run.pid_started_at or 0.0,
+                                 Path(run.log_path or os.devnull))
+            if handle is not None and handle.is_alive():
+                log.warning("run %s was rescued while this node was down: stopping its agent "
+                            "(pid %s)", run.id, run.pid)
+                procs.terminate(handle, grace=KILL_GRACE)
 
     def _services(self, store: Store, supervisor: Supervisor,
                   scheduler: Scheduler) -> dict[str, ServiceLoop]:

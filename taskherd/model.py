@@ -230,6 +230,7 @@ class Run:
     liveness: str | None = None  # a Liveness value while the run is open (None: not judged yet)
     liveness_since: float | None = None  # when that verdict began (quiet: the last activity)
     liveness_note: str | None = None  # the question an agent waits at, or the repeated block
+    pool: str | None = None  # the role's pool when claimed: the run holds a place in it
 
     @classmethod
     def from_row(cls, row: Any) -> Run:

@@ -105,6 +105,25 @@ class Fleet:
         self.store.close()
 
 
+def kill_machine(daemon: subprocess.Popen) -> float:
+    """What a power loss does to a node: the daemon is frozen (it starts nothing more), then
+    it and every process it started (shims, agents, spares) are SIGKILLed at once. When."""
+    import psutil
+
+    frozen = psutil.Process(daemon.pid)
+    frozen.suspend()
+    doomed = [frozen, *frozen.children(recursive=True)]
+    for process in doomed:
+        try:
+            process.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    killed_at = time.time()
+    psutil.wait_procs(doomed, timeout=10)
+    daemon.wait(10)
+    return killed_at
+
+
 def agent(root: Path, name: str, body: str) -> str:
     """Write a small Python agent program and return its path."""
     path = root / f"{name}.py"

@@ -101,8 +101,8 @@ def queue_for(ctx: click.Context) -> Iterator[ops.Queue]:
 
 def say_if_unserved(store: Store, roles: Iterable[str], now: float) -> None:
     """After a write that gives work: say on stderr when nothing will run it, so a task
-    added to a queue no daemon serves, or for a role no running node defines, is not a
-    silent wait."""
+    added to a queue no daemon serves, or for a role no running node can run (none defines
+    it, or has the tags it needs), is not a silent wait."""
     up = [node for node in store.list_nodes() if node.status(now) == "up"]
     if not up:
         click.echo("note: no taskherd daemon is up for this database: tasks wait until "
@@ -111,8 +111,9 @@ def say_if_unserved(store: Store, roles: Iterable[str], now: float) -> None:
     for role in sorted(set(roles)):
         if not any(node.runs(role) for node in up):
             names = ", ".join(node.name for node in up)
-            click.echo(f"note: no running node defines role {role!r} (up: {names}): its tasks "
-                       "wait until one does", err=True)
+            click.echo(f"note: no running node can run role {role!r} (none defines it or has "
+                       f"the tags it needs; up: {names}): its tasks wait until one does",
+                       err=True)
 
 
 def since_moment(text: str | None, started: float) -> float | None:

@@ -33,8 +33,12 @@ timezone = {timezone}
 path = {path}
 # This daemon's name in leases and runs (default: the host name); unique per database.
 # node = "build-box"
-# A claim lasts this long without renewal; a dead node's tasks are rescued after it.
+# A claim lasts this long without renewal.
 lease = "60s"
+# Silent this long, a node is declared down by the others and its tasks rescued at once.
+node_timeout = "15s"
+# What this machine offers; a role with nodes = ["gpu"] runs only on nodes tagged "gpu".
+tags = []
 # The daemon wakes on events; this is only the fallback look at the queue.
 poll_interval = "1s"
 # What `taskherd stop` does to running agents: "detach" (the next daemon re-adopts them),
@@ -58,7 +62,7 @@ runtime = "claude"
 # allowed_tools = ["Bash", "Edit", "Read"]
 # permission_mode = "acceptEdits"
 # workdir = "/srv/repo"              # default: the folder `taskherd up` runs in
-max_concurrent = 2
+max_concurrent = 2     # on every machine sharing the database together (scope = "node": each)
 max_attempts = 3       # strikes (failed, timed out, stalled, crashed) before `dead`
 backoff = "15s"        # 15s, 30s, 60s … before a retry, capped at backoff_cap
 backoff_cap = "15m"
@@ -92,7 +96,8 @@ rate_limit_cooldown = "1h"   # longest pause after a limit that names no reset t
 # max_spawn = 20
 
 # [pools]
-# git-main = 1         # at most one task naming pool "git-main" runs at a time
+# git-main = 1         # at most one task naming pool "git-main" runs at a time, fleet-wide
+# gpu = {{ capacity = 1, scope = "node" }}   # one per machine
 
 # The HTTP API, the dashboard (http://127.0.0.1:8765/) and /metrics, served by `taskherd up`
 # (needs `pip install 'taskherd[api]'`). Log in with a token: `taskherd token create`.

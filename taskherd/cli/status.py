@@ -46,6 +46,10 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
                                         board["cooldowns"])
     _print_nodes(nodes)
     _print_backup(board["backup"])
+    for row in board["unserved"]:
+        needs = f" (it needs a node tagged {', '.join(row['needs_tags'])})" if row["needs_tags"] else ""
+        click.echo(f"role {row['role']}: {row['ready']} ready task(s) wait, no live node can "
+                   f"take them{needs}; up: {', '.join(row['up']) or 'none'}")
     for cooldown in cooldowns:
         if cooldown["runtime"].startswith("budget:"):
             scope = cooldown["runtime"].removeprefix("budget:")
@@ -75,12 +79,16 @@ def _print_nodes(nodes: list[dict[str, Any]]) -> None:
             state = f"up since {format_time(node['started_at'])}"
         elif node["status"] == "stopped":
             state = f"stopped at {format_time(node['stopped_at'])}"
+        elif node.get("down_by"):
+            state = (f"DOWN: declared by {node['down_by']}, last seen "
+                     f"{format_time(node['last_seen'])}")
         else:
             state = f"DOWN: last seen {format_time(node['last_seen'])}"
-        orphans = (f"; {node['orphaned_runs']} run(s) orphaned until their leases are rescued"
+        orphans = (f"; {node['orphaned_runs']} run(s) orphaned until another node rescues them"
                    if node["orphaned_runs"] else "")
-        click.echo(f"node {node['name']} ({node['host']}, pid {node['pid']}): {state}, "
-                   f"{node['open_runs']} running{orphans}")
+        tags = f", tags {', '.join(node['tags'])}" if node.get("tags") else ""
+        click.echo(f"node {node['name']} ({node['host']}, pid {node['pid']}, taskherd "
+                   f"{node['version']}{tags}): {state}, {node['open_runs']} running{orphans}")
     click.echo("")
 
 

@@ -23,12 +23,14 @@ def status_board(queue: Queue, now: float) -> dict[str, Any]:
     for count in store.counts():
         by_role[count.role][count.state.value] += count.count
     totals = {s.value: sum(row[s.value] for row in by_role.values()) for s in TaskState}
+    nodes = store.list_nodes()
     return {
         "by_role": dict(sorted(by_role.items())),
         "total": totals,
         "cooldowns": [cooldown.__dict__ for cooldown in store.active_cooldowns(now)],
         "cost": spend_by_role(queue, now),
-        "nodes": node_rows(store.list_nodes(), store.open_runs(), now),
+        "nodes": node_rows(nodes, store.open_runs(), now),
+        "unserved": unserved_roles(queue, by_role, nodes, now),
         "backup": backup_line(queue),
     }
 
@@ -40,6 +42,28 @@ def backup_line(queue: Queue) -> dict[str, Any]:
     state = read_state(queue.config.daemon.data_dir)
     return {"target": queue.config.backup.target, "last_snapshot": state.last_snapshot,
             "failures_in_a_row": state.failures_in_a_row, "last_failure": state.last_failure}
+
+
+
+
+def unserved_roles(queue: Queue, by_role: dict[str, dict[str, int]], nodes: list[Node],
+                   now: float) -> list[dict[str, Any]]:
+    """Roles with ready tasks that no live node can take (none defines the role, or none has
+    the tags it requires): they wait until such a node comes up. Said only once some node
+    has run on this database: before that, every task waits for the first `taskherd up`."""
+    if not nodes:
+        return []
+    up = [node for node in nodes if node.status(now) == "up"]
+    rows = []
+    for role, states in by_role.items():
+        ready = states[TaskState.READY.value]
+        if not ready or any(node.runs(role) for node in up):
+            continue
+        config = queue.config.roles.get(role)
+        needs = list(config.nodes) if config is not None else []
+        rows.append({"role": role, "ready": ready, "needs_tags": needs,
+                     "up": [node.name for node in up]})
+    return rows
 
 
 def spend_by_role(queue: Queue, now: float) -> list[dict[str, Any]]:

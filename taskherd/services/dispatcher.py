@@ -2,12 +2,11 @@
 
 Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools, runtime
 cooldowns, and budgets (a role, or the fleet, whose next run would spend past a limit waits
-for the period to reset). The store picks the task (P0 first, FIFO within a priority); the dispatcher only
-says which roles and pools have room.
-
-After a rate limit's cooldown ends, the runtime does not start a wave that meets the limit
-again: one run goes first (the probe, taken by compare-and-set so one node takes it), and
-the rest wait until it got past the provider (the supervisor then deletes the cooldown).
+for the period to reset). The store picks the task (P0 first, FIFO within a priority) and
+checks the role's and pools' limits across every node in the claim's transaction
+(taskherd/limits.py); the dispatcher says which roles this node may run (its tags) and skips
+at once those its own runs already fill, and learns from the store why the others were
+passed by.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from datetime import datetime
 
 from taskherd.budgets import FLEET
 from taskherd.config import Config, RoleConfig
+from taskherd.limits import ClaimLimits, Refusal
 from taskherd.model import Cooldown, Priority, TaskState
 from taskherd.services.supervisor import LiveRuns
 from taskherd.store import Store, StoreError
@@ -65,12 +65,15 @@ class Dispatcher:
         self._warned_p0: dict[int, float] = {}
         self._probe_tried: dict[str, float] = {}  # runtime → when a probe found nothing to run
         self._over: dict[str, float] = {}  # budget scopes paused, until when (this pass)
+        self._refused: dict[str, Refusal] = {}  # the store's word on the last pass
 
     def run_once(self, now: float) -> dict[str, int]:
         cooldowns = self.store.all_cooldowns()
         cooled = {c.runtime: _paused_reason(c, now) for c in cooldowns}
         self._over = self._over_budget(now)
         started = 0
+        limits = ClaimLimits.from_config(self.config)  # the config may have been reloaded
+        self._refused = {}
         for cooldown in cooldowns:
             if cooldown.probing(now) and self._probe(cooldown, now, cooled):
                 started += 1
@@ -86,6 +89,7 @@ class Dispatcher:
                 runtime_of={role.name: role.runtime for role in room.roles},
                 inbox=InboxLimit(self.config.messages.inbox_messages,
                                  self.config.messages.inbox_bytes),
+                limits=limits, refusals=self._refused,
             )
             if claim is None:
                 break
@@ -149,10 +153,15 @@ class Dispatcher:
         running = self.live.running_per_role()
         pool_use = self.live.pools_in_use()
         full_pools = tuple(p for p, cap in self.config.pools.items() if pool_use[p] >= cap)
+        full_pools += tuple(r.pool for r in self._refused.values()
+                            if r.pool is not None and r.pool not in full_pools)
         blocked_by: dict[str, str] = {}
         open_roles = []
         for role in self.config.roles.values():
             reason = self._no_room_reason(role, now, running, full_pools, cooled)
+            refused = self._refused.get(role.name)
+            if reason is None and refused is not None and refused.pool is None:
+                reason = refused.reason  # full on other nodes: not tried again this pass
             if reason:
                 blocked_by[role.name] = reason
             else:
@@ -163,6 +172,11 @@ class Dispatcher:
 
     def _no_room_reason(self, role: RoleConfig, now: float, running: Counter,
                         full_pools: tuple[str, ...], cooled: dict[str, str]) -> str | None:
+        """Why the role cannot start here now, as far as this node's own runs tell (the store
+        counts every node's at the claim)."""
+        if not self.config.runs_here(role):
+            return (f"role {role.name} runs on nodes tagged {', '.join(role.nodes)}; this node "
+                    f"has {', '.join(self.config.daemon.tags) or 'no tags'}")
         for scope in (role.name, FLEET):
             if scope in self._over:
                 until = datetime.fromtimestamp(self._over[scope]).astimezone()
@@ -189,11 +203,13 @@ class Dispatcher:
         return wake
 
     def next_stagger_end(self, now: float) -> float | None:
-        """When a staggered role gets room again, so the loop can wake for it."""
+        """When a staggered role gets room again, here or because another node's spawn
+        (which the store reported) ends its gap, so the loop can wake for it."""
         spawns = {r.name: self.live.last_spawn(r.name) for r in self.config.roles.values()
                   if r.stagger}
         ends = [spawns[r.name] + r.stagger for r in self.config.roles.values()
                 if r.stagger and spawns[r.name] is not None]
+        ends += [refusal.retry_at for refusal in self._refused.values() if refusal.retry_at]
         future = [end for end in ends if end > now]
         return min(future) if future else None
 

@@ -1,5 +1,9 @@
-"""The monitor: leases, rescues, the board's counters and pruning. WAL checkpoints are their own
-service (`services.checkpoints`), run in a worker thread since they wait on the disk.
+"""The monitor: leases, the node's heartbeat, rescues, the board's counters and pruning. WAL
+checkpoints are their own service (`services.checkpoints`), run in a worker thread since they
+wait on the disk.
+
+Every node watches every other: one silent for its node_timeout is declared down here and its
+runs rescued at once (`lost`, no strike), so its tasks move to a live node within seconds.
 
 Each `run_once(now)` does what is due and returns counts; the daemon's loop is thin.
 """
@@ -15,6 +19,7 @@ from taskherd.services.supervisor import LiveRuns
 from taskherd.store import Store
 
 log = logging.getLogger("taskherd.monitor")
+HEARTBEATS_PER_TIMEOUT = 5
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,7 @@ class Monitor:
         self.live = live
         self.settings = settings
         self._last_renewal = float("-inf")
+        self._last_heartbeat = float("-inf")
         self._last_prune = float("-inf")
         self._last_roll_up = float("-inf")
 
@@ -41,15 +47,18 @@ class Monitor:
 
     def run_once(self, now: float) -> dict[str, int]:
         daemon = self.config.daemon
-        counts = {"renewed": 0, "rescued": 0, "never_spawned": 0, "pruned": 0}
+        counts = {"renewed": 0, "rescued": 0, "never_spawned": 0, "pruned": 0,
+                  "nodes_down": 0}
         # Renew well before expiry: a lease that lapses while its agent works invites a rescue
         # and a second run of the same task.
         if now - self._last_renewal >= daemon.lease / 3:
             counts["renewed"] = self.store.renew_leases(daemon.node, now, daemon.lease)
-            # The node's own heartbeat: `status` tells a live node from one that died.
-            self.store.node_seen(daemon.node, now, running=len(self.live),
-                                 roles=list(self.config.roles))
             self._last_renewal = now
+        # The node's own heartbeat, several within its node_timeout: a late one or two must
+        # not get a live node declared down by the others.
+        if now - self._last_heartbeat >= daemon.node_timeout / HEARTBEATS_PER_TIMEOUT:
+            self._heartbeat(now)
+        counts["nodes_down"] = self._rescue_down_nodes(now)
         counts["never_spawned"] = self._rescue_never_spawned(now)
         rescued = self.store.rescue_expired(now, self.config.policy_for)
         for finished in rescued:
@@ -64,6 +73,25 @@ class Monitor:
             counts["logs_pruned"] = self._prune_logs(before=now - daemon.retention)
             self._last_prune = now
         return counts
+
+    def _heartbeat(self, now: float) -> None:
+        daemon = self.config.daemon
+        before = self.store.node_seen(daemon.node, now, running=len(self.live),
+                                      roles=self.config.runnable_roles, tags=daemon.tags)
+        self._last_heartbeat = now
+        if before is not None and before.down_at is not None:
+            log.warning("this node was declared down by %s (silent for more than %gs): its "
+                        "runs were rescued, and their agents here are being stopped",
+                        before.down_by, daemon.node_timeout)
+
+    def _rescue_down_nodes(self, now: float) -> int:
+        declared = self.store.rescue_down_nodes(self.config.daemon.node, now,
+                                                self.config.policy_for)
+        for down in declared:
+            log.warning("node %s silent since %.1fs: declared down, %s task(s) rescued (%s)",
+                        down.node.name, now - down.node.last_seen, len(down.rescued),
+                        ", ".join(str(f.task.id) for f in down.rescued) or "none")
+        return len(declared)
 
     def _prune_logs(self, before: float) -> int:
         """Delete run files (log, exit status, prompt) untouched since `before`.

@@ -359,8 +359,13 @@ class Supervisor:
                    if live.handle.pid and self._wants_cpu(live, now)}
         cpu = procs.tree_cpu_seconds(sampled) if sampled else {}
         changes = []
+        open_ids: set[int] | None = None  # read once a pass, and only when a run is due
         for live in due:
             if not live.handle.is_alive():
+                continue
+            if open_ids is None:
+                open_ids = {run.id for run in self.store.open_runs(self.config.daemon.node)}
+            if live.run.id not in open_ids and self._rescued_elsewhere(live):
                 continue
             counts["checked"] += 1
             verdict = self._judge(live, now, cpu.get(live.handle.pid))
@@ -417,6 +422,19 @@ class Supervisor:
             live.question = question_in(live.recent.decode("utf-8", "replace"),
                                         live.role.input_patterns)
         return live.question
+
+    def _rescued_elsewhere(self, live: LiveRun) -> bool:
+        """A watched agent whose run another node ended (this node was declared down while it
+        was only slow, or cut off from the database): its task may already run elsewhere, so
+        the agent stops; one task, one agent."""
+        try:
+            run = self.store.get_run(live.run.id)
+        except StoreError:
+            return False
+        if run.ended_at is None:
+            return False  # opened or settled in between: the next pass looks again
+        self.kill(live, run.outcome or Outcome.LOST, f"its run was ended elsewhere: {run.error}")
+        return True
 
     def _judge(self, live: LiveRun, now: float,
                cpu_seconds: float | None) -> tuple[Outcome, str] | None:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from taskherd.limits import ClaimLimits, Refusal
 from taskherd.model import (
     Claim,
     Cooldown,
@@ -135,6 +136,8 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
         runtime: str | None = None,
         runtime_of: Mapping[str, str] | None = None,
         inbox: InboxLimit | None = None,
+        limits: ClaimLimits | None = None,
+        refusals: dict[str, Refusal] | None = None,
     ) -> Claim | None:
         """Lease the first ready task (P0 first, FIFO within a priority) and open its run.
 
@@ -142,6 +145,9 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
         skips tasks naming a pool with no room; `as_role` names the role an `any` task runs as;
         `inbox` delivers that much of the run's unread messages to it (`Claim.inbox`), in the
         same transaction.
+        With `limits`, the task must also fit its role's max_concurrent and stagger, its pools
+        and its runtime's cooldown, counted over every node's runs in the claim's transaction;
+        why a role was passed by is written into `refusals`.
         """
 
     @abc.abstractmethod

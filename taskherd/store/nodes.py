@@ -1,20 +1,25 @@
 """Nodes: each running daemon records that it is up and keeps saying so, so anyone reading
 the store (`taskherd status`, another node) can tell a live node from one that died.
 
-A `kill -9` leaves no goodbye: a node is judged down when it has not been seen for
-`DOWN_AFTER_LEASES` of its own lease periods, and its running tasks are orphans until a
-lease rescue returns them to the queue.
+A `kill -9` leaves no goodbye: a node is down when it has not been seen for its own
+`node_timeout`. Any other node then declares it down and rescues its runs at once (`lost`,
+no strike), so a dead machine's work moves on within seconds, not after a lease's length.
+A node recorded before node_timeout existed is judged by `DOWN_AFTER_LEASES` of its leases.
 """
 
 from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from taskherd.model import ANY_ROLE
+from taskherd.model import ANY_ROLE, Run
+
+if TYPE_CHECKING:
+    from taskherd.queue import RetryPolicy
+    from taskherd.store.base import Finished
 
 DOWN_AFTER_LEASES = 3
 
@@ -30,13 +35,25 @@ class Node:
     last_seen: float
     stopped_at: float | None  # set by a clean stop; None while up, or after a crash
     running: int  # agents it ran when last seen
-    roles: tuple[str, ...] = ()  # the roles its config defines: what it can run
+    roles: tuple[str, ...] = ()  # the roles it defines and has the tags for: what it can run
+    tags: tuple[str, ...] = ()  # [daemon] tags
+    timeout: float | None = None  # its node_timeout: a silence this long means it died
+    down_at: float | None = None  # when another node declared it down (None: not since it started)
+    down_by: str | None = None
+    # On the record `node_up` returns: when an earlier life of the node was declared down (its
+    # runs rescued meanwhile, their agents to be stopped if they still run). Not a column.
+    was_down_at: float | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Node:
         data = dict(row)
         data["roles"] = tuple(json.loads(data.get("roles") or "[]"))
+        data["tags"] = tuple(json.loads(data.get("tags") or "[]"))
         return cls(**data)
+
+    @property
+    def silence_allowed(self) -> float:
+        return self.timeout if self.timeout is not None else DOWN_AFTER_LEASES * self.lease
 
     def runs(self, role: str) -> bool:
         return role == ANY_ROLE or role in self.roles
@@ -45,21 +62,48 @@ class Node:
         """`up`, `stopped` (said goodbye) or `down` (silent for too long: it died)."""
         if self.stopped_at is not None:
             return "stopped"
-        return "up" if now - self.last_seen <= DOWN_AFTER_LEASES * self.lease else "down"
+        if self.down_at is not None:
+            return "down"
+        return "up" if now - self.last_seen <= self.silence_allowed else "down"
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__) | {"roles": list(self.roles)}
+        data = dict(self.__dict__) | {"roles": list(self.roles), "tags": list(self.tags)}
+        del data["was_down_at"]
+        return data
+
+
+@dataclass(frozen=True)
+class DownNode:
+    """A node declared down, and what its runs became."""
+
+    node: Node
+    rescued: list[Finished]
 
 
 class NodeStore(abc.ABC):
     @abc.abstractmethod
     def node_up(self, name: str, *, host: str, pid: int, version: str, lease: float,
-                roles: Sequence[str], now: float) -> Node:
-        """Record that the daemon `name` started now (a restart starts it afresh)."""
+                roles: Sequence[str], now: float, tags: Sequence[str] = (),
+                timeout: float | None = None) -> Node:
+        """Record that the daemon `name` started now (a restart starts it afresh); the record
+        says in `was_down_at` whether its earlier life had been declared down."""
 
     @abc.abstractmethod
-    def node_seen(self, name: str, now: float, running: int, roles: Sequence[str]) -> None:
-        """The node's heartbeat: it is alive now, runs `running` agents and defines `roles`."""
+    def node_seen(self, name: str, now: float, running: int, roles: Sequence[str],
+                  tags: Sequence[str] | None = None) -> Node | None:
+        """The node's heartbeat: it is alive now, runs `running` agents and can run `roles`.
+        Returns the record as it was before, so a node learns it had been declared down."""
+
+    @abc.abstractmethod
+    def rescue_down_nodes(self, by: str, now: float,
+                          policy_for: Callable[[str], RetryPolicy]) -> list[DownNode]:
+        """Declare down every node (other than `by`) silent for longer than its node_timeout,
+        and end its open runs `lost` (no strike), their tasks back in the queue, in one
+        transaction; what was declared and rescued."""
+
+    @abc.abstractmethod
+    def lost_runs_of_node(self, node: str, since: float) -> list[Run]:
+        """Runs of `node` rescued from it (ended `lost`) since `since` that had a process."""
 
     @abc.abstractmethod
     def node_stopped(self, name: str, now: float) -> None:

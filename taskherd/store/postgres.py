@@ -18,11 +18,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from taskherd import __version__
 from taskherd.model import Event
 from taskherd.store.base import StoreError, StoreUnavailable
 from taskherd.store.events import Listener
 from taskherd.store.sql_store import Emitted, SQLStore, built
-from taskherd.store.sqlfile import machinery, migrations, queries
+from taskherd.store.sqlfile import machinery, migrations, newer_schema_error, queries
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
 RELISTEN_DELAY = 5.0  # seconds between attempts to get a lost LISTEN connection back
@@ -51,7 +52,11 @@ class PostgresStore(SQLStore):
         self._held_node: str | None = None
         self._lock = threading.RLock()
         self._conn = self._connect()
-        _migrate(self._conn)
+        try:
+            _migrate(self._conn)
+        except BaseException:
+            self._conn.close()
+            raise
 
     def _connect(self) -> Any:
         try:
@@ -107,6 +112,13 @@ class PostgresStore(SQLStore):
 
     def _is_unique_error(self, error: Exception) -> bool:
         return isinstance(error, self._errors.UniqueViolation)
+
+    def _claim_started(self, db: Any) -> None:
+        if self._durability == "full":  # "normal" commits nothing with a flush already
+            db.execute(M["claim_without_flush"])
+
+    def _order_claims(self, db: Any) -> None:
+        db.execute(M["limits_lock"]).fetchall()
 
     def _announce(self, db: Any, outbox: Sequence[Emitted]) -> None:
         payloads = [event.to_json() for event in built(outbox)]
@@ -224,11 +236,21 @@ def _said(error: Exception) -> str:
 
 
 def _migrate(db: Any) -> None:
-    """Apply the numbered migrations not yet recorded, all in one transaction."""
+    """Apply the numbered migrations not yet recorded, all in one transaction, by one node at
+    a time (an advisory lock): several nodes starting together apply each migration once.
+    A schema newer than this taskherd knows is refused, naming the release it needs."""
     with db.transaction():
         db.execute(M["migration_lock"])
         db.execute(M["create_schema_migrations"])
         applied = {row["version"] for row in db.execute(M["applied_migrations"])}
+
+        def release_of(version: int) -> str | None:
+            row = db.execute(M["release_of_schema"], {"version": version}).fetchone()
+            return row["taskherd"] if row else None
+
+        refused = newer_schema_error(applied, release_of, "postgres")
+        if refused:
+            raise StoreError(refused)
         for migration in migrations("postgres"):
             if migration.version in applied:
                 continue
@@ -236,3 +258,6 @@ def _migrate(db: Any) -> None:
                 db.execute(statement)
             db.execute(M["record_migration"], {"version": migration.version,
                                                "name": migration.name, "now": time.time()})
+        known = len(migrations("postgres"))
+        if release_of(known) is None:
+            db.execute(M["record_release"], {"version": known, "taskherd": __version__})

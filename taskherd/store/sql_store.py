@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from taskherd.chains import encode_chain, review_of, review_verdict
+from taskherd.limits import NODE, ClaimLimits, Refusal, Usage
 from taskherd.model import (
     ANY_ROLE,
     OPEN_STATES,
@@ -95,6 +96,15 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
 
     @abstractmethod
     def _is_unique_error(self, error: Exception) -> bool: ...
+
+    def _order_claims(self, db: Connection) -> None:
+        """Order this transaction after every other claim that counts runs across nodes (and
+        every cooldown set), until it ends: PostgreSQL's advisory lock. A no-op where the
+        transaction already holds the database's one write lock (SQLite's BEGIN IMMEDIATE)."""
+
+    def _claim_started(self, db: Connection) -> None:
+        """A claim's transaction began: PostgreSQL lets it commit without waiting for the
+        disk (the spawn's record that follows does); a no-op elsewhere."""
 
     def _announce(self, db: Connection, outbox: Sequence[Emitted]) -> None:
         """Hand the transaction's events to the database, where it is the one to deliver
@@ -183,7 +193,13 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         runtime: str | None = None,
         runtime_of: Mapping[str, str] | None = None,
         inbox: InboxLimit | None = None,
+        limits: ClaimLimits | None = None,
+        refusals: dict[str, Refusal] | None = None,
     ) -> Claim | None:
+        if limits is not None:
+            return self._claim_within(node, now, lease_seconds, limits, roles or [],
+                                      full_pools or [], as_role, runtime, runtime_of or {},
+                                      refusals if refusals is not None else {}, inbox)
         params = {
             "node": node,
             "now": now,
@@ -192,13 +208,15 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
             "full_pools": json.dumps(list(full_pools)) if full_pools else None,
         }
         with self._write() as db:
+            self._claim_started(db)
             row = _one(db.execute(self.q["claim_next"], params))
             if row is None:
                 return None
             task = Task.from_row(row)
             role = as_role if task.role == ANY_ROLE and as_role else task.role
             runtime = runtime or (runtime_of or {}).get(role)
-            run_params = {"task_id": task.id, "node": node, "role": role, "runtime": runtime}
+            run_params = {"task_id": task.id, "node": node, "role": role, "runtime": runtime,
+                          "pool": None}
             run_row = _one(db.execute(self.q["insert_run"], run_params | {"now": now}))
             run = Run.from_row(run_row)
             # Delivered in the claim's transaction: a claim that rolls back delivers nothing,
@@ -207,6 +225,78 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
             claim = Claim(task, run, messages)
             self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=claim.run.id,
                        state=task.state, role=task.role)
+        return claim
+
+    def _claim_within(self, node: str, now: float, lease_seconds: float, limits: ClaimLimits,
+                      roles: Sequence[str], full_pools: Sequence[str], as_role: str | None,
+                      runtime: str | None, runtime_of: Mapping[str, str],
+                      refusals: dict[str, Refusal], inbox: InboxLimit | None) -> Claim | None:
+        """Claim the first ready task whose role and pools have room across every node,
+        counted in the claim's transaction; a candidate that does not fit is passed by (its
+        role, or its full task pool, noted in `refusals`) and the next one tried, each in a
+        transaction of its own, so no lock outlives the candidate it was taken for."""
+        allowed, full = list(roles), list(full_pools)
+        while allowed:
+            params = {"now": now, "roles": json.dumps(allowed),
+                      "full_pools": json.dumps(full) if full else None}
+            any_role = as_role if as_role in allowed else allowed[0]
+            with self._write() as db:
+                self._claim_started(db)
+                candidate = _one(db.execute(self.q["claim_candidate"], params))
+                if candidate is None:
+                    return None
+                role = any_role if candidate["role"] == ANY_ROLE else candidate["role"]
+                refusal = self._limits_refusal(db, node, now, limits, role, candidate["pool"])
+                if refusal is None:
+                    return self._claim_candidate(db, candidate["id"], node, now, lease_seconds,
+                                                 role, runtime or runtime_of.get(role), limits,
+                                                 inbox)
+            refusals[role] = refusal
+            if refusal.pool is not None:
+                full.append(refusal.pool)
+            else:
+                allowed.remove(role)
+        return None
+
+    def _limits_refusal(self, db: Connection, node: str, now: float, limits: ClaimLimits,
+                        role: str, task_pool: str | None) -> Refusal | None:
+        if limits.crosses_nodes(role, task_pool):
+            self._order_claims(db)
+        limit = limits.role(role)
+        pools = limits.pools_of(role, task_pool)
+        pool_a, pool_b = (pools + (None, None))[:2]
+
+        def node_filter(scope: str | None) -> str | None:
+            return node if scope == NODE else None
+
+        params = {
+            "now": now, "role": role, "role_node": node_filter(limit.scope),
+            "pool_a": pool_a, "pool_a_node": node_filter(pool_a and limits.pools[pool_a].scope),
+            "pool_b": pool_b, "pool_b_node": node_filter(pool_b and limits.pools[pool_b].scope),
+            "runtime": limit.runtime,
+        }
+        row = _one(db.execute(self.q["limit_usage"], params))
+        running = {pool: row[column] for pool, column in
+                   ((pool_a, "pool_a_running"), (pool_b, "pool_b_running")) if pool}
+        usage = Usage(row["role_running"], row["role_last_claim"], running,
+                      row["cooldown_until"])
+        return limits.refusal(role, task_pool, usage, now)
+
+    def _claim_candidate(self, db: Connection, task_id: int, node: str, now: float,
+                         lease_seconds: float, role: str, runtime: str | None,
+                         limits: ClaimLimits, inbox: InboxLimit | None) -> Claim:
+        claimed = {"id": task_id, "node": node, "now": now, "lease_until": now + lease_seconds}
+        task = Task.from_row(_one(db.execute(self.q["claim_task"], claimed)))
+        limit = limits.role(role)
+        run_params = {"task_id": task.id, "node": node, "role": role, "runtime": runtime,
+                      "pool": limit.pool, "now": now}
+        run = Run.from_row(_one(db.execute(self.q["insert_run"], run_params)))
+        # Delivered in the claim's transaction, as in `claim`.
+        claim = Claim(task, run, self._deliver_inbox(db, run, inbox, now) if inbox else ())
+        if limit.stagger:
+            db.execute(self.q["note_role_claim"], {"role": role, "node": node, "now": now})
+        self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=claim.run.id,
+                   state=task.state, role=task.role)
         return claim
 
     def mark_spawned(
@@ -290,6 +380,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
                      span: float | None = None) -> Cooldown:
         params = {"runtime": runtime, "until": until, "reason": reason, "now": now, "span": span}
         with self._write() as db:
+            self._order_claims(db)  # a claim under way either sees the cooldown or precedes it
             cooldown = Cooldown.from_row(_one(db.execute(self.q["set_cooldown"], params)))
             self._emit(EventKind.COOLDOWN_SET, now, runtime=runtime)
             return cooldown

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -73,6 +74,22 @@ def migrations(dialect: str) -> tuple[Migration, ...]:
     if versions != list(range(1, len(found) + 1)):
         raise ValueError(f"migrations of {dialect} are not numbered 1..n without gaps: {versions}")
     return tuple(found)
+
+
+def newer_schema_error(applied: set[int], release_of: Callable[[int], str | None],
+                       dialect: str) -> str | None:
+    """Why this taskherd must not use a database whose schema is newer than it knows (a
+    newer node migrated it), naming the release it needs; None when it knows the schema."""
+    known = len(migrations(dialect))
+    newest = max(applied, default=0)
+    if newest <= known:
+        return None
+    from taskherd import __version__
+
+    needed = release_of(newest)
+    return (f"the database's schema is at version {newest}, newer than this taskherd "
+            f"{__version__} knows (up to {known}): a newer node migrated it; run taskherd "
+            f"{needed or 'of that node'} or later here")
 
 
 def split_statements(script: str) -> list[str]:

@@ -13,10 +13,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from taskherd import __version__
 from taskherd.store.base import StoreError
 from taskherd.store.events import SocketListener, publish, socket_dir
 from taskherd.store.sql_store import Emitted, SQLStore, built
-from taskherd.store.sqlfile import machinery, migrations, queries
+from taskherd.store.sqlfile import machinery, migrations, newer_schema_error, queries
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
 # Long enough that a burst of writers from several processes queues up instead of failing:
@@ -64,7 +65,11 @@ class SQLiteStore(SQLStore):
             # holds the event loop for the fsync of the whole database (p99 spawn latency).
             self._conn.execute(M["no_autocheckpoint"])
         self.busy_timeout = busy_timeout
-        _migrate(self._conn)
+        try:
+            _migrate(self._conn)
+        except BaseException:
+            self._conn.close()
+            raise
 
     def _enable_wal(self) -> None:
         # Switching to WAL needs a moment of exclusive access; two processes opening a fresh
@@ -253,6 +258,9 @@ def _migrate(db: sqlite3.Connection) -> None:
     """Apply the numbered migrations not yet recorded, each in its own transaction."""
     db.execute(M["create_schema_migrations"])
     applied = {row[0] for row in db.execute(M["applied_migrations"])}
+    refused = newer_schema_error(applied, lambda version: _release_of(db, version), "sqlite")
+    if refused:
+        raise StoreError(refused)
     for migration in migrations("sqlite"):
         if migration.version in applied:
             continue
@@ -267,3 +275,14 @@ def _migrate(db: sqlite3.Connection) -> None:
             db.execute(M["rollback"])
             raise
         db.execute(M["commit"])
+    known = len(migrations("sqlite"))
+    if _release_of(db, known) is None:  # a write only the first time: opens are mostly reads
+        db.execute(M["record_release"], {"version": known, "taskherd": __version__})
+
+
+def _release_of(db: sqlite3.Connection, version: int) -> str | None:
+    try:
+        row = db.execute(M["release_of_schema"], {"version": version}).fetchone()
+    except sqlite3.OperationalError:  # a schema from before releases were recorded
+        return None
+    return row[0] if row else None

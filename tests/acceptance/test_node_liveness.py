@@ -1,6 +1,6 @@
 """Is the daemon alive? Nodes record a heartbeat in the store: `status` shows each node (up
-since, last seen, agents running), a node silent for three lease periods is down and its runs
-orphaned, and `runs stale` names them; a clean stop is shown as stopped."""
+since, last seen, agents running, its taskherd version), a node silent for its node_timeout is
+down and its runs orphaned, and `runs stale` names them; a clean stop is shown as stopped."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ def fleet(tmp_path):
         timezone = "UTC"
         node = "box-1"
         lease = "1s"
+        node_timeout = "2s"
 
         [roles.worker]
         command = ["{PYTHON}", "-S", "{program}", "{tmp_path / 'release'}"]
@@ -53,7 +54,8 @@ def test_status_shows_the_node_up_then_down_after_kill_9_with_its_run_orphaned(f
         lambda: [n for n in status(fleet)["nodes"] if n["status"] == "down"], timeout=30,
         what="the node to be judged down")
     assert node["orphaned_runs"] == 1
-    assert "node box-1" in (shown := fleet.cli("status").stdout) and "DOWN: last seen" in shown
+    shown = fleet.cli("status").stdout
+    assert "node box-1" in shown and "DOWN: last seen" in shown and "taskherd 0." in shown
     stale = json.loads(fleet.cli("runs", "stale", "--json").stdout)
     assert [run["task_id"] for run in stale] == [task.id]
     assert "box-1 is down" in stale[0]["reason"]
@@ -86,4 +88,22 @@ def test_a_write_says_when_the_nodes_up_do_not_define_the_tasks_role(fleet):
     fleet.store.node_up("gpu-box", host="gpu", pid=1, version="x", lease=60.0,
                         roles=["trainer"], now=time.time())
     added = fleet.cli("task", "add", "needs a worker", "-r", "worker")
-    assert "no running node defines role 'worker' (up: gpu-box)" in added.stderr
+    assert "no running node can run role 'worker'" in added.stderr
+    assert "up: gpu-box" in added.stderr
+
+
+def test_status_says_when_ready_tasks_have_no_live_node_that_can_take_them(fleet):
+    import time
+
+    (fleet.root / "taskherd.toml").write_text((fleet.root / "taskherd.toml").read_text()
+                                              + '\n[roles.trainer]\ncommand = ["true"]\n'
+                                              'nodes = ["gpu"]\n')
+    fleet.store.node_up("box-1", host="cpu", pid=1, version="x", lease=60.0, roles=["worker"],
+                        now=time.time(), tags=["linux"], timeout=60.0)
+    fleet.add("train it", role="trainer")
+    shown = fleet.cli("status").stdout
+    assert ("role trainer: 1 ready task(s) wait, no live node can take them (it needs a node "
+            "tagged gpu); up: box-1") in shown
+    [row] = status(fleet)["unserved"]
+    assert row == {"role": "trainer", "ready": 1, "needs_tags": ["gpu"], "up": ["box-1"]}
+    assert "tags linux" in shown

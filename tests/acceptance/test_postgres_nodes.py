@@ -8,6 +8,7 @@ sleep) so the tests decide when work may finish.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections import Counter
@@ -28,7 +29,8 @@ AGENT = """
 """
 
 
-def node_config(database: str, node: str, program: str, release: str, lease: str = "60s") -> str:
+def node_config(database: str, node: str, program: str, release: str, lease: str = "60s",
+                tags: tuple[str, ...] = (), node_timeout: str = "15s") -> str:
     return f"""
         [daemon]
         database = "{database}"
@@ -37,10 +39,17 @@ def node_config(database: str, node: str, program: str, release: str, lease: str
         node = "{node}"
         max_concurrent = 2
         lease = "{lease}"
+        node_timeout = "{node_timeout}"
+        tags = {json.dumps(list(tags))}
 
         [roles.worker]
         command = ["{PYTHON}", "-S", "{program}", "{release}"]
         idle_timeout = "1h"
+
+        [roles.trainer]
+        command = ["{PYTHON}", "-S", "{program}", "{release}"]
+        idle_timeout = "1h"
+        nodes = ["gpu"]
     """
 
 
@@ -50,11 +59,12 @@ def nodes(tmp_path, pg_url):
     release = tmp_path / "release"
     made: dict[str, Fleet] = {}
 
-    def node(name: str, *, as_name: str | None = None, lease: str = "60s") -> Fleet:
+    def node(name: str, *, as_name: str | None = None, lease: str = "60s",
+             tags: tuple[str, ...] = (), node_timeout: str = "15s") -> Fleet:
         root = tmp_path / name
         root.mkdir()
         made[name] = Fleet(root, node_config(pg_url, as_name or name, program, str(release),
-                                              lease))
+                                              lease, tags, node_timeout))
         return made[name]
 
     node.release = release
@@ -86,8 +96,10 @@ def test_two_nodes_share_one_queue_and_run_each_task_once(nodes):
     assert set(Counter(run.node for run in runs)) == {"n1", "n2"}
 
 
-def test_the_tasks_of_a_dead_node_are_rescued_by_another(nodes):
-    doomed, survivor = nodes("n1", lease="2s"), nodes("n2", lease="2s")
+def test_the_tasks_of_a_dead_node_are_rescued_by_another_within_node_timeout(nodes):
+    # Leases of an hour: only the node's silence can bring its task back this soon.
+    doomed = nodes("n1", lease="1h", node_timeout="2s")
+    survivor = nodes("n2", lease="1h", node_timeout="2s")
     doomed.up()
     task = doomed.add("outlives its node")
     run = doomed.wait_until(lambda: next((r for r in doomed.store.open_runs() if r.pid), None),
@@ -100,8 +112,50 @@ def test_the_tasks_of_a_dead_node_are_rescued_by_another(nodes):
     assert survivor.wait_final(task.id, timeout=60).state is TaskState.COMPLETED
     lost, redone = survivor.store.runs_of_task(task.id)
     assert (lost.node, lost.outcome) == ("n1", Outcome.LOST)
+    assert "node n1 went silent" in lost.error and "declared down by n2" in lost.error
     assert (redone.node, redone.outcome) == ("n2", Outcome.SUCCEEDED)
     assert survivor.store.get_task(task.id).attempts == 0  # a rescue is not a strike
+    assert "DOWN: declared by n2" in survivor.cli("status").stdout
+
+
+def test_a_node_back_after_being_declared_down_stops_the_agents_it_lost(nodes):
+    doomed = nodes("n1", lease="1h", node_timeout="2s")
+    doomed.up()
+    task = doomed.add("taken over")
+    run = doomed.wait_until(lambda: next((r for r in doomed.store.open_runs() if r.pid), None),
+                            what="the agent running on n1")
+    doomed.stop(signal.SIGKILL)  # the daemon dies; its agent works on, unwatched
+    survivor = nodes("n2", lease="1h", node_timeout="2s")
+    survivor.up()
+    redone = survivor.wait_until(
+        lambda: next((r for r in survivor.store.runs_of_task(task.id) if r.node == "n2"
+                      and r.pid), None), timeout=30, what="n2 to take the task over")
+    assert procs.adopt(run.pid, run.pid_started_at, run.log_path).is_alive()
+    doomed.up()
+    doomed.wait_until(lambda: not procs.adopt(run.pid, run.pid_started_at,
+                                              run.log_path).is_alive(),
+                      what="n1 to stop the agent of the run it lost")
+    assert "rescued while this node was down: stopping its agent" in doomed.daemon_log.read_text()
+    nodes.release.touch()
+    assert survivor.wait_final(task.id, timeout=60).state is TaskState.COMPLETED
+    runs = survivor.store.runs_of_task(task.id)
+    assert [(r.node, r.outcome) for r in runs] == [("n1", Outcome.LOST), ("n2", Outcome.SUCCEEDED)]
+    assert redone.id == runs[1].id
+
+
+def test_a_role_that_needs_a_tag_runs_only_on_nodes_that_have_it(nodes):
+    gpu, plain = nodes("gpu-box", tags=("gpu", "linux")), nodes("cpu-box", tags=("linux",))
+    plain.up()
+    plain.wait_until(lambda: "taskherd up" in plain.daemon_log.read_text(), what="cpu-box up")
+    trained = [plain.add(f"train {i}", role="trainer").id for i in range(3)]
+    shown = plain.wait_until(lambda: "no live node can take them" in (
+        out := plain.cli("status").stdout) and out, what="status to name the unserved role")
+    assert "role trainer: 3 ready task(s) wait" in shown and "tagged gpu" in shown
+    gpu.up()
+    nodes.release.touch()
+    for task_id in trained:
+        assert gpu.wait_final(task_id, timeout=60).state is TaskState.COMPLETED
+    assert {run.node for t in trained for run in gpu.store.runs_of_task(t)} == {"gpu-box"}
 
 
 def test_a_node_name_is_held_by_one_daemon_across_hosts(nodes):

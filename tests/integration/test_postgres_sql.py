@@ -87,7 +87,8 @@ SEED: list[tuple[str, dict[str, Any]]] = [
     ("claim_next", {"node": "node-a", "lease_until": NOW + 60, "now": NOW, "roles": None,
                     "full_pools": None}),
     ("insert_run", {"task_id": 3, "node": "node-a", "role": "qa", "runtime": "command",
-                    "now": NOW}),
+                    "now": NOW, "pool": "gpu"}),
+    ("note_role_claim", {"role": "qa", "node": "node-a", "now": NOW}),
     ("mark_run_spawned", {"run_id": 1, "pid": 4242, "pid_started_at": NOW - 1.5,
                           "log_path": "/tmp/run-1.log", "now": NOW}),
     ("mark_task_running", {"task_id": 3, "node": "node-a", "lease_until": NOW + 60, "now": NOW}),
@@ -149,6 +150,8 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "alias": "ops", "event": "completed", "payload": '{"event": "completed"}', "attempts": 0,
     "retry_at": NOW + 30,
     "root_id": 1, "gate_id": 1, "passed": 1,
+    "pool": "gpu", "role_node": None, "pool_a": "gpu", "pool_a_node": None, "pool_b": None,
+    "pool_b_node": "node-a", "tags": '["gpu"]', "timeout": 15.0, "by": "node-b",
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {
@@ -174,6 +177,11 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     "record_worktree": [{"pool": "git-main"}, {"pool": "git-main", "merge_mode": "rebase"}],
     "hold_merge_pool": [{"pool": "git-main"}],
     "set_worktree_state": [{"state": "merged", "merged_commit": "ab" * 20}],
+    "claim_candidate": [{"roles": '["qa"]', "now": NOW - 10}, {"full_pools": None}],
+    "claim_task": [{"id": 2}],
+    "limit_usage": [{"role": "qa", "role_node": "node-a", "now": NOW - 10},
+                    {"pool_a": None, "runtime": None}],
+    "silent_nodes": [{"now": NOW + 1000, "node": "node-b"}],
 }
 
 

@@ -25,6 +25,21 @@ def test_role_with_durations():
     assert coder.command == ("agent", "{task_id}")
 
 
+def test_cluster_keys_tags_scopes_and_node_timeout():
+    config = parse({
+        "daemon": {"tags": ["gpu", "mac"], "node_timeout": "20s"},
+        "pools": {"gpu": {"capacity": 1, "scope": "node"}, "deploys": 2},
+        "roles": {"trainer": {"command": ["x"], "pool": "gpu", "nodes": ["gpu"]},
+                  "deployer": {"command": ["x"], "max_concurrent": 1, "scope": "node"},
+                  "ios": {"command": ["x"], "nodes": ["mac", "arm"]}},
+    })
+    assert config.daemon.tags == ("gpu", "mac") and config.daemon.node_timeout == 20
+    assert config.pools == {"gpu": 1, "deploys": 2} and config.pool_scopes == {"gpu": "node"}
+    assert config.roles["deployer"].scope == "node" and config.roles["trainer"].scope == "cluster"
+    assert config.runnable_roles == ["trainer", "deployer"]  # ios also needs an arm node
+    assert parse({}).daemon.node_timeout == 15 and parse({}).daemon.tags == ()
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
@@ -51,6 +66,15 @@ def test_role_with_durations():
         ({"roles": {"qa": {"command": ["x"], "loop_repeats": 1}}}, "roles.qa.loop_repeats = 1"),
         ({"roles": {"qa": {"command": ["x"], "loop_window": "soon"}}},
          "roles.qa.loop_window = 'soon': expected a duration"),
+        ({"roles": {"qa": {"command": ["x"], "scope": "host"}}},
+         "roles.qa.scope = 'host': expected one of cluster, node"),
+        ({"roles": {"qa": {"command": ["x"], "nodes": "gpu"}}}, "roles.qa.nodes = 'gpu'"),
+        ({"daemon": {"tags": ["gpu", "has space"]}}, "daemon.tags = ['gpu', 'has space']"),
+        ({"daemon": {"node_timeout": "0s"}}, "daemon.node_timeout = '0s': expected a duration"),
+        ({"pools": {"gpu": {"capacity": 2, "scope": "rack"}}},
+         "pools.gpu.scope = 'rack': expected one of cluster, node"),
+        ({"pools": {"gpu": {"scope": "node"}}}, "pools.gpu = {'scope': 'node'}: a capacity"),
+        ({"pools": {"gpu": {"capacity": 1, "size": 2}}}, "unknown key 'pools.gpu.size'"),
     ],
 )
 def test_bad_config_names_the_key_and_value(raw, message):

@@ -188,9 +188,9 @@ WHERE runs.ended_at IS NULL AND runs.node = :node
 -- name: insert_run
 -- The attempt number counts the task's runs; the task row is locked by its claim in the same
 -- transaction, so two runs of one task cannot count at the same time.
-INSERT INTO runs (task_id, attempt, node, role, runtime, claimed_at)
+INSERT INTO runs (task_id, attempt, node, role, runtime, claimed_at, pool)
 VALUES (:task_id, (SELECT count(*) + 1 FROM runs WHERE task_id = :task_id), :node, :role,
-        :runtime, :now)
+        :runtime, :now, :pool)
 RETURNING *;
 
 -- name: prune_finished_tasks

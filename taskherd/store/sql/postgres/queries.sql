@@ -49,6 +49,20 @@ WHERE id = (
 )
 RETURNING *;
 
+-- name: claim_candidate
+-- The next ready task as claim_next picks it, locked (FOR UPDATE SKIP LOCKED, as there) but
+-- not yet claimed: a claim within limits (common/limits.sql) counts its role's and pools'
+-- runs first, and the lock keeps every other node off this row meanwhile.
+SELECT id, role, pool FROM tasks
+WHERE state = 'ready' AND run_after <= :now
+  AND (:roles::jsonb IS NULL OR role = 'any'
+       OR role IN (SELECT jsonb_array_elements_text(:roles::jsonb)))
+  AND (:full_pools::jsonb IS NULL OR pool IS NULL
+       OR pool NOT IN (SELECT jsonb_array_elements_text(:full_pools::jsonb)))
+ORDER BY priority, id
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+
 -- name: open_run_of_task
 -- The rescue's second step, after expired_leases locked the task. FOR UPDATE SKIP LOCKED,
 -- unlike sqlite's (one writer at a time): a node settling this run right now (late, not dead)
@@ -104,6 +118,20 @@ FROM (
 ) AS dated
 GROUP BY day_start
 ORDER BY day_start;
+
+-- name: get_node
+-- FOR UPDATE: node_up reads the down mark it is about to clear; a node declaring this one
+-- down at the same moment either finishes first (and the mark is read) or waits.
+SELECT * FROM nodes WHERE name = :name FOR UPDATE;
+
+-- name: silent_nodes
+-- FOR UPDATE SKIP LOCKED: every node's monitor looks for silent nodes; one of them declares
+-- each and rescues its runs, the others pass it by instead of waiting to find it done.
+SELECT * FROM nodes
+WHERE stopped_at IS NULL AND down_at IS NULL AND name <> :node
+  AND last_seen < :now - coalesce(timeout, 3 * lease)
+ORDER BY name
+FOR UPDATE SKIP LOCKED;
 
 -- name: lock_runs_for_rollup
 -- The runs' mark follows the oldest open run the rollup can see; a run another transaction

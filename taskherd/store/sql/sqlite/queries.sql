@@ -36,6 +36,17 @@ WHERE id = (
 )
 RETURNING *;
 
+-- name: claim_candidate
+-- The next ready task as claim_next picks it (and INDEXED BY for the same reason), but not yet
+-- claimed: a claim within limits (common/limits.sql) counts its role's and pools' runs first.
+SELECT id, role, pool FROM tasks INDEXED BY tasks_ready
+WHERE state = 'ready' AND run_after <= :now
+  AND (:roles IS NULL OR role = 'any' OR role IN (SELECT value FROM json_each(:roles)))
+  AND (:full_pools IS NULL OR pool IS NULL
+       OR pool NOT IN (SELECT value FROM json_each(:full_pools)))
+ORDER BY priority, id
+LIMIT 1;
+
 -- name: open_run_of_task
 SELECT * FROM runs WHERE task_id = :task_id AND ended_at IS NULL ORDER BY id DESC LIMIT 1;
 

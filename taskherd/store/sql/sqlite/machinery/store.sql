@@ -7,6 +7,14 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 -- name: applied_migrations
 SELECT version FROM schema_migrations;
 
+-- name: release_of_schema
+-- The release that brought a schema version; a table that a schema from before it lacks.
+SELECT taskherd FROM schema_releases WHERE version = :version;
+
+-- name: record_release
+INSERT INTO schema_releases (version, taskherd) VALUES (:version, :taskherd)
+ON CONFLICT (version) DO NOTHING;
+
 -- name: migration_applied
 -- Asked again under the write lock: another process may have applied it while this one waited.
 SELECT 1 FROM schema_migrations WHERE version = :version;

@@ -1,0 +1,114 @@
+"""The limits a claim must fit, counted across every node that shares the database.
+
+A role's `max_concurrent` and `stagger`, a pool's capacity and a runtime's cooldown hold for
+the whole fleet: two nodes each running "the one deployer allowed" is the overlap they exist
+to prevent. A role or pool with `scope = "node"` is counted on the claiming node alone (a GPU
+on each machine). The node's own `max_concurrent` is its own business (the dispatcher's).
+
+Pure: the store counts, inside the claim's transaction and under the lock that orders claims
+(PostgreSQL) or the write lock (SQLite), and asks `refusal` whether the candidate task fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from taskherd.config import Config
+
+CLUSTER, NODE = "cluster", "node"
+SCOPES = (CLUSTER, NODE)
+
+
+@dataclass(frozen=True)
+class RoleLimit:
+    max_concurrent: int | None = None
+    stagger: float = 0.0
+    scope: str = CLUSTER
+    pool: str | None = None
+    runtime: str | None = None
+
+
+@dataclass(frozen=True)
+class PoolLimit:
+    capacity: int
+    scope: str = CLUSTER
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the database says, at the claim, about one candidate's role, pools and runtime."""
+
+    role_running: int = 0  # open runs of the role (on the node when its scope is node)
+    role_last_claim: float | None = None
+    pools_running: Mapping[str, int] = field(default_factory=dict)
+    cooldown_until: float | None = None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a candidate may not start now; `pool` names a task pool that is full (its other
+    tasks wait too), `retry_at` when a stagger lets the role start again."""
+
+    role: str
+    reason: str
+    pool: str | None = None
+    retry_at: float | None = None
+
+
+@dataclass(frozen=True)
+class ClaimLimits:
+    roles: Mapping[str, RoleLimit] = field(default_factory=dict)
+    pools: Mapping[str, PoolLimit] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: Config) -> ClaimLimits:
+        roles = {name: RoleLimit(role.max_concurrent, role.stagger, role.scope, role.pool,
+                                 role.runtime) for name, role in config.roles.items()}
+        pools = {name: PoolLimit(capacity, config.pool_scopes.get(name, CLUSTER))
+                 for name, capacity in config.pools.items()}
+        return cls(roles, pools)
+
+    def role(self, name: str) -> RoleLimit:
+        return self.roles.get(name) or RoleLimit()
+
+    def pools_of(self, role: str, task_pool: str | None) -> tuple[str, ...]:
+        """The limited pools a run of `role` for a task in `task_pool` takes a place in."""
+        named = (self.role(role).pool, task_pool)
+        return tuple(dict.fromkeys(p for p in named if p is not None and p in self.pools))
+
+    def crosses_nodes(self, role: str, task_pool: str | None) -> bool:
+        """Whether the check counts other nodes' runs, so claims must be ordered across nodes."""
+        limit = self.role(role)
+        role_limited = limit.max_concurrent is not None or limit.stagger > 0
+        return (role_limited and limit.scope == CLUSTER) or any(
+            self.pools[pool].scope == CLUSTER for pool in self.pools_of(role, task_pool))
+
+    def refusal(self, role: str, task_pool: str | None, usage: Usage,
+                now: float) -> Refusal | None:
+        """None when a run of `role` for a task in `task_pool` fits, else why not."""
+        limit = self.role(role)
+        where = " on this node" if limit.scope == NODE else ""
+        if usage.cooldown_until is not None and usage.cooldown_until > now:
+            until = datetime.fromtimestamp(usage.cooldown_until).astimezone()
+            return Refusal(role, f"runtime {limit.runtime} is rate-limited until "
+                                 f"{until.isoformat(sep=' ', timespec='seconds')}")
+        if limit.max_concurrent is not None and usage.role_running >= limit.max_concurrent:
+            return Refusal(role, f"role {role} is at max_concurrent {limit.max_concurrent}{where}"
+                                 f" ({usage.role_running} running)")
+        if limit.stagger and usage.role_last_claim is not None:
+            ready_at = usage.role_last_claim + limit.stagger
+            if now < ready_at:
+                return Refusal(role, f"role {role} staggers spawns by {limit.stagger:g}s{where}",
+                               retry_at=ready_at)
+        for pool in self.pools_of(role, task_pool):
+            capacity = self.pools[pool].capacity
+            if usage.pools_running.get(pool, 0) >= capacity:
+                scope = " on this node" if self.pools[pool].scope == NODE else ""
+                full_task_pool = pool if pool == task_pool and pool != limit.pool else None
+                return Refusal(role, f"pool {pool} is full ({capacity}{scope})",
+                               pool=full_task_pool)
+        return None

@@ -1,0 +1,127 @@
+"""Limits hold across nodes: a claim counts every node's open runs of its role and pools, the
+role's latest claim on any node (stagger) and the runtime's cooldown, in its own transaction.
+Each "node" here is a store of its own on the same database, as a second daemon would hold."""
+
+from __future__ import annotations
+
+import pytest
+
+from taskherd.limits import ClaimLimits, PoolLimit, RoleLimit
+from taskherd.model import NewTask, Outcome, RunResult, TaskState
+from taskherd.queue import RetryPolicy
+
+NOW = 1_700_000_000.0
+LEASE = 60.0
+
+
+@pytest.fixture
+def other(reopen):
+    second = reopen()
+    yield second
+    second.close()
+
+
+def claim(store, node, limits, roles, now=NOW, refusals=None):
+    return store.claim(node, now, LEASE, roles=roles, limits=limits, refusals=refusals,
+                       runtime_of={role: "command" for role in roles})
+
+
+def add(store, role, title, pool=None, now=NOW):
+    return store.enqueue(NewTask(role=role, title=title, pool=pool), now).task
+
+
+def test_a_role_at_max_concurrent_on_one_node_has_no_room_on_another(store, other):
+    limits = ClaimLimits({"deployer": RoleLimit(max_concurrent=1)})
+    first, second = add(store, "deployer", "deploy 1"), add(store, "deployer", "deploy 2")
+    held = claim(store, "node-a", limits, ["deployer"])
+    assert held.task.id == first.id
+    refusals = {}
+    assert claim(other, "node-b", limits, ["deployer"], refusals=refusals) is None
+    assert "role deployer is at max_concurrent 1 (1 running)" in refusals["deployer"].reason
+    store.finish_run(held.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), NOW + 1)
+    assert claim(other, "node-b", limits, ["deployer"], now=NOW + 1).task.id == second.id
+
+
+def test_a_role_of_scope_node_is_counted_on_each_node_alone(store, other):
+    limits = ClaimLimits({"gpu": RoleLimit(max_concurrent=1, scope="node")})
+    for i in range(3):
+        add(store, "gpu", f"train {i}")
+    assert claim(store, "node-a", limits, ["gpu"]) is not None
+    assert claim(other, "node-b", limits, ["gpu"]) is not None
+    refusals = {}
+    assert claim(store, "node-a", limits, ["gpu"], refusals=refusals) is None
+    assert "max_concurrent 1 on this node" in refusals["gpu"].reason
+
+
+def test_a_full_role_is_passed_by_for_the_next_task_that_fits(store, other):
+    limits = ClaimLimits({"deployer": RoleLimit(max_concurrent=1), "coder": RoleLimit()})
+    add(store, "deployer", "deploy 1")
+    add(store, "deployer", "deploy 2")
+    code = add(store, "coder", "code")
+    claim(store, "node-a", limits, ["deployer", "coder"])
+    refusals = {}
+    got = claim(other, "node-b", limits, ["deployer", "coder"], refusals=refusals)
+    assert got.task.id == code.id and list(refusals) == ["deployer"]
+
+
+def test_a_pool_holds_its_capacity_across_nodes_by_role_and_by_task(store, other):
+    # The role's pool, and a task's own pool: a run holds a place in both.
+    limits = ClaimLimits({"trainer": RoleLimit(pool="gpu"), "coder": RoleLimit()},
+                         {"gpu": PoolLimit(2)})
+    add(store, "trainer", "train")
+    add(store, "coder", "render", pool="gpu")
+    add(store, "trainer", "train more")
+    plain = add(store, "coder", "plain code")
+    first = claim(store, "node-a", limits, ["trainer", "coder"])
+    second = claim(other, "node-b", limits, ["trainer", "coder"])
+    assert (first.run.pool, second.task.pool) == ("gpu", "gpu")
+    refusals = {}
+    third = claim(other, "node-b", limits, ["trainer", "coder"], refusals=refusals)
+    assert third.task.id == plain.id  # the gpu is full; work outside it goes on
+    assert refusals["trainer"].reason == "pool gpu is full (2)"
+
+
+def test_a_stagger_counts_the_latest_claim_on_any_node(store, other):
+    limits = ClaimLimits({"coder": RoleLimit(stagger=30.0)})
+    add(store, "coder", "one")
+    add(store, "coder", "two")
+    claim(store, "node-a", limits, ["coder"])
+    refusals = {}
+    assert claim(other, "node-b", limits, ["coder"], now=NOW + 10, refusals=refusals) is None
+    assert refusals["coder"].retry_at == NOW + 30
+    assert claim(other, "node-b", limits, ["coder"], now=NOW + 30) is not None
+
+
+def test_a_cooldown_set_by_one_node_holds_the_claims_of_another(store, other):
+    limits = ClaimLimits({"coder": RoleLimit(runtime="claude")})
+    add(store, "coder", "write")
+    store.set_cooldown("claude", NOW + 600, "429", NOW)
+    refusals = {}
+    assert claim(other, "node-b", limits, ["coder"], refusals=refusals) is None
+    assert "runtime claude is rate-limited" in refusals["coder"].reason
+    assert claim(other, "node-b", limits, ["coder"], now=NOW + 601) is not None
+
+
+def test_a_silent_node_is_declared_down_and_its_runs_rescued_without_a_strike(store, other):
+    store.node_up("node-a", host="a", pid=1, version="1", lease=LEASE, roles=["coder"],
+                  now=NOW, timeout=15.0, tags=["gpu"])
+    other.node_up("node-b", host="b", pid=2, version="1", lease=LEASE, roles=["coder"], now=NOW)
+    task = add(store, "coder", "outlives its node")
+    held = store.claim("node-a", NOW, LEASE)
+    store.mark_spawned(held.run.id, NOW, LEASE, pid=4242, pid_started_at=NOW, log_path="x.log")
+    assert other.rescue_down_nodes("node-b", NOW + 15, RetryPolicy) == []  # not yet silent
+    other.node_seen("node-b", NOW + 16, running=0, roles=["coder"])
+    [down] = other.rescue_down_nodes("node-b", NOW + 16, lambda role: RetryPolicy())
+    assert (down.node.name, down.node.down_by) == ("node-a", "node-b")
+    [rescued] = down.rescued
+    assert rescued.run.outcome is Outcome.LOST and "node node-a went silent" in rescued.run.error
+    back = store.get_task(task.id)
+    assert back.state is TaskState.READY and (back.attempts, back.rescues) == (0, 1)
+    nodes = {node.name: node for node in other.list_nodes()}
+    assert nodes["node-a"].status(NOW + 16) == "down" and nodes["node-a"].tags == ("gpu",)
+    assert other.rescue_down_nodes("node-b", NOW + 17, lambda role: RetryPolicy()) == []
+    # The node comes back: it learns it was declared down, and which of its runs were taken.
+    again = store.node_up("node-a", host="a", pid=3, version="1", lease=LEASE, roles=[],
+                          now=NOW + 20, timeout=15.0)
+    assert again.was_down_at == NOW + 16 and again.status(NOW + 20) == "up"
+    assert [run.id for run in store.lost_runs_of_node("node-a", since=NOW + 16)] == [held.run.id]
