@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import asyncio
 
-    from taskherd.model import Run
     from taskherd.ops import Queue
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 
+from taskherd.budgets import Budgets, Limits
 from taskherd.chains import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_REVIEWS,
@@ -30,10 +31,8 @@ from taskherd.chains import (
 )
 from taskherd.durations import parse_duration
 from taskherd.gates import Gate, GateError, parse_gates
-from taskherd.budgets import Budgets, Limits
-from taskherd.durations import parse_duration
-from taskherd.pricing import Price
 from taskherd.limits import NODE, SCOPES
+from taskherd.pricing import Price
 from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
 from taskherd.worktrees import MERGE_MODES, GitSettings
 
