@@ -147,7 +147,11 @@ def _name(value: Any, where: str) -> str:
 
 
 def _template(table: Mapping[str, Any], name: str, config: Config, where: str) -> dict[str, Any]:
-    template = {key: table[key] for key in TEMPLATE_KEYS if key in table}
+    # `on` says when a chained job fires after its `parent` (the link keeps it); only on a
+    # job without a parent does it name the settles its delivery targets are told.
+    chained = table.get("parent") is not None
+    template = {key: table[key] for key in TEMPLATE_KEYS
+                if key in table and not (chained and key == "on")}
     template.setdefault("title", name)
     try:
         new_task_from(template, config)

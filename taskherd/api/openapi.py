@@ -46,6 +46,8 @@ TASK = obj({
     "last_error": nullable(STR), "error_tail": nullable(STR), "summary": nullable(STR),
     "reason": nullable(STR), "parent_id": nullable(INT), "meta": {"type": "object"},
     "created_at": NUM, "updated_at": NUM, "finished_at": nullable(NUM),
+    "root_id": nullable(INT), "depth": INT, "chain": array({"type": "object"}),
+    "rejections": INT,
 })
 RUN = obj({
     "id": INT, "task_id": INT, "attempt": INT, "node": STR, "role": STR,
@@ -57,6 +59,8 @@ RUN = obj({
     "summary": nullable(STR), "error": nullable(STR), "cost_usd": nullable(NUM),
     "input_tokens": nullable(INT), "output_tokens": nullable(INT), "turns": nullable(INT),
     "session_id": nullable(STR), "report": nullable(STR), "report_summary": nullable(STR),
+    "liveness": nullable(STR), "liveness_since": nullable(NUM), "liveness_note": nullable(STR),
+    "pool": nullable(STR),
 })
 JOB = obj({"name": STR, "enabled": BOOL, "source": STR, "trigger": {"type": "object"},
            "timezone": STR, "next_run_at": nullable(NUM)}, closed=False)
@@ -88,7 +92,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "Accepted": obj({"accepted": BOOL, "name": STR}),
     "Status": obj({"by_role": {"type": "object", "additionalProperties": COUNTS},
                    "total": COUNTS, "cooldowns": array(ref("Cooldown")),
-                   "cost": array({"type": "object"}), "nodes": array({"type": "object"})}),
+                   "cost": array({"type": "object"}), "nodes": array({"type": "object"}),
+                   "unserved": array({"type": "object"}),
+                   "backup": {"type": "object"}}),
     "CostRows": array(obj({"runs": INT, "cost_usd": NUM, "input_tokens": INT,
                            "output_tokens": INT}, closed=False)),
     "Cooldown": COOLDOWN,
