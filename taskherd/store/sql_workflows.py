@@ -60,7 +60,7 @@ class SQLWorkflows:
             if reviewed is not None and task.state is S.COMPLETED and result is not None:
                 verdict = review_verdict(result.summary, result.output_tail)
                 if verdict is not None:
-                    self._apply_verdict(db, reviewed, verdict[0], verdict[1], now, task.id)
+                    self._apply_verdict(db, reviewed, verdict[0], verdict[1], now)
         elif task.state is S.NEEDS_REVIEW and result is not None and workflow.reviewed(task.role):
             prompt = review_prompt(task, self._last_log(db, task.id))
             self._add_task(db, workflow.review_task(task, prompt, now), now)
@@ -97,14 +97,14 @@ class SQLWorkflows:
             reviewed = review_of(review)
             if reviewed is None:
                 raise TransitionRefused(review_task_id, verdict, review.state, {})
-            moved = self._apply_verdict(db, reviewed, verdict, reason, now, review.id)
+            moved = self._apply_verdict(db, reviewed, verdict, reason, now)
             if moved is None:
                 found = self._get_task(db, reviewed)
                 raise TransitionRefused(reviewed, verdict, found.state, {S.NEEDS_REVIEW: S.READY})
             return moved
 
     def _apply_verdict(self, db: Connection, task_id: int, verdict: str, reason: str | None,
-                       now: float, by_review: int | None) -> Task | None:
+                       now: float) -> Task | None:
         task = self._get_task(db, task_id)
         if task.state is not S.NEEDS_REVIEW:
             return None  # a person decided first, or another review did
@@ -112,7 +112,9 @@ class SQLWorkflows:
             moved = self._move_in(db, task, "approve", now, {S.NEEDS_REVIEW: S.COMPLETED})
         else:
             moved = self._reject_in(db, task, reason, now)
-        self._cancel_other_reviews(db, task.id, by_review, now)
+        # No other review is cancelled here (a person's decision does that): the only other
+        # reviews of the task are of earlier rounds, which gave their verdict and are still
+        # finishing, and cancelling one raced its own settle (it ended cancelled, not done).
         return moved
 
     def _reject_in(self, db: Connection, task: Task, reason: str | None, now: float) -> Task:
