@@ -210,7 +210,7 @@ def bench_same_sql(folder: Path, durability: str, rounds: int, batch: int) -> li
     db = sqlite3.connect(path, isolation_level=None, timeout=60)
     db.execute(f"PRAGMA synchronous = {SYNCHRONOUS[durability]}")
     claim = {"node": "bench", "now": 2.0, "lease_until": 62.0, "roles": None, "full_pools": None}
-    run_params = {"node": "bench", "role": "bench", "runtime": None, "now": 2.0}
+    run_params = {"node": "bench", "role": "bench", "runtime": None, "pool": None, "now": 2.0}
     end = dict.fromkeys(["exit_code", "summary", "error", "cost_usd", "input_tokens",
                          "output_tokens", "turns", "session_id"]) | {"now": 3.0,
                                                                      "outcome": "succeeded"}
