@@ -112,10 +112,15 @@ def wait_for(driver, condition, timeout: float, what: str):
 
 def log_in(driver, fleet, token: str) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(fleet.url + "/login")
     driver.find_element(By.ID, "token").send_keys(token)
     driver.find_element(By.ID, "login").click()
+    # The click only starts the form's submission: wait for its answer (the board, or the
+    # login page again with its error), or the next get races the redirect and loses.
+    WebDriverWait(driver, 10).until(
+        lambda d: d.find_elements(By.ID, "live") or d.find_elements(By.CLASS_NAME, "error"))
 
 
 def test_an_operator_watches_and_acts_on_the_fleet(browser, fleet):

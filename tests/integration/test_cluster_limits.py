@@ -29,8 +29,12 @@ LIMITS = ClaimLimits(
 )
 
 
-def worker(database: str, node: str, start, out) -> None:
-    """Claim within the limits and finish until every task is done; send back the spans."""
+def worker(database: str, node: str, start, out, first_claims, side_by_side) -> None:
+    """Claim within the limits and finish until every task is done; send back the spans.
+
+    Each worker holds its first run open until a second worker has one open too (or 10 s
+    pass): on two cores the processes could otherwise take turns, and the limits would be
+    tested without contention."""
     spans: list[tuple[str, int, float, float]] = []
     try:
         store = open_store(database, durability="normal")
@@ -43,6 +47,12 @@ def worker(database: str, node: str, start, out) -> None:
                     break
                 continue
             opened = time.time()
+            if not spans:
+                with first_claims.get_lock():
+                    first_claims.value += 1
+                    if first_claims.value >= 2:
+                        side_by_side.set()
+                side_by_side.wait(10)
             store.heartbeat(claim.run.id, time.time(), 600.0)  # some work, in the database
             spans.append((claim.run.role, claim.task.id, opened, time.time()))
             store.finish_run(claim.run.id, success, policy, time.time())
@@ -68,7 +78,9 @@ def test_four_nodes_never_hold_more_than_the_limits_together(database: str) -> N
                             for i in range(PER_ROLE) for role in ROLES], time.time())
     context = multiprocessing.get_context("spawn")
     start, out = context.Event(), context.Queue()
-    processes = [context.Process(target=worker, args=(database, f"node-{i}", start, out))
+    first_claims, side_by_side = context.Value("i", 0), context.Event()
+    processes = [context.Process(target=worker, args=(database, f"node-{i}", start, out,
+                                                      first_claims, side_by_side))
                  for i in range(WORKERS)]
     for process in processes:
         process.start()
