@@ -7,9 +7,9 @@ Every agent runs under `taskherd/shim.py`, a tiny Python process that is the
 session leader and process-group leader (pgid == shim pid), starts the agent
 as its child, waits for it and writes its exit status to ``<log>.exit``. The
 shim exists because a restarted daemon is not the agent's parent and could
-never learn the exit status by waitpid(). A spawn hands its run to a spare
-shim started ahead of need when one is waiting (`taskherd.spares`), and starts
-a cold one otherwise.
+never learn the exit status by waitpid(). A spawn has the daemon's fork server
+fork the shim when one is up (`taskherd.forkserver`: ~0.2 MB a shim instead of
+an interpreter's ~3 MB), and starts a cold one otherwise.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from taskherd import spares
+from taskherd import forkserver
 
 HEADER_PREFIX = "# taskherd "
 # psutil's create_time comes from boot-relative ticks plus the wall-clock boot
@@ -245,13 +245,11 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
                    "env": env, "cwd": cwd, "log": str(log_path),
                    "stdin": str(stdin_path) if stdin_path else None,
                    "input": str(input_path) if input_path else None}
-            # A missing cwd goes the cold way, where Popen raises for it; a spare would
-            # only report it as the run's exit 127.
-            spare = spares.hand_over(run) if cwd is None or os.path.isdir(cwd) else None
-            if spare is not None:
-                popen, started_at = spare.popen, spare.started_at
-            else:
-                shim_argv = spares.shim_command(str(exit_path), header_prefix, "--", *argv)
+            # A missing cwd goes the cold way, where Popen raises for it; a forked shim
+            # would only report it as the run's exit 127.
+            forked = forkserver.fork_shim(run) if cwd is None or os.path.isdir(cwd) else None
+            if forked is None:
+                shim_argv = forkserver.shim_command(str(exit_path), header_prefix, "--", *argv)
                 popen = subprocess.Popen(shim_argv, stdin=stdin, stdout=log_fd, stderr=log_fd,
                                          env=env, cwd=cwd, start_new_session=True,
                                          close_fds=True)
@@ -260,6 +258,10 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
                 started_at = psutil.Process(popen.pid).create_time()
     finally:
         os.close(log_fd)
+    if forked is not None:
+        # The fork server's child, not ours: watched like a run adopted after a restart.
+        handle = adopt(forked.pid, forked.started_at, log_path)
+        return SpawnedProcess(forked.pid, forked.started_at, log_path, exit_path, handle)
     handle = ProcessHandle(popen.pid, started_at, log_path, popen=popen)
     return SpawnedProcess(popen.pid, started_at, log_path, exit_path, handle)
 
