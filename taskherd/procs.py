@@ -39,6 +39,8 @@ HEADER_PREFIX = "# taskherd "
 # need the whole pid space to wrap within that second.
 START_TIME_TOLERANCE = 1.0
 FALLBACK_POLL_INTERVAL = 0.2  # without pidfds, death is still seen within 1 s
+# A forked shim's zombie lasts until its fork server is scheduled: usually well under 1 ms.
+REAP_WAIT, REAP_POLL_INTERVAL = 1.0, 0.002
 # The most a pipe takes in one piece: an answer longer than this could interleave.
 PIPE_BUF = getattr(select, "PIPE_BUF", 4096)
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -127,6 +129,20 @@ class ProcessHandle:
             await asyncio.shield(self._readable)
         self.close()  # the reader is gone once the future resolved
         return status
+
+    async def wait_reaped(self, timeout: float = REAP_WAIT) -> None:
+        """Return once the exited shim is no longer a zombie (or after `timeout` s).
+
+        A shim forked by the fork server is reaped by the server, a moment after it exits;
+        until then its zombie keeps its process group in existence, so a look for leftovers
+        in the group (`live_group_members`) would walk every process on the host for
+        nothing. Our own children are reaped by `poll`.
+        """
+        deadline = time.monotonic() + timeout
+        while self.poll() is not None and not self.is_child and _is_zombie(self.pid):
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(REAP_POLL_INTERVAL)
 
     async def terminate(self, grace: float) -> ExitStatus:
         """SIGTERM the process group, SIGKILL after `grace` seconds; off the event loop."""
@@ -565,6 +581,16 @@ def _record_killed(exit_path: Path, signum: int) -> None:
         temp_path.unlink()
     for leftover in exit_path.parent.glob(exit_path.name + ".tmp.*"):
         leftover.unlink(missing_ok=True)  # the killed shim's half-written file
+
+
+def _is_zombie(pid: int) -> bool:
+    # A zombie's pid is not reused before it is reaped: no start time to compare.
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            text = stat_file.read()
+    except OSError:  # reaped, or not Linux (where the walk is the only way)
+        return False
+    return text[text.rindex(b")") + 2:][:1] == b"Z"
 
 
 def _same_process_alive(pid: int, started_at: float,

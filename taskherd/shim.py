@@ -81,13 +81,14 @@ def _write_header(header_prefix):
     os.write(1, ("# taskherd " + header_prefix + sep + fields + "\n").encode())
 
 
-def _start_agent(argv):
+def _start_agent(argv, env):
     return os.posix_spawnp(
-        argv[0], argv, os.environ, setsigdef=RESET_IN_CHILD + FORWARDED_SIGNALS
+        argv[0], argv, env, setsigdef=RESET_IN_CHILD + FORWARDED_SIGNALS
     )
 
 
-def main(args):
+def main(args, env=None):
+    """Run ARGV (after EXIT_PATH HEADER --) with `env` (default: ours) and record its end."""
     global _agent_pid
     exit_path, header_prefix, separator, argv = args[0], args[1], args[2], args[3:]
     if separator != "--" or not argv:
@@ -97,7 +98,7 @@ def main(args):
         _signal.signal(signum, _on_signal)
     _write_header(header_prefix)
     try:
-        agent_pid = _start_agent(argv)
+        agent_pid = _start_agent(argv, os.environ if env is None else env)
     except OSError as error:
         os.write(2, f"# taskherd exec failed: {argv[0]}: {error}\n".encode())
         _write_exit_file(exit_path, EXEC_FAILED_CODE, None, 0)
@@ -149,9 +150,12 @@ def take_run(run):
     os.dup2(log_fd, 2)
     os.close(stdin_fd)
     os.close(log_fd)
-    # The agent's environment exactly (putenv/unsetenv: posix_spawnp searches this PATH).
-    os.environ.clear()
-    os.environ.update(run["env"])
+    # The agent gets the run's environment as it is; only PATH is set in ours, since
+    # posix_spawnp searches our PATH. (Not os.environ.update: its pure-Python machinery
+    # would write to pages this shim shares with its fork server.)
+    env = run["env"]
+    if "PATH" in env:
+        os.putenv("PATH", env["PATH"])
     args = [run["exit_path"], run["header"], "--"] + run["argv"]
     if run["cwd"]:
         try:
@@ -161,7 +165,7 @@ def take_run(run):
             os.write(2, f"# taskherd exec failed: cwd {run['cwd']}: {error}\n".encode())
             _write_exit_file(run["exit_path"], EXEC_FAILED_CODE, None, 0)
             return EXEC_FAILED_CODE
-    return main(args)
+    return main(args, env)
 
 
 def _reap_children(_signum, _frame):
@@ -209,7 +213,8 @@ def serve():
 
 def _fork_one(run):
     # The shim leads its own session before its pid is sent (the daemon may signal its group
-    # at once), and starts the agent only once the pid is on its way ("go" comes after the
+    # at once; and in a session of its own its group never becomes orphaned when this server
+    # exits, which would SIGHUP a stopped agent, as a shell's job would be), and starts the agent only once the pid is on its way ("go" comes after the
     # answer): if this server dies first, the shim exits without starting anything, so the
     # daemon, which then starts the run another way, never runs it twice.
     ready_read, ready_write = os.pipe()

@@ -297,6 +297,7 @@ class Supervisor:
         """
         if live.handle.pid is None:
             return  # an in-process call: no process group
+        await live.handle.wait_reaped()  # a zombie shim keeps its empty group in existence
         leftovers = procs.live_group_members(live.handle.pid)
         if leftovers:
             log.warning("run %s: the agent left %d process(es) running; stopping them",

@@ -229,3 +229,13 @@ def gate(tmp_path):
 def release(gate_path):
     with open(gate_path, "w") as gate:
         gate.write("go\n")
+
+
+def test_an_ended_forked_shim_is_reaped_so_its_group_is_gone(server, spawn):
+    # Until the server reaps it, a shim's zombie keeps its process group in existence, and
+    # the daemon's look for leftovers would walk every process for nothing.
+    process = spawn(["true"])
+    assert wait_exit(process).succeeded
+    asyncio.run(process.handle.wait_reaped(TIMEOUT))
+    with pytest.raises(ProcessLookupError):
+        os.killpg(process.pid, 0)
