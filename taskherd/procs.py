@@ -495,6 +495,8 @@ def terminate(handle: ProcessHandle, grace: float = 10.0) -> ExitStatus:
     if _wait_group_empty(handle, time.monotonic() + grace):
         return handle.poll() or UNKNOWN_EXIT
     _kill_group(handle.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        handle.send_signal(signal.SIGKILL)  # a shim not yet leading its group is not in it
     _wait_group_empty(handle, time.monotonic() + 5.0)
     status = handle.poll()
     if status is not None and status.source in ("shim", "unknown"):
@@ -531,11 +533,15 @@ def _kill_group(pgid: int, signum: int) -> None:
 
 
 def _wait_group_empty(handle: ProcessHandle, deadline: float) -> bool:
-    """Bounded polling: grandchildren have no pidfd we could wait on."""
+    """Bounded polling: grandchildren have no pidfd we could wait on.
+
+    The shim itself is asked first: one just forked by the fork server may not lead its
+    group yet, and an empty group would then be mistaken for an ended run.
+    """
     interval = 0.005
     while True:
-        handle.poll()  # reaps our own shim, whose zombie would count as a member
-        if not live_group_members(handle.pid):
+        # poll() also reaps our own shim, whose zombie would count as a member.
+        if handle.poll() is not None and not live_group_members(handle.pid):
             return True
         if time.monotonic() >= deadline:
             return False

@@ -212,12 +212,12 @@ def serve():
 
 
 def _fork_one(run):
-    # The shim leads its own session before its pid is sent (the daemon may signal its group
-    # at once; and in a session of its own its group never becomes orphaned when this server
-    # exits, which would SIGHUP a stopped agent, as a shell's job would be), and starts the agent only once the pid is on its way ("go" comes after the
-    # answer): if this server dies first, the shim exits without starting anything, so the
-    # daemon, which then starts the run another way, never runs it twice.
-    ready_read, ready_write = os.pipe()
+    # The shim starts the agent only once its pid is on its way to the daemon ("go" comes
+    # after the answer): if this server dies first, the shim exits without starting
+    # anything, so the daemon, which then starts the run another way, never runs it twice.
+    # The answer does not wait for the shim to lead its session: that would be two more
+    # wake-ups on a busy machine, and the daemon treats a group that does not exist yet
+    # as a shim still running (see procs.terminate).
     go_read, go_write = os.pipe()
     # SIGCHLD held back until the start time is read: a shim that ends at once must not be
     # reaped (and its pid freed) before its identity is known.
@@ -226,19 +226,16 @@ def _fork_one(run):
     if pid == 0:
         code = 1
         try:
-            os.close(ready_read)
             os.close(go_write)
-            os.setsid()  # session and process-group leader, as a cold shim is
-            os.close(ready_write)
+            # Its own session, as a cold shim has: then its group never becomes orphaned
+            # when this server exits, which would SIGHUP a stopped agent (job control).
+            os.setsid()
             if os.read(go_read, 1):
                 os.close(go_read)
                 code = _forked_shim(run)
         finally:
             os._exit(code)  # never back into the server's loop, no interpreter teardown
-    os.close(ready_write)
     os.close(go_read)
-    os.read(ready_read, 1)  # end of input once the shim has its session (or is gone)
-    os.close(ready_read)
     try:
         reply = f"{pid} {_start_ticks(pid)}\n"
     except (OSError, ValueError, IndexError):

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -66,6 +67,14 @@ def wait_gone(pid, timeout=TIMEOUT):
         os.close(pidfd)
 
 
+def until(condition, what, timeout=TIMEOUT):
+    """Bounded polling for a condition no event announces (a line in a file)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
 def parent_of(pid):
     return psutil.Process(pid).ppid()
 
@@ -74,6 +83,8 @@ def test_a_burst_of_spawns_is_forked_by_one_server_each_shim_its_own_session(ser
     burst = [spawn(["sleep", "30"], name=f"burst-{index}") for index in range(6)]
     for process in burst:
         assert parent_of(process.pid) == server
+        # Its header is written once it leads its session, before the agent starts.
+        until(lambda: procs.read_header(process.log_path), what="the shim's header")
         assert os.getsid(process.pid) == os.getpgid(process.pid) == process.pid
         assert process.handle.is_alive()
     assert forkserver.server_pid() == server  # one server for all of them
@@ -98,6 +109,14 @@ def test_a_killed_server_sends_the_spawn_cold_and_is_replaced(server, spawn):
     assert wait_exit(process).succeeded
     assert forkserver.wait_until_up(TIMEOUT) and forkserver.server_pid() != server
     assert parent_of(spawn(["sleep", "5"]).pid) == forkserver.server_pid()
+
+
+def test_a_run_terminated_at_once_is_stopped_before_its_agent_starts(server, spawn, tmp_path):
+    marks = tmp_path / "marks"
+    process = spawn(["sh", "-c", f"echo started >> {marks}; exec sleep 30"])
+    status = procs.terminate(process.handle, grace=5)  # maybe before it leads its group
+    assert not process.handle.is_alive() and status is not None
+    assert procs.live_group_members(process.pid) == []
 
 
 def test_a_stopped_server_is_replaced_and_the_run_starts_once(server, spawn, tmp_path,
