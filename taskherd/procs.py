@@ -257,8 +257,9 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         with _stdin_for(stdin_path, input_path) as stdin:
+            # No cwd: ours, as a cold shim inherits it (a forked one would get the server's).
             run = {"exit_path": str(exit_path), "header": header_prefix, "argv": argv,
-                   "env": env, "cwd": cwd, "log": str(log_path),
+                   "env": env, "cwd": cwd or os.getcwd(), "log": str(log_path),
                    "stdin": str(stdin_path) if stdin_path else None,
                    "input": str(input_path) if input_path else None}
             # A missing cwd goes the cold way, where Popen raises for it; a forked shim

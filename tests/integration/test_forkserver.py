@@ -101,6 +101,15 @@ def test_a_forked_run_gets_its_own_log_env_cwd_and_status(server, spawn):
     assert lines[1:] == [f"run 1 in {process.log_path.parent.resolve()}: naïve ✓ ", " line"]
 
 
+def test_a_run_without_a_cwd_runs_in_the_spawners_as_a_cold_one_does(server, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = procs.agent_env(os.environ["PATH"], {}, {})
+    process = procs.spawn(["pwd", "-P"], env=env, cwd=None, log_path=tmp_path / "where.log")
+    assert not process.handle.is_child and wait_exit(process).succeeded
+    assert process.log_path.read_text().splitlines()[1:] == [str(tmp_path.resolve())]
+
+
 def test_a_killed_server_sends_the_spawn_cold_and_is_replaced(server, spawn):
     os.kill(server, signal.SIGKILL)
     assert wait_gone(server)
