@@ -7,3 +7,6 @@ CREATE TABLE spawned_jobs (
     created_at REAL    NOT NULL
 );
 CREATE INDEX spawned_jobs_by_task ON spawned_jobs (task_id, created_at);
+
+-- (Memory search: nothing to change here. FTS5 keeps each entry's terms and sizes in its
+-- index, so ranking reads no text; PostgreSQL gets the same in this migration.)
