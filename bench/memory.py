@@ -44,8 +44,8 @@ from taskherd.config import parse_config
 from taskherd.ops import Queue
 from taskherd.ops import memory as memory_ops
 from taskherd.store.memory import NewMemory, query_words
-from taskherd.store.sqlite import SQLiteStore
 from taskherd.store.postgres import PostgresStore
+from taskherd.store.sqlite import SQLiteStore
 from tests.e2e.fake_embeddings import DIMENSIONS, FakeEmbeddings
 from tests.pg import start_server, stop_server
 
