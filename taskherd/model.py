@@ -391,6 +391,8 @@ class EventKind(str, enum.Enum):
     COOLDOWN_CLEARED = "cooldown_cleared"  # a runtime's pause was lifted
     INPUT_NEEDED = "input_needed"  # an agent waits at a question (the run's liveness_note)
     DELIVERY_QUEUED = "delivery_queued"  # a settle wrote outbox rows for delivery targets
+    BUDGET_PAUSED = "budget_paused"  # a budget (`role`: a role's, or "fleet") paused spawns
+    BUDGET_RESUMED = "budget_resumed"  # that budget has room again: spawns resume
 
 
 _EVENT_KINDS = {kind.value: kind for kind in EventKind}

@@ -201,6 +201,20 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
     @abc.abstractmethod
     def clear_cooldown(self, runtime: str) -> bool: ...
 
+    # -- budget pauses (the cooldowns budget:SCOPE) -------------------------------------
+
+    @abc.abstractmethod
+    def pause_budget(self, scope: str, until: float, reason: str, targets: Sequence[str],
+                     now: float) -> bool:
+        """Pause `scope`'s spawns until `until`; True (and the event, and an outbox row per
+        delivery alias in `targets`) only for the call that began the pause."""
+
+    @abc.abstractmethod
+    def lift_budget_pause(self, scope: str, until: float, targets: Sequence[str],
+                          now: float) -> bool:
+        """End the pause of `scope` that ran until `until`; True (and the event, and the
+        outbox rows) only for the call that ended it."""
+
     @abc.abstractmethod
     def rescue_expired(self, now: float, policy_for: PolicyLookup) -> list[Finished]:
         """Return every task whose lease expired to `ready` (no strike), ending its run `lost`."""
