@@ -76,6 +76,6 @@ def budget_targets(config: Config, scope: str, event: str) -> list[str]:
     for the fleet's budget, every role's (each alias once)."""
     roles = (list(config.roles.values()) if scope == budgets.FLEET
              else [config.roles[scope]] if scope in config.roles else [])
-    aliases = [alias for role in roles if event in (role.deliver_on or DEFAULT_ROLE_EVENTS)
-               for alias in role.deliver_to]
+    aliases = [alias.removeprefix("@") for role in roles
+               if event in (role.deliver_on or DEFAULT_ROLE_EVENTS) for alias in role.deliver_to]
     return list(dict.fromkeys(aliases))

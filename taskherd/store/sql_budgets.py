@@ -74,7 +74,7 @@ class SQLBudgets:
             return
         payload = json.dumps({"event": event, "at": now, "budget": budget})
         for alias in dict.fromkeys(targets):
-            db.execute(self.q["insert_delivery"], {"alias": alias.removeprefix("@"),
+            db.execute(self.q["insert_delivery"], {"alias": alias,
                                                    "event": event, "task_id": None,
                                                    "payload": payload, "now": now})
         self._emit(EventKind.DELIVERY_QUEUED, now)

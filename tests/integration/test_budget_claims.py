@@ -209,3 +209,25 @@ def test_a_role_without_a_budget_is_claimed_beside_a_spent_one(database, tmp_pat
         second = store.claim("n1", NOW, 600, roles=["coder", "qa"], limits=limits,
                              refusals=refusals)
         assert second.task.title == "q" and refusals["coder"].budget is not None
+
+
+def test_a_pause_begins_and_lifts_once_whoever_asks(database):
+    """The store's two transitions: the first call begins (or ends) the pause and writes the
+    outbox, every later one finds it done; a pause only moves to a later reset, and a look at
+    a pause that has moved since lifts nothing."""
+    with open_store(database, durability="normal") as store, \
+            open_store(database, durability="normal") as other:
+        reason = "budget: coder daily limit $1.00 reached"
+        assert store.pause_budget("coder", MIDNIGHT, reason, ["ops"], NOW)
+        assert not other.pause_budget("coder", MIDNIGHT, reason, ["ops"], NOW + 5)
+        month_end = MIDNIGHT + 7 * 86400  # the month's limit, reached while the day's held
+        assert not other.pause_budget("coder", month_end, reason, ["ops"], NOW + 9)
+        assert store.cooldown_of("budget:coder").until == month_end
+        assert not store.lift_budget_pause("coder", MIDNIGHT, ["ops"], month_end + 1)  # stale
+        assert other.lift_budget_pause("coder", month_end, ["ops"], month_end + 1)
+        assert not store.lift_budget_pause("coder", month_end, ["ops"], month_end + 2)
+        # A pause whose period passed but which nobody lifted yet: the next one is new.
+        assert store.pause_budget("coder", MIDNIGHT, reason, [], NOW)
+        assert store.pause_budget("coder", month_end + 86400, reason, ["ops"], month_end + 3)
+        events = [d.event for d in store.list_deliveries(alias="ops", limit=10)]
+        assert sorted(events) == ["budget_paused", "budget_paused", "budget_resumed"]
