@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from taskherd import budgets
@@ -87,12 +88,17 @@ class ClaimLimits:
 
     def budget_scopes(self, role: str) -> tuple[str, ...]:
         """The budgets a run of `role` spends from: its own and the fleet's, those limited."""
-        scopes = []
-        if self.budgets.roles.get(role):
-            scopes.append(role)
-        if self.budgets.fleet:
-            scopes.append(budgets.FLEET)
-        return tuple(scopes)
+        return self._budget_scopes.get(role, self._fleet_scope)
+
+    @cached_property
+    def _budget_scopes(self) -> dict[str, tuple[str, ...]]:
+        # Worked out once per ClaimLimits (a dispatch pass), not at every claim.
+        return {name: (name, *self._fleet_scope)
+                for name, limits in self.budgets.roles.items() if limits}
+
+    @cached_property
+    def _fleet_scope(self) -> tuple[str, ...]:
+        return (budgets.FLEET,) if self.budgets.fleet else ()
 
     def budget_periods(self, now: float) -> budgets.Periods:
         assert self.zone is not None, "budgets without the fleet's zone"
