@@ -1,6 +1,6 @@
 """A budget holds across nodes: two processes, each a node with its own store and its own
 dispatcher on one database (a SQLite file, a PostgreSQL server), spend one role's budget
-together. No run starts once the spend committed reaches the limit, on either node; the
+together; so do two real daemons (`taskherd up`) running real agent processes. No run starts once the spend committed reaches the limit, on either node; the
 pause begins once and is delivered once, to a real webhook on 127.0.0.1; when the day rolls
 over spawns resume, and the resumption is delivered too where the role asks for it.
 
@@ -18,6 +18,7 @@ claim, in a transaction of its own, lets both see the last place and both take i
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import threading
 import time
 import traceback
@@ -27,8 +28,8 @@ from zoneinfo import ZoneInfo
 from taskherd.config import parse_config
 from taskherd.limits import ClaimLimits
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.ops import delivery as delivery_ops
 from taskherd.ops import Queue
+from taskherd.ops import delivery as delivery_ops
 from taskherd.queue import RetryPolicy
 from taskherd.services.delivery import Deliverer
 from taskherd.services.dispatcher import Dispatcher
@@ -231,3 +232,79 @@ def test_a_pause_begins_and_lifts_once_whoever_asks(database):
         assert store.pause_budget("coder", month_end + 86400, reason, ["ops"], month_end + 3)
         events = [d.event for d in store.list_deliveries(alias="ops", limit=10)]
         assert sorted(events) == ["budget_paused", "budget_paused", "budget_resumed"]
+
+
+DAEMON_AGENT = """
+    import sys, time
+    sys.stdin.read()
+    time.sleep(0.3)  # its work: long enough that runs of both nodes are open together
+    print("TASK_COMPLETE: done")
+"""
+
+
+def midday_zone() -> str:
+    """A fixed-offset zone in which it is about noon now: the budget's day does not roll over
+    while the test runs, whenever it runs."""
+    offset = 12 - datetime.now(ZoneInfo("UTC")).hour
+    offset = offset - 24 if offset > 12 else offset
+    return f"Etc/GMT{-offset:+d}"  # Etc/GMT-3 is UTC+3
+
+
+def test_two_daemons_spend_one_budget_and_tell_the_pause_once(database, tmp_path):
+    """Two real `taskherd up` processes, two nodes on one database, each running up to three
+    agents: together they start nine $0.30 runs under a $2.70 budget (a command's run has no
+    cost of its own and counts at unknown_run_usd), never a tenth, and the pause reaches the
+    webhook once."""
+    from tests.fleet import Fleet, agent
+
+    hook = FakeWebhook().start()
+    program = agent(tmp_path, "agent", DAEMON_AGENT)
+    zone = midday_zone()
+    nodes = []
+    try:
+        for name in ("node-a", "node-b"):
+            root = tmp_path / name
+            root.mkdir()
+            nodes.append(Fleet(root, f"""
+                [daemon]
+                database = "{database}"
+                data_dir = "data"
+                node = "{name}"
+                timezone = "{zone}"
+                max_concurrent = 3
+                path = "/usr/bin:/bin"
+
+                [budgets]
+                unknown_run_usd = 0.30
+
+                [roles.coder]
+                command = ["{sys.executable}", "{program}"]
+                budget = {{ daily_usd = 2.70 }}
+                deliver_to = ["@ops"]
+                on = ["budget_paused"]
+                """))
+        first = nodes[0]
+        first.cli("alias", "add", "ops", "webhook", hook.url)
+        for i in range(14):
+            first.add(f"c{i}", role="coder")
+        for node in nodes:
+            node.up()
+
+        def spent_and_told():
+            runs = first.store.list_runs(role="coder", limit=100)
+            return (len(runs) >= 9 and all(run.ended_at is not None for run in runs)
+                    and any(body["event"] == "budget_paused" for body in hook.acknowledged))
+
+        first.wait_until(spent_and_told, 60, "nine runs ended and the pause delivered")
+        for node in nodes:
+            assert node.stop() == 0
+        runs = first.store.list_runs(role="coder", limit=100)
+        assert len(runs) == 9, [(run.id, run.node) for run in runs]
+        assert {run.node for run in runs} == {"node-a", "node-b"}
+        assert [body["event"] for body in hook.acknowledged] == ["budget_paused"]
+        assert [d.event for d in first.store.list_deliveries(alias="ops")] == ["budget_paused"]
+        assert len(first.store.list_tasks(state=TaskState.READY, limit=100)) == 5
+    finally:
+        for node in nodes:
+            node.close()
+        hook.stop()
