@@ -4,9 +4,9 @@ Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools
 cooldowns, and budgets (a role, or the fleet, whose next run would spend past a limit waits
 for the period to reset). The store picks the task (P0 first, FIFO within a priority) and
 checks the role's and pools' limits and its budgets across every node in the claim's
-transaction (taskherd/limits.py); the dispatcher says which roles this node may run (its tags) and skips
-at once those its own runs already fill, and learns from the store why the others were
-passed by.
+transaction (taskherd/limits.py); the dispatcher says which roles this node may run (its
+tags) and skips at once those its own runs already fill, and learns from the store why the
+others were passed by.
 """
 
 from __future__ import annotations
@@ -147,8 +147,8 @@ class Dispatcher:
         """Scopes whose next run would spend past a limit, until when, as the pass begins
         (their pauses begun or lifted to match); the claim checks again, across every node,
         each run started since."""
-        if not self.config.budgets:
-            return {}
+        if not self.config.budgets and not paused:
+            return {}  # (a pause left by budgets since removed from the config is lifted)
         from taskherd.ops.budget import apply_budget_pauses
 
         return apply_budget_pauses(self.config, self.store, now, paused)
