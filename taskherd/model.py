@@ -290,6 +290,8 @@ class GateCheck:
     exit_code: int | None
     passed: bool | None  # None while it runs
     error: str | None
+    pid: int | None = None  # its process (the shim's pid), found again after a restart
+    pid_started_at: float | None = None  # that process's start time: guards pid reuse
 
     @classmethod
     def from_row(cls, row: Any) -> GateCheck:
