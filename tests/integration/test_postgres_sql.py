@@ -155,6 +155,7 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {
+    "budget_spend": [{"role": None}],
     "open_task_by_dedup_key": [{"dedup_key": "nightly"}],
     "settle_task": [{"state": "completed"}, {"state": "ready", "run_id": 0}],
     "move_task": [{"task_id": 2, "from_state": "ready", "state": "cancelled"},
