@@ -341,7 +341,9 @@ def unrecorded_spawn(log_path: Path) -> tuple[int, float | None] | None:
     try:
         process = psutil.Process(pid)
         created = process.create_time()
-        if created <= written + START_TIME_TOLERANCE and process.status() != psutil.STATUS_ZOMBIE:
+        # No tolerance: a later owner of the pid, started within a second of the header,
+        # would pass for the shim and be stopped or adopted in its place.
+        if created <= written and process.status() != psutil.STATUS_ZOMBIE:
             return pid, created
     except psutil.Error:
         pass
