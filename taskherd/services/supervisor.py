@@ -324,6 +324,10 @@ class Supervisor:
         """
         if live.handle.pid is None:
             return  # an in-process call: no process group
+        if live.run.pid_started_at is None:
+            # A shim known only from its log's header, gone when found: its pid may belong to
+            # another process group by now (another agent's), which must not be stopped.
+            return
         leftovers = procs.live_group_members(live.handle.pid)
         if leftovers:
             log.warning("run %s: the agent left %d process(es) running; stopping them",
