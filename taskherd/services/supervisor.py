@@ -324,9 +324,9 @@ class Supervisor:
         """
         if live.handle.pid is None:
             return  # an in-process call: no process group
-        if live.run.pid_started_at is None:
-            # A shim known only from its log's header, gone when found: its pid may belong to
-            # another process group by now (another agent's), which must not be stopped.
+        if not getattr(live.handle, "started_at", None):
+            # Adopted with no start time (a shim known only from its log's header, gone when
+            # found): its pid may lead another process group by now, which must not be stopped.
             return
         leftovers = procs.live_group_members(live.handle.pid)
         if leftovers:
