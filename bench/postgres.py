@@ -30,7 +30,8 @@ database, or a new SQLite file in a temporary directory, where the fsync is on t
     role has max_concurrent and is in a pool, both larger than --workers so they never refuse
     and the figure is what the counting and the advisory lock that orders the claims cost.
     On PostgreSQL this figure and the one without limits are taken --rounds times each,
-    alternating on fresh databases, and the best of each is kept (the machine is shared).
+    alternating on fresh databases with procrastinate's, and the best of each is kept (the
+    machine is shared).
 - taskherd on SQLite, durability full: the same four figures, as the reference: the same store
   code with no server and no network round trip, where writers queue for one lock.
 - procrastinate, the established PostgreSQL task queue for Python, on its own schema
@@ -38,7 +39,11 @@ database, or a new SQLite file in a temporary directory, where the fsync is on t
   - enqueue, single: `task.defer()` once per task; batched: `task.batch_defer(...)`.
   - worker, 1 process: `app.run_worker_async(wait=False, concurrency=1)` in this process (the
     app opened beforehand), which fetches and finishes jobs until it finds none.
-  - worker, --workers processes: that worker in that many processes, started as above.
+  - worker, --workers processes: that worker in that many processes, started as above. It is
+    the peer of the target, so it is taken in the same rounds as taskherd's two figures with
+    --workers processes (plain, with limits, procrastinate; --rounds times, each on a fresh
+    database), and the best of each kept: on a shared machine the load moves by the minute,
+    and a figure taken minutes after its peer compared the two loads, not the two queues.
   The task is an `async def` no-op that records its job id (to assert each job ran exactly
   once): procrastinate's cheapest path, since a sync task would run in a thread.
 
@@ -251,9 +256,12 @@ def check_once(contender: str, per_worker: list[list[int]], expected: set[int] |
 
 
 def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: int,
-                   workers: int, limited_rounds: int = 0) -> list[Rate]:
+                   workers: int, limited_rounds: int = 0,
+                   peer: Callable[[], Rate] | None = None) -> list[Rate]:
     """The four figures on the fresh databases `databases` yields, in order; with
-    `limited_rounds`, the processes' figure with and without cluster limits that many times."""
+    `limited_rounds`, the processes' figure with and without cluster limits that many times,
+    each round also taking the `peer`'s figure, so that all three meet the same load; the
+    best of each is kept."""
     now = time.time()
     rates = []
 
@@ -295,14 +303,18 @@ def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: 
                                       taskherd_worker))
         return rates
     # Without and with cluster limits, alternating, each on a fresh database; the best of each.
-    plain, limited = [], []
+    plain, limited, peers = [], [], []
     for _ in range(limited_rounds):
         plain.append(processes_figure(contender, figure, next(databases), tasks, workers,
                                       taskherd_worker))
         limited.append(processes_figure(contender, f"{figure}, cluster limits", next(databases),
                                         tasks, workers, taskherd_limited_worker))
+        if peer is not None:
+            peers.append(peer())
     rates.append(max(plain, key=lambda rate: rate.per_second))
     rates.append(max(limited, key=lambda rate: rate.per_second))
+    if peers:
+        rates.append(max(peers, key=lambda rate: rate.per_second))
     return rates
 
 
@@ -399,21 +411,31 @@ def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) 
     check_once(contender, [list(PROCRASTINATE_DONE)], set(deferred))
     check_jobs(contender, server.url("procrastinate_batched"), tasks)
 
-    app = fresh_app("procrastinate_processes")
+    return rates
+
+
+def procrastinate_processes(server: PgServer, tasks: int, batch: int, workers: int,
+                            databases: Iterator[int]) -> Rate:
+    """procrastinate's worker in `workers` processes on a fresh database: taken in the
+    rounds beside taskherd's figure with as many processes, since it is the target's peer."""
+    contender, name = "procrastinate", f"procrastinate_processes_{next(databases)}"
+    server.admin(f'CREATE DATABASE "{name}"')
+    app = procrastinate_app(server.url(name))
     with app.open():
+        app.schema_manager.apply_schema()
         deferred = []
         noop = app.tasks[PROCRASTINATE_TASK]
         for start in range(0, tasks, batch):
             deferred.extend(noop.batch_defer(*({} for _ in range(min(batch, tasks - start)))))
-    url = server.url("procrastinate_processes")
+    url = server.url(name)
     with Workers(procrastinate_worker, url, workers) as pool:
         per_worker: list[list[int]] = []
-        rates.append(timed(contender, f"worker, {workers} processes", tasks,
-                           lambda: per_worker.extend(pool.run())))
+        rate = timed(contender, f"worker, {workers} processes", tasks,
+                     lambda: per_worker.extend(pool.run()))
     check_once(contender, per_worker, set(deferred))
     check_jobs(contender, url, tasks)
     print(f"  {contender}: jobs per process {sorted(len(ids) for ids in per_worker)}")
-    return rates
+    return rate
 
 
 def check_jobs(contender: str, url: str, tasks: int) -> None:
@@ -496,8 +518,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="no-op tasks per figure and contender (default: 2000)")
     parser.add_argument("--batch", type=int, default=1000, help="batched enqueue size")
     parser.add_argument("--workers", type=int, default=4, help="processes sharing one queue")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="rounds of the processes' figure with and without cluster limits")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of the processes' figure with and without cluster limits, "
+                             "and of procrastinate's beside them")
     args = parser.parse_args(argv)
 
     # A TERM (a timeout, a CI cancel) unwinds like an exception, so the `finally` clauses
@@ -514,8 +537,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         print(f"taskherd postgres bench: {versions(server)}; tmp {tempfile.gettempdir()}")
-        rates = bench_taskherd("taskherd postgres", fresh_databases(server), args.tasks,
-                               args.batch, args.workers, limited_rounds=args.rounds)
+        peer_databases = itertools.count()
+        rates = bench_taskherd(
+            "taskherd postgres", fresh_databases(server), args.tasks, args.batch, args.workers,
+            limited_rounds=args.rounds,
+            peer=lambda: procrastinate_processes(server, args.tasks, args.batch, args.workers,
+                                                 peer_databases))
         with tempfile.TemporaryDirectory(prefix="taskherd-bench-pg-") as tmp:
             sqlite_files = (str(Path(tmp) / f"{name}.db")
                             for name in ("single", "batched", "processes"))

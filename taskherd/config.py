@@ -184,6 +184,7 @@ class RoleConfig:
             backoff_base=self.backoff,
             backoff_cap=self.backoff_cap,
             rate_limit_cooldown=self.rate_limit_cooldown,
+            rescue_trusts_done=not self.gates,
         )
 
 

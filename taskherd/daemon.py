@@ -251,11 +251,17 @@ class Daemon:
         tasks belong to other nodes now. Agents of those runs still alive here (the daemon
         died, not the machine) are stopped, never adopted: one task, one agent."""
         for run in store.lost_runs_of_node(self.config.daemon.node, since=down_at):
-            handle = procs.adopt(run.pid, run.pid_started_at or 0.0,
-                                 Path(run.log_path or os.devnull))
+            pid, started_at, log_path = run.pid, run.pid_started_at, run.log_path
+            if pid is None:  # started, perhaps, by a daemon that died before recording it
+                log_path = str(self.config.daemon.log_dir / f"run-{run.id}.log")
+                found = procs.unrecorded_spawn(Path(log_path))
+                if found is None:
+                    continue
+                pid, started_at = found
+            handle = procs.adopt(pid, started_at or 0.0, Path(log_path or os.devnull))
             if handle is not None and handle.is_alive():
                 log.warning("run %s was rescued while this node was down: stopping its agent "
-                            "(pid %s)", run.id, run.pid)
+                            "(pid %s)", run.id, pid)
                 procs.terminate(handle, grace=KILL_GRACE)
 
     def _services(self, store: Store, supervisor: Supervisor,

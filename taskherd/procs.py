@@ -343,6 +343,32 @@ def read_exit_file(exit_path: Path) -> ExitStatus | None:
                       ended_at=data.get("ended_at"), source=data.get("source", "exit_file"))
 
 
+def unrecorded_spawn(log_path: Path) -> tuple[int, float | None] | None:
+    """The shim of a run whose spawn never reached the store (its daemon died between
+    starting the agent and recording its pid): (pid, start time) from the header the shim
+    writes into the run's log before it starts the agent; None if no shim ever started there.
+
+    The start time is the live process's own when it was created before that header was
+    written (then it can only be the shim: two live processes never share a pid); None when
+    the shim is gone, so that `adopt` never mistakes a later owner of the pid for it.
+    """
+    try:
+        header = read_header(log_path)
+        pid, written = int(header["pid"]), float(header["time"])  # type: ignore[index]
+    except (TypeError, KeyError, ValueError):  # no header, or not one the shim wrote
+        return None
+    try:
+        process = psutil.Process(pid)
+        created = process.create_time()
+        # No tolerance: a later owner of the pid, started within a second of the header,
+        # would pass for the shim and be stopped or adopted in its place.
+        if created <= written and process.status() != psutil.STATUS_ZOMBIE:
+            return pid, created
+    except psutil.Error:
+        pass
+    return pid, None
+
+
 def read_header(log_path: Path) -> dict | None:
     """The header line's fields, or None if the log does not start with one."""
     try:

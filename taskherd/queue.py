@@ -14,6 +14,7 @@ from taskherd.model import (
     STRIKE_OUTCOMES,
     FireStatus,
     Outcome,
+    Run,
     RunResult,
     Task,
     TaskState,
@@ -48,6 +49,9 @@ class RetryPolicy:
     # The span in which rate-limited runs count towards max_rate_limits.
     rate_limit_window: float = RATE_LIMIT_WINDOW
     rate_limit_cooldown: float = DEFAULT_RATE_LIMIT_COOLDOWN
+    # Whether a rescue may settle a run as done on its agent's word alone: not for a role
+    # with gates, whose checks only the node that ran the agent can run.
+    rescue_trusts_done: bool = True
 
     def backoff(self, strikes: int) -> float:
         """Seconds to wait before the retry that follows the `strikes`-th strike."""
@@ -102,6 +106,27 @@ def settle(
         reason = f"{outcome.value} on attempt {strikes} of {task.max_attempts}"
         return Settlement(TaskState.DEAD, now, strike=1, reason=reason)
     return Settlement(TaskState.READY, now + policy.backoff(strikes), strike=1)
+
+
+def rescued_result(run: Run, lost: RunResult, policy: RetryPolicy) -> RunResult:
+    """What a run a rescue ends (its node went down, its lease expired, its spawn was never
+    recorded) really ended as.
+
+    A rescue cannot see the agent, but the agent's own report through its run credential
+    (`taskherd done|fail|block`) is in the store whichever node died: an agent that finished
+    and said so before its node went down, even before its spawn was recorded, is settled as
+    it said, not run a second time (a second deploy, a second push). Only a run with no
+    report is `lost`, and its task runs again. `lost.error` (which node, why) stays on the
+    run's record either way.
+    """
+    said = f"{lost.error}; settled by its agent's own report" if lost.error else None
+    if run.report == "done" and policy.rescue_trusts_done:
+        return RunResult(Outcome.SUCCEEDED, summary=run.report_summary, error=said)
+    if run.report == "block":
+        return RunResult(Outcome.BLOCKED, summary=run.report_summary, error=said)
+    if run.report == "fail":
+        return RunResult(Outcome.FAILED, error=run.report_summary or "the agent reported failure")
+    return lost
 
 
 def _after_rate_limit(

@@ -258,6 +258,8 @@ class Supervisor:
     def adopt(self, run: Run, task: Task, now: float) -> LiveRun | None:
         """Re-attach to an agent an earlier daemon started; settle it if it already ended."""
         role = self.config.role(run.role)
+        if run.pid is None and run.log_path is None:
+            run = self._spawn_left_on_disk(run, now)
         if run.pid is None or run.log_path is None:
             error = "no process to re-adopt after a restart (never spawned, or a chat call)"
             self._settle_now(run, RunResult(Outcome.LOST, error=error))
@@ -278,6 +280,31 @@ class Supervisor:
         log.info("run %s: re-adopted pid %s (%s)", run.id, run.pid,
                  "alive" if handle.is_alive() else "already ended")
         return live
+
+    def _spawn_left_on_disk(self, run: Run, now: float) -> Run:
+        """A run of this node with no spawn on record: the earlier daemon died between
+        starting its agent and recording it, or before starting one. The run's log says which:
+        the shim writes its header there before the agent starts, and its exit file when the
+        agent ends. A started agent is recorded now and adopted (or settled from its exit
+        file) like any other, never started a second time; the run is returned unchanged
+        when no agent ever started."""
+        log_path = self.log_dir / f"run-{run.id}.log"
+        found = procs.unrecorded_spawn(log_path)
+        if found is None:
+            return run
+        pid, started_at = found
+        log.warning("run %s: its agent (shim pid %s) started before the earlier daemon could "
+                    "record it: recording it now", run.id, pid)
+        recorded = dataclasses.replace(run, pid=pid, pid_started_at=started_at,
+                                       log_path=str(log_path), spawned_at=now)
+        try:
+            self.store.mark_spawned(run.id, now, self.config.daemon.lease, pid=pid,
+                                    pid_started_at=started_at, log_path=str(log_path))
+        except TransitionRefused:
+            pass  # cancelled meanwhile: watched all the same, so that its agent is stopped
+        except StoreError as error:
+            log.warning("run %s: could not record its spawn: %s", run.id, error)
+        return recorded
 
     def _watch(self, run: Run, task: Task, role: RoleConfig, runtime: Runtime,
                handle: Execution, spawned_at: float) -> LiveRun:
@@ -307,6 +334,10 @@ class Supervisor:
         """
         if live.handle.pid is None:
             return  # an in-process call: no process group
+        if not getattr(live.handle, "started_at", None):
+            # Adopted with no start time (a shim known only from its log's header, gone when
+            # found): its pid may lead another process group by now, which must not be stopped.
+            return
         await live.handle.wait_reaped()  # a zombie shim keeps its empty group in existence
         leftovers = procs.live_group_members(live.handle.pid)
         if leftovers:

@@ -103,7 +103,8 @@ class NodeStore(abc.ABC):
 
     @abc.abstractmethod
     def lost_runs_of_node(self, node: str, since: float) -> list[Run]:
-        """Runs of `node` rescued from it (ended `lost`) since `since` that had a process."""
+        """Runs of `node` rescued from it (ended `lost`) since `since`: their agents, if
+        any still run on that node, are to be stopped."""
 
     @abc.abstractmethod
     def node_stopped(self, name: str, now: float) -> None:

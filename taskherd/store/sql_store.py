@@ -35,7 +35,7 @@ from taskherd.model import (
     TaskState,
     Verdict,
 )
-from taskherd.queue import RetryPolicy, settle
+from taskherd.queue import RetryPolicy, rescued_result, settle
 from taskherd.store.base import (
     Enqueued,
     Finished,
@@ -589,6 +589,8 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         self, db: Connection, run_id: int, result: RunResult, policy: RetryPolicy, now: float
     ) -> Finished:
         """End the run with `result` and settle its task, inside the caller's transaction."""
+        if result.outcome is Outcome.LOST:  # a rescue: what its agent reported still counts
+            result = rescued_result(self._get_run(db, run_id), result, policy)
         run_fields = {
             "run_id": run_id,
             "now": now,

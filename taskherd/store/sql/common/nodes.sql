@@ -46,7 +46,8 @@ WHERE name = :name AND stopped_at IS NULL AND down_at IS NULL;
 
 -- name: lost_runs_of_node
 -- Read once, when a node declared down starts again: its agents whose runs were rescued may
--- still run and must stop. A scan of the node's runs, rare enough not to index.
+-- still run and must stop (those with no pid too: the daemon may have died between starting
+-- one and recording it). A scan of the node's runs, rare enough not to index.
 SELECT * FROM runs
-WHERE node = :node AND outcome = 'lost' AND ended_at >= :since AND pid IS NOT NULL
+WHERE node = :node AND outcome = 'lost' AND ended_at >= :since
 ORDER BY id;

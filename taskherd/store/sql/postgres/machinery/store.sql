@@ -2,11 +2,23 @@
 -- SQLite has no counterpart of the first three (its events go through local sockets and its
 -- daemon's file lock is all a host needs).
 
--- name: notify_events
+-- name: transaction_begin
+-- A writing transaction, begun and ended by hand (PostgresStore._transaction): its end is one
+-- simple query, what goes with the COMMIT followed by it, one round trip.
+BEGIN;
+
+-- name: transaction_commit
+COMMIT;
+
+-- name: transaction_rollback
+ROLLBACK;
+
+-- name: notify_event
 -- Delivered to every LISTENing connection when this transaction commits, never if it rolls
--- back: one notification per event, each payload one event's JSON (< 8000 bytes); one
--- statement for all of a transaction's events, so a transition pays one round trip for them.
-SELECT pg_notify('taskherd_events', payload) FROM unnest(CAST(:payloads AS TEXT[])) AS payload;
+-- back: one notification per event, the payload one event's JSON (< 8000 bytes), inlined as a
+-- quoted literal ({payload}) since it is sent with the COMMIT as one simple query, which
+-- takes no parameters.
+SELECT pg_notify('taskherd_events', {payload});
 
 -- name: listen_events
 LISTEN taskherd_events;
