@@ -109,3 +109,48 @@ def test_the_cost_page_charts_each_roles_spend_by_day(api):
     page = logged_in(api).get("/cost").text
     assert page.count("<rect") == 2  # a bar part per role, today
     assert "coder" in page and "0.5000" in page and "0.2500" in page
+
+
+def test_the_board_lists_p0_tasks_ready_then_pending_each_bounded(api):
+    from taskherd.ops.board import BOARD_ROWS
+
+    store, now = api.queue.store, 1000.0
+    store.enqueue_many([NewTask(role="coder", title=f"later {n}") for n in range(3)], now)
+    urgent = [store.enqueue(NewTask(role="coder", title=f"urgent {n}", priority=0), now).task
+              for n in range(BOARD_ROWS + 2)]
+    asked = store.enqueue(NewTask(role="qa", title="approve me", priority=0, pending=True),
+                          now).task
+    page = logged_in(api).get("/").text
+    p0 = page[page.index('id="p0"'):page.index('id="running"')]
+    shown = re.findall(r'href="/tasks/(\d+)"', p0)
+    # The oldest P0 tasks in claim order, as many as the board shows, then the pending one.
+    assert shown == [str(task.id) for task in urgent[:BOARD_ROWS]] + [str(asked.id)]
+    assert "approval (pending)" in p0 and "later" not in p0
+    assert f"The first {BOARD_ROWS} ready" in p0
+
+
+def test_every_statement_of_the_board_reads_tasks_and_runs_through_an_index(api):
+    """A scan of `tasks` or `runs` costs the page 250 ms at a million tasks kept as history."""
+    import time
+
+    from taskherd.api import pages
+
+    store, now = api.queue.store, time.time()
+    store.enqueue(NewTask(role="coder", title="run me"), now)
+    store.claim("n1", now, 600, roles=["coder"])
+    store.enqueue(NewTask(role="coder", title="urgent", priority=0), now)
+    store.enqueue(NewTask(role="coder", title="ask", priority=0, pending=True), now)
+    token = store.list_api_tokens()[0]
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    try:
+        html = pages.board(pages.View(api.queue, now, token, "csrf", False, "/"))
+    finally:
+        store._conn.set_trace_callback(None)
+    assert "urgent" in html and "run me" in html
+    reads = [sql for sql in dict.fromkeys(statements) if sql.lstrip().upper().startswith(
+        ("SELECT", "WITH"))]
+    for sql in reads:
+        plan = [row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql)]
+        scans = [step for step in plan if step in ("SCAN tasks", "SCAN runs")]
+        assert not scans, f"{' '.join(sql.split())[:120]}: {plan}"
