@@ -1,7 +1,8 @@
 """HTTP API benchmark: taskherd's API beside a bare uvicorn app (the floor) and the CLI (the peer).
 
     .venv/bin/python bench/api.py                       # everything, a few minutes on 2 cores
-    .venv/bin/python bench/api.py --tasks 1000000 --requests 2000 --runs 1000
+    .venv/bin/python bench/api.py --tasks 1000000 --requests 2000 --runs 1000 --browsers 20
+    .venv/bin/python bench/api.py --parts d       # one part: a, b, c or d
 
 a. `POST /v1/tasks` and an agent's heartbeat (`POST /v1/agent/heartbeat`, each client with
    its own run's credential), 50 concurrent clients on loopback, as fast as they go: requests
@@ -11,11 +12,18 @@ a. `POST /v1/tasks` and an agent's heartbeat (`POST /v1/agent/heartbeat`, each c
    the daemon's host pays). Then the heartbeat at a steady 500 requests a second (open loop):
    target p99 ≤ 25 ms.
 b. The board page (`/`, logged in) and `/v1/status` over a database of --tasks tasks (finished
-   history with runs and cost, and 1,000 ready): p99 of 50 sequential requests each. Target
+   history with runs and cost, 1,000 ready, and more P0 tasks ready and pending and more
+   agents running than the board lists): p99 of 200 sequential requests each. Target
    p99 ≤ 100 ms.
 c. `taskherd up` with the API on, --runs no-op tasks enqueued at a steady rate: ready → exec
    p99 with no dashboard open, then with 20 clients on the event stream; target ≤ 1.5 × the
    first. The daemon's RSS with the API on, beside the same daemon with it off.
+d. The same daemon with --browsers real dashboards open: each a headless Chromium of its own
+   (Debian's, driven by Selenium through its chromedriver; nothing downloads a browser),
+   logged in on the board, live on the event stream, fetching the board again on events as
+   an operator's browser does. ready → exec p99 with them open beside the same run with none;
+   target ≤ 1.5 × (the issue's). Each page must then show every task completed without a
+   reload. The browsers run on the daemon's own cores, as an operator's on the fleet's host.
 
 The servers run as their own processes (`python bench/api.py --serve ...`), so the client's
 work is not counted in their CPU. Exit status 1 if a target is missed.
@@ -44,6 +52,7 @@ import httpx  # noqa: E402
 
 HEARTBEAT_P99 = 0.025
 BOARD_P99 = 0.100
+BOARD_REQUESTS = 200
 STREAMS_RATIO = 1.5
 CLIENTS = 50
 
@@ -315,11 +324,13 @@ def part_b(folder: Path, tasks: int) -> bool:
     print(f"== b. the board page and /v1/status over {tasks:,} tasks")
     started = time.perf_counter()
     build_database(folder / "big.db", tasks, 1000)
-    print(f"built the database in {time.perf_counter() - started:.0f} s")
     port = free_port()
     config_path = write_config(folder, port, database="big.db")
     with open_queue(load_config(config_path)) as queue:
         token = token_ops.create_token(queue, "board", "read", time.time()).token
+        fill_the_board(queue.store, time.time())
+    print(f"built the database in {time.perf_counter() - started:.0f} s: every list of the "
+          f"board is longer than it shows ({BOARD_ROWS_SHOWN})")
     server = start([sys.executable, __file__, "--serve", str(config_path)], folder / "big.log")
     ok = True
     try:
@@ -331,7 +342,7 @@ def part_b(folder: Path, tasks: int) -> bool:
                     ("GET / (the board page)", "/", {})):
                 client.get(path, headers=headers)  # warm
                 times = []
-                for _ in range(50):
+                for _ in range(BOARD_REQUESTS):
                     begin = time.perf_counter()
                     response = client.get(path, headers=headers)
                     times.append(time.perf_counter() - begin)
@@ -343,6 +354,24 @@ def part_b(folder: Path, tasks: int) -> bool:
     finally:
         stop(server)
     return ok
+
+
+BOARD_ROWS_SHOWN = 50
+
+
+def fill_the_board(store, now: float) -> None:
+    """More P0 tasks ready and pending, and more agents running, than the board lists."""
+    from taskherd.model import NewTask
+
+    more = BOARD_ROWS_SHOWN + 10
+    store.enqueue_many([NewTask(role="coder", title=f"urgent {n}", priority=0)
+                        for n in range(more)], now)
+    store.enqueue_many([NewTask(role="qa", title=f"approve {n}", priority=0, pending=True)
+                        for n in range(more)], now)
+    for _ in range(more):
+        claim = store.claim("bench", now, 3600, roles=["writer"])
+        store.mark_spawned(claim.run.id, now, 3600, pid=None, pid_started_at=None,
+                           log_path=None)
 
 
 # -- c. ready → exec with dashboards open ------------------------------------------------------
@@ -368,7 +397,8 @@ def part_c(folder: Path, runs: int) -> bool:
     return ok
 
 
-def daemon_pass(folder: Path, runs: int, streams: int, api: bool) -> tuple[list[float], float]:
+def daemon_pass(folder: Path, runs: int, streams: int, api: bool, browsers: int = 0
+                ) -> tuple[list[float], float]:
     import psutil
 
     from bench.daemon import printed_time
@@ -389,7 +419,8 @@ def daemon_pass(folder: Path, runs: int, streams: int, api: bool) -> tuple[list[
         daemon = subprocess.Popen([sys.executable, "-m", "taskherd", "up", "--log-level",
                                    "warning"], env=env, cwd=folder, stdout=log, stderr=log)
     stop_streams = threading.Event()
-    readers = []
+    readers: list[threading.Thread] = []
+    pages: list = []
     try:
         deadline = time.monotonic() + 60
         while not listening(folder / "q.db"):
@@ -405,6 +436,10 @@ def daemon_pass(folder: Path, runs: int, streams: int, api: bool) -> tuple[list[
             readers.append(reader)
         if opened:
             opened.wait(30)
+        if browsers:
+            pages = open_dashboards(f"http://127.0.0.1:{port}", token, browsers)
+        cpu_before = psutil.Process(daemon.pid).cpu_times()
+        browsers_before = browsers_cpu(pages)
         ready: dict[int, float] = {}
         begin = time.monotonic()
         for index in range(runs):
@@ -418,14 +453,146 @@ def daemon_pass(folder: Path, runs: int, streams: int, api: bool) -> tuple[list[
                   if c.state is TaskState.COMPLETED) < runs:
             assert time.monotonic() < deadline, "tasks did not finish"
             time.sleep(0.1)
+        finished = time.monotonic()
+        cpu = psutil.Process(daemon.pid).cpu_times()
+        busy = cpu.user + cpu.system - cpu_before.user - cpu_before.system
+        print(f"   daemon CPU {busy:.1f} s over the {finished - begin:.0f} s of the pass",
+              end="")
+        if pages:
+            print(f", the browsers' {browsers_cpu(pages) - browsers_before:.1f} s", end="")
+            caught_up = pages_show_completed(pages, runs)
+            print(f"; every page showed all {runs} completed, without a reload, "
+                  f"{caught_up:.1f} s after the last finished", end="")
+        print()
         latencies = [printed_time(queue.store.runs_of_task(task_id)[-1].log_path) - ready_at
                      for task_id, ready_at in ready.items()]
         rss = psutil.Process(daemon.pid).memory_info().rss / 2**20
         return latencies, rss
     finally:
         stop_streams.set()
+        close_dashboards(pages)
         stop(daemon)
         queue.close()
+
+
+# -- d. real browsers on the dashboard -------------------------------------------------------
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--window-size=1280,900")
+# The board's "all" row, the number in its "completed" column.
+COMPLETED_ON_THE_BOARD = """
+var table = document.querySelector('#counts table');
+if (!table) { return -1; }
+var heads = Array.from(table.querySelectorAll('thead th')).map(function (e) {
+  return e.textContent; });
+var all = table.querySelector('tbody tr:last-child');
+return parseInt(all.children[heads.indexOf('completed')].textContent, 10);
+"""
+
+
+def part_d(folder: Path, runs: int, browsers: int) -> bool:
+    import shutil
+
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        print("== d. skipped: Debian's chromium and chromium-driver are not installed "
+              "(apt-get install chromium chromium-driver)")
+        return False
+    print(f"== d. ready → exec over {runs} no-op tasks, with 0 and {browsers} dashboards open "
+          f"in headless Chromium")
+    results = {}
+    for count in (0, browsers):
+        latencies, rss = daemon_pass(folder / f"browsers-{count}", runs, 0, api=True,
+                                     browsers=count)
+        results[count] = latencies
+        print(f"{count:2d} dashboards open: p50 {ms(percentile(latencies, 0.5))}  "
+              f"p99 {ms(percentile(latencies, 0.99))}  daemon RSS {rss:.0f} MB (API on)")
+    ratio = percentile(results[browsers], 0.99) / percentile(results[0], 0.99)
+    ok = ratio <= STREAMS_RATIO
+    print(f"p99 with {browsers} dashboards / with none: {ratio:.2f} "
+          f"(target ≤ {STREAMS_RATIO}: {'ok' if ok else 'MISSED'})")
+    return ok
+
+
+def open_dashboards(url: str, token: str, count: int) -> list:
+    """`count` headless Chromiums, each its own browser (its own connections, as operators'
+    browsers are), logged in on the board with its event stream open."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        pages = list(pool.map(lambda _: _dashboard(url, token), range(count)))
+    return pages
+
+
+def _dashboard(url: str, token: str):
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options,
+                              service=Service(executable_path=shutil.which("chromedriver")))
+    try:
+        driver.set_page_load_timeout(60)
+        driver.get(url + "/login")
+        driver.find_element(By.ID, "token").send_keys(token)
+        driver.find_element(By.ID, "login").click()
+        WebDriverWait(driver, 60, poll_frequency=0.1).until(
+            lambda d: d.find_elements(By.ID, "counts"), "the board after logging in")
+        WebDriverWait(driver, 60, poll_frequency=0.1).until(
+            lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "yes",
+            "the board's event stream to open")
+        driver.execute_script("window.notReloaded = true;")
+    except BaseException:
+        driver.quit()
+        raise
+    return driver
+
+
+def pages_show_completed(pages: list, runs: int, timeout: float = 120) -> float:
+    """Seconds until every page's board shows `runs` tasks completed; each page must still be
+    the one loaded at the start (live, not reloaded)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    started = time.monotonic()
+    for page in pages:
+        WebDriverWait(page, max(timeout - (time.monotonic() - started), 1),
+                      poll_frequency=0.1).until(
+            lambda d: d.execute_script(COMPLETED_ON_THE_BOARD) >= runs,
+            f"a dashboard to show the {runs} tasks completed")
+        if not page.execute_script("return window.notReloaded === true;"):
+            raise SystemExit("a dashboard reloaded itself: it must stay live without")
+    return time.monotonic() - started
+
+
+def browsers_cpu(pages: list) -> float:
+    """CPU seconds the browsers' processes (every Chromium process of each driver) used."""
+    import psutil
+
+    total = 0.0
+    for page in pages:
+        driver = psutil.Process(page.service.process.pid)
+        for process in [driver, *driver.children(recursive=True)]:
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system
+    return total
+
+
+def close_dashboards(pages: list) -> None:
+    for page in pages:
+        try:
+            page.quit()
+        except Exception:  # noqa: BLE001 - a browser already gone is closed enough
+            pass
 
 
 def _read_stream(url: str, token: str, stop_event: threading.Event,
@@ -446,7 +613,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--tasks", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--parts", default="abc")
+    parser.add_argument("--browsers", type=int, default=20)
+    parser.add_argument("--parts", default="abcd")
     args = parser.parse_args()
     if args.serve:
         serve(args.serve)
@@ -459,7 +627,8 @@ def main() -> int:
             folder.mkdir()
             ok &= {"a": lambda: part_a(folder, args.requests),
                    "b": lambda: part_b(folder, args.tasks),
-                   "c": lambda: part_c(folder, args.runs)}[part]()
+                   "c": lambda: part_c(folder, args.runs),
+                   "d": lambda: part_d(folder, args.runs, args.browsers)}[part]()
     print(f"load average: {open('/proc/loadavg').read().strip()}")
     return 0 if ok else 1
 

@@ -154,3 +154,46 @@ def test_every_statement_of_the_board_reads_tasks_and_runs_through_an_index(api)
         plan = [row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql)]
         scans = [step for step in plan if step in ("SCAN tasks", "SCAN runs")]
         assert not scans, f"{' '.join(sql.split())[:120]}: {plan}"
+
+
+def test_a_gathered_event_stream_tells_many_changes_in_few_messages(api):
+    """The dashboard's stream (`gather`): every change counted, at most one message a gap."""
+    import json
+    import threading
+
+    import httpx
+
+    messages: list[dict] = []
+    hello, all_told = threading.Event(), threading.Event()
+    added = 30
+
+    def read() -> None:
+        with httpx.stream("GET", api.url + "/v1/events?gather=1", timeout=30,
+                          headers={"Authorization": f"Bearer {api.tokens['read']}"}) as stream:
+            kind = None
+            for line in stream.iter_lines():
+                if line.startswith("event: "):
+                    kind = line[7:]
+                elif line.startswith("data: ") and kind == "hello":
+                    hello.set()
+                elif line.startswith("data: ") and kind == "changed":
+                    messages.append(json.loads(line[6:]))
+                    if sum(message["events"] for message in messages) >= added:
+                        all_told.set()
+                        return
+
+    threading.Thread(target=read, daemon=True).start()
+    assert hello.wait(10)
+    for number in range(added):
+        api.queue.store.enqueue(NewTask(role="coder", title=f"task {number}"), 1000.0)
+    assert all_told.wait(20), f"told {messages}"
+    assert sum(message["events"] for message in messages) == added
+    assert len(messages) < added and messages[0]["kinds"] == ["task_added"]
+
+
+def test_a_bad_gather_is_refused_and_names_the_parameter(api):
+    client = api.client("read")
+    for bad in ("0", "0.05", "61", "nan", "inf", "soon", ""):
+        answer = client.get("/v1/events", params={"gather": bad})
+        assert answer.status_code == 400, bad
+        assert answer.json()["field"] == "gather" and "0.1 to 60" in answer.json()["error"]
