@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from taskherd.model import Run
+from taskherd.model import Run, row_fields
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class RegisteredAgent:
 
     @classmethod
     def from_row(cls, row: Any) -> RegisteredAgent:
-        data = dict(row)
+        data = row_fields(row)
         data["capabilities"] = tuple(json.loads(data["capabilities"] or "[]"))
         return cls(**data)
 

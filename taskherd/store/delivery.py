@@ -10,6 +10,8 @@ import abc
 from dataclasses import dataclass
 from typing import Any
 
+from taskherd.model import row_fields
+
 CHANNELS = ("webhook", "command", "file")
 FORMATS = ("json", "slack", "discord")
 # What a task's settle can tell: the state it moved to, or, for a job's task that died,
@@ -29,7 +31,7 @@ class Alias:
 
     @classmethod
     def from_row(cls, row: Any) -> Alias:
-        return cls(**dict(row))
+        return cls(**row_fields(row))
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class Delivery:
 
     @classmethod
     def from_row(cls, row: Any) -> Delivery:
-        return cls(**dict(row))
+        return cls(**row_fields(row))
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

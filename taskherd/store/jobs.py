@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskherd.model import FireStatus, NewTask
+from taskherd.model import FireStatus, NewTask, row_fields
 from taskherd.store.errors import StoreError
 
 # The job columns a claim or a settle may change (the definition is changed by upsert_job).
@@ -91,7 +91,7 @@ class Job:
 
     @classmethod
     def from_row(cls, row: Any) -> Job:
-        data = dict(row)
+        data = row_fields(row)
         data["template"] = json.loads(data["template"])
         data["trigger"] = json.loads(data.pop("trigger_spec"))
         data["enabled"] = bool(data["enabled"])
@@ -145,7 +145,7 @@ class JobFire:
 
     @classmethod
     def from_row(cls, row: Any) -> JobFire:
-        return cls(**dict(row))
+        return cls(**row_fields(row))
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

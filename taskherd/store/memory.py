@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from taskherd.model import row_fields
+
 SHARED = "@shared"  # the scope every role searches besides its own
 WORD = re.compile(r"\w+", re.UNICODE)
 MAX_QUERY_WORDS = 32
@@ -37,7 +39,7 @@ class Memory:
 
     @classmethod
     def from_row(cls, row: Any) -> Memory:
-        return cls(**dict(row))
+        return cls(**row_fields(row))
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.__dict__)

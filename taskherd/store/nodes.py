@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import ANY_ROLE, Run
+from taskherd.model import ANY_ROLE, Run, row_fields
 
 if TYPE_CHECKING:
     from taskherd.queue import RetryPolicy
@@ -46,7 +46,7 @@ class Node:
 
     @classmethod
     def from_row(cls, row: Any) -> Node:
-        data = dict(row)
+        data = row_fields(row)
         data["roles"] = tuple(json.loads(data.get("roles") or "[]"))
         data["tags"] = tuple(json.loads(data.get("tags") or "[]"))
         return cls(**data)

@@ -555,6 +555,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
                 # Again under the lock: the oldest open run may be one committed meanwhile.
                 through = {"through": _one(db.execute(self.q["runs_mark"]))["through"]}
                 folded += db.execute(self.q["roll_up_runs"], through).rowcount
+                db.execute(self.q["roll_up_role_last_runs"], through)
                 db.execute(self.q["advance_runs_mark"], through)
         # A task counts once it finished before the mark; the margin leaves room for a settle
         # stamped with a `now` taken a moment before its transaction got the write lock.

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from taskherd.model import Task
+from taskherd.model import Task, row_fields
 
 log = logging.getLogger("taskherd.worktrees")
 
@@ -33,7 +33,7 @@ class WorktreeRecord:
 
     @classmethod
     def from_row(cls, row: Any) -> WorktreeRecord:
-        data = dict(row)
+        data = row_fields(row)
         fields = {key: data[key] for key in data if key in cls.__dataclass_fields__}
         fields["conflicts"] = tuple(json.loads(data["conflicts"])) if data["conflicts"] else ()
         return cls(**fields)

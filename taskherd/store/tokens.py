@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from taskherd.model import row_fields
 from taskherd.store.errors import StoreError
 
 
@@ -37,7 +38,7 @@ class ApiToken:
 
     @classmethod
     def from_row(cls, row: Any) -> ApiToken:
-        data = dict(row)
+        data = row_fields(row)
         data.pop("token_sha256", None)
         roles = data.get("roles")
         data["roles"] = tuple(json.loads(roles)) if roles is not None else None

@@ -125,3 +125,34 @@ def test_a_roll_up_committed_while_the_board_counts_is_not_counted_twice(store, 
         store._all = read
         other.close()
     assert rolled[0] > 0  # the first read really raced a roll-up that folded rows
+
+
+def test_each_roles_latest_run_is_found_before_and_after_the_roll_up(store):
+    """The agents registry shows a role's last run and last outcome; the roll-up takes the
+    runs it passes out of the live walk, and the role's latest run must not go with them."""
+    now = T0
+    assert store.latest_run_of_role("coder") is None
+    first = run_once(store, "coder", Outcome.SUCCEEDED, now).run
+    qa_run = run_once(store, "qa", Outcome.FAILED, now + 1).run
+    last_coder = run_once(store, "coder", Outcome.FAILED, now + 2).run
+
+    def latest(role):
+        found, ended = store.latest_run_of_role(role), store.latest_run_of_role(role, ended=True)
+        return (found and found.id, ended and ended.id)
+
+    assert latest("coder") == (last_coder.id, last_coder.id) and first.id < last_coder.id
+    assert store.roll_up(now + ROLLUP_MARGIN + 60) > 0
+    assert latest("coder") == (last_coder.id, last_coder.id)
+    assert latest("qa") == (qa_run.id, qa_run.id)
+    assert store.latest_run_of_role("qa", ended=True).outcome is Outcome.FAILED
+
+    # A run open past the mark is the latest; the latest ended one is still the rolled-up one.
+    store.enqueue(NewTask(role="coder", title="running"), now + 3)
+    running = store.claim("n1", now + 3, LEASE, roles=["coder"]).run
+    assert latest("coder") == (running.id, last_coder.id)
+    store.roll_up(now + 2 * (ROLLUP_MARGIN + 60))  # the open run holds the mark below it
+    assert latest("coder") == (running.id, last_coder.id)
+    store.finish_run(running.id, RunResult(Outcome.SUCCEEDED), ONE_TRY, now + 4)
+    store.roll_up(now + 3 * (ROLLUP_MARGIN + 60))
+    assert latest("coder") == (running.id, running.id)
+    assert latest("reviewer") == (None, None)
