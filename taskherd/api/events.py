@@ -42,12 +42,14 @@ class Changes:
     def __init__(self) -> None:
         self.kinds: set[str] = set()
         self.count = 0
+        self.sequence = 0  # the hub's count of events when the last one was added
         self.closed = False
         self.arrived = asyncio.Event()
 
-    def add(self, event: Event) -> None:
+    def add(self, event: Event, sequence: int) -> None:
         self.kinds.add(event.kind.value)
         self.count += 1
+        self.sequence = sequence
         self.arrived.set()
 
     def close(self) -> None:
@@ -55,7 +57,7 @@ class Changes:
         self.arrived.set()
 
     def take(self) -> dict[str, Any]:
-        taken = {"kinds": sorted(self.kinds), "events": self.count}
+        taken = {"kinds": sorted(self.kinds), "events": self.count, "seq": self.sequence}
         self.kinds, self.count = set(), 0
         self.arrived.clear()
         return taken
@@ -66,6 +68,9 @@ class EventHub:
         self.store = store
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
         self._gathered: set[Changes] = set()
+        # Events received so far: a view rendered after reading it shows every change told
+        # with a number up to it (the dashboard's shared board fragment relies on it).
+        self.sequence = 0
         self._task: asyncio.Task | None = None
         self._ready: asyncio.Event | None = None
 
@@ -96,11 +101,12 @@ class EventHub:
             assert self._ready is not None
             self._ready.set()
             async for event in events:
+                self.sequence += 1
                 for queue in list(self._subscribers):
                     with contextlib.suppress(asyncio.QueueFull):
                         queue.put_nowait(event)
                 for changes in list(self._gathered):
-                    changes.add(event)
+                    changes.add(event, self.sequence)
 
     @contextlib.contextmanager
     def subscribe(self) -> Any:
@@ -150,7 +156,8 @@ async def event_stream(hub: EventHub) -> AsyncIterator[bytes]:
 
 async def gathered_stream(hub: EventHub, seconds: float) -> AsyncIterator[bytes]:
     """`event: changed` at most once every `seconds`, naming the kinds of the changes since
-    the last one: what a page that fetches its view again on any change needs. The first
+    the last one and the number of the last (`seq`, counted by this server): what a page
+    that fetches its view again on any change needs. The first
     change after a quiet spell is told at once; later ones wait out the gap, gathered into
     one message. A busy fleet commits hundreds of changes a second: twenty dashboards on the
     full stream are that many messages written by the daemon's process twenty times over,

@@ -197,3 +197,32 @@ def test_a_bad_gather_is_refused_and_names_the_parameter(api):
         answer = client.get("/v1/events", params={"gather": bad})
         assert answer.status_code == 400, bad
         assert answer.json()["field"] == "gather" and "0.1 to 60" in answer.json()["error"]
+
+
+def test_the_shared_board_fragment_shows_every_change_the_page_was_told(api):
+    """Dashboards share one rendering of the board; a page asking with the number of the last
+    change told to it (`seen`) always gets a fragment that shows that change."""
+    import json
+
+    import httpx
+
+    client = logged_in(api, "read")
+    assert "no P0 task is waiting" in client.get("/?fragment=1&seen=0").text
+    with httpx.stream("GET", api.url + "/v1/events?gather=0.1", timeout=30,
+                      headers={"Authorization": f"Bearer {api.tokens['read']}"}) as stream:
+        lines = stream.iter_lines()
+        for title in ("first", "second"):
+            task = api.queue.store.enqueue(NewTask(role="coder", title=title, priority=0),
+                                           1000.0).task
+            told = None
+            for line in lines:
+                if line.startswith("data: ") and '"seq"' in line:
+                    told = json.loads(line[6:])
+                    break
+            assert told is not None and told["kinds"] == ["task_added"]
+            fragment = client.get(f"/?fragment=1&seen={told['seq']}").text
+            assert f"#{task.id} {title}" in fragment
+    # Any viewer gets the same fragment: it holds no action and no secret of a session.
+    operator = logged_in(api, "operator").get(f"/?fragment=1&seen={told['seq']}").text
+    assert "csrf" not in operator and "second" in operator
+    assert client.get("/?fragment=1&seen=soon").status_code == 200  # renders, shares nothing

@@ -16,6 +16,7 @@
   var fetching = false;  // a fetch is under way
   var stale = false;     // a change arrived that the page does not show yet
   var lastStart = 0;
+  var seen = 0;          // the number of the last change told: the board fetched must show it
 
   function schedule() {
     stale = true;
@@ -29,7 +30,7 @@
     stale = false;
     fetching = true;
     lastStart = Date.now();
-    fetch(location.pathname + "?fragment=1", {credentials: "same-origin"})
+    fetch(location.pathname + "?fragment=1&seen=" + seen, {credentials: "same-origin"})
       .then(function (response) {
         if (response.status === 401) { location.href = "/login"; return null; }
         return response.ok ? response.text() : null;
@@ -54,9 +55,13 @@
     // gather: the server tells at most one "changed" a second, whatever the rate of events.
     var events = new EventSource("/v1/events?gather=" + MIN_GAP_MS / 1000);
     events.addEventListener("hello", function () {
+      seen = 0;  // a server started again counts its changes from 0
       document.body.setAttribute("data-live", "yes");
     });
-    events.addEventListener("changed", schedule);
+    events.addEventListener("changed", function (message) {
+      seen = Math.max(seen, JSON.parse(message.data).seq);
+      schedule();
+    });
   }
 
   var log = document.getElementById("log");
