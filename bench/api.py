@@ -684,8 +684,9 @@ def close_dashboards(pages: list) -> None:
 
 def _read_stream(url: str, token: str, stop_event: threading.Event,
                  opened: threading.Barrier | None) -> None:
-    with httpx.stream("GET", url, headers={"Authorization": f"Bearer {token}"},
-                      timeout=None) as stream:
+    # The daemon stopped after a pass closes the stream mid-message: that ends the reader.
+    with contextlib.suppress(httpx.RemoteProtocolError), httpx.stream(
+            "GET", url, headers={"Authorization": f"Bearer {token}"}, timeout=None) as stream:
         for line in stream.iter_lines():
             if opened is not None and line.startswith("event: hello"):
                 opened.wait(30)
