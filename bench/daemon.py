@@ -22,7 +22,9 @@ c. a thousand agents: one daemon; first 200 no-op tasks with nothing else runnin
    exec as in a), then 1,000 idle agents (`sleep 600`, idle_timeout 1 h) are started; over
    a --window s window the daemon's CPU time (user+system, its own, not its children's) in %
    of one core, its RSS, and the whole fleet's proportional memory (Pss from
-   /proc/PID/smaps_rollup: the daemon, every shim, every agent) per agent; then 200 no-op
+   /proc/PID/smaps_rollup: the daemon and its fork server, every shim, every agent) per
+   agent, beside the floor: the Pss of an idle `sleep`, of an idle bare `python -I -S` and
+   of a cold-started shim, 50 of each alive side by side (`memory_floors`); then 200 no-op
    tasks again with the 1,000 still running. The ratio of the two ready → exec p99s is the
    figure: the watch loop's cost must not grow with the agents that merely exist.
    A thousand agents hold a thousand pidfds in the daemon and two thousand processes: the
@@ -70,6 +72,10 @@ STALL_IDLE = 2.0
 STALL_MARGIN = 2.0
 CPU_TARGET = 5.0  # % of one core
 RSS_TARGET = 120.0  # MB
+# Daemon + fork server + shims, per running agent. A shim forked by the server costs the pages
+# it writes to (~0.6 MB); one started as an interpreter of its own cost ~3 MB, and a bare
+# `sleep` ~0.12 MB (see memory_floors).
+PSS_TARGET_KIB = 1024
 BUSY_P99_RATIO = 2.0  # ready→exec p99 with 1,000 agents running vs none
 INPUT_TIMEOUT, INPUT_MARGIN = 5.0, 2.0
 LOOP_WINDOW = 30.0
@@ -327,14 +333,51 @@ def thousand(tmp: Path, agents: int, window: float, noops: int, interval: float,
         shim_set = set(shims)  # one /proc walk for every shim's children, not one each
         agent_pids = [p.pid for p in psutil.process_iter(["ppid"])
                       if p.info["ppid"] in shim_set]
-        memory = {"daemon": pss_kib(daemon.pid), "shims": sum(map(pss_kib, shims)),
-                  "agents": sum(map(pss_kib, agent_pids))}
+        # The daemon's own helpers (its fork server) serve every agent: counted with it.
+        helpers = [child.pid for child in daemon.children() if child.pid not in shim_set]
+        memory = {"daemon": pss_kib(daemon.pid), "helpers": sum(map(pss_kib, helpers)),
+                  "shims": sum(map(pss_kib, shims)), "agents": sum(map(pss_kib, agent_pids))}
         busy = noop_wave(node, noops, interval)
         return {"cpu_percent": cpu * 100, "rss_mb": max(rss_max, daemon.memory_info().rss) / 2**20,
                 "pss_kib": memory, "alive": len(shims), "window": wall, "quiet": quiet,
                 "busy": busy, "spawned_in": spawned_in}
     finally:
         node.down()
+
+
+FLOOR_SAMPLE = 50  # idle processes of each kind; private pages hardly vary with the count
+
+
+def memory_floors(tmp: Path, count: int = FLOOR_SAMPLE) -> dict[str, float]:
+    """Pss (KiB) of one idle process of each kind, `count` of each alive side by side.
+
+    `sleep` is the least any process costs: what a shim could shrink to if it were a tiny C
+    program. A bare interpreter (`python -I -S` blocked on a read) and a cold shim (the shim
+    as its own interpreter, what every agent cost before the fork server) are what a shim
+    written in Python costs without sharing pages.
+    """
+    env = procs.agent_env("/usr/bin:/bin", {}, {})
+    python = [sys.executable, "-I", "-S", "-c", "import os; os.read(0, 1)"]
+    started = {"sleep": [subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
+                         for _ in range(count)],
+               "python": [subprocess.Popen(python, stdin=subprocess.PIPE) for _ in range(count)]}
+    log_dir = tmp / "floors"
+    log_dir.mkdir()
+    cold = [procs.spawn(["sleep", "600"], env=env, cwd=None, log_path=log_dir / f"{i}.log")
+            for i in range(count)]  # this process has no fork server: every shim starts cold
+    try:
+        time.sleep(1)  # every interpreter done starting up
+        floors = {name: sum(pss_kib(p.pid) for p in popens) / count
+                  for name, popens in started.items()}
+        floors["cold shim"] = sum(pss_kib(process.pid) for process in cold) / count
+        return floors
+    finally:
+        for popens in started.values():
+            for popen in popens:
+                popen.kill()
+                popen.wait()
+        for process in cold:
+            procs.terminate(process.handle, grace=0)
 
 
 # -- d. liveness verdicts ------------------------------------------------------------------
@@ -442,17 +485,25 @@ def main() -> int:
             limits = raise_limits(args.agents)
             print(f"\nc. {args.agents} idle agents (`sleep 600`), window {args.window:g} s; "
                   f"{args.noops} no-op tasks before and while they run; {limits}")
+            floors = memory_floors(tmp)
             use = thousand(tmp, args.agents, args.window, args.noops, args.interval,
                            args.durability)
             pss = use["pss_kib"]
-            fleet = pss["daemon"] + pss["shims"]
+            fleet = pss["daemon"] + pss["helpers"] + pss["shims"]
+            alive = max(use["alive"], 1)
             print(f"{use['alive']} agents started in {use['spawned_in']:.1f} s")
             print(f"daemon CPU {use['cpu_percent']:.2f} % of one core over "
                   f"{use['window']:.1f} s; RSS {use['rss_mb']:.1f} MB")
-            print(f"Pss: daemon {pss['daemon'] / 1024:.1f} MB, shims {pss['shims'] / 1024:.1f} MB"
-                  f", agents {pss['agents'] / 1024:.1f} MB; daemon + shims per agent "
-                  f"{fleet / max(use['alive'], 1):.0f} KiB (agents' own "
-                  f"{pss['agents'] / max(use['alive'], 1):.0f} KiB)")
+            print(f"Pss: daemon {pss['daemon'] / 1024:.1f} MB, its helpers (fork server) "
+                  f"{pss['helpers'] / 1024:.1f} MB, shims {pss['shims'] / 1024:.1f} MB, agents "
+                  f"{pss['agents'] / 1024:.1f} MB; daemon + helpers + shims per agent "
+                  f"{fleet / alive:.0f} KiB, of which shims {pss['shims'] / alive:.0f} KiB "
+                  f"(agents' own {pss['agents'] / alive:.0f} KiB)")
+            print(f"floor, Pss of one idle process ({FLOOR_SAMPLE} of each side by side): "
+                  + ", ".join(f"{name} {kib:.0f} KiB" for name, kib in floors.items()))
+            print(f"per agent / bare sleep: ×{fleet / alive / floors['sleep']:.1f}; "
+                  f"/ bare python: ×{fleet / alive / floors['python']:.2f}; "
+                  f"/ cold shim: ×{fleet / alive / floors['cold shim']:.2f}")
             print(row("ready → exec, nothing running", use["quiet"]))
             print(row(f"ready → exec, {use['alive']} running", use["busy"]))
             quiet99, busy99 = percentile(use["quiet"], .99), percentile(use["busy"], .99)
@@ -463,8 +514,8 @@ def main() -> int:
                          f"≤ {CPU_TARGET:g} %", use["cpu_percent"] <= CPU_TARGET),
                         (f"daemon RSS, {label}", f"{use['rss_mb']:.1f} MB",
                          f"≤ {RSS_TARGET:g} MB", use["rss_mb"] <= RSS_TARGET),
-                        ("daemon+shims Pss per agent", f"{fleet / max(use['alive'], 1):.0f} KiB",
-                         "(shown)", True),
+                        ("daemon+shims Pss per agent", f"{fleet / alive:.0f} KiB",
+                         f"≤ {PSS_TARGET_KIB} KiB", fleet / alive <= PSS_TARGET_KIB),
                         ("ready→exec p99 busy/none", f"×{ratio:.2f}", f"≤ ×{BUSY_P99_RATIO:g}",
                          ratio <= BUSY_P99_RATIO)]
         if "d" not in skip:

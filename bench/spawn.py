@@ -6,15 +6,11 @@ subtracts the wall-clock time taken just before the call. The same agent
 started by a bare `subprocess.Popen` (own session, output to a file) is the
 floor; the ratio shows what the shim costs.
 
-Two patterns, both --concurrency spawns at a time, with spare shims kept as the daemon
-keeps them (`taskherd.spares.prewarm(concurrency)`, capped at spares.MAX_SPARES):
-- back to back: the next batch starts as soon as the last one exited, so every spawn also
-  pays, on the same cores, the start-up of the spare that replaces its shim (throughput
-  under contention);
-- bursts after a pause: each batch waits until the spares are started and --gap seconds
-  have passed, as when tasks arrive together after a quiet spell (what the spares are for).
+--concurrency spawns at a time, back to back (the next batch starts as soon as the last
+one exited), two ways: with shims forked by the fork server, as the daemon spawns them
+(`taskherd.forkserver`), and with cold-started shims, its fallback when no server is up.
 
-    .venv/bin/python bench/spawn.py [--count 1000] [--concurrency 4] [--gap 0.05] [--shim-flags=-I]
+    .venv/bin/python bench/spawn.py [--count 1000] [--concurrency 4] [--shim-flags=-I]
 """
 
 import argparse
@@ -29,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from taskherd import procs, spares
+from taskherd import forkserver, procs
 
 AGENT = ["date", "+%s.%N"]
 
@@ -83,16 +79,12 @@ def measure_bare(count: int, concurrency: int, env: dict) -> list[float]:
     return latencies
 
 
-async def measure_shim(count: int, concurrency: int, env: dict,
-                       gap: float | None = None) -> list[float]:
-    """Batches back to back, or (gap set) each after its spares are ready plus `gap` s."""
+async def measure_shim(count: int, concurrency: int, env: dict) -> list[float]:
+    """Batches back to back."""
     latencies = []
     with tempfile.TemporaryDirectory(prefix="taskherd-bench-") as log_dir:
         for first in range(0, count, concurrency):
             size = min(concurrency, count - first)
-            if gap is not None:
-                spares.wait_for_spares(timeout=5.0)
-                await asyncio.sleep(gap)  # their interpreters finish starting, as between bursts
             latencies += await spawn_batch_with_shim(Path(log_dir), first, size, env)
     return latencies
 
@@ -113,38 +105,36 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--gap", type=float, default=0.05,
-                        help="seconds of quiet before each burst in the burst pattern")
-    parser.add_argument("--shim-flags", default=" ".join(spares.SHIM_PYTHON_FLAGS),
+    parser.add_argument("--shim-flags", default=" ".join(forkserver.SHIM_PYTHON_FLAGS),
                         help="python flags for the shim, to compare variants")
     args = parser.parse_args()
-    spares.SHIM_PYTHON_FLAGS = tuple(args.shim_flags.split())
-    spares.prewarm(args.concurrency)  # as the daemon does with its max_concurrent
+    forkserver.SHIM_PYTHON_FLAGS = tuple(args.shim_flags.split())
     env = procs.agent_env(os.environ["PATH"], {}, {"TASKHERD_ROLE": "bench"})
     print(f"{args.count} spawns of {' '.join(AGENT)}, {args.concurrency} at a time, "
-          f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
+          f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
+          f"load {open('/proc/loadavg').read().split()[0]}")
 
     bare = measure_bare(args.count, args.concurrency, env)
-    shim = asyncio.run(measure_shim(args.count, args.concurrency, env))
-    breakdown = {stage: list(latencies) for stage, latencies in SHIM_BREAKDOWN.items()}
-    for latencies in SHIM_BREAKDOWN.values():
-        latencies.clear()
-    bursts = asyncio.run(measure_shim(args.count, args.concurrency, env, gap=args.gap))
+    forkserver.start()  # as the daemon does
+    assert forkserver.wait_until_up(10.0), "the fork server did not start"
+    forked = asyncio.run(measure_shim(args.count, args.concurrency, env))
+    forked_breakdown = {stage: list(values) for stage, values in SHIM_BREAKDOWN.items()}
+    for values in SHIM_BREAKDOWN.values():
+        values.clear()
+    forkserver.stop()
+    cold = asyncio.run(measure_shim(args.count, args.concurrency, env))
     floor_p50, floor_p99 = report("bare Popen (floor)", bare)
-    shim_p50, shim_p99 = report(f"spawn() via shim {args.shim_flags}", shim)
-    for stage, latencies in breakdown.items():
-        report(f"  of which {stage}", latencies)
-    print(f"ratio shim/floor: p50 x{shim_p50 / floor_p50:.1f}  p99 x{shim_p99 / floor_p99:.1f}; "
-          f"shim overhead p50 +{(shim_p50 - floor_p50) * 1e3:.2f} ms")
-    # Back-to-back spawns, --concurrency at a time, measure throughput under contention:
-    # every spawn then pays a Python start-up for its shim on 2 cores. The daemon's latency
-    # targets (ready → exec p50 ≤ 20 ms, p99 ≤ 100 ms) are measured end to end, with tasks
+    for name, latencies, breakdown in (("forked by the server", forked, forked_breakdown),
+                                       (f"cold {args.shim_flags}", cold, SHIM_BREAKDOWN)):
+        shim_p50, shim_p99 = report(f"spawn() via shim, {name}", latencies)
+        for stage, values in breakdown.items():
+            report(f"  of which {stage}", values)
+        print(f"  ratio shim/floor: p50 x{shim_p50 / floor_p50:.1f}  "
+              f"p99 x{shim_p99 / floor_p99:.1f}; overhead p50 "
+              f"+{(shim_p50 - floor_p50) * 1e3:.2f} ms")
+    # The daemon's latency targets (ready → exec) are measured end to end, with tasks
     # arriving as they do in use, by bench/daemon.py.
-    print(f"(information) p50 {shim_p50 * 1e3:.1f} ms, p99 {shim_p99 * 1e3:.1f} ms with "
-          f"{args.concurrency} spawns always in flight; the daemon's targets: bench/daemon.py")
-    report(f"bursts of {args.concurrency} after {args.gap * 1e3:g} ms", bursts)
-    for stage, latencies in SHIM_BREAKDOWN.items():
-        report(f"  of which {stage}", latencies)
+    print(f"load average after: {open('/proc/loadavg').read().strip()}")
 
 
 if __name__ == "__main__":

@@ -719,15 +719,16 @@ def _parse_delivery(raw: Mapping[str, Any], problems: list[str]) -> DeliveryConf
 
 
 def _check_delivery(role: RoleConfig, where: str) -> None:
-    from taskherd.store.delivery import EVENTS
+    from taskherd.store.delivery import ROLE_EVENTS
     from taskherd.taskspec import ALIAS_NAME
 
     bad = [target for target in role.deliver_to if not ALIAS_NAME.match(target)]
     if bad:
         raise ConfigError(f"{where}.deliver_to = {bad[0]!r}: expected an alias such as '@ops'")
-    unknown = [event for event in role.deliver_on if event not in EVENTS]
+    unknown = [event for event in role.deliver_on if event not in ROLE_EVENTS]
     if unknown:
-        raise ConfigError(f"{where}.on = {unknown[0]!r}: expected some of {', '.join(EVENTS)}")
+        raise ConfigError(f"{where}.on = {unknown[0]!r}: expected some of "
+                          f"{', '.join(ROLE_EVENTS)}")
     if role.deliver_on and not role.deliver_to:
         raise ConfigError(f"{where}.on is set without deliver_to: name the aliases to tell")
 

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING
 from pathlib import Path
 
-from taskherd import __version__, procs, spares
+from taskherd import __version__, forkserver, procs
 from taskherd.agent_door import AgentDoor
 from taskherd.config import (
     Config,
@@ -159,9 +159,9 @@ class Daemon:
         if node.was_down_at is not None:
             self._stop_rescued_agents(store, node.was_down_at)
         self._reconcile(store, supervisor)
-        # Spare shims for a burst as large as the node runs at once (capped low: each is an
-        # idle interpreter), so even the first spawns need not wait for one to start.
-        spares.prewarm(daemon.max_concurrent)
+        # One fork server forks every run's shim: any burst finds a shim at once, and a
+        # thousand running shims share one interpreter's pages.
+        forkserver.start()
         scheduler = Scheduler(self.config, store, self.clock)
         log.info("jobs synced from the config: %s", _summary(scheduler.sync_config()))
         if not self.config.roles:

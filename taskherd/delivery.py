@@ -40,6 +40,13 @@ def send(alias: Alias, delivery: Delivery, timeout: float = TIMEOUT,
 
 
 def one_line(body: dict[str, Any]) -> str:
+    budget = body.get("budget")
+    if budget is not None:  # a budget's pause or resumption (store/sql_budgets.py)
+        scope = budget.get("scope")
+        who = "the fleet" if scope == "fleet" else f"role {scope}"
+        if body.get("event") == "budget_resumed":
+            return f"taskherd: {who} is within its budget again: spawns resume"
+        return f"taskherd: {who} paused: {budget.get('reason')}"
     task = body.get("task", {})
     detail = task.get("summary") or task.get("last_error") or task.get("reason") or ""
     return (f"taskherd: task {task.get('id')} ({task.get('role')}) {body.get('event')}: "

@@ -19,6 +19,7 @@ GATE_KEYS = {
     "argv": "the command as an argv list, never a shell string (required)",
     "workdir": "the folder it runs in (default: the role's workdir)",
     "timeout": "how long it may run, e.g. '10m'",
+    "idle_timeout": "how long it may go without output or CPU (default: the role's)",
 }
 FAILED_PREFIX = "quality gate "  # how every gate failure starts: the prompt builder looks for it
 
@@ -33,6 +34,8 @@ class Gate:
     argv: tuple[str, ...]
     workdir: str | None = None
     timeout: float = DEFAULT_TIMEOUT
+    # Silence (no output, no CPU) that ends it as stalled; None: the role's idle_timeout.
+    idle_timeout: float | None = None
 
 
 def parse_gates(value: Any, where: str) -> tuple[Gate, ...]:
@@ -65,20 +68,31 @@ def _parse_gate(data: Any, where: str) -> Gate:
     workdir = data.get("workdir")
     if workdir is not None and (not isinstance(workdir, str) or not workdir):
         raise GateError(f"{where}.workdir = {workdir!r}: expected {GATE_KEYS['workdir']}")
-    timeout = DEFAULT_TIMEOUT
-    if "timeout" in data:
-        try:
-            timeout = parse_duration(data["timeout"])
-        except ValueError as error:
-            raise GateError(f"{where}.timeout = {data['timeout']!r}: {error}") from None
-        if timeout <= 0:
-            raise GateError(f"{where}.timeout = {data['timeout']!r}: must be positive")
-    return Gate(name, tuple(argv), workdir, timeout)
+    timeout = _duration(data, "timeout", where)
+    idle_timeout = _duration(data, "idle_timeout", where)
+    return Gate(name, tuple(argv), workdir, DEFAULT_TIMEOUT if timeout is None else timeout,
+                idle_timeout)
 
 
-def failure_text(gate: Gate, exit_code: int | None, timed_out: bool) -> str:
-    """The run's error when `gate` fails; it starts with FAILED_PREFIX."""
-    if timed_out:
+def _duration(data: Mapping[str, Any], key: str, where: str) -> float | None:
+    if key not in data:
+        return None
+    try:
+        seconds = parse_duration(data[key])
+    except ValueError as error:
+        raise GateError(f"{where}.{key} = {data[key]!r}: {error}") from None
+    if seconds <= 0:
+        raise GateError(f"{where}.{key} = {data[key]!r}: must be positive")
+    return seconds
+
+
+def failure_text(gate: Gate, exit_code: int | None, timed_out: bool,
+                 stopped: str | None = None) -> str:
+    """The run's error when `gate` fails; it starts with FAILED_PREFIX. `stopped`: why the
+    supervisor ended it (stalled: no output and no CPU for its idle window)."""
+    if stopped is not None:
+        how = stopped
+    elif timed_out:
         how = f"ran longer than its timeout ({gate.timeout:g}s)"
     elif exit_code is None:
         how = "could not run"

@@ -5,16 +5,24 @@ the whole fleet: two nodes each running "the one deployer allowed" is the overla
 to prevent. A role or pool with `scope = "node"` is counted on the claiming node alone (a GPU
 on each machine). The node's own `max_concurrent` is its own business (the dispatcher's).
 
+A budget holds for the whole fleet too: a role with a `budget` (or any role, under a fleet's
+`[budgets]` limit) is claimed only while the spend its runs have committed leaves room for one
+more, counted in the claim's transaction; roles without one pay nothing for it.
+
 Pure: the store counts, inside the claim's transaction and under the lock that orders claims
-(PostgreSQL) or the write lock (SQLite), and asks `refusal` whether the candidate task fits.
+(PostgreSQL) or the write lock (SQLite), and asks `refusal` (and, for a budgeted role,
+`budget_refusal`) whether the candidate task fits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING
+from datetime import datetime, tzinfo
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from taskherd import budgets
 
 if TYPE_CHECKING:
     from taskherd.config import Config
@@ -57,20 +65,62 @@ class Refusal:
     reason: str
     pool: str | None = None
     retry_at: float | None = None
+    budget: budgets.Pause | None = None  # the budget pause that refused it, if one did
 
 
 @dataclass(frozen=True)
 class ClaimLimits:
     roles: Mapping[str, RoleLimit] = field(default_factory=dict)
     pools: Mapping[str, PoolLimit] = field(default_factory=dict)
+    budgets: budgets.Budgets = field(default_factory=budgets.Budgets)
+    zone: tzinfo | None = None  # the fleet's, in which budget days and months begin
 
     @classmethod
     def from_config(cls, config: Config) -> ClaimLimits:
+        from taskherd.runtimes.ratelimit import reading_zone
+
         roles = {name: RoleLimit(role.max_concurrent, role.stagger, role.scope, role.pool,
                                  role.runtime) for name, role in config.roles.items()}
         pools = {name: PoolLimit(capacity, config.pool_scopes.get(name, CLUSTER))
                  for name, capacity in config.pools.items()}
-        return cls(roles, pools)
+        zone = reading_zone(config.daemon.timezone) if config.budgets else None
+        return cls(roles, pools, config.budgets, zone)
+
+    def budget_scopes(self, role: str) -> tuple[str, ...]:
+        """The budgets a run of `role` spends from: its own and the fleet's, those limited."""
+        return self._budget_scopes.get(role, self._fleet_scope)
+
+    @cached_property
+    def _budget_scopes(self) -> dict[str, tuple[str, ...]]:
+        # Worked out once per ClaimLimits (a dispatch pass), not at every claim.
+        return {name: (name, *self._fleet_scope)
+                for name, limits in self.budgets.roles.items() if limits}
+
+    @cached_property
+    def _fleet_scope(self) -> tuple[str, ...]:
+        return (budgets.FLEET,) if self.budgets.fleet else ()
+
+    def budget_periods(self, now: float) -> budgets.Periods:
+        assert self.zone is not None, "budgets without the fleet's zone"
+        return budgets.periods(now, self.zone)
+
+    def budget_refusal(self, role: str, rows: list[Mapping[str, Any]],
+                       span: budgets.Periods) -> Refusal | None:
+        """None while every budget of `role` has room for one more run in the day and month
+        of `span`, given the spend `rows` (the store's budget_spend, read in the claim's
+        transaction), else why not."""
+        scopes = self.budget_scopes(role)
+        # Only this role's budgets: another role's spent budget is not this claim's concern.
+        wanted = budgets.Budgets(
+            self.budgets.fleet if budgets.FLEET in scopes else budgets.Limits(),
+            {role: self.budgets.roles[role]} if role in scopes else {},
+            self.budgets.unknown_run_usd, self.budgets.run_estimate_usd)
+        paused = budgets.pauses(budgets.lines(wanted, rows, span))
+        for scope in scopes:
+            if scope in paused:
+                pause = paused[scope]
+                return Refusal(role, pause.reason, retry_at=pause.until, budget=pause)
+        return None
 
     def role(self, name: str) -> RoleLimit:
         return self.roles.get(name) or RoleLimit()
@@ -84,6 +134,8 @@ class ClaimLimits:
         """Whether the check counts other nodes' runs, so claims must be ordered across nodes."""
         limit = self.role(role)
         role_limited = limit.max_concurrent is not None or limit.stagger > 0
+        if self.budget_scopes(role):
+            return True  # a budget is the fleet's, whatever the role's scope
         return (role_limited and limit.scope == CLUSTER) or any(
             self.pools[pool].scope == CLUSTER for pool in self.pools_of(role, task_pool))
 

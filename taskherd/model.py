@@ -290,6 +290,8 @@ class GateCheck:
     exit_code: int | None
     passed: bool | None  # None while it runs
     error: str | None
+    pid: int | None = None  # its process (the shim's pid), found again after a restart
+    pid_started_at: float | None = None  # that process's start time: guards pid reuse
 
     @classmethod
     def from_row(cls, row: Any) -> GateCheck:
@@ -403,6 +405,8 @@ class EventKind(str, enum.Enum):
     COOLDOWN_CLEARED = "cooldown_cleared"  # a runtime's pause was lifted
     INPUT_NEEDED = "input_needed"  # an agent waits at a question (the run's liveness_note)
     DELIVERY_QUEUED = "delivery_queued"  # a settle wrote outbox rows for delivery targets
+    BUDGET_PAUSED = "budget_paused"  # a budget (`role`: a role's, or "fleet") paused spawns
+    BUDGET_RESUMED = "budget_resumed"  # that budget has room again: spawns resume
 
 
 _EVENT_KINDS = {kind.value: kind for kind in EventKind}

@@ -7,9 +7,9 @@ Every agent runs under `taskherd/shim.py`, a tiny Python process that is the
 session leader and process-group leader (pgid == shim pid), starts the agent
 as its child, waits for it and writes its exit status to ``<log>.exit``. The
 shim exists because a restarted daemon is not the agent's parent and could
-never learn the exit status by waitpid(). A spawn hands its run to a spare
-shim started ahead of need when one is waiting (`taskherd.spares`), and starts
-a cold one otherwise.
+never learn the exit status by waitpid(). A spawn has the daemon's fork server
+fork the shim when one is up (`taskherd.forkserver`: ~0.2 MB a shim instead of
+an interpreter's ~3 MB), and starts a cold one otherwise.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from taskherd import spares
+from taskherd import forkserver
 
 HEADER_PREFIX = "# taskherd "
 # psutil's create_time comes from boot-relative ticks plus the wall-clock boot
@@ -39,6 +39,8 @@ HEADER_PREFIX = "# taskherd "
 # need the whole pid space to wrap within that second.
 START_TIME_TOLERANCE = 1.0
 FALLBACK_POLL_INTERVAL = 0.2  # without pidfds, death is still seen within 1 s
+# A forked shim's zombie lasts until its fork server is scheduled: usually well under 1 ms.
+REAP_WAIT, REAP_POLL_INTERVAL = 1.0, 0.002
 # The most a pipe takes in one piece: an answer longer than this could interleave.
 PIPE_BUF = getattr(select, "PIPE_BUF", 4096)
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -127,6 +129,20 @@ class ProcessHandle:
             await asyncio.shield(self._readable)
         self.close()  # the reader is gone once the future resolved
         return status
+
+    async def wait_reaped(self, timeout: float = REAP_WAIT) -> None:
+        """Return once the exited shim is no longer a zombie (or after `timeout` s).
+
+        A shim forked by the fork server is reaped by the server, a moment after it exits;
+        until then its zombie keeps its process group in existence, so a look for leftovers
+        in the group (`live_group_members`) would walk every process on the host for
+        nothing. Our own children are reaped by `poll`.
+        """
+        deadline = time.monotonic() + timeout
+        while self.poll() is not None and not self.is_child and _is_zombie(self.pid):
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(REAP_POLL_INTERVAL)
 
     async def terminate(self, grace: float) -> ExitStatus:
         """SIGTERM the process group, SIGKILL after `grace` seconds; off the event loop."""
@@ -241,17 +257,16 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         with _stdin_for(stdin_path, input_path) as stdin:
+            # No cwd: ours, as a cold shim inherits it (a forked one would get the server's).
             run = {"exit_path": str(exit_path), "header": header_prefix, "argv": argv,
-                   "env": env, "cwd": cwd, "log": str(log_path),
+                   "env": env, "cwd": cwd or os.getcwd(), "log": str(log_path),
                    "stdin": str(stdin_path) if stdin_path else None,
                    "input": str(input_path) if input_path else None}
-            # A missing cwd goes the cold way, where Popen raises for it; a spare would
-            # only report it as the run's exit 127.
-            spare = spares.hand_over(run) if cwd is None or os.path.isdir(cwd) else None
-            if spare is not None:
-                popen, started_at = spare.popen, spare.started_at
-            else:
-                shim_argv = spares.shim_command(str(exit_path), header_prefix, "--", *argv)
+            # A missing cwd goes the cold way, where Popen raises for it; a forked shim
+            # would only report it as the run's exit 127.
+            forked = forkserver.fork_shim(run) if cwd is None or os.path.isdir(cwd) else None
+            if forked is None:
+                shim_argv = forkserver.shim_command(str(exit_path), header_prefix, "--", *argv)
                 popen = subprocess.Popen(shim_argv, stdin=stdin, stdout=log_fd, stderr=log_fd,
                                          env=env, cwd=cwd, start_new_session=True,
                                          close_fds=True)
@@ -260,6 +275,10 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
                 started_at = psutil.Process(popen.pid).create_time()
     finally:
         os.close(log_fd)
+    if forked is not None:
+        # The fork server's child, not ours: watched like a run adopted after a restart.
+        handle = adopt(forked.pid, forked.started_at, log_path)
+        return SpawnedProcess(forked.pid, forked.started_at, log_path, exit_path, handle)
     handle = ProcessHandle(popen.pid, started_at, log_path, popen=popen)
     return SpawnedProcess(popen.pid, started_at, log_path, exit_path, handle)
 
@@ -477,6 +496,8 @@ def terminate(handle: ProcessHandle, grace: float = 10.0) -> ExitStatus:
     if _wait_group_empty(handle, time.monotonic() + grace):
         return handle.poll() or UNKNOWN_EXIT
     _kill_group(handle.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        handle.send_signal(signal.SIGKILL)  # a shim not yet leading its group is not in it
     _wait_group_empty(handle, time.monotonic() + 5.0)
     status = handle.poll()
     if status is not None and status.source in ("shim", "unknown"):
@@ -513,11 +534,15 @@ def _kill_group(pgid: int, signum: int) -> None:
 
 
 def _wait_group_empty(handle: ProcessHandle, deadline: float) -> bool:
-    """Bounded polling: grandchildren have no pidfd we could wait on."""
+    """Bounded polling: grandchildren have no pidfd we could wait on.
+
+    The shim itself is asked first: one just forked by the fork server may not lead its
+    group yet, and an empty group would then be mistaken for an ended run.
+    """
     interval = 0.005
     while True:
-        handle.poll()  # reaps our own shim, whose zombie would count as a member
-        if not live_group_members(handle.pid):
+        # poll() also reaps our own shim, whose zombie would count as a member.
+        if handle.poll() is not None and not live_group_members(handle.pid):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -563,6 +588,16 @@ def _record_killed(exit_path: Path, signum: int) -> None:
         temp_path.unlink()
     for leftover in exit_path.parent.glob(exit_path.name + ".tmp.*"):
         leftover.unlink(missing_ok=True)  # the killed shim's half-written file
+
+
+def _is_zombie(pid: int) -> bool:
+    # A zombie's pid is not reused before it is reaped: no start time to compare.
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            text = stat_file.read()
+    except OSError:  # reaped, or not Linux (where the walk is the only way)
+        return False
+    return text[text.rindex(b")") + 2:][:1] == b"Z"
 
 
 def _same_process_alive(pid: int, started_at: float,

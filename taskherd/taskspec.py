@@ -85,8 +85,12 @@ def _with_delivery(meta: dict[str, Any], data: Mapping[str, Any], role: Any) -> 
     kept in its meta so they hold for its whole life, whatever the config becomes."""
     from taskherd.store.delivery import DEFAULT_EVENTS, EVENTS
 
-    targets = data.get("deliver_to", list(role.deliver_to))
-    events = data.get("on", list(role.deliver_on) or None)
+    # A role's `on` may also name its budget's events, which are not a task's to tell: a role
+    # that asks for those alone gives its tasks no targets.
+    role_events = [event for event in role.deliver_on if event in EVENTS]
+    role_targets = [] if role.deliver_on and not role_events else list(role.deliver_to)
+    targets = data.get("deliver_to", role_targets)
+    events = data.get("on", role_events or None)
     if not targets:
         if events:
             raise TaskSpecError("on is given without deliver_to: name the aliases to tell")

@@ -107,7 +107,7 @@ class Fleet:
 
 def kill_machine(daemon: subprocess.Popen) -> float:
     """What a power loss does to a node: the daemon is frozen (it starts nothing more), then
-    it and every process it started (shims, agents, spares) are SIGKILLed at once. When."""
+    it and every process it started (its fork server, shims, agents) are SIGKILLed at once. When."""
     import psutil
 
     frozen = psutil.Process(daemon.pid)

@@ -58,20 +58,27 @@ class SpawnRefused(StoreError):
 
 def add_child_task(queue: Queue, run: Run, spec: Mapping[str, Any], now: float) -> Enqueued:
     """Add a task whose parent is the run's task, checked as `task add` checks it, within the
-    limits that keep a runaway agent (a planner in a loop) from flooding the queue: at most
-    [monitor] max_spawn tasks per run, none deeper than [daemon] max_depth."""
+    run's spawn limits (`check_spawn_limits`)."""
     new = child_task(queue, run.task_id, spec)
-    parent = queue.store.get_task(run.task_id)
+    check_spawn_limits(queue, run.task_id, run.claimed_at)
+    return queue.store.enqueue(new, now)
+
+
+def check_spawn_limits(queue: Queue, task_id: int, since: float) -> None:
+    """The limits on what a run adds below its task, since `since` (its claim), that keep a
+    runaway agent (a planner in a loop) from flooding the queue: at most [monitor] max_spawn
+    tasks and jobs a run, none deeper than [daemon] max_depth. The one rule for every way an
+    agent adds work: a door's add_task, a spawn message's task or job."""
+    parent = queue.store.get_task(task_id)
     max_depth = queue.config.daemon.max_depth
     if parent.depth + 1 > max_depth:
         raise SpawnRefused(f"refused: the task would be at depth {parent.depth + 1} of its "
                            f"chain, beyond max_depth {max_depth}")
     max_spawn = queue.config.monitor.max_spawn
-    added = queue.store.children_since(run.task_id, run.claimed_at)
+    added = queue.store.children_since(task_id, since)
     if added >= max_spawn:
         raise SpawnRefused(f"refused: this run already added {added} tasks (max_spawn "
                            f"{max_spawn})")
-    return queue.store.enqueue(new, now)
 
 
 def child_task(queue: Queue, parent_id: int, spec: object) -> NewTask:

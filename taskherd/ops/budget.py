@@ -8,8 +8,10 @@ from typing import Any
 
 from taskherd import budgets
 from taskherd.config import Config
+from taskherd.model import Cooldown
 from taskherd.runtimes.ratelimit import reading_zone
 from taskherd.store import Store
+from taskherd.store.delivery import BUDGET_PAUSED, BUDGET_RESUMED, DEFAULT_ROLE_EVENTS
 
 log = logging.getLogger("taskherd.budgets")
 
@@ -34,24 +36,46 @@ def budget_status(config: Config, store: Store, now: float) -> dict[str, Any]:
     }
 
 
-def apply_budget_pauses(config: Config, store: Store, now: float) -> dict[str, float]:
-    """Keep the budget cooldowns (`budget:ROLE`, `budget:fleet`) in step with the spend: set
-    one for each scope that may not start another run (its event tells every listener),
-    clear those whose scope has room again (a raised limit, a new day). Returns the paused
-    scopes and until when."""
+def apply_budget_pauses(config: Config, store: Store, now: float,
+                        cooldowns: list[Cooldown] | None = None) -> dict[str, float]:
+    """Keep the budget pauses (`budget:ROLE`, `budget:fleet`) in step with the spend: begin
+    one for each scope that may not start another run, lift those whose scope has room again
+    (a raised limit, a new day). The claim is what holds a spent budget, on every node; a
+    pause is what people and delivery targets are told, once per pause (the store's
+    transitions make sure of that). `cooldowns` are the store's, if the caller read them.
+    Returns the paused scopes and until when."""
     paused = budgets.pauses(budget_lines(config, store, now))
-    # Every budget row, lifted ones too: a cooldown row now stays until cleared.
-    current = {c.runtime: c for c in store.all_cooldowns()
+    current = {c.runtime: c for c in (store.all_cooldowns() if cooldowns is None else cooldowns)
                if c.runtime.startswith(budgets.COOLDOWN_PREFIX)}
     for pause in paused.values():
-        existing = current.get(pause.cooldown_name)
-        if existing is None or existing.until != pause.until:
-            if existing is None:
-                log.warning("%s: spawns paused until the period resets (%s)", pause.scope,
-                            pause.reason)
-            store.set_cooldown(pause.cooldown_name, pause.until, pause.reason, now)
+        note_pause(config, store, pause, now, current.get(pause.cooldown_name))
     wanted = {pause.cooldown_name for pause in paused.values()}
     for name in set(current) - wanted:
-        log.info("%s: within budget again, spawns resume", name)
-        store.clear_cooldown(name, now)
+        scope = name.removeprefix(budgets.COOLDOWN_PREFIX)
+        targets = budget_targets(config, scope, BUDGET_RESUMED)
+        if store.lift_budget_pause(scope, current[name].until, targets, now):
+            log.info("%s: within budget again, spawns resume", name)
     return {scope: pause.until for scope, pause in paused.items()}
+
+
+def note_pause(config: Config, store: Store, pause: budgets.Pause, now: float,
+               existing: Cooldown | None = None) -> None:
+    """Record `pause` (a spent budget the dispatcher found, or a claim refused), unless the
+    pause `existing` already holds it; the store tells the targets if it began one."""
+    if existing is not None and existing.active(now) and existing.until >= pause.until:
+        return  # already paused: no write, and nobody is told twice
+    targets = budget_targets(config, pause.scope, BUDGET_PAUSED)
+    if store.pause_budget(pause.scope, pause.until, pause.reason, targets, now):
+        log.warning("%s: spawns paused until the period resets (%s)", pause.scope,
+                    pause.reason)
+
+
+def budget_targets(config: Config, scope: str, event: str) -> list[str]:
+    """The delivery aliases told of `event` for `scope`: the role's `deliver_to` when its
+    `on` names the event (budget_paused is among the defaults, budget_resumed is asked for);
+    for the fleet's budget, every role's (each alias once)."""
+    roles = (list(config.roles.values()) if scope == budgets.FLEET
+             else [config.roles[scope]] if scope in config.roles else [])
+    aliases = [alias.removeprefix("@") for role in roles
+               if event in (role.deliver_on or DEFAULT_ROLE_EVENTS) for alias in role.deliver_to]
+    return list(dict.fromkeys(aliases))

@@ -14,7 +14,7 @@ from taskherd.job_chains import AFTER, JobChainError, check_links, link_table, p
 from taskherd.jobs import JobError, parse_job, parse_jobs, trigger_of
 from taskherd.ops import BadInput, Queue
 from taskherd.services.scheduler import schedule_start
-from taskherd.store.jobs import Job, JobNotFound, JobRefused
+from taskherd.store.jobs import Job, JobDefinition, JobNotFound, JobRefused
 
 TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual")
 # Fields an update can remove. Fields not given keep their value, so without a way to clear
@@ -24,6 +24,16 @@ CLEARABLE = ("pool", "dedup_key", "variants")
 
 def add_job(queue: Queue, table: Mapping[str, Any], now: float) -> Job:
     """Add a job; a job of the same name is refused (change it with update_job)."""
+    definition, schedule_at = new_job(queue, table, now)
+    return queue.store.upsert_job(definition, source="cli", now=now,
+                                  schedule_at=schedule_at).job
+
+
+def new_job(queue: Queue, table: Mapping[str, Any], now: float) -> tuple[JobDefinition,
+                                                                          float | None]:
+    """`table` checked as a new job (as `[[jobs]]` and `taskherd jobs add` check it: fields,
+    trigger, template, links; its name not in use): its definition and first fire. The one
+    check for every way a job is added (`jobs add`, a spawn message)."""
     spec = _parsed(queue, dict(table), now)
     name = spec.definition().name
     _check_links(queue, name, parent_of(spec.template))
@@ -34,8 +44,7 @@ def add_job(queue: Queue, table: Mapping[str, Any], now: float) -> Job:
     if existing is not None:
         raise JobRefused(f"a job named {name!r} already exists (source {existing.source}); "
                          "use `taskherd jobs update`")
-    return queue.store.upsert_job(spec.definition(), source="cli", now=now,
-                                  schedule_at=schedule_start(spec.trigger, now)).job
+    return spec.definition(), schedule_start(spec.trigger, now)
 
 
 def update_job(queue: Queue, name: str, changes: Mapping[str, Any], now: float,

@@ -7,6 +7,7 @@ similarity), so an agent searches before acting: `taskherd memory search WORDS`.
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import os
@@ -140,15 +141,14 @@ def _store(queue: Queue, batch: list[NewMemory], now: float) -> list[Memory]:
 
 
 def _nearest(queue: Queue, scope: str, text: str, count: int) -> list[int]:
-    from taskherd.embeddings import cosine, embed
+    from taskherd.embeddings import embed, similarity, unit
 
     settings = queue.config.memory.embeddings
     assert settings is not None
-    query = embed(settings, [text])[0]
-    scored = [(cosine(query, json.loads(vector)), memory_id)
-              for memory_id, vector in queue.store.embedded_memories(scope, settings.model)]
-    scored.sort(reverse=True)
-    return [memory_id for _, memory_id in scored[:count]]
+    query = unit(embed(settings, [text])[0])
+    scored = ((similarity(query, json.loads(vector)), memory_id)
+              for memory_id, vector in queue.store.embedded_memories(scope, settings.model))
+    return [memory_id for _, memory_id in heapq.nlargest(count, scored)]
 
 
 def _fused(queue: Queue, rankings: Sequence[list[int]], known: dict[int, Memory],

@@ -26,7 +26,7 @@ from taskherd.model import (
 )
 from taskherd.ops import BadInput, Queue
 from taskherd.store import TaskNotFound
-from taskherd.store.messages import NewMessage
+from taskherd.store.messages import NewJob, NewMessage
 
 MAX_BODY = 64_000  # characters: a message is read inside a prompt, not a file transfer
 KINDS = tuple(kind.value for kind in MessageKind)
@@ -81,15 +81,21 @@ def send(queue: Queue, sender: Sender, to: str, body: object, now: float, *,
     return queue.store.send_messages(batch, now, wake)
 
 
+# A spawn spec with any of these is a job (the table of `[[jobs]]` / `taskherd jobs add`):
+# a task has no name and no trigger.
+JOB_MARKERS = ("name", "cron", "calendar", "every", "at", "manual")
+
+
 def spawn(queue: Queue, sender: Sender, to: str, body: str, priority: int,
           reply_to: int | None, thread_id: int | None, ttl: float | None,
           now: float) -> list[Message]:
-    """A spawn request: `body` is a task spec (JSON, the fields of `task add`), created as a
-    child of the sender's task, checked as an agent's `task add` is (`ops.agent.child_task`).
-    The request and a `result` answer (the new id, or why not) are written with the child,
-    in one transaction; a bad spec creates nothing but the request and its answer."""
-    from taskherd.ops.agent import child_task
-
+    """A spawn request: `body` is a JSON task spec (the fields of `task add`), created as a
+    child of the sender's task, or a job spec (a table of `[[jobs]]`, with a name and a
+    trigger), added as `taskherd jobs add` adds it. Either is checked by the check its own
+    door uses, then counted within the sender's spawn limits (`ops.agent`), the rule an
+    agent's `task add` obeys. The request and a `result` answer (the new id, or why not) are
+    written with the task or job, in one transaction; a refused spec creates nothing but the
+    request and its answer."""
     if not sender.address.startswith(TASK_ADDRESS):
         raise BadInput("a spawn request comes from a task (an agent's run, or --from task:ID): "
                        "its child is created under it")
@@ -99,17 +105,53 @@ def spawn(queue: Queue, sender: Sender, to: str, body: str, priority: int,
     parent = int(sender.address.removeprefix(TASK_ADDRESS))
     child, refusal = None, None
     try:
-        spec = json.loads(body)
-        if isinstance(spec, dict) and "role" not in spec and not to.startswith(TASK_ADDRESS):
-            spec["role"] = to  # the request's recipient is the child's role
-        child = child_task(queue, parent, spec)
-    except ValueError as error:  # bad JSON or a spec the checks refuse (BadInput)
-        refusal = str(error) if isinstance(error, BadInput) else f"not a JSON task spec: {error}"
+        child = _spawned(queue, sender, parent, to, body, now)
+    except SpawnRefusal as error:
+        refusal = str(error)
     request = NewMessage(sender.address, to, body, MessageKind.SPAWN.value, priority, reply_to,
                          thread_id, None if ttl is None else now + ttl, sender.role,
                          sender.run_id)
     asked, answer, _ = queue.store.spawn_from_message(request, child, refusal, now)
     return [asked, answer]
+
+
+class SpawnRefusal(Exception):
+    """Why a spawn request's spec is refused; it goes into the request's answer."""
+
+
+def _spawned(queue: Queue, sender: Sender, parent: int, to: str, body: str,
+             now: float) -> NewTask | NewJob:
+    from taskherd.ops.agent import SpawnRefused, check_spawn_limits, child_task
+    from taskherd.ops.jobs import new_job
+    from taskherd.store.jobs import JobRefused
+
+    try:
+        spec = json.loads(body)
+    except ValueError as error:
+        raise SpawnRefusal(f"not a JSON task or job spec: {error}") from None
+    if isinstance(spec, dict) and "role" not in spec and not to.startswith(TASK_ADDRESS):
+        spec["role"] = to  # the request's recipient is the child's role
+    try:
+        if isinstance(spec, dict) and any(key in spec for key in JOB_MARKERS):
+            definition, first_fire = new_job(queue, spec, now)
+            made: NewTask | NewJob = NewJob(definition, first_fire, parent)
+        else:
+            made = child_task(queue, parent, spec)
+        check_spawn_limits(queue, parent, _spawning_since(queue, sender, parent))
+    except (BadInput, JobRefused, SpawnRefused) as error:
+        raise SpawnRefusal(str(error)) from None
+    return made
+
+
+def _spawning_since(queue: Queue, sender: Sender, task_id: int) -> float:
+    """Since when the sender's additions count against max_spawn: its run's claim; for a
+    person writing as `task:ID`, the task's latest claim (its creation if it never ran)."""
+    if sender.run_id is not None:
+        return queue.store.get_run(sender.run_id).claimed_at
+    runs = queue.store.runs_of_task(task_id)
+    if runs:
+        return max(run.claimed_at for run in runs)
+    return queue.store.get_task(task_id).created_at
 
 
 def recipients_of(queue: Queue, to: str) -> list[str]:

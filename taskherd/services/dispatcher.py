@@ -3,10 +3,10 @@
 Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools, runtime
 cooldowns, and budgets (a role, or the fleet, whose next run would spend past a limit waits
 for the period to reset). The store picks the task (P0 first, FIFO within a priority) and
-checks the role's and pools' limits across every node in the claim's transaction
-(taskherd/limits.py); the dispatcher says which roles this node may run (its tags) and skips
-at once those its own runs already fill, and learns from the store why the others were
-passed by.
+checks the role's and pools' limits and its budgets across every node in the claim's
+transaction (taskherd/limits.py); the dispatcher says which roles this node may run (its
+tags) and skips at once those its own runs already fill, and learns from the store why the
+others were passed by.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from taskherd.budgets import FLEET
+from taskherd.budgets import COOLDOWN_PREFIX, FLEET
 from taskherd.config import Config, RoleConfig
 from taskherd.limits import ClaimLimits, Refusal
 from taskherd.model import Cooldown, Priority, TaskState
@@ -69,8 +69,10 @@ class Dispatcher:
 
     def run_once(self, now: float) -> dict[str, int]:
         cooldowns = self.store.all_cooldowns()
+        budget_paused = [c for c in cooldowns if c.runtime.startswith(COOLDOWN_PREFIX)]
+        cooldowns = [c for c in cooldowns if not c.runtime.startswith(COOLDOWN_PREFIX)]
         cooled = {c.runtime: _paused_reason(c, now) for c in cooldowns}
-        self._over = self._over_budget(now)
+        self._over = self._over_budget(now, budget_paused)
         started = 0
         limits = ClaimLimits.from_config(self.config)  # the config may have been reloaded
         self._refused = {}
@@ -78,7 +80,6 @@ class Dispatcher:
             if cooldown.probing(now) and self._probe(cooldown, now, cooled):
                 started += 1
         while True:
-            self._over = self._over_budget(now)
             room = self.room(now, cooled)
             if room.slots <= 0 or not room.roles:
                 break
@@ -95,6 +96,8 @@ class Dispatcher:
                 break
             if self.start(claim, now) is not None:
                 started += 1
+        if self._budget_spent_in_pass(started):
+            self._over = self._over_budget(now, None)
         self._warn_waiting_p0(now, cooled)
         log.debug("dispatch pass: started %s, %s running, cooldowns %s", started,
                   len(self.live), sorted(cooled) or "none")
@@ -140,14 +143,22 @@ class Dispatcher:
         except StoreError:
             return True  # pruned
 
-    def _over_budget(self, now: float) -> dict[str, float]:
-        """Scopes whose next run would spend past a limit, until when; looked at before each
-        claim, since every run started counts at its expected cost."""
-        if not self.config.budgets:
-            return {}
+    def _over_budget(self, now: float, paused: list[Cooldown] | None) -> dict[str, float]:
+        """Scopes whose next run would spend past a limit, until when, as the pass begins
+        (their pauses begun or lifted to match); the claim checks again, across every node,
+        each run started since."""
+        if not self.config.budgets and not paused:
+            return {}  # (a pause left by budgets since removed from the config is lifted)
         from taskherd.ops.budget import apply_budget_pauses
 
-        return apply_budget_pauses(self.config, self.store, now)
+        return apply_budget_pauses(self.config, self.store, now, paused)
+
+    def _budget_spent_in_pass(self, started: int) -> bool:
+        """Whether this pass may have spent a budget: it started a run, or a claim was refused
+        for a budget another node spent since the pass began. Then its pause begins now (and
+        is told now), not at the next pass."""
+        return bool(self.config.budgets) and (
+            started > 0 or any(r.budget for r in self._refused.values()))
 
     def room(self, now: float, cooled: dict[str, str]) -> Room:
         running = self.live.running_per_role()

@@ -2,6 +2,13 @@
 other as supervised processes (own session, own log, a timeout), and only if all pass does
 the run succeed. The first to fail makes the run `failed`, naming the gate, with the gate's
 output tail kept for the next attempt's prompt.
+
+While a gate runs, the supervisor watches it as it watches agents (`GateWatch`): output and
+CPU time are signs of life, and a gate silent and idle for its idle window is ended as
+stalled; a compile that prints nothing but burns CPU is left to work. Each check is recorded
+with its process as it starts, so a daemon restarted while gates run skips the gates the run
+already passed, re-adopts the one still running (by pid and start time) or, if it is gone,
+runs only that one again.
 """
 
 from __future__ import annotations
@@ -11,17 +18,40 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from taskherd import procs
 from taskherd.config import RoleConfig
 from taskherd.gates import Gate, failure_text
-from taskherd.model import Outcome, Run, RunResult
+from taskherd.model import GateCheck, Outcome, Run, RunResult
 from taskherd.store import Store, StoreError
 
 log = logging.getLogger("taskherd.gates")
 KILL_GRACE = 5.0
 TAIL_LINES = 40
 TAIL_BYTES = 64 * 1024
+INTERRUPTED = "interrupted: its process was gone after a daemon restart; it runs again"
+
+# A gate's failure: the run's error, the gate's output tail, its exit code; and, when the
+# supervisor stopped it for another reason than its liveness (a cancel, a shutdown), the
+# outcome that reason calls for.
+Failure = tuple[str, str, int | None, Outcome]
+
+
+class GateWatch(Protocol):
+    """How the supervisor watches a gate's process while it runs (see Supervisor.watch_gate)."""
+
+    def __call__(self, gate: Gate, handle: procs.ProcessHandle,
+                 started_at: float) -> Callable[[], tuple[Outcome, str] | None]:
+        """Watch `handle` from now; the function returned stops watching and says why the
+        supervisor ended the process, if it did."""
+        ...
+
+
+def unwatched(gate: Gate, handle: procs.ProcessHandle,
+              started_at: float) -> Callable[[], tuple[Outcome, str] | None]:
+    """Only the gate's timeout applies (no supervisor at hand)."""
+    return lambda: None
 
 
 class GateRunner:
@@ -30,49 +60,110 @@ class GateRunner:
         self.clock = clock
         self.log_dir = log_dir
 
-    async def check(self, run: Run, role: RoleConfig, path: str,
-                    result: RunResult) -> RunResult:
+    async def check(self, run: Run, role: RoleConfig, path: str, result: RunResult,
+                    watch: GateWatch = unwatched) -> RunResult:
         """`result` (a success) if every gate of `role` passes, else the failure of the first
-        gate that did not."""
+        gate that did not. Gates this run already passed (before a restart) are not run
+        again."""
+        recorded = self._recorded(run.id)
         for gate in role.gates:
-            failed = await self._run_gate(gate, run, role, path)
+            check = recorded.get(gate.name)
+            if check is not None and check.passed:
+                log.info("run %s: gate %r passed before a restart; not run again", run.id,
+                         gate.name)
+                continue
+            if check is not None and check.passed is False:
+                failed: Failure | None = (check.error or failure_text(gate, check.exit_code,
+                                                                      False),
+                                          log_tail(Path(check.log_path or "")),
+                                          check.exit_code, Outcome.FAILED)
+            elif check is not None:
+                failed = await self._resume(gate, check, run, role, path, watch)
+            else:
+                failed = await self._run_gate(gate, run, role, path, watch)
             if failed is not None:
-                return dataclasses.replace(
-                    result, outcome=Outcome.FAILED, summary=None, error=failed[0],
-                    error_tail=failed[1], exit_code=failed[2])
+                error, tail, code, outcome = failed
+                return dataclasses.replace(result, outcome=outcome, summary=None, error=error,
+                                           error_tail=tail, exit_code=code)
         return result
 
-    async def _run_gate(self, gate: Gate, run: Run, role: RoleConfig,
-                        path: str) -> tuple[str, str, int | None] | None:
+    def _recorded(self, run_id: int) -> dict[str, GateCheck]:
+        """The latest check of each gate of the run (none on its first pass)."""
+        try:
+            return {check.name: check for check in self.store.gates_of_run(run_id)}
+        except StoreError as error:
+            log.warning("run %s: could not read its gates' progress: %s", run_id, error)
+            return {}
+
+    async def _resume(self, gate: Gate, check: GateCheck, run: Run, role: RoleConfig,
+                      path: str, watch: GateWatch) -> Failure | None:
+        """A gate that was running when the daemon stopped: watched again if its process
+        lives (or judged by its exit file if it ended meanwhile), else run again."""
+        handle = None
+        if check.pid is not None and check.log_path is not None:
+            handle = procs.adopt(check.pid, check.pid_started_at or 0.0, Path(check.log_path))
+        if handle is not None and (handle.is_alive() or handle.poll().known):
+            log.info("run %s: gate %r re-adopted (pid %s)", run.id, gate.name, check.pid)
+            return await self._await_gate(gate, check.id, handle, run, check.started_at, watch)
+        self._ended(check.id, None, False, INTERRUPTED)
+        log.warning("run %s: gate %r was interrupted by a restart; running it again", run.id,
+                    gate.name)
+        return await self._run_gate(gate, run, role, path, watch)
+
+    async def _run_gate(self, gate: Gate, run: Run, role: RoleConfig, path: str,
+                        watch: GateWatch) -> Failure | None:
         log_path = self.log_dir / f"run-{run.id}.gate-{gate.name}.log"
-        gate_id = self._record(lambda: self.store.gate_started(run.id, gate.name, str(log_path),
-                                                                self.clock()))
         env = procs.agent_env(path, role.env, {"TASKHERD_TASK_ID": str(run.task_id),
                                                "TASKHERD_RUN_ID": str(run.id),
                                                "TASKHERD_ROLE": role.name})
+        started_at = self.clock()
         try:
             spawned = procs.spawn(list(gate.argv), env=env, cwd=gate.workdir or role.workdir,
                                   log_path=log_path,
                                   header={"run": run.id, "task": run.task_id, "gate": gate.name})
         except (OSError, ValueError) as error:
             error_text = f"{failure_text(gate, None, False)}: {error}"
+            gate_id = self._record(lambda: self.store.gate_started(
+                run.id, gate.name, str(log_path), started_at))
             self._ended(gate_id, None, False, error_text)
-            return error_text, str(error), None
+            return error_text, str(error), None, Outcome.FAILED
+        # Recorded with its process: a restart from here on finds it again.
+        gate_id = self._record(lambda: self.store.gate_started(
+            run.id, gate.name, str(log_path), started_at, pid=spawned.pid,
+            pid_started_at=spawned.started_at))
         log.info("run %s: gate %r started as pid %s", run.id, gate.name, spawned.pid)
+        return await self._await_gate(gate, gate_id, spawned.handle, run, started_at, watch)
+
+    async def _await_gate(self, gate: Gate, gate_id: int | None,
+                          handle: procs.ProcessHandle, run: Run, started_at: float,
+                          watch: GateWatch) -> Failure | None:
+        """Wait for the gate's process to end, within what is left of its timeout, while the
+        supervisor watches it; then record and word how it ended."""
+        stopped_by = watch(gate, handle, started_at)
         timed_out = False
         try:
-            async with asyncio.timeout(gate.timeout):  # not wait_for: see services/runner.py
-                status = await spawned.handle.wait_exit()
+            left = max(started_at + gate.timeout - self.clock(), 0.0)
+            async with asyncio.timeout(left):  # not wait_for: see services/runner.py
+                status = await handle.wait_exit()
         except TimeoutError:
             timed_out = True
-            status = await spawned.handle.terminate(KILL_GRACE)
-        passed = not timed_out and status.code == 0
-        error_text = None if passed else failure_text(gate, status.code, timed_out)
+            status = await handle.terminate(KILL_GRACE)
+        finally:
+            stopped = stopped_by()
+        passed = not timed_out and stopped is None and status.code == 0
+        outcome = Outcome.FAILED
+        error_text = None
+        if not passed:
+            reason = None
+            if stopped is not None:
+                outcome = Outcome.FAILED if stopped[0] is Outcome.STALLED else stopped[0]
+                reason = stopped[1]
+            error_text = failure_text(gate, status.code, timed_out, reason)
         self._ended(gate_id, status.code, passed, error_text)
         log.info("run %s: gate %r %s", run.id, gate.name, "passed" if passed else error_text)
         if passed:
             return None
-        return error_text, log_tail(log_path), status.code  # type: ignore[return-value]
+        return error_text, log_tail(handle.log_path), status.code, outcome  # type: ignore
 
     def _record(self, write: Callable[[], int]) -> int | None:
         try:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from taskherd import procs
 from taskherd.config import Config, RoleConfig, make_private_dir
+from taskherd.gates import Gate
 from taskherd.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD
 from taskherd.model import Claim, Liveness, Outcome, Run, RunResult, Task
 from taskherd.ops import Queue
@@ -80,6 +81,15 @@ class LiveRun:
     waiting: str | None = None  # the question it waits at (on_input = wait), until it moves
     verdict: tuple[Liveness, float, str | None] | None = None  # as last written to the store
     probe: bool = False  # the one run of its runtime let through after a rate limit
+    gate: GateLimits | None = None  # the quality gate it runs now, watched in its stead
+
+
+@dataclass(frozen=True)
+class GateLimits:
+    """What ends a running gate besides its exit: silence past its idle window."""
+
+    name: str
+    idle_timeout: float
 
 
 @dataclass(frozen=True)
@@ -297,6 +307,7 @@ class Supervisor:
         """
         if live.handle.pid is None:
             return  # an in-process call: no process group
+        await live.handle.wait_reaped()  # a zombie shim keeps its empty group in existence
         leftovers = procs.live_group_members(live.handle.pid)
         if leftovers:
             log.warning("run %s: the agent left %d process(es) running; stopping them",
@@ -409,6 +420,8 @@ class Supervisor:
 
     def _nearest_threshold(self, live: LiveRun) -> float:
         """When idleness ends the run next: input_timeout only if it ends with a question."""
+        if live.gate is not None:
+            return live.last_activity + live.gate.idle_timeout
         role = live.role
         idle_limit = role.idle_timeout
         if self._question(live) is not None:
@@ -436,14 +449,44 @@ class Supervisor:
         self.kill(live, run.outcome or Outcome.LOST, f"its run was ended elsewhere: {run.error}")
         return True
 
-    def _judge(self, live: LiveRun, now: float,
-               cpu_seconds: float | None) -> tuple[Outcome, str] | None:
+    def _watch_gate(self, live: LiveRun, gate: Gate, handle: procs.ProcessHandle,
+                    started_at: float) -> Callable[[], tuple[Outcome, str] | None]:
+        """Watch a quality gate of `live`'s run in place of its (exited) agent: the same
+        rounds read its log and sample its CPU, and `_judge_gate` ends it when it is idle
+        past its window. Returns the function that stops watching and says why the
+        supervisor ended it (stalled, or the run's cancel or shutdown), if it did."""
+        agent_handle = live.handle
+        live.handle = handle
+        live.gate = GateLimits(gate.name, gate.idle_timeout or live.role.idle_timeout)
+        live.log_offset, live.recent = 0, b""
+        live.cpu_seconds = live.cpu_sampled_at = 0.0
+        live.cpu_busy = False
+        live.last_activity = max(started_at, live.last_activity)
+        live.next_look = 0.0  # looked at in the next round
+
+        def done() -> tuple[Outcome, str] | None:
+            live.gate = None
+            live.handle = agent_handle  # its leftovers are reaped as the agent's
+            stopped, live.kill_reason = live.kill_reason, None
+            return stopped
+
+        return done
+
+    def _judge_gate(self, live: LiveRun, now: float,
+                    cpu_seconds: float | None) -> tuple[Outcome, str] | None:
+        """A running gate: its output and CPU time are signs of life, as an agent's are; a
+        gate has no reader (no rate limits, no loops, no questions: its input is empty)."""
         if self._read_new_output(live, now):
             self._active(live, now)
-        if live.reader.looping is not None:
-            return Outcome.LOOPING, live.reader.looping
-        if live.probe and live.reader.progressed:
-            self._probe_passed(live, now)
+        self._note_cpu(live, now, cpu_seconds)
+        idle = now - live.last_activity
+        assert live.gate is not None
+        if idle > live.gate.idle_timeout:
+            return Outcome.STALLED, (f"stalled: no output or CPU for {idle:.0f}s "
+                                     f"(idle_timeout {live.gate.idle_timeout:g}s)")
+        return None
+
+    def _note_cpu(self, live: LiveRun, now: float, cpu_seconds: float | None) -> None:
         if cpu_seconds is not None:
             # A rate, not any growth: an idle Node.js or Python process still ticks a few
             # milliseconds a second, and summed over minutes that would look like work. The
@@ -454,6 +497,18 @@ class Supervisor:
             if live.cpu_busy:
                 self._active(live, now)
             live.cpu_seconds, live.cpu_sampled_at = cpu_seconds, now
+
+    def _judge(self, live: LiveRun, now: float,
+               cpu_seconds: float | None) -> tuple[Outcome, str] | None:
+        if live.gate is not None:
+            return self._judge_gate(live, now, cpu_seconds)
+        if self._read_new_output(live, now):
+            self._active(live, now)
+        if live.reader.looping is not None:
+            return Outcome.LOOPING, live.reader.looping
+        if live.probe and live.reader.progressed:
+            self._probe_passed(live, now)
+        self._note_cpu(live, now, cpu_seconds)
         role = live.role
         if now - live.spawned_at > role.timeout:
             return Outcome.TIMED_OUT, f"ran longer than timeout ({role.timeout:g}s)"
@@ -521,6 +576,8 @@ class Supervisor:
         if not chunk:
             return False
         live.log_offset += len(chunk)
+        if live.gate is not None:
+            return True  # a gate's output is only a sign of life
         live.recent = (live.recent + chunk[-RECENT_BYTES:])[-RECENT_BYTES:]
         signal = live.reader.feed(chunk, now)
         if signal is not None:
@@ -621,8 +678,9 @@ class Supervisor:
             self._probe_ended(live, result, now)
         if result.outcome is Outcome.SUCCEEDED and live.role.gates and live.kill_reason is None:
             # The agent's word is not a check: the run stays open (and watched, holding its
-            # slot) while the role's gates run; a restart runs them again on adoption.
-            result = await self.gates.check(run, live.role, self._agent_path(live.role), result)
+            # slot) while the role's gates run; a restart resumes them on adoption.
+            result = await self.gates.check(run, live.role, self._agent_path(live.role), result,
+                                            lambda *gate: self._watch_gate(live, *gate))
             ended_at = self.clock()
         if live.role.memory:
             # Before the settle: once the task is settled the role's next run may start,

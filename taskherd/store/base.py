@@ -206,6 +206,20 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
     @abc.abstractmethod
     def clear_cooldown(self, runtime: str) -> bool: ...
 
+    # -- budget pauses (the cooldowns budget:SCOPE) -------------------------------------
+
+    @abc.abstractmethod
+    def pause_budget(self, scope: str, until: float, reason: str, targets: Sequence[str],
+                     now: float) -> bool:
+        """Pause `scope`'s spawns until `until`; True (and the event, and an outbox row per
+        delivery alias in `targets`) only for the call that began the pause."""
+
+    @abc.abstractmethod
+    def lift_budget_pause(self, scope: str, until: float, targets: Sequence[str],
+                          now: float) -> bool:
+        """End the pause of `scope` that ran until `until`; True (and the event, and the
+        outbox rows) only for the call that ended it."""
+
     @abc.abstractmethod
     def rescue_expired(self, now: float, policy_for: PolicyLookup) -> list[Finished]:
         """Return every task whose lease expired to `ready` (no strike), ending its run `lost`."""
@@ -250,11 +264,18 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
         """A reviewer's verdict ("approve" or "reject") on the task its review task reviews."""
 
     @abc.abstractmethod
-    def gate_started(self, run_id: int, name: str, log_path: str | None, now: float) -> int: ...
+    def gate_started(self, run_id: int, name: str, log_path: str | None, now: float, *,
+                     pid: int | None = None, pid_started_at: float | None = None) -> int:
+        """Record a gate check of a run; `pid`/`pid_started_at`: its process, found again
+        after a restart."""
 
     @abc.abstractmethod
     def gate_ended(self, gate_id: int, now: float, *, exit_code: int | None, passed: bool,
                    error: str | None = None) -> None: ...
+
+    @abc.abstractmethod
+    def gates_of_run(self, run_id: int) -> list[GateCheck]:
+        """A run's gate checks, oldest first: its gates' progress, read again after a restart."""
 
     @abc.abstractmethod
     def gates_of_task(self, task_id: int) -> list[GateCheck]: ...

@@ -1,7 +1,8 @@
 """Delivery targets' store interface: aliases, and the outbox of events to send to them.
 
 The outbox rows of a settle are written by the settle itself (`SQLStore._finalize`, from the
-task's `deliver_to` and `deliver_on`); `services/delivery.py` sends them after the commit.
+task's `deliver_to` and `deliver_on`), those of a budget pause by the pause's own transition
+(`store/sql_budgets.py`, to the role's); `services/delivery.py` sends them after the commit.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ FORMATS = ("json", "slack", "discord")
 # job_error too.
 EVENTS = ("completed", "dead", "blocked", "needs_review", "cancelled", "job_error")
 DEFAULT_EVENTS = ("completed", "dead", "blocked", "needs_review")
+# What a role's budget tells its targets (ops/budget.py): its spawns paused, and resumed.
+BUDGET_PAUSED, BUDGET_RESUMED = "budget_paused", "budget_resumed"
+BUDGET_EVENTS = (BUDGET_PAUSED, BUDGET_RESUMED)
+# A role's `on` may name a task's events and its budget's; unset, these.
+ROLE_EVENTS = EVENTS + BUDGET_EVENTS
+DEFAULT_ROLE_EVENTS = DEFAULT_EVENTS + (BUDGET_PAUSED,)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from taskherd.model import Message, NewTask
+
+if TYPE_CHECKING:
+    from taskherd.store.jobs import JobDefinition
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,17 @@ class NewMessage:
     expires_at: float | None = None
     sender_role: str | None = None
     sender_run_id: int | None = None
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job a spawn message asks for: the definition `taskherd jobs add` would store (source
+    'cli', so people change it with `taskherd jobs`), its first scheduled fire, and the task
+    whose run asked for it (counted against that run's max_spawn)."""
+
+    definition: JobDefinition
+    schedule_at: float | None
+    spawned_by: int
 
 
 @dataclass(frozen=True)
@@ -44,11 +59,12 @@ class MessageStore(abc.ABC):
         its role has no ready task (an urgent message to a role that sets wake_on_urgent)."""
 
     @abc.abstractmethod
-    def spawn_from_message(self, request: NewMessage, child: NewTask | None, refusal: str | None,
-                           now: float) -> tuple[Message, Message, int | None]:
-        """In one transaction: the spawn request, the child task (when `child` is given),
-        and the `result` message answering the request's sender with the new task's id or
-        with `refusal`. Returns (request, answer, the child's id or None)."""
+    def spawn_from_message(self, request: NewMessage, child: NewTask | NewJob | None,
+                           refusal: str | None, now: float) -> tuple[Message, Message, int | None]:
+        """In one transaction: the spawn request, the child task or the job (when `child` is
+        given), and the `result` message answering the request's sender with the new task's
+        or job's id or with `refusal`. Returns (request, answer, the new id or None). A job
+        whose name was taken meanwhile is refused in the answer, like any other refusal."""
 
     @abc.abstractmethod
     def get_message(self, message_id: int) -> Message | None: ...

@@ -62,13 +62,8 @@ class SQLJobs(JobStore):
         with self._write() as db:
             row = self._one(db, "get_job_by_name", {"name": definition.name})
             if row is None:
-                params = _definition_params(definition) | {
-                    "source": source, "now": now, "schedule_at": schedule_at,
-                    "next_run_at": schedule_at if definition.enabled else None,
-                }
-                db.execute(self.q["insert_job"], params)
-                self._emit(EventKind.JOB_CHANGED, now, job=definition.name)
-                return Upserted(self._job(db, definition.name), "created")
+                return Upserted(self._insert_job(db, definition, source, now, schedule_at),
+                                "created")
             job = Job.from_row(row)
             if job.source != source:
                 raise JobRefused(
@@ -89,6 +84,18 @@ class SQLJobs(JobStore):
             db.execute(self.q["update_job_definition"], params)
             self._emit(EventKind.JOB_CHANGED, now, job=definition.name)
             return Upserted(self._job(db, definition.name), "updated")
+
+    def _insert_job(self, db: Connection, definition: JobDefinition, source: str, now: float,
+                    schedule_at: float | None) -> Job:
+        """A new job, inside the caller's transaction (a name in use raises the dialect's
+        unique error)."""
+        params = _definition_params(definition) | {
+            "source": source, "now": now, "schedule_at": schedule_at,
+            "next_run_at": schedule_at if definition.enabled else None,
+        }
+        db.execute(self.q["insert_job"], params)
+        self._emit(EventKind.JOB_CHANGED, now, job=definition.name)
+        return self._job(db, definition.name)
 
     def get_job(self, name: str) -> Job:
         with self._read() as db:

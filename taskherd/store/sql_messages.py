@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from taskherd.model import SYSTEM_SENDER, TASK_ADDRESS, EventKind, Message, NewTask, Run
-from taskherd.store.messages import InboxLimit, MessageStore, NewMessage
+from taskherd.store.messages import InboxLimit, MessageStore, NewJob, NewMessage
 
 if TYPE_CHECKING:
     from taskherd.store.connection import Connection
+    from taskherd.store.jobs import Job, JobDefinition
 
 
 class SQLMessages(MessageStore):
@@ -22,6 +24,9 @@ class SQLMessages(MessageStore):
         def _emit(self, kind: EventKind, now: float, **fields: Any) -> None: ...
         def _add_task(self, db: Connection, new: NewTask,
                       now: float) -> tuple[int | None, bool]: ...
+        def _insert_job(self, db: Connection, definition: JobDefinition, source: str,
+                        now: float, schedule_at: float | None) -> Job: ...
+        def _is_unique_error(self, error: Exception) -> bool: ...
 
     def send_messages(self, batch: Sequence[NewMessage], now: float,
                       wake: Sequence[NewTask] = ()) -> list[Message]:
@@ -35,13 +40,30 @@ class SQLMessages(MessageStore):
                     self._add_task(db, task, now)
         return sent
 
-    def spawn_from_message(self, request: NewMessage, child: NewTask | None, refusal: str | None,
-                           now: float) -> tuple[Message, Message, int | None]:
+    def spawn_from_message(self, request: NewMessage, child: NewTask | NewJob | None,
+                           refusal: str | None, now: float) -> tuple[Message, Message, int | None]:
+        try:
+            return self._spawn_from_message(request, child, refusal, now)
+        except Exception as error:
+            if not (isinstance(child, NewJob) and self._is_unique_error(error)):
+                raise
+            # Another request (or a person) took the name between the check and this write:
+            # the transaction rolled back whole, and the request is answered with why.
+            taken = f"a job named {child.definition.name!r} already exists"
+            return self._spawn_from_message(request, None, taken, now)
+
+    def _spawn_from_message(self, request: NewMessage, child: NewTask | NewJob | None,
+                            refusal: str | None, now: float) -> tuple[Message, Message, int | None]:
         with self._write() as db:
             asked = Message.from_row(db.execute(self.q["insert_message"],
                                                 _message_params(request, now)).fetchall()[0])
             child_id = None
-            if child is not None:
+            if isinstance(child, NewJob):
+                job = self._insert_job(db, child.definition, "cli", now, child.schedule_at)
+                db.execute(self.q["insert_spawned_job"],
+                           {"job_id": job.id, "task_id": child.spawned_by, "now": now})
+                child_id, body = job.id, _job_answer(job)
+            elif child is not None:
                 child_id, created = self._add_task(db, child, now)
                 what = "spawned" if created else "an open task has its dedup key:"
                 body = f"{what} task {child_id} (role {child.role}): {child.title}"
@@ -117,3 +139,13 @@ def _message_params(new: NewMessage, now: float) -> dict[str, Any]:
         "priority": new.priority, "body": new.body, "reply_to": new.reply_to,
         "thread_id": new.thread_id, "now": now, "expires_at": new.expires_at,
     }
+
+
+def _job_answer(job: Job) -> str:
+    role = job.template.get("role")
+    if job.next_run_at is None:
+        when = "it fires when run (taskherd jobs run)" if job.enabled else "it is disabled"
+    else:
+        when = "first fire " + datetime.fromtimestamp(job.next_run_at, UTC).strftime(
+            "%Y-%m-%d %H:%M:%S UTC")
+    return f"spawned job {job.id} {job.name!r} (role {role}): {when}"

@@ -77,10 +77,15 @@ class SQLReports:
     def budget_spend(self, month_start: float, day_start: float) -> list[dict[str, Any]]:
         """Per role: cost, unknown-cost runs, open runs and tokens since month_start and since
         day_start, and the number of priced runs this month (budget_spend in reports.sql)."""
-        rows = self._all("budget_spend", {"month_start": month_start, "day_start": day_start})
-        return [{"role": row["role"],
-                 **{key: float(row[key]) for key in ("cost_day", "cost_month")},
-                 **{key: int(row[key]) for key in _BUDGET_INTS}} for row in rows]
+        params = {"month_start": month_start, "day_start": day_start, "role": None}
+        return budget_rows(self._all("budget_spend", params))
+
+
+def budget_rows(rows: list[Any]) -> list[dict[str, Any]]:
+    """budget_spend's rows as budgets.py reads them (PostgreSQL's sums are Decimals)."""
+    return [{"role": row["role"],
+             **{key: float(row[key]) for key in ("cost_day", "cost_month")},
+             **{key: int(row[key]) for key in _BUDGET_INTS}} for row in rows]
 
 
 _BUDGET_INTS = ("unknown_day", "open_day", "tokens_day", "unknown_month", "open_month",

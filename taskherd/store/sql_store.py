@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any
 
+from taskherd import budgets
 from taskherd.chains import encode_chain, review_of, review_verdict
 from taskherd.limits import NODE, ClaimLimits, Refusal, Usage
 from taskherd.model import (
@@ -50,13 +51,14 @@ from taskherd.store.base import (
 from taskherd.store.connection import Connection
 from taskherd.store.messages import InboxLimit
 from taskherd.store.sql_agents import SQLAgents
+from taskherd.store.sql_budgets import SQLBudgets
 from taskherd.store.sql_credentials import SQLCredentials
 from taskherd.store.sql_delivery import SQLDelivery
 from taskherd.store.sql_jobs import SQLJobs
 from taskherd.store.sql_memory import SQLMemory
 from taskherd.store.sql_messages import SQLMessages
 from taskherd.store.sql_nodes import SQLNodes
-from taskherd.store.sql_reports import SQLReports
+from taskherd.store.sql_reports import SQLReports, budget_rows
 from taskherd.store.sql_tokens import SQLTokens
 from taskherd.store.sql_worktrees import SQLWorktrees
 from taskherd.store.watch import SQLWatch
@@ -69,7 +71,7 @@ Emitted = tuple[EventKind, float, dict[str, Any]]
 
 class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLTokens,
                SQLMessages, SQLAgents, SQLMemory, SQLDelivery, SQLWorkflows, SQLWorktrees,
-               Store):
+               SQLBudgets, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
@@ -280,7 +282,22 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
                    ((pool_a, "pool_a_running"), (pool_b, "pool_b_running")) if pool}
         usage = Usage(row["role_running"], row["role_last_claim"], running,
                       row["cooldown_until"])
-        return limits.refusal(role, task_pool, usage, now)
+        refusal = limits.refusal(role, task_pool, usage, now)
+        if refusal is None and limits.budget_scopes(role):
+            return self._budget_refusal(db, limits, role, now)
+        return refusal
+
+    def _budget_refusal(self, db: Connection, limits: ClaimLimits, role: str,
+                        now: float) -> Refusal | None:
+        """Whether a budgeted role's next run still fits its budgets, from the spend read
+        after the claims were ordered: every run claimed before this one, on any node, counts
+        (its cost, or its expected cost while it is open), so no node starts a run once the
+        spend committed reaches the limit."""
+        span = limits.budget_periods(now)
+        only = None if budgets.FLEET in limits.budget_scopes(role) else role
+        params = {"month_start": span.month_start, "day_start": span.day_start, "role": only}
+        rows = budget_rows(db.execute(self.q["budget_spend"], params).fetchall())
+        return limits.budget_refusal(role, rows, span)
 
     def _claim_candidate(self, db: Connection, task_id: int, node: str, now: float,
                          lease_seconds: float, role: str, runtime: str | None,

@@ -209,11 +209,13 @@ class SQLWorkflows:
 
     # -- quality gates -----------------------------------------------------------------
 
-    def gate_started(self, run_id: int, name: str, log_path: str | None, now: float) -> int:
+    def gate_started(self, run_id: int, name: str, log_path: str | None, now: float, *,
+                     pid: int | None = None, pid_started_at: float | None = None) -> int:
         with self._write() as db:
             rows = db.execute(self.q["insert_gate_check"],
                               {"run_id": run_id, "name": name, "log_path": log_path,
-                               "now": now}).fetchall()
+                               "now": now, "pid": pid,
+                               "pid_started_at": pid_started_at}).fetchall()
             return int(rows[0]["id"])
 
     def gate_ended(self, gate_id: int, now: float, *, exit_code: int | None, passed: bool,
@@ -222,6 +224,10 @@ class SQLWorkflows:
             db.execute(self.q["end_gate_check"],
                        {"gate_id": gate_id, "now": now, "exit_code": exit_code,
                         "passed": int(passed), "error": error})
+
+    def gates_of_run(self, run_id: int) -> list[GateCheck]:
+        return [GateCheck.from_row(row) for row in
+                self._all("gate_checks_of_run", {"run_id": run_id})]
 
     def gates_of_task(self, task_id: int) -> list[GateCheck]:
         return [GateCheck.from_row(row) for row in

@@ -1,6 +1,7 @@
 """Spawn requests end to end: an agent sends a `spawn` message from inside its run; the task
-is created as a child of the agent's task and runs, and the agent's task gets a `result`
-message naming it; a bad spec is answered with the error and creates nothing."""
+is created as a child of the agent's task and runs, a job spec becomes a job, and the
+agent's task gets a `result` message naming each; a bad spec is answered with the error and
+creates nothing."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ def spawn(spec):
                           text=True, check=True).stdout
 print(spawn({"title": "write the parser", "prompt": "parse it"}))
 print(spawn({"title": "bad one", "priority": "P9"}))
+print(spawn({"name": "nightly-parse", "cron": "0 3 * * *", "timezone": "UTC",
+             "prompt": "parse the logs of the night"}))
 print("TASK_COMPLETE: planned")
 """
 
@@ -40,11 +43,15 @@ def test_an_agent_spawns_a_child_and_is_answered(tmp_path):
         assert [(t.title, t.role) for t in children] == [("write the parser", "worker")]
         assert fleet.wait_final(children[0].id).state is TaskState.COMPLETED
         answers = json.loads(fleet.cli("msg", "inbox", f"task:{plan.id}", "--json").stdout)
-        assert [a["kind"] for a in answers] == ["result", "result"]
+        assert [a["kind"] for a in answers] == ["result", "result", "result"]
         assert answers[0]["body"].startswith(f"spawned task {children[0].id} (role worker)")
         assert "nothing was created: priority 'P9'" in answers[1]["body"]
+        job = fleet.store.get_job("nightly-parse")
+        assert (job.template["role"], job.source) == ("worker", "cli")
+        assert answers[2]["body"].startswith(f"spawned job {job.id} 'nightly-parse' (role "
+                                             "worker): first fire ")
         requests = fleet.store.sent_messages(f"task:{plan.id}")
-        assert sorted(m.kind for m in requests) == ["spawn", "spawn"]
+        assert sorted(m.kind for m in requests) == ["spawn", "spawn", "spawn"]
         assert len(fleet.store.list_tasks()) == 2
     finally:
         fleet.close()

@@ -108,3 +108,22 @@ def test_a_spawn_request_its_child_and_its_answer_are_written_together(store):
     refused = store.spawn_from_message(request, None, "priority 'P9' is not one of", NOW)
     assert refused[2] is None and "nothing was created: priority 'P9'" in refused[1].body
     assert len(store.list_tasks()) == 2  # the parent and the one child
+
+
+def test_a_spawned_job_is_counted_and_a_name_taken_meanwhile_is_answered(store):
+    from taskherd.store.jobs import JobDefinition
+    from taskherd.store.messages import NewJob
+
+    parent = store.enqueue(NewTask(role="coder", title="parent"), NOW).task
+    request = NewMessage(f"task:{parent.id}", "qa", '{"name": "digest"}', kind="spawn")
+    job = NewJob(JobDefinition("digest", {"role": "qa", "title": "digest"}, {"every": 3600},
+                               "UTC"), NOW + 3600, parent.id)
+    _, answer, job_id = store.spawn_from_message(request, job, None, NOW)
+    assert answer.body.startswith(f"spawned job {job_id} 'digest' (role qa): first fire ")
+    assert store.get_job("digest").id == job_id
+    assert store.children_since(parent.id, NOW) == 1  # the job counts against max_spawn
+    # Another writer took the name between the request's check and its write.
+    _, taken, none = store.spawn_from_message(request, job, None, NOW + 1)
+    assert none is None
+    assert taken.body == "spawn refused, nothing was created: a job named 'digest' already exists"
+    assert store.children_since(parent.id, NOW) == 1 and len(store.list_jobs()) == 1

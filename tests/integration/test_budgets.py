@@ -141,3 +141,17 @@ def test_a_token_limit_pauses_once_reached_and_the_cli_shows_it(tmp_path, databa
                              str(tmp_path / "taskherd.toml"), "status"],
                             capture_output=True, text=True, check=True).stdout
     assert "role coder is paused by its budget until" in status
+
+
+def test_a_pause_is_lifted_when_the_budgets_are_removed_from_the_config(tmp_path, database):
+    config = fleet_config(tmp_path, database, role_budget={"daily_usd": 0.5})
+    with open_store(database, durability="normal") as store:
+        for i in range(3):
+            store.enqueue(NewTask(role="coder", title=f"c{i}"), NOW)
+        spawner = Spawner(store, 0.30)
+        Dispatcher(config, store, LiveRuns({}, {}), spawner).run_once(NOW)
+        assert store.cooldown_of("budget:coder") is not None
+        unbudgeted = fleet_config(tmp_path, database)  # `taskherd reload` without [budgets]
+        Dispatcher(unbudgeted, store, LiveRuns({}, {}), spawner).run_once(NOW + 60)
+        assert store.cooldown_of("budget:coder") is None
+        assert len(spawner.spawned) == 3

@@ -344,35 +344,38 @@ def test_on_shutdown_wait_still_watches_the_agents_it_waits_for(fleet):
     assert last_run(f, task.id).outcome is Outcome.STALLED
 
 
-def spare_shims(daemon: subprocess.Popen) -> list[int]:
-    """Pids of the daemon's `shim.py --warm` children, oldest first."""
-    spares = []
+def fork_servers(daemon: subprocess.Popen) -> list[int]:
+    """Pids of the daemon's `shim.py --serve` children."""
+    servers = []
     for child in psutil.Process(daemon.pid).children():
         try:
-            if child.cmdline()[-1:] == ["--warm"]:
-                spares.append((child.create_time(), child.pid))
+            if child.cmdline()[-1:] == ["--serve"]:
+                servers.append(child.pid)
         except psutil.Error:  # exited while being looked at
             continue
-    return [pid for _, pid in sorted(spares)]
+    return servers
 
 
-def test_spare_shims_take_a_burst_and_die_with_the_daemon(fleet):
-    f = fleet()  # max_concurrent = 4: as many spares as the cap allows
+def test_one_fork_server_forks_every_shim_and_dies_with_the_daemon(fleet, tmp_path):
+    f = fleet()  # max_concurrent = 4
     daemon = f.up()
-    spares = f.wait_until(lambda: len(s := spare_shims(daemon)) == 4 and s, what="4 spare shims")
-    tasks = [f.add(f"burst {index}", prompt="exit0") for index in range(4)]
-    runs = [last_run(f, f.wait_final(task.id).id) for task in tasks]
-    assert sorted(run.pid for run in runs) == sorted(spares)  # no run waited for a cold shim
-    refilled = f.wait_until(lambda: len(s := spare_shims(daemon)) == 4 and s,
-                            what="the spares to be replaced")
-    assert not set(refilled) & set(spares)
-    pidfds = [os.pidfd_open(pid) for pid in refilled]
+    [server] = f.wait_until(lambda: fork_servers(daemon), what="the fork server")
+    release = tmp_path / "release"
+    tasks = [f.add(f"burst {index}", prompt=f"hold {release}") for index in range(4)]
+    runs = f.wait_until(lambda: len(r := [last_run(f, task.id) for task in tasks
+                                          if f.store.get_task(task.id).state
+                                          is TaskState.RUNNING]) == 4 and r,
+                        what="4 running")
+    for run in runs:  # every shim forked by the one server, none started cold
+        assert psutil.Process(run.pid).ppid() == server
+    release.touch()
+    assert all(f.wait_final(task.id).state is TaskState.COMPLETED for task in tasks)
+    assert fork_servers(daemon) == [server]
+    pidfd = os.pidfd_open(server)
     try:
-        daemon.kill()  # even SIGKILL: a spare sees its pipe close and exits
+        daemon.kill()  # even SIGKILL: the server sees its input close and exits
         daemon.wait(10)
-        for pidfd in pidfds:
-            readable, _, _ = select.select([pidfd], [], [], 10)
-            assert readable, "a spare shim outlived its daemon"
+        readable, _, _ = select.select([pidfd], [], [], 10)
+        assert readable, "the fork server outlived its daemon"
     finally:
-        for pidfd in pidfds:
-            os.close(pidfd)
+        os.close(pidfd)

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from taskherd import procs, spares
+from taskherd import forkserver, procs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEADER = {"run_id": 11, "task_id": 7, "role": "coder"}
@@ -49,8 +49,21 @@ def env():
     return procs.agent_env(os.environ["PATH"], {}, {"TASKHERD_RUN_ID": "11"})
 
 
+@pytest.fixture(params=["forked", "cold"])
+def shims(request):
+    """Every test of a spawn runs twice: shims forked by the fork server (as the daemon
+    spawns them) and cold-started shims (its fallback), which must behave the same."""
+    if request.param == "forked":
+        forkserver.start()
+        assert forkserver.wait_until_up(10), "the fork server did not start"
+    else:
+        forkserver.stop()
+    yield request.param
+    forkserver.stop()
+
+
 @pytest.fixture
-def run(tmp_path, env):
+def run(tmp_path, env, shims):
     """Spawn agents in tmp_path; anything still running is killed at teardown."""
     spawned = []
 
@@ -58,6 +71,8 @@ def run(tmp_path, env):
         process = procs.spawn(argv, env=kwargs.pop("env", env), cwd=str(tmp_path),
                               log_path=tmp_path / f"{name}.log", header=HEADER, **kwargs)
         spawned.append(process.handle)
+        # Forked shims are the server's children, cold ones ours: the path asked for was taken.
+        assert process.handle.is_child == (shims == "cold")
         return process
 
     yield start
@@ -145,11 +160,14 @@ SPAWNER = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from taskherd import procs
+from taskherd import forkserver, procs
+forkserver.start()  # as the daemon does: its shims are forked by its server
+assert forkserver.wait_until_up(10)
 args = json.loads(sys.argv[2])
 process = procs.spawn(args["argv"], env=args["env"], cwd=None,
                       log_path=Path(args["log"]), header={"run_id": 1})
-print(json.dumps({"pid": process.pid, "started_at": process.started_at}), flush=True)
+print(json.dumps({"pid": process.pid, "started_at": process.started_at,
+                  "forked": not process.handle.is_child}), flush=True)
 sys.stdin.read()  # stay until killed, like a daemon
 """
 
@@ -161,7 +179,8 @@ def spawn_from_doomed_daemon(argv, log_path, env):
          json.dumps({"argv": argv, "env": env, "log": str(log_path)})],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     record = json.loads(daemon.stdout.readline())
-    daemon.kill()
+    assert record["forked"], "the shim was not forked by the spawner's fork server"
+    daemon.kill()  # and its fork server with it (end of input)
     daemon.wait(timeout=5)
     return record
 
@@ -337,7 +356,7 @@ def test_agent_gets_default_sigpipe(run):
 
 def test_shim_records_exec_failure(tmp_path):
     exit_path = tmp_path / "x.exit"
-    shim = subprocess.run(spares.shim_command(str(exit_path), "{", "--", str(tmp_path / "missing")),
+    shim = subprocess.run(forkserver.shim_command(str(exit_path), "{", "--", str(tmp_path / "missing")),
                           check=False, capture_output=True, text=True)
     assert shim.returncode == 127
     assert procs.read_exit_file(exit_path).code == 127

@@ -27,7 +27,9 @@ def test_a_fleet_described_only_in_the_config():
             "coder": role(review_by="qa", max_reviews=2,
                           chain=[{"role": "docs", "title": "Document {parent_title}",
                                   "on": "success", "delay": "10m", "priority": "P1"}],
-                          gates=[{"name": "tests", "argv": ["pytest", "-q"], "timeout": "5m"}]),
+                          gates=[{"name": "tests", "argv": ["pytest", "-q"], "timeout": "5m",
+                                  "idle_timeout": "90s"},
+                                 {"name": "lint", "argv": ["ruff", "check"]}]),
             "qa": role(), "docs": role(),
         },
     })
@@ -36,6 +38,8 @@ def test_a_fleet_described_only_in_the_config():
     assert coder.chain == (FollowUp("docs", "Document {parent_title}", priority=Priority.P1,
                                     delay=600.0),)
     assert coder.gates[0].argv == ("pytest", "-q") and coder.gates[0].timeout == 300
+    assert coder.gates[0].idle_timeout == 90
+    assert coder.gates[1].idle_timeout is None  # the role's idle_timeout applies
     assert (config.monitor.planner, config.monitor.low_water, config.monitor.planner_every,
             config.monitor.max_spawn) == ("ceo", 5, 4 * 3600, 10)
     workflow = config.workflow
@@ -71,6 +75,7 @@ def test_every_workflow_problem_at_once():
                 "qa": role(review_by="qa", gates=[{"name": "t", "argv": "pytest -q"}]),
                 "ops": role(chain=[{"role": "qa", "title": "t", "on": "sometimes"}],
                             gates=[{"name": "a", "argv": ["x"]}, {"name": "a", "argv": ["y"]}]),
+                "docs": role(gates=[{"name": "b", "argv": ["x"], "idle_timeout": "0s"}]),
             },
         })
     text = str(error.value)
@@ -79,6 +84,7 @@ def test_every_workflow_problem_at_once():
         "roles.coder.chain[1].title = '{parent_name}': {parent_name} is not a template field",
         "roles.qa.gates[0].argv = 'pytest -q'", "roles.ops.chain[0].on = 'sometimes'",
         "roles.ops.gates: two gates are named 'a'",
+        "roles.docs.gates[0].idle_timeout = '0s': must be positive",
         "monitor.planner = 'boss' is not a role",
     ]:
         assert expected in text, (expected, text)

@@ -66,12 +66,15 @@ FROM runs
 WHERE id > (SELECT runs_through FROM rollup_marks) AND ended_at IS NOT NULL
   AND claimed_at >= :since
 ORDER BY 2, 1;
+
 -- name: budget_spend
 -- What each role spent this month and today (both starts in the fleet's zone, worked out by
 -- the caller): the known cost, the runs whose cost is unknown (they spawned, ended without a
 -- cost and were not stopped by a rate limit before any work), the runs still open (their cost
 -- is not in yet) and the tokens; `priced_month` counts the runs with a known cost, for the
 -- mean a next run is expected to cost. Runs count in the period they were claimed in.
+-- :role NULL reads every role (the fleet's budget, `budget status`); a claim of a role whose
+-- only budget is its own reads that role's rows alone.
 SELECT role,
        coalesce(sum(CASE WHEN claimed_at >= :day_start THEN cost_usd END), 0) AS cost_day,
        coalesce(sum(CASE WHEN claimed_at >= :day_start AND ended_at IS NOT NULL
@@ -90,6 +93,6 @@ SELECT role,
        coalesce(sum(coalesce(input_tokens, 0) + coalesce(output_tokens, 0)), 0) AS tokens_month,
        count(cost_usd) AS priced_month
 FROM runs
-WHERE claimed_at >= :month_start
+WHERE claimed_at >= :month_start AND (CAST(:role AS TEXT) IS NULL OR role = :role)
 GROUP BY role
 ORDER BY role;

@@ -50,18 +50,28 @@ SELECT log_path FROM runs WHERE task_id = :task_id AND log_path IS NOT NULL
 ORDER BY id DESC LIMIT 1;
 
 -- name: children_since
--- The tasks a run added below its task (they are created after its claim): max_spawn.
-SELECT count(*) AS n FROM tasks WHERE parent_id = :task_id AND created_at >= :since;
+-- What a run added below its task (created after its claim), counted against max_spawn:
+-- its child tasks, and the jobs its spawn messages made.
+SELECT (SELECT count(*) FROM tasks WHERE parent_id = :task_id AND created_at >= :since)
+     + (SELECT count(*) FROM spawned_jobs WHERE task_id = :task_id AND created_at >= :since)
+       AS n;
+
+-- name: insert_spawned_job
+INSERT INTO spawned_jobs (job_id, task_id, created_at) VALUES (:job_id, :task_id, :now);
 
 -- name: insert_gate_check
-INSERT INTO gate_checks (run_id, name, log_path, started_at)
-VALUES (:run_id, :name, :log_path, :now)
+INSERT INTO gate_checks (run_id, name, log_path, started_at, pid, pid_started_at)
+VALUES (:run_id, :name, :log_path, :now, :pid, :pid_started_at)
 RETURNING id;
 
 -- name: end_gate_check
 UPDATE gate_checks
 SET ended_at = :now, exit_code = :exit_code, passed = :passed, error = :error
 WHERE id = :gate_id AND ended_at IS NULL;
+
+-- name: gate_checks_of_run
+-- A run's gate progress, read when its gates start: after a restart, which passed already.
+SELECT * FROM gate_checks WHERE run_id = :run_id ORDER BY id;
 
 -- name: gate_checks_of_task
 SELECT gate_checks.* FROM gate_checks JOIN runs ON runs.id = gate_checks.run_id

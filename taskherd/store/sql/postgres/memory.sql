@@ -1,8 +1,33 @@
+-- name: insert_memory
+-- The entry and its tsvector (memories_fts), in one statement, as SQLite's trigger adds it
+-- to FTS5.
+WITH added AS (
+    INSERT INTO memories (scope, section, text, source, created_at, embedding, embedding_model)
+    VALUES (:scope, :section, :text, :source, :now, :embedding, :embedding_model)
+    RETURNING *
+), indexed AS (
+    INSERT INTO memories_fts (memory_id, scope, document)
+    SELECT id, scope, to_tsvector('english', text) FROM added
+)
+SELECT * FROM added;
+
 -- name: search_memories
 -- :query is a tsquery the store builds from the words ('a | b'), never the caller's raw
--- text. The to_tsvector expression is memories_text_search's, word for word.
-SELECT * FROM memories
-WHERE to_tsvector('english', text) @@ to_tsquery('english', :query)
-  AND (scope = :scope OR scope = :shared)
-ORDER BY ts_rank_cd(to_tsvector('english', text), to_tsquery('english', :query)) DESC, id DESC
-LIMIT :limit;
+-- text. Ranked within the newest 1,000 entries that match, as SQLite ranks them (see
+-- sqlite/memory.sql): a word found in half the entries would otherwise rank 50,000. Only
+-- memories_fts is read to rank (its stored tsvector and scope), and memories only for the
+-- entries returned.
+WITH matched AS (
+    SELECT memory_id, scope, document FROM memories_fts
+    WHERE document @@ to_tsquery('english', :query)
+    ORDER BY memory_id DESC
+    LIMIT 1000
+), ranked AS (
+    SELECT memory_id, ts_rank_cd(document, to_tsquery('english', :query)) AS score
+    FROM matched
+    WHERE scope = :scope OR scope = :shared
+    ORDER BY score DESC, memory_id DESC
+    LIMIT :limit
+)
+SELECT memories.* FROM ranked JOIN memories ON memories.id = ranked.memory_id
+ORDER BY ranked.score DESC, memories.id DESC;

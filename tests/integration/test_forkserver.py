@@ -1,0 +1,269 @@
+"""The shim fork server in taskherd.forkserver, against real processes.
+
+Processes are waited for with events (pidfds, the server's condition), never by sleeping.
+"""
+
+import asyncio
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from taskherd import forkserver, procs
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 10.0
+
+
+@pytest.fixture
+def server():
+    """A fork server up for this process; stopped afterwards."""
+    forkserver.start()
+    assert forkserver.wait_until_up(TIMEOUT), "the fork server did not start"
+    yield forkserver.server_pid()
+    forkserver.stop()
+
+
+@pytest.fixture
+def spawn(tmp_path):
+    env = procs.agent_env(os.environ["PATH"], {}, {"TASKHERD_RUN_ID": "1"})
+    spawned = []
+
+    def start(argv=("true",), name=None):
+        name = name or f"run-{len(spawned)}"
+        process = procs.spawn(list(argv), env=env, cwd=str(tmp_path),
+                              log_path=tmp_path / f"{name}.log", header={"run": name})
+        spawned.append(process)
+        return process
+
+    yield start
+    for process in spawned:
+        if process.handle.is_alive():
+            procs.terminate(process.handle, grace=0.1)
+
+
+def wait_exit(process):
+    return asyncio.run(asyncio.wait_for(process.handle.wait_exit(), TIMEOUT))
+
+
+def wait_gone(pid, timeout=TIMEOUT):
+    """Block until `pid` has exited: its pidfd turns readable."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([pidfd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(pidfd)
+
+
+def until(condition, what, timeout=TIMEOUT):
+    """Bounded polling for a condition no event announces (a line in a file)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def parent_of(pid):
+    return psutil.Process(pid).ppid()
+
+
+def test_a_burst_of_spawns_is_forked_by_one_server_each_shim_its_own_session(server, spawn):
+    burst = [spawn(["sleep", "30"], name=f"burst-{index}") for index in range(6)]
+    for process in burst:
+        assert parent_of(process.pid) == server
+        # Its header is written once it leads its session, before the agent starts.
+        until(lambda: procs.read_header(process.log_path), what="the shim's header")
+        assert os.getsid(process.pid) == os.getpgid(process.pid) == process.pid
+        assert process.handle.is_alive()
+    assert forkserver.server_pid() == server  # one server for all of them
+
+
+def test_a_forked_run_gets_its_own_log_env_cwd_and_status(server, spawn):
+    script = 'echo "run $TASKHERD_RUN_ID in $(pwd -P): $1"; exit 3'
+    process = spawn(["sh", "-c", script, "sh", "naïve ✓ \n line"], name="own")
+    assert not process.handle.is_child  # the server's child, watched by pidfd
+    status = wait_exit(process)
+    assert (status.code, status.source) == (3, "exit_file")
+    lines = process.log_path.read_text().splitlines()
+    assert procs.read_header(process.log_path)["pid"] == process.pid
+    assert lines[1:] == [f"run 1 in {process.log_path.parent.resolve()}: naïve ✓ ", " line"]
+
+
+def test_a_run_without_a_cwd_runs_in_the_spawners_as_a_cold_one_does(server, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = procs.agent_env(os.environ["PATH"], {}, {})
+    process = procs.spawn(["pwd", "-P"], env=env, cwd=None, log_path=tmp_path / "where.log")
+    assert not process.handle.is_child and wait_exit(process).succeeded
+    assert process.log_path.read_text().splitlines()[1:] == [str(tmp_path.resolve())]
+
+
+def test_a_killed_server_sends_the_spawn_cold_and_is_replaced(server, spawn):
+    os.kill(server, signal.SIGKILL)
+    assert wait_gone(server)
+    process = spawn()
+    assert process.handle.is_child  # started cold, at once
+    assert wait_exit(process).succeeded
+    assert forkserver.wait_until_up(TIMEOUT) and forkserver.server_pid() != server
+    assert parent_of(spawn(["sleep", "5"]).pid) == forkserver.server_pid()
+
+
+def test_a_run_terminated_at_once_is_stopped_before_its_agent_starts(server, spawn, tmp_path):
+    marks = tmp_path / "marks"
+    process = spawn(["sh", "-c", f"echo started >> {marks}; exec sleep 30"])
+    status = procs.terminate(process.handle, grace=5)  # maybe before it leads its group
+    assert not process.handle.is_alive() and status is not None
+    assert procs.live_group_members(process.pid) == []
+
+
+def test_a_stopped_server_is_replaced_and_the_run_starts_once(server, spawn, tmp_path,
+                                                              monkeypatch):
+    monkeypatch.setattr(forkserver, "REPLY_TIMEOUT", 0.3)
+    marks = tmp_path / "marks"
+    os.kill(server, signal.SIGSTOP)  # it can neither fork nor answer
+    process = spawn(["sh", "-c", f"echo started >> {marks}"])
+    assert process.handle.is_child  # the spawn went cold after the timeout
+    assert wait_exit(process).succeeded
+    assert wait_gone(server)  # killed, not left stopped
+    assert marks.read_text() == "started\n"
+
+
+def test_a_spawn_never_waits_for_a_server_to_start(spawn, monkeypatch):
+    forkserver.stop()
+    starting = threading.Event()
+    release_start = threading.Event()
+    real_start = forkserver._start_server
+    spawning_thread = threading.get_ident()
+
+    def stuck_start():
+        assert threading.get_ident() != spawning_thread, "a spawn started the server itself"
+        starting.set()
+        release_start.wait(TIMEOUT)
+        return real_start()
+
+    monkeypatch.setattr(forkserver, "_start_server", stuck_start)
+    try:
+        forkserver.start()
+        assert starting.wait(TIMEOUT)  # the start is stuck; spawns go on without it
+        burst = [spawn() for _ in range(3)]
+        assert all(process.handle.is_child for process in burst)
+        assert all(wait_exit(process).succeeded for process in burst)
+    finally:
+        release_start.set()
+    assert forkserver.wait_until_up(TIMEOUT)
+    forkserver.stop()
+
+
+OWNER = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from taskherd import forkserver, procs
+forkserver.start()
+assert forkserver.wait_until_up(10)
+env = procs.agent_env(os.environ["PATH"], {}, {})
+process = procs.spawn(["sh", "-c", "read x < " + sys.argv[2] + "; exit 7"], env=env, cwd=None,
+                      log_path=Path(sys.argv[3]))
+print(json.dumps({"server": forkserver.server_pid(), "shim": process.pid,
+                  "started_at": process.started_at}), flush=True)
+sys.stdin.read()  # stay until killed, like a daemon
+"""
+
+
+@pytest.mark.parametrize("end", ["sigkill", "exit"])
+def test_the_server_dies_with_its_owner_and_its_shims_run_on(end, tmp_path, gate):
+    log_path = tmp_path / "survivor.log"
+    with subprocess.Popen([sys.executable, "-c", OWNER, str(REPO_ROOT), str(gate), str(log_path)],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as owner:
+        record = json.loads(owner.stdout.readline())
+        if end == "sigkill":
+            owner.kill()
+        else:
+            owner.stdin.close()  # it returns from its script and exits normally
+        owner.wait(TIMEOUT)
+    assert wait_gone(record["server"]), "the fork server outlived its owner"
+    # The run goes on without daemon or server, and a new daemon learns how it ended.
+    handle = procs.adopt(record["shim"], record["started_at"], log_path)
+    assert handle is not None and handle.is_alive()
+    release(gate)
+    status = asyncio.run(asyncio.wait_for(handle.wait_exit(), TIMEOUT))
+    assert (status.code, status.source) == (7, "exit_file")
+
+
+def test_a_forked_child_neither_uses_nor_keeps_alive_its_parents_server(server, spawn, tmp_path):
+    report_read, report_write = os.pipe()
+    gate_read, gate_write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe, then waits
+        try:
+            os.close(report_read)
+            os.close(gate_write)
+            env = procs.agent_env(os.environ["PATH"], {}, {})
+            process = procs.spawn(["true"], env=env, cwd=None, log_path=tmp_path / "child.log")
+            os.write(report_write, json.dumps({"seen": forkserver.server_pid(),
+                                               "cold": process.handle.is_child}).encode())
+            os.close(report_write)
+            os.read(gate_read, 1)  # alive until the parent is done checking
+        finally:
+            os._exit(0)
+    os.close(report_write)
+    os.close(gate_read)
+    try:
+        with os.fdopen(report_read) as report_file:
+            report = json.loads(report_file.read())
+        assert report == {"seen": None, "cold": True}
+        # The server is still the parent's to use...
+        process = spawn()
+        assert parent_of(process.pid) == server and wait_exit(process).succeeded
+        # ...and to stop: the live child holds no copy of its input, or EOF never came.
+        with forkserver._server._changed:
+            forkserver._server._server.stdin.close()  # what the parent's exit would do
+        assert wait_gone(server), "the forked child kept the parent's server alive"
+    finally:
+        os.close(gate_write)
+        os.waitpid(child, 0)
+
+
+def test_the_server_imports_no_module_that_its_shims_would_carry():
+    # Every module the server holds is memory in each shim it forks, and json (re, enum,
+    # functools...) would also cost each cold spawn as much CPU as Python's own start-up.
+    server = subprocess.run([*forkserver.shim_command("--serve")[:-2], "-X", "importtime",
+                             forkserver.SHIM_PATH, "--serve"], stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in server.stderr.splitlines()}
+    assert not imported & {"json", "re", "enum", "signal", "threading", "subprocess"}
+
+
+@pytest.fixture
+def gate(tmp_path):
+    """A FIFO agents block on until the test opens it: a release with no sleep."""
+    path = tmp_path / "gate"
+    os.mkfifo(path)
+    return path
+
+
+def release(gate_path):
+    with open(gate_path, "w") as gate:
+        gate.write("go\n")
+
+
+def test_an_ended_forked_shim_is_reaped_so_its_group_is_gone(server, spawn):
+    # Until the server reaps it, a shim's zombie keeps its process group in existence, and
+    # the daemon's look for leftovers would walk every process for nothing.
+    process = spawn(["true"])
+    assert wait_exit(process).succeeded
+    asyncio.run(process.handle.wait_reaped(TIMEOUT))
+    with pytest.raises(ProcessLookupError):
+        os.killpg(process.pid, 0)
