@@ -1,7 +1,8 @@
 """HTTP API benchmark: taskherd's API beside a bare uvicorn app (the floor) and the CLI (the peer).
 
     .venv/bin/python bench/api.py                       # everything, a few minutes on 2 cores
-    .venv/bin/python bench/api.py --tasks 1000000 --requests 2000 --runs 1000
+    .venv/bin/python bench/api.py --tasks 1000000 --requests 2000 --runs 1000 --browsers 20
+    .venv/bin/python bench/api.py --parts d       # one part: a, b, c or d
 
 a. `POST /v1/tasks` and an agent's heartbeat (`POST /v1/agent/heartbeat`, each client with
    its own run's credential), 50 concurrent clients on loopback, as fast as they go: requests
@@ -11,11 +12,18 @@ a. `POST /v1/tasks` and an agent's heartbeat (`POST /v1/agent/heartbeat`, each c
    the daemon's host pays). Then the heartbeat at a steady 500 requests a second (open loop):
    target p99 ≤ 25 ms.
 b. The board page (`/`, logged in) and `/v1/status` over a database of --tasks tasks (finished
-   history with runs and cost, and 1,000 ready): p99 of 50 sequential requests each. Target
+   history with runs and cost, 1,000 ready, and more P0 tasks ready and pending and more
+   agents running than the board lists): p99 of 200 sequential requests each. Target
    p99 ≤ 100 ms.
 c. `taskherd up` with the API on, --runs no-op tasks enqueued at a steady rate: ready → exec
    p99 with no dashboard open, then with 20 clients on the event stream; target ≤ 1.5 × the
    first. The daemon's RSS with the API on, beside the same daemon with it off.
+d. The same daemon with --browsers real dashboards open: each a headless Chromium of its own
+   (Debian's, driven by Selenium through its chromedriver; nothing downloads a browser),
+   logged in on the board, live on the event stream, fetching the board again on events as
+   an operator's browser does. ready → exec p99 with them open beside the same run with none;
+   target ≤ 1.5 × (the issue's). Each page must then show every task completed without a
+   reload. The browsers run on the daemon's own cores, as an operator's on the fleet's host.
 
 The servers run as their own processes (`python bench/api.py --serve ...`), so the client's
 work is not counted in their CPU. Exit status 1 if a target is missed.
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import socket
 import statistics
@@ -34,6 +43,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 # bench/ itself off the path: its queue.py would shadow the standard library's `queue`.
 HERE = Path(__file__).resolve().parent
@@ -44,6 +54,7 @@ import httpx  # noqa: E402
 
 HEARTBEAT_P99 = 0.025
 BOARD_P99 = 0.100
+BOARD_REQUESTS = 200
 STREAMS_RATIO = 1.5
 CLIENTS = 50
 
@@ -315,11 +326,13 @@ def part_b(folder: Path, tasks: int) -> bool:
     print(f"== b. the board page and /v1/status over {tasks:,} tasks")
     started = time.perf_counter()
     build_database(folder / "big.db", tasks, 1000)
-    print(f"built the database in {time.perf_counter() - started:.0f} s")
     port = free_port()
     config_path = write_config(folder, port, database="big.db")
     with open_queue(load_config(config_path)) as queue:
         token = token_ops.create_token(queue, "board", "read", time.time()).token
+        fill_the_board(queue.store, time.time())
+    print(f"built the database in {time.perf_counter() - started:.0f} s: every list of the "
+          f"board is longer than it shows ({BOARD_ROWS_SHOWN})")
     server = start([sys.executable, __file__, "--serve", str(config_path)], folder / "big.log")
     ok = True
     try:
@@ -331,7 +344,7 @@ def part_b(folder: Path, tasks: int) -> bool:
                     ("GET / (the board page)", "/", {})):
                 client.get(path, headers=headers)  # warm
                 times = []
-                for _ in range(50):
+                for _ in range(BOARD_REQUESTS):
                     begin = time.perf_counter()
                     response = client.get(path, headers=headers)
                     times.append(time.perf_counter() - begin)
@@ -343,6 +356,24 @@ def part_b(folder: Path, tasks: int) -> bool:
     finally:
         stop(server)
     return ok
+
+
+BOARD_ROWS_SHOWN = 50
+
+
+def fill_the_board(store, now: float) -> None:
+    """More P0 tasks ready and pending, and more agents running, than the board lists."""
+    from taskherd.model import NewTask
+
+    more = BOARD_ROWS_SHOWN + 10
+    store.enqueue_many([NewTask(role="coder", title=f"urgent {n}", priority=0)
+                        for n in range(more)], now)
+    store.enqueue_many([NewTask(role="qa", title=f"approve {n}", priority=0, pending=True)
+                        for n in range(more)], now)
+    for _ in range(more):
+        claim = store.claim("bench", now, 3600, roles=["writer"])
+        store.mark_spawned(claim.run.id, now, 3600, pid=None, pid_started_at=None,
+                           log_path=None)
 
 
 # -- c. ready → exec with dashboards open ------------------------------------------------------
@@ -368,70 +399,294 @@ def part_c(folder: Path, runs: int) -> bool:
     return ok
 
 
-def daemon_pass(folder: Path, runs: int, streams: int, api: bool) -> tuple[list[float], float]:
-    import psutil
+class Daemon:
+    """`taskherd up` in `folder` (the API on or off) and a queue beside it; `dispatch` runs
+    no-op tasks through it and returns their ready → exec latencies."""
 
-    from bench.daemon import printed_time
-    from taskherd.config import load_config
-    from taskherd.model import NewTask, TaskState
-    from taskherd.ops import open_queue
-    from taskherd.ops import tokens as token_ops
-    from taskherd.store.events import listening
+    def __init__(self, folder: Path, api: bool = True):
+        from taskherd.config import load_config
+        from taskherd.ops import open_queue
+        from taskherd.ops import tokens as token_ops
 
-    folder.mkdir(parents=True)
-    port = free_port()
-    config_path = write_config(folder, port, api=api)
-    queue = open_queue(load_config(config_path))
-    token = token_ops.create_token(queue, "watch", "read", time.time()).token
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKHERD_")}
-    env["TASKHERD_CONFIG"] = str(config_path)
-    with open(folder / "daemon.log", "ab") as log:
-        daemon = subprocess.Popen([sys.executable, "-m", "taskherd", "up", "--log-level",
-                                   "warning"], env=env, cwd=folder, stdout=log, stderr=log)
-    stop_streams = threading.Event()
-    readers = []
-    try:
-        deadline = time.monotonic() + 60
-        while not listening(folder / "q.db"):
-            assert time.monotonic() < deadline and daemon.poll() is None, "daemon start"
-            time.sleep(0.05)
-        if api:
-            wait_listening(port)
-        opened = threading.Barrier(streams + 1) if streams else None
-        for _ in range(streams):
-            reader = threading.Thread(target=_read_stream, daemon=True, args=(
-                f"http://127.0.0.1:{port}/v1/events", token, stop_streams, opened))
-            reader.start()
-            readers.append(reader)
-        if opened:
-            opened.wait(30)
+        folder.mkdir(parents=True)
+        self.folder, self.port, self.completed = folder, free_port(), 0
+        self.url = f"http://127.0.0.1:{self.port}"
+        config_path = write_config(folder, self.port, api=api)
+        self.queue = open_queue(load_config(config_path))
+        self.token = token_ops.create_token(self.queue, "watch", "read", time.time()).token
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TASKHERD_")}
+        env["TASKHERD_CONFIG"] = str(config_path)
+        with open(folder / "daemon.log", "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "taskherd", "up", "--log-level", "warning"],
+                env=env, cwd=folder, stdout=log, stderr=log)
+        self.api = api
+
+    def __enter__(self) -> Self:
+        from taskherd.store.events import listening
+
+        try:
+            deadline = time.monotonic() + 60
+            while not listening(self.folder / "q.db"):
+                assert time.monotonic() < deadline and self.process.poll() is None, "start"
+                time.sleep(0.05)
+            if self.api:
+                wait_listening(self.port)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stop(self.process)
+        self.queue.close()
+
+    def cpu(self) -> float:
+        import psutil
+
+        times = psutil.Process(self.process.pid).cpu_times()
+        return times.user + times.system
+
+    def rss_mb(self) -> float:
+        import psutil
+
+        return psutil.Process(self.process.pid).memory_info().rss / 2**20
+
+    def dispatch(self, runs: int) -> list[float]:
+        """`runs` no-op tasks enqueued at 50 a second; once all completed, their latencies."""
+        from bench.daemon import printed_time
+        from taskherd.model import NewTask, TaskState
+
+        cpu_before = self.cpu()
         ready: dict[int, float] = {}
         begin = time.monotonic()
         for index in range(runs):
             delay = begin + index * 0.02 - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            task = queue.store.enqueue(NewTask(role="noop", title="noop"), time.time()).task
+            task = self.queue.store.enqueue(NewTask(role="noop", title="noop"),
+                                            time.time()).task
             ready[task.id] = time.time()
-        deadline = time.monotonic() + 120
-        while sum(c.count for c in queue.store.counts()
-                  if c.state is TaskState.COMPLETED) < runs:
+        self.completed += runs
+        deadline = time.monotonic() + 300
+        while sum(c.count for c in self.queue.store.counts()
+                  if c.state is TaskState.COMPLETED) < self.completed:
             assert time.monotonic() < deadline, "tasks did not finish"
             time.sleep(0.1)
-        latencies = [printed_time(queue.store.runs_of_task(task_id)[-1].log_path) - ready_at
-                     for task_id, ready_at in ready.items()]
-        rss = psutil.Process(daemon.pid).memory_info().rss / 2**20
-        return latencies, rss
-    finally:
-        stop_streams.set()
-        stop(daemon)
-        queue.close()
+        print(f"   daemon CPU {self.cpu() - cpu_before:.1f} s over the "
+              f"{time.monotonic() - begin:.0f} s of the pass")
+        return [printed_time(self.queue.store.runs_of_task(task_id)[-1].log_path) - ready_at
+                for task_id, ready_at in ready.items()]
+
+
+def daemon_pass(folder: Path, runs: int, streams: int, api: bool) -> tuple[list[float], float]:
+    stop_streams = threading.Event()
+    with Daemon(folder, api) as daemon:
+        try:
+            opened = threading.Barrier(streams + 1) if streams else None
+            for _ in range(streams):
+                threading.Thread(target=_read_stream, daemon=True, args=(
+                    f"{daemon.url}/v1/events", daemon.token, stop_streams, opened)).start()
+            if opened:
+                opened.wait(30)
+            return daemon.dispatch(runs), daemon.rss_mb()
+        finally:
+            stop_streams.set()
+
+
+# -- d. real browsers on the dashboard -------------------------------------------------------
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--window-size=1280,900")
+# The board's "all" row, the number in its "completed" column.
+COMPLETED_ON_THE_BOARD = """
+var table = document.querySelector('#counts table');
+if (!table) { return -1; }
+var heads = Array.from(table.querySelectorAll('thead th')).map(function (e) {
+  return e.textContent; });
+var all = table.querySelector('tbody tr:last-child');
+return parseInt(all.children[heads.indexOf('completed')].textContent, 10);
+"""
+
+
+def part_d(folder: Path, runs: int, browsers: int, rounds: int, nice: int) -> bool:
+    import shutil
+
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        print("== d. skipped: Debian's chromium and chromium-driver are not installed "
+              "(apt-get install chromium chromium-driver)")
+        return False
+    where = (f"at nice {nice}, as operators' browsers on other machines would weigh"
+             if nice else "at the daemon's priority, on its cores")
+    print(f"== d. ready → exec over {runs} no-op tasks a pass, {rounds} rounds of a pass with "
+          f"no dashboard and one with {browsers} open in headless Chromium ({where})")
+    results: dict[bool, list[float]] = {False: [], True: []}
+    pairs = []
+    with Daemon(folder) as daemon:
+        pages = open_dashboards(daemon.url, daemon.token, browsers)
+        try:
+            park(pages)
+            for _ in range(rounds):
+                p99s = {}
+                for shown in (False, True):
+                    if shown:
+                        show_board(pages, daemon.url, nice)
+                    before = browsers_cpu(pages)
+                    latencies = daemon.dispatch(runs)
+                    used = browsers_cpu(pages) - before
+                    if shown:
+                        caught_up = pages_show_completed(pages, daemon.completed)
+                        print(f"   the browsers' CPU {used:.1f} s; every page showed all "
+                              f"{daemon.completed} completed without a reload, {caught_up:.1f} s "
+                              f"after the last finished")
+                        park(pages)
+                    results[shown] += latencies
+                    p99s[shown] = percentile(latencies, 0.99)
+                    print(f"{browsers if shown else 0:2d} dashboards open: p50 "
+                          f"{ms(percentile(latencies, 0.5))}  p99 {ms(p99s[shown])}  "
+                          f"daemon RSS {daemon.rss_mb():.0f} MB (API on)")
+                pairs.append(p99s[True] / p99s[False])
+                print(f"   this round: p99 with / without {pairs[-1]:.2f}")
+        finally:
+            close_dashboards(pages)
+    ratio = percentile(results[True], 0.99) / percentile(results[False], 0.99)
+    ok = ratio <= STREAMS_RATIO
+    print(f"p99 over every pass with {browsers} dashboards / with none: {ratio:.2f} "
+          f"(rounds: {', '.join(f'{r:.2f}' for r in pairs)}; target ≤ {STREAMS_RATIO}: "
+          f"{'ok' if ok else 'MISSED'}); load {Path('/proc/loadavg').read_text().split()[0]}")
+    return ok
+
+
+def open_dashboards(url: str, token: str, count: int) -> list:
+    """`count` headless Chromiums, each its own browser (its own connections, as operators'
+    browsers are), logged in on the board with its event stream open."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        pages = list(pool.map(lambda _: _dashboard(url, token), range(count)))
+    return pages
+
+
+def _dashboard(url: str, token: str):
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options,
+                              service=Service(executable_path=shutil.which("chromedriver")))
+    try:
+        driver.set_page_load_timeout(60)
+        driver.get(url + "/login")
+        driver.find_element(By.ID, "token").send_keys(token)
+        driver.find_element(By.ID, "login").click()
+        WebDriverWait(driver, 60, poll_frequency=0.1).until(
+            lambda d: d.find_elements(By.ID, "counts"), "the board after logging in")
+        WebDriverWait(driver, 60, poll_frequency=0.1).until(
+            lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "yes",
+            "the board's event stream to open")
+        driver.execute_script("window.notReloaded = true;")
+    except BaseException:
+        driver.quit()
+        raise
+    return driver
+
+
+def show_board(pages: list, url: str, nice: int) -> None:
+    """Every page back on the board (its session kept), live, marked so a reload shows."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def show(driver) -> None:
+        driver.get(url + "/")
+        WebDriverWait(driver, 60, poll_frequency=0.1).until(
+            lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "yes",
+            "the board's event stream to open")
+        driver.execute_script("window.notReloaded = true;")
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(show, pages))
+    if nice:
+        renice(pages, nice)
+
+
+def park(pages: list) -> None:
+    """Every page off the dashboard (a blank page: no stream, no fetch), browsers kept."""
+    for page in pages:
+        page.get("about:blank")
+
+
+def renice(pages: list, nice: int) -> None:
+    """Every thread of every browser process at `nice` (Linux's niceness is a thread's:
+    Chromium raises some of its own, which a process-wide renice would miss)."""
+    for process in _browser_processes(pages):
+        for tid in os.listdir(f"/proc/{process.pid}/task"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+            except (ProcessLookupError, PermissionError):
+                continue
+
+
+def pages_show_completed(pages: list, runs: int, timeout: float = 120) -> float:
+    """Seconds until every page's board shows `runs` tasks completed; each page must still be
+    the one loaded at the start (live, not reloaded)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    started = time.monotonic()
+    for page in pages:
+        WebDriverWait(page, max(timeout - (time.monotonic() - started), 1),
+                      poll_frequency=0.1).until(
+            lambda d: d.execute_script(COMPLETED_ON_THE_BOARD) >= runs,
+            f"a dashboard to show the {runs} tasks completed")
+        if not page.execute_script("return window.notReloaded === true;"):
+            raise SystemExit("a dashboard reloaded itself: it must stay live without")
+    return time.monotonic() - started
+
+
+def _browser_processes(pages: list) -> list:
+    import psutil
+
+    found = []
+    for page in pages:
+        driver = psutil.Process(page.service.process.pid)
+        found += [driver, *driver.children(recursive=True)]
+    return found
+
+
+def browsers_cpu(pages: list) -> float:
+    """CPU seconds the browsers' processes (every Chromium process of each driver) used."""
+    import psutil
+
+    total = 0.0
+    for process in _browser_processes(pages):
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def close_dashboards(pages: list) -> None:
+    for page in pages:
+        with contextlib.suppress(Exception):  # a browser already gone is closed enough
+            page.quit()
 
 
 def _read_stream(url: str, token: str, stop_event: threading.Event,
                  opened: threading.Barrier | None) -> None:
-    with httpx.stream("GET", url, headers={"Authorization": f"Bearer {token}"},
-                      timeout=None) as stream:
+    # The daemon stopped after a pass closes the stream mid-message: that ends the reader.
+    with contextlib.suppress(httpx.RemoteProtocolError), httpx.stream(
+            "GET", url, headers={"Authorization": f"Bearer {token}"}, timeout=None) as stream:
         for line in stream.iter_lines():
             if opened is not None and line.startswith("event: hello"):
                 opened.wait(30)
@@ -446,7 +701,12 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--tasks", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--parts", default="abc")
+    parser.add_argument("--browsers", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="d: passes without and with the dashboards, alternated")
+    parser.add_argument("--browser-nice", type=int, default=0,
+                        help="d: the browsers' niceness (19: as if on other machines)")
+    parser.add_argument("--parts", default="abcd")
     args = parser.parse_args()
     if args.serve:
         serve(args.serve)
@@ -459,7 +719,9 @@ def main() -> int:
             folder.mkdir()
             ok &= {"a": lambda: part_a(folder, args.requests),
                    "b": lambda: part_b(folder, args.tasks),
-                   "c": lambda: part_c(folder, args.runs)}[part]()
+                   "c": lambda: part_c(folder, args.runs),
+                   "d": lambda: part_d(folder / "daemon", args.runs, args.browsers,
+                                       args.rounds, args.browser_nice)}[part]()
     print(f"load average: {open('/proc/loadavg').read().strip()}")
     return 0 if ok else 1
 

@@ -32,7 +32,7 @@ from taskherd.api.app import (
     answer_for,
     route,
 )
-from taskherd.api.events import event_stream, log_stream
+from taskherd.api.events import event_stream, gather_seconds, gathered_stream, log_stream
 from taskherd.ops.tokens import READ
 
 log = logging.getLogger("taskherd.api")
@@ -109,7 +109,7 @@ def build_app(api: Api) -> Starlette:
 
     routes = [Route(spec.path, endpoint(api, spec), methods=[spec.method]) for spec in ROUTES]
     routes += [
-        Route("/v1/events", stream(api, lambda request, caller: event_stream(api.hub))),
+        Route("/v1/events", stream(api, lambda request, caller: _events(api, request))),
         Route("/v1/runs/{run_id}/log/stream", stream(api, lambda request, caller: log_stream(
             api, path_int(dict(request.path_params), "run_id"),
             _lines(request)))),
@@ -131,6 +131,11 @@ def build_app(api: Api) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan)
     app.add_middleware(_SecurityHeaders)
     return app
+
+
+def _events(api: Api, request: Request) -> AsyncIterator[bytes]:
+    seconds = gather_seconds(request.query_params.get("gather"))
+    return event_stream(api.hub) if seconds is None else gathered_stream(api.hub, seconds)
 
 
 def _lines(request: Request) -> int:

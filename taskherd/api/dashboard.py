@@ -35,6 +35,25 @@ PAGES: dict[str, Callable[..., str]] = {
 ACTIONS = ("approve", "reject", "unblock", "requeue", "cancel")
 
 
+class SharedBoard:
+    """The board's fragment, the same for every viewer (it shows no action and no secret),
+    rendered once for the many dashboards that fetch it on the same change. A page asks with
+    the number of the last change it was told (`seen`); the fragment serves it if rendered
+    after that change reached this server, and is at most MAX_AGE old (its elapsed times)."""
+
+    MAX_AGE = 1.0
+
+    def __init__(self) -> None:
+        self.sequence, self.html, self.rendered_at = -1, "", float("-inf")
+
+    def serves(self, seen: int, now: float) -> bool:
+        return self.sequence >= seen and now - self.rendered_at < self.MAX_AGE
+
+    def keep(self, sequence: int, html: str, now: float) -> None:
+        if sequence >= self.sequence:
+            self.sequence, self.html, self.rendered_at = sequence, html, now
+
+
 def routes(api: Api) -> list[Route]:
     found = [Route(path, _page(api, render)) for path, render in PAGES.items()]
     found += [
@@ -59,8 +78,15 @@ def _page(api: Api, render: Callable[..., str]) -> Callable[[Request], Awaitable
         view = pages.View(api.queue, api.clock(), token, session.csrf,
                           may_act=ACT in GRANTS[token.scope], path=request.url.path,
                           params=dict(request.path_params))
+        seen = request.query_params.get("seen", "")
+        shared = render is pages.board and request.query_params.get("fragment")
+        if shared and seen.isdigit() and api.board.serves(int(seen), view.now):
+            return HTMLResponse(api.board.html)
         try:
+            sequence = api.hub.sequence  # read before the store: the render shows at least it
             body = await api.run(render, view)
+            if shared:
+                api.board.keep(sequence, body, view.now)
         except Exception as error:  # noqa: BLE001 - a missing task is a page saying so
             failure = answer_for(error, f"page {request.url.path}")
             return HTMLResponse(pages.layout(view, "taskherd", f'<p class="error">'

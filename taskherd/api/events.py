@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from taskherd.model import Event
 
+from taskherd.api.app import ApiError
+
 if TYPE_CHECKING:
     from taskherd.api.app import Api
     from taskherd.store import Store
@@ -29,18 +31,52 @@ KEEPALIVE = 15.0  # a comment line this often keeps proxies from closing an idle
 SUBSCRIBER_QUEUE = 1000
 LOG_POLL = 0.25  # a log file has no event of its own: it is looked at this often
 LOG_CHUNK = 64 * 1024
+GATHER_MIN, GATHER_MAX = 0.1, 60.0  # seconds between two messages of a gathered stream
+
+
+class Changes:
+    """What a gathered stream has not yet told its client: the kinds of the changes since its
+    last message and how many. The hub adds to it in O(1) per event, however fast they come:
+    no queue grows while the stream waits out its gap."""
+
+    def __init__(self) -> None:
+        self.kinds: set[str] = set()
+        self.count = 0
+        self.sequence = 0  # the hub's count of events when the last one was added
+        self.closed = False
+        self.arrived = asyncio.Event()
+
+    def add(self, event: Event, sequence: int) -> None:
+        self.kinds.add(event.kind.value)
+        self.count += 1
+        self.sequence = sequence
+        self.arrived.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.arrived.set()
+
+    def take(self) -> dict[str, Any]:
+        taken = {"kinds": sorted(self.kinds), "events": self.count, "seq": self.sequence}
+        self.kinds, self.count = set(), 0
+        self.arrived.clear()
+        return taken
 
 
 class EventHub:
     def __init__(self, store: Store):
         self.store = store
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
+        self._gathered: set[Changes] = set()
+        # Events received so far: a view rendered after reading it shows every change told
+        # with a number up to it (the dashboard's shared board fragment relies on it).
+        self.sequence = 0
         self._task: asyncio.Task | None = None
         self._ready: asyncio.Event | None = None
 
     @property
     def subscribers(self) -> int:
-        return len(self._subscribers)
+        return len(self._subscribers) + len(self._gathered)
 
     async def start(self) -> None:
         """Listen from now on (in the API's loop); returns once the listener is open."""
@@ -57,15 +93,20 @@ class EventHub:
         for queue in list(self._subscribers):
             with contextlib.suppress(asyncio.QueueFull):
                 queue.put_nowait(None)  # ends the stream
+        for changes in list(self._gathered):
+            changes.close()
 
     async def _pump(self) -> None:
         async with self.store.listen() as events:
             assert self._ready is not None
             self._ready.set()
             async for event in events:
+                self.sequence += 1
                 for queue in list(self._subscribers):
                     with contextlib.suppress(asyncio.QueueFull):
                         queue.put_nowait(event)
+                for changes in list(self._gathered):
+                    changes.add(event, self.sequence)
 
     @contextlib.contextmanager
     def subscribe(self) -> Any:
@@ -75,6 +116,16 @@ class EventHub:
             yield queue
         finally:
             self._subscribers.discard(queue)
+
+
+    @contextlib.contextmanager
+    def gather(self) -> Any:
+        changes = Changes()
+        self._gathered.add(changes)
+        try:
+            yield changes
+        finally:
+            self._gathered.discard(changes)
 
 
 def sse(event: str, data: Any, event_id: int | None = None) -> bytes:
@@ -101,6 +152,48 @@ async def event_stream(hub: EventHub) -> AsyncIterator[bytes]:
             if event is None:
                 return
             yield sse(event.kind.value, event.to_json())
+
+
+async def gathered_stream(hub: EventHub, seconds: float) -> AsyncIterator[bytes]:
+    """`event: changed` at most once every `seconds`, naming the kinds of the changes since
+    the last one and the number of the last (`seq`, counted by this server): what a page
+    that fetches its view again on any change needs. The first
+    change after a quiet spell is told at once; later ones wait out the gap, gathered into
+    one message. A busy fleet commits hundreds of changes a second: twenty dashboards on the
+    full stream are that many messages written by the daemon's process twenty times over,
+    and as many wake-ups of each browser."""
+    loop = asyncio.get_running_loop()
+    with hub.gather() as changes:
+        yield b"retry: 1000\n\n"
+        yield sse("hello", {"subscribers": hub.subscribers, "gather": seconds})
+        told_at = -seconds
+        while True:
+            try:
+                await asyncio.wait_for(changes.arrived.wait(), KEEPALIVE)
+            except TimeoutError:
+                yield b": keepalive\n\n"
+                continue
+            gap = told_at + seconds - loop.time()
+            if gap > 0:
+                await asyncio.sleep(gap)
+            if changes.closed:
+                return
+            told_at = loop.time()
+            yield sse("changed", changes.take())
+
+
+def gather_seconds(text: str | None) -> float | None:
+    """The `gather` parameter of /v1/events: None (every event), else 0.1 to 60 seconds."""
+    if text is None:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not GATHER_MIN <= seconds <= GATHER_MAX:  # NaN and infinities fail this too
+        raise ApiError(400, f"gather = {text!r}: expected seconds from {GATHER_MIN:g} to "
+                            f"{GATHER_MAX:g}", "gather")
+    return seconds
 
 
 async def log_stream(api: Api, run_id: int, lines: int) -> AsyncIterator[bytes]:

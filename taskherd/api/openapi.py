@@ -147,6 +147,11 @@ def document() -> dict[str, Any]:
         paths[path] = {"get": {"summary": summary, "security": [{"bearer": []}],
                                "responses": {"200": {"description": summary, "content": {
                                    "text/event-stream": {"schema": STR}}}}}}
+    paths["/v1/events"]["get"]["parameters"] = [{
+        "name": "gather", "in": "query", "required": False,
+        "description": "Instead of every event, `changed` at most once every this many "
+                       "seconds (0.1 to 60), naming the kinds of the changes gathered",
+        "schema": {"type": "number", "minimum": 0.1, "maximum": 60}}]
     return {
         "openapi": "3.1.0",
         "info": {"title": "taskherd", "version": __version__},

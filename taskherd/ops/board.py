@@ -7,25 +7,24 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from taskherd.model import Run, TaskState
+from taskherd.model import Priority, Run, TaskState
 from taskherd.ops import Queue
 from taskherd.store import StoreError
 from taskherd.store.nodes import Node
 
 WEEK = 7 * 86400
+# The board's lists show at most this many rows each, so a page costs the same at any size.
+BOARD_ROWS = 50
 
 
 def status_board(queue: Queue, now: float) -> dict[str, Any]:
     """Everything `taskherd status` shows, as data: counts by role and state (every state
     present, zero when none) with totals, active cooldowns, nodes, and spend by role."""
     store = queue.store
-    by_role: dict[str, dict[str, int]] = defaultdict(lambda: {s.value: 0 for s in TaskState})
-    for count in store.counts():
-        by_role[count.role][count.state.value] += count.count
-    totals = {s.value: sum(row[s.value] for row in by_role.values()) for s in TaskState}
+    by_role, totals = state_counts(queue)
     nodes = store.list_nodes()
     return {
-        "by_role": dict(sorted(by_role.items())),
+        "by_role": by_role,
         "total": totals,
         "cooldowns": [cooldown.__dict__ for cooldown in store.active_cooldowns(now)],
         "cost": spend_by_role(queue, now),
@@ -35,6 +34,15 @@ def status_board(queue: Queue, now: float) -> dict[str, Any]:
     }
 
 
+def state_counts(queue: Queue) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Tasks by role and state (every state present, zero when none), and the totals."""
+    by_role: dict[str, dict[str, int]] = defaultdict(lambda: {s.value: 0 for s in TaskState})
+    for count in queue.store.counts():
+        by_role[count.role][count.state.value] += count.count
+    totals = {s.value: sum(row[s.value] for row in by_role.values()) for s in TaskState}
+    return dict(sorted(by_role.items())), totals
+
+
 def backup_line(queue: Queue) -> dict[str, Any]:
     """The backup service's last snapshot and failures, from the data dir (no network)."""
     from taskherd.backups.state import read_state
@@ -42,8 +50,6 @@ def backup_line(queue: Queue) -> dict[str, Any]:
     state = read_state(queue.config.daemon.data_dir)
     return {"target": queue.config.backup.target, "last_snapshot": state.last_snapshot,
             "failures_in_a_row": state.failures_in_a_row, "last_failure": state.last_failure}
-
-
 
 
 def unserved_roles(queue: Queue, by_role: dict[str, dict[str, int]], nodes: list[Node],
@@ -94,13 +100,16 @@ def midnight(timezone: str | None, moment: float) -> float:
     return local.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
 
 
-def running_agents(queue: Queue, now: float) -> list[dict[str, Any]]:
-    """The agents running now: their task, how long they have run, their last line."""
+def running_agents(queue: Queue, now: float, limit: int = BOARD_ROWS
+                   ) -> tuple[list[dict[str, Any]], int]:
+    """The agents running now, the longest-running first, at most `limit` of them: their
+    task, how long they have run, their last line; and how many run in all."""
     from taskherd.ops.logs import served_path
     from taskherd.views import last_line
 
+    runs = queue.store.open_runs()
     rows = []
-    for run in queue.store.open_runs():
+    for run in runs[:limit]:
         try:
             task = queue.store.get_task(run.task_id)
         except StoreError:
@@ -109,14 +118,14 @@ def running_agents(queue: Queue, now: float) -> list[dict[str, Any]]:
         rows.append({"run": run, "task": task,
                      "elapsed": now - (run.spawned_at or run.claimed_at),
                      "last_line": run.progress or (last_line(path) if path else "(starting)")})
-    return rows
+    return rows, len(runs)
 
 
-def p0_waits(queue: Queue, now: float) -> list[dict[str, Any]]:
-    """P0 tasks not yet running, each with what it waits for."""
+def p0_waits(queue: Queue, now: float, limit: int = BOARD_ROWS) -> list[dict[str, Any]]:
+    """P0 tasks not yet running, each with what it waits for: the ready ones in claim order,
+    then those pending approval, at most `limit` of each (both read through indexes)."""
     store, config = queue.store, queue.config
-    waiting = [task for state in (TaskState.PENDING, TaskState.READY)
-               for task in store.list_tasks(state=state, limit=200) if task.priority == 0]
+    waiting = store.waiting_at_priority(Priority.P0, limit=limit)
     if not waiting:
         return []
     cooling = {cooldown.runtime: cooldown for cooldown in store.active_cooldowns(now)}

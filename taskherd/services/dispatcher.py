@@ -226,8 +226,8 @@ class Dispatcher:
 
     def _warn_waiting_p0(self, now: float, cooled: dict[str, str]) -> None:
         """A P0 that has to wait is worth a warning that says what it waits for."""
-        waiting = [t for t in self.store.list_tasks(state=TaskState.READY, limit=5)
-                   if t.priority is Priority.P0 and t.run_after <= now]
+        waiting = [t for t in self.store.waiting_at_priority(Priority.P0, limit=5)
+                   if t.state is TaskState.READY and t.run_after <= now]
         if not waiting:
             return
         room = self.room(now, cooled)

@@ -110,6 +110,11 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
     ) -> list[Task]: ...
 
     @abc.abstractmethod
+    def waiting_at_priority(self, priority: int, *, limit: int = 50) -> list[Task]:
+        """Ready tasks of `priority` in claim order, then those pending approval, oldest
+        first: at most `limit` of each, read through indexes whatever the history's size."""
+
+    @abc.abstractmethod
     def page_tasks(self, *, state: TaskState | None = None, role: str | None = None,
                    before_id: int | None = None, limit: int = 100) -> list[Task]:
         """Tasks newest first, those with an id below `before_id` (a cursor) when given."""

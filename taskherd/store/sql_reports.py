@@ -33,6 +33,12 @@ class SQLReports:
                  "output_tokens": int(row["output_tokens"])}
                 for row in rows if row["day_start"] is not None]
 
+    def waiting_at_priority(self, priority: int, *, limit: int = 50) -> list[Task]:
+        """Ready tasks of `priority` in claim order, then those pending approval, oldest
+        first: at most `limit` of each, read through indexes whatever the history's size."""
+        return [Task.from_row(row) for row in self._all(
+            "waiting_at_priority", {"priority": int(priority), "limit": limit})]
+
     def task_history(self, *, since: float, role: str | None = None,
                      limit: int = 100) -> list[Task]:
         """Finished tasks (completed, dead, cancelled), newest first, finished since `since`."""

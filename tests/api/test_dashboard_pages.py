@@ -109,3 +109,120 @@ def test_the_cost_page_charts_each_roles_spend_by_day(api):
     page = logged_in(api).get("/cost").text
     assert page.count("<rect") == 2  # a bar part per role, today
     assert "coder" in page and "0.5000" in page and "0.2500" in page
+
+
+def test_the_board_lists_p0_tasks_ready_then_pending_each_bounded(api):
+    from taskherd.ops.board import BOARD_ROWS
+
+    store, now = api.queue.store, 1000.0
+    store.enqueue_many([NewTask(role="coder", title=f"later {n}") for n in range(3)], now)
+    urgent = [store.enqueue(NewTask(role="coder", title=f"urgent {n}", priority=0), now).task
+              for n in range(BOARD_ROWS + 2)]
+    asked = store.enqueue(NewTask(role="qa", title="approve me", priority=0, pending=True),
+                          now).task
+    page = logged_in(api).get("/").text
+    p0 = page[page.index('id="p0"'):page.index('id="running"')]
+    shown = re.findall(r'href="/tasks/(\d+)"', p0)
+    # The oldest P0 tasks in claim order, as many as the board shows, then the pending one.
+    assert shown == [str(task.id) for task in urgent[:BOARD_ROWS]] + [str(asked.id)]
+    assert "approval (pending)" in p0 and "later" not in p0
+    assert f"The first {BOARD_ROWS} ready" in p0
+
+
+def test_every_statement_of_the_board_reads_tasks_and_runs_through_an_index(api):
+    """A scan of `tasks` or `runs` costs the page 250 ms at a million tasks kept as history."""
+    import time
+
+    from taskherd.api import pages
+
+    store, now = api.queue.store, time.time()
+    store.enqueue(NewTask(role="coder", title="run me"), now)
+    store.claim("n1", now, 600, roles=["coder"])
+    store.enqueue(NewTask(role="coder", title="urgent", priority=0), now)
+    store.enqueue(NewTask(role="coder", title="ask", priority=0, pending=True), now)
+    token = store.list_api_tokens()[0]
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    try:
+        html = pages.board(pages.View(api.queue, now, token, "csrf", False, "/"))
+    finally:
+        store._conn.set_trace_callback(None)
+    assert "urgent" in html and "run me" in html
+    reads = [sql for sql in dict.fromkeys(statements) if sql.lstrip().upper().startswith(
+        ("SELECT", "WITH"))]
+    for sql in reads:
+        plan = [row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql)]
+        scans = [step for step in plan if step in ("SCAN tasks", "SCAN runs")]
+        assert not scans, f"{' '.join(sql.split())[:120]}: {plan}"
+
+
+def test_a_gathered_event_stream_tells_many_changes_in_few_messages(api):
+    """The dashboard's stream (`gather`): every change counted, at most one message a gap."""
+    import json
+    import threading
+
+    import httpx
+
+    messages: list[dict] = []
+    hello, all_told = threading.Event(), threading.Event()
+    added = 30
+
+    def read() -> None:
+        with httpx.stream("GET", api.url + "/v1/events?gather=1", timeout=30,
+                          headers={"Authorization": f"Bearer {api.tokens['read']}"}) as stream:
+            kind = None
+            for line in stream.iter_lines():
+                if line.startswith("event: "):
+                    kind = line[7:]
+                elif line.startswith("data: ") and kind == "hello":
+                    hello.set()
+                elif line.startswith("data: ") and kind == "changed":
+                    messages.append(json.loads(line[6:]))
+                    if sum(message["events"] for message in messages) >= added:
+                        all_told.set()
+                        return
+
+    threading.Thread(target=read, daemon=True).start()
+    assert hello.wait(10)
+    for number in range(added):
+        api.queue.store.enqueue(NewTask(role="coder", title=f"task {number}"), 1000.0)
+    assert all_told.wait(20), f"told {messages}"
+    assert sum(message["events"] for message in messages) == added
+    assert len(messages) < added and messages[0]["kinds"] == ["task_added"]
+
+
+def test_a_bad_gather_is_refused_and_names_the_parameter(api):
+    client = api.client("read")
+    for bad in ("0", "0.05", "61", "nan", "inf", "soon", ""):
+        answer = client.get("/v1/events", params={"gather": bad})
+        assert answer.status_code == 400, bad
+        assert answer.json()["field"] == "gather" and "0.1 to 60" in answer.json()["error"]
+
+
+def test_the_shared_board_fragment_shows_every_change_the_page_was_told(api):
+    """Dashboards share one rendering of the board; a page asking with the number of the last
+    change told to it (`seen`) always gets a fragment that shows that change."""
+    import json
+
+    import httpx
+
+    client = logged_in(api, "read")
+    assert "no P0 task is waiting" in client.get("/?fragment=1&seen=0").text
+    with httpx.stream("GET", api.url + "/v1/events?gather=0.1", timeout=30,
+                      headers={"Authorization": f"Bearer {api.tokens['read']}"}) as stream:
+        lines = stream.iter_lines()
+        for title in ("first", "second"):
+            task = api.queue.store.enqueue(NewTask(role="coder", title=title, priority=0),
+                                           1000.0).task
+            told = None
+            for line in lines:
+                if line.startswith("data: ") and '"seq"' in line:
+                    told = json.loads(line[6:])
+                    break
+            assert told is not None and told["kinds"] == ["task_added"]
+            fragment = client.get(f"/?fragment=1&seen={told['seq']}").text
+            assert f"#{task.id} {title}" in fragment
+    # Any viewer gets the same fragment: it holds no action and no secret of a session.
+    operator = logged_in(api, "operator").get(f"/?fragment=1&seen={told['seq']}").text
+    assert "csrf" not in operator and "second" in operator
+    assert client.get("/?fragment=1&seen=soon").status_code == 200  # renders, shares nothing

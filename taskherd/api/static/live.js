@@ -1,15 +1,36 @@
-// taskherd's dashboard: live without reloading. Every committed change arrives on the event
-// stream (/v1/events); the page then fetches its own fragment once (changes close together
-// are taken as one) and swaps it in. A task page also follows its run's log. No framework,
-// no build: this file is all the JavaScript there is.
+// taskherd's dashboard: live without reloading. Committed changes arrive on the event stream
+// (/v1/events), gathered by the server into at most one message a second; the page then
+// fetches its own fragment and swaps it in. A busy fleet commits hundreds of changes a
+// second, so they are taken together: the first change after a quiet second shows within
+// GATHER_MS, then the page fetches at most once every MIN_GAP_MS, never two fetches at once,
+// and not at all while the tab is hidden (it catches up when shown). Each open page thus
+// costs the daemon's host one message and one fragment a second at most, whatever the rate
+// of events. A task page also follows its run's log. No framework, no build: this file is
+// all the JavaScript there is.
 (function () {
   "use strict";
+  var GATHER_MS = 150;
+  var MIN_GAP_MS = 1000;
   var live = document.getElementById("live");
-  var pending = null;
+  var timer = null;      // a fetch is scheduled
+  var fetching = false;  // a fetch is under way
+  var stale = false;     // a change arrived that the page does not show yet
+  var lastStart = 0;
+  var seen = 0;          // the number of the last change told: the board fetched must show it
+
+  function schedule() {
+    stale = true;
+    if (timer !== null || fetching || document.hidden) { return; }
+    var wait = Math.max(GATHER_MS, lastStart + MIN_GAP_MS - Date.now());
+    timer = setTimeout(refresh, wait);
+  }
 
   function refresh() {
-    pending = null;
-    fetch(location.pathname + "?fragment=1", {credentials: "same-origin"})
+    timer = null;
+    stale = false;
+    fetching = true;
+    lastStart = Date.now();
+    fetch(location.pathname + "?fragment=1&seen=" + seen, {credentials: "same-origin"})
       .then(function (response) {
         if (response.status === 401) { location.href = "/login"; return null; }
         return response.ok ? response.text() : null;
@@ -19,20 +40,27 @@
           live.innerHTML = html;
           document.body.setAttribute("data-refreshed", String(Date.now()));
         }
+      }, function () { stale = true; })
+      .then(function () {
+        fetching = false;
+        if (stale) { schedule(); }
       });
   }
 
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden && stale) { schedule(); }
+  });
+
   if (live) {
-    var events = new EventSource("/v1/events");
+    // gather: the server tells at most one "changed" a second, whatever the rate of events.
+    var events = new EventSource("/v1/events?gather=" + MIN_GAP_MS / 1000);
     events.addEventListener("hello", function () {
+      seen = 0;  // a server started again counts its changes from 0
       document.body.setAttribute("data-live", "yes");
     });
-    events.onmessage = function () {};
-    ["task_added", "task_changed", "run_started", "run_ended", "job_fired", "job_changed",
-     "cooldown_set", "cooldown_cleared"].forEach(function (kind) {
-      events.addEventListener(kind, function () {
-        if (pending === null) { pending = setTimeout(refresh, 150); }
-      });
+    events.addEventListener("changed", function (message) {
+      seen = Math.max(seen, JSON.parse(message.data).seq);
+      schedule();
     });
   }
 
