@@ -49,6 +49,7 @@ def worker(database: str, node: str, start: multiprocessing.synchronize.Event, o
         out.put((node, claimed, traceback.format_exc()))
 
 
+@pytest.mark.timeout(400)  # above the workers' own wait below, so that one speaks first
 def test_four_processes_claim_every_task_exactly_once(database: str) -> None:
     with open_store(database, durability=DURABILITY) as store:
         created = store.enqueue_many(
