@@ -77,7 +77,7 @@ class Dispatcher:
         limits = ClaimLimits.from_config(self.config)  # the config may have been reloaded
         self._refused = {}
         for cooldown in cooldowns:
-            if cooldown.probing(now) and self._probe(cooldown, now, cooled):
+            if cooldown.probing(now) and self._probe(cooldown, now, cooled, limits):
                 started += 1
         while True:
             room = self.room(now, cooled)
@@ -88,9 +88,7 @@ class Dispatcher:
                 roles=[role.name for role in room.roles], full_pools=room.full_pools,
                 as_role=room.roles[0].name,
                 runtime_of={role.name: role.runtime for role in room.roles},
-                inbox=InboxLimit(self.config.messages.inbox_messages,
-                                 self.config.messages.inbox_bytes),
-                limits=limits, refusals=self._refused,
+                inbox=self._inbox_limit(), limits=limits, refusals=self._refused,
             )
             if claim is None:
                 break
@@ -103,8 +101,10 @@ class Dispatcher:
                   len(self.live), sorted(cooled) or "none")
         return {"started": started}
 
-    def _probe(self, cooldown: Cooldown, now: float, cooled: dict[str, str]) -> bool:
-        """Start the one run that tests whether `cooldown`'s limit has lifted, if nobody has."""
+    def _probe(self, cooldown: Cooldown, now: float, cooled: dict[str, str],
+               limits: ClaimLimits) -> bool:
+        """Start the one run that tests whether `cooldown`'s limit has lifted, if nobody has.
+        Its claim is held to every other limit and budget: only the lifted cooldown is moot."""
         runtime, node = cooldown.runtime, self.config.daemon.node
         if cooldown.probe_node is not None and not self._probe_abandoned(cooldown, now):
             return False
@@ -122,7 +122,9 @@ class Dispatcher:
             claim = self.store.claim(node, now, self.config.daemon.lease,
                                      roles=[role.name for role in roles],
                                      full_pools=room.full_pools, as_role=roles[0].name,
-                                     runtime_of={role.name: runtime for role in roles})
+                                     runtime_of={role.name: runtime for role in roles},
+                                     inbox=self._inbox_limit(), limits=limits,
+                                     refusals=self._refused)
         if claim is None:
             self.store.release_probe(runtime)  # nothing to run here: another node may
             self._probe_tried[runtime] = now
@@ -131,6 +133,9 @@ class Dispatcher:
         log.info("runtime %s: its cooldown ended; run %s (task %s) probes it first",
                  runtime, claim.run.id, claim.task.id)
         return self.start(claim, now, probe=True) is not None
+
+    def _inbox_limit(self) -> InboxLimit:
+        return InboxLimit(self.config.messages.inbox_messages, self.config.messages.inbox_bytes)
 
     def _probe_abandoned(self, cooldown: Cooldown, now: float) -> bool:
         """A probe whose run ended without telling (lost with its node), or that was never

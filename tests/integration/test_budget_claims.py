@@ -308,3 +308,41 @@ def test_two_daemons_spend_one_budget_and_tell_the_pause_once(database, tmp_path
         for node in nodes:
             node.close()
         hook.stop()
+
+
+class AnotherNodeSpendsAtTheProbe:
+    """The store, where another node's run spends the budget's last place just as this node
+    takes a rate limit's probe: after this node's pass began and looked at the budget."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def take_probe(self, runtime, node, now):
+        spent = self.store.claim("node-other", now, 600, roles=["coder"])
+        self.store.finish_run(spent.run.id, RunResult(Outcome.SUCCEEDED, 0, cost_usd=RUN_COST),
+                              RetryPolicy(), now)
+        return self.store.take_probe(runtime, node, now)
+
+
+def test_a_probe_after_a_rate_limit_is_held_to_the_budget_too(database, tmp_path):
+    config = parse_config(raw_config(database, "node-0"), base_dir=tmp_path)
+    runtime = config.roles["coder"].runtime
+    started = []
+    with open_store(database, durability="normal") as store:
+        for i in range(8):  # $2.40 of $2.70 spent: room for one more run, as the pass begins
+            store.enqueue(NewTask(role="coder", title=f"spent {i}"), NOW)
+            claim = store.claim("node-other", NOW, 600, roles=["coder"])
+            store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, 0, cost_usd=RUN_COST),
+                             RetryPolicy(), NOW)
+        for title in ("taken by the other node", "the probe's candidate"):
+            store.enqueue(NewTask(role="coder", title=title), NOW)
+        store.set_cooldown(runtime, NOW - 1, "rate limited", NOW - 600)  # lifted: probe it
+        dispatcher = Dispatcher(config, AnotherNodeSpendsAtTheProbe(store), LiveRuns({}, {}),
+                                lambda claim, now, probe=False: started.append(claim) or claim)
+        assert dispatcher.run_once(NOW)["started"] == 0
+        assert started == []
+        waiting = store.list_tasks(state=TaskState.READY, limit=10)
+        assert [task.title for task in waiting] == ["the probe's candidate"]
