@@ -656,8 +656,7 @@ def _open_pidfd(pid: int) -> int | None:
 
 
 def _is_readable(fd: int) -> bool:
-    readable, _, _ = select.select([fd], [], [], 0)
-    return bool(readable)
+    return forkserver.wait_readable(fd, 0)
 
 
 def _readable_future(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.Future:

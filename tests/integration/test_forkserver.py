@@ -267,3 +267,29 @@ def test_an_ended_forked_shim_is_reaped_so_its_group_is_gone(server, spawn):
     asyncio.run(process.handle.wait_reaped(TIMEOUT))
     with pytest.raises(ProcessLookupError):
         os.killpg(process.pid, 0)
+
+
+def test_a_process_behind_a_descriptor_past_1024_is_still_seen_ending():
+    """A thousand agents watched by pidfd put descriptors past select()'s limit of 1024; the
+    daemon must still see each one end (select() raised ValueError for them)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2100:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} leaves no descriptor past 2048")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2100), hard))
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    pidfd = os.pidfd_open(child.pid)
+    high = os.dup2(pidfd, 2048)
+    try:
+        assert not procs._is_readable(high)  # alive: not readable
+        child.stdin.close()  # it ends
+        assert forkserver.wait_readable(high, TIMEOUT)
+        assert procs._is_readable(high)
+    finally:
+        child.kill()
+        child.wait()
+        os.close(high)
+        os.close(pidfd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
