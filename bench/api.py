@@ -36,7 +36,6 @@ import asyncio
 import contextlib
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,9 +44,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-# bench/ itself off the path: its queue.py would shadow the standard library's `queue`.
 HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE.parent))
 
 import httpx  # noqa: E402

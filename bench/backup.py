@@ -27,10 +27,6 @@ from __future__ import annotations
 
 import sys
 
-# Run as a script, this folder comes first on sys.path, and its queue.py would hide the
-# standard library's `queue` from boto3's urllib3.
-sys.path[:] = [p for p in sys.path if not p.rstrip("/").endswith("bench")]
-
 import argparse
 import contextlib
 import json

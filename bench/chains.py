@@ -32,11 +32,9 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
-# bench/queue.py would shadow the standard library's `queue` (psycopg imports it).
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != BENCH_DIR]
 sys.path.insert(0, str(ROOT))
 
-from taskherd.chains import FollowUp, RoleFlow, Workflow
+from taskherd.chains import FollowUp, Workflow
 from taskherd.model import EventKind, NewTask, Outcome, RunResult
 from taskherd.queue import RetryPolicy
 from taskherd.store import open_store

@@ -24,9 +24,6 @@ from collections import Counter
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-# Python puts this script's folder first on sys.path, where bench/queue.py would shadow the
-# standard library's `queue` (imported by the embeddings endpoint's HTTP stack and psycopg).
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != BENCH_DIR]
 sys.path.insert(0, str(BENCH_DIR.parent))
 
 import httpx

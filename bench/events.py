@@ -26,8 +26,6 @@ import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-# bench/queue.py would shadow the standard library's `queue` (psycopg imports it).
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != BENCH_DIR]
 sys.path.insert(0, str(BENCH_DIR.parent))
 
 from taskherd.model import EventKind

@@ -35,9 +35,6 @@ from pathlib import Path
 from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
-# Python puts this script's folder first on sys.path, where bench/queue.py would shadow the
-# standard library's `queue` (imported by the embeddings endpoint's HTTP stack and psycopg).
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != BENCH_DIR]
 sys.path.insert(0, str(BENCH_DIR.parent))
 
 from taskherd.config import parse_config

@@ -32,9 +32,6 @@ from pathlib import Path
 import psutil
 
 BENCH_DIR = Path(__file__).resolve().parent
-# Python puts this script's folder first on sys.path, where bench/queue.py would shadow the
-# standard library's `queue`, which psycopg imports.
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != BENCH_DIR]
 sys.path.insert(0, str(BENCH_DIR.parent))
 
 from taskherd.model import NewTask, TaskState

@@ -77,9 +77,6 @@ from pathlib import Path
 from typing import Any, Self
 
 BENCH_DIR = Path(__file__).resolve().parent
-# Python puts this script's folder first on sys.path, where bench/queue.py would shadow the
-# standard library's `queue`, which multiprocessing and psycopg_pool import.
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != BENCH_DIR]
 sys.path.insert(0, str(BENCH_DIR.parent))
 
 from queue import Empty  # the standard library's, now that bench/ is off the path
@@ -275,7 +272,7 @@ def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: 
     rates.append(timed(contender, "enqueue (single)", tasks, enqueue_single))
     store.close()
 
-    # The single-process claims walk the backlog the batched enqueue made, as in bench/queue.py.
+    # The single-process claims walk the backlog the batched enqueue made, as in bench/sqlite_queue.py.
     store = open_store(next(databases), durability=DURABILITY)
     batched = new_tasks(tasks)
 

@@ -130,8 +130,7 @@ def find_due_jobs_comparison(jobs: list[tuple[str, str]], now: datetime) -> tupl
         idle_ours, _ = best_of(5, lambda: store.due_jobs(quiet.timestamp(), len(jobs)))
         store.close()
 
-    # No scheduler object: a Job only keeps a reference to it, and importing one pulls in
-    # APScheduler's executors, whose stdlib `queue` import bench/queue.py would shadow here.
+    # No scheduler object: a Job only keeps a reference to it, and reads nothing else of it.
     scheduler = SimpleNamespace(timezone=UTC)  # all Job reads of it: next_run_time's zone
     memory = MemoryJobStore()
     for i, ((expr, zone), nxt) in enumerate(zip(jobs, nexts, strict=True)):

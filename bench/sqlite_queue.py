@@ -1,7 +1,7 @@
 """Queue benchmark: taskherd's SQLite store beside its floor (bare sqlite3) and Huey's SqliteHuey.
 
-    python bench/queue.py                 # both durabilities, default sizes (< 2 min on 2 cores)
-    python bench/queue.py --durability normal --rounds 20000
+    python bench/sqlite_queue.py                 # both durabilities, default sizes (< 2 min on 2 cores)
+    python bench/sqlite_queue.py --durability normal --rounds 20000
 
 Every contender runs in this one process, one after another, each on its own fresh database
 file in one temporary directory, with the same number of tasks. Measured, per durability:
@@ -36,9 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-# This script is bench/queue.py, and Python puts its folder first on sys.path: the standard
-# library's `queue` (imported by psycopg, which Huey imports) would resolve to this file.
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != BENCH_DIR]
 sys.path.insert(0, str(BENCH_DIR.parent))
 
 from taskherd.model import NewTask, Outcome, RunResult
