@@ -13,6 +13,7 @@ from typing import Any
 from taskherd.model import NewTask, Run, Task
 from taskherd.ops import BadInput, Queue
 from taskherd.store import Enqueued, StoreError, TaskNotFound
+from taskherd.store.errors import SpawnAllowance, SpawnLimitReached
 from taskherd.taskspec import TaskSpecError, new_task_from
 
 VERDICTS = ("done", "fail", "block")
@@ -61,7 +62,10 @@ def add_child_task(queue: Queue, run: Run, spec: Mapping[str, Any], now: float) 
     run's spawn limits (`check_spawn_limits`)."""
     new = child_task(queue, run.task_id, spec)
     check_spawn_limits(queue, run.task_id, run.claimed_at)
-    return queue.store.enqueue(new, now)
+    try:
+        return queue.store.enqueue(new, now, spawn_allowance(queue, run.task_id, run.claimed_at))
+    except SpawnLimitReached as reached:  # a parallel addition took the last place
+        raise SpawnRefused(str(reached)) from None
 
 
 def check_spawn_limits(queue: Queue, task_id: int, since: float) -> None:
@@ -77,8 +81,13 @@ def check_spawn_limits(queue: Queue, task_id: int, since: float) -> None:
     max_spawn = queue.config.monitor.max_spawn
     added = queue.store.children_since(task_id, since)
     if added >= max_spawn:
-        raise SpawnRefused(f"refused: this run already added {added} tasks (max_spawn "
-                           f"{max_spawn})")
+        raise SpawnRefused(str(SpawnLimitReached(added, max_spawn)))
+
+
+def spawn_allowance(queue: Queue, task_id: int, since: float) -> SpawnAllowance:
+    """max_spawn as the store checks it again in the transaction that adds (the check above
+    answers early with the same words; this one holds when two additions race)."""
+    return SpawnAllowance(task_id, since, queue.config.monitor.max_spawn)
 
 
 def child_task(queue: Queue, parent_id: int, spec: object) -> NewTask:

@@ -103,15 +103,19 @@ def spawn(queue: Queue, sender: Sender, to: str, body: str, priority: int,
         raise BadInput("a spawn request goes to one role, not to @all")
     check_address(queue, to, "to")
     parent = int(sender.address.removeprefix(TASK_ADDRESS))
+    from taskherd.ops.agent import spawn_allowance
+
     child, refusal = None, None
+    since = _spawning_since(queue, sender, parent)
     try:
-        child = _spawned(queue, sender, parent, to, body, now)
+        child = _spawned(queue, parent, to, body, since, now)
     except SpawnRefusal as error:
         refusal = str(error)
     request = NewMessage(sender.address, to, body, MessageKind.SPAWN.value, priority, reply_to,
                          thread_id, None if ttl is None else now + ttl, sender.role,
                          sender.run_id)
-    asked, answer, _ = queue.store.spawn_from_message(request, child, refusal, now)
+    asked, answer, _ = queue.store.spawn_from_message(request, child, refusal, now,
+                                                      spawn_allowance(queue, parent, since))
     return [asked, answer]
 
 
@@ -119,7 +123,7 @@ class SpawnRefusal(Exception):
     """Why a spawn request's spec is refused; it goes into the request's answer."""
 
 
-def _spawned(queue: Queue, sender: Sender, parent: int, to: str, body: str,
+def _spawned(queue: Queue, parent: int, to: str, body: str, since: float,
              now: float) -> NewTask | NewJob:
     from taskherd.ops.agent import SpawnRefused, check_spawn_limits, child_task
     from taskherd.ops.jobs import new_job
@@ -137,7 +141,7 @@ def _spawned(queue: Queue, sender: Sender, parent: int, to: str, body: str,
             made: NewTask | NewJob = NewJob(definition, first_fire, parent)
         else:
             made = child_task(queue, parent, spec)
-        check_spawn_limits(queue, parent, _spawning_since(queue, sender, parent))
+        check_spawn_limits(queue, parent, since)
     except (BadInput, JobRefused, SpawnRefused) as error:
         raise SpawnRefusal(str(error)) from None
     return made

@@ -29,6 +29,7 @@ from taskherd.store.delivery import DeliveryStore
 from taskherd.store.errors import (
     ParentNotFound,
     RunNotFound,
+    SpawnAllowance,
     StoreError,
     StoreUnavailable,
     TaskNotFound,
@@ -95,7 +96,10 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
     # -- tasks ---------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def enqueue(self, new: NewTask, now: float) -> Enqueued: ...
+    def enqueue(self, new: NewTask, now: float,
+                allowance: SpawnAllowance | None = None) -> Enqueued:
+        """Add `new`; with `allowance`, only if its run may still add one (else
+        SpawnLimitReached, and nothing is added)."""
 
     @abc.abstractmethod
     def enqueue_many(self, batch: Sequence[NewTask], now: float) -> int:

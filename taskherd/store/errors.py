@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from taskherd.model import TaskState
 
@@ -33,6 +34,24 @@ class RunNotFound(StoreError):
     def __init__(self, run_id: int):
         super().__init__(f"no run with id {run_id}")
         self.run_id = run_id
+
+
+@dataclass(frozen=True)
+class SpawnAllowance:
+    """What a run may still add below its task: at most `max_spawn` tasks and jobs since
+    `since` (its claim). Counted in the transaction that adds, under a lock on the task, so
+    two additions at once cannot both take the last place."""
+
+    task_id: int
+    since: float
+    max_spawn: int
+
+
+class SpawnLimitReached(StoreError):
+    def __init__(self, added: int, max_spawn: int):
+        super().__init__(f"refused: this run already added {added} tasks and jobs (max_spawn "
+                         f"{max_spawn})")
+        self.added, self.max_spawn = added, max_spawn
 
 
 class TransitionRefused(StoreError):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from taskherd.model import Message, NewTask
 
 if TYPE_CHECKING:
+    from taskherd.store.errors import SpawnAllowance
     from taskherd.store.jobs import JobDefinition
 
 
@@ -60,11 +61,14 @@ class MessageStore(abc.ABC):
 
     @abc.abstractmethod
     def spawn_from_message(self, request: NewMessage, child: NewTask | NewJob | None,
-                           refusal: str | None, now: float) -> tuple[Message, Message, int | None]:
+                           refusal: str | None, now: float,
+                           allowance: SpawnAllowance | None = None,
+                           ) -> tuple[Message, Message, int | None]:
         """In one transaction: the spawn request, the child task or the job (when `child` is
         given), and the `result` message answering the request's sender with the new task's
         or job's id or with `refusal`. Returns (request, answer, the new id or None). A job
-        whose name was taken meanwhile is refused in the answer, like any other refusal."""
+        whose name was taken meanwhile, or a child past the sender's `allowance` (counted in
+        this transaction), is refused in the answer, like any other refusal."""
 
     @abc.abstractmethod
     def get_message(self, message_id: int) -> Message | None: ...

@@ -12,6 +12,7 @@ from taskherd.store.messages import InboxLimit, MessageStore, NewJob, NewMessage
 
 if TYPE_CHECKING:
     from taskherd.store.connection import Connection
+    from taskherd.store.errors import SpawnAllowance
     from taskherd.store.jobs import Job, JobDefinition
 
 
@@ -27,6 +28,7 @@ class SQLMessages(MessageStore):
         def _insert_job(self, db: Connection, definition: JobDefinition, source: str,
                         now: float, schedule_at: float | None) -> Job: ...
         def _is_unique_error(self, error: Exception) -> bool: ...
+        def _spawn_room(self, db: Connection, allowance: SpawnAllowance | None) -> None: ...
 
     def send_messages(self, batch: Sequence[NewMessage], now: float,
                       wake: Sequence[NewTask] = ()) -> list[Message]:
@@ -41,9 +43,17 @@ class SQLMessages(MessageStore):
         return sent
 
     def spawn_from_message(self, request: NewMessage, child: NewTask | NewJob | None,
-                           refusal: str | None, now: float) -> tuple[Message, Message, int | None]:
+                           refusal: str | None, now: float,
+                           allowance: SpawnAllowance | None = None,
+                           ) -> tuple[Message, Message, int | None]:
+        from taskherd.store.errors import SpawnLimitReached
+
         try:
-            return self._spawn_from_message(request, child, refusal, now)
+            return self._spawn_from_message(request, child, refusal, now, allowance)
+        except SpawnLimitReached as reached:
+            # Another addition of the same run took the last place since the check before:
+            # the transaction rolled back whole, and the request is answered with why.
+            return self._spawn_from_message(request, None, str(reached), now)
         except Exception as error:
             if not (isinstance(child, NewJob) and self._is_unique_error(error)):
                 raise
@@ -53,8 +63,12 @@ class SQLMessages(MessageStore):
             return self._spawn_from_message(request, None, taken, now)
 
     def _spawn_from_message(self, request: NewMessage, child: NewTask | NewJob | None,
-                            refusal: str | None, now: float) -> tuple[Message, Message, int | None]:
+                            refusal: str | None, now: float,
+                            allowance: SpawnAllowance | None = None,
+                            ) -> tuple[Message, Message, int | None]:
         with self._write() as db:
+            if child is not None:
+                self._spawn_room(db, allowance)
             asked = Message.from_row(db.execute(self.q["insert_message"],
                                                 _message_params(request, now)).fetchall()[0])
             child_id = None

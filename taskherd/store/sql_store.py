@@ -49,6 +49,7 @@ from taskherd.store.base import (
     TransitionRefused,
 )
 from taskherd.store.connection import Connection
+from taskherd.store.errors import SpawnAllowance, SpawnLimitReached
 from taskherd.store.messages import InboxLimit
 from taskherd.store.sql_agents import SQLAgents
 from taskherd.store.sql_budgets import SQLBudgets
@@ -138,8 +139,10 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
 
     # -- tasks ---------------------------------------------------------------------------
 
-    def enqueue(self, new: NewTask, now: float) -> Enqueued:
+    def enqueue(self, new: NewTask, now: float,
+                allowance: SpawnAllowance | None = None) -> Enqueued:
         with self._parents_checked([new]), self._write() as db:
+            self._spawn_room(db, allowance)
             task_id, created = self._add_task(db, new, now)
             if task_id is None:
                 raise StoreError(f"the open task with dedup key {new.dedup_key!r} finished while "
@@ -682,6 +685,18 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         if self._write_outbox(db, task, now):
             self._emit(EventKind.DELIVERY_QUEUED, now, task_id=task.id)
         return task
+
+    def _spawn_room(self, db: Connection, allowance: SpawnAllowance | None) -> None:
+        """Raise SpawnLimitReached unless the allowance's run may add one more: counted after
+        locking its task's row (PostgreSQL; SQLite's write lock already holds), so two
+        additions at once are counted one after the other."""
+        if allowance is None:
+            return
+        params = {"task_id": allowance.task_id, "since": allowance.since}
+        db.execute(self.q["lock_spawning_task"], params).fetchall()
+        added = int(_one(db.execute(self.q["children_since"], params))["n"])
+        if added >= allowance.max_spawn:
+            raise SpawnLimitReached(added, allowance.max_spawn)
 
     def _add_task(self, db: Connection, new: NewTask, now: float) -> tuple[int | None, bool]:
         """Insert `new`: (its id, True), or (the id of the open task holding its dedup key,

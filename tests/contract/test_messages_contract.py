@@ -127,3 +127,52 @@ def test_a_spawned_job_is_counted_and_a_name_taken_meanwhile_is_answered(store):
     assert none is None
     assert taken.body == "spawn refused, nothing was created: a job named 'digest' already exists"
     assert store.children_since(parent.id, NOW) == 1 and len(store.list_jobs()) == 1
+
+
+def test_the_last_place_of_max_spawn_is_counted_in_the_transaction_that_adds(store):
+    """Two additions of one run at once each pass the check made before the write; the store
+    counts again, in the adding transaction under a lock on the task, so only one gets the
+    last place: `task add` is refused, a spawn request is answered with the refusal."""
+    import threading
+
+    import pytest
+
+    from taskherd.store.errors import SpawnAllowance, SpawnLimitReached
+
+    parent = store.enqueue(NewTask(role="coder", title="parent"), NOW).task
+    allowance = SpawnAllowance(parent.id, NOW, max_spawn=2)
+    store.enqueue(NewTask(role="qa", title="first", parent_id=parent.id), NOW, allowance)
+    request = NewMessage(f"task:{parent.id}", "qa", '{"title": "second"}', kind="spawn")
+    second = NewTask(role="qa", title="second", parent_id=parent.id)
+    _, answer, second_id = store.spawn_from_message(request, second, None, NOW, allowance)
+    assert second_id is not None and store.children_since(parent.id, NOW) == 2
+
+    with pytest.raises(SpawnLimitReached, match=r"already added 2 tasks and jobs \(max_spawn 2\)"):
+        store.enqueue(NewTask(role="qa", title="third", parent_id=parent.id), NOW, allowance)
+    third = NewTask(role="qa", title="third", parent_id=parent.id)
+    _, refused, none = store.spawn_from_message(request, third, None, NOW, allowance)
+    assert none is None
+    assert refused.body == ("spawn refused, nothing was created: refused: this run already "
+                            "added 2 tasks and jobs (max_spawn 2)")
+    children = sorted(t.title for t in store.list_tasks() if t.parent_id == parent.id)
+    assert children == ["first", "second"]
+
+    # Eight threads race for the last places of a fresh allowance: exactly max_spawn win.
+    other = store.enqueue(NewTask(role="coder", title="racer"), NOW).task
+    racing = SpawnAllowance(other.id, NOW, max_spawn=3)
+    won, start = [], threading.Barrier(8)
+
+    def add(i):
+        start.wait(10)
+        try:
+            store.enqueue(NewTask(role="qa", title=f"r{i}", parent_id=other.id), NOW, racing)
+            won.append(i)
+        except SpawnLimitReached:
+            pass
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(won) == 3 and store.children_since(other.id, NOW) == 3

@@ -92,7 +92,7 @@ def test_a_job_spec_makes_a_job_and_counts_within_max_spawn(queue):
     assert second.body.startswith("spawned task ")
     _, third = spawn(queue, run, DIGEST | {"name": "weekly"})
     assert third.body == ("spawn refused, nothing was created: refused: this run already "
-                          "added 2 tasks (max_spawn 2)")
+                          "added 2 tasks and jobs (max_spawn 2)")
     with pytest.raises(SpawnRefused, match=r"max_spawn 2"):
         add_child_task(queue, run, {"role": "worker", "title": "one more"}, NOW + 2)
     # A later run of another task starts its own count.

@@ -56,6 +56,11 @@ SELECT (SELECT count(*) FROM tasks WHERE parent_id = :task_id AND created_at >= 
      + (SELECT count(*) FROM spawned_jobs WHERE task_id = :task_id AND created_at >= :since)
        AS n;
 
+-- name: lock_spawning_task
+-- Before counting what a run added (children_since): SQLite's write transaction holds the
+-- whole database already; PostgreSQL locks the task's row (see its file).
+SELECT id FROM tasks WHERE id = :task_id;
+
 -- name: insert_spawned_job
 INSERT INTO spawned_jobs (job_id, task_id, created_at) VALUES (:job_id, :task_id, :now);
 

@@ -152,3 +152,8 @@ ON CONFLICT (role, hour) DO UPDATE
 SET runs = spend_hours.runs + excluded.runs, cost_usd = spend_hours.cost_usd + excluded.cost_usd,
     input_tokens = spend_hours.input_tokens + excluded.input_tokens,
     output_tokens = spend_hours.output_tokens + excluded.output_tokens;
+
+-- name: lock_spawning_task
+-- Two additions of one run at once (an agent's parallel calls) are counted one after the
+-- other: the second waits for the first's commit, then counts its child too.
+SELECT id FROM tasks WHERE id = :task_id FOR UPDATE;
