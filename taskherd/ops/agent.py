@@ -13,7 +13,7 @@ from typing import Any
 from taskherd.model import NewTask, Run, Task
 from taskherd.ops import BadInput, Queue
 from taskherd.store import Enqueued, StoreError, TaskNotFound
-from taskherd.store.errors import SpawnAllowance, SpawnLimitReached
+from taskherd.store.errors import SpawnAllowance, SpawnLimitReached, max_spawn_reached
 from taskherd.taskspec import TaskSpecError, new_task_from
 
 VERDICTS = ("done", "fail", "block")
@@ -81,7 +81,7 @@ def check_spawn_limits(queue: Queue, task_id: int, since: float) -> None:
     max_spawn = queue.config.monitor.max_spawn
     added = queue.store.children_since(task_id, since)
     if added >= max_spawn:
-        raise SpawnRefused(str(SpawnLimitReached(added, max_spawn)))
+        raise SpawnRefused(max_spawn_reached(added, max_spawn))
 
 
 def spawn_allowance(queue: Queue, task_id: int, since: float) -> SpawnAllowance:

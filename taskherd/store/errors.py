@@ -47,10 +47,13 @@ class SpawnAllowance:
     max_spawn: int
 
 
+def max_spawn_reached(added: int, max_spawn: int) -> str:
+    return f"refused: this run already added {added} tasks and jobs (max_spawn {max_spawn})"
+
+
 class SpawnLimitReached(StoreError):
     def __init__(self, added: int, max_spawn: int):
-        super().__init__(f"refused: this run already added {added} tasks and jobs (max_spawn "
-                         f"{max_spawn})")
+        super().__init__(max_spawn_reached(added, max_spawn))
         self.added, self.max_spawn = added, max_spawn
 
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from taskherd.model import SYSTEM_SENDER, TASK_ADDRESS, EventKind, Message, NewTask, Run
+from taskherd.store.errors import SpawnLimitReached
 from taskherd.store.messages import InboxLimit, MessageStore, NewJob, NewMessage
 
 if TYPE_CHECKING:
@@ -46,8 +47,6 @@ class SQLMessages(MessageStore):
                            refusal: str | None, now: float,
                            allowance: SpawnAllowance | None = None,
                            ) -> tuple[Message, Message, int | None]:
-        from taskherd.store.errors import SpawnLimitReached
-
         try:
             return self._spawn_from_message(request, child, refusal, now, allowance)
         except SpawnLimitReached as reached:
