@@ -106,20 +106,37 @@ class Fleet:
 
 
 def kill_machine(daemon: subprocess.Popen) -> float:
-    """What a power loss does to a node: the daemon is frozen (it starts nothing more), then
-    it and every process it started (its fork server, shims, agents) are SIGKILLed at once. When."""
+    """What a power loss does to a node: the daemon and every process it started (its fork
+    server, shims, agents, their children) end at once, by SIGKILL. When.
+
+    The tree is frozen first, again and again until no unfrozen member is left: a frozen
+    process forks nothing, so no agent a shim forks while the others are being killed
+    survives as an orphan of init (which no power loss would leave running)."""
     import psutil
 
-    frozen = psutil.Process(daemon.pid)
-    frozen.suspend()
-    doomed = [frozen, *frozen.children(recursive=True)]
-    for process in doomed:
+    root = psutil.Process(daemon.pid)
+    frozen: dict[int, psutil.Process] = {}
+    while True:
+        try:
+            members = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            members = []
+        new = [process for process in members if process.pid not in frozen]
+        if not new:
+            break
+        for process in new:
+            try:
+                process.suspend()
+            except psutil.NoSuchProcess:
+                continue
+            frozen[process.pid] = process
+    for process in frozen.values():
         try:
             process.send_signal(signal.SIGKILL)
         except psutil.NoSuchProcess:
             pass
     killed_at = time.time()
-    psutil.wait_procs(doomed, timeout=10)
+    psutil.wait_procs(list(frozen.values()), timeout=10)
     daemon.wait(10)
     return killed_at
 

@@ -1,7 +1,14 @@
 """Chaos: three real daemons on one real PostgreSQL database, 300 tasks of agents that take
 0.2–2 s, a role allowed one run at a time, a pool of two, and a job firing every second; for
 90 s a driver kills a random node every 5–15 s (the machine dies: SIGKILL to the daemon and
-to every agent it started) and starts it again.
+to every agent it started) and starts it again: at once, or, every other kill, only after it
+stayed down longer than node_timeout, so that the other two declare it down and rescue its
+work.
+
+Each agent says it is done as a real one does, through its run's credential (`taskherd done`,
+which reaches the store through its daemon at once), and only then notes its end. A node
+that dies after that report and before settling the run leaves a run that is ended by the
+report, whichever node ends it: the task is not run again.
 
 Afterwards, by the agents' own records (each writes its start and its end to a shared file)
 and by the database: every task was completed exactly once; the deployer never ran twice at
@@ -23,20 +30,22 @@ from pathlib import Path
 import psutil
 import pytest
 
-from taskherd.model import Outcome, TaskState
+from taskherd.model import Outcome, Run, TaskState
 from tests.fleet import PYTHON, Fleet, agent, kill_machine
 
 CHAOS_SECONDS = 90.0
 KILL_EVERY = (5.0, 15.0)
 NODES = ("n1", "n2", "n3")
-NODE_TIMEOUT = 15.0  # the default
+NODE_TIMEOUT = 5.0  # a third of the default: the nodes left down are rescued within the run
+# A node left down stays down this long: declared down and rescued by the others, then back.
+LONG_DOWN = NODE_TIMEOUT + 7.0
 TASKS = {"deployer": 40, "trainer": 30, "renderer": 30, "worker": 200}
 ADD_OVER = 60.0  # the 300 tasks arrive over this many seconds, so the kills meet work
 
 AGENT = """
-    import json, os, random, signal, sys, time
+    import json, os, random, signal, subprocess, sys, time
 
-    records, role = sys.argv[1], os.environ["TASKHERD_ROLE"]
+    records, python, role = sys.argv[1], sys.argv[2], os.environ["TASKHERD_ROLE"]
 
     def note(event):
         line = json.dumps({"event": event, "task": int(os.environ["TASKHERD_TASK_ID"]),
@@ -54,6 +63,14 @@ AGENT = """
     note("start")
     time.sleep(random.uniform(0.2, 2.0))
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # the end is said, then done
+    # The work is done: said through the run's credential, then noted. Killed in between,
+    # the agent's record ends at "reporting" and the store says whether the report took.
+    note("reporting")
+    said = subprocess.run([python, "-m", "taskherd", "done", "--summary", "done"],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if said.returncode != 0:  # its run was ended elsewhere: the task is not this agent's
+        note("refused")
+        sys.exit(f"taskherd done: {said.stderr}")
     note("end")
     print("TASK_COMPLETE: done", flush=True)
 """
@@ -63,7 +80,7 @@ def config(database: str, node: str, program: str, records: Path) -> str:
     def role(name: str, extra: str = "") -> str:
         return f"""
         [roles.{name}]
-        command = ["{PYTHON}", "-S", "{program}", "{records}"]
+        command = ["{PYTHON}", "-S", "{program}", "{records}", "{PYTHON}"]
         max_attempts = 20
         backoff = "1s"
         backoff_cap = "1s"
@@ -78,6 +95,7 @@ def config(database: str, node: str, program: str, records: Path) -> str:
         node = "{node}"
         max_concurrent = 4
         lease = "30s"
+        node_timeout = "{NODE_TIMEOUT:g}s"
 
         [pools]
         gpu = 2
@@ -102,9 +120,25 @@ class Node:
     def __init__(self, fleet: Fleet):
         self.fleet = fleet
         self.kills: list[float] = []
+        self.long_downs: list[tuple[float, float]] = []  # (killed, back up) of each long death
+        self.back_at: float | None = None  # while it stays down: when to start it again
 
-    def kill_machine(self) -> None:
+    @property
+    def name(self) -> str:
+        return self.fleet.root.name
+
+    def kill_machine(self, stay_down: float = 0.0) -> None:
         self.kills.append(kill_machine(self.fleet.daemon))
+        if stay_down:
+            self.back_at = self.kills[-1] + stay_down
+        else:
+            self.fleet.up()
+
+    def back_up_if_due(self, now: float) -> None:
+        if self.back_at is not None and now >= self.back_at:
+            self.fleet.up()
+            self.long_downs.append((self.kills[-1], time.time()))
+            self.back_at = None
 
 
 @pytest.fixture
@@ -136,18 +170,29 @@ def test_a_fleet_under_kills_keeps_its_limits_and_does_every_task_once(fleet):
     added: list[int] = []
     started = time.time()
     next_kill = started + rng.uniform(*KILL_EVERY)
+    kills, last_was_long = 0, False
     while (now := time.time()) < started + CHAOS_SECONDS:
         due = min(len(plan), int((now - started) / ADD_OVER * len(plan)) + 1)
         while len(added) < due:
             role = plan[len(added)]
-            added.append(nodes["n1"].fleet.add(f"{role} {len(added)}", role=role).id)
+            # Added through a node that is up: the driver is a client of the fleet.
+            adder = next(n for n in nodes.values() if n.back_at is None)
+            added.append(adder.fleet.add(f"{role} {len(added)}", role=role).id)
+        for node in nodes.values():
+            node.back_up_if_due(now)
         if now >= next_kill:
-            victim = nodes[rng.choice(NODES)]
-            victim.kill_machine()
-            victim.fleet.up()
+            # A kill after a restart leaves its node down past node_timeout, one after that is
+            # a restart again; never two nodes down at once, so two are there to rescue.
+            up = [node for node in nodes.values() if node.back_at is None]
+            last_was_long = len(up) == len(nodes) and not last_was_long
+            rng.choice(up).kill_machine(stay_down=LONG_DOWN if last_was_long else 0.0)
+            kills += 1
             next_kill += rng.uniform(*KILL_EVERY)
         time.sleep(0.05)  # the driver's pace: it adds tasks and kills on a timeline
-    assert len(added) == len(plan) and sum(len(n.kills) for n in nodes.values()) >= 6
+    for node in nodes.values():
+        node.back_up_if_due(float("inf"))
+    assert len(added) == len(plan) and kills >= 5
+    assert sum(len(node.long_downs) for node in nodes.values()) >= 2
 
     nodes["n1"].fleet.wait_until(
         lambda: all(store.get_task(t).state in (TaskState.COMPLETED, TaskState.DEAD)
@@ -156,43 +201,72 @@ def test_a_fleet_under_kills_keeps_its_limits_and_does_every_task_once(fleet):
         try:
             node.fleet.stop(timeout=90)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"{node.fleet.root.name} did not stop:\n"
+            raise AssertionError(f"{node.name} did not stop:\n"
                                  f"{node.fleet.daemon_log.read_text()[-3000:]}") from None
 
     notes = [json.loads(line) for line in records.read_text().splitlines()]
-    run_nodes = {run.id: run.node for run in store.list_runs(limit=100_000)}  # jobs' too
-    check_every_task_done_once(store, added, notes)
-    check_limits_held(notes, run_nodes, nodes)
+    runs = {run.id: run for run in store.list_runs(limit=100_000)}  # the jobs' runs too
+    check_every_task_done_once(store, added, notes, runs)
+    check_limits_held(notes, runs, nodes)
     check_each_second_fired_once(store, started)
-    check_dead_nodes_work_moved_on(notes, run_nodes, nodes)
+    check_dead_nodes_work_moved_on(notes, runs, nodes)
+    check_nodes_left_down_were_rescued(runs, nodes)
 
 
-def check_every_task_done_once(store, added: list[int], notes: list[dict]) -> None:
-    ends = Counter(note["task"] for note in notes if note["event"] == "end")
-    assert [t for t in added if ends[t] != 1] == [], "tasks not ended exactly once by an agent"
-    ended_run = {note["task"]: note["run"] for note in notes if note["event"] == "end"}
+def agents_runs(notes: list[dict]) -> dict[int, set[str]]:
+    """What each run's agent noted of itself, by run."""
+    events: dict[int, set[str]] = defaultdict(set)
+    for note in notes:
+        events[note["run"]].add(note["event"])
+    return events
+
+
+ENDED = ("end", "killed", "refused")  # an agent that noted one of these is gone
+
+
+def completed_by_its_agent(events: set[str], run: Run) -> bool:
+    """The agent said it was done and the store has it: it noted its end after its report
+    was taken, or it died with its machine while reporting and the report had reached the
+    store (the answer never reached the agent)."""
+    if "end" in events:
+        return True
+    return "reporting" in events and not events & set(ENDED) and run.report == "done"
+
+
+def check_every_task_done_once(store, added: list[int], notes: list[dict],
+                               runs: dict[int, Run]) -> None:
+    done: dict[int, list[int]] = defaultdict(list)
+    for run_id, events in agents_runs(notes).items():
+        if completed_by_its_agent(events, runs[run_id]):
+            done[runs[run_id].task_id].append(run_id)
+    assert {t: done[t] for t in added if len(done[t]) != 1} == {}, \
+        "tasks not completed exactly once by an agent"
     for task_id in added:
         task = store.get_task(task_id)
         succeeded = [run for run in store.runs_of_task(task_id)
                      if run.outcome is Outcome.SUCCEEDED]
         assert task.state is TaskState.COMPLETED, (task_id, task.state, task.reason)
-        assert [run.id for run in succeeded] == [ended_run[task_id]]
-    ticks = Counter(note["task"] for note in notes
-                    if note["event"] == "end" and note["role"] == "tick")
+        assert [run.id for run in succeeded] == done[task_id]
+    ticks = Counter(runs[run].task_id for runs_done in done.values() for run in runs_done
+                    if runs[run].role == "tick")
     assert ticks and max(ticks.values()) == 1, "a job's task done twice"
 
 
-def spans(notes: list[dict], run_nodes: dict[int, str], nodes: dict[str, Node],
+def spans(notes: list[dict], runs: dict[int, Run], nodes: dict[str, Node],
           roles: set[str]) -> list[tuple[float, float]]:
-    """When each agent of `roles` was alive: from its start to its end, its SIGTERM, or the
-    death of its machine (the first kill of its node after it started)."""
+    """When each agent of `roles` was alive: from its start to its end, its SIGTERM, its
+    refused report, or the death of its machine (the first kill of its node after it
+    started: the whole machine dies, its agents with it)."""
     started = {n["run"]: n["at"] for n in notes if n["event"] == "start" and n["role"] in roles}
-    ended = {n["run"]: n["at"] for n in notes if n["event"] in ("end", "killed")}
+    ended: dict[int, float] = {}
+    for note in notes:
+        if note["event"] in ENDED:
+            ended.setdefault(note["run"], note["at"])
     found = []
     for run, start in started.items():
         end = ended.get(run)
         if end is None:
-            kills = [k for k in nodes[run_nodes[run]].kills if k >= start]
+            kills = [k for k in nodes[runs[run].node].kills if k >= start]
             assert kills, f"run {run} started and never ended, and its node was not killed"
             end = kills[0]
         found.append((start, end))
@@ -200,6 +274,7 @@ def spans(notes: list[dict], run_nodes: dict[int, str], nodes: dict[str, Node],
 
 
 def most_at_once(found: list[tuple[float, float]]) -> int:
+    # At one instant an end comes before a start: a slot freed and taken again is not two.
     edges = sorted([(start, 1) for start, _ in found] + [(end, -1) for _, end in found])
     most = current = 0
     for _, step in edges:
@@ -208,13 +283,13 @@ def most_at_once(found: list[tuple[float, float]]) -> int:
     return most
 
 
-def check_limits_held(notes: list[dict], run_nodes: dict[int, str],
+def check_limits_held(notes: list[dict], runs: dict[int, Run],
                       nodes: dict[str, Node]) -> None:
-    deployer = spans(notes, run_nodes, nodes, {"deployer"})
-    gpu = spans(notes, run_nodes, nodes, {"trainer", "renderer"})
+    deployer = spans(notes, runs, nodes, {"deployer"})
+    gpu = spans(notes, runs, nodes, {"trainer", "renderer"})
     assert len(deployer) >= TASKS["deployer"] and most_at_once(deployer) == 1
     assert len(gpu) >= TASKS["trainer"] + TASKS["renderer"] and most_at_once(gpu) == 2
-    workers = spans(notes, run_nodes, nodes, {"worker"})
+    workers = spans(notes, runs, nodes, {"worker"})
     assert most_at_once(workers) > 4  # several nodes really worked side by side
 
 
@@ -228,20 +303,46 @@ def check_each_second_fired_once(store, started: float) -> None:
     assert gaps == [], "seconds that never fired"
 
 
-def check_dead_nodes_work_moved_on(notes: list[dict], run_nodes: dict[int, str],
+def check_dead_nodes_work_moved_on(notes: list[dict], runs: dict[int, Run],
                                    nodes: dict[str, Node]) -> None:
+    """Every agent that died with its machine before its task was done: the task started
+    again within node_timeout + 5 s of the death, whether the node came back at once or
+    stayed down and was rescued by another."""
     starts = defaultdict(list)
     for note in notes:  # the 300 tasks: a job's task killed as the fleet stops never restarts
         if note["event"] == "start" and note["role"] != "tick":
             starts[note["task"]].append((note["at"], note["run"]))
-    finished = {n["run"] for n in notes if n["event"] in ("end", "killed")}
+    events = agents_runs(notes)
     waits = []
     for attempts in starts.values():
         for at, run in attempts:
-            if run in finished:
+            if events[run] & set(ENDED) or completed_by_its_agent(events[run], runs[run]):
                 continue
-            killed = min(k for k in nodes[run_nodes[run]].kills if k >= at)
+            killed = min(k for k in nodes[runs[run].node].kills if k >= at)
             again = min(start for start, _ in attempts if start > killed)
             waits.append(again - killed)
     assert waits, "no kill met a running agent: the chaos tested nothing"
     assert max(waits) <= NODE_TIMEOUT + 5, sorted(waits)[-5:]
+
+
+def check_nodes_left_down_were_rescued(runs: dict[int, Run], nodes: dict[str, Node]) -> None:
+    """What a node held when it died and stayed down was ended by another node, which named
+    it, before it came back: `lost` and run again elsewhere, or settled by its agent's report
+    if that had reached the store (never run again)."""
+    held = []
+    for node in nodes.values():
+        for killed, back in node.long_downs:
+            held += [(node.name, killed, back, run) for run in runs.values()
+                     if run.node == node.name and run.claimed_at <= killed
+                     and (run.ended_at is None or run.ended_at > killed)]
+    assert held, "no node left down held a run: the rescue tested nothing"
+    for name, killed, back, run in held:
+        assert f"node {name} went silent" in (run.error or ""), (run.id, run.outcome, run.error)
+        assert "declared down by n" in run.error and f"declared down by {name}" not in run.error
+        assert killed < run.ended_at < back, (run.id, run.ended_at - killed)
+        if run.report == "done":
+            assert run.outcome is Outcome.SUCCEEDED, (run.id, run.outcome, run.error)
+            continue
+        assert run.outcome is Outcome.LOST, (run.id, run.outcome, run.error)
+        again = [r for r in runs.values() if r.task_id == run.task_id and r.id > run.id]
+        assert again and again[0].node != name and again[0].claimed_at < back, (run.id, again)
