@@ -1,0 +1,70 @@
+"""A node that starts again while another node is declaring it down (PostgreSQL: the two
+transactions interleave; SQLite has one writer at a time, so they never do there)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from taskherd.model import NewTask, Outcome
+from taskherd.queue import RetryPolicy
+from taskherd.store import open_store
+from tests.interleave import pause_before, wait_for_lock_wait_or
+
+LEASE = 60.0
+NOW = 1000.0
+
+
+def test_a_node_starting_during_its_rescue_learns_it_was_declared_down(pg_url):
+    # The daemon of n0 died, not its machine: its agent runs on. n1 declares n0 down and
+    # rescues the run just as n0's new daemon starts. Were n0's start to read its record
+    # before the rescue commits, it would learn nothing of it: it would neither adopt the run
+    # (no longer open) nor stop its agent (not knowing it had been declared down), and the
+    # agent would run on, unwatched, beside the task's next run on another node.
+    with open_store(pg_url, durability="normal") as node, \
+            open_store(pg_url, durability="normal") as other:
+        node.node_up("n0", host="a", pid=1, version="1", lease=LEASE, roles=["r"], now=NOW,
+                     timeout=15.0)
+        node.enqueue(NewTask(role="r", title="outlives its daemon"), NOW)
+        held = node.claim("n0", NOW, LEASE)
+        node.mark_spawned(held.run.id, NOW, LEASE, pid=4242, pid_started_at=NOW, log_path=None)
+        # n1's rescue has declared n0 down and holds its record, about to end its runs.
+        rescue_under_way, go_on = pause_before(other, "open_runs")
+        with ThreadPoolExecutor(2) as threads:
+            try:
+                rescue = threads.submit(other.rescue_down_nodes, "n1", NOW + 20,
+                                        lambda role: RetryPolicy())
+                assert rescue_under_way.wait(10)
+                back = threads.submit(node.node_up, "n0", host="a", pid=2, version="1",
+                                      lease=LEASE, roles=["r"], now=NOW + 20, timeout=15.0)
+                wait_for_lock_wait_or(back.done, pg_url)
+            finally:
+                go_on.set()
+            [down] = rescue.result(10)
+            again = back.result(10)
+    assert [f.run.id for f in down.rescued] == [held.run.id]
+    assert down.rescued[0].run.outcome is Outcome.LOST
+    # Started after the rescue committed: it knows, and finds the run to stop its agent.
+    assert again.was_down_at == NOW + 20
+    assert [run.id for run in node.lost_runs_of_node("n0", since=again.was_down_at)] \
+        == [held.run.id]
+
+
+def test_a_heartbeat_during_its_rescue_learns_the_node_was_declared_down(pg_url):
+    # A node only slow, declared down as it says it is alive: it learns it (and says so).
+    with open_store(pg_url, durability="normal") as node, \
+            open_store(pg_url, durability="normal") as other:
+        node.node_up("n0", host="a", pid=1, version="1", lease=LEASE, roles=["r"], now=NOW,
+                     timeout=15.0)
+        rescue_under_way, go_on = pause_before(other, "open_runs")
+        with ThreadPoolExecutor(2) as threads:
+            try:
+                rescue = threads.submit(other.rescue_down_nodes, "n1", NOW + 20,
+                                        lambda role: RetryPolicy())
+                assert rescue_under_way.wait(10)
+                seen = threads.submit(node.node_seen, "n0", NOW + 20, running=0, roles=["r"])
+                wait_for_lock_wait_or(seen.done, pg_url)
+            finally:
+                go_on.set()
+            assert len(rescue.result(10)) == 1
+            before = seen.result(10)
+    assert before.down_at == NOW + 20 and before.down_by == "n1"
