@@ -96,6 +96,7 @@ def config(database: str, node: str, program: str, records: Path) -> str:
         max_concurrent = 4
         lease = "30s"
         node_timeout = "{NODE_TIMEOUT:g}s"
+        on_shutdown = "wait"  # the fleet's stop at the end leaves no agent behind it
 
         [pools]
         gpu = 2
