@@ -5,10 +5,17 @@ to every agent it started) and starts it again: at once, or, every other kill, o
 stayed down longer than node_timeout, so that the other two declare it down and rescue its
 work.
 
+The node's machine dies, not only its daemon: agents are detached from their daemon (their
+shims are session leaders, so that a restarted daemon adopts them), and an agent whose daemon
+alone died would run on beside its task's next run once the node is declared down.
+
 Each agent says it is done as a real one does, through its run's credential (`taskherd done`,
 which reaches the store through its daemon at once), and only then notes its end. A node
 that dies after that report and before settling the run leaves a run that is ended by the
-report, whichever node ends it: the task is not run again.
+report, whichever node ends it: the task is not run again. An agent completed its task when
+its report is in the store: one that died while reporting (noted "reporting", then nothing)
+completed it if the report had got there, and otherwise is run again like any other killed
+agent.
 
 Afterwards, by the agents' own records (each writes its start and its end to a shared file)
 and by the database: every task was completed exactly once; the deployer never ran twice at
