@@ -69,7 +69,7 @@ class SQLNodes(NodeStore):
                     f"node {node.name} went silent (last seen {seen}, node_timeout "
                     f"{node.silence_allowed:g}s): declared down by {by}"))
                 rescued = [self._finish(db, run["id"], lost, policy_for(run["role"]), now)
-                           for run in db.execute(self.q["open_runs"],
+                           for run in db.execute(self.q["open_runs_of_down_node"],
                                                  {"node": node.name}).fetchall()]
                 declared.append(DownNode(replace(node, down_at=now, down_by=by), rescued))
         return declared

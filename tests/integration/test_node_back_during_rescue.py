@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from taskherd.model import NewTask, Outcome
+import pytest
+
+from taskherd.model import NewTask, Outcome, TaskState
 from taskherd.queue import RetryPolicy
-from taskherd.store import open_store
+from taskherd.store import StoreError, open_store
 from tests.interleave import pause_before, wait_for_lock_wait_or
 
 LEASE = 60.0
@@ -28,7 +30,7 @@ def test_a_node_starting_during_its_rescue_learns_it_was_declared_down(pg_url):
         held = node.claim("n0", NOW, LEASE)
         node.mark_spawned(held.run.id, NOW, LEASE, pid=4242, pid_started_at=NOW, log_path=None)
         # n1's rescue has declared n0 down and holds its record, about to end its runs.
-        rescue_under_way, go_on = pause_before(other, "open_runs")
+        rescue_under_way, go_on = pause_before(other, "open_runs_of_down_node")
         with ThreadPoolExecutor(2) as threads:
             try:
                 rescue = threads.submit(other.rescue_down_nodes, "n1", NOW + 20,
@@ -55,7 +57,7 @@ def test_a_heartbeat_during_its_rescue_learns_the_node_was_declared_down(pg_url)
             open_store(pg_url, durability="normal") as other:
         node.node_up("n0", host="a", pid=1, version="1", lease=LEASE, roles=["r"], now=NOW,
                      timeout=15.0)
-        rescue_under_way, go_on = pause_before(other, "open_runs")
+        rescue_under_way, go_on = pause_before(other, "open_runs_of_down_node")
         with ThreadPoolExecutor(2) as threads:
             try:
                 rescue = threads.submit(other.rescue_down_nodes, "n1", NOW + 20,
@@ -68,3 +70,33 @@ def test_a_heartbeat_during_its_rescue_learns_the_node_was_declared_down(pg_url)
             assert len(rescue.result(10)) == 1
             before = seen.result(10)
     assert before.down_at == NOW + 20 and before.down_by == "n1"
+
+
+def test_an_agent_told_its_done_was_taken_is_never_run_again_by_a_rescue(pg_url):
+    # n0 is only slow: n1 declares it down and reads its run to end it, while n0's agent says
+    # `taskherd done` through its daemon. Had the report committed after the rescue read the
+    # run, the agent would have been told it was taken, and the rescue would still end the run
+    # `lost` and its task run a second time.
+    with open_store(pg_url, durability="normal") as node, \
+            open_store(pg_url, durability="normal") as other:
+        node.node_up("n0", host="a", pid=1, version="1", lease=LEASE, roles=["r"], now=NOW,
+                     timeout=15.0)
+        task = node.enqueue(NewTask(role="r", title="deploy once"), NOW).task
+        held = node.claim("n0", NOW, LEASE)
+        node.mark_spawned(held.run.id, NOW, LEASE, pid=4242, pid_started_at=NOW, log_path=None)
+        rescue_ending_the_run, go_on = pause_before(other, "end_run")
+        with ThreadPoolExecutor(2) as threads:
+            try:
+                rescue = threads.submit(other.rescue_down_nodes, "n1", NOW + 20,
+                                        lambda role: RetryPolicy())
+                assert rescue_ending_the_run.wait(10)
+                report = threads.submit(node.report, held.run.id, "done", NOW + 20, "deployed")
+                wait_for_lock_wait_or(report.done, pg_url)
+            finally:
+                go_on.set()
+            [down] = rescue.result(10)
+            with pytest.raises(StoreError, match="already ended"):
+                report.result(10)  # the agent is told: it is not its task any more
+    [rescued] = down.rescued
+    assert rescued.run.outcome is Outcome.LOST and rescued.task.state is TaskState.READY
+    assert node.get_task(task.id).state is TaskState.READY

@@ -133,6 +133,17 @@ WHERE stopped_at IS NULL AND down_at IS NULL AND name <> :node
 ORDER BY name
 FOR UPDATE SKIP LOCKED;
 
+-- name: open_runs_of_down_node
+-- FOR UPDATE: the rescue of a node declared down while it was only slow must not end a run
+-- `lost` whose agent's `taskherd done` committed after the rescue read the run: the agent
+-- would be told its report was taken, and its task run again. Locked first, each run is
+-- read by the rescue with its report; a report not yet made waits and finds the run ended.
+-- A run the node settles meanwhile is skipped (FOR UPDATE rechecks `ended_at IS NULL`).
+SELECT * FROM runs
+WHERE ended_at IS NULL AND node = :node
+ORDER BY id
+FOR UPDATE;
+
 -- name: lock_runs_for_rollup
 -- The runs' mark follows the oldest open run the rollup can see; a run another transaction
 -- is ending right now must either be seen ended by the rollup or see the moved mark (and add

@@ -100,6 +100,13 @@ SELECT * FROM runs INDEXED BY runs_open
 WHERE ended_at IS NULL AND (CAST(:node AS TEXT) IS NULL OR node = :node)
 ORDER BY id;
 
+-- name: open_runs_of_down_node
+-- The runs of a node being declared down, for its rescue to end: SQLite's one writer at a
+-- time already keeps an agent's report from landing between the rescue's read and its end.
+SELECT * FROM runs INDEXED BY runs_open
+WHERE ended_at IS NULL AND node = :node
+ORDER BY id;
+
 -- name: count_by_state_and_role
 -- As the common block, with the indexes named: without statistics the planner would rather
 -- scan the table than look up the rows of a partial index.
