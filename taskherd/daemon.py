@@ -239,7 +239,7 @@ class Daemon:
                 task = store.get_task(run.task_id)
             except StoreError:
                 continue
-            if supervisor.adopt(run, task, now) is not None:
+            if supervisor.adopt(run, task, now, at_start=True) is not None:
                 adopted += 1
         # Adopted runs are ours again: renew their leases before the monitor looks for expiry.
         store.renew_leases(self.config.daemon.node, now, self.config.daemon.lease)

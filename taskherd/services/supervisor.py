@@ -52,6 +52,8 @@ READ_LIMIT = 32 << 20
 RECENT_BYTES = 4096  # the end of a run's output kept to read a question from
 ADOPT_EVERY = 10.0  # seconds between two looks for open runs nobody watches
 HEARTBEAT_SLACK = 5.0  # heartbeats are stamped by another process's clock: look back this far
+VANISHED_WHILE_DOWN = ("the process vanished without an exit status while no daemon ran on "
+                       "this node (its machine died, or it was killed with it)")
 
 
 @dataclass(eq=False)  # identity: comparing every field of a thousand runs costs a round
@@ -82,6 +84,8 @@ class LiveRun:
     verdict: tuple[Liveness, float, str | None] | None = None  # as last written to the store
     probe: bool = False  # the one run of its runtime let through after a rate limit
     gate: GateLimits | None = None  # the quality gate it runs now, watched in its stead
+    # Found ended when this daemon started: whatever ended it happened while none watched.
+    ended_unwatched: bool = False
 
 
 @dataclass(frozen=True)
@@ -255,8 +259,9 @@ class Supervisor:
         runs = [run for run in self.store.runs_of_task(task.id) if run.session_id]
         return [run for run in runs if run.session_id == runs[-1].session_id] if runs else []
 
-    def adopt(self, run: Run, task: Task, now: float) -> LiveRun | None:
-        """Re-attach to an agent an earlier daemon started; settle it if it already ended."""
+    def adopt(self, run: Run, task: Task, now: float, at_start: bool = False) -> LiveRun | None:
+        """Re-attach to an agent an earlier daemon started; settle it if it already ended.
+        `at_start`: adopted as this daemon starts, after a time when none ran on the node."""
         role = self.config.role(run.role)
         if run.pid is None and run.log_path is None:
             run = self._spawn_left_on_disk(run, now)
@@ -275,6 +280,7 @@ class Supervisor:
             return None
         live = self._watch(run, task, role, runtime, handle, run.spawned_at or now)
         live.last_activity = now
+        live.ended_unwatched = at_start and not handle.is_alive()
         cooldown = self.store.cooldown_of(role.runtime)
         live.probe = cooldown is not None and cooldown.probe_run_id == run.id
         log.info("run %s: re-adopted pid %s (%s)", run.id, run.pid,
@@ -726,6 +732,12 @@ class Supervisor:
 
     def _result(self, live: LiveRun, run: Run, status: procs.ExitStatus, now: float) -> RunResult:
         result = live.runtime.result(live.role, live.reader, status, run, now, live.handle)
+        if (live.ended_unwatched and result.outcome is Outcome.CRASHED
+                and status.code is None and status.signal is None):
+            # Its shim died too, without a word, while no daemon ran here: the machine died
+            # (or all was killed with it). As when another node rescues the run of a node
+            # that stays down: lost, no strike, back at once; not the agent's crash.
+            return RunResult(Outcome.LOST, error=VANISHED_WHILE_DOWN, error_tail=result.error_tail)
         if result.output_tail is None:  # for a chain's `when` and a reviewer's verdict
             result = dataclasses.replace(result, output_tail=live.reader.error_tail or None)
         if live.kill_reason is None or result.outcome is Outcome.SUCCEEDED and (

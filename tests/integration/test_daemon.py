@@ -17,7 +17,7 @@ import pytest
 
 from taskherd.config import load_config
 from taskherd.model import NewTask, Outcome, TaskState
-from tests.fleet import PYTHON, Fleet, agent
+from tests.fleet import PYTHON, Fleet, agent, kill_machine
 
 AGENT = """
     import os, subprocess, sys, time
@@ -297,6 +297,27 @@ def test_a_readopted_run_keeps_its_true_end_time_and_its_runtime(fleet, tmp_path
     [settled] = f.store.runs_of_task(task.id)
     assert settled.ended_at == pytest.approx(ended_at, abs=1e-6)  # not when the new daemon saw it
     assert settled.runtime == "command"
+
+
+def test_an_agent_gone_with_its_machine_is_lost_without_a_strike_when_the_node_returns(
+        fleet, tmp_path):
+    # The machine died with the agent on it, and the node came back before another could
+    # declare it down: its new daemon finds the run's process gone, without an exit status.
+    # Had the node stayed down, another would have ended the run `lost` (no strike, ready at
+    # once); the node coming back first must not make it the agent's crash, a strike and a
+    # backoff (here, with one attempt allowed, a dead task).
+    gate = tmp_path / "go"
+    f = fleet("max_attempts = 1")
+    f.up()
+    task = f.add("held", prompt=f"hold {gate}")
+    f.wait_until(lambda: (r := f.store.open_runs()) and r[0].pid, what="spawn")
+    kill_machine(f.daemon)
+    gate.write_text("go")  # the next run finds it and completes
+    f.up()
+    assert f.wait_final(task.id).state is TaskState.COMPLETED
+    first, second = f.store.runs_of_task(task.id)
+    assert first.outcome is Outcome.LOST and "while no daemon ran on this node" in first.error
+    assert second.outcome is Outcome.SUCCEEDED
 
 
 def test_an_open_run_nobody_watches_is_adopted_not_renewed_forever(fleet, tmp_path):
