@@ -153,7 +153,10 @@ class PostgresStore(SQLStore):
         self._without_flush = self._durability == "full"  # "normal" never waits already
 
     def _order_claims(self, db: Any) -> None:
-        db.execute(M["limits_lock"]).fetchall()
+        db.execute(M["limits_lock"])  # granted when its result is read, in a pipeline too
+
+    def _together(self, db: Any) -> Any:
+        return db.pipeline()
 
     def _announce(self, db: Any, outbox: Sequence[Emitted]) -> None:
         self._notifying = [event.to_json() for event in built(outbox)]  # sent with the COMMIT

@@ -13,7 +13,7 @@ import json
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
 from typing import Any
 
@@ -104,6 +104,14 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         """Order this transaction after every other claim that counts runs across nodes (and
         every cooldown set), until it ends: PostgreSQL's advisory lock. A no-op where the
         transaction already holds the database's one write lock (SQLite's BEGIN IMMEDIATE)."""
+
+    def _together(self, db: Connection) -> AbstractContextManager[Any]:
+        """The statements executed inside it reach the database together and their results
+        come back together when it ends (PostgreSQL's pipeline: one round trip for them all,
+        each statement still run after the one before, with a snapshot of its own); read
+        their cursors after it. A no-op where a statement is a call in this process (SQLite).
+        """
+        return nullcontext()
 
     def _claim_started(self, db: Connection) -> None:
         """A claim's transaction began: PostgreSQL lets it commit without waiting for the
@@ -265,8 +273,6 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
 
     def _limits_refusal(self, db: Connection, node: str, now: float, limits: ClaimLimits,
                         role: str, task_pool: str | None) -> Refusal | None:
-        if limits.crosses_nodes(role, task_pool):
-            self._order_claims(db)
         limit = limits.role(role)
         pools = limits.pools_of(role, task_pool)
         pool_a, pool_b = (pools + (None, None))[:2]
@@ -280,7 +286,15 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
             "pool_b": pool_b, "pool_b_node": node_filter(pool_b and limits.pools[pool_b].scope),
             "runtime": limit.runtime,
         }
-        row = _one(db.execute(self.q["limit_usage"], params))
+        # The lock and the count go together: every claim that counts across nodes holds
+        # the lock for as long as its transaction, so each round trip inside it is one that
+        # every other node's claim waits for. The count's snapshot is still taken after the
+        # lock is granted (the statements run one after the other).
+        with self._together(db):
+            if limits.crosses_nodes(role, task_pool):
+                self._order_claims(db)
+            counted = db.execute(self.q["limit_usage"], params)
+        row = _one(counted)
         running = {pool: row[column] for pool, column in
                    ((pool_a, "pool_a_running"), (pool_b, "pool_b_running")) if pool}
         usage = Usage(row["role_running"], row["role_last_claim"], running,
@@ -306,15 +320,20 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
                          lease_seconds: float, role: str, runtime: str | None,
                          limits: ClaimLimits, inbox: InboxLimit | None) -> Claim:
         claimed = {"id": task_id, "node": node, "now": now, "lease_until": now + lease_seconds}
-        task = Task.from_row(_one(db.execute(self.q["claim_task"], claimed)))
         limit = limits.role(role)
-        run_params = {"task_id": task.id, "node": node, "role": role, "runtime": runtime,
+        run_params = {"task_id": task_id, "node": node, "role": role, "runtime": runtime,
                       "pool": limit.pool, "now": now}
-        run = Run.from_row(_one(db.execute(self.q["insert_run"], run_params)))
+        # Together, in one round trip under the claims' lock: the candidate's row is locked
+        # (SKIP LOCKED, or SQLite's write lock), so claim_task always claims it.
+        with self._together(db):
+            task_claimed = db.execute(self.q["claim_task"], claimed)
+            run_inserted = db.execute(self.q["insert_run"], run_params)
+            if limit.stagger:
+                db.execute(self.q["note_role_claim"], {"role": role, "node": node, "now": now})
+        task = Task.from_row(_one(task_claimed))
+        run = Run.from_row(_one(run_inserted))
         # Delivered in the claim's transaction, as in `claim`.
         claim = Claim(task, run, self._deliver_inbox(db, run, inbox, now) if inbox else ())
-        if limit.stagger:
-            db.execute(self.q["note_role_claim"], {"role": role, "node": node, "now": now})
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=claim.run.id,
                    state=task.state, role=task.role)
         return claim
