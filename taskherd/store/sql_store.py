@@ -259,11 +259,11 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
                 if candidate is None:
                     return None
                 role = any_role if candidate["role"] == ANY_ROLE else candidate["role"]
-                refusal = self._limits_refusal(db, node, now, limits, role, candidate["pool"])
-                if refusal is None:
-                    return self._claim_candidate(db, candidate["id"], node, now, lease_seconds,
-                                                 role, runtime or runtime_of.get(role), limits,
-                                                 inbox)
+                claimed = self._claim_if_room(db, candidate, node, now, lease_seconds, limits,
+                                              role, runtime or runtime_of.get(role), inbox)
+                if isinstance(claimed, Claim):
+                    return claimed
+            refusal = claimed
             refusals[role] = refusal
             if refusal.pool is not None:
                 full.append(refusal.pool)
@@ -271,21 +271,20 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
                 allowed.remove(role)
         return None
 
+    def _claim_if_room(self, db: Connection, candidate: Mapping[str, Any], node: str,
+                       now: float, lease_seconds: float, limits: ClaimLimits, role: str,
+                       runtime: str | None, inbox: InboxLimit | None) -> Claim | Refusal:
+        """The candidate claimed as a run of `role` if its limits leave room, else why not:
+        counted, then claimed, one step at a time (PostgreSQL does it in one statement)."""
+        refusal = self._limits_refusal(db, node, now, limits, role, candidate["pool"])
+        if refusal is not None:
+            return refusal
+        return self._claim_candidate(db, candidate["id"], node, now, lease_seconds, role,
+                                     runtime, limits, inbox)
+
     def _limits_refusal(self, db: Connection, node: str, now: float, limits: ClaimLimits,
                         role: str, task_pool: str | None) -> Refusal | None:
-        limit = limits.role(role)
-        pools = limits.pools_of(role, task_pool)
-        pool_a, pool_b = (pools + (None, None))[:2]
-
-        def node_filter(scope: str | None) -> str | None:
-            return node if scope == NODE else None
-
-        params = {
-            "now": now, "role": role, "role_node": node_filter(limit.scope),
-            "pool_a": pool_a, "pool_a_node": node_filter(pool_a and limits.pools[pool_a].scope),
-            "pool_b": pool_b, "pool_b_node": node_filter(pool_b and limits.pools[pool_b].scope),
-            "runtime": limit.runtime,
-        }
+        params = usage_params(node, now, limits, role, task_pool)
         # The lock and the count go together: every claim that counts across nodes holds
         # the lock for as long as its transaction, so each round trip inside it is one that
         # every other node's claim waits for. The count's snapshot is still taken after the
@@ -294,11 +293,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
             if limits.crosses_nodes(role, task_pool):
                 self._order_claims(db)
             counted = db.execute(self.q["limit_usage"], params)
-        row = _one(counted)
-        running = {pool: row[column] for pool, column in
-                   ((pool_a, "pool_a_running"), (pool_b, "pool_b_running")) if pool}
-        usage = Usage(row["role_running"], row["role_last_claim"], running,
-                      row["cooldown_until"])
+        usage = usage_of(_one(counted), params)
         refusal = limits.refusal(role, task_pool, usage, now)
         if refusal is None and limits.budget_scopes(role):
             return self._budget_refusal(db, limits, role, now)
@@ -330,13 +325,17 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
             run_inserted = db.execute(self.q["insert_run"], run_params)
             if limit.stagger:
                 db.execute(self.q["note_role_claim"], {"role": role, "node": node, "now": now})
-        task = Task.from_row(_one(task_claimed))
-        run = Run.from_row(_one(run_inserted))
-        # Delivered in the claim's transaction, as in `claim`.
-        claim = Claim(task, run, self._deliver_inbox(db, run, inbox, now) if inbox else ())
-        self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=claim.run.id,
+        return self._claimed(db, Task.from_row(_one(task_claimed)),
+                             Run.from_row(_one(run_inserted)), now, inbox)
+
+    def _claimed(self, db: Connection, task: Task, run: Run, now: float,
+                 inbox: InboxLimit | None, waiting: list[Any] | None = None) -> Claim:
+        """The claim of `task` by `run` within limits, its inbox delivered in the claim's
+        transaction as in `claim` (from `waiting`, the messages read already, if given)."""
+        messages = self._deliver_inbox(db, run, inbox, now, waiting) if inbox else ()
+        self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=run.id,
                    state=task.state, role=task.role)
-        return claim
+        return Claim(task, run, messages)
 
     def mark_spawned(
         self,
@@ -823,7 +822,37 @@ def task_params(new: NewTask, now: float) -> dict[str, Any]:
     }
 
 
-def _one(cursor: Any) -> Any:
+def usage_params(node: str, now: float, limits: ClaimLimits, role: str,
+                  task_pool: str | None) -> dict[str, Any]:
+    """limit_usage's parameters for a run of `role` in `task_pool` on `node`."""
+    limit = limits.role(role)
+    pools = limits.pools_of(role, task_pool)
+    pool_a, pool_b = (pools + (None, None))[:2]
+
+    def node_filter(scope: str | None) -> str | None:
+        return node if scope == NODE else None
+
+    return {
+        "now": now, "role": role, "role_node": node_filter(limit.scope),
+        "pool_a": pool_a, "pool_a_node": node_filter(pool_a and limits.pools[pool_a].scope),
+        "pool_b": pool_b, "pool_b_node": node_filter(pool_b and limits.pools[pool_b].scope),
+        "runtime": limit.runtime,
+    }
+
+
+def usage_of(row: Mapping[str, Any], params: Mapping[str, Any]) -> Usage:
+    """The Usage a row of limit_usage's columns read, for the pools `params` named."""
+    running = {pool: row[column] for pool, column in
+               ((params["pool_a"], "pool_a_running"), (params["pool_b"], "pool_b_running"))
+               if pool}
+    return Usage(row["role_running"], row["role_last_claim"], running, row["cooldown_until"])
+
+
+def one_row(cursor: Any) -> Any:
+    """The first row of a statement's result, or None; every row is read."""
     # Drain the cursor: a half-read RETURNING statement would keep COMMIT from finishing.
     rows = cursor.fetchall()
     return rows[0] if rows else None
+
+
+_one = one_row  # the name this module's transitions use
