@@ -82,6 +82,22 @@ def test_a_pool_holds_its_capacity_across_nodes_by_role_and_by_task(store, other
     assert refusals["trainer"].reason == "pool gpu is full (2)"
 
 
+def test_a_run_in_its_roles_pool_and_its_tasks_pool_fits_both(store, other):
+    # Two pools counted for one candidate: the coder's own (cpu, room left) and the task's
+    # (gpu, full): its task waits and the role's next task, outside the gpu, goes instead.
+    limits = ClaimLimits({"coder": RoleLimit(pool="cpu"), "trainer": RoleLimit()},
+                         {"cpu": PoolLimit(5), "gpu": PoolLimit(1)})
+    add(store, "trainer", "train", pool="gpu")
+    render = add(store, "coder", "render", pool="gpu")
+    plain = add(store, "coder", "plain code")
+    claim(store, "node-a", limits, ["trainer"])
+    refusals = {}
+    got = claim(other, "node-b", limits, ["coder"], refusals=refusals)
+    assert got.task.id == plain.id and got.run.pool == "cpu"
+    assert refusals["coder"].reason == "pool gpu is full (1)" and refusals["coder"].pool == "gpu"
+    assert store.get_task(render.id).state is TaskState.READY
+
+
 def test_a_stagger_counts_the_latest_claim_on_any_node(store, other):
     limits = ClaimLimits({"coder": RoleLimit(stagger=30.0)})
     add(store, "coder", "one")
