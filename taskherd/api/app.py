@@ -189,7 +189,8 @@ class Api:
     config: Config
     store: Store
     clock: Callable[[], float] = time.time
-    # The daemon's service loops (their counts and errors, for /metrics), when it serves us.
+    # The daemon's services, {name: {"counts": {…}, "errors": n}}, for /metrics, when the
+    # daemon serves us (asked over the link of `process.ApiProcess`).
     services: Callable[[], dict[str, Any]] | None = None
     throttle: token_ops.Throttle = field(default_factory=token_ops.Throttle)
     rates: token_ops.RateLimit = field(default_factory=token_ops.RateLimit)

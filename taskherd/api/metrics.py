@@ -133,10 +133,10 @@ class _StoreCollector:
                                       labels=["service", "count"])
         errors = CounterMetricFamily("taskherd_service_store_errors",
                                      "Store errors a service's passes met", labels=["service"])
-        for name, loop in services.items():
-            for key, value in dict(loop.counts).items():
+        for name, service in services.items():
+            for key, value in service["counts"].items():
                 counted.add_metric([name, key], value)
-            errors.add_metric([name], loop.errors)
+            errors.add_metric([name], service["errors"])
         yield counted
         yield errors
 
