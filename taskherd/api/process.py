@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -208,6 +209,9 @@ async def serve_child(link_fd: int, listen_fd: int) -> None:
                 await serving  # its error, in the log the daemon shares
                 return
             await asyncio.sleep(0.01)
+        # What start-up made (the app, its modules) lives as long as the process: frozen out
+        # of the collector's reach, a full collection no longer walks it in a request's time.
+        gc.freeze()
         writer.write(b'{"serving":true}\n')
         # The link stays quiet but for the answers `ask` reads: the daemon gone closes it.
         # (Reading here would race `ask`; watching the parent is enough.)
