@@ -81,6 +81,8 @@ class ApiProcess:
 
     async def _spawn(self) -> None:
         assert self._sock is not None
+        if self._link is not None:  # the link of a child that died
+            self._link.close()
         ours, theirs = socket.socketpair()
         level = str(logging.getLogger().getEffectiveLevel())
         try:
