@@ -22,6 +22,7 @@ from taskherd.chains import encode_chain, review_of, review_verdict
 from taskherd.limits import NODE, ClaimLimits, Refusal, Usage
 from taskherd.model import (
     ANY_ROLE,
+    FINAL_STATES,
     OPEN_STATES,
     Claim,
     Cooldown,
@@ -173,14 +174,21 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
     def list_tasks(
         self, *, state: TaskState | None = None, role: str | None = None, limit: int = 100
     ) -> list[Task]:
+        """Open tasks by priority then id, then finished ones; with a finished `state`, the
+        most recently finished first (a history of a million has no useful oldest)."""
         params = {"state": state.value if state else None, "role": role, "limit": limit}
-        return [Task.from_row(row) for row in self._all("list_tasks", params)]
+        query = "list_tasks" if state is None else (
+            "list_finished_tasks_in_state" if state in FINAL_STATES else
+            "list_open_tasks_in_state")
+        return [Task.from_row(row) for row in self._all(query, params)]
 
     def page_tasks(self, *, state: TaskState | None = None, role: str | None = None,
                    before_id: int | None = None, limit: int = 100) -> list[Task]:
         params = {"state": state.value if state else None, "role": role,
                   "before_id": before_id, "limit": limit}
-        return [Task.from_row(row) for row in self._all("page_tasks", params)]
+        # A finished state walks the primary key down: the history is mostly finished tasks.
+        query = "page_open_tasks_in_state" if state in OPEN_STATES else "page_tasks"
+        return [Task.from_row(row) for row in self._all(query, params)]
 
     def children_of(self, task_id: int, limit: int = 100) -> list[Task]:
         params = {"task_id": task_id, "limit": limit}
