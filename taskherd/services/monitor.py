@@ -99,7 +99,7 @@ class Monitor:
         A live agent keeps writing its log, and the open runs are skipped by name, so only
         the files of long-finished runs go, as their rows do.
         """
-        open_runs = {f"run-{run.id}" for run in self.store.open_runs(self.config.daemon.node)}
+        open_runs = {f"run-{run_id}" for run_id in self.store.open_run_ids(self.config.daemon.node)}
         removed = 0
         for path in self.config.daemon.log_dir.glob("run-*"):
             if path.name.split(".")[0] in open_runs:
@@ -116,11 +116,10 @@ class Monitor:
         """Claimed on this node but no process recorded, and nobody is starting one.
         (A spawned run nobody watches is the supervisor's: it adopts it again.)"""
         rescued = 0
-        # Ids first (one light query), whole runs only for the few never spawned: a thousand
-        # running agents must not cost a thousand records a second.
-        unspawned = [run_id for run_id, spawned_at
-                     in self.store.open_run_ids(self.config.daemon.node).items()
-                     if spawned_at is None and run_id not in self.live]
+        # Ids of the unspawned only (an index's few rows), whole runs only for those: a
+        # thousand running agents must not cost a thousand rows a second.
+        unspawned = [run_id for run_id in self.store.unspawned_run_ids(self.config.daemon.node)
+                     if run_id not in self.live]
         for run_id in unspawned:
             run = self.store.get_run(run_id)
             if run.ended_at is not None or run.spawned_at is not None:

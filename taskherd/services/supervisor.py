@@ -559,7 +559,7 @@ class Supervisor:
             live = self.live.get(run_id)
             if live is not None and beat != live.heartbeat_at:
                 live.heartbeat_at = beat
-                self._active(live, now, now)
+                self._active(live, min(beat, now), now)  # a sign of life when it was stamped
 
     def _active(self, live: LiveRun, at: float, now: float) -> None:
         """A sign of work at `at`: its idle clock starts over, and it is looked at soon."""

@@ -48,6 +48,10 @@ class WatchStore(abc.ABC):
     def open_run_ids(self, node: str) -> dict[int, float | None]:
         """The open runs of `node`: id → spawned_at (None: not spawned yet)."""
 
+    @abc.abstractmethod
+    def unspawned_run_ids(self, node: str) -> list[int]:
+        """The open runs of `node` not spawned yet (an index's few rows, not every open run)."""
+
     # -- the probe after a rate limit ------------------------------------------------------
 
     @abc.abstractmethod
@@ -101,6 +105,9 @@ class SQLWatch(WatchStore):
 
     def open_run_ids(self, node: str) -> dict[int, float | None]:
         return {row["id"]: row["spawned_at"] for row in self._all("open_run_ids", {"node": node})}
+
+    def unspawned_run_ids(self, node: str) -> list[int]:
+        return [row["id"] for row in self._all("unspawned_run_ids", {"node": node})]
 
     def all_cooldowns(self) -> list[Cooldown]:
         return [Cooldown.from_row(row) for row in self._all("all_cooldowns")]

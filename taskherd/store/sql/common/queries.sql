@@ -175,6 +175,10 @@ WHERE node = :node AND ended_at IS NULL AND heartbeat_at >= :since;
 -- name: open_run_ids
 SELECT id, spawned_at FROM runs WHERE ended_at IS NULL AND node = :node;
 
+-- name: unspawned_run_ids
+-- Claimed on the node and not spawned yet (runs_unspawned): a handful, however many run.
+SELECT id FROM runs WHERE node = :node AND ended_at IS NULL AND spawned_at IS NULL;
+
 -- name: open_runs_of_final_tasks
 -- Runs whose task a person cancelled (or that otherwise finished) while the agent still works,
 -- and runs a newer run of their task superseded (cancelled, requeued and claimed again
