@@ -108,6 +108,21 @@ SET lease_expires_at = :lease_until
 WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at IS NOT NULL AND lease_node = :node
   AND state IN ('claimed', 'running');
 
+-- name: renew_due_leases
+-- The node's leases that were renewed longest ago, before :renew_before, a batch at a time:
+-- the monitor renews a little each pass instead of every lease at once (a thousand rows in
+-- one write held the daemon's event loop). Found and ordered by tasks_clock's expressions.
+UPDATE tasks
+SET lease_expires_at = :lease_until
+WHERE id IN (
+    SELECT id FROM tasks
+    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1
+      AND coalesce(finished_at, lease_expires_at) < :renew_before
+      AND lease_expires_at IS NOT NULL AND lease_node = :node
+      AND state IN ('claimed', 'running')
+    ORDER BY coalesce(finished_at, lease_expires_at)
+    LIMIT :batch);
+
 -- name: end_run
 -- Usage the agent reported (`taskherd done --cost-usd`) stays unless the runtime measured its own.
 UPDATE runs
