@@ -38,3 +38,24 @@ def test_list_and_forget(store):
     assert store.forget_memory(first.id) and not store.forget_memory(first.id)
     assert store.search_memories("coder", ["one"], 5) == []
     assert store.get_memory(first.id) is None
+
+
+def test_a_large_memory_ranks_the_newest_thousand_matches_of_a_common_word_and_every_match_of_a_rare_one(store):
+    # 12,000 entries: more than the newest 10,000 the PostgreSQL search walks before it turns
+    # to its index. Every entry has "filler"; every 20th also "sparse" (600 in all).
+    def entry(number: int) -> str:
+        return "filler sparse note" if number % 20 == 0 else f"filler note {number}"
+
+    oldest = store.add_memories([
+        NewMemory("coder", "needle in the oldest entry", "agent"),
+        NewMemory("coder", "filler filler filler filler", "agent"),  # best "filler", but old
+        NewMemory("coder", "sparse sparse sparse", "agent"),  # best "sparse", oldest of 601
+    ], NOW)
+    store.add_memories([NewMemory("coder", entry(n), "agent") for n in range(12_000)], NOW)
+    newest = store.add_memories([NewMemory("coder", "filler filler filler", "agent")], NOW)[0]
+
+    assert [m.id for m in store.search_memories("coder", ["needle"], 5)] == [oldest[0].id]
+    assert store.search_memories("coder", ["sparse"], 5)[0].id == oldest[2].id
+    by_filler = store.search_memories("coder", ["filler"], 5)
+    assert by_filler[0].id == newest.id  # the oldest, better entry is past the newest 1,000
+    assert oldest[1].id not in {m.id for m in by_filler}
