@@ -21,7 +21,7 @@ from taskherd.budgets import COOLDOWN_PREFIX, FLEET
 from taskherd.config import Config, RoleConfig
 from taskherd.limits import ClaimLimits, Refusal
 from taskherd.model import Cooldown, Priority, TaskState
-from taskherd.services.supervisor import LiveRuns
+from taskherd.services.live_runs import LiveRuns
 from taskherd.store import Store, StoreError
 from taskherd.store.messages import InboxLimit
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from taskherd.config import Config
 from taskherd.model import Outcome, RunResult
-from taskherd.services.supervisor import LiveRuns
+from taskherd.services.live_runs import LiveRuns
 from taskherd.store import Store
 
 log = logging.getLogger("taskherd.monitor")

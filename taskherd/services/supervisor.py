@@ -22,8 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import heapq
-import itertools
 import logging
 import math
 import os
@@ -31,9 +29,8 @@ import random
 import secrets
 import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -56,10 +53,11 @@ from taskherd.ops import Queue
 from taskherd.ops import memory as memory_ops
 from taskherd.prompt import PromptContext
 from taskherd.questions import question_in
-from taskherd.runtimes.base import AgentEnv, Execution, OutputReader, RunFiles, Runtime
+from taskherd.runtimes.base import AgentEnv, Execution, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, guessed_cooldown, known_reset
 from taskherd.runtimes.registry import runtime_for
 from taskherd.services.gates import GateRunner
+from taskherd.services.live_runs import GateLimits, LiveRun, LiveRuns, LookSchedule
 from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.store.watch import VerdictChange
 
@@ -78,46 +76,6 @@ LOOK_GAP = 0.25  # the least time between two rounds of looks: due looks are tak
 HEARTBEAT_SLACK = 5.0  # heartbeats are stamped by another process's clock: look back this far
 
 
-@dataclass(eq=False)  # identity: comparing every field of a thousand runs costs a round
-class LiveRun:
-    """An agent this daemon is watching."""
-
-    run: Run
-    task: Task
-    role: RoleConfig
-    runtime: Runtime
-    handle: Execution
-    reader: OutputReader
-    spawned_at: float
-    pools: frozenset[str]
-    last_activity: float
-    log_offset: int = 0
-    cpu_seconds: float = 0.0
-    cpu_sampled_at: float = 0.0
-    heartbeat_at: float | None = None
-    kill_reason: tuple[Outcome, str] | None = None  # why the supervisor is ending it
-    watcher: asyncio.Task | None = field(default=None, repr=False)
-    next_look: float = math.inf  # when run_once looks at it again (its entry in the heap)
-    looked_at: float = 0.0  # when its log was last looked at: later output was written since
-    output_at: float = -math.inf  # the look that last found new output
-    cpu_busy: bool = False  # its last CPU sample showed work: keep sampling it
-    recent: bytes = b""  # the end of its output, where a question would be
-    question: str | None = None  # the question its output ends with, if any
-    question_read_at: int = -1  # the log offset `question` was read at
-    waiting: str | None = None  # the question it waits at (on_input = wait), until it moves
-    verdict: tuple[Liveness, float, str | None] | None = None  # as last written to the store
-    probe: bool = False  # the one run of its runtime let through after a rate limit
-    gate: GateLimits | None = None  # the quality gate it runs now, watched in its stead
-
-
-@dataclass(frozen=True)
-class GateLimits:
-    """What ends a running gate besides its exit: silence past its idle window."""
-
-    name: str
-    idle_timeout: float
-
-
 @dataclass(frozen=True)
 class SupervisorSettings:
     interval: float = 1.0  # seconds between two rounds: heartbeats, logs that grow
@@ -125,45 +83,6 @@ class SupervisorSettings:
     # still due then are taken in the next pass, after whatever else waits for the loop.
     pass_budget: float = 0.002
     looks_per_pass: int = 200  # due runs taken from the heap at once (one CPU sampling round)
-
-
-class LiveRuns(Mapping[int, Run]):
-    """What other services may know of the runs this node watches, read-only: the run of
-    each watched id, running counts per role, pools in use and the last spawn per role.
-    The counts are kept as runs come and go: the dispatcher reads them for every claim, and
-    counting a thousand runs each time was most of its pass."""
-
-    def __init__(self, live: dict[int, LiveRun], last_spawns: dict[str, float]):
-        self._live = live
-        self._last_spawns = last_spawns
-        self._per_role: Counter[str] = Counter()
-        self._per_pool: Counter[str] = Counter()
-
-    def _added(self, live: LiveRun) -> None:
-        self._per_role[live.role.name] += 1
-        self._per_pool.update(live.pools)
-
-    def _removed(self, live: LiveRun) -> None:
-        self._per_role[live.role.name] -= 1
-        self._per_pool.subtract(live.pools)
-
-    def __getitem__(self, run_id: int) -> Run:
-        return self._live[run_id].run
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(list(self._live))
-
-    def __len__(self) -> int:
-        return len(self._live)
-
-    def running_per_role(self) -> Counter[str]:
-        return +self._per_role  # a copy, without the roles that have none
-
-    def pools_in_use(self) -> Counter[str]:
-        return +self._per_pool
-
-    def last_spawn(self, role: str) -> float | None:
-        return self._last_spawns.get(role)
 
 
 class Supervisor:
@@ -184,10 +103,7 @@ class Supervisor:
         self.view = LiveRuns(self.live, self.last_spawn)
         self.settings = settings
         self.log_dir = config.daemon.log_dir
-        # When each watched run is looked at next: (time, order, run id), the earliest first.
-        # An entry whose time is no longer its run's next_look was superseded and is skipped.
-        self._looks: list[tuple[float, int, int]] = []
-        self._order = itertools.count()
+        self._looks = LookSchedule()  # when each watched run is looked at next
         self._behind = False  # the last pass left due looks for the next one
         self._heartbeats_read = float("-inf")
         self._run_of_task: dict[int, int] = {}  # task id → its watched run's id
@@ -363,9 +279,9 @@ class Supervisor:
                        pools, last_activity=spawned_at, looked_at=spawned_at)
         self._forget(run.id)  # watched again (a restart's adoption): counted once
         self.live[run.id] = live
-        self.view._added(live)
+        self.view.watched(live)
         self._run_of_task[task.id] = run.id
-        self._schedule(live, 0.0)  # the first look: at the next round
+        self._looks.schedule(live, 0.0)  # the first look: at the next round
         live.watcher = asyncio.get_running_loop().create_task(self._await_exit(live))
         return live
 
@@ -373,7 +289,7 @@ class Supervisor:
         """The run is no longer watched here (settled, or settled elsewhere)."""
         live = self.live.pop(run_id, None)
         if live is not None:
-            self.view._removed(live)
+            self.view.unwatched(live)
             if self._run_of_task.get(live.task.id) == run_id:
                 del self._run_of_task[live.task.id]
 
@@ -415,8 +331,9 @@ class Supervisor:
         if self._behind:
             return now
         wake = now + self.settings.interval
-        if self._looks:
-            wake = min(wake, max(self._looks[0][0], now + LOOK_GAP))
+        earliest = self._looks.earliest()
+        if earliest is not None:
+            wake = min(wake, max(earliest, now + LOOK_GAP))
         return wake
 
     def hear(self, event: Event) -> None:
@@ -494,7 +411,7 @@ class Supervisor:
             return counts
         if now - self._heartbeats_read >= self.settings.interval:
             self._note_heartbeats(now)
-        due = self._due(now)
+        due = self._looks.due(now, self.live, self.settings.looks_per_pass)
         began = time.perf_counter()
         sampled = {live.handle.pid for live in due
                    if live.handle.pid and self._wants_cpu(live, now)}
@@ -503,11 +420,12 @@ class Supervisor:
         for index, live in enumerate(due):
             if index and time.perf_counter() - began > self.settings.pass_budget:
                 for left in due[index:]:
-                    self._schedule(left, now)  # still due
+                    self._looks.schedule(left, now)  # still due
                 self._behind = True
                 break
             if not live.handle.is_alive():
-                self._schedule(live, now + self.settings.interval)  # its watcher settles it
+                # Its watcher settles it; looked at again should that take a while.
+                self._looks.schedule(live, now + self.settings.interval)
                 continue
             counts["checked"] += 1
             verdict = self._judge(live, now, cpu.get(live.handle.pid))
@@ -515,13 +433,13 @@ class Supervisor:
                 counts[verdict[0].value] = counts.get(verdict[0].value, 0) + 1
                 self.kill(live, *verdict)
                 continue
-            self._schedule(live, self._next_look(live, now), force=True)
+            self._looks.schedule(live, self._next_look(live, now), force=True)
             change = self._verdict_change(live, now)
             if change is not None:
                 changes.append(change)
-        if len(due) == self.settings.looks_per_pass and self._looks and (
-                self._looks[0][0] <= now):
-            self._behind = True
+        earliest = self._looks.earliest()
+        if len(due) == self.settings.looks_per_pass and earliest is not None and earliest <= now:
+            self._behind = True  # more were due than one pass takes
         if changes:
             try:
                 self.store.set_liveness(changes)
@@ -531,25 +449,6 @@ class Supervisor:
                     if change.run_id in self.live:
                         self.live[change.run_id].verdict = None  # written again next time
         return counts
-
-    def _due(self, now: float) -> list[LiveRun]:
-        """The runs whose look has come, earliest first, up to looks_per_pass."""
-        due: list[LiveRun] = []
-        while self._looks and self._looks[0][0] <= now and (
-                len(due) < self.settings.looks_per_pass):
-            when, _, run_id = heapq.heappop(self._looks)
-            live = self.live.get(run_id)
-            if live is not None and live.next_look == when and live.kill_reason is None:
-                live.next_look = math.inf  # taken: scheduled again once looked at
-                due.append(live)
-        return due
-
-    def _schedule(self, live: LiveRun, when: float, force: bool = False) -> None:
-        """Look at `live` at `when`, or sooner if it is already due sooner (unless `force`)."""
-        if when == live.next_look or (not force and live.next_look <= when):
-            return
-        live.next_look = when
-        heapq.heappush(self._looks, (when, next(self._order), live.run.id))
 
     def _note_heartbeats(self, now: float) -> None:
         """A heartbeat is a sign of life: one query for the runs that called in lately."""
@@ -566,7 +465,7 @@ class Supervisor:
         live.last_activity = max(live.last_activity, at)
         live.waiting = None  # it moved: answered, or it found its own way on
         if live.next_look != math.inf:  # (inf: being looked at now, or ended)
-            self._schedule(live, now + self.settings.interval)
+            self._looks.schedule(live, now + self.settings.interval)
 
     def _wants_cpu(self, live: LiveRun, now: float) -> bool:
         """CPU time matters only where it could keep a run from a threshold: sampled while the
@@ -620,7 +519,7 @@ class Supervisor:
         live.cpu_busy = False
         live.last_activity = max(started_at, live.last_activity)
         live.looked_at = started_at
-        self._schedule(live, 0.0, force=True)  # looked at in the next round
+        self._looks.schedule(live, 0.0, force=True)  # looked at in the next round
 
         def done() -> tuple[Outcome, str] | None:
             live.gate = None

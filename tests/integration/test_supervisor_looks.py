@@ -60,15 +60,24 @@ async def written(live, text: bytes = b"") -> float:
     return os.stat(path).st_mtime
 
 
-def stop_all(supervisor: Supervisor) -> None:
+async def stop_all(supervisor: Supervisor) -> None:
+    """No agent outlives its test, passed or failed."""
     for live in list(supervisor.live.values()):
         supervisor.kill(live, Outcome.LOST, "the test is over")
+    await until(lambda: not supervisor.live)
+
+
+async def stopping(supervisor: Supervisor, body):
+    try:
+        return await body()
+    finally:
+        await stop_all(supervisor)
 
 
 def test_a_quiet_run_is_looked_at_only_when_a_threshold_could_fall(tmp_path):
     store, supervisor = supervisor_for(tmp_path)
 
-    async def scenario():
+    async def body():
         now = time.time()
         _, live = start(store, supervisor, "sleeper", now)
         await written(live)
@@ -76,12 +85,10 @@ def test_a_quiet_run_is_looked_at_only_when_a_threshold_could_fall(tmp_path):
         for at in (0, 1, 5, 14, 16, 17, 16 + 0.8 * QUIET_LOOK - 0.1, 16 + QUIET_LOOK + 0.1):
             checked[at] = supervisor.check(now + at)["checked"]
         run = store.get_run(live.run.id)
-        stop_all(supervisor)
-        await until(lambda: not supervisor.live)
         return checked, run
 
     try:
-        checked, run = asyncio.run(scenario())
+        checked, run = asyncio.run(stopping(supervisor, body))
     finally:
         store.close()
     # The first look reads what it wrote, the next round finds nothing more; then nothing
@@ -94,7 +101,7 @@ def test_a_quiet_run_is_looked_at_only_when_a_threshold_could_fall(tmp_path):
 def test_a_question_read_late_is_timed_from_when_it_was_written(tmp_path):
     store, supervisor = supervisor_for(tmp_path)
 
-    async def scenario():
+    async def body():
         task, live = start(store, supervisor, "asker", time.time())
         asked_at = await written(live, b"[y/N]")
         # First read 4.5 s after the question was written: 0.5 s of input_timeout are left,
@@ -106,7 +113,7 @@ def test_a_question_read_late_is_timed_from_when_it_was_written(tmp_path):
         return ended, run, store.get_task(task.id)
 
     try:
-        ended, run, task = asyncio.run(scenario())
+        ended, run, task = asyncio.run(stopping(supervisor, body))
     finally:
         store.close()
     assert ended["needs_input"] == 1
@@ -117,7 +124,7 @@ def test_a_question_read_late_is_timed_from_when_it_was_written(tmp_path):
 def test_a_pass_stops_at_its_budget_and_the_next_goes_on_at_once(tmp_path):
     store, supervisor = supervisor_for(tmp_path, SupervisorSettings(pass_budget=0.0))
 
-    async def scenario():
+    async def body():
         now = time.time()
         lives = [start(store, supervisor, "sleeper", now)[1] for _ in range(3)]
         for live in lives:
@@ -125,12 +132,10 @@ def test_a_pass_stops_at_its_budget_and_the_next_goes_on_at_once(tmp_path):
         passes = []
         for _ in range(4):
             passes.append((supervisor.check(now)["checked"], supervisor.next_wake(now) - now))
-        stop_all(supervisor)
-        await until(lambda: not supervisor.live)
         return passes
 
     try:
-        passes = asyncio.run(scenario())
+        passes = asyncio.run(stopping(supervisor, body))
     finally:
         store.close()
     # One look a pass (a budget of nothing still allows one), the next pass at once while
@@ -141,7 +146,7 @@ def test_a_pass_stops_at_its_budget_and_the_next_goes_on_at_once(tmp_path):
 def test_a_cancel_is_found_at_once_when_heard_and_by_the_sweep_when_not(tmp_path):
     store, supervisor = supervisor_for(tmp_path)
 
-    async def scenario():
+    async def body():
         now = time.time()
         heard_task, heard = start(store, supervisor, "sleeper", now)
         missed_task, _ = start(store, supervisor, "gpu", now)
@@ -161,7 +166,7 @@ def test_a_cancel_is_found_at_once_when_heard_and_by_the_sweep_when_not(tmp_path
         return counts, [store.runs_of_task(t.id)[-1] for t in (heard_task, missed_task)]
 
     try:
-        counts, runs = asyncio.run(scenario())
+        counts, runs = asyncio.run(stopping(supervisor, body))
     finally:
         store.close()
     assert counts["before"] == ({"sleeper": 1, "gpu": 1}, {"gpu": 1})
