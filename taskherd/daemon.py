@@ -45,7 +45,7 @@ from taskherd.services.worktrees import WorktreeJanitor
 from taskherd.store import Store, StoreError, node_lock_path, open_store, shown
 
 if TYPE_CHECKING:
-    from taskherd.api.server import ApiServer
+    from taskherd.api.process import ApiProcess
 
 log = logging.getLogger("taskherd.daemon")
 
@@ -145,7 +145,7 @@ class Daemon:
         daemon = self.config.daemon
         supervisor = Supervisor(self.config, store, self.clock, on_change=self.wake)
         self._install_signals()
-        api = self._start_api()  # first: a port taken stops the start before anything runs
+        api = await self._start_api()  # first: a port taken stops the start before anything runs
         # Listening before anything is looked at: what commits from here on wakes the loops.
         events = await store.listen().__aenter__()
         door = AgentDoor(Queue(self.config, store), self.clock, on_change=self.wake)
@@ -199,30 +199,39 @@ class Daemon:
                 log.warning("could not record this node's stop: %s", error)
             await door.close()
             if api is not None:
-                await asyncio.to_thread(api.stop)
+                await api.stop()
             await events.aclose()
             await asyncio.to_thread(_final_checkpoint, store)
             log.info("stopped")
 
-    def _start_api(self) -> ApiServer | None:
-        """The HTTP API and dashboard, when [api] listen is set: on a thread of its own."""
+    async def _start_api(self) -> ApiProcess | None:
+        """The HTTP API and dashboard, when [api] listen is set: a process of its own."""
         if not self.config.api.listen:
             return None
-        try:
-            from taskherd.api.server import ApiServer
-        except ImportError as error:
+        import importlib.util
+
+        missing = [name for name in ("starlette", "uvicorn", "prometheus_client")
+                   if importlib.util.find_spec(name) is None]
+        if missing:
             # The starter config sets `listen`: a fleet installed without the extra still
             # runs its agents, and says what it is missing.
             log.warning("[api] listen is set, but the API's packages are missing (%s): the "
                         "API and dashboard are not served; pip install 'taskherd[api]'",
-                        error.name)
+                        ", ".join(missing))
             return None
-        server = ApiServer(self.config, clock=self.clock, services=lambda: self.services)
+        from taskherd.api.process import ApiProcess
+
+        server = ApiProcess(self.config, self.service_counts)
         try:
-            server.start()
+            await server.start()
         except OSError as error:
             raise DaemonError(str(error)) from None
         return server
+
+    def service_counts(self) -> dict[str, dict[str, object]]:
+        """What each service did since start and the store errors it met (for /metrics)."""
+        return {name: {"counts": dict(loop.counts), "errors": loop.errors}
+                for name, loop in self.services.items()}
 
     async def _wake_on_events(self, events: AsyncIterator[Event], supervisor: Supervisor) -> None:
         """Any committed change, by this node, the CLI, an agent or another node, may give
@@ -290,11 +299,6 @@ class Daemon:
             # In a thread: removing a large checkout takes seconds of disk work.
             ServiceLoop("worktrees", WorktreeJanitor(self.config, store), in_thread=True),
         )}
-
-    @property
-    def counts(self) -> dict[str, dict[str, int]]:
-        """What each service did since start, summed over its passes (for metrics)."""
-        return {name: dict(loop.counts) for name, loop in self.services.items()}
 
     def _start(self, name: str) -> asyncio.Task:
         return asyncio.create_task(run_service(self.services[name], self.clock), name=name)

@@ -2,7 +2,7 @@
 
 It is an adapter over `taskherd.ops` like the CLI: a rule written here would be missing at
 the other doors. It needs the `api` extra (Starlette, uvicorn, prometheus_client), imported
-only when the API is served. `taskherd up` serves it on its own thread, event loop and store
-connection (`server.ApiServer`), so a slow request or a page of a million tasks never holds
-up the daemon's loop that spawns agents.
+only when the API is served. `taskherd up` serves it from a process of its own with its own
+store connection (`process.ApiProcess`), so a slow request or a page of a million tasks
+never holds up the daemon's loop that spawns agents.
 """

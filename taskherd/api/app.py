@@ -8,11 +8,13 @@ list, so the document cannot drift from the routes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,10 +191,13 @@ class Api:
     config: Config
     store: Store
     clock: Callable[[], float] = time.time
-    # The daemon's service loops (their counts and errors, for /metrics), when it serves us.
+    # The daemon's services, {name: {"counts": {…}, "errors": n}}, for /metrics, when the
+    # daemon serves us (asked over the link of `process.ApiProcess`).
     services: Callable[[], dict[str, Any]] | None = None
     throttle: token_ops.Throttle = field(default_factory=token_ops.Throttle)
     rates: token_ops.RateLimit = field(default_factory=token_ops.RateLimit)
+    # `check` counts a token's requests from the worker threads of `perform`.
+    _rates_lock: threading.Lock = field(default_factory=threading.Lock)
     sessions: dict[str, Session] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -216,21 +221,39 @@ class Api:
     async def authenticate(self, request: Request, need: str | None) -> Caller:
         if need is None:
             return Caller()
+        with self.guarding(request):
+            return await self.run(self._caller, request, need, self.clock())
+
+    @contextlib.contextmanager
+    def guarding(self, request: Request) -> Iterator[None]:
+        """Around what authenticates a request (on the event loop, which alone keeps the
+        throttle): an address that guessed too many tokens is refused first (429); a wrong
+        token counts as a guess, a right one clears the count."""
         address = request.client.host if request.client else "?"
-        now = self.clock()
-        wait = self.throttle.wait(address, now)
+        wait = self.throttle.wait(address, self.clock())
         if wait:
             raise ApiError(429, "too many bad tokens from this address: wait and try again",
                            headers={"Retry-After": str(int(wait) + 1)})
         try:
-            caller = await self.run(self._caller, request, need, now)
+            yield
         except (token_ops.Unauthenticated, agent_ops.Unauthorized):
             # A guess is a token given that is wrong; a request with none is no guess.
             if "authorization" in request.headers or SESSION_COOKIE in request.cookies:
-                self.throttle.failed(address, now)
+                self.throttle.failed(address, self.clock())
             raise
         self.throttle.succeeded(address)
-        return caller
+
+    def perform(self, request: Request, spec: RouteSpec, data: bytes | None) -> Any:
+        """A declared route's whole work in one trip off the event loop (each trip costs a
+        hand-over between threads, a large part of a heartbeat's time): who calls (401), may
+        they (403, 429), the body parsed (400, 415), the operation."""
+        now = self.clock()
+        caller = self._caller(request, spec.need, now) if spec.need else Caller()
+        self.check(caller, spec.need)
+        body = parse_body(request, data) if data is not None else None
+        call = Call(self, caller, dict(request.path_params), dict(request.query_params), body,
+                    self.clock())
+        return spec.handler(call)
 
     def _caller(self, request: Request, need: str, now: float) -> Caller:
         bearer = _bearer(request)
@@ -265,7 +288,8 @@ class Api:
         """The token's scope must grant `need`; an intake token must keep to its rate."""
         if caller.token is not None and need not in (None, "run"):
             token_ops.authorize(caller.token, need)
-            wait = self.rates.allow(caller.token, self.clock())
+            with self._rates_lock:
+                wait = self.rates.allow(caller.token, self.clock())
             if wait:
                 raise ApiError(429, f"token {caller.token.name!r} may make "
                                f"{caller.token.rate_per_minute} requests a minute",
@@ -282,9 +306,9 @@ def _bearer(request: Request) -> str | None:
     return value.strip()
 
 
-async def read_body(request: Request, limit: int) -> Any:
-    """The request's JSON body (None when empty), refused past `limit` bytes before it is
-    all read, and refused when it is not UTF-8 JSON."""
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, refused past `limit` bytes before it is all read (`parse_body`
+    reads it as JSON)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, f"the body is {declared} bytes: at most {limit} are accepted "
@@ -295,6 +319,12 @@ async def read_body(request: Request, limit: int) -> Any:
         if len(data) > limit:
             raise ApiError(413, f"the body is over {limit} bytes: at most {limit} are "
                            "accepted ([api] max_body_bytes)", "body")
+    return bytes(data)
+
+
+def parse_body(request: Request, data: bytes) -> Any:
+    """The body as JSON (None when empty; NDJSON's text as it is), refused when it is not
+    UTF-8 JSON."""
     if not data.strip():
         return None
     kind = request.headers.get("content-type", "application/json").split(";")[0].strip()
@@ -302,7 +332,7 @@ async def read_body(request: Request, limit: int) -> Any:
         raise ApiError(415 if kind else 400, f"content-type {kind!r}: expected application/json",
                        "content-type")
     try:
-        text = bytes(data).decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ApiError(400, f"the body is not valid UTF-8 (byte {error.start})", "body") from None
     if kind == "application/x-ndjson":

@@ -65,12 +65,10 @@ def endpoint(api: Api, spec: RouteSpec) -> Callable[[Request], Awaitable[Respons
 
     async def handle(request: Request) -> Response:
         try:
-            caller = await api.authenticate(request, spec.need)
-            api.check(caller, spec.need)
-            body = await read_body(request, limit) if spec.method != "GET" else None
-            call = Call(api, caller, dict(request.path_params), dict(request.query_params),
-                        body, api.clock())
-            result = await api.run(spec.handler, call)
+            with api.guarding(request) if spec.need else contextlib.nullcontext():
+                # The body is read here, on the loop (bounded: 413); all else in one trip.
+                data = await read_body(request, limit) if spec.method != "GET" else None
+                result = await api.run(api.perform, request, spec, data)
         except Exception as error:  # noqa: BLE001 - each refusal becomes its status
             return _failure(error, request)
         return json_response(result, spec.status)

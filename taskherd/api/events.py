@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -31,6 +32,7 @@ KEEPALIVE = 15.0  # a comment line this often keeps proxies from closing an idle
 SUBSCRIBER_QUEUE = 1000
 LOG_POLL = 0.25  # a log file has no event of its own: it is looked at this often
 LOG_CHUNK = 64 * 1024
+BATCH = 100  # events a stream sends in one write at most
 GATHER_MIN, GATHER_MAX = 0.1, 60.0  # seconds between two messages of a gathered stream
 
 
@@ -137,9 +139,16 @@ def sse(event: str, data: Any, event_id: int | None = None) -> bytes:
     return ("\n".join(lines) + "\n\n").encode()
 
 
+@functools.lru_cache(maxsize=256)
+def encoded(event: Event) -> bytes:
+    """An event as its message, made once for every stream that sends it (twenty streams
+    open: one JSON encoding, not twenty)."""
+    return sse(event.kind.value, event.to_json())
+
+
 async def event_stream(hub: EventHub) -> AsyncIterator[bytes]:
     """Every committed change as `event: <kind>` with the event's JSON, until the client
-    goes away."""
+    goes away. The events waiting when the stream is next written go out in one write."""
     with hub.subscribe() as queue:
         yield b"retry: 1000\n\n"
         yield sse("hello", {"subscribers": hub.subscribers})
@@ -149,9 +158,16 @@ async def event_stream(hub: EventHub) -> AsyncIterator[bytes]:
             except TimeoutError:
                 yield b": keepalive\n\n"
                 continue
+            messages = []
+            while event is not None:
+                messages.append(encoded(event))
+                if queue.empty() or len(messages) >= BATCH:
+                    break
+                event = queue.get_nowait()
+            if messages:
+                yield b"".join(messages)
             if event is None:
                 return
-            yield sse(event.kind.value, event.to_json())
 
 
 async def gathered_stream(hub: EventHub, seconds: float) -> AsyncIterator[bytes]:

@@ -70,19 +70,20 @@ class Metrics:
                         log.debug("metrics: run %s not observed: %s", event.run_id, error)
 
     def _observe_run(self, kind: EventKind, run_id: int) -> None:
-        store = self.api.store
-        run = store.get_run(run_id)
-        if run.spawned_at is not None and run.id not in self._seen:
-            self._seen[run.id] = None
+        run = self.api.store.run_timing(run_id)  # one row, not the run and its task
+        if run is None:
+            return
+        role, spawned_at = run["role"], run["spawned_at"]
+        if spawned_at is not None and run_id not in self._seen:
+            self._seen[run_id] = None
             if len(self._seen) > 100_000:
                 self._seen.popitem(last=False)
-            ready_at = store.get_task(run.task_id).run_after
-            if ready_at <= run.spawned_at:
-                self.latency.labels(run.role).observe(run.spawned_at - ready_at)
-        if kind is EventKind.RUN_ENDED and run.ended_at is not None and run.outcome:
-            start = run.spawned_at if run.spawned_at is not None else run.claimed_at
-            self.durations.labels(run.role, run.outcome.value).observe(
-                max(run.ended_at - start, 0.0))
+            ready_at = run["run_after"]
+            if ready_at is not None and ready_at <= spawned_at:
+                self.latency.labels(role).observe(spawned_at - ready_at)
+        if kind is EventKind.RUN_ENDED and run["ended_at"] is not None and run["outcome"]:
+            start = spawned_at if spawned_at is not None else run["claimed_at"]
+            self.durations.labels(role, run["outcome"]).observe(max(run["ended_at"] - start, 0.0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -133,10 +134,10 @@ class _StoreCollector:
                                       labels=["service", "count"])
         errors = CounterMetricFamily("taskherd_service_store_errors",
                                      "Store errors a service's passes met", labels=["service"])
-        for name, loop in services.items():
-            for key, value in dict(loop.counts).items():
+        for name, service in services.items():
+            for key, value in service["counts"].items():
                 counted.add_metric([name, key], value)
-            errors.add_metric([name], loop.errors)
+            errors.add_metric([name], service["errors"])
         yield counted
         yield errors
 

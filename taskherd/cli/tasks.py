@@ -118,7 +118,9 @@ def import_command(ctx: click.Context, source: Any, as_json: bool) -> None:
 
 
 @task_group.command("list")
-@click.option("--state", "-s", type=click.Choice(STATE_NAMES), help="Only tasks in this state.")
+@click.option("--state", "-s", type=click.Choice(STATE_NAMES),
+              help="Only tasks in this state (completed, dead, cancelled: the most recently "
+                   "finished first).")
 @click.option("--role", "-r", help="Only tasks of this role.")
 @click.option("--history", is_flag=True,
               help="Finished tasks, newest first, with when they finished and how.")

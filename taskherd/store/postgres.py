@@ -19,13 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from taskherd import __version__
-from taskherd.model import Event
+from taskherd.limits import ClaimLimits, Refusal
+from taskherd.model import Claim, Event, Run, Task
 from taskherd.store.base import StoreError, StoreUnavailable
 from taskherd.store.events import Listener
-from taskherd.store.sql_store import Emitted, SQLStore, built
+from taskherd.store.messages import InboxLimit
+from taskherd.store.sql_messages import undelivered_params
+from taskherd.store.sql_store import Emitted, SQLStore, built, one_row, usage_of, usage_params
 from taskherd.store.sqlfile import machinery, migrations, newer_schema_error, queries
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
+# The counts claim_if_room returns before the claimed run's columns.
+USAGE_COLUMNS = ("role_running", "role_last_claim", "pool_a_running", "pool_b_running",
+                 "cooldown_until")
 RELISTEN_DELAY = 5.0  # seconds between attempts to get a lost LISTEN connection back
 M = machinery("postgres")
 
@@ -153,7 +159,64 @@ class PostgresStore(SQLStore):
         self._without_flush = self._durability == "full"  # "normal" never waits already
 
     def _order_claims(self, db: Any) -> None:
-        db.execute(M["limits_lock"]).fetchall()
+        db.execute(M["limits_lock"])  # granted when its result is read, in a pipeline too
+
+    def _together(self, db: Any) -> Any:
+        return db.pipeline()
+
+    # claim_if_room with limit_usage put in: one statement counts and claims.
+    _claim_if_room_sql = M["claim_if_room"].replace(
+        "{limit_usage}", q["limit_usage"].strip().rstrip(";"))
+
+    def _claim_if_room(self, db: Any, candidate: Mapping[str, Any], node: str, now: float,
+                       lease_seconds: float, limits: ClaimLimits, role: str,
+                       runtime: str | None, inbox: InboxLimit | None) -> Claim | Refusal:
+        """The lock, the count, the claim and the run (and the inbox's waiting messages) in
+        one round trip: every other node's claim of a limited role waits while this one holds
+        the lock, so it holds it for that round trip and the COMMIT only. A budgeted role
+        takes the steps, since its budget is read and judged between the count and the claim.
+        """
+        if limits.budget_scopes(role):
+            return super()._claim_if_room(db, candidate, node, now, lease_seconds, limits,
+                                          role, runtime, inbox)
+        task_pool = candidate["pool"]
+        counted = usage_params(node, now, limits, role, task_pool)
+        params = counted | self._room_caps(limits, role, counted) | {
+            "id": candidate["id"], "node": node, "lease_until": now + lease_seconds,
+            "run_runtime": runtime, "role_pool": limits.role(role).pool}
+        with self._together(db):
+            if limits.crosses_nodes(role, task_pool):
+                self._order_claims(db)
+            claimed = db.execute(self._claim_if_room_sql, params)
+            task_read = db.execute(self.q["get_task"], {"id": candidate["id"]})
+            waiting = (db.execute(self.q["undelivered_for_run"],
+                                  undelivered_params(role, candidate["id"], now, inbox))
+                       if inbox else None)
+        row = dict(one_row(claimed))
+        usage = usage_of(row, counted)
+        refusal = limits.refusal(role, task_pool, usage, now)
+        if not row.pop("has_room"):
+            if refusal is None:
+                raise StoreError(f"the claim of task {candidate['id']} found no room for role "
+                                 f"{role} where its limits see some: {usage}")
+            return refusal
+        if row["id"] is None or refusal is not None:
+            raise StoreError(f"task {candidate['id']} was not claimed as its limits allowed "
+                             f"({refusal.reason if refusal else 'no longer ready'})")
+        for column in USAGE_COLUMNS:
+            del row[column]
+        return self._claimed(db, Task.from_row(one_row(task_read)), Run.from_row(row), now,
+                             inbox, waiting.fetchall() if waiting is not None else None)
+
+    @staticmethod
+    def _room_caps(limits: ClaimLimits, role: str,
+                   counted: Mapping[str, Any]) -> dict[str, Any]:
+        """claim_if_room's caps: the tests ClaimLimits.refusal makes of the counts."""
+        limit = limits.role(role)
+        pool_a, pool_b = counted["pool_a"], counted["pool_b"]
+        return {"max_concurrent": limit.max_concurrent, "stagger": float(limit.stagger),
+                "pool_a_capacity": limits.pools[pool_a].capacity if pool_a else None,
+                "pool_b_capacity": limits.pools[pool_b].capacity if pool_b else None}
 
     def _announce(self, db: Any, outbox: Sequence[Emitted]) -> None:
         self._notifying = [event.to_json() for event in built(outbox)]  # sent with the COMMIT

@@ -122,16 +122,18 @@ class SQLMessages(MessageStore):
             params = {"recipient": recipient, "now": now}
             return db.execute(self.q["mark_all_messages_read"], params).rowcount
 
-    def _deliver_inbox(self, db: Connection, run: Run, limit: InboxLimit,
-                       now: float) -> tuple[Message, ...]:
+    def _deliver_inbox(self, db: Connection, run: Run, limit: InboxLimit, now: float,
+                       waiting: list[Any] | None = None) -> tuple[Message, ...]:
         """Inside the claim's transaction: the messages the starting run gets in its prompt,
         marked delivered to it, within `limit` (the first always fits; the prompt builder
-        shortens one that is too long alone). What does not fit waits for the next run."""
-        params = {"role": run.role, "task_address": f"{TASK_ADDRESS}{run.task_id}",
-                  "now": now, "limit": limit.messages}
+        shortens one that is too long alone). What does not fit waits for the next run.
+        `waiting`: undelivered_for_run's rows, when the claim read them already."""
+        if waiting is None:
+            params = undelivered_params(run.role, run.task_id, now, limit)
+            waiting = db.execute(self.q["undelivered_for_run"], params).fetchall()
         delivered: list[Message] = []
         size = 0
-        for row in db.execute(self.q["undelivered_for_run"], params).fetchall():
+        for row in waiting:
             size += len(row["body"].encode("utf-8"))
             if delivered and size > limit.bytes:
                 break
@@ -143,6 +145,13 @@ class SQLMessages(MessageStore):
 
     def _prune_messages(self, db: Connection, before: float) -> int:
         return db.execute(self.q["prune_messages"], {"before": before}).rowcount
+
+
+def undelivered_params(role: str, task_id: int, now: float,
+                       limit: InboxLimit) -> dict[str, Any]:
+    """undelivered_for_run's parameters: a starting run of `role` for task `task_id`."""
+    return {"role": role, "task_address": f"{TASK_ADDRESS}{task_id}", "now": now,
+            "limit": limit.messages}
 
 
 def _message_params(new: NewMessage, now: float) -> dict[str, Any]:

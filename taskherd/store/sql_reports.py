@@ -60,6 +60,12 @@ class SQLReports:
         return [{"role": row["role"], **{key: int(row[key]) for key in _INTS},
                  **{key: float(row[key]) for key in _FLOATS}} for row in rows]
 
+    def run_timing(self, run_id: int) -> dict[str, Any] | None:
+        """A run's role, claim, spawn and end times, outcome, and its task's ready time (None
+        if the task was pruned): what /metrics observes of it."""
+        rows = self._all("run_timing", {"id": run_id})
+        return dict(rows[0]) if rows else None
+
     def run_totals(self) -> list[dict[str, Any]]:
         """Per role and outcome (None: still running): runs, cost and tokens of every run
         kept (for /metrics)."""

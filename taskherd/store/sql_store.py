@@ -13,7 +13,7 @@ import json
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
 from typing import Any
 
@@ -22,6 +22,7 @@ from taskherd.chains import encode_chain, review_of, review_verdict
 from taskherd.limits import NODE, ClaimLimits, Refusal, Usage
 from taskherd.model import (
     ANY_ROLE,
+    FINAL_STATES,
     OPEN_STATES,
     Claim,
     Cooldown,
@@ -105,6 +106,14 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         every cooldown set), until it ends: PostgreSQL's advisory lock. A no-op where the
         transaction already holds the database's one write lock (SQLite's BEGIN IMMEDIATE)."""
 
+    def _together(self, db: Connection) -> AbstractContextManager[Any]:
+        """The statements executed inside it reach the database together and their results
+        come back together when it ends (PostgreSQL's pipeline: one round trip for them all,
+        each statement still run after the one before, with a snapshot of its own); read
+        their cursors after it. A no-op where a statement is a call in this process (SQLite).
+        """
+        return nullcontext()
+
     def _claim_started(self, db: Connection) -> None:
         """A claim's transaction began: PostgreSQL lets it commit without waiting for the
         disk (the spawn's record that follows does); a no-op elsewhere."""
@@ -165,14 +174,21 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
     def list_tasks(
         self, *, state: TaskState | None = None, role: str | None = None, limit: int = 100
     ) -> list[Task]:
+        """Open tasks by priority then id, then finished ones; with a finished `state`, the
+        most recently finished first (a history of a million has no useful oldest)."""
         params = {"state": state.value if state else None, "role": role, "limit": limit}
-        return [Task.from_row(row) for row in self._all("list_tasks", params)]
+        query = "list_tasks" if state is None else (
+            "list_finished_tasks_in_state" if state in FINAL_STATES else
+            "list_open_tasks_in_state")
+        return [Task.from_row(row) for row in self._all(query, params)]
 
     def page_tasks(self, *, state: TaskState | None = None, role: str | None = None,
                    before_id: int | None = None, limit: int = 100) -> list[Task]:
         params = {"state": state.value if state else None, "role": role,
                   "before_id": before_id, "limit": limit}
-        return [Task.from_row(row) for row in self._all("page_tasks", params)]
+        # A finished state walks the primary key down: the history is mostly finished tasks.
+        query = "page_open_tasks_in_state" if state in OPEN_STATES else "page_tasks"
+        return [Task.from_row(row) for row in self._all(query, params)]
 
     def children_of(self, task_id: int, limit: int = 100) -> list[Task]:
         params = {"task_id": task_id, "limit": limit}
@@ -251,11 +267,11 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
                 if candidate is None:
                     return None
                 role = any_role if candidate["role"] == ANY_ROLE else candidate["role"]
-                refusal = self._limits_refusal(db, node, now, limits, role, candidate["pool"])
-                if refusal is None:
-                    return self._claim_candidate(db, candidate["id"], node, now, lease_seconds,
-                                                 role, runtime or runtime_of.get(role), limits,
-                                                 inbox)
+                claimed = self._claim_if_room(db, candidate, node, now, lease_seconds, limits,
+                                              role, runtime or runtime_of.get(role), inbox)
+                if isinstance(claimed, Claim):
+                    return claimed
+            refusal = claimed
             refusals[role] = refusal
             if refusal.pool is not None:
                 full.append(refusal.pool)
@@ -263,28 +279,29 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
                 allowed.remove(role)
         return None
 
+    def _claim_if_room(self, db: Connection, candidate: Mapping[str, Any], node: str,
+                       now: float, lease_seconds: float, limits: ClaimLimits, role: str,
+                       runtime: str | None, inbox: InboxLimit | None) -> Claim | Refusal:
+        """The candidate claimed as a run of `role` if its limits leave room, else why not:
+        counted, then claimed, one step at a time (PostgreSQL does it in one statement)."""
+        refusal = self._limits_refusal(db, node, now, limits, role, candidate["pool"])
+        if refusal is not None:
+            return refusal
+        return self._claim_candidate(db, candidate["id"], node, now, lease_seconds, role,
+                                     runtime, limits, inbox)
+
     def _limits_refusal(self, db: Connection, node: str, now: float, limits: ClaimLimits,
                         role: str, task_pool: str | None) -> Refusal | None:
-        if limits.crosses_nodes(role, task_pool):
-            self._order_claims(db)
-        limit = limits.role(role)
-        pools = limits.pools_of(role, task_pool)
-        pool_a, pool_b = (pools + (None, None))[:2]
-
-        def node_filter(scope: str | None) -> str | None:
-            return node if scope == NODE else None
-
-        params = {
-            "now": now, "role": role, "role_node": node_filter(limit.scope),
-            "pool_a": pool_a, "pool_a_node": node_filter(pool_a and limits.pools[pool_a].scope),
-            "pool_b": pool_b, "pool_b_node": node_filter(pool_b and limits.pools[pool_b].scope),
-            "runtime": limit.runtime,
-        }
-        row = _one(db.execute(self.q["limit_usage"], params))
-        running = {pool: row[column] for pool, column in
-                   ((pool_a, "pool_a_running"), (pool_b, "pool_b_running")) if pool}
-        usage = Usage(row["role_running"], row["role_last_claim"], running,
-                      row["cooldown_until"])
+        params = usage_params(node, now, limits, role, task_pool)
+        # The lock and the count go together: every claim that counts across nodes holds
+        # the lock for as long as its transaction, so each round trip inside it is one that
+        # every other node's claim waits for. The count's snapshot is still taken after the
+        # lock is granted (the statements run one after the other).
+        with self._together(db):
+            if limits.crosses_nodes(role, task_pool):
+                self._order_claims(db)
+            counted = db.execute(self.q["limit_usage"], params)
+        usage = usage_of(_one(counted), params)
         refusal = limits.refusal(role, task_pool, usage, now)
         if refusal is None and limits.budget_scopes(role):
             return self._budget_refusal(db, limits, role, now)
@@ -306,18 +323,27 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
                          lease_seconds: float, role: str, runtime: str | None,
                          limits: ClaimLimits, inbox: InboxLimit | None) -> Claim:
         claimed = {"id": task_id, "node": node, "now": now, "lease_until": now + lease_seconds}
-        task = Task.from_row(_one(db.execute(self.q["claim_task"], claimed)))
         limit = limits.role(role)
-        run_params = {"task_id": task.id, "node": node, "role": role, "runtime": runtime,
+        run_params = {"task_id": task_id, "node": node, "role": role, "runtime": runtime,
                       "pool": limit.pool, "now": now}
-        run = Run.from_row(_one(db.execute(self.q["insert_run"], run_params)))
-        # Delivered in the claim's transaction, as in `claim`.
-        claim = Claim(task, run, self._deliver_inbox(db, run, inbox, now) if inbox else ())
-        if limit.stagger:
-            db.execute(self.q["note_role_claim"], {"role": role, "node": node, "now": now})
-        self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=claim.run.id,
+        # Together, in one round trip under the claims' lock: the candidate's row is locked
+        # (SKIP LOCKED, or SQLite's write lock), so claim_task always claims it.
+        with self._together(db):
+            task_claimed = db.execute(self.q["claim_task"], claimed)
+            run_inserted = db.execute(self.q["insert_run"], run_params)
+            if limit.stagger:
+                db.execute(self.q["note_role_claim"], {"role": role, "node": node, "now": now})
+        return self._claimed(db, Task.from_row(_one(task_claimed)),
+                             Run.from_row(_one(run_inserted)), now, inbox)
+
+    def _claimed(self, db: Connection, task: Task, run: Run, now: float,
+                 inbox: InboxLimit | None, waiting: list[Any] | None = None) -> Claim:
+        """The claim of `task` by `run` within limits, its inbox delivered in the claim's
+        transaction as in `claim` (from `waiting`, the messages read already, if given)."""
+        messages = self._deliver_inbox(db, run, inbox, now, waiting) if inbox else ()
+        self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=run.id,
                    state=task.state, role=task.role)
-        return claim
+        return Claim(task, run, messages)
 
     def mark_spawned(
         self,
@@ -804,7 +830,37 @@ def task_params(new: NewTask, now: float) -> dict[str, Any]:
     }
 
 
-def _one(cursor: Any) -> Any:
+def usage_params(node: str, now: float, limits: ClaimLimits, role: str,
+                  task_pool: str | None) -> dict[str, Any]:
+    """limit_usage's parameters for a run of `role` in `task_pool` on `node`."""
+    limit = limits.role(role)
+    pools = limits.pools_of(role, task_pool)
+    pool_a, pool_b = (pools + (None, None))[:2]
+
+    def node_filter(scope: str | None) -> str | None:
+        return node if scope == NODE else None
+
+    return {
+        "now": now, "role": role, "role_node": node_filter(limit.scope),
+        "pool_a": pool_a, "pool_a_node": node_filter(pool_a and limits.pools[pool_a].scope),
+        "pool_b": pool_b, "pool_b_node": node_filter(pool_b and limits.pools[pool_b].scope),
+        "runtime": limit.runtime,
+    }
+
+
+def usage_of(row: Mapping[str, Any], params: Mapping[str, Any]) -> Usage:
+    """The Usage a row of limit_usage's columns read, for the pools `params` named."""
+    running = {pool: row[column] for pool, column in
+               ((params["pool_a"], "pool_a_running"), (params["pool_b"], "pool_b_running"))
+               if pool}
+    return Usage(row["role_running"], row["role_last_claim"], running, row["cooldown_until"])
+
+
+def one_row(cursor: Any) -> Any:
+    """The first row of a statement's result, or None; every row is read."""
     # Drain the cursor: a half-read RETURNING statement would keep COMMIT from finishing.
     rows = cursor.fetchall()
     return rows[0] if rows else None
+
+
+_one = one_row  # the name this module's transitions use

@@ -4,6 +4,7 @@ only TASKHERD_URL and its run credential reporting over HTTP, the event stream, 
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import threading
 
@@ -134,3 +135,48 @@ def _answers(fleet) -> bool:
         return get(fleet, "/v1/status").status_code == 200
     except httpx.TransportError:
         return False
+
+
+def _api_process(fleet):
+    import psutil
+
+    # The daemon has heard its child serve (it may answer a moment before it says so).
+    fleet.wait_until(lambda: "API and dashboard at" in fleet.daemon_log.read_text(),
+                     what="the daemon to see its API serve")
+    [child] = [p for p in psutil.Process(fleet.daemon.pid).children()
+               if "taskherd.api.process" in p.cmdline()]
+    return child
+
+
+def test_the_api_serves_from_its_own_process_started_again_when_it_dies(fleet):
+    import psutil
+
+    fleet.up()
+    fleet.wait_until(lambda: _answers(fleet), what="the API to listen")
+    first = _api_process(fleet)
+    assert first.pid != fleet.daemon.pid
+    first.kill()
+    fleet.wait_until(lambda: not psutil.pid_exists(first.pid) or
+                     first.status() == psutil.STATUS_ZOMBIE, what="the API process to die")
+    fleet.wait_until(lambda: "the API process serves again" in fleet.daemon_log.read_text(),
+                     timeout=30, what="the API process started again")
+    assert _answers(fleet)
+    second = _api_process(fleet)
+    assert second.pid != first.pid
+    # The daemon kept running its agents meanwhile, and the new process sees its counts.
+    task = fleet.add("after the restart", role="worker")
+    assert fleet.wait_final(task.id, timeout=60).state.value == "completed"
+    assert 'taskherd_service_counts_total{count=' in get(fleet, "/metrics").text
+    assert "ended with status" in fleet.daemon_log.read_text()
+
+
+def test_a_daemon_killed_takes_its_api_process_with_it(fleet):
+    import psutil
+
+    fleet.up()
+    fleet.wait_until(lambda: _answers(fleet), what="the API to listen")
+    child = _api_process(fleet)
+    fleet.stop(signal.SIGKILL)
+    fleet.wait_until(lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE,
+                     timeout=30, what="the API process to stop after its daemon")
+    assert not _answers(fleet)

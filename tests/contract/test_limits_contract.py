@@ -9,6 +9,7 @@ import pytest
 from taskherd.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.queue import RetryPolicy
+from taskherd.store.messages import InboxLimit, NewMessage
 
 NOW = 1_700_000_000.0
 LEASE = 60.0
@@ -81,6 +82,22 @@ def test_a_pool_holds_its_capacity_across_nodes_by_role_and_by_task(store, other
     assert refusals["trainer"].reason == "pool gpu is full (2)"
 
 
+def test_a_run_in_its_roles_pool_and_its_tasks_pool_fits_both(store, other):
+    # Two pools counted for one candidate: the coder's own (cpu, room left) and the task's
+    # (gpu, full): its task waits and the role's next task, outside the gpu, goes instead.
+    limits = ClaimLimits({"coder": RoleLimit(pool="cpu"), "trainer": RoleLimit()},
+                         {"cpu": PoolLimit(5), "gpu": PoolLimit(1)})
+    add(store, "trainer", "train", pool="gpu")
+    render = add(store, "coder", "render", pool="gpu")
+    plain = add(store, "coder", "plain code")
+    claim(store, "node-a", limits, ["trainer"])
+    refusals = {}
+    got = claim(other, "node-b", limits, ["coder"], refusals=refusals)
+    assert got.task.id == plain.id and got.run.pool == "cpu"
+    assert refusals["coder"].reason == "pool gpu is full (1)" and refusals["coder"].pool == "gpu"
+    assert store.get_task(render.id).state is TaskState.READY
+
+
 def test_a_stagger_counts_the_latest_claim_on_any_node(store, other):
     limits = ClaimLimits({"coder": RoleLimit(stagger=30.0)})
     add(store, "coder", "one")
@@ -100,6 +117,40 @@ def test_a_cooldown_set_by_one_node_holds_the_claims_of_another(store, other):
     assert claim(other, "node-b", limits, ["coder"], refusals=refusals) is None
     assert "runtime claude is rate-limited" in refusals["coder"].reason
     assert claim(other, "node-b", limits, ["coder"], now=NOW + 601) is not None
+
+
+def test_a_claim_within_limits_is_the_task_and_run_the_store_holds(store):
+    # PostgreSQL counts, claims and records the run in one statement: what it hands back is
+    # what the database keeps, column for column, and nothing of the count besides.
+    limits = ClaimLimits({"coder": RoleLimit(max_concurrent=2, stagger=5.0, pool="cpu",
+                                             runtime="claude")}, {"cpu": PoolLimit(3)})
+    task = add(store, "coder", "write", pool="cpu")
+    got = store.claim("node-a", NOW, LEASE, roles=["coder"], limits=limits, runtime="claude")
+    assert got.task == store.get_task(task.id) and got.task.state is TaskState.CLAIMED
+    assert got.run == store.get_run(got.run.id)
+    assert got.run.to_dict() == store.get_run(got.run.id).to_dict()
+    assert (got.run.role, got.run.runtime, got.run.pool, got.run.attempt) == \
+        ("coder", "claude", "cpu", 1)
+
+
+def test_the_inbox_goes_to_a_claim_within_limits_and_waits_through_a_refusal(store, other):
+    limits = ClaimLimits({"coder": RoleLimit(max_concurrent=1)})
+    first, second = add(store, "coder", "one"), add(store, "coder", "two")
+    held = claim(store, "node-a", limits, ["coder"])
+    note = store.send_messages([NewMessage("@person", "coder", "use the staging db")],
+                               NOW)[0]
+    mine = store.send_messages([NewMessage("@person", f"task:{second.id}", "for two")],
+                               NOW)[0]
+    refusals = {}
+    refused = other.claim("node-b", NOW, LEASE, roles=["coder"], limits=limits,
+                          inbox=InboxLimit(), refusals=refusals)
+    assert refused is None and "max_concurrent 1" in refusals["coder"].reason
+    store.finish_run(held.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), NOW + 1)
+    got = other.claim("node-b", NOW + 1, LEASE, roles=["coder"], limits=limits,
+                      inbox=InboxLimit())
+    assert (held.task.id, got.task.id) == (first.id, second.id)
+    assert [m.id for m in got.inbox] == [note.id, mine.id]  # none was taken by the refusal
+    assert all(m.delivered_run_id == got.run.id for m in got.inbox)
 
 
 def test_a_silent_node_is_declared_down_and_its_runs_rescued_without_a_strike(store, other):

@@ -33,3 +33,81 @@ def test_children_and_run_totals(store):
     assert totals[("coder", None)]["runs"] == 1
     spent = store.spend_since(0.0)
     assert [(row["role"], row["runs"], row["cost_usd"]) for row in spent] == [("coder", 1, 0.5)]
+
+
+def _one_task_in_each_state(store) -> dict[TaskState, list[int]]:
+    """Two tasks in each state a person can filter by, over a history of finished ones."""
+    made: dict[TaskState, list[int]] = {state: [] for state in TaskState
+                                        if state is not TaskState.NEEDS_REVIEW}
+    now = 1000.0
+    for n in range(2):
+        made[TaskState.PENDING].append(store.enqueue(NewTask(
+            role="coder", title=f"ask {n}", pending=True), now).task.id)
+        for final in (TaskState.COMPLETED, TaskState.DEAD, TaskState.CANCELLED):
+            task = store.enqueue(NewTask(role="coder", title=f"{final.value} {n}",
+                                         max_attempts=1), now).task
+            if final is TaskState.CANCELLED:
+                store.cancel(task.id, now)
+            else:
+                claim = store.claim("n1", now, 60)
+                assert claim.task.id == task.id
+                outcome = Outcome.SUCCEEDED if final is TaskState.COMPLETED else Outcome.FAILED
+                store.finish_run(claim.run.id, RunResult(outcome), RetryPolicy(), now + n)
+            made[final].append(task.id)
+        for leased in (TaskState.CLAIMED, TaskState.RUNNING):
+            task = store.enqueue(NewTask(role="qa", title=f"{leased.value} {n}"), now).task
+            claim = store.claim("n1", now, 60, roles=["qa"])
+            if leased is TaskState.RUNNING:
+                store.mark_spawned(claim.run.id, now, 60, pid=None, pid_started_at=None,
+                                   log_path=None)
+            made[leased].append(task.id)
+        blocked = store.enqueue(NewTask(role="writer", title=f"blocked {n}"), now).task
+        store.block(blocked.id, now)
+        made[TaskState.BLOCKED].append(blocked.id)
+        made[TaskState.READY].append(store.enqueue(NewTask(
+            role="coder", title=f"ready {n}", priority=3 - n), now).task.id)
+    return made
+
+
+def test_a_state_filter_finds_exactly_its_tasks_and_pages_them(store):
+    made = _one_task_in_each_state(store)
+    for state, ids in made.items():
+        listed = store.list_tasks(state=state)
+        assert sorted(t.id for t in listed) == sorted(ids), state
+        assert all(t.state is state for t in listed)
+        first = store.page_tasks(state=state, limit=1)
+        second = store.page_tasks(state=state, before_id=first[0].id, limit=1)
+        assert [t.id for t in first + second] == sorted(ids, reverse=True), state
+        assert store.list_tasks(state=state, role="nobody") == []
+    # Open tasks by priority then id; finished ones the most recently finished first.
+    assert [t.id for t in store.list_tasks(state=TaskState.READY)] == made[TaskState.READY][::-1]
+    assert [t.id for t in store.list_tasks(state=TaskState.COMPLETED)] == \
+        made[TaskState.COMPLETED][::-1]
+
+
+def test_a_state_filter_reads_an_index_not_the_history(tmp_path):
+    """`task list --state S` and `GET /v1/tasks?state=S` read the whole table otherwise: a
+    second or more at a million tasks kept as history. (SQLite's plans: PostgreSQL plans by
+    its statistics.) A finished state's page walks the primary key down, newest first,
+    through a history made mostly of finished tasks."""
+    from taskherd.store.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "plans.db", durability="normal")
+    _one_task_in_each_state(store)
+
+    def plans(read) -> list[list[str]]:
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        try:
+            read()
+        finally:
+            store._conn.set_trace_callback(None)
+        return [[row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql)]
+                for sql in statements if sql.lstrip().upper().startswith("SELECT")]
+
+    for state in TaskState:
+        reads = plans(lambda: store.list_tasks(state=state, limit=5))
+        if state not in (TaskState.COMPLETED, TaskState.DEAD, TaskState.CANCELLED):
+            reads += plans(lambda: store.page_tasks(state=state, before_id=10**9, limit=5))
+        assert reads and all("SCAN tasks" not in plan for plan in reads), (state, reads)
+    store.close()

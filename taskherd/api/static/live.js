@@ -11,6 +11,10 @@
   "use strict";
   var GATHER_MS = 150;
   var MIN_GAP_MS = 1000;
+  // An agent's output is no event: while the page shows agents running, it is fetched again
+  // this often, so their last lines move (the board's fragment is shared by every viewer).
+  var RUNNING_MS = 5000;
+  var runningTimer = null;
   var live = document.getElementById("live");
   var timer = null;      // a fetch is scheduled
   var fetching = false;  // a fetch is under way
@@ -39,12 +43,18 @@
         if (html !== null && html !== undefined) {
           live.innerHTML = html;
           document.body.setAttribute("data-refreshed", String(Date.now()));
+          followRunning();
         }
       }, function () { stale = true; })
       .then(function () {
         fetching = false;
         if (stale) { schedule(); }
       });
+  }
+
+  function followRunning() {
+    if (runningTimer !== null || !live.querySelector("#running tbody tr")) { return; }
+    runningTimer = setTimeout(function () { runningTimer = null; schedule(); }, RUNNING_MS);
   }
 
   document.addEventListener("visibilitychange", function () {
@@ -58,6 +68,7 @@
       seen = 0;  // a server started again counts its changes from 0
       document.body.setAttribute("data-live", "yes");
     });
+    followRunning();
     events.addEventListener("changed", function (message) {
       seen = Math.max(seen, JSON.parse(message.data).seq);
       schedule();

@@ -45,6 +45,14 @@ LIMIT :limit;
 -- name: first_run_start
 SELECT min(claimed_at) AS first FROM runs;
 
+-- name: run_timing
+-- What /metrics observes of a run as it starts and ends, its task's ready time beside: one
+-- row read by the primary keys, not the run and its task as records.
+SELECT runs.role, runs.claimed_at, runs.spawned_at, runs.ended_at, runs.outcome,
+       tasks.run_after
+FROM runs LEFT JOIN tasks ON tasks.id = runs.task_id
+WHERE runs.id = :id;
+
 -- name: run_totals
 -- /metrics: every run ever kept, by role and outcome (NULL while it runs), with what it cost.
 SELECT role, outcome, count(*) AS runs, coalesce(sum(cost_usd), 0) AS cost_usd,

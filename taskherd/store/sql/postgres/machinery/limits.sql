@@ -1,0 +1,44 @@
+-- The claim within cluster limits in one statement (PostgresStore; SQLite runs the steps of
+-- common/limits.sql one by one, in process, under its write lock).
+
+-- name: claim_if_room
+-- limit_usage's counts (that block, put in for {limit_usage}), whether they leave room for
+-- one more run, and only then claim_task, insert_run and note_role_claim, as one statement: sent in one round trip after limits_lock
+-- (its snapshot is taken once the lock is granted, so it counts every claim committed before
+-- it), so a claim holds the lock for that round trip and its COMMIT, not for one per step.
+-- The caps are :max_concurrent, :stagger (0 = none), :pool_a_capacity and :pool_b_capacity
+-- (NULL = no limit), the same tests as ClaimLimits.refusal, which words a refusal from the
+-- counts returned with it. :runtime is the role's, whose cooldown counts; :run_runtime and
+-- :role_pool are the run's. The claimed run's columns follow (NULL when there was no room);
+-- the task is read by the next statement of the round trip.
+WITH usage AS (
+    {limit_usage}
+), room AS (
+    SELECT usage.*,
+           cooldown_until IS NULL
+           AND (CAST(:max_concurrent AS BIGINT) IS NULL OR role_running < :max_concurrent)
+           AND (CAST(:stagger AS DOUBLE PRECISION) = 0 OR role_last_claim IS NULL
+                OR :now >= role_last_claim + :stagger)
+           AND (CAST(:pool_a_capacity AS BIGINT) IS NULL OR pool_a_running < :pool_a_capacity)
+           AND (CAST(:pool_b_capacity AS BIGINT) IS NULL OR pool_b_running < :pool_b_capacity)
+           AS has_room
+    FROM usage
+), claimed AS (
+    UPDATE tasks
+    SET state = 'claimed', lease_node = :node, lease_expires_at = :lease_until, updated_at = :now
+    WHERE id = :id AND state = 'ready' AND (SELECT has_room FROM room)
+    RETURNING id
+), run AS (
+    INSERT INTO runs (task_id, attempt, node, role, runtime, claimed_at, pool)
+    SELECT id, (SELECT count(*) + 1 FROM runs WHERE task_id = :id), :node, :role, :run_runtime,
+           :now, :role_pool
+    FROM claimed
+    RETURNING *
+), noted AS (
+    INSERT INTO role_claims (role, node, claimed_at)
+    SELECT :role, :node, :now FROM run WHERE CAST(:stagger AS DOUBLE PRECISION) > 0
+    ON CONFLICT (role, node) DO UPDATE SET claimed_at = excluded.claimed_at
+)
+SELECT room.role_running, room.role_last_claim, room.pool_a_running, room.pool_b_running,
+       room.cooldown_until, room.has_room, run.*
+FROM room LEFT JOIN run ON true;
