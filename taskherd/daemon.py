@@ -174,7 +174,8 @@ class Daemon:
                                                    "checkpoints", "backups", "delivery",
                                                    "worktrees")]
         watching.append(asyncio.create_task(self._reload_on_request(), name="reload"))
-        watching.append(asyncio.create_task(self._wake_on_events(events), name="events"))
+        watching.append(asyncio.create_task(self._wake_on_events(events, supervisor),
+                                            name="events"))
         loops = starting + watching
         try:
             stopped = asyncio.create_task(self._stop.wait())
@@ -232,10 +233,12 @@ class Daemon:
         return {name: {"counts": dict(loop.counts), "errors": loop.errors}
                 for name, loop in self.services.items()}
 
-    async def _wake_on_events(self, events: AsyncIterator[Event]) -> None:
+    async def _wake_on_events(self, events: AsyncIterator[Event], supervisor: Supervisor) -> None:
         """Any committed change, by this node, the CLI, an agent or another node, may give
-        the loops work: they look now rather than at their next poll."""
+        the loops work: they look now rather than at their next poll. The supervisor hears
+        of cancels and runs ended elsewhere before its next sweep."""
         async for event in events:
+            supervisor.hear(event)
             if _may_give_work(event):
                 self.wake()
 

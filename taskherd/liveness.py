@@ -52,7 +52,11 @@ def _shown(timestamp: float | None) -> str:
 # -- the supervisor's verdict on a running agent ------------------------------------------
 
 QUIET_AFTER = 15.0  # seconds without a sign of work before a run reads as quiet
-QUIET_LOOK = 5.0  # a quiet agent's log is still looked at this often (new output, loops)
+# The longest a quiet agent's log goes unread (and less: its input_timeout): what it writes
+# meanwhile (a loop starting, a rate limit) is seen this late at worst. A question is timed
+# from when it was written, so it still ends the run on time.
+QUIET_LOOK = 30.0
+WAITING_LOOK = 5.0  # an agent kept waiting for an answer is looked at this often
 SAMPLE_AHEAD = 10.0  # CPU time is sampled from this long before a threshold could fall
 
 

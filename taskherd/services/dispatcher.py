@@ -21,7 +21,7 @@ from taskherd.budgets import COOLDOWN_PREFIX, FLEET
 from taskherd.config import Config, RoleConfig
 from taskherd.limits import ClaimLimits, Refusal
 from taskherd.model import Cooldown, Priority, TaskState
-from taskherd.services.supervisor import LiveRuns
+from taskherd.services.live_runs import LiveRuns
 from taskherd.store import Store, StoreError
 from taskherd.store.messages import InboxLimit
 
@@ -48,6 +48,10 @@ class Room:
 class DispatcherSettings:
     # The fallback look when no event came is the config's [daemon] poll_interval (reloadable).
     min_sleep: float = 0.01  # shortest wait for a stagger to end
+    # Starts in one pass at most; the next pass follows at once, after whatever else waits
+    # for the event loop: a burst of a thousand claims held it for seconds (deaths unsettled,
+    # every other service waiting).
+    starts_per_pass: int = 8
 
 
 class Dispatcher:
@@ -66,6 +70,7 @@ class Dispatcher:
         self._probe_tried: dict[str, float] = {}  # runtime → when a probe found nothing to run
         self._over: dict[str, float] = {}  # budget scopes paused, until when (this pass)
         self._refused: dict[str, Refusal] = {}  # the store's word on the last pass
+        self._more = False  # the last pass stopped at starts_per_pass with room left
 
     def run_once(self, now: float) -> dict[str, int]:
         cooldowns = self.store.all_cooldowns()
@@ -79,7 +84,11 @@ class Dispatcher:
         for cooldown in cooldowns:
             if cooldown.probing(now) and self._probe(cooldown, now, cooled, limits):
                 started += 1
+        self._more = False
         while True:
+            if started >= self.settings.starts_per_pass:
+                self._more = True
+                break
             room = self.room(now, cooled)
             if room.slots <= 0 or not room.roles:
                 break
@@ -96,7 +105,8 @@ class Dispatcher:
                 started += 1
         if self._budget_spent_in_pass(started):
             self._over = self._over_budget(now, None)
-        self._warn_waiting_p0(now, cooled)
+        if not self._more:  # (cut short, the next pass goes on at once: no P0 waits)
+            self._warn_waiting_p0(now, cooled)
         log.debug("dispatch pass: started %s, %s running, cooldowns %s", started,
                   len(self.live), sorted(cooled) or "none")
         return {"started": started}
@@ -211,7 +221,10 @@ class Dispatcher:
 
     def next_wake(self, now: float) -> float:
         """The fallback poll, or sooner when a staggered role gets room again or a delayed
-        task (a backoff, a chain's `delay`) becomes claimable: it must not wait for the poll."""
+        task (a backoff, a chain's `delay`) becomes claimable: it must not wait for the poll.
+        At once when the last pass stopped at starts_per_pass."""
+        if self._more:
+            return now
         wake = now + self.config.daemon.poll_interval
         for soon in (self.next_stagger_end(now), self.store.next_run_after(now)):
             if soon is not None:

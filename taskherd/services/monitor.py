@@ -15,11 +15,14 @@ from dataclasses import dataclass
 
 from taskherd.config import Config
 from taskherd.model import Outcome, RunResult
-from taskherd.services.supervisor import LiveRuns
+from taskherd.services.live_runs import LiveRuns
 from taskherd.store import Store
 
 log = logging.getLogger("taskherd.monitor")
 HEARTBEATS_PER_TIMEOUT = 5
+# Leases renewed in one write at most: a pass that renews a full batch is followed by another
+# at once, so any number of leases is renewed in time without one long write.
+RENEW_BATCH = 100
 
 
 @dataclass(frozen=True)
@@ -37,23 +40,23 @@ class Monitor:
         self.store = store
         self.live = live
         self.settings = settings
-        self._last_renewal = float("-inf")
+        self._renewing = False  # the last pass renewed a full batch: more may be due
         self._last_heartbeat = float("-inf")
         self._last_prune = float("-inf")
         self._last_roll_up = float("-inf")
 
     def next_wake(self, now: float) -> float:
-        return now + self.settings.interval
+        return now if self._renewing else now + self.settings.interval
 
     def run_once(self, now: float) -> dict[str, int]:
         daemon = self.config.daemon
         counts = {"renewed": 0, "rescued": 0, "never_spawned": 0, "pruned": 0,
                   "nodes_down": 0}
-        # Renew well before expiry: a lease that lapses while its agent works invites a rescue
-        # and a second run of the same task.
-        if now - self._last_renewal >= daemon.lease / 3:
-            counts["renewed"] = self.store.renew_leases(daemon.node, now, daemon.lease)
-            self._last_renewal = now
+        # Renew well before expiry (each lease a third of the way through): a lease that
+        # lapses while its agent works invites a rescue and a second run of the same task.
+        counts["renewed"] = self.store.renew_due_leases(daemon.node, now, daemon.lease,
+                                                        RENEW_BATCH)
+        self._renewing = counts["renewed"] >= RENEW_BATCH
         # The node's own heartbeat, several within its node_timeout: a late one or two must
         # not get a live node declared down by the others.
         if now - self._last_heartbeat >= daemon.node_timeout / HEARTBEATS_PER_TIMEOUT:
@@ -99,7 +102,7 @@ class Monitor:
         A live agent keeps writing its log, and the open runs are skipped by name, so only
         the files of long-finished runs go, as their rows do.
         """
-        open_runs = {f"run-{run.id}" for run in self.store.open_runs(self.config.daemon.node)}
+        open_runs = {f"run-{run_id}" for run_id in self.store.open_run_ids(self.config.daemon.node)}
         removed = 0
         for path in self.config.daemon.log_dir.glob("run-*"):
             if path.name.split(".")[0] in open_runs:
@@ -116,11 +119,10 @@ class Monitor:
         """Claimed on this node but no process recorded, and nobody is starting one.
         (A spawned run nobody watches is the supervisor's: it adopts it again.)"""
         rescued = 0
-        # Ids first (one light query), whole runs only for the few never spawned: a thousand
-        # running agents must not cost a thousand records a second.
-        unspawned = [run_id for run_id, spawned_at
-                     in self.store.open_run_ids(self.config.daemon.node).items()
-                     if spawned_at is None and run_id not in self.live]
+        # Ids of the unspawned only (an index's few rows), whole runs only for those: a
+        # thousand running agents must not cost a thousand rows a second.
+        unspawned = [run_id for run_id in self.store.unspawned_run_ids(self.config.daemon.node)
+                     if run_id not in self.live]
         for run_id in unspawned:
             run = self.store.get_run(run_id)
             if run.ended_at is not None or run.spawned_at is not None:

@@ -1,15 +1,20 @@
 """The supervisor: starts agent processes for claimed tasks, watches them, and settles each run
 when its process ends. Restarted daemons re-adopt live agents by pid + start time.
 
-Death is noticed by a pidfd (at once); the rest by `run_once(now)`, about once a second. Its
-cost grows with what changes, not with how many agents run: each run has its own next look,
-soon while it writes or burns CPU, else when a threshold could fall (input_timeout,
-idle_timeout, timeout) or every few seconds at most; only what is due is looked at, CPU
-time is read (one /proc walk per round at most) only for runs near a threshold or busy, and
-heartbeats come from one query of the runs that called in. A look tails the log into the
-runtime's reader, which catches rate limits and loops; a quiet agent whose last output is a
-question is waiting for input. Verdicts are written to the store when they change. Other
-services see the live runs only through `LiveRuns`, a read-only view.
+Death is noticed by a pidfd (at once); the rest by `run_once(now)`. Its cost grows with what
+changes, not with how many agents run: each run has its own next look in a heap, the moment
+it could next cross a threshold: each round while it writes (its output read as it comes),
+else its idle or input threshold (and SAMPLE_AHEAD before it, for a CPU baseline), the
+moment it reads as quiet, its hard timeout, and the longest its log may go unread (a
+question is timed from the log's mtime, so a late read still ends the run on time). A pass
+takes only what is due and stops after a couple of milliseconds, leaving the rest for the
+next pass: the event loop is never held for long. CPU time is read (one /proc walk per round
+at most) only for runs near a threshold or busy, and heartbeats come from one query of the
+runs that called in. A look tails the log into the runtime's reader, which catches rate
+limits and loops; a quiet agent whose last output is a question is waiting for input.
+Verdicts are written to the store when they change. Cancels and runs ended elsewhere are
+found by a sweep of the node's open runs, at once when an event tells of one, else every
+SWEEP_EVERY. Other services see the live runs only through `LiveRuns`, a read-only view.
 """
 
 from __future__ import annotations
@@ -18,28 +23,41 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import os
+import random
 import secrets
 import sys
-from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from taskherd import procs
 from taskherd.config import Config, RoleConfig, make_private_dir
 from taskherd.gates import Gate
-from taskherd.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD
-from taskherd.model import Claim, Liveness, Outcome, Run, RunResult, Task
+from taskherd.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD, WAITING_LOOK
+from taskherd.model import (
+    LEASED_STATES,
+    Claim,
+    Event,
+    EventKind,
+    Liveness,
+    Outcome,
+    Run,
+    RunResult,
+    Task,
+)
 from taskherd.ops import Queue
 from taskherd.ops import memory as memory_ops
 from taskherd.prompt import PromptContext
 from taskherd.questions import question_in
-from taskherd.runtimes.base import AgentEnv, Execution, OutputReader, RunFiles, Runtime
+from taskherd.runtimes.base import AgentEnv, Execution, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, guessed_cooldown, known_reset
 from taskherd.runtimes.registry import runtime_for
 from taskherd.services.gates import GateRunner
+from taskherd.services.live_runs import GateLimits, LiveRun, LiveRuns, LookSchedule
 from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.store.watch import VerdictChange
 
@@ -50,82 +68,23 @@ CPU_BUSY_SHARE = 0.05  # share of one core, between two samples, that counts as 
 # second, small enough that one runaway agent cannot hold the loop for long.
 READ_LIMIT = 32 << 20
 RECENT_BYTES = 4096  # the end of a run's output kept to read a question from
-ADOPT_EVERY = 10.0  # seconds between two looks for open runs nobody watches
+# Seconds between two sweeps of every open run of this node (runs nobody watches, runs ended
+# elsewhere, tasks cancelled under a working agent). Events make the sweep come at once; this
+# is for the event a listener missed.
+SWEEP_EVERY = 10.0
+LOOK_GAP = 0.25  # the least time between two rounds of looks: due looks are taken together
 HEARTBEAT_SLACK = 5.0  # heartbeats are stamped by another process's clock: look back this far
 VANISHED_WHILE_DOWN = ("the process vanished without an exit status while no daemon ran on "
                        "this node (its machine died, or it was killed with it)")
 
 
-@dataclass(eq=False)  # identity: comparing every field of a thousand runs costs a round
-class LiveRun:
-    """An agent this daemon is watching."""
-
-    run: Run
-    task: Task
-    role: RoleConfig
-    runtime: Runtime
-    handle: Execution
-    reader: OutputReader
-    spawned_at: float
-    pools: frozenset[str]
-    last_activity: float
-    log_offset: int = 0
-    cpu_seconds: float = 0.0
-    cpu_sampled_at: float = 0.0
-    heartbeat_at: float | None = None
-    kill_reason: tuple[Outcome, str] | None = None  # why the supervisor is ending it
-    watcher: asyncio.Task | None = field(default=None, repr=False)
-    next_look: float = 0.0  # when run_once looks at it again (0: at the next round)
-    cpu_busy: bool = False  # its last CPU sample showed work: keep sampling it
-    recent: bytes = b""  # the end of its output, where a question would be
-    question: str | None = None  # the question its output ends with, if any
-    question_read_at: int = -1  # the log offset `question` was read at
-    waiting: str | None = None  # the question it waits at (on_input = wait), until it moves
-    verdict: tuple[Liveness, float, str | None] | None = None  # as last written to the store
-    probe: bool = False  # the one run of its runtime let through after a rate limit
-    gate: GateLimits | None = None  # the quality gate it runs now, watched in its stead
-    # Found ended when this daemon started: whatever ended it happened while none watched.
-    ended_unwatched: bool = False
-
-
-@dataclass(frozen=True)
-class GateLimits:
-    """What ends a running gate besides its exit: silence past its idle window."""
-
-    name: str
-    idle_timeout: float
-
-
 @dataclass(frozen=True)
 class SupervisorSettings:
-    interval: float = 1.0  # seconds between two checks: stalls, timeouts, log tailing
-
-
-class LiveRuns(Mapping[int, Run]):
-    """What other services may know of the runs this node watches, read-only: the run of
-    each watched id, running counts per role, pools in use and the last spawn per role."""
-
-    def __init__(self, live: dict[int, LiveRun], last_spawns: dict[str, float]):
-        self._live = live
-        self._last_spawns = last_spawns
-
-    def __getitem__(self, run_id: int) -> Run:
-        return self._live[run_id].run
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(list(self._live))
-
-    def __len__(self) -> int:
-        return len(self._live)
-
-    def running_per_role(self) -> Counter[str]:
-        return Counter(live.role.name for live in self._live.values())
-
-    def pools_in_use(self) -> Counter[str]:
-        return Counter(pool for live in self._live.values() for pool in live.pools)
-
-    def last_spawn(self, role: str) -> float | None:
-        return self._last_spawns.get(role)
+    interval: float = 1.0  # seconds between two rounds: heartbeats, logs that grow
+    # One pass holds the event loop this long at most (time.perf_counter seconds); the looks
+    # still due then are taken in the next pass, after whatever else waits for the loop.
+    pass_budget: float = 0.002
+    looks_per_pass: int = 200  # due runs taken from the heap at once (one CPU sampling round)
 
 
 class Supervisor:
@@ -146,7 +105,12 @@ class Supervisor:
         self.view = LiveRuns(self.live, self.last_spawn)
         self.settings = settings
         self.log_dir = config.daemon.log_dir
-        self._last_adoption = float("-inf")
+        self._looks = LookSchedule()  # when each watched run is looked at next
+        self._behind = False  # the last pass left due looks for the next one
+        self._heartbeats_read = float("-inf")
+        self._run_of_task: dict[int, int] = {}  # task id → its watched run's id
+        self._swept_open = self._swept_cancels = float("-inf")
+        self._heard = False  # an event said a watched run may have ended or been cancelled
         make_private_dir(self.log_dir)
         self.gates = GateRunner(store, clock, self.log_dir)
 
@@ -316,10 +280,22 @@ class Supervisor:
                handle: Execution, spawned_at: float) -> LiveRun:
         pools = frozenset(p for p in (role.pool, task.pool) if p)
         live = LiveRun(run, task, role, runtime, handle, runtime.reader(role), spawned_at,
-                       pools, last_activity=spawned_at)
+                       pools, last_activity=spawned_at, looked_at=spawned_at)
+        self._forget(run.id)  # watched again (a restart's adoption): counted once
         self.live[run.id] = live
+        self.view.watched(live)
+        self._run_of_task[task.id] = run.id
+        self._looks.schedule(live, 0.0)  # the first look: at the next round
         live.watcher = asyncio.get_running_loop().create_task(self._await_exit(live))
         return live
+
+    def _forget(self, run_id: int) -> None:
+        """The run is no longer watched here (settled, or settled elsewhere)."""
+        live = self.live.pop(run_id, None)
+        if live is not None:
+            self.view.unwatched(live)
+            if self._run_of_task.get(live.task.id) == run_id:
+                del self._run_of_task[live.task.id]
 
     async def _await_exit(self, live: LiveRun) -> None:
         status = await live.handle.wait_exit()
@@ -329,7 +305,7 @@ class Supervisor:
             # A task's exception is only printed when it is collected; say it now. The
             # monitor adopts the run again, as it adopts every unwatched open run.
             log.exception("run %s: settling its exit failed", live.run.id)
-            self.live.pop(live.run.id, None)
+            self._forget(live.run.id)
         await self._reap_leftovers(live)
 
     async def _reap_leftovers(self, live: LiveRun) -> None:
@@ -354,16 +330,45 @@ class Supervisor:
     # -- watching ------------------------------------------------------------------------
 
     def next_wake(self, now: float) -> float:
-        return now + self.settings.interval
+        """The next round: when the earliest look falls (rounds LOOK_GAP apart at least), at
+        once when the last pass left looks due, and every interval for heartbeats."""
+        if self._behind:
+            return now
+        wake = now + self.settings.interval
+        earliest = self._looks.earliest()
+        if earliest is not None:
+            wake = min(wake, max(earliest, now + LOOK_GAP))
+        return wake
+
+    def hear(self, event: Event) -> None:
+        """A committed change, anyone's: a watched task that left its run (cancelled, taken
+        by a newer run) or a watched run ended by someone else is looked for in the next pass
+        rather than at the next sweep."""
+        if event.task_id is None:
+            return
+        run_id = self._run_of_task.get(event.task_id)
+        if run_id is None:
+            return
+        if event.kind is EventKind.RUN_ENDED or (
+                event.kind is EventKind.TASK_CHANGED
+                and (event.state not in LEASED_STATES or event.run_id not in (None, run_id))):
+            self._heard = True
 
     def run_once(self, now: float) -> dict[str, int]:
         """One pass: watch what runs, stop what a person cancelled, adopt what is unwatched."""
         counts = self.check(now)
-        counts["cancelled"] += self._stop_cancelled()
+        heard, self._heard = self._heard, False
+        # The two sweeps read every open run of the node: taken half a period apart, so that
+        # no pass holds the loop for both, unless an event asks for them now.
+        if heard or now - self._swept_cancels >= SWEEP_EVERY:
+            counts["cancelled"] += self._stop_cancelled()
+            self._swept_cancels = now
+            if not heard and self._swept_open == float("-inf"):
+                self._swept_open = now - SWEEP_EVERY / 2
         counts["adopted"] = 0
-        if now - self._last_adoption >= ADOPT_EVERY:
-            counts["adopted"] = self._adopt_unwatched(now)
-            self._last_adoption = now
+        if heard or now - self._swept_open >= SWEEP_EVERY:
+            counts["adopted"] = self._sweep_open_runs(now)
+            self._swept_open = now
         return counts
 
     def _stop_cancelled(self) -> int:
@@ -376,12 +381,17 @@ class Supervisor:
                 stopped += 1
         return stopped
 
-    def _adopt_unwatched(self, now: float) -> int:
-        """A spawned run of this node nobody watches (its watcher died on an error) is adopted
-        again: otherwise the node renews its lease forever and the task stays `running` for
-        an agent nobody will ever settle."""
+    def _sweep_open_runs(self, now: float) -> int:
+        """The node's open runs against the watched ones. A watched run that is no longer
+        open was ended elsewhere: its agent stops. A spawned run of this node nobody watches
+        (its watcher died on an error) is adopted again: otherwise the node renews its lease
+        forever and the task stays `running` for an agent nobody will ever settle."""
+        open_runs = self.store.open_run_ids(self.config.daemon.node)
+        for live in list(self.live.values()):
+            if live.run.id not in open_runs and live.kill_reason is None:
+                self._rescued_elsewhere(live)
         adopted = 0
-        for run_id, spawned_at in self.store.open_run_ids(self.config.daemon.node).items():
+        for run_id, spawned_at in open_runs.items():
             if run_id in self.live or spawned_at is None:
                 continue
             log.warning("run %s is open but unwatched: adopting it again", run_id)
@@ -396,25 +406,30 @@ class Supervisor:
 
     def check(self, now: float) -> dict[str, int]:
         """Look at the runs that are due: tail their logs, sample CPU where a threshold is
-        near, and end the stalled, the overdue, the looping and those waiting for input."""
+        near, and end the stalled, the overdue, the looping and those waiting for input.
+        The looks are taken from a heap, so a pass costs what is due, not what runs; a pass
+        stops after `pass_budget` and leaves the rest due for the next."""
         counts = {"checked": 0, "stalled": 0, "timed_out": 0, "cancelled": 0}
+        self._behind = False
         if not self.live:
             return counts
-        self._note_heartbeats(now)
-        due = [live for live in self.live.values()
-               if live.kill_reason is None and now >= live.next_look]
+        if now - self._heartbeats_read >= self.settings.interval:
+            self._note_heartbeats(now)
+        due = self._looks.due(now, self.live, self.settings.looks_per_pass)
+        began = time.perf_counter()
         sampled = {live.handle.pid for live in due
                    if live.handle.pid and self._wants_cpu(live, now)}
         cpu = procs.tree_cpu_seconds(sampled) if sampled else {}
         changes = []
-        open_ids: set[int] | None = None  # read once a pass, and only when a run is due
-        for live in due:
+        for index, live in enumerate(due):
+            if index and time.perf_counter() - began > self.settings.pass_budget:
+                for left in due[index:]:
+                    self._looks.schedule(left, now)  # still due
+                self._behind = True
+                break
             if not live.handle.is_alive():
-                continue
-            if open_ids is None:
-                # Ids only: a thousand Run records a second cost the loop ~10 ms.
-                open_ids = set(self.store.open_run_ids(self.config.daemon.node))
-            if live.run.id not in open_ids and self._rescued_elsewhere(live):
+                # Its watcher settles it; looked at again should that take a while.
+                self._looks.schedule(live, now + self.settings.interval)
                 continue
             counts["checked"] += 1
             verdict = self._judge(live, now, cpu.get(live.handle.pid))
@@ -422,32 +437,39 @@ class Supervisor:
                 counts[verdict[0].value] = counts.get(verdict[0].value, 0) + 1
                 self.kill(live, *verdict)
                 continue
-            live.next_look = self._next_look(live, now)
+            self._looks.schedule(live, self._next_look(live, now), force=True)
             change = self._verdict_change(live, now)
             if change is not None:
                 changes.append(change)
+        earliest = self._looks.earliest()
+        if len(due) == self.settings.looks_per_pass and earliest is not None and earliest <= now:
+            self._behind = True  # more were due than one pass takes
         if changes:
             try:
                 self.store.set_liveness(changes)
             except StoreError as error:
                 log.warning("liveness verdicts not recorded: %s", error)
                 for change in changes:
-                    self.live[change.run_id].verdict = None  # written again next time
+                    if change.run_id in self.live:
+                        self.live[change.run_id].verdict = None  # written again next time
         return counts
 
     def _note_heartbeats(self, now: float) -> None:
         """A heartbeat is a sign of life: one query for the runs that called in lately."""
-        since = now - self.settings.interval - HEARTBEAT_SLACK
+        since = max(self._heartbeats_read, now - self.settings.interval) - HEARTBEAT_SLACK
+        self._heartbeats_read = now
         for run_id, beat in self.store.heartbeats_since(self.config.daemon.node, since).items():
             live = self.live.get(run_id)
             if live is not None and beat != live.heartbeat_at:
                 live.heartbeat_at = beat
-                self._active(live, now)
+                self._active(live, min(beat, now), now)  # a sign of life when it was stamped
 
-    def _active(self, live: LiveRun, now: float) -> None:
-        live.last_activity = now
+    def _active(self, live: LiveRun, at: float, now: float) -> None:
+        """A sign of work at `at`: its idle clock starts over, and it is looked at soon."""
+        live.last_activity = max(live.last_activity, at)
         live.waiting = None  # it moved: answered, or it found its own way on
-        live.next_look = min(live.next_look, now + self.settings.interval)
+        if live.next_look != math.inf:  # (inf: being looked at now, or ended)
+            self._looks.schedule(live, now + self.settings.interval)
 
     def _wants_cpu(self, live: LiveRun, now: float) -> bool:
         """CPU time matters only where it could keep a run from a threshold: sampled while the
@@ -483,7 +505,7 @@ class Supervisor:
         except StoreError:
             return False
         if run.ended_at is None:
-            return False  # opened or settled in between: the next pass looks again
+            return False  # opened or settled in between: the next sweep looks again
         self.kill(live, run.outcome or Outcome.LOST, f"its run was ended elsewhere: {run.error}")
         return True
 
@@ -500,7 +522,8 @@ class Supervisor:
         live.cpu_seconds = live.cpu_sampled_at = 0.0
         live.cpu_busy = False
         live.last_activity = max(started_at, live.last_activity)
-        live.next_look = 0.0  # looked at in the next round
+        live.looked_at = started_at
+        self._looks.schedule(live, 0.0, force=True)  # looked at in the next round
 
         def done() -> tuple[Outcome, str] | None:
             live.gate = None
@@ -514,8 +537,8 @@ class Supervisor:
                     cpu_seconds: float | None) -> tuple[Outcome, str] | None:
         """A running gate: its output and CPU time are signs of life, as an agent's are; a
         gate has no reader (no rate limits, no loops, no questions: its input is empty)."""
-        if self._read_new_output(live, now):
-            self._active(live, now)
+        if (written_at := self._read_new_output(live, now)) is not None:
+            self._active(live, written_at, now)
         self._note_cpu(live, now, cpu_seconds)
         idle = now - live.last_activity
         assert live.gate is not None
@@ -533,15 +556,15 @@ class Supervisor:
             live.cpu_busy = live.cpu_sampled_at > 0 and (
                 cpu_seconds - live.cpu_seconds >= CPU_BUSY_SHARE * max(elapsed, 1e-3))
             if live.cpu_busy:
-                self._active(live, now)
+                self._active(live, now, now)
             live.cpu_seconds, live.cpu_sampled_at = cpu_seconds, now
 
     def _judge(self, live: LiveRun, now: float,
                cpu_seconds: float | None) -> tuple[Outcome, str] | None:
         if live.gate is not None:
             return self._judge_gate(live, now, cpu_seconds)
-        if self._read_new_output(live, now):
-            self._active(live, now)
+        if (written_at := self._read_new_output(live, now)) is not None:
+            self._active(live, written_at, now)
         if live.reader.looping is not None:
             return Outcome.LOOPING, live.reader.looping
         if live.probe and live.reader.progressed:
@@ -576,16 +599,31 @@ class Supervisor:
         return Outcome.NEEDS_INPUT, f"waiting for input: {question}"
 
     def _next_look(self, live: LiveRun, now: float) -> float:
-        """Soon while it changes; else when a threshold could fall, or QUIET_LOOK at most."""
-        interval = self.settings.interval
-        if live.last_activity >= now or live.cpu_busy:
-            return now + interval
-        role = live.role
-        times = [now + QUIET_LOOK, live.spawned_at + role.timeout]
-        if live.waiting is None:
-            times += [live.last_activity + _quiet_after(role), self._nearest_threshold(live)]
+        """When the run could next cross a threshold, and no later: while it writes, each
+        round (its output is read as it comes: loops, rate limits, questions); else the first
+        of its hard timeout, its idle (or input) threshold and SAMPLE_AHEAD before it (a CPU
+        baseline), the moment it reads as quiet, and the longest its log may go unread."""
+        next_round = now + self.settings.interval
+        times = [live.spawned_at + live.role.timeout]
+        if live.output_at >= now:
+            times.append(next_round)
+        elif live.waiting is not None:
+            times.append(now + WAITING_LOOK)  # whether it moved on after an answer
+        else:
+            threshold = self._nearest_threshold(live)
+            times += [threshold, threshold - SAMPLE_AHEAD,
+                      live.last_activity + _quiet_after(live.role),
+                      now + self._unread_limit(live)]
         future = [t for t in times if t > now]
-        return max(now + interval, min(future, default=now + interval))
+        return max(now + LOOK_GAP, min(future, default=next_round))
+
+    def _unread_limit(self, live: LiveRun) -> float:
+        """How long a quiet run's log may go unread. A question written meanwhile is timed
+        from its write (the log's mtime), so reading within input_timeout still ends the run
+        on time; other news (a loop starting, a rate limit) waits at most QUIET_LOOK. Spread
+        a little, so that runs started together are not all looked at in one pass forever."""
+        limit = QUIET_LOOK if live.gate is not None else min(QUIET_LOOK, _input_after(live.role))
+        return limit * random.uniform(0.8, 1.0)
 
     def _verdict_change(self, live: LiveRun, now: float) -> VerdictChange | None:
         if live.waiting is not None:
@@ -602,25 +640,31 @@ class Supervisor:
         live.verdict = verdict
         return VerdictChange(live.run.id, *verdict)
 
-    def _read_new_output(self, live: LiveRun, now: float) -> bool:
+    def _read_new_output(self, live: LiveRun, now: float) -> float | None:
+        """Feed what the agent wrote since the last look to its reader; when it was written
+        (the log's mtime, no earlier than that look), or None if it wrote nothing."""
+        looked_at, live.looked_at = live.looked_at, now
         try:
-            if os.stat(live.handle.log_path).st_size <= live.log_offset:
-                return False  # one stat, no open, for the many runs that wrote nothing
+            info = os.stat(live.handle.log_path)
+            if info.st_size <= live.log_offset:
+                return None  # one stat, no open, for the many runs that wrote nothing
             with open(live.handle.log_path, "rb") as log_file:
                 log_file.seek(live.log_offset)
                 chunk = log_file.read(READ_LIMIT)
         except FileNotFoundError:
-            return False
+            return None
         if not chunk:
-            return False
+            return None
         live.log_offset += len(chunk)
+        live.output_at = now
+        written_at = min(max(info.st_mtime, looked_at), now)
         if live.gate is not None:
-            return True  # a gate's output is only a sign of life
+            return written_at  # a gate's output is only a sign of life
         live.recent = (live.recent + chunk[-RECENT_BYTES:])[-RECENT_BYTES:]
         signal = live.reader.feed(chunk, now)
         if signal is not None:
             self._rate_limited(live, signal, now)
-        return True
+        return written_at
 
     def _rate_limited(self, live: LiveRun, signal: RateLimitSignal, now: float) -> None:
         """Pause every spawn of the runtime, and end this run without a strike."""
@@ -704,7 +748,7 @@ class Supervisor:
         except StoreError:
             run = live.run
         if run.ended_at is not None:
-            self.live.pop(live.run.id, None)
+            self._forget(live.run.id)
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
         result = self._result(live, run, status, now)
         self._keep_worktree_work(live)
@@ -724,7 +768,7 @@ class Supervisor:
             # Before the settle: once the task is settled the role's next run may start,
             # and it must read the file within its cap.
             self._keep_memory(live.role, now)
-        self.live.pop(live.run.id, None)
+        self._forget(live.run.id)
         self._settle_now(run, result, ended_at)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")

@@ -48,6 +48,15 @@ class WatchStore(abc.ABC):
     def open_run_ids(self, node: str) -> dict[int, float | None]:
         """The open runs of `node`: id → spawned_at (None: not spawned yet)."""
 
+    @abc.abstractmethod
+    def renew_due_leases(self, node: str, now: float, lease_seconds: float, batch: int) -> int:
+        """Renew up to `batch` of the node's leases that were last renewed more than a third
+        of a lease ago, oldest first; how many."""
+
+    @abc.abstractmethod
+    def unspawned_run_ids(self, node: str) -> list[int]:
+        """The open runs of `node` not spawned yet (an index's few rows, not every open run)."""
+
     # -- the probe after a rate limit ------------------------------------------------------
 
     @abc.abstractmethod
@@ -101,6 +110,15 @@ class SQLWatch(WatchStore):
 
     def open_run_ids(self, node: str) -> dict[int, float | None]:
         return {row["id"]: row["spawned_at"] for row in self._all("open_run_ids", {"node": node})}
+
+    def renew_due_leases(self, node: str, now: float, lease_seconds: float, batch: int) -> int:
+        params = {"node": node, "lease_until": now + lease_seconds,
+                  "renew_before": now + lease_seconds * 2 / 3, "batch": batch}
+        with self._write() as db:
+            return db.execute(self.q["renew_due_leases"], params).rowcount
+
+    def unspawned_run_ids(self, node: str) -> list[int]:
+        return [row["id"] for row in self._all("unspawned_run_ids", {"node": node})]
 
     def all_cooldowns(self) -> list[Cooldown]:
         return [Cooldown.from_row(row) for row in self._all("all_cooldowns")]

@@ -155,6 +155,26 @@ def test_heartbeats_and_renewals_keep_the_lease(store):
     assert store.get_task(claimed.task.id).state is TaskState.RUNNING
 
 
+def test_due_leases_are_renewed_a_batch_at_a_time_oldest_first(store):
+    for _ in range(4):
+        add(store)
+    first, second, third = (claim(store, now=at) for at in (1000.0, 1010.0, 1020.0))
+    other = claim(store, now=1000.0, node="n2")  # another node's lease is its own to renew
+
+    def lease(claimed):
+        return store.get_task(claimed.task.id).lease_expires_at
+
+    # A third of a lease on, only the first is due; a batch of one renews it alone.
+    assert store.renew_due_leases("n1", 1025.0, LEASE, batch=1) == 1
+    assert (lease(first), lease(second), lease(third)) == (1085.0, 1070.0, 1080.0)
+    # Later: the second and third are due; a batch of one takes the older of them.
+    assert store.renew_due_leases("n1", 1045.0, LEASE, batch=1) == 1
+    assert (lease(second), lease(third)) == (1105.0, 1080.0)
+    assert store.renew_due_leases("n1", 1045.0, LEASE, batch=10) == 1  # the third, only
+    assert store.renew_due_leases("n1", 1045.0, LEASE, batch=10) == 0  # all fresh now
+    assert lease(other) == 1060.0
+
+
 def test_rescue_cap_sends_a_task_to_dead(store):
     task = add(store)
     policy = RetryPolicy(max_rescues=2)

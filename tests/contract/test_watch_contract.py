@@ -28,6 +28,7 @@ def test_verdicts_are_kept_on_the_open_run(store):
     waiting = store.get_run(run.id)
     assert waiting.liveness == "waiting_input" and waiting.liveness_note == "Continue? [y/N]"
     assert store.open_run_ids("n1") == {run.id: NOW}
+    assert store.unspawned_run_ids("n1") == []
     store.heartbeat(run.id, NOW + 2, 60.0)
     assert store.heartbeats_since("n1", NOW + 1) == {run.id: NOW + 2}
     assert store.heartbeats_since("n1", NOW + 3) == {}
@@ -38,6 +39,19 @@ def test_verdicts_are_kept_on_the_open_run(store):
     assert store.open_run_ids("n1") == {}
     assert store.set_liveness([VerdictChange(run.id, Liveness.ACTIVE, NOW + 4)]) == 1
     assert store.get_run(run.id).liveness == "waiting_input"  # an ended run is not rewritten
+
+
+def test_the_unspawned_runs_of_a_node_are_only_those_claimed_and_not_started(store):
+    store.enqueue_many([NewTask(role="coder", title=f"t{i}") for i in range(3)], NOW)
+    waiting = store.claim("n1", NOW, 60.0).run
+    elsewhere = store.claim("n2", NOW, 60.0).run
+    started = running_run(store)  # claimed and spawned
+    assert store.unspawned_run_ids("n1") == [waiting.id]
+    assert store.unspawned_run_ids("n2") == [elsewhere.id]
+    store.mark_spawned(waiting.id, NOW + 1, 60.0, pid=4243, pid_started_at=NOW + 1,
+                       log_path="/tmp/run2.log")
+    assert store.unspawned_run_ids("n1") == []
+    assert started.id in store.open_run_ids("n1")
 
 
 def test_one_node_takes_the_probe_and_its_success_lifts_the_cooldown(store, reopen):

@@ -261,7 +261,9 @@ def test_on_shutdown_kill_returns_tasks_to_ready_without_a_strike(fleet):
 
 def test_stop_command_and_detach_leave_agents_running(fleet, tmp_path):
     gate = tmp_path / "go"
-    f = fleet()
+    # The held agent is silent: an idle_timeout of seconds would end it as stalled if the
+    # stop came late on a loaded machine, which this test is not about.
+    f = fleet('idle_timeout = "1h"')
     f.up()
     task = f.add("held", prompt=f"hold {gate}")
     run = f.wait_until(lambda: (r := f.store.open_runs()) and r[0].pid and r[0], what="spawn")
@@ -278,7 +280,9 @@ def test_stop_command_and_detach_leave_agents_running(fleet, tmp_path):
 
 def test_a_readopted_run_keeps_its_true_end_time_and_its_runtime(fleet, tmp_path):
     gate = tmp_path / "go"
-    f = fleet()
+    # The held agent is silent: an idle_timeout of seconds would end it as stalled if the
+    # stop came late on a loaded machine, which this test is not about.
+    f = fleet('idle_timeout = "1h"')
     f.up()
     task = f.add("held", prompt=f"hold {gate}")
     run = f.wait_until(lambda: (r := f.store.open_runs()) and r[0].pid and r[0], what="spawn")

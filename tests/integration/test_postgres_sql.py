@@ -121,6 +121,7 @@ SEED: list[tuple[str, dict[str, Any]]] = [
 # Plausible values for every parameter, aimed at the seeded rows so most blocks find something.
 PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE | {
     "now": NOW + 10, "id": 1, "limit": 10, "node": "node-a", "lease_until": NOW + 70,
+    "renew_before": NOW + 50, "batch": 100,
     "roles": '["coder", "qa"]', "full_pools": '["gpu"]', "task_id": 3, "run_id": 1,
     "runtime": "claude", "since": NOW - 3600, "pid": 4243, "pid_started_at": NOW,
     "log_path": "/tmp/run.log", "progress": "halfway", "outcome": "succeeded", "exit_code": 0,

@@ -18,6 +18,8 @@ RETURNING *;
 -- task's; NULL matches nothing) with their own node filters, and the runtime's cooldown.
 -- An open run holds its place until it ends, on whatever node, live or not: an agent on a
 -- node that went silent may still be working, until the node is declared down.
+-- A pool that is NULL is not counted at all (the constant test skips the scan), and the role's
+-- runs are found by runs_open_role: a claim costs the same with a thousand agents running.
 SELECT
     (SELECT count(*) FROM runs
      WHERE ended_at IS NULL AND role = :role
@@ -26,10 +28,12 @@ SELECT
      WHERE role = :role
        AND (CAST(:role_node AS TEXT) IS NULL OR node = :role_node)) AS role_last_claim,
     (SELECT count(*) FROM runs JOIN tasks ON tasks.id = runs.task_id
-     WHERE runs.ended_at IS NULL AND (runs.pool = :pool_a OR tasks.pool = :pool_a)
+     WHERE CAST(:pool_a AS TEXT) IS NOT NULL
+       AND runs.ended_at IS NULL AND (runs.pool = :pool_a OR tasks.pool = :pool_a)
        AND (CAST(:pool_a_node AS TEXT) IS NULL OR runs.node = :pool_a_node)) AS pool_a_running,
     (SELECT count(*) FROM runs JOIN tasks ON tasks.id = runs.task_id
-     WHERE runs.ended_at IS NULL AND (runs.pool = :pool_b OR tasks.pool = :pool_b)
+     WHERE CAST(:pool_b AS TEXT) IS NOT NULL
+       AND runs.ended_at IS NULL AND (runs.pool = :pool_b OR tasks.pool = :pool_b)
        AND (CAST(:pool_b_node AS TEXT) IS NULL OR runs.node = :pool_b_node)) AS pool_b_running,
     (SELECT until FROM cooldowns WHERE runtime = :runtime AND until > :now) AS cooldown_until;
 

@@ -108,6 +108,21 @@ SET lease_expires_at = :lease_until
 WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at IS NOT NULL AND lease_node = :node
   AND state IN ('claimed', 'running');
 
+-- name: renew_due_leases
+-- The node's leases that were renewed longest ago, before :renew_before, a batch at a time:
+-- the monitor renews a little each pass instead of every lease at once (a thousand rows in
+-- one write held the daemon's event loop). Found and ordered by tasks_clock's expressions.
+UPDATE tasks
+SET lease_expires_at = :lease_until
+WHERE id IN (
+    SELECT id FROM tasks
+    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1
+      AND coalesce(finished_at, lease_expires_at) < :renew_before
+      AND lease_expires_at IS NOT NULL AND lease_node = :node
+      AND state IN ('claimed', 'running')
+    ORDER BY coalesce(finished_at, lease_expires_at)
+    LIMIT :batch);
+
 -- name: end_run
 -- Usage the agent reported (`taskherd done --cost-usd`) stays unless the runtime measured its own.
 UPDATE runs
@@ -174,6 +189,10 @@ WHERE node = :node AND ended_at IS NULL AND heartbeat_at >= :since;
 
 -- name: open_run_ids
 SELECT id, spawned_at FROM runs WHERE ended_at IS NULL AND node = :node;
+
+-- name: unspawned_run_ids
+-- Claimed on the node and not spawned yet (runs_unspawned): a handful, however many run.
+SELECT id FROM runs WHERE node = :node AND ended_at IS NULL AND spawned_at IS NULL;
 
 -- name: open_runs_of_final_tasks
 -- Runs whose task a person cancelled (or that otherwise finished) while the agent still works,
