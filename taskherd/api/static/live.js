@@ -2,14 +2,17 @@
 // (/v1/events), gathered by the server into at most one message a second; the page then
 // fetches its own fragment and swaps it in. A busy fleet commits hundreds of changes a
 // second, so they are taken together: the first change after a quiet second shows within
-// GATHER_MS, then the page fetches at most once every MIN_GAP_MS, never two fetches at once,
-// and not at all while the tab is hidden (it catches up when shown). Each open page thus
+// GATHER_MS (under a second), then the page fetches at most once every MIN_GAP_MS, never
+// two fetches at once, and not at all while the tab is hidden (it catches up when shown). Each open page thus
 // costs the daemon's host one message and one fragment a second at most, whatever the rate
 // of events. A task page also follows its run's log. No framework, no build: this file is
 // all the JavaScript there is.
 (function () {
   "use strict";
-  var GATHER_MS = 150;
+  // The server tells every open page of a change at the same instant: each page waits its
+  // own fraction of a second before fetching, so twenty pages on the fleet's host do not
+  // render at once and take the cores from the agents' dispatch together.
+  var GATHER_MS = 150 + Math.floor(Math.random() * 700);
   var MIN_GAP_MS = 1000;
   // An agent's output is no event: while the page shows agents running, it is fetched again
   // this often, so their last lines move (the board's fragment is shared by every viewer).
