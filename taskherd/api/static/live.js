@@ -3,10 +3,10 @@
 // fetches its own fragment and swaps it in. A busy fleet commits hundreds of changes a
 // second, so they are taken together: the first change after a quiet second shows within
 // GATHER_MS (under a second), then the page fetches at most once every MIN_GAP_MS, never
-// two fetches at once, and not at all while the tab is hidden (it catches up when shown). Each open page thus
-// costs the daemon's host one message and one fragment a second at most, whatever the rate
-// of events. A task page also follows its run's log. No framework, no build: this file is
-// all the JavaScript there is.
+// two fetches at once, and not at all while the tab is hidden (it catches up when shown).
+// Each open page thus costs the daemon's host one message and one fragment a second at
+// most, whatever the rate of events. A task page also follows its run's log. No framework,
+// no build: this file is all the JavaScript there is.
 (function () {
   "use strict";
   // The server tells every open page of a change at the same instant: each page waits its
