@@ -13,6 +13,7 @@ SQL_ROOT = Path(__file__).parent / "sql"
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 # A quoted literal (left alone) or a `:name` parameter that is not half of a `::type` cast.
+_SUBQUERY = re.compile(r"\{(\w+)\}")  # another block's name, in braces
 _LITERAL_OR_PARAMETER = re.compile(r"'(?:[^']|'')*'|(?<![:\w]):([A-Za-z_]\w*)")
 
 
@@ -31,9 +32,13 @@ def queries(dialect: str) -> dict[str, str]:
     """Every `-- name: X` block of `common/` and of the dialect's folder, by name.
 
     A block both define is the dialect's override of the common one (its reason is written
-    above it); a name defined twice within one folder is a mistake.
+    above it); a name defined twice within one folder is a mistake. `{other}` in a block
+    stands for the block named `other` (a SELECT, put in as a subquery), so two queries over
+    the same rows write those rows' selection once.
     """
-    found = _blocks(SQL_ROOT / "common") | _blocks(SQL_ROOT / dialect)
+    written = _blocks(SQL_ROOT / "common") | _blocks(SQL_ROOT / dialect)
+    found = {name: _SUBQUERY.sub(lambda used: written[used[1]].strip().rstrip(";"), sql)
+             for name, sql in written.items()}
     if dialect == "postgres":
         return {name: _psycopg_parameters(sql) for name, sql in found.items()}
     return found

@@ -226,26 +226,28 @@ WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
 ORDER BY CASE WHEN finished_at IS NULL THEN 0 ELSE 1 END, priority, id
 LIMIT :limit;
 
+-- name: open_tasks_in_state
+-- The open tasks in :state (of :role, or any), for list_tasks and page_tasks: a filter of
+-- NULL-or-equal can use no index, and read the whole history for a state of a few rows. Each
+-- open state has an index that holds it only: ready tasks tasks_ready, waiting ones
+-- tasks_waiting, leased ones the open side of tasks_clock (the range on its second column
+-- steers SQLite's planner, which has no statistics, to the index). A part whose state is not
+-- asked reads nothing.
+SELECT * FROM tasks WHERE state = 'ready' AND CAST(:state AS TEXT) = 'ready'
+  AND (CAST(:role AS TEXT) IS NULL OR role = :role)
+UNION ALL
+SELECT * FROM tasks
+WHERE state = :state AND (state = 'pending' OR state = 'needs_review' OR state = 'blocked')
+  AND (CAST(:role AS TEXT) IS NULL OR role = :role)
+UNION ALL
+SELECT * FROM tasks
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1
+  AND coalesce(finished_at, lease_expires_at) > 0 AND lease_expires_at IS NOT NULL
+  AND (state = 'claimed' OR state = 'running') AND state = :state
+  AND (CAST(:role AS TEXT) IS NULL OR role = :role);
+
 -- name: list_open_tasks_in_state
--- list_tasks for one open state: its NULL-or-equal filter can use no index, and read the
--- whole history for a state of a few rows. Each open state has an index that holds it only:
--- ready tasks tasks_ready, waiting ones tasks_waiting, leased ones the open side of
--- tasks_clock (the range on its second column steers SQLite's planner, which has no
--- statistics, to the index). A part whose state is not asked reads nothing.
-SELECT * FROM (
-    SELECT * FROM tasks WHERE state = 'ready' AND CAST(:state AS TEXT) = 'ready'
-      AND (CAST(:role AS TEXT) IS NULL OR role = :role)
-    UNION ALL
-    SELECT * FROM tasks
-    WHERE state = :state AND (state = 'pending' OR state = 'needs_review' OR state = 'blocked')
-      AND (CAST(:role AS TEXT) IS NULL OR role = :role)
-    UNION ALL
-    SELECT * FROM tasks
-    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1
-      AND coalesce(finished_at, lease_expires_at) > 0 AND lease_expires_at IS NOT NULL
-      AND (state = 'claimed' OR state = 'running') AND state = :state
-      AND (CAST(:role AS TEXT) IS NULL OR role = :role)
-) AS open_tasks
+SELECT * FROM ({open_tasks_in_state}) AS open_tasks
 ORDER BY priority, id
 LIMIT :limit;
 
@@ -335,22 +337,8 @@ ORDER BY id DESC
 LIMIT :limit;
 
 -- name: page_open_tasks_in_state
--- page_tasks for one open state, through the indexes of list_open_tasks_in_state: walking the
--- primary key down found a state's few open tasks only past the whole history.
-SELECT * FROM (
-    SELECT * FROM tasks WHERE state = 'ready' AND CAST(:state AS TEXT) = 'ready'
-      AND (CAST(:role AS TEXT) IS NULL OR role = :role)
-    UNION ALL
-    SELECT * FROM tasks
-    WHERE state = :state AND (state = 'pending' OR state = 'needs_review' OR state = 'blocked')
-      AND (CAST(:role AS TEXT) IS NULL OR role = :role)
-    UNION ALL
-    SELECT * FROM tasks
-    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1
-      AND coalesce(finished_at, lease_expires_at) > 0 AND lease_expires_at IS NOT NULL
-      AND (state = 'claimed' OR state = 'running') AND state = :state
-      AND (CAST(:role AS TEXT) IS NULL OR role = :role)
-) AS open_tasks
+-- Walking the primary key down found a state's few open tasks only past the whole history.
+SELECT * FROM ({open_tasks_in_state}) AS open_tasks
 WHERE CAST(:before_id AS BIGINT) IS NULL OR id < :before_id
 ORDER BY id + 0 DESC  -- sorted once merged (few rows): each part then reads its index
 LIMIT :limit;
