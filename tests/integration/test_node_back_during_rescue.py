@@ -3,7 +3,7 @@ transactions interleave; SQLite has one writer at a time, so they never do there
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import pytest
 
@@ -14,6 +14,25 @@ from tests.interleave import pause_before, wait_for_lock_wait_or
 
 LEASE = 60.0
 NOW = 1000.0
+
+
+def during_rescue(rescuer, pause_at: str, pg_url: str, action):
+    """n1 (`rescuer`) declares n0 down and pauses its rescue before the statement `pause_at`;
+    `action` (n0's own call) is then made and left to wait on the rescue's locks, and the
+    rescue goes on. Returns the rescue's result and `action`'s future, settled."""
+    under_way, go_on = pause_before(rescuer, pause_at)
+    with ThreadPoolExecutor(2) as threads:
+        try:
+            rescue = threads.submit(rescuer.rescue_down_nodes, "n1", NOW + 20,
+                                    lambda role: RetryPolicy())
+            assert under_way.wait(10)
+            acted = threads.submit(action)
+            wait_for_lock_wait_or(acted.done, pg_url)
+        finally:
+            go_on.set()
+        rescued = rescue.result(10)
+        wait([acted], timeout=10)
+    return rescued, acted
 
 
 def test_a_node_starting_during_its_rescue_learns_it_was_declared_down(pg_url):
@@ -30,19 +49,11 @@ def test_a_node_starting_during_its_rescue_learns_it_was_declared_down(pg_url):
         held = node.claim("n0", NOW, LEASE)
         node.mark_spawned(held.run.id, NOW, LEASE, pid=4242, pid_started_at=NOW, log_path=None)
         # n1's rescue has declared n0 down and holds its record, about to end its runs.
-        rescue_under_way, go_on = pause_before(other, "open_runs_of_down_node")
-        with ThreadPoolExecutor(2) as threads:
-            try:
-                rescue = threads.submit(other.rescue_down_nodes, "n1", NOW + 20,
-                                        lambda role: RetryPolicy())
-                assert rescue_under_way.wait(10)
-                back = threads.submit(node.node_up, "n0", host="a", pid=2, version="1",
-                                      lease=LEASE, roles=["r"], now=NOW + 20, timeout=15.0)
-                wait_for_lock_wait_or(back.done, pg_url)
-            finally:
-                go_on.set()
-            [down] = rescue.result(10)
-            again = back.result(10)
+        [down], back = during_rescue(
+            other, "open_runs_of_down_node", pg_url,
+            lambda: node.node_up("n0", host="a", pid=2, version="1", lease=LEASE, roles=["r"],
+                                 now=NOW + 20, timeout=15.0))
+        again = back.result()
     assert [f.run.id for f in down.rescued] == [held.run.id]
     assert down.rescued[0].run.outcome is Outcome.LOST
     # Started after the rescue committed: it knows, and finds the run to stop its agent.
@@ -57,18 +68,11 @@ def test_a_heartbeat_during_its_rescue_learns_the_node_was_declared_down(pg_url)
             open_store(pg_url, durability="normal") as other:
         node.node_up("n0", host="a", pid=1, version="1", lease=LEASE, roles=["r"], now=NOW,
                      timeout=15.0)
-        rescue_under_way, go_on = pause_before(other, "open_runs_of_down_node")
-        with ThreadPoolExecutor(2) as threads:
-            try:
-                rescue = threads.submit(other.rescue_down_nodes, "n1", NOW + 20,
-                                        lambda role: RetryPolicy())
-                assert rescue_under_way.wait(10)
-                seen = threads.submit(node.node_seen, "n0", NOW + 20, running=0, roles=["r"])
-                wait_for_lock_wait_or(seen.done, pg_url)
-            finally:
-                go_on.set()
-            assert len(rescue.result(10)) == 1
-            before = seen.result(10)
+        rescued, seen = during_rescue(
+            other, "open_runs_of_down_node", pg_url,
+            lambda: node.node_seen("n0", NOW + 20, running=0, roles=["r"]))
+        assert len(rescued) == 1
+        before = seen.result()
     assert before.down_at == NOW + 20 and before.down_by == "n1"
 
 
@@ -84,19 +88,11 @@ def test_an_agent_told_its_done_was_taken_is_never_run_again_by_a_rescue(pg_url)
         task = node.enqueue(NewTask(role="r", title="deploy once"), NOW).task
         held = node.claim("n0", NOW, LEASE)
         node.mark_spawned(held.run.id, NOW, LEASE, pid=4242, pid_started_at=NOW, log_path=None)
-        rescue_ending_the_run, go_on = pause_before(other, "end_run")
-        with ThreadPoolExecutor(2) as threads:
-            try:
-                rescue = threads.submit(other.rescue_down_nodes, "n1", NOW + 20,
-                                        lambda role: RetryPolicy())
-                assert rescue_ending_the_run.wait(10)
-                report = threads.submit(node.report, held.run.id, "done", NOW + 20, "deployed")
-                wait_for_lock_wait_or(report.done, pg_url)
-            finally:
-                go_on.set()
-            [down] = rescue.result(10)
-            with pytest.raises(StoreError, match="already ended"):
-                report.result(10)  # the agent is told: it is not its task any more
+        [down], report = during_rescue(
+            other, "end_run", pg_url,
+            lambda: node.report(held.run.id, "done", NOW + 20, "deployed"))
+        with pytest.raises(StoreError, match="already ended"):
+            report.result()  # the agent is told: it is not its task any more
     [rescued] = down.rescued
     assert rescued.run.outcome is Outcome.LOST and rescued.task.state is TaskState.READY
     assert node.get_task(task.id).state is TaskState.READY
