@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from taskherd import forkserver, procs
+from tests.integration.fifo_gate import release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 10.0
@@ -245,18 +246,6 @@ def test_the_server_imports_no_module_that_its_shims_would_carry():
     imported = {line.rsplit("|", 1)[-1].strip() for line in server.stderr.splitlines()}
     assert not imported & {"json", "re", "enum", "signal", "threading", "subprocess"}
 
-
-@pytest.fixture
-def gate(tmp_path):
-    """A FIFO agents block on until the test opens it: a release with no sleep."""
-    path = tmp_path / "gate"
-    os.mkfifo(path)
-    return path
-
-
-def release(gate_path):
-    with open(gate_path, "w") as gate:
-        gate.write("go\n")
 
 
 def test_an_ended_forked_shim_is_reaped_so_its_group_is_gone(server, spawn):

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from taskherd import forkserver, procs
+from tests.integration.fifo_gate import release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEADER = {"run_id": 11, "task_id": 7, "role": "coder"}
@@ -184,18 +185,6 @@ def spawn_from_doomed_daemon(argv, log_path, env):
     daemon.wait(timeout=5)
     return record
 
-
-@pytest.fixture
-def gate(tmp_path):
-    """A FIFO an agent blocks on until the test opens it: a release with no sleep."""
-    path = tmp_path / "gate"
-    os.mkfifo(path)
-    return path
-
-
-def release(gate_path):
-    with open(gate_path, "w") as gate:
-        gate.write("go\n")
 
 
 def test_adopt_live_agent_after_daemon_kill_learns_its_exit(tmp_path, env, gate):
