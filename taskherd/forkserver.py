@@ -4,9 +4,10 @@ Every agent runs under `taskherd/shim.py` (why: see `taskherd.procs`). A shim st
 interpreter of its own costs ~10 ms of start-up before the agent can start, and ~3 MB of
 memory (Pss) for the run's whole life: 3 GB for a thousand agents. The fork server
 (``shim.py --serve``) is started once; for each run it forks a shim that shares the
-server's pages copy-on-write, in well under a millisecond, for ~0.2 MB. It is a pool of
-spare shims sized by demand: as many at once as runs need, for the price of one idle
-interpreter.
+server's pages copy-on-write, for ~0.2 MB. The server forks each run's shim before the run
+asks, so a run waits for no fork: it takes the spare waiting for it, and the server forks
+the next while nobody waits. Spares are sized by demand: one waits, as many as runs need
+are made, for the price of one idle interpreter and one idle shim.
 
 What it guarantees:
 
@@ -50,7 +51,7 @@ SHIM_PATH = str(Path(__file__).with_name("shim.py"))
 # so it needs no sys.path and never imports the package.
 SHIM_PYTHON_FLAGS = ("-I", "-S")
 # A server that has not answered in this long is stopped or wedged: it is replaced. Generous,
-# because a fork answers in well under a millisecond even on a loaded machine.
+# because it answers in well under a millisecond even on a loaded machine.
 REPLY_TIMEOUT = 10.0
 RESTART_INTERVAL = 1.0  # after a server could not be started (out of pids or memory)
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -116,14 +116,10 @@ def main(args, env=None):
     return code
 
 
-def read_run(fd, pending):
-    """The next run sent on `fd`, or None at end of input (the sender went away).
+def read_line(fd, pending):
+    """The next line on `fd` (without its newline), or None at end of input.
 
-    One line of hex-encoded ``marshal`` data, not JSON: ``marshal`` is built in and already
-    loaded, while ``import json`` (``re``, ``enum``…) costs as much CPU as the interpreter's
-    own start-up. Both ends are the same interpreter (sys.executable), so the format always
-    matches; a newline never occurs in hex, so the line frames the run. `pending` (a
-    bytearray) keeps what was read past the line for the next call.
+    `pending` (a bytearray) keeps what was read past the line for the next call.
     """
     buffer = pending
     while b"\n" not in buffer:
@@ -133,7 +129,19 @@ def read_run(fd, pending):
         buffer += chunk
     line, _, rest = bytes(buffer).partition(b"\n")
     buffer[:] = rest
-    return marshal.loads(bytes.fromhex(line.decode()))
+    return line
+
+
+def read_run(fd, pending):
+    """The next run sent on `fd`, or None at end of input (the sender went away).
+
+    One line of hex-encoded ``marshal`` data, not JSON: ``marshal`` is built in and already
+    loaded, while ``import json`` (``re``, ``enum``…) costs as much CPU as the interpreter's
+    own start-up. Both ends are the same interpreter (sys.executable), so the format always
+    matches; a newline never occurs in hex, so the line frames the run.
+    """
+    line = read_line(fd, pending)
+    return None if line is None else marshal.loads(bytes.fromhex(line.decode()))
 
 
 def take_run(run):
@@ -191,59 +199,118 @@ def _start_ticks(pid):
 def serve():
     """``shim.py --serve``: a fork server, one per daemon, that forks a shim for each run.
 
-    Reads runs on stdin (`read_run`), one after another; for each it forks a child that
-    starts a new session and runs it as `take_run`, and answers ``PID START_TICKS`` on
-    stdout. Every shim forked here shares this process's pages copy-on-write, so one costs
-    the few pages it writes to (~0.2 MB) instead of a whole interpreter (~3 MB).
+    Reads runs on stdin (`read_line`), one after another, and hands each to a spare shim it
+    forked beforehand, answering ``PID START_TICKS`` (the spare's) on stdout. The fork, and
+    the copy-on-write faults that follow it in both processes, so happen while nobody
+    waits: with a thousand shims alive, a fork now and then takes several milliseconds,
+    which a run would otherwise wait for between its claim and its agent's start. Every
+    shim forked here shares this process's pages copy-on-write, so one costs the few pages
+    it writes to (~0.2 MB) instead of a whole interpreter (~3 MB); the one spare waiting
+    costs the same.
 
     Single-threaded on purpose: a fork copies only the calling thread, and nothing here
     holds a lock another thread could own. The heap is frozen (`gc.freeze`) so the
     collector never walks, and so never dirties, the pages the shims share. Exits at end of
-    input: its owner went away. Shims it forked are not touched by that; they run on,
-    re-parented like any shim after a daemon restart.
+    input: its owner went away; its spare then exits without starting anything. Shims it
+    forked are not touched by that; they run on, re-parented like any shim after a daemon
+    restart.
     """
     gc.collect()
     gc.freeze()
     _signal.signal(_signal.SIGCHLD, _reap_children)
     pending = bytearray()
-    while (run := read_run(0, pending)) is not None:
-        _fork_one(run)
+    spare = _fork_spare()
+    while (line := read_line(0, pending)) is not None:
+        if spare is None or spare.gone():  # killed, or a fork that failed: one now
+            spare = _fork_spare(raise_error=True)
+        # The spare starts the agent only once its pid is on its way to the daemon: if this
+        # server dies first, the spare reads an end of input and exits without starting
+        # anything, so the daemon, which then starts the run another way, never runs it
+        # twice. The answer does not wait for the shim to start: the daemon treats a group
+        # whose agent has not started yet as a shim still running (see procs.terminate).
+        os.write(1, f"{spare.pid} {spare.start_ticks}\n".encode())
+        spare.hand(line + b"\n")
+        spare = _fork_spare()  # the next run's shim, forked while nobody waits
     return 0
 
 
-def _fork_one(run):
-    # The shim starts the agent only once its pid is on its way to the daemon ("go" comes
-    # after the answer): if this server dies first, the shim exits without starting
-    # anything, so the daemon, which then starts the run another way, never runs it twice.
-    # The answer does not wait for the shim to lead its session: that would be two more
-    # wake-ups on a busy machine, and the daemon treats a group that does not exist yet
-    # as a shim still running (see procs.terminate).
-    go_read, go_write = os.pipe()
+class _Spare:
+    """A forked shim waiting for its run on a pipe from the server."""
+
+    def __init__(self, pid, start_ticks, run_fd):
+        self.pid = pid
+        self.start_ticks = start_ticks
+        self._run_fd = run_fd
+
+    def gone(self):
+        try:
+            ended = os.waitpid(self.pid, os.WNOHANG)[0] == self.pid
+        except ChildProcessError:  # already reaped by `_reap_children`
+            ended = True
+        if ended:
+            os.close(self._run_fd)
+        return ended
+
+    def hand(self, run_line):
+        """Send the run; the spare takes it on and starts its agent."""
+        try:
+            view = memoryview(run_line)
+            while view:
+                view = view[os.write(self._run_fd, view):]
+        except OSError:
+            # Killed after the answer went out: the daemon sees a shim that ended without
+            # an exit file, as it sees one killed after it started.
+            pass
+        finally:
+            os.close(self._run_fd)
+
+
+def _fork_spare(raise_error=False):
+    """Fork the shim the next run will take, or None when no process can be forked now."""
+    run_read, run_write = os.pipe()
     # SIGCHLD held back until the start time is read: a shim that ends at once must not be
     # reaped (and its pid freed) before its identity is known.
     _signal.pthread_sigmask(_signal.SIG_BLOCK, [_signal.SIGCHLD])
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(go_write)
-            # Its own session, as a cold shim has: then its group never becomes orphaned
-            # when this server exits, which would SIGHUP a stopped agent (job control).
-            os.setsid()
-            if os.read(go_read, 1):
-                os.close(go_read)
-                code = _forked_shim(run)
-        finally:
-            os._exit(code)  # never back into the server's loop, no interpreter teardown
-    os.close(go_read)
     try:
-        reply = f"{pid} {_start_ticks(pid)}\n"
-    except (OSError, ValueError, IndexError):
-        reply = f"{pid} 0\n"
-    os.write(1, reply.encode())
-    os.write(go_write, b"g")
-    os.close(go_write)
-    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [_signal.SIGCHLD])
+        try:
+            pid = os.fork()
+        except OSError:  # EAGAIN, ENOMEM: the next run asks again, or goes cold
+            os.close(run_read)
+            os.close(run_write)
+            if raise_error:
+                raise
+            return None
+        if pid == 0:
+            _become_spare(run_read, run_write)
+        os.close(run_read)
+        try:
+            start_ticks = _start_ticks(pid)
+        except (OSError, ValueError, IndexError):
+            start_ticks = 0
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [_signal.SIGCHLD])
+    return _Spare(pid, start_ticks, run_write)
+
+
+def _become_spare(run_read, run_write):
+    code = 1
+    try:
+        os.close(run_write)
+        # Its own session, as a cold shim has: then its group never becomes orphaned
+        # when this server exits, which would SIGHUP a stopped agent (job control).
+        os.setsid()
+        # The server's pipes to its owner are not kept while waiting: a copy of them here
+        # would hide the server's end from the owner (no EOF, no broken pipe).
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        run = read_run(run_read, bytearray())
+        if run is not None:
+            os.close(run_read)
+            code = _forked_shim(run)
+    finally:
+        os._exit(code)  # never back into the server's loop, no interpreter teardown
 
 
 def _forked_shim(run):

@@ -121,6 +121,44 @@ def test_a_killed_server_sends_the_spawn_cold_and_is_replaced(server, spawn):
     assert parent_of(spawn(["sleep", "5"]).pid) == forkserver.server_pid()
 
 
+def spare_of(server, running=()):
+    """The shim the server forked ahead for the next run: its one child not in `running`."""
+    def waiting():
+        children = [child for child in psutil.Process(server).children()
+                    if child.pid not in running and child.status() != psutil.STATUS_ZOMBIE]
+        return children[0].pid if len(children) == 1 else None
+    until(waiting, what="the server's spare shim")
+    return waiting()
+
+
+def test_a_run_takes_the_shim_forked_before_it_was_asked_for(server, spawn):
+    spare = spare_of(server)
+    process = spawn(["sleep", "30"])
+    assert process.pid == spare and process.handle.is_alive()
+    until(lambda: procs.read_header(process.log_path), what="the shim's header")
+    assert procs.read_header(process.log_path)["pid"] == spare
+    # The next one is forked at once, while nobody waits.
+    assert spare_of(server, running={spare}) not in (spare, None)
+
+
+def test_a_killed_spare_is_replaced_when_a_run_comes_and_the_run_starts_once(server, spawn,
+                                                                            tmp_path):
+    spare = spare_of(server)
+    os.kill(spare, signal.SIGKILL)
+    assert wait_gone(spare)
+    marks = tmp_path / "marks"
+    process = spawn(["sh", "-c", f"echo started >> {marks}"])
+    assert not process.handle.is_child and process.pid != spare  # forked, not cold
+    assert wait_exit(process).succeeded
+    assert marks.read_text() == "started\n"
+
+
+def test_a_spare_whose_server_died_exits_without_starting_anything(server):
+    spare = spare_of(server)
+    os.kill(server, signal.SIGKILL)
+    assert wait_gone(server) and wait_gone(spare), "the spare outlived its server"
+
+
 def test_a_run_terminated_at_once_is_stopped_before_its_agent_starts(server, spawn, tmp_path):
     marks = tmp_path / "marks"
     process = spawn(["sh", "-c", f"echo started >> {marks}; exec sleep 30"])
