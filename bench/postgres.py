@@ -23,6 +23,8 @@ database, or a new SQLite file in a temporary directory, where the fsync is on t
   - claim+complete, --workers processes: the same loop in that many real processes (spawned,
     as tests/integration/test_concurrent_claims.py does) sharing one queue; each opens its
     store first, then all start together, timed until the last one has found the queue empty.
+    Each process claims for its role (`roles=[...]`), as a daemon always does, so that the
+    figure with cluster limits differs from this one by the limits alone.
     Every task must be claimed exactly once (asserted): on PostgreSQL the claim skips rows
     another process is claiming (FOR UPDATE SKIP LOCKED).
   - claim+complete, --workers processes, cluster limits: the same, each claim within limits
@@ -145,7 +147,7 @@ def taskherd_worker(database: str, node: str, start: Any, out: Any,
         out.put(("ready", node, None, None))
         start.wait(READY_TIMEOUT)
         policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
-        roles = [ROLE] if limits else None
+        roles = [ROLE]
         while (claim := store.claim(node, time.time(), LEASE, roles=roles,
                                     limits=limits)) is not None:
             claimed.append(claim.task.id)
