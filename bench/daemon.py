@@ -26,7 +26,9 @@ c. a thousand agents: one daemon; first 1,000 no-op tasks with nothing else runn
    agent, beside the floor: the Pss of an idle `sleep`, of an idle bare `python -I -S` and
    of a cold-started shim, 50 of each alive side by side (`memory_floors`); then 1,000 no-op
    tasks again with the 1,000 still running. The ratio of the two ready → exec p99s is the
-   figure: the watch loop's cost must not grow with the agents that merely exist.
+   figure: the watch loop's cost must not grow with the agents that merely exist. The first
+   line says whether the kernel's DAMON memory monitor runs, which lengthens that tail
+   (`memory_monitor`).
    A thousand agents hold a thousand pidfds in the daemon and two thousand processes: the
    bench raises its soft RLIMIT_NOFILE to the hard limit (the daemon inherits it) and
    checks RLIMIT_NPROC, as a service unit would set LimitNOFILE (docs/operating.md).
@@ -432,6 +434,24 @@ def row(name: str, values: list[float]) -> str:
             f"max={ms(max(values))}")
 
 
+def memory_monitor() -> str:
+    """Whether the kernel's DAMON memory monitor runs, and how. In physical-address mode it
+    walks the mappings of the pages it samples, each page shared by a thousand forked shims
+    a thousand mappings long; part c's agents then start later now and then (the shim's
+    posix_spawn and the agent's exec wait for those walks), which a bare fleet of `sleep`s
+    does not show."""
+    root = Path("/sys/kernel/mm/damon/admin/kdamonds")
+    states = []
+    for kdamond in sorted(root.glob("[0-9]*")):
+        try:
+            state = (kdamond / "state").read_text().strip()
+            modes = {ops.read_text().strip() for ops in kdamond.glob("contexts/*/operations")}
+        except OSError:
+            continue
+        states.append(f"{state} ({', '.join(sorted(modes)) or 'no context'})")
+    return "; ".join(states) if states else "absent"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=1000, help="no-op tasks for ready→exec")
@@ -452,7 +472,8 @@ def main() -> int:
     skip = set(filter(None, args.skip.split(",")))
     began = time.monotonic()
     print(f"taskherd daemon bench: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
-          f"durability {args.durability}, load average {os.getloadavg()[0]:.2f} at start")
+          f"durability {args.durability}, load average {os.getloadavg()[0]:.2f} at start, "
+          f"kernel memory monitor (DAMON) {memory_monitor()}")
     results: list[tuple[str, str, str, bool]] = []
     with tempfile.TemporaryDirectory(prefix="taskherd-bench-") as tmp_dir:
         tmp = Path(tmp_dir)
