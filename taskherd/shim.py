@@ -222,7 +222,9 @@ def serve():
     spare = _fork_spare()
     while (line := read_line(0, pending)) is not None:
         if spare is None or spare.gone():  # killed, or a fork that failed: one now
-            spare = _fork_spare(raise_error=True)
+            spare = _fork_spare()
+            if spare is None:
+                return 1  # no process can be forked: the owner starts this run cold
         # The spare starts the agent only once its pid is on its way to the daemon: if this
         # server dies first, the spare reads an end of input and exits without starting
         # anything, so the daemon, which then starts the run another way, never runs it
@@ -265,7 +267,7 @@ class _Spare:
             os.close(self._run_fd)
 
 
-def _fork_spare(raise_error=False):
+def _fork_spare():
     """Fork the shim the next run will take, or None when no process can be forked now."""
     run_read, run_write = os.pipe()
     # SIGCHLD held back until the start time is read: a shim that ends at once must not be
@@ -277,8 +279,6 @@ def _fork_spare(raise_error=False):
         except OSError:  # EAGAIN, ENOMEM: the next run asks again, or goes cold
             os.close(run_read)
             os.close(run_write)
-            if raise_error:
-                raise
             return None
         if pid == 0:
             _become_spare(run_read, run_write)
@@ -317,7 +317,7 @@ def _forked_shim(run):
     gc.disable()  # the few objects a shim makes are freed by refcount; no walk of shared pages
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # waitpid must see the agent's end
     _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [_signal.SIGCHLD])
-    return take_run(run)  # replaces the server's pipes on 0, 1 and 2 with the run's
+    return take_run(run)  # replaces what is on 0, 1 and 2 with the run's own
 
 
 if __name__ == "__main__":
