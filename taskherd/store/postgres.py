@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any
 
 from taskherd import __version__
 from taskherd.limits import ClaimLimits, Refusal
-from taskherd.model import Claim, Event, Run, Task
+from taskherd.model import Claim, Event, EventKind, Message, Run, Task, TaskState
 from taskherd.store.base import StoreError, StoreUnavailable
 from taskherd.store.events import Listener
 from taskherd.store.messages import InboxLimit
@@ -66,8 +67,9 @@ class PostgresStore(SQLStore):
 
     def _connect(self) -> Any:
         try:
-            conn = self._psycopg.connect(self.url, autocommit=True, row_factory=self._dict_row,
-                                         connect_timeout=self._connect_timeout)
+            conn = _opening_connection().connect(
+                self.url, autocommit=True, row_factory=self._dict_row,
+                connect_timeout=self._connect_timeout)
         except self._psycopg.OperationalError as error:
             # The caller names the database (without its password); psycopg's words say why.
             raise StoreUnavailable(f"cannot connect: {_said(error)}") from error
@@ -95,45 +97,61 @@ class PostgresStore(SQLStore):
                 # Lost connections, deadlocks, serialization failures: all worth a retry.
                 raise StoreUnavailable(f"database error: {_said(error)}") from error
 
-    # What the end of the transaction under way sends with its COMMIT (the store's lock is
-    # held throughout, so these are its own): the events' payloads, and whether it is a
-    # claim, whose commit need not wait for the disk.
+    # The events' payloads the transaction under way sends with its COMMIT (the store's lock
+    # is held throughout, so they are its own).
     _notifying: Sequence[str] = ()
-    _without_flush = False
 
     @contextmanager
     def _transaction(self) -> Iterator[Any]:
-        """Begun and ended by hand, not by psycopg's `transaction()`: the end goes to the
-        server as one simple query, a claim's SET LOCAL and the events' NOTIFY with the
-        COMMIT. A claim+complete paid three round trips more for them, and on a loaded
-        machine each round trip waits for both processes to be scheduled again."""
+        """Begun and ended by hand, not by psycopg's `transaction()`, to save round trips: the
+        BEGIN goes with the first statement (`_opening_connection`), and the end goes as one
+        simple query, the events' NOTIFY with the COMMIT. On a loaded machine each round trip
+        waits for both processes to be scheduled again."""
         with self._connection() as conn:
-            if conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
+            idle = self._psycopg.pq.TransactionStatus.IDLE
+            if conn.opening or conn.info.transaction_status != idle:
+                conn.open_now()
                 with conn.transaction():  # inside another: a savepoint, as psycopg makes
                     yield conn
                 return
-            conn.execute(M["transaction_begin"], prepare=False)
-            self._notifying, self._without_flush = (), False
+            conn.opening = (M["transaction_begin"],)
+            self._notifying = ()
             try:
                 yield conn
+                if conn.opening and not self._notifying:
+                    return  # nothing was sent: nothing to end
+                conn.open_now()
+                if conn.info.transaction_status == idle:
+                    # The body sent its COMMIT with its last statements (a claim does).
+                    if self._notifying:
+                        raise StoreError("a transaction committed before its events were sent")
+                    return
                 conn.execute(self._commit(), prepare=False)
             except BaseException:
-                if not conn.broken and not conn.closed:
+                if not conn.opening and not conn.broken and not conn.closed:
                     with contextlib.suppress(self._psycopg.Error):
                         conn.execute(M["transaction_rollback"], prepare=False)
                 raise
+            finally:
+                conn.opening = ()
 
     def _commit(self) -> Any:
-        """The COMMIT, after what must go with it; each payload a literal psycopg quotes (a
-        simple query takes no parameters)."""
+        """The COMMIT, then the events in a transaction of their own, in one simple query
+        (each payload a literal psycopg quotes: a simple query takes no parameters).
+
+        Apart, because PostgreSQL orders notifying commits with a lock held until each has
+        committed, its disk flush included: events sent with a run's end made every other
+        node's notifying commit (claims too, under the claims' lock) wait for that flush. The
+        events' own commit need not wait for the disk (event_without_flush)."""
         from psycopg import sql
 
-        statements = [sql.SQL(M["notify_event"]).format(payload=sql.Literal(payload))
-                      for payload in self._notifying]
-        if self._without_flush:
-            statements.append(sql.SQL(M["claim_without_flush"]))
-        statements.append(sql.SQL(M["transaction_commit"]))
-        return sql.SQL(" ").join(statements)
+        if not self._notifying:
+            return sql.SQL(M["transaction_commit"])
+        statements = [M["transaction_commit"], M["transaction_begin"], M["event_without_flush"]]
+        events = [sql.SQL(M["notify_event"]).format(payload=sql.Literal(payload))
+                  for payload in self._notifying]
+        return sql.SQL(" ").join([*map(sql.SQL, statements), *events,
+                                  sql.SQL(M["transaction_commit"])])
 
     @contextmanager
     def _read(self) -> Iterator[Any]:
@@ -141,6 +159,7 @@ class PostgresStore(SQLStore):
             yield conn
 
     def _insert_many(self, db: Any, name: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        db.open_now()
         with db.cursor() as cursor:
             cursor.executemany(self.q[name], list(rows))
             return max(cursor.rowcount, 0)
@@ -155,8 +174,8 @@ class PostgresStore(SQLStore):
         return isinstance(error, self._errors.UniqueViolation)
 
     def _claim_started(self, db: Any) -> None:
-        # Sent with the COMMIT (synchronous_commit is read when the transaction commits).
-        self._without_flush = self._durability == "full"  # "normal" never waits already
+        if self._durability == "full":  # "normal" never waits already
+            db.open_with(M["claim_without_flush"])
 
     def _order_claims(self, db: Any) -> None:
         db.execute(M["limits_lock"])  # granted when its result is read, in a pipeline too
@@ -167,46 +186,71 @@ class PostgresStore(SQLStore):
     # claim_if_room with limit_usage put in: one statement counts and claims.
     _claim_if_room_sql = M["claim_if_room"].replace(
         "{limit_usage}", q["limit_usage"].strip().rstrip(";"))
+    _deliver_claim_inbox_sql = M["deliver_claim_inbox"].replace(
+        "{undelivered_for_run}", q["undelivered_for_run"].strip().rstrip(";"))
 
     def _claim_if_room(self, db: Any, candidate: Mapping[str, Any], node: str, now: float,
                        lease_seconds: float, limits: ClaimLimits, role: str,
                        runtime: str | None, inbox: InboxLimit | None) -> Claim | Refusal:
-        """The lock, the count, the claim and the run (and the inbox's waiting messages) in
-        one round trip: every other node's claim of a limited role waits while this one holds
-        the lock, so it holds it for that round trip and the COMMIT only. A budgeted role
-        takes the steps, since its budget is read and judged between the count and the claim.
+        """The lock, the count, the claim, the run, its inbox and the COMMIT, then the claim's
+        event, in one round trip: every other node's claim of a limited role waits while this
+        one holds the lock, and the lock ends on the server, without waiting for this process
+        to be scheduled again to send the COMMIT. What is refused commits nothing but the end
+        of the candidate's row lock, and sends no event. A budgeted role takes the steps, since
+        its budget is read and judged between the count and the claim.
         """
         if limits.budget_scopes(role):
             return super()._claim_if_room(db, candidate, node, now, lease_seconds, limits,
                                           role, runtime, inbox)
-        task_pool = candidate["pool"]
+        task_id, task_pool = candidate["id"], candidate["pool"]
         counted = usage_params(node, now, limits, role, task_pool)
         params = counted | self._room_caps(limits, role, counted) | {
-            "id": candidate["id"], "node": node, "lease_until": now + lease_seconds,
+            "id": task_id, "node": node, "lease_until": now + lease_seconds,
             "run_runtime": runtime, "role_pool": limits.role(role).pool}
+        # The event as the base store would emit it, but for the run's id, which the
+        # database adds if the claim is made.
+        event = Event(EventKind.TASK_CHANGED, now, task_id=task_id, state=TaskState.CLAIMED,
+                      role=candidate["role"])
+        the_run = {"task_id": task_id, "node": node, "now": now}
         with self._together(db):
             if limits.crosses_nodes(role, task_pool):
                 self._order_claims(db)
             claimed = db.execute(self._claim_if_room_sql, params)
-            task_read = db.execute(self.q["get_task"], {"id": candidate["id"]})
-            waiting = (db.execute(self.q["undelivered_for_run"],
-                                  undelivered_params(role, candidate["id"], now, inbox))
-                       if inbox else None)
+            task_read = db.execute(self.q["get_task"], {"id": task_id})
+            delivered = (db.execute(self._deliver_claim_inbox_sql,
+                                    the_run | undelivered_params(role, task_id, now, inbox)
+                                    | {"bytes": inbox.bytes})
+                         if inbox else None)
+            db.execute(M["transaction_commit"], prepare=False)
+            # The event in a transaction of its own, after the claim's: a NOTIFY waits at
+            # commit for every other notifying commit's disk flush (PostgreSQL queues them in
+            # commit order), and the claim's lock must not wait with it.
+            for statement in (M["transaction_begin"], M["event_without_flush"]):
+                db.execute(statement, prepare=False)
+            db.execute(M["notify_claim"], the_run | {"event": event.to_json()})
+            db.execute(M["transaction_commit"], prepare=False)
         row = dict(one_row(claimed))
         usage = usage_of(row, counted)
         refusal = limits.refusal(role, task_pool, usage, now)
         if not row.pop("has_room"):
             if refusal is None:
-                raise StoreError(f"the claim of task {candidate['id']} found no room for role "
+                raise StoreError(f"the claim of task {task_id} found no room for role "
                                  f"{role} where its limits see some: {usage}")
             return refusal
-        if row["id"] is None or refusal is not None:
-            raise StoreError(f"task {candidate['id']} was not claimed as its limits allowed "
-                             f"({refusal.reason if refusal else 'no longer ready'})")
+        if row["id"] is None:
+            raise StoreError(f"task {task_id} was not claimed as its limits allowed "
+                             "(no longer ready)")
+        if refusal is not None:
+            # Committed already: the database's count, made under the lock, holds; the
+            # words are the only thing that disagrees.
+            log.error("task %s was claimed by run %s although its limits' words say: %s",
+                      task_id, row["id"], refusal.reason)
         for column in USAGE_COLUMNS:
             del row[column]
-        return self._claimed(db, Task.from_row(one_row(task_read)), Run.from_row(row), now,
-                             inbox, waiting.fetchall() if waiting is not None else None)
+        messages = [Message.from_row(message) for message in delivered.fetchall()] \
+            if delivered is not None else []
+        messages.sort(key=lambda message: (-message.priority, message.id))  # as undelivered
+        return Claim(Task.from_row(one_row(task_read)), Run.from_row(row), tuple(messages))
 
     @staticmethod
     def _room_caps(limits: ClaimLimits, role: str,
@@ -261,6 +305,51 @@ class PostgresStore(SQLStore):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+@functools.cache
+def _opening_connection() -> type:
+    """psycopg's connection, with the opening of a transaction sent with its first statement.
+
+    `opening` holds the statements owed before the next one (the BEGIN, and a claim's SET
+    LOCAL): the next `execute` sends them and itself in one round trip (a pipeline), or
+    within the pipeline under way. Only `execute` sends them: what reaches the server another
+    way (a cursor's executemany, a savepoint) calls `open_now` first."""
+    import psycopg
+
+    class OpeningConnection(psycopg.Connection):
+        opening: tuple[str, ...] = ()
+
+        def open_with(self, statement: str) -> None:
+            """`statement` sent with the opening still owed, or at once if none is."""
+            if self.opening:
+                self.opening += (statement,)
+            else:
+                super().execute(statement, prepare=False)
+
+        def open_now(self) -> None:
+            opening, self.opening = self.opening, ()
+            if opening:
+                with self._piped():
+                    for statement in opening:
+                        super().execute(statement, prepare=False)
+
+        def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None,
+                    binary: bool = False) -> Any:
+            if not self.opening:
+                return super().execute(query, params, prepare=prepare, binary=binary)
+            opening, self.opening = self.opening, ()
+            with self._piped():
+                for statement in opening:
+                    super().execute(statement, prepare=False)
+                return super().execute(query, params, prepare=prepare, binary=binary)
+
+        def _piped(self) -> Any:
+            if self.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF:
+                return contextlib.nullcontext()  # the pipeline under way carries them
+            return self.pipeline()
+
+    return OpeningConnection
 
 
 class NotifyListener(Listener):

@@ -122,15 +122,14 @@ class SQLMessages(MessageStore):
             params = {"recipient": recipient, "now": now}
             return db.execute(self.q["mark_all_messages_read"], params).rowcount
 
-    def _deliver_inbox(self, db: Connection, run: Run, limit: InboxLimit, now: float,
-                       waiting: list[Any] | None = None) -> tuple[Message, ...]:
+    def _deliver_inbox(self, db: Connection, run: Run, limit: InboxLimit,
+                       now: float) -> tuple[Message, ...]:
         """Inside the claim's transaction: the messages the starting run gets in its prompt,
         marked delivered to it, within `limit` (the first always fits; the prompt builder
         shortens one that is too long alone). What does not fit waits for the next run.
-        `waiting`: undelivered_for_run's rows, when the claim read them already."""
-        if waiting is None:
-            params = undelivered_params(run.role, run.task_id, now, limit)
-            waiting = db.execute(self.q["undelivered_for_run"], params).fetchall()
+        PostgreSQL's claim within limits does the same in one statement (deliver_claim_inbox)."""
+        params = undelivered_params(run.role, run.task_id, now, limit)
+        waiting = db.execute(self.q["undelivered_for_run"], params).fetchall()
         delivered: list[Message] = []
         size = 0
         for row in waiting:

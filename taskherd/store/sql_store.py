@@ -337,10 +337,10 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
                              Run.from_row(_one(run_inserted)), now, inbox)
 
     def _claimed(self, db: Connection, task: Task, run: Run, now: float,
-                 inbox: InboxLimit | None, waiting: list[Any] | None = None) -> Claim:
+                 inbox: InboxLimit | None) -> Claim:
         """The claim of `task` by `run` within limits, its inbox delivered in the claim's
-        transaction as in `claim` (from `waiting`, the messages read already, if given)."""
-        messages = self._deliver_inbox(db, run, inbox, now, waiting) if inbox else ()
+        transaction as in `claim`."""
+        messages = self._deliver_inbox(db, run, inbox, now) if inbox else ()
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=run.id,
                    state=task.state, role=task.role)
         return Claim(task, run, messages)

@@ -153,6 +153,40 @@ def test_the_inbox_goes_to_a_claim_within_limits_and_waits_through_a_refusal(sto
     assert all(m.delivered_run_id == got.run.id for m in got.inbox)
 
 
+def test_a_claim_within_limits_gets_its_inbox_urgent_first_within_its_size(store):
+    # What a daemon's claim delivers: as many messages as fit, urgent first, then oldest;
+    # the first always fits, the rest wait for the next run of the role.
+    limits = ClaimLimits({"coder": RoleLimit(max_concurrent=3)})
+    task = add(store, "coder", "one")
+    add(store, "coder", "two")
+
+    def send(recipient, body, at, priority=0):
+        return store.send_messages([NewMessage("@person", recipient, body, priority=priority)],
+                                   at)[0]
+
+    big = send("coder", "b" * 700, NOW - 40)
+    urgent = send("coder", "u" * 500, NOW - 10, priority=2)
+    mine = send(f"task:{task.id}", "for one", NOW - 30)
+    later = send("coder", "later", NOW - 20)
+    first = store.claim("node-a", NOW, LEASE, roles=["coder"], limits=limits,
+                        inbox=InboxLimit(messages=10, bytes=1000))
+    assert first.task.id == task.id
+    assert [m.id for m in first.inbox] == [urgent.id]  # urgent alone: the oldest would pass
+    assert first.inbox[0].delivered_run_id == first.run.id
+    second = store.claim("node-a", NOW + 1, LEASE, roles=["coder"], limits=limits,
+                         inbox=InboxLimit(messages=2, bytes=100))
+    assert [m.id for m in second.inbox] == [big.id]  # alone over the size: it still goes
+    third_task = add(store, "coder", "three")
+    third = store.claim("node-a", NOW + 2, LEASE, roles=["coder"], limits=limits,
+                        inbox=InboxLimit(messages=5, bytes=1000))
+    assert third.task.id == third_task.id
+    assert [m.id for m in third.inbox] == [later.id]
+    # Task one's own message did not fit its run, and no run of another task takes it.
+    assert store.get_message(mine.id).delivered_at is None
+    assert all(store.get_message(m.id).delivered_run_id == run.run.id
+               for run in (first, second, third) for m in run.inbox)
+
+
 def test_a_silent_node_is_declared_down_and_its_runs_rescued_without_a_strike(store, other):
     store.node_up("node-a", host="a", pid=1, version="1", lease=LEASE, roles=["coder"],
                   now=NOW, timeout=15.0, tags=["gpu"])

@@ -117,6 +117,45 @@ def test_each_transition_tells_what_it_did(store):
     ]
 
 
+def test_a_claim_within_limits_tells_its_run_and_a_refused_one_tells_nothing(store):
+    # A daemon's claim counts its limits: on PostgreSQL its event is sent by the claim's own
+    # statements, with the run's id, and only if the limits left room.
+    from taskherd.limits import ClaimLimits, RoleLimit
+    from taskherd.store.messages import InboxLimit
+
+    limits = ClaimLimits({"coder": RoleLimit(max_concurrent=1)})
+
+    def claim(now: float):
+        refusals = {}
+        return store.claim("n1", now, 60.0, roles=["coder"], limits=limits,
+                           inbox=InboxLimit(), refusals=refusals), refusals
+
+    async def scenario():
+        async with store.listen() as events:
+            def work():
+                store.enqueue_many([NewTask(role="coder", title="one"),
+                                    NewTask(role="coder", title="two")], NOW)
+                held, _ = claim(NOW)
+                refused, refusals = claim(NOW + 1)
+                assert refused is None and "max_concurrent 1" in refusals["coder"].reason
+                store.finish_run(held.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(),
+                                 NOW + 2)
+                second, _ = claim(NOW + 3)
+                return held, second
+
+            held, second = await asyncio.to_thread(work)
+            claimed = []
+            while len(claimed) < 2:
+                event = await next_event(events, EventKind.TASK_CHANGED)
+                if event.state is TaskState.CLAIMED:
+                    claimed.append((event.task_id, event.run_id, event.role, event.at))
+            return held, second, claimed
+
+    held, second, claimed = asyncio.run(scenario())
+    assert claimed == [(held.task.id, held.run.id, "coder", NOW),
+                       (second.task.id, second.run.id, "coder", NOW + 3)]
+
+
 def test_a_listener_that_died_is_forgotten(tmp_path):
     """A socket left by a killed listener is removed by the next publisher (SQLite)."""
     from taskherd.store.events import listening, socket_dir

@@ -42,3 +42,32 @@ WITH usage AS (
 SELECT room.role_running, room.role_last_claim, room.pool_a_running, room.pool_b_running,
        room.cooldown_until, room.has_room, run.*
 FROM room LEFT JOIN run ON true;
+
+-- name: deliver_claim_inbox
+-- The inbox of the run claim_if_room just claimed (none if it found no room), in the same round
+-- trip: the messages undelivered_for_run finds ({undelivered_for_run}), urgent first, then
+-- oldest first, marked delivered as long as their bodies stay within :bytes (the first always
+-- fits), as SQLStore._deliver_inbox does one message at a time. The run is the one open run of
+-- the task this node claimed at :now. `delivered_at IS NULL` is checked again on the row
+-- itself: a message another node's claim marks meanwhile is left to it.
+WITH run AS (
+    SELECT id FROM runs
+    WHERE task_id = :task_id AND node = :node AND claimed_at = :now AND ended_at IS NULL
+), waiting AS (
+    SELECT id, row_number() OVER in_order AS place, sum(octet_length(body)) OVER in_order AS size
+    FROM ({undelivered_for_run}) AS undelivered
+    WINDOW in_order AS (ORDER BY priority DESC, id)
+)
+UPDATE messages SET delivered_at = :now, delivered_run_id = run.id
+FROM run, waiting
+WHERE messages.id = waiting.id AND (waiting.place = 1 OR waiting.size <= :bytes)
+  AND messages.delivered_at IS NULL AND messages.read_at IS NULL
+RETURNING messages.*;
+
+-- name: notify_claim
+-- The claim's task_changed event, in a transaction after the claim's, and only if the claim
+-- committed a run: :event is the event's JSON but for the run's id, which the database adds.
+SELECT pg_notify('taskherd_events',
+                 CAST(CAST(:event AS jsonb) || jsonb_build_object('run_id', id) AS text))
+FROM runs
+WHERE task_id = :task_id AND node = :node AND claimed_at = :now AND ended_at IS NULL;

@@ -45,6 +45,12 @@ SELECT pg_advisory_xact_lock(1953001060, 1);
 -- the task is ready again, and the agent whose spawn cannot be recorded is stopped.
 SET LOCAL synchronous_commit = off;
 
+-- name: event_without_flush
+-- A transaction that only sends an event (a claim's, after the claim committed) need not wait
+-- for the disk: an event is a wake-up call, and a listener that misses one is covered by its
+-- node's poll. A NOTIFY takes a transaction id, so its commit would otherwise be flushed.
+SET LOCAL synchronous_commit = off;
+
 -- name: migration_lock
 -- Held until the migrating transaction ends, so two nodes starting together do not apply the
 -- same migration twice; the key is any constant both sides agree on ("taskherd").
