@@ -174,8 +174,7 @@ class PostgresStore(SQLStore):
         return isinstance(error, self._errors.UniqueViolation)
 
     def _claim_started(self, db: Any) -> None:
-        if self._durability == "full":  # "normal" never waits already
-            db.open_with(M["claim_without_flush"])
+        db.open_with(M["claim_settings"])
 
     def _order_claims(self, db: Any) -> None:
         db.execute(M["limits_lock"])  # granted when its result is read, in a pipeline too
@@ -192,12 +191,12 @@ class PostgresStore(SQLStore):
     def _claim_if_room(self, db: Any, candidate: Mapping[str, Any], node: str, now: float,
                        lease_seconds: float, limits: ClaimLimits, role: str,
                        runtime: str | None, inbox: InboxLimit | None) -> Claim | Refusal:
-        """The lock, the count, the claim, the run, its inbox and the COMMIT, then the claim's
-        event, in one round trip: every other node's claim of a limited role waits while this
-        one holds the lock, and the lock ends on the server, without waiting for this process
-        to be scheduled again to send the COMMIT. What is refused commits nothing but the end
-        of the candidate's row lock, and sends no event. A budgeted role takes the steps, since
-        its budget is read and judged between the count and the claim.
+        """The lock, the count, the claim, the run, its inbox, its event and the COMMIT in
+        one round trip: every other node's claim of a limited role waits while this one holds
+        the lock, and the lock ends on the server, without waiting for this process to be
+        scheduled again to send the COMMIT. What is refused commits nothing but the end of the
+        candidate's row lock, and sends no event. A budgeted role takes the steps, since its
+        budget is read and judged between the count and the claim.
         """
         if limits.budget_scopes(role):
             return super()._claim_if_room(db, candidate, node, now, lease_seconds, limits,
@@ -221,12 +220,8 @@ class PostgresStore(SQLStore):
                                     the_run | undelivered_params(role, task_id, now, inbox)
                                     | {"bytes": inbox.bytes})
                          if inbox else None)
-            db.execute(M["transaction_commit"], prepare=False)
-            # The event in a transaction of its own, after the claim's: a NOTIFY waits at
-            # commit for every other notifying commit's disk flush (PostgreSQL queues them in
-            # commit order), and the claim's lock must not wait with it.
-            for statement in (M["transaction_begin"], M["event_without_flush"]):
-                db.execute(statement, prepare=False)
+            # No notifying commit waits for the disk (see _commit), so the event may go with
+            # the claim's commit without holding the lock through another's flush.
             db.execute(M["notify_claim"], the_run | {"event": event.to_json()})
             db.execute(M["transaction_commit"], prepare=False)
         row = dict(one_row(claimed))
@@ -311,8 +306,8 @@ class PostgresStore(SQLStore):
 def _opening_connection() -> type:
     """psycopg's connection, with the opening of a transaction sent with its first statement.
 
-    `opening` holds the statements owed before the next one (the BEGIN, and a claim's SET
-    LOCAL): the next `execute` sends them and itself in one round trip (a pipeline), or
+    `opening` holds the statements owed before the next one (the BEGIN, and a claim's
+    settings): the next `execute` sends them and itself in one round trip (a pipeline), or
     within the pipeline under way. Only `execute` sends them: what reaches the server another
     way (a cursor's executemany, a savepoint) calls `open_now` first."""
     import psycopg

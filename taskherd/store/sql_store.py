@@ -115,8 +115,9 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         return nullcontext()
 
     def _claim_started(self, db: Connection) -> None:
-        """A claim's transaction began: PostgreSQL lets it commit without waiting for the
-        disk (the spawn's record that follows does); a no-op elsewhere."""
+        """A claim's transaction began: PostgreSQL sets it to commit without waiting for the
+        disk (the spawn's record that follows does) and to walk the ready tasks in order
+        whatever its statistics say; a no-op elsewhere."""
 
     def _announce(self, db: Connection, outbox: Sequence[Emitted]) -> None:
         """Hand the transaction's events to the database, where it is the one to deliver
@@ -633,12 +634,15 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
             "turns": result.turns,
             "session_id": result.session_id,
         }
-        ended = _one(db.execute(self.q["end_run"], run_fields))
+        with self._together(db):
+            ending = db.execute(self.q["end_run"], run_fields)
+            task_read = db.execute(self.q["task_of_run"], {"run_id": run_id})
+        ended = _one(ending)
         if ended is None:
             run = self._get_run(db, run_id)  # raises RunNotFound for an unknown id
             raise StoreError(f"run {run_id} already ended ({run.outcome.value})")
         run = Run.from_row(ended)
-        task = self._get_task(db, run.task_id)
+        task = Task.from_row(_one(task_read))
         recent_rate_limits = 0
         if result.outcome is Outcome.RATE_LIMITED:
             window = {"task_id": task.id, "since": now - policy.rate_limit_window}

@@ -10,6 +10,10 @@ SELECT * FROM tasks WHERE dedup_key = :dedup_key AND finished_at IS NULL;
 -- name: get_task
 SELECT * FROM tasks WHERE id = :id;
 
+-- name: task_of_run
+-- Read with end_run, in its round trip: the task of the run that just ended.
+SELECT * FROM tasks WHERE id = (SELECT task_id FROM runs WHERE id = :run_id);
+
 -- name: count_by_state_and_role
 -- Nothing is counted on the claim or settle path (migration 0012): open tasks through the
 -- indexes that hold them anyway (ready; leased; waiting for a person), finished ones from the

@@ -65,8 +65,8 @@ WHERE messages.id = waiting.id AND (waiting.place = 1 OR waiting.size <= :bytes)
 RETURNING messages.*;
 
 -- name: notify_claim
--- The claim's task_changed event, in a transaction after the claim's, and only if the claim
--- committed a run: :event is the event's JSON but for the run's id, which the database adds.
+-- The claim's task_changed event, sent when the claim commits and only if it made a run:
+-- :event is the event's JSON but for the run's id, which the database adds.
 SELECT pg_notify('taskherd_events',
                  CAST(CAST(:event AS jsonb) || jsonb_build_object('run_id', id) AS text))
 FROM runs
