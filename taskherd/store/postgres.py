@@ -191,12 +191,12 @@ class PostgresStore(SQLStore):
     def _claim_if_room(self, db: Any, candidate: Mapping[str, Any], node: str, now: float,
                        lease_seconds: float, limits: ClaimLimits, role: str,
                        runtime: str | None, inbox: InboxLimit | None) -> Claim | Refusal:
-        """The lock, the count, the claim, the run, its inbox, its event and the COMMIT in
-        one round trip: every other node's claim of a limited role waits while this one holds
-        the lock, and the lock ends on the server, without waiting for this process to be
-        scheduled again to send the COMMIT. What is refused commits nothing but the end of the
-        candidate's row lock, and sends no event. A budgeted role takes the steps, since its
-        budget is read and judged between the count and the claim.
+        """The lock, the count, the claim, the run, its inbox, its event and the COMMIT, then
+        the task read, in one round trip: every other node's claim of a limited role waits
+        while this one holds the lock, and the lock ends on the server, without waiting for
+        this process to be scheduled again to send the COMMIT. What is refused commits nothing
+        but the end of the candidate's row lock, and sends no event. A budgeted role takes the
+        steps, since its budget is read and judged between the count and the claim.
         """
         if limits.budget_scopes(role):
             return super()._claim_if_room(db, candidate, node, now, lease_seconds, limits,
@@ -215,7 +215,6 @@ class PostgresStore(SQLStore):
             if limits.crosses_nodes(role, task_pool):
                 self._order_claims(db)
             claimed = db.execute(self._claim_if_room_sql, params)
-            task_read = db.execute(self.q["get_task"], {"id": task_id})
             delivered = (db.execute(self._deliver_claim_inbox_sql,
                                     the_run | undelivered_params(role, task_id, now, inbox)
                                     | {"bytes": inbox.bytes})
@@ -224,6 +223,9 @@ class PostgresStore(SQLStore):
             # the claim's commit without holding the lock through another's flush.
             db.execute(M["notify_claim"], the_run | {"event": event.to_json()})
             db.execute(M["transaction_commit"], prepare=False)
+            # Read once the lock is released: the claimed task as the claim committed it (or
+            # as a person changed it since, which the run would find anyway).
+            task_read = db.execute(self.q["get_task"], {"id": task_id})
         row = dict(one_row(claimed))
         usage = usage_of(row, counted)
         refusal = limits.refusal(role, task_pool, usage, now)

@@ -11,7 +11,7 @@
 -- counts returned with it. :runtime is the role's, whose cooldown counts; :run_runtime and
 -- :role_pool are the run's. The claimed run's columns follow (NULL when there was no room);
 -- the task is read by the next statement of the round trip.
-WITH usage AS (
+WITH usage AS MATERIALIZED (  -- counted once, not once per column room reads
     {limit_usage}
 ), room AS (
     SELECT usage.*,
