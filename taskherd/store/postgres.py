@@ -30,9 +30,9 @@ from taskherd.store.sql_store import Emitted, SQLStore, built, one_row, usage_of
 from taskherd.store.sqlfile import machinery, migrations, newer_schema_error, queries
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
-# The counts claim_if_room returns before the claimed run's columns.
+# What claim_if_room returns before the claimed run's columns: the counts and the events sent.
 USAGE_COLUMNS = ("role_running", "role_last_claim", "pool_a_running", "pool_b_running",
-                 "cooldown_until")
+                 "cooldown_until", "notified")
 RELISTEN_DELAY = 5.0  # seconds between attempts to get a lost LISTEN connection back
 M = machinery("postgres")
 
@@ -203,25 +203,24 @@ class PostgresStore(SQLStore):
                                           role, runtime, inbox)
         task_id, task_pool = candidate["id"], candidate["pool"]
         counted = usage_params(node, now, limits, role, task_pool)
-        params = counted | self._room_caps(limits, role, counted) | {
-            "id": task_id, "node": node, "lease_until": now + lease_seconds,
-            "run_runtime": runtime, "role_pool": limits.role(role).pool}
         # The event as the base store would emit it, but for the run's id, which the
         # database adds if the claim is made.
         event = Event(EventKind.TASK_CHANGED, now, task_id=task_id, state=TaskState.CLAIMED,
                       role=candidate["role"])
-        the_run = {"task_id": task_id, "node": node, "now": now}
+        params = counted | self._room_caps(limits, role, counted) | {
+            "id": task_id, "node": node, "lease_until": now + lease_seconds,
+            "run_runtime": runtime, "role_pool": limits.role(role).pool,
+            "event": event.to_json()}
         with self._together(db):
             if limits.crosses_nodes(role, task_pool):
                 self._order_claims(db)
             claimed = db.execute(self._claim_if_room_sql, params)
             delivered = (db.execute(self._deliver_claim_inbox_sql,
-                                    the_run | undelivered_params(role, task_id, now, inbox)
-                                    | {"bytes": inbox.bytes})
+                                    {"task_id": task_id, "node": node, "bytes": inbox.bytes}
+                                    | undelivered_params(role, task_id, now, inbox))
                          if inbox else None)
-            # No notifying commit waits for the disk (see _commit), so the event may go with
-            # the claim's commit without holding the lock through another's flush.
-            db.execute(M["notify_claim"], the_run | {"event": event.to_json()})
+            # No notifying commit waits for the disk (see _commit), so the claim's event may
+            # go with its commit without holding the lock through another's flush.
             db.execute(M["transaction_commit"], prepare=False)
             # Read once the lock is released: the claimed task as the claim committed it (or
             # as a person changed it since, which the run would find anyway).

@@ -3,14 +3,16 @@
 
 -- name: claim_if_room
 -- limit_usage's counts (that block, put in for {limit_usage}), whether they leave room for
--- one more run, and only then claim_task, insert_run and note_role_claim, as one statement: sent in one round trip after limits_lock
--- (its snapshot is taken once the lock is granted, so it counts every claim committed before
--- it), so a claim holds the lock for that round trip and its COMMIT, not for one per step.
+-- one more run, and only then claim_task, insert_run, note_role_claim and the claim's event,
+-- as one statement, sent right after limits_lock in one round trip (its snapshot is taken once
+-- the lock is granted, so it counts every claim committed before it): a claim holds the lock
+-- for that round trip only, the COMMIT going with it.
 -- The caps are :max_concurrent, :stagger (0 = none), :pool_a_capacity and :pool_b_capacity
 -- (NULL = no limit), the same tests as ClaimLimits.refusal, which words a refusal from the
 -- counts returned with it. :runtime is the role's, whose cooldown counts; :run_runtime and
--- :role_pool are the run's. The claimed run's columns follow (NULL when there was no room);
--- the task is read by the next statement of the round trip.
+-- :role_pool are the run's. :event is the claim's task_changed event but for the run's id,
+-- which the database adds; it is sent when the claim commits, and only if it made a run.
+-- The claimed run's columns follow (NULL when there was no room).
 WITH usage AS MATERIALIZED (  -- counted once, not once per column room reads
     {limit_usage}
 ), room AS (
@@ -38,9 +40,13 @@ WITH usage AS MATERIALIZED (  -- counted once, not once per column room reads
     INSERT INTO role_claims (role, node, claimed_at)
     SELECT :role, :node, :now FROM run WHERE CAST(:stagger AS DOUBLE PRECISION) > 0
     ON CONFLICT (role, node) DO UPDATE SET claimed_at = excluded.claimed_at
+), notified AS (  -- not inlined (pg_notify is volatile): run for each claimed run, once
+    SELECT pg_notify('taskherd_events',
+                     CAST(CAST(:event AS jsonb) || jsonb_build_object('run_id', id) AS text))
+    FROM run
 )
 SELECT room.role_running, room.role_last_claim, room.pool_a_running, room.pool_b_running,
-       room.cooldown_until, room.has_room, run.*
+       room.cooldown_until, room.has_room, (SELECT count(*) FROM notified) AS notified, run.*
 FROM room LEFT JOIN run ON true;
 
 -- name: deliver_claim_inbox
@@ -63,11 +69,3 @@ FROM run, waiting
 WHERE messages.id = waiting.id AND (waiting.place = 1 OR waiting.size <= :bytes)
   AND messages.delivered_at IS NULL AND messages.read_at IS NULL
 RETURNING messages.*;
-
--- name: notify_claim
--- The claim's task_changed event, sent when the claim commits and only if it made a run:
--- :event is the event's JSON but for the run's id, which the database adds.
-SELECT pg_notify('taskherd_events',
-                 CAST(CAST(:event AS jsonb) || jsonb_build_object('run_id', id) AS text))
-FROM runs
-WHERE task_id = :task_id AND node = :node AND claimed_at = :now AND ended_at IS NULL;
