@@ -104,9 +104,13 @@ def shot(driver, name: str) -> None:
 
 
 def wait_for(driver, condition, timeout: float, what: str):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(
+    # The board re-renders as the fleet changes: an element found a moment ago may be gone
+    # by the time its text is read, and the next poll finds its successor.
+    return WebDriverWait(driver, timeout, poll_frequency=0.05,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(
         lambda d: condition(d), message=f"waited {timeout}s for {what}")
 
 
