@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import threading
@@ -191,12 +192,12 @@ class PostgresStore(SQLStore):
     def _claim_if_room(self, db: Any, candidate: Mapping[str, Any], node: str, now: float,
                        lease_seconds: float, limits: ClaimLimits, role: str,
                        runtime: str | None, inbox: InboxLimit | None) -> Claim | Refusal:
-        """The lock, the count, the claim, the run, its inbox, its event and the COMMIT, then
-        the task read, in one round trip: every other node's claim of a limited role waits
-        while this one holds the lock, and the lock ends on the server, without waiting for
-        this process to be scheduled again to send the COMMIT. What is refused commits nothing
-        but the end of the candidate's row lock, and sends no event. A budgeted role takes the
-        steps, since its budget is read and judged between the count and the claim.
+        """The lock, the count, the claim, the run, its inbox, its event and the COMMIT in
+        one round trip: every other node's claim of a limited role waits while this one holds
+        the lock, and the lock ends on the server, without waiting for this process to be
+        scheduled again to send the COMMIT. What is refused commits nothing but the end of the
+        candidate's row lock, and sends no event. A budgeted role takes the steps, since its
+        budget is read and judged between the count and the claim.
         """
         if limits.budget_scopes(role):
             return super()._claim_if_room(db, candidate, node, now, lease_seconds, limits,
@@ -222,9 +223,6 @@ class PostgresStore(SQLStore):
             # No notifying commit waits for the disk (see _commit), so the claim's event may
             # go with its commit without holding the lock through another's flush.
             db.execute(M["transaction_commit"], prepare=False)
-            # Read once the lock is released: the claimed task as the claim committed it (or
-            # as a person changed it since, which the run would find anyway).
-            task_read = db.execute(self.q["get_task"], {"id": task_id})
         row = dict(one_row(claimed))
         usage = usage_of(row, counted)
         refusal = limits.refusal(role, task_pool, usage, now)
@@ -246,7 +244,12 @@ class PostgresStore(SQLStore):
         messages = [Message.from_row(message) for message in delivered.fetchall()] \
             if delivered is not None else []
         messages.sort(key=lambda message: (-message.priority, message.id))  # as undelivered
-        return Claim(Task.from_row(one_row(task_read)), Run.from_row(row), tuple(messages))
+        # The candidate's row was locked from its read to the claim: the task claimed is that
+        # row with what claim_if_room set.
+        task = dataclasses.replace(Task.from_row(candidate), state=TaskState.CLAIMED,
+                                   lease_node=node, lease_expires_at=params["lease_until"],
+                                   updated_at=now)
+        return Claim(task, Run.from_row(row), tuple(messages))
 
     @staticmethod
     def _room_caps(limits: ClaimLimits, role: str,

@@ -52,8 +52,9 @@ RETURNING *;
 -- name: claim_candidate
 -- The next ready task as claim_next picks it, locked (FOR UPDATE SKIP LOCKED, as there) but
 -- not yet claimed: a claim within limits (common/limits.sql) counts its role's and pools'
--- runs first, and the lock keeps every other node off this row meanwhile.
-SELECT id, role, pool FROM tasks
+-- runs first, and the lock keeps every other node off this row meanwhile, so the claimed task
+-- is this row with what the claim sets (PostgresStore reads it no more).
+SELECT * FROM tasks
 WHERE state = 'ready' AND run_after <= :now
   AND (:roles::jsonb IS NULL OR role = 'any'
        OR role IN (SELECT jsonb_array_elements_text(:roles::jsonb)))

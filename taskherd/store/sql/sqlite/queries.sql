@@ -39,7 +39,8 @@ RETURNING *;
 -- name: claim_candidate
 -- The next ready task as claim_next picks it (and INDEXED BY for the same reason), but not yet
 -- claimed: a claim within limits (common/limits.sql) counts its role's and pools' runs first.
-SELECT id, role, pool FROM tasks INDEXED BY tasks_ready
+-- Every column, as PostgreSQL's, whose claim makes the claimed task of it.
+SELECT * FROM tasks INDEXED BY tasks_ready
 WHERE state = 'ready' AND run_after <= :now
   AND (:roles IS NULL OR role = 'any' OR role IN (SELECT value FROM json_each(:roles)))
   AND (:full_pools IS NULL OR pool IS NULL
