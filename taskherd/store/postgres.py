@@ -241,9 +241,9 @@ class PostgresStore(SQLStore):
                       task_id, row["id"], refusal.reason)
         for column in USAGE_COLUMNS:
             del row[column]
-        messages = [Message.from_row(message) for message in delivered.fetchall()] \
-            if delivered is not None else []
-        messages.sort(key=lambda message: (-message.priority, message.id))  # as undelivered
+        rows = delivered.fetchall() if delivered is not None else ()
+        messages = sorted(map(Message.from_row, rows),  # in undelivered_for_run's order
+                          key=lambda message: (-message.priority, message.id))
         # The candidate's row was locked from its read to the claim: the task claimed is that
         # row with what claim_if_room set.
         task = dataclasses.replace(Task.from_row(candidate), state=TaskState.CLAIMED,
@@ -337,10 +337,8 @@ def _opening_connection() -> type:
                     binary: bool = False) -> Any:
             if not self.opening:
                 return super().execute(query, params, prepare=prepare, binary=binary)
-            opening, self.opening = self.opening, ()
             with self._piped():
-                for statement in opening:
-                    super().execute(statement, prepare=False)
+                self.open_now()  # in the same pipeline
                 return super().execute(query, params, prepare=prepare, binary=binary)
 
         def _piped(self) -> Any:
