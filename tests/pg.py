@@ -120,6 +120,22 @@ class PgServer:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(sql)
 
+    def url_without_temporary(self, url: str) -> str:
+        """`url`'s database, as a role that may read and write taskherd's tables (migrated
+        already) but not create temporary objects, as a locked-down production role may be:
+        its URL."""
+        import psycopg
+
+        database = url.rsplit("/", 1)[1]
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DO $$ BEGIN CREATE ROLE taskherd_no_temp LOGIN;"
+                         " EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+            conn.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public"
+                         " TO taskherd_no_temp")
+            conn.execute("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO taskherd_no_temp")
+            conn.execute(f'REVOKE TEMPORARY ON DATABASE "{database}" FROM PUBLIC')
+        return f"postgresql://taskherd_no_temp@127.0.0.1:{self.port}/{database}"
+
     def log_tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])

@@ -424,7 +424,8 @@ def _migrate(db: Any) -> None:
     A schema newer than this taskherd knows is refused, naming the release it needs."""
     with db.transaction():
         db.execute(M["migration_lock"])
-        db.execute(M["create_schema_migrations"])
+        if not db.execute(M["has_schema_migrations"]).fetchone()["present"]:
+            db.execute(M["create_schema_migrations"])
         applied = {row["version"] for row in db.execute(M["applied_migrations"])}
 
         def release_of(version: int) -> str | None:

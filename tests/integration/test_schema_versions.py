@@ -71,3 +71,14 @@ def test_nodes_starting_together_apply_each_migration_once(pg_url):
     with psycopg.connect(pg_url) as conn:
         versions = [row[0] for row in conn.execute("SELECT version FROM schema_migrations")]
     assert sorted(versions) == list(range(1, len(migrations("postgres")) + 1))
+
+
+def test_a_role_that_only_reads_and_writes_opens_a_schema_its_owner_migrated(pg_server, pg_url):
+    from taskherd.model import NewTask
+    from taskherd.store.postgres import PostgresStore
+
+    PostgresStore(pg_url, durability="normal").close()  # migrated by the database's owner
+    url = pg_server.url_without_temporary(pg_url)  # no CREATE on the schema either
+    with PostgresStore(url, durability="normal") as store:
+        added = store.enqueue(NewTask(role="coder", title="as the application's role"), 1.0)
+        assert store.get_task(added.task.id).title == "as the application's role"

@@ -62,6 +62,12 @@ SET LOCAL synchronous_commit = off;
 -- same migration twice; the key is any constant both sides agree on ("taskherd").
 SELECT pg_advisory_xact_lock(8386110886290748004);
 
+-- name: has_schema_migrations
+-- Asked before create_schema_migrations: CREATE TABLE IF NOT EXISTS needs the privilege to
+-- create in the schema even when the table exists, which a role that only reads and writes
+-- taskherd's tables (its schema migrated by its owner) does not have.
+SELECT to_regclass('schema_migrations') IS NOT NULL AS present;
+
 -- name: create_schema_migrations
 CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY,
   name text NOT NULL, applied_at double precision NOT NULL);
