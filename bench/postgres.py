@@ -17,14 +17,16 @@ database, or a new SQLite file in a temporary directory, where the fsync is on t
 - taskherd on PostgreSQL, `PostgresStore(url, durability="full")` (synchronous_commit on):
   - enqueue, single: `store.enqueue(NewTask)` once per task, a transaction each.
   - enqueue, batched: `store.enqueue_many(batch)` in batches of --batch.
-  - claim+complete, 1 process: `store.claim(...)` then `store.finish_run(run_id,
-    RunResult(SUCCEEDED), RetryPolicy(), now)`, each its own transaction, in this process,
-    until the queue (filled by the batched enqueue) is empty.
+  - claim+complete, 1 process: `store.claim(node, now, lease, roles=[role],
+    limits=ClaimLimits())` then `store.finish_run(run_id, RunResult(SUCCEEDED), RetryPolicy(),
+    now)`, each its own transaction, in this process, until the queue (filled by the batched
+    enqueue) is empty. A claim names its roles and the limits of the fleet, none here, as a
+    daemon's always does (a daemon without limits configured claims so).
   - claim+complete, --workers processes: the same loop in that many real processes (spawned,
     as tests/integration/test_concurrent_claims.py does) sharing one queue; each opens its
     store first, then all start together, timed until the last one has found the queue empty.
-    Each process claims for its role (`roles=[...]`), as a daemon always does, so that the
-    figure with cluster limits differs from this one by the limits alone.
+    Each process claims as above, as a daemon does, so that the figure with cluster limits
+    differs from this one by the limits alone.
     Every task must be claimed exactly once (asserted): on PostgreSQL the claim skips rows
     another process is claiming (FOR UPDATE SKIP LOCKED).
   - claim+complete, --workers processes, cluster limits: the same, each claim within limits
@@ -98,6 +100,7 @@ RUN_TIMEOUT = 600.0  # seconds for the worker processes to empty the queue
 # cost, not what they hold back. Cluster scope, so the claims are ordered across processes.
 LIMITS = ClaimLimits({ROLE: RoleLimit(max_concurrent=64, pool="bench-pool")},
                      {"bench-pool": PoolLimit(64)})
+NO_LIMITS = ClaimLimits()  # what a daemon claims with when none are configured
 LIMITS_TARGET = 0.85  # cluster limits may cost at most 15 % of claim+complete
 
 
@@ -140,7 +143,7 @@ def taskherd_limited_worker(database: str, node: str, start: Any, out: Any) -> N
 
 
 def taskherd_worker(database: str, node: str, start: Any, out: Any,
-                    limits: ClaimLimits | None = None) -> None:
+                    limits: ClaimLimits = NO_LIMITS) -> None:
     claimed: list[int] = []
     try:
         store = open_store(database, durability=DURABILITY)
@@ -287,7 +290,8 @@ def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: 
     claimed: list[int] = []
 
     def claim_complete() -> None:
-        while (claim := store.claim("bench-node", now, LEASE)) is not None:
+        while (claim := store.claim("bench-node", now, LEASE, roles=[ROLE],
+                                    limits=NO_LIMITS)) is not None:
             claimed.append(claim.task.id)
             store.finish_run(claim.run.id, success, policy, now)
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import threading
 import time
@@ -21,14 +22,28 @@ from pathlib import Path
 from typing import Any
 
 from taskherd import __version__
-from taskherd.limits import ClaimLimits, Refusal
-from taskherd.model import Claim, Event, EventKind, Message, Run, Task, TaskState
+from taskherd.limits import CLUSTER, NODE, ClaimLimits, Refusal
+from taskherd.model import TASK_ADDRESS, Claim, Event, EventKind, Message, Run, Task, TaskState
 from taskherd.store.base import StoreError, StoreUnavailable
 from taskherd.store.events import Listener
 from taskherd.store.messages import InboxLimit
 from taskherd.store.sql_messages import undelivered_params
-from taskherd.store.sql_store import Emitted, SQLStore, built, one_row, usage_of, usage_params
-from taskherd.store.sqlfile import machinery, migrations, newer_schema_error, queries
+from taskherd.store.sql_store import (
+    Emitted,
+    SQLStore,
+    built,
+    one_row,
+    pass_by,
+    usage_of,
+    usage_params,
+)
+from taskherd.store.sqlfile import (
+    function_definition,
+    machinery,
+    migrations,
+    newer_schema_error,
+    queries,
+)
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
 # What claim_if_room returns before the claimed run's columns: the counts and the events sent.
@@ -183,6 +198,77 @@ class PostgresStore(SQLStore):
     def _together(self, db: Any) -> Any:
         return db.pipeline()
 
+    _claim_within_call = M["claim_within_call"]
+
+    def _claim_within(self, node: str, now: float, lease_seconds: float, limits: ClaimLimits,
+                      roles: Sequence[str], full_pools: Sequence[str], as_role: str | None,
+                      runtime: str | None, runtime_of: Mapping[str, str],
+                      refusals: dict[str, Refusal], inbox: InboxLimit | None) -> Claim | None:
+        """As SQLStore's, each candidate in a transaction of its own, but each one a call of
+        claim_within_function: the candidate, the lock, the count, the claim, its inbox and
+        its event in one statement, committed on the server. A budget is read and judged in
+        Python between the count and the claim, so a claim that may meet a budgeted role takes
+        the steps; so does a connection that may not create the function."""
+        if any(limits.budget_scopes(role) for role in roles):
+            return super()._claim_within(node, now, lease_seconds, limits, roles, full_pools,
+                                         as_role, runtime, runtime_of, refusals, inbox)
+        allowed, full = list(roles), list(full_pools)
+        params = {
+            "now": now, "node": node, "lease_until": now + lease_seconds,
+            "role_limits": json.dumps({role: _role_terms(limits, role,
+                                                         runtime or runtime_of.get(role))
+                                       for role in allowed}),
+            "pool_limits": json.dumps({name: {"capacity": pool.capacity,
+                                              "node_scope": pool.scope == NODE}
+                                       for name, pool in limits.pools.items()}),
+            # The event as the base store emits it, but for what the database adds: the
+            # task's id and role, and the run's id if the claim is made.
+            "event": Event(EventKind.TASK_CHANGED, now, state=TaskState.CLAIMED).to_json(),
+            "task_address_prefix": TASK_ADDRESS,
+            "inbox_messages": inbox.messages if inbox else None,
+            "inbox_bytes": inbox.bytes if inbox else None,
+        }
+        while allowed:
+            params |= {"roles": json.dumps(allowed),
+                       "full_pools": json.dumps(full) if full else None,
+                       "any_role": as_role if as_role in allowed else allowed[0]}
+            with self._connection() as conn:
+                if not self._has_claim_function(conn):
+                    return super()._claim_within(node, now, lease_seconds, limits, allowed,
+                                                 full, as_role, runtime, runtime_of, refusals,
+                                                 inbox)
+                answer = conn.execute(self._claim_within_call, params).fetchone()["claimed"]
+            if answer is None:
+                return None
+            candidate, role = answer["task"], answer["role"]
+            counted = usage_params(node, now, limits, role, candidate["pool"])
+            if (answer["pool_a"], answer["pool_b"]) != (counted["pool_a"], counted["pool_b"]):
+                raise StoreError(f"the claim of task {candidate['id']} counted pools "
+                                 f"{answer['pool_a']}, {answer['pool_b']} where its limits "
+                                 f"name {counted['pool_a']}, {counted['pool_b']}")
+            claimed = self._claim_answered(candidate, role, answer["claim"], counted, limits,
+                                           node, now, params["lease_until"], answer["messages"])
+            if isinstance(claimed, Claim):
+                return claimed
+            pass_by(claimed, refusals, allowed, full)
+        return None
+
+    def _has_claim_function(self, conn: Any) -> bool:
+        """Whether this connection has claim_within_function, created in its temporary schema
+        the first time it is asked: it lasts as long as the connection (a new one after a
+        loss creates its own), and it is always this taskherd's, whatever version another
+        node runs on the same database. A role without the TEMPORARY privilege cannot create
+        it, and claims in steps."""
+        if conn.claim_function is None:
+            try:
+                conn.execute(function_definition("postgres", "claim_within_function"))
+                conn.claim_function = True
+            except self._errors.InsufficientPrivilege as error:
+                log.warning("claims take several round trips: the database role cannot create "
+                            "a temporary function (%s)", _said(error))
+                conn.claim_function = False
+        return conn.claim_function
+
     # claim_if_room with limit_usage put in: one statement counts and claims.
     _claim_if_room_sql = M["claim_if_room"].replace(
         "{limit_usage}", q["limit_usage"].strip().rstrip(";"))
@@ -223,7 +309,17 @@ class PostgresStore(SQLStore):
             # No notifying commit waits for the disk (see _commit), so the claim's event may
             # go with its commit without holding the lock through another's flush.
             db.execute(M["transaction_commit"], prepare=False)
-        row = dict(one_row(claimed))
+        return self._claim_answered(
+            candidate, role, one_row(claimed), counted, limits, node, now,
+            params["lease_until"], delivered.fetchall() if delivered is not None else ())
+
+    def _claim_answered(self, candidate: Mapping[str, Any], role: str, answer: Mapping[str, Any],
+                        counted: Mapping[str, Any], limits: ClaimLimits, node: str, now: float,
+                        lease_until: float, inbox: Iterable[Mapping[str, Any]]) -> Claim | Refusal:
+        """The claim (or refusal) claim_if_room committed for `candidate`, its limits' counts
+        judged again by ClaimLimits for the words, with the inbox it delivered."""
+        task_id, task_pool = candidate["id"], candidate["pool"]
+        row = dict(answer)
         usage = usage_of(row, counted)
         refusal = limits.refusal(role, task_pool, usage, now)
         if not row.pop("has_room"):
@@ -241,14 +337,12 @@ class PostgresStore(SQLStore):
                       task_id, row["id"], refusal.reason)
         for column in USAGE_COLUMNS:
             del row[column]
-        rows = delivered.fetchall() if delivered is not None else ()
-        messages = sorted(map(Message.from_row, rows),  # in undelivered_for_run's order
+        messages = sorted(map(Message.from_row, inbox),  # in undelivered_for_run's order
                           key=lambda message: (-message.priority, message.id))
         # The candidate's row was locked from its read to the claim: the task claimed is that
         # row with what claim_if_room set.
         task = dataclasses.replace(Task.from_row(candidate), state=TaskState.CLAIMED,
-                                   lease_node=node, lease_expires_at=params["lease_until"],
-                                   updated_at=now)
+                                   lease_node=node, lease_expires_at=lease_until, updated_at=now)
         return Claim(task, Run.from_row(row), tuple(messages))
 
     @staticmethod
@@ -306,6 +400,16 @@ class PostgresStore(SQLStore):
             self._conn.close()
 
 
+def _role_terms(limits: ClaimLimits, role: str, run_runtime: str | None) -> dict[str, Any]:
+    """What claim_within_function needs of a role's limits (usage_params, _room_caps and
+    ClaimLimits.crosses_nodes read the same): the pools' terms go apart, by pool."""
+    limit = limits.role(role)
+    limited = limit.max_concurrent is not None or limit.stagger > 0
+    return {"max_concurrent": limit.max_concurrent, "stagger": float(limit.stagger),
+            "node_scope": limit.scope == NODE, "pool": limit.pool, "runtime": limit.runtime,
+            "run_runtime": run_runtime, "crosses_nodes": limited and limit.scope == CLUSTER}
+
+
 @functools.cache
 def _opening_connection() -> type:
     """psycopg's connection, with the opening of a transaction sent with its first statement.
@@ -318,6 +422,7 @@ def _opening_connection() -> type:
 
     class OpeningConnection(psycopg.Connection):
         opening: tuple[str, ...] = ()
+        claim_function: bool | None = None  # PostgresStore._has_claim_function
 
         def open_with(self, statement: str) -> None:
             """`statement` sent with the opening still owed, or at once if none is."""

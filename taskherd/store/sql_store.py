@@ -62,9 +62,9 @@ from taskherd.store.sql_messages import SQLMessages
 from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports, budget_rows
 from taskherd.store.sql_tokens import SQLTokens
+from taskherd.store.sql_workflows import SQLWorkflows
 from taskherd.store.sql_worktrees import SQLWorktrees
 from taskherd.store.watch import SQLWatch
-from taskherd.store.sql_workflows import SQLWorkflows
 
 S = TaskState
 # An event a transition emitted, as (kind, now, fields); `built` makes the Events.
@@ -272,12 +272,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
                                               role, runtime or runtime_of.get(role), inbox)
                 if isinstance(claimed, Claim):
                     return claimed
-            refusal = claimed
-            refusals[role] = refusal
-            if refusal.pool is not None:
-                full.append(refusal.pool)
-            else:
-                allowed.remove(role)
+            pass_by(claimed, refusals, allowed, full)
         return None
 
     def _claim_if_room(self, db: Connection, candidate: Mapping[str, Any], node: str,
@@ -858,6 +853,17 @@ def usage_of(row: Mapping[str, Any], params: Mapping[str, Any]) -> Usage:
                ((params["pool_a"], "pool_a_running"), (params["pool_b"], "pool_b_running"))
                if pool}
     return Usage(row["role_running"], row["role_last_claim"], running, row["cooldown_until"])
+
+
+def pass_by(refusal: Refusal, refusals: dict[str, Refusal], allowed: list[str],
+            full: list[str]) -> None:
+    """Note why a candidate was refused, and leave its kind out of the next candidates: the
+    tasks of its full task pool, or else its role's."""
+    refusals[refusal.role] = refusal
+    if refusal.pool is not None:
+        full.append(refusal.pool)
+    else:
+        allowed.remove(refusal.role)
 
 
 def one_row(cursor: Any) -> Any:

@@ -55,6 +55,23 @@ def machinery(dialect: str) -> dict[str, str]:
     return found
 
 
+@cache
+def function_definition(dialect: str, name: str) -> str:
+    """A machinery block that creates a function (PL/pgSQL), with the blocks it names in
+    braces put in (from `queries` or `machinery`, theirs too) and every `:x` parameter of
+    theirs read as the function's argument or variable `arg_x`: the function runs the same
+    statements as the store's steps. Sent without parameters, so `%` is left as written."""
+    written = (_blocks(SQL_ROOT / "common") | _blocks(SQL_ROOT / dialect)
+               | _blocks(SQL_ROOT / dialect / "machinery"))
+
+    def put_in(sql: str) -> str:
+        return _SUBQUERY.sub(lambda used: put_in(written[used[1]].strip().rstrip(";")), sql)
+
+    return _LITERAL_OR_PARAMETER.sub(
+        lambda match: match.group(0) if match.group(1) is None else f"arg_{match.group(1)}",
+        put_in(written[name]))
+
+
 def _blocks(folder: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     for path in sorted(folder.glob("*.sql")):

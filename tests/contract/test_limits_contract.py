@@ -10,9 +10,27 @@ from taskherd.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.queue import RetryPolicy
 from taskherd.store.messages import InboxLimit, NewMessage
+from taskherd.store.postgres import PostgresStore
+from taskherd.store.sqlite import SQLiteStore
 
 NOW = 1_700_000_000.0
 LEASE = 60.0
+
+
+@pytest.fixture(params=["sqlite", "postgres", "postgres in steps"])
+def store(request, tmp_path):
+    """The contract's stores, and PostgreSQL's as a role that may not create the temporary
+    function a claim within limits is one call of: it claims in steps, held to the same."""
+    if request.param == "sqlite":
+        opened = SQLiteStore(tmp_path / "queue.db", durability="normal")
+    else:
+        url = request.getfixturevalue("pg_url")
+        if request.param == "postgres in steps":
+            PostgresStore(url, durability="normal").close()  # migrated by its owner
+            url = request.getfixturevalue("pg_server").url_without_temporary(url)
+        opened = PostgresStore(url, durability="normal")
+    yield opened
+    opened.close()
 
 
 @pytest.fixture

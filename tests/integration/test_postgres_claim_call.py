@@ -1,0 +1,84 @@
+"""On PostgreSQL a claim within limits is one call of a function the store creates in its
+connection's temporary schema: made again on a new connection after a loss, and replaced by
+the claim's steps where the database role may not create temporary objects. The limits'
+behaviour itself is the store contract's (tests/contract/test_limits_contract.py)."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+import pytest
+
+from taskherd.limits import ClaimLimits, RoleLimit
+from taskherd.model import NewTask, Outcome, RunResult
+from taskherd.queue import RetryPolicy
+from taskherd.store import StoreUnavailable
+from taskherd.store.messages import InboxLimit
+from taskherd.store.postgres import PostgresStore
+
+NOW = 1_700_000_000.0
+LEASE = 60.0
+ONE_DEPLOYER = ClaimLimits({"deployer": RoleLimit(max_concurrent=1)})
+
+
+def claim(store, node):
+    return store.claim(node, NOW, LEASE, roles=["deployer"], limits=ONE_DEPLOYER,
+                       inbox=InboxLimit())
+
+
+def claim_functions(url: str) -> int:
+    """The claim functions of every session on the server (pg_proc lists other sessions'
+    temporary functions too)."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        return admin.execute("SELECT count(*) FROM pg_proc"
+                             " WHERE proname = 'taskherd_claim_within'").fetchone()[0]
+
+
+def cut_connections(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
+def test_a_claim_within_limits_is_one_call_of_the_connections_own_function(pg_url):
+    with PostgresStore(pg_url, durability="normal") as store:
+        store.enqueue(NewTask(role="deployer", title="deploy"), NOW)
+        store.counts()
+        assert claim_functions(pg_url) == 0  # made by the first claim within limits only
+        assert claim(store, "node-a").task.title == "deploy"
+        assert claim_functions(pg_url) == 1
+
+
+def test_after_a_lost_connection_the_function_is_made_again_and_limits_still_hold(pg_url):
+    with PostgresStore(pg_url, durability="normal") as store, \
+            PostgresStore(pg_url, durability="normal") as other:
+        for title in ("deploy 1", "deploy 2"):
+            store.enqueue(NewTask(role="deployer", title=title), NOW)
+        assert claim(store, "node-a").task.title == "deploy 1"
+        cut_connections(pg_url)
+        with pytest.raises(StoreUnavailable):
+            store.counts()
+        with pytest.raises(StoreUnavailable):
+            other.counts()
+        assert claim(other, "node-b") is None  # deploy 1's run still holds the one place
+        [run] = store.open_runs()
+        store.finish_run(run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), NOW)
+        assert claim(other, "node-b").task.title == "deploy 2"
+
+
+def test_a_role_that_may_not_create_temporary_objects_claims_in_steps(pg_server, pg_url,
+                                                                     caplog):
+    PostgresStore(pg_url, durability="normal").close()  # migrated by the database's owner
+    url = pg_server.url_without_temporary(pg_url)
+    with PostgresStore(url, durability="normal") as store, \
+            caplog.at_level(logging.WARNING, logger="taskherd.store.postgres"):
+        for title in ("deploy 1", "deploy 2"):
+            store.enqueue(NewTask(role="deployer", title=title), NOW)
+        assert claim(store, "node-a").task.title == "deploy 1"
+        assert claim(store, "node-b") is None
+        assert claim_functions(pg_url) == 0
+    [warning] = [record.getMessage() for record in caplog.records]
+    assert "cannot create a temporary function" in warning
+    assert "permission denied" in warning
+
