@@ -86,10 +86,13 @@ def check_database(config: Config) -> Check:
     # daemon would on its first start.)
     try:
         store.probe_write()
+        slower = store.probe_claims()
     except (StoreError, OSError) as error:
         return Check(PROBLEM, name, f"not writable: {error}", write_fix)
     finally:
         store.close()
+    if slower:
+        return Check(WARN, f"{name} opens and is writable", slower)
     return Check(OK, f"{name} opens and is writable")
 
 

@@ -337,6 +337,11 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
         """Raise StoreError unless this process may write every table (`taskherd doctor`);
         changes nothing."""
 
+    def probe_claims(self) -> str | None:
+        """Why claims here take a slower path than they could (`taskherd doctor` warns), or
+        None; changes nothing."""
+        return None
+
     @abc.abstractmethod
     def checkpoint(self, truncate: bool = False, timeout: float | None = None) -> bool:
         """Move the write-ahead log into the database; safe to call from another thread.

@@ -391,6 +391,15 @@ class PostgresStore(SQLStore):
             raise StoreError("the role lacks SELECT, INSERT, UPDATE or DELETE on "
                              f"{', '.join(missing)}")
 
+    def probe_claims(self) -> str | None:
+        with self._connection() as conn:
+            row = conn.execute(M["may_create_temporary"]).fetchone()
+        if row["granted"]:
+            return None
+        return (f"role {row['role']} may not create temporary objects in database "
+                f"{row['database']}: claims within limits take several round trips each "
+                f"(GRANT TEMPORARY ON DATABASE {row['database']} TO {row['role']})")
+
     def checkpoint(self, truncate: bool = False, timeout: float | None = None) -> bool:
         """Nothing to do: PostgreSQL checkpoints its own write-ahead log."""
         return True

@@ -10,6 +10,8 @@ import logging
 import psycopg
 import pytest
 
+from taskherd.config import load_config
+from taskherd.doctor import OK, WARN, check_database
 from taskherd.limits import ClaimLimits, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.queue import RetryPolicy
@@ -82,3 +84,14 @@ def test_a_role_that_may_not_create_temporary_objects_claims_in_steps(pg_server,
     assert "cannot create a temporary function" in warning
     assert "permission denied" in warning
 
+
+def test_doctor_warns_when_the_role_may_not_create_the_function(pg_server, pg_url, tmp_path):
+    def checked(url: str):
+        (tmp_path / "taskherd.toml").write_text(f'[daemon]\ndatabase = "{url}"\n')
+        return check_database(load_config(tmp_path / "taskherd.toml"))
+
+    assert checked(pg_url).status == OK
+    no_temp = checked(pg_server.url_without_temporary(pg_url))
+    assert no_temp.status == WARN
+    assert "role taskherd_no_temp may not create temporary objects" in no_temp.why
+    assert "GRANT TEMPORARY ON DATABASE" in no_temp.why

@@ -90,6 +90,11 @@ INSERT INTO schema_migrations (version, name, applied_at) VALUES (:version, :nam
 -- `taskherd doctor`'s write probe: asked, not tried.
 SELECT has_table_privilege(:table, 'SELECT, INSERT, UPDATE, DELETE') AS granted;
 
+-- name: may_create_temporary
+-- `taskherd doctor`: whether this role may create claim_within_function in its session.
+SELECT has_database_privilege(current_database(), 'TEMPORARY') AS granted,
+       current_user AS role, current_database() AS database;
+
 -- name: durability_full
 -- durability = full: each commit waits for the flush of its WAL.
 SET synchronous_commit = on;
