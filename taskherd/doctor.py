@@ -135,11 +135,6 @@ def check_log_dir(config: Config) -> Check:
     return Check(OK, f"log dir {log_dir} is writable")
 
 
-def service_path(config: Config, role: RoleConfig) -> str:
-    """The PATH an agent of `role` gets under the service: mirrors Supervisor._agent_path."""
-    path = role.path or config.daemon.path
-    own_bin = os.path.dirname(sys.executable)
-    return path if own_bin in path.split(os.pathsep) else f"{path}{os.pathsep}{own_bin}"
 
 
 def role_program(role: RoleConfig) -> str | None:
@@ -157,7 +152,9 @@ def check_role(config: Config, role: RoleConfig) -> Check:
     program = role_program(role)
     if program is None:
         return _check_env_key(role)
-    path = service_path(config, role)
+    from taskherd.services.launch import agent_path
+
+    path = agent_path(config, role)  # as the service gives it
     found = shutil.which(program, path=path)
     if found is not None:
         return Check(OK, f"role {role.name}: {program} → {found}")

@@ -26,8 +26,6 @@ import logging
 import math
 import os
 import random
-import secrets
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,15 +47,14 @@ from taskherd.model import (
     RunResult,
     Task,
 )
-from taskherd.ops import Queue
-from taskherd.ops import memory as memory_ops
-from taskherd.prompt import PromptContext
 from taskherd.questions import question_in
-from taskherd.runtimes.base import AgentEnv, Execution, RunFiles, Runtime
-from taskherd.runtimes.ratelimit import RateLimitSignal, guessed_cooldown, known_reset
+from taskherd.runtimes.base import Execution, RunFiles, Runtime
+from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
 from taskherd.runtimes.registry import runtime_for
 from taskherd.services.gates import GateRunner
+from taskherd.services.launch import Launch, agent_path, create_private
 from taskherd.services.live_runs import GateLimits, LiveRun, LiveRuns, LookSchedule
+from taskherd.services.pauses import RuntimePauses
 from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.store.watch import VerdictChange
 
@@ -113,6 +110,8 @@ class Supervisor:
         self._heard = False  # an event said a watched run may have ended or been cancelled
         make_private_dir(self.log_dir)
         self.gates = GateRunner(store, clock, self.log_dir)
+        self.launch = Launch(config, store, clock)
+        self.pauses = RuntimePauses(store, on_change)
 
     # -- starting ------------------------------------------------------------------------
 
@@ -125,9 +124,9 @@ class Supervisor:
                          self.log_dir / f"run-{claim.run.id}.prompt")
         try:
             runtime = runtime_for(role.runtime)
-            _create_private(files.prompt)
-            role = self._in_worktree(role, claim.task, now)
-            handle, continued = self._begin(runtime, role, claim, files)
+            create_private(files.prompt)
+            role = self.launch.in_worktree(role, claim.task, now)
+            handle, continued = self.launch.begin(runtime, role, claim, files)
         except (OSError, ValueError, StoreError) as error:
             log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
             self._settle_now(claim.run, RunResult(Outcome.FAILED, error=f"could not start: {error}"))
@@ -162,66 +161,6 @@ class Supervisor:
                  f" as pid {handle.pid}" if handle.pid else "",
                  " to probe its runtime's rate limit" if probe else "")
         return live
-
-    def _in_worktree(self, role: RoleConfig, task: Task, now: float) -> RoleConfig:
-        """For a role with [roles.NAME.git]: the role as it runs this task, in the task's own
-        worktree (made from the base on its first run, reused by the next ones)."""
-        if role.git is None:
-            return role
-        from taskherd import worktrees
-
-        git = role.git
-        path = worktrees.ensure_worktree(git.repo, git.base, task.id, self.worktree_root)
-        self.store.record_worktree(task.id, repo=str(git.repo), base=git.base,
-                                   branch=worktrees.branch_for(task.id), path=str(path),
-                                   merge_mode=git.merge, pool=git.pool, now=now)
-        return dataclasses.replace(role, workdir=str(path))
-
-    def _keep_worktree_work(self, live: LiveRun) -> None:
-        """An agent that edited its worktree without committing: its work is committed on
-        the task's branch, where a reviewer sees it and the next attempt continues from it."""
-        if live.role.git is None:
-            return
-        from taskherd import worktrees
-
-        # From the task's id, not the role's workdir: a run adopted after a restart has the
-        # role as configured, whose workdir is not the worktree.
-        path = worktrees.worktree_path(self.worktree_root, live.task.id)
-        try:
-            worktrees.commit_leftovers(path,
-                                       f"Uncommitted work of run {live.run.id} "
-                                       f"(task {live.task.id})")
-        except worktrees.GitError as error:
-            log.warning("run %s: could not commit what it left in %s: %s", live.run.id,
-                        path, error)
-
-    @property
-    def worktree_root(self) -> Path:
-        return self.config.daemon.data_dir / "worktrees"
-
-    def _begin(self, runtime: Runtime, role: RoleConfig, claim: Claim,
-               files: RunFiles) -> tuple[Execution, list[Run]]:
-        """Start the run however its runtime starts one (a process, or an in-process call);
-        with it, the earlier runs of the session it continues, if any."""
-        earlier = self._session_runs(role, claim.task)
-        variables = self._agent_vars(claim)
-        memory = memory_path = None
-        if role.memory:
-            path = memory_ops.short_term_file(self.config, role.name)
-            memory, memory_path = path.read_bytes().decode("utf-8", "replace"), str(path)
-            variables["TASKHERD_MEMORY_FILE"] = memory_path
-        agent = AgentEnv(self._agent_path(role), variables,
-                         earlier[-1].session_id if earlier else None,
-                         PromptContext(claim.inbox, memory, memory_path))
-        return runtime.start(role, claim.task, claim.run, files, agent), earlier
-
-    def _session_runs(self, role: RoleConfig, task: Task) -> list[Run]:
-        """When the role resumes: the earlier runs of `task` in its latest recorded session
-        (the one this run continues), oldest first."""
-        if not role.resume:
-            return []
-        runs = [run for run in self.store.runs_of_task(task.id) if run.session_id]
-        return [run for run in runs if run.session_id == runs[-1].session_id] if runs else []
 
     def adopt(self, run: Run, task: Task, now: float, at_start: bool = False) -> LiveRun | None:
         """Re-attach to an agent an earlier daemon started; settle it if it already ended.
@@ -568,7 +507,7 @@ class Supervisor:
         if live.reader.looping is not None:
             return Outcome.LOOPING, live.reader.looping
         if live.probe and live.reader.progressed:
-            self._probe_passed(live, now)
+            self.pauses.probe_passed(live, now)
         self._note_cpu(live, now, cpu_seconds)
         role = live.role
         if now - live.spawned_at > role.timeout:
@@ -668,56 +607,12 @@ class Supervisor:
 
     def _rate_limited(self, live: LiveRun, signal: RateLimitSignal, now: float) -> None:
         """Pause every spawn of the runtime, and end this run without a strike."""
-        until = self._pause_runtime(live.role, known_reset(signal, now),
-                                    signal.excerpt or signal.source, now, probe=live.probe)
+        until = self.pauses.pause(live.role, known_reset(signal, now),
+                                  signal.excerpt or signal.source, now, probe=live.probe)
         log.warning("runtime %s rate-limited (run %s): paused until %s", live.role.runtime,
                     live.run.id, _utc(until).isoformat())
         self.kill(live, Outcome.RATE_LIMITED, signal.excerpt or "rate limited")
         self.on_change()
-
-    def _pause_runtime(self, role: RoleConfig, reset_at: float | None, reason: str,
-                       now: float, probe: bool = False) -> float:
-        """Pause every spawn of the role's runtime until the limit lifts: when its text said,
-        else a guess that starts short and doubles while limits repeat. A probe that meets the
-        limit again doubles the last pause, whatever its text says (up to
-        rate_limit_cooldown, or the text's reset if that is later)."""
-        span = None
-        previous = self.store.cooldown_of(role.runtime) if probe or reset_at is None else None
-        if probe and previous is not None:
-            last = previous.span or max(previous.until - previous.created_at, 1.0)
-            span = min(2 * last, max(role.rate_limit_cooldown, last))
-            reset_at = max(reset_at or now, now + span)
-        elif reset_at is None:
-            span = guessed_cooldown(previous and previous.until, previous and previous.span,
-                                    now, role.rate_limit_cooldown)
-            reset_at = max(now + span, previous.until if previous else now)
-        self.store.set_cooldown(role.runtime, reset_at, reason, now, span)
-        return reset_at
-
-    # -- the probe after a rate limit -----------------------------------------------------
-
-    def _probe_passed(self, live: LiveRun, now: float) -> None:
-        """The probe got past the provider: the rest of its runtime may start."""
-        live.probe = False
-        try:
-            if self.store.probe_passed(live.role.runtime, live.run.id, now):
-                log.info("run %s: runtime %s got past its rate limit; it runs again",
-                         live.run.id, live.role.runtime)
-                self.on_change()
-        except StoreError as error:
-            live.probe = True  # told again at the next look
-            log.warning("run %s: could not lift the cooldown: %s", live.run.id, error)
-
-    def _probe_ended(self, live: LiveRun, result: RunResult, now: float) -> None:
-        """A success proves the limit lifted; any other end says nothing of it, so another
-        probe may go."""
-        try:
-            if result.outcome is Outcome.SUCCEEDED:
-                self._probe_passed(live, now)
-            elif self.store.release_probe(live.role.runtime, live.run.id):
-                self.on_change()
-        except StoreError as error:
-            log.warning("run %s: could not end its probe: %s", live.run.id, error)
 
     # -- ending --------------------------------------------------------------------------
 
@@ -751,23 +646,23 @@ class Supervisor:
             self._forget(live.run.id)
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
         result = self._result(live, run, status, now)
-        self._keep_worktree_work(live)
+        self.launch.keep_worktree_work(live.role, live.task, live.run)
         if result.outcome is Outcome.RATE_LIMITED and live.kill_reason is None:
             # Limits found only at the end (an HTTP 429, a result event) pause the runtime too.
-            self._pause_runtime(live.role, result.retry_at, result.error or "rate limited", now,
-                                probe=live.probe)
+            self.pauses.pause(live.role, result.retry_at, result.error or "rate limited", now,
+                              probe=live.probe)
         elif live.probe:
-            self._probe_ended(live, result, now)
+            self.pauses.probe_ended(live, result, now)
         if result.outcome is Outcome.SUCCEEDED and live.role.gates and live.kill_reason is None:
             # The agent's word is not a check: the run stays open (and watched, holding its
             # slot) while the role's gates run; a restart resumes them on adoption.
-            result = await self.gates.check(run, live.role, self._agent_path(live.role), result,
-                                            lambda *gate: self._watch_gate(live, *gate))
+            result = await self.gates.check(run, live.role, agent_path(self.config, live.role),
+                                            result, lambda *gate: self._watch_gate(live, *gate))
             ended_at = self.clock()
         if live.role.memory:
             # Before the settle: once the task is settled the role's next run may start,
             # and it must read the file within its cap.
-            self._keep_memory(live.role, now)
+            self.launch.keep_memory(live.role, now)
         self._forget(live.run.id)
         self._settle_now(run, result, ended_at)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
@@ -800,17 +695,6 @@ class Supervisor:
         except StoreError as error:
             log.warning("run %s could not be settled: %s", run.id, error)
 
-    def _keep_memory(self, role: RoleConfig, now: float) -> None:
-        """Bring the role's memory file back within its cap; what overflows moves to
-        long-term memory (a failure leaves the file as it is, longer but whole)."""
-        try:
-            moved = memory_ops.keep_short_term(Queue(self.config, self.store), role.name, now)
-        except (OSError, StoreError) as error:
-            log.warning("role %s: its memory file could not be trimmed: %s", role.name, error)
-            return
-        if moved:
-            log.info("role %s: %d memory entries moved to long-term memory", role.name, moved)
-
     async def shutdown(self, mode: str, grace: float) -> None:
         """On daemon stop: leave agents running (detach), wait for them, or kill them."""
         if mode == "detach" or not self.live:
@@ -827,37 +711,6 @@ class Supervisor:
         if remaining:
             await asyncio.wait(remaining, timeout=KILL_GRACE + 10)
 
-    # -- the agent's environment ---------------------------------------------------------
-
-    def _agent_path(self, role: RoleConfig) -> str:
-        path = role.path or self.config.daemon.path
-        # Agents call `taskherd heartbeat|done`: make this installation's command reachable
-        # even when the configured PATH (rightly minimal under a service manager) lacks it.
-        own_bin = os.path.dirname(sys.executable)
-        return path if own_bin in path.split(os.pathsep) else f"{path}{os.pathsep}{own_bin}"
-
-    def _agent_vars(self, claim: Claim) -> dict[str, str]:
-        agent_vars = {
-            "TASKHERD_TASK_ID": str(claim.task.id),
-            "TASKHERD_RUN_ID": str(claim.run.id),
-            "TASKHERD_ROLE": claim.run.role,
-            "TASKHERD_HOME": str(self.config.daemon.data_dir),  # where agent.sock is
-            # The agent's only key: its own run, while the run is open. Never the database.
-            "TASKHERD_RUN_TOKEN": self._issue_credential(claim.run.id),
-        }
-        api = self.config.api
-        if api.listen:  # the door for an agent that cannot reach the socket (another host)
-            host = api.host if ":" not in api.host else f"[{api.host}]"
-            scheme = "https" if api.tls_cert else "http"
-            agent_vars["TASKHERD_URL"] = f"{scheme}://{host}:{api.port}"
-        return agent_vars
-
-    def _issue_credential(self, run_id: int) -> str:
-        token = secrets.token_urlsafe(32)
-        self.store.issue_run_credential(run_id, token, self.clock())
-        return token
-
-
 def _input_after(role: RoleConfig) -> float:
     """Idleness at a question that means waiting for input: never longer than idle_timeout,
     so an agent at a question is never charged a strike as stalled."""
@@ -867,10 +720,6 @@ def _input_after(role: RoleConfig) -> float:
 def _quiet_after(role: RoleConfig) -> float:
     """Silence that makes a run read as quiet: QUIET_AFTER, or half a shorter idle_timeout."""
     return min(QUIET_AFTER, role.idle_timeout / 2)
-
-
-def _create_private(path: Path) -> None:
-    os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600))
 
 
 def _utc(timestamp: float) -> datetime:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from taskherd.config import ConfigError, RoleConfig, parse_config
+from taskherd.config import ConfigError, parse_config
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.queue import RetryPolicy
 from taskherd.runtimes.base import Launch
@@ -47,8 +47,8 @@ def test_the_retry_gets_the_latest_session_of_its_task(tmp_path: Path, database)
             store.finish_run(claim.run.id, failed, RetryPolicy(backoff_base=0), claim.run.claimed_at)
         supervisor = Supervisor(config, store, time.time)
         current = store.get_task(task.id)
-        [latest] = supervisor._session_runs(config.role("coder"), current)
+        [latest] = supervisor.launch.session_runs(config.role("coder"), current)
         assert latest.session_id == "s-2"
-        assert supervisor._session_runs(config.role("fresh"), current) == []
+        assert supervisor.launch.session_runs(config.role("fresh"), current) == []
     finally:
         store.close()

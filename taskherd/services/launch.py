@@ -1,0 +1,135 @@
+"""What a claimed run's agent is given to start with, and what is kept of its work after: its
+worktree, its PATH and TASKHERD_* variables (with its run's credential), the session it
+continues, its role's memory file. The supervisor starts and watches the agent; this module
+knows nothing of a live run but its role and task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import secrets
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from taskherd.config import Config, RoleConfig
+from taskherd.model import Claim, Run, Task
+from taskherd.ops import Queue
+from taskherd.ops import memory as memory_ops
+from taskherd.prompt import PromptContext
+from taskherd.runtimes.base import AgentEnv, Execution, RunFiles, Runtime
+from taskherd.store import Store, StoreError
+
+log = logging.getLogger("taskherd.supervisor")
+
+
+def agent_path(config: Config, role: RoleConfig) -> str:
+    """The PATH an agent of `role` gets: its role's or the daemon's, with this installation's
+    own bin directory added, since agents call `taskherd heartbeat|done` and the configured
+    PATH (rightly minimal under a service manager) may lack it."""
+    path = role.path or config.daemon.path
+    own_bin = os.path.dirname(sys.executable)
+    return path if own_bin in path.split(os.pathsep) else f"{path}{os.pathsep}{own_bin}"
+
+
+def create_private(path: Path) -> None:
+    """An empty file only its owner may read (a run's prompt may hold the task's secrets)."""
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600))
+
+
+class Launch:
+    def __init__(self, config: Config, store: Store, clock: Callable[[], float]):
+        self.config = config
+        self.store = store
+        self.clock = clock
+
+    @property
+    def worktree_root(self) -> Path:
+        return self.config.daemon.data_dir / "worktrees"
+
+    def in_worktree(self, role: RoleConfig, task: Task, now: float) -> RoleConfig:
+        """For a role with [roles.NAME.git]: the role as it runs this task, in the task's own
+        worktree (made from the base on its first run, reused by the next ones)."""
+        if role.git is None:
+            return role
+        from taskherd import worktrees
+
+        git = role.git
+        path = worktrees.ensure_worktree(git.repo, git.base, task.id, self.worktree_root)
+        self.store.record_worktree(task.id, repo=str(git.repo), base=git.base,
+                                   branch=worktrees.branch_for(task.id), path=str(path),
+                                   merge_mode=git.merge, pool=git.pool, now=now)
+        return dataclasses.replace(role, workdir=str(path))
+
+    def keep_worktree_work(self, role: RoleConfig, task: Task, run: Run) -> None:
+        """An agent that edited its worktree without committing: its work is committed on
+        the task's branch, where a reviewer sees it and the next attempt continues from it."""
+        if role.git is None:
+            return
+        from taskherd import worktrees
+
+        # From the task's id, not the role's workdir: a run adopted after a restart has the
+        # role as configured, whose workdir is not the worktree.
+        path = worktrees.worktree_path(self.worktree_root, task.id)
+        try:
+            worktrees.commit_leftovers(path, f"Uncommitted work of run {run.id} (task {task.id})")
+        except worktrees.GitError as error:
+            log.warning("run %s: could not commit what it left in %s: %s", run.id, path, error)
+
+    def begin(self, runtime: Runtime, role: RoleConfig, claim: Claim,
+              files: RunFiles) -> tuple[Execution, list[Run]]:
+        """Start the run however its runtime starts one (a process, or an in-process call);
+        with it, the earlier runs of the session it continues, if any."""
+        earlier = self.session_runs(role, claim.task)
+        variables = self.agent_vars(claim)
+        memory = memory_path = None
+        if role.memory:
+            path = memory_ops.short_term_file(self.config, role.name)
+            memory, memory_path = path.read_bytes().decode("utf-8", "replace"), str(path)
+            variables["TASKHERD_MEMORY_FILE"] = memory_path
+        agent = AgentEnv(agent_path(self.config, role), variables,
+                         earlier[-1].session_id if earlier else None,
+                         PromptContext(claim.inbox, memory, memory_path))
+        return runtime.start(role, claim.task, claim.run, files, agent), earlier
+
+    def session_runs(self, role: RoleConfig, task: Task) -> list[Run]:
+        """When the role resumes: the earlier runs of `task` in its latest recorded session
+        (the one this run continues), oldest first."""
+        if not role.resume:
+            return []
+        runs = [run for run in self.store.runs_of_task(task.id) if run.session_id]
+        return [run for run in runs if run.session_id == runs[-1].session_id] if runs else []
+
+    def agent_vars(self, claim: Claim) -> dict[str, str]:
+        agent_vars = {
+            "TASKHERD_TASK_ID": str(claim.task.id),
+            "TASKHERD_RUN_ID": str(claim.run.id),
+            "TASKHERD_ROLE": claim.run.role,
+            "TASKHERD_HOME": str(self.config.daemon.data_dir),  # where agent.sock is
+            # The agent's only key: its own run, while the run is open. Never the database.
+            "TASKHERD_RUN_TOKEN": self._issue_credential(claim.run.id),
+        }
+        api = self.config.api
+        if api.listen:  # the door for an agent that cannot reach the socket (another host)
+            host = api.host if ":" not in api.host else f"[{api.host}]"
+            scheme = "https" if api.tls_cert else "http"
+            agent_vars["TASKHERD_URL"] = f"{scheme}://{host}:{api.port}"
+        return agent_vars
+
+    def _issue_credential(self, run_id: int) -> str:
+        token = secrets.token_urlsafe(32)
+        self.store.issue_run_credential(run_id, token, self.clock())
+        return token
+
+    def keep_memory(self, role: RoleConfig, now: float) -> None:
+        """Bring the role's memory file back within its cap; what overflows moves to
+        long-term memory (a failure leaves the file as it is, longer but whole)."""
+        try:
+            moved = memory_ops.keep_short_term(Queue(self.config, self.store), role.name, now)
+        except (OSError, StoreError) as error:
+            log.warning("role %s: its memory file could not be trimmed: %s", role.name, error)
+            return
+        if moved:
+            log.info("role %s: %d memory entries moved to long-term memory", role.name, moved)
