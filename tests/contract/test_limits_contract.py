@@ -228,3 +228,36 @@ def test_a_silent_node_is_declared_down_and_its_runs_rescued_without_a_strike(st
                           now=NOW + 20, timeout=15.0)
     assert again.was_down_at == NOW + 16 and again.status(NOW + 20) == "up"
     assert [run.id for run in store.lost_runs_of_node("node-a", since=NOW + 16)] == [held.run.id]
+
+
+def test_a_task_for_any_role_is_counted_as_the_role_that_claims_it(store, other):
+    limits = ClaimLimits({"coder": RoleLimit(max_concurrent=1)})
+    first, second = add(store, "any", "anyone 1"), add(store, "any", "anyone 2")
+    roles = ["coder", "qa"]
+    got = store.claim("node-a", NOW, LEASE, roles=roles, as_role="coder", limits=limits)
+    assert (got.task.id, got.run.role) == (first.id, "coder")
+    refusals = {}
+    assert other.claim("node-b", NOW, LEASE, roles=["coder"], as_role="coder", limits=limits,
+                       refusals=refusals) is None
+    assert "role coder is at max_concurrent 1" in refusals["coder"].reason
+    # The coder is full, so the next task for anyone goes to the role that still has room.
+    got = other.claim("node-b", NOW, LEASE, roles=roles, as_role="coder", limits=limits)
+    assert (got.task.id, got.run.role) == (second.id, "qa")
+
+
+def test_a_pool_of_scope_node_is_counted_on_each_node_beside_a_pool_of_the_fleet(store, other):
+    # The role's pool is the fleet's; the task's pool is one per machine (a GPU each).
+    limits = ClaimLimits({"coder": RoleLimit(pool="cpu")},
+                         {"cpu": PoolLimit(2), "gpu": PoolLimit(1, scope="node")})
+    first, second = add(store, "coder", "train 1", pool="gpu"), add(store, "coder", "train 2",
+                                                                    pool="gpu")
+    assert claim(store, "node-a", limits, ["coder"]).task.id == first.id
+    refusals = {}
+    assert claim(store, "node-a", limits, ["coder"], refusals=refusals) is None
+    assert refusals["coder"].reason == "pool gpu is full (1 on this node)"
+    assert refusals["coder"].pool == "gpu"  # the task's pool: tasks outside it may still go
+    assert claim(other, "node-b", limits, ["coder"]).task.id == second.id
+    add(store, "coder", "lint")  # no task pool: only the role's pool counts, and it is full
+    refusals = {}
+    assert claim(other, "node-b", limits, ["coder"], refusals=refusals) is None
+    assert refusals["coder"].reason == "pool cpu is full (2)"
