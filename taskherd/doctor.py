@@ -135,8 +135,6 @@ def check_log_dir(config: Config) -> Check:
     return Check(OK, f"log dir {log_dir} is writable")
 
 
-
-
 def role_program(role: RoleConfig) -> str | None:
     """The program a role starts (argv[0]); None for runtimes that start none (chat)."""
     if role.runtime == "command":

@@ -132,12 +132,16 @@ class ClaimLimits:
 
     def crosses_nodes(self, role: str, task_pool: str | None) -> bool:
         """Whether the check counts other nodes' runs, so claims must be ordered across nodes."""
-        limit = self.role(role)
-        role_limited = limit.max_concurrent is not None or limit.stagger > 0
         if self.budget_scopes(role):
             return True  # a budget is the fleet's, whatever the role's scope
-        return (role_limited and limit.scope == CLUSTER) or any(
+        return self.role_counted_across_nodes(role) or any(
             self.pools[pool].scope == CLUSTER for pool in self.pools_of(role, task_pool))
+
+    def role_counted_across_nodes(self, role: str) -> bool:
+        """Whether the role's own limits (max_concurrent, stagger) count every node's runs."""
+        limit = self.role(role)
+        limited = limit.max_concurrent is not None or limit.stagger > 0
+        return limited and limit.scope == CLUSTER
 
     def refusal(self, role: str, task_pool: str | None, usage: Usage,
                 now: float) -> Refusal | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from taskherd import __version__
-from taskherd.limits import CLUSTER, NODE, ClaimLimits, Refusal
+from taskherd.limits import NODE, ClaimLimits, Refusal
 from taskherd.model import TASK_ADDRESS, Claim, Event, EventKind, Message, Run, Task, TaskState
 from taskherd.store.base import StoreError, StoreUnavailable
 from taskherd.store.events import Listener
@@ -269,12 +269,6 @@ class PostgresStore(SQLStore):
                 conn.claim_function = False
         return conn.claim_function
 
-    # claim_if_room with limit_usage put in: one statement counts and claims.
-    _claim_if_room_sql = M["claim_if_room"].replace(
-        "{limit_usage}", q["limit_usage"].strip().rstrip(";"))
-    _deliver_claim_inbox_sql = M["deliver_claim_inbox"].replace(
-        "{undelivered_for_run}", q["undelivered_for_run"].strip().rstrip(";"))
-
     def _claim_if_room(self, db: Any, candidate: Mapping[str, Any], node: str, now: float,
                        lease_seconds: float, limits: ClaimLimits, role: str,
                        runtime: str | None, inbox: InboxLimit | None) -> Claim | Refusal:
@@ -301,8 +295,8 @@ class PostgresStore(SQLStore):
         with self._together(db):
             if limits.crosses_nodes(role, task_pool):
                 self._order_claims(db)
-            claimed = db.execute(self._claim_if_room_sql, params)
-            delivered = (db.execute(self._deliver_claim_inbox_sql,
+            claimed = db.execute(M["claim_if_room"], params)
+            delivered = (db.execute(M["deliver_claim_inbox"],
                                     {"task_id": task_id, "node": node, "bytes": inbox.bytes}
                                     | undelivered_params(role, task_id, now, inbox))
                          if inbox else None)
@@ -413,10 +407,9 @@ def _role_terms(limits: ClaimLimits, role: str, run_runtime: str | None) -> dict
     """What claim_within_function needs of a role's limits (usage_params, _room_caps and
     ClaimLimits.crosses_nodes read the same): the pools' terms go apart, by pool."""
     limit = limits.role(role)
-    limited = limit.max_concurrent is not None or limit.stagger > 0
     return {"max_concurrent": limit.max_concurrent, "stagger": float(limit.stagger),
             "node_scope": limit.scope == NODE, "pool": limit.pool, "runtime": limit.runtime,
-            "run_runtime": run_runtime, "crosses_nodes": limited and limit.scope == CLUSTER}
+            "run_runtime": run_runtime, "crosses_nodes": limits.role_counted_across_nodes(role)}
 
 
 @functools.cache

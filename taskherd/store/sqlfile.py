@@ -48,8 +48,11 @@ def queries(dialect: str) -> dict[str, str]:
 def machinery(dialect: str) -> dict[str, str]:
     """The named blocks of a dialect's own machinery (`<dialect>/machinery/`): migrations'
     bookkeeping, locks, notifications. Kept apart from `queries`, whose blocks exist in both
-    dialects alike and are tested side by side."""
-    found = _blocks(SQL_ROOT / dialect / "machinery")
+    dialects alike and are tested side by side. `{other}` stands for the block of `queries`
+    or of the machinery named `other`, as in `queries`."""
+    written = _every_block(dialect)
+    found = {name: _put_in(written[name], written)
+             for name in _blocks(SQL_ROOT / dialect / "machinery")}
     if dialect == "postgres":
         return {name: _psycopg_parameters(sql) for name, sql in found.items()}
     return found
@@ -61,15 +64,23 @@ def function_definition(dialect: str, name: str) -> str:
     braces put in (from `queries` or `machinery`, theirs too) and every `:x` parameter of
     theirs read as the function's argument or variable `arg_x`: the function runs the same
     statements as the store's steps. Sent without parameters, so `%` is left as written."""
-    written = (_blocks(SQL_ROOT / "common") | _blocks(SQL_ROOT / dialect)
-               | _blocks(SQL_ROOT / dialect / "machinery"))
-
-    def put_in(sql: str) -> str:
-        return _SUBQUERY.sub(lambda used: put_in(written[used[1]].strip().rstrip(";")), sql)
-
+    written = _every_block(dialect)
     return _LITERAL_OR_PARAMETER.sub(
         lambda match: match.group(0) if match.group(1) is None else f"arg_{match.group(1)}",
-        put_in(written[name]))
+        _put_in(written[name], written))
+
+
+def _every_block(dialect: str) -> dict[str, str]:
+    """The blocks of `queries` and of the machinery, as written (they share no name)."""
+    return (_blocks(SQL_ROOT / "common") | _blocks(SQL_ROOT / dialect)
+            | _blocks(SQL_ROOT / dialect / "machinery"))
+
+
+def _put_in(sql: str, written: dict[str, str]) -> str:
+    """`sql` with each `{other}` that names a block of `written` put in (theirs too); a brace
+    that names none is left for its caller to fill (notify_event's {payload})."""
+    return _SUBQUERY.sub(lambda used: _put_in(written[used[1]].strip().rstrip(";"), written)
+                         if used[1] in written else used[0], sql)
 
 
 def _blocks(folder: Path) -> dict[str, str]:
