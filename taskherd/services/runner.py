@@ -1,5 +1,6 @@
 """The one loop every service runs under: a pass (`run_once(now)`), its counts kept, a store
-error logged and the next pass tried, then a sleep until the service's next wake or an event.
+error logged and the next pass tried soon, then a sleep until the service's next wake or an
+event.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from typing import Protocol
 from taskherd.store import StoreError
 
 log = logging.getLogger("taskherd.daemon")
+# Seconds before a pass that met a store error is tried again, however long the service would
+# sleep: a database away for a moment (a restart, a failover) must not hold a loop back for
+# its whole sleep, nor for the event that came while nobody listened.
+RETRY_AFTER_ERROR = 5.0
 
 
 class Service(Protocol):
@@ -41,15 +46,17 @@ async def run_service(loop: ServiceLoop, clock: Callable[[], float]) -> None:
     while True:
         if loop.wake is not None:
             loop.wake.clear()
-        await _pass(loop, clock)
+        passed = await _pass(loop, clock)
         now = clock()
         try:
             wake_at = loop.service.next_wake(now)
         except StoreError as error:
             log.error("%s: %s", loop.name, error)
-            wake_at = None
+            wake_at, passed = None, False
         timeout = loop.max_sleep if wake_at is None else min(max(wake_at - now, 0.0),
                                                               loop.max_sleep)
+        if not passed:
+            timeout = min(timeout, RETRY_AFTER_ERROR)
         if loop.wake is None:
             await asyncio.sleep(timeout)
             continue
@@ -69,7 +76,8 @@ async def run_service(loop: ServiceLoop, clock: Callable[[], float]) -> None:
             raise asyncio.CancelledError
 
 
-async def _pass(loop: ServiceLoop, clock: Callable[[], float]) -> None:
+async def _pass(loop: ServiceLoop, clock: Callable[[], float]) -> bool:
+    """One pass of the service; False if it met a store error (logged and counted)."""
     now = clock()
     try:
         if loop.in_thread:
@@ -79,7 +87,8 @@ async def _pass(loop: ServiceLoop, clock: Callable[[], float]) -> None:
     except StoreError as error:  # e.g. the database is away: the next pass tries again
         loop.errors += 1
         log.error("%s: %s", loop.name, error)
-        return
+        return False
     loop.counts.update({key: value for key, value in counts.items() if value})
     if loop.on_counts is not None:
         loop.on_counts(counts)
+    return True
