@@ -1,9 +1,12 @@
 """/metrics in Prometheus' text format (prometheus_client).
 
 Counts of tasks and runs are read from the database at each scrape (GROUP BY, never row by
-row), so every node's work is counted whichever node is scraped. Durations are observed as
-runs end, from the event channel: a run's duration and its ready→exec latency (from the
-moment its task was ready to the moment its agent started).
+row), so every node's work is counted whichever node is scraped. The run counters
+(taskherd_runs_total, _cost_usd_total, _tokens_total) count ended runs and add those pruning
+deleted (the store keeps their totals), so they only go up, across prunes and restarts; the
+runs open now are a gauge, taskherd_runs_running. Durations are observed as runs end, from
+the event channel: a run's duration and its ready→exec latency (from the moment its task was
+ready to the moment its agent started).
 """
 
 from __future__ import annotations
@@ -143,15 +146,23 @@ class _StoreCollector:
 
 
 def _run_families(totals: list[dict[str, Any]]) -> Iterator[Metric]:
-    runs = CounterMetricFamily("taskherd_runs", "Runs kept, by role and outcome",
+    """Counters of the runs that ended (pruned ones included: they only go up) and a gauge of
+    the runs open now. An open run is not in the counters: its cost is not in yet, and an
+    `outcome="running"` series that fell as runs ended read to Prometheus as a reset."""
+    runs = CounterMetricFamily("taskherd_runs", "Runs ended, by role and outcome",
                                labels=["role", "outcome"])
-    cost = CounterMetricFamily("taskherd_cost_usd", "Dollars spent by runs kept, by role",
+    cost = CounterMetricFamily("taskherd_cost_usd", "Dollars spent by runs ended, by role",
                                labels=["role"])
-    tokens = CounterMetricFamily("taskherd_tokens", "Tokens used by runs kept, by role",
+    tokens = CounterMetricFamily("taskherd_tokens", "Tokens used by runs ended, by role",
                                  labels=["role", "direction"])
+    running = GaugeMetricFamily("taskherd_runs_running", "Runs open now, by role",
+                                labels=["role"])
     by_role: dict[str, list[float]] = {}
     for row in totals:
-        runs.add_metric([row["role"], row["outcome"] or "running"], row["runs"])
+        if row["outcome"] is None:
+            running.add_metric([row["role"]], row["runs"])
+            continue
+        runs.add_metric([row["role"], row["outcome"]], row["runs"])
         sums = by_role.setdefault(row["role"], [0.0, 0, 0])
         sums[0] += row["cost_usd"]
         sums[1] += row["input_tokens"]
@@ -160,7 +171,7 @@ def _run_families(totals: list[dict[str, Any]]) -> Iterator[Metric]:
         cost.add_metric([role], dollars)
         tokens.add_metric([role, "input"], tokens_in)
         tokens.add_metric([role, "output"], tokens_out)
-    yield from (runs, cost, tokens)
+    yield from (runs, cost, tokens, running)
 
 
 def endpoint(api: Api) -> Callable[[Request], Awaitable[Response]]:

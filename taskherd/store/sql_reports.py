@@ -67,8 +67,8 @@ class SQLReports:
         return dict(rows[0]) if rows else None
 
     def run_totals(self) -> list[dict[str, Any]]:
-        """Per role and outcome (None: still running): runs, cost and tokens of every run
-        kept (for /metrics)."""
+        """Per role and outcome: runs, cost and tokens of every run that ended, the pruned
+        ones included; and per role, the runs open now (outcome None). For /metrics."""
         return [{"role": row["role"], "outcome": row["outcome"], "runs": int(row["runs"]),
                  "cost_usd": float(row["cost_usd"]), "input_tokens": int(row["input_tokens"]),
                  "output_tokens": int(row["output_tokens"])}

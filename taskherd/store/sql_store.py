@@ -566,6 +566,9 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         with self._write() as db:
             self._prune_messages(db, before)
             db.execute(self.q["prune_deliveries"], {"before": before})
+            # What /metrics counts of the runs going is kept, in this transaction: its
+            # counters are these totals plus the runs still kept, and never go down.
+            db.execute(self.q["fold_pruned_runs"], {"before": before})
             return db.execute(self.q["prune_finished_tasks"], {"before": before}).rowcount
 
     def _past_the_marks(self, read: Callable[[Any], list[Any]]) -> list[Any]:

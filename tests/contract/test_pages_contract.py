@@ -35,6 +35,42 @@ def test_children_and_run_totals(store):
     assert [(row["role"], row["runs"], row["cost_usd"]) for row in spent] == [("coder", 1, 0.5)]
 
 
+
+def test_run_totals_keep_what_pruning_deletes_and_count_open_runs_apart(store):
+    """/metrics' counters are these totals: a prune that deletes ended runs must not lower
+    them (it lowered every one of them), and an open run is counted apart, not as an
+    outcome."""
+    def ended(role: str, outcome: Outcome, now: float, cost: float, tokens: int) -> None:
+        store.enqueue(NewTask(role=role, title=f"{role} {now}", max_attempts=1), now)
+        claim = store.claim("n1", now, 60, roles=[role])
+        store.finish_run(claim.run.id, RunResult(outcome, cost_usd=cost, input_tokens=tokens,
+                                                 output_tokens=1), RetryPolicy(), now + 1)
+
+    def totals() -> dict:
+        return {(row["role"], row["outcome"]): (row["runs"], round(row["cost_usd"], 6),
+                                                row["input_tokens"], row["output_tokens"])
+                for row in store.run_totals()}
+
+    ended("coder", Outcome.SUCCEEDED, 1000.0, 0.5, 10)
+    ended("coder", Outcome.FAILED, 1010.0, 0.25, 20)
+    ended("qa", Outcome.SUCCEEDED, 1020.0, 1.0, 30)
+    store.enqueue(NewTask(role="coder", title="still running"), 1030.0)
+    store.claim("n1", 1030.0, 60, roles=["coder"])
+    before = totals()
+    assert before[("coder", None)][0] == 1
+
+    assert store.prune(before=1015.0) == 2  # the two coder tasks, with their runs
+    assert totals() == before
+    assert store.prune(before=5000.0) == 1  # the qa task; the running one is kept
+    assert totals() == before
+    ended("coder", Outcome.SUCCEEDED, 6000.0, 2.0, 40)  # added to what was pruned
+    assert totals()[("coder", "succeeded")] == (2, 2.5, 50, 2)
+    assert store.prune(before=9000.0) == 1
+    assert totals()[("coder", "succeeded")] == (2, 2.5, 50, 2)
+    assert totals()[("coder", "failed")] == before[("coder", "failed")]
+    assert totals()[("qa", "succeeded")] == before[("qa", "succeeded")]
+
+
 def _one_task_in_each_state(store) -> dict[TaskState, list[int]]:
     """Two tasks in each state a person can filter by, over a history of finished ones."""
     made: dict[TaskState, list[int]] = {state: [] for state in TaskState

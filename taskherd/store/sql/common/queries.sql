@@ -216,11 +216,33 @@ VALUES (:task_id, (SELECT count(*) + 1 FROM runs WHERE task_id = :task_id), :nod
         :runtime, :now, :pool)
 RETURNING *;
 
--- name: prune_finished_tasks
--- The history side of tasks_clock (migration 0012), by its own expressions.
-DELETE FROM tasks
+-- name: tasks_to_prune
+-- The finished tasks that pruning deletes, finished before :before: the history side of
+-- tasks_clock (migration 0012), by its own expressions.
+SELECT id FROM tasks
 WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
   AND coalesce(finished_at, lease_expires_at) < :before;
+
+-- name: fold_pruned_runs
+-- In the prune's transaction, before they go: the ended runs of the tasks it deletes are
+-- added to pruned_run_totals (migration 0027), so /metrics' counters lose nothing. A run
+-- still open (an agent stopping on a task cancelled long ago) was never counted, so it is
+-- not added either.
+INSERT INTO pruned_run_totals (role, outcome, runs, cost_usd, input_tokens, output_tokens)
+SELECT role, outcome, count(*), coalesce(sum(cost_usd), 0), coalesce(sum(input_tokens), 0),
+       coalesce(sum(output_tokens), 0)
+FROM runs
+WHERE ended_at IS NOT NULL AND task_id IN ({tasks_to_prune})
+GROUP BY role, outcome
+ON CONFLICT (role, outcome) DO UPDATE
+SET runs = pruned_run_totals.runs + excluded.runs,
+    cost_usd = pruned_run_totals.cost_usd + excluded.cost_usd,
+    input_tokens = pruned_run_totals.input_tokens + excluded.input_tokens,
+    output_tokens = pruned_run_totals.output_tokens + excluded.output_tokens;
+
+-- name: prune_finished_tasks
+-- Their runs go with them (ON DELETE CASCADE), after fold_pruned_runs counted them.
+DELETE FROM tasks WHERE id IN ({tasks_to_prune});
 
 -- name: list_tasks
 -- NULL filters match everything, so one statement serves every combination of CLI filters.

@@ -54,11 +54,21 @@ FROM runs LEFT JOIN tasks ON tasks.id = runs.task_id
 WHERE runs.id = :id;
 
 -- name: run_totals
--- /metrics: every run ever kept, by role and outcome (NULL while it runs), with what it cost.
-SELECT role, outcome, count(*) AS runs, coalesce(sum(cost_usd), 0) AS cost_usd,
-       coalesce(sum(input_tokens), 0) AS input_tokens,
-       coalesce(sum(output_tokens), 0) AS output_tokens
-FROM runs
+-- /metrics: by role and outcome, every run that ever ended (those pruned, from
+-- pruned_run_totals, and those kept) with what it cost; and the runs open now (outcome NULL).
+-- One statement, so a prune committing meanwhile is seen whole or not at all: its runs are
+-- counted once, from the table or from the runs, and a counter never goes down.
+SELECT role, outcome, sum(runs) AS runs, sum(cost_usd) AS cost_usd,
+       sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens
+FROM (
+    SELECT role, outcome, runs, cost_usd, input_tokens, output_tokens
+    FROM pruned_run_totals
+    UNION ALL
+    SELECT role, outcome, count(*), coalesce(sum(cost_usd), 0),
+           coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0)
+    FROM runs
+    GROUP BY role, outcome
+) AS every_run
 GROUP BY role, outcome
 ORDER BY role, outcome;
 

@@ -169,3 +169,15 @@ SET runs = spend_hours.runs + excluded.runs, cost_usd = spend_hours.cost_usd + e
 -- Two additions of one run at once (an agent's parallel calls) are counted one after the
 -- other: the second waits for the first's commit, then counts its child too.
 SELECT id FROM tasks WHERE id = :task_id FOR UPDATE;
+
+-- name: tasks_to_prune
+-- As the common block, locked: here the monitors of several nodes prune at once. Without the
+-- lock two prunes would both count a task's runs into pruned_run_totals (each reading before
+-- the other's DELETE committed) while only one deletes them, and /metrics would count them
+-- twice. Locked, the second waits, re-checks the row and finds it gone (or revived: a task
+-- requeued meanwhile no longer matches), so it counts only what it deletes; the DELETE that
+-- follows in the transaction finds the rows it locked.
+SELECT id FROM tasks
+WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
+  AND coalesce(finished_at, lease_expires_at) < :before
+FOR UPDATE;
