@@ -240,6 +240,10 @@ class BackupConfig:
     rollup_keep_for: float = 7 * 86400.0
     rollup_keep_count: int = 168  # 7 days of hourly rollups
     compression_level: int = 3  # gzip 1 (fast) … 9 (small); 0 stores the pages as they are
+    # An S3 server that stops answering fails the attempt within about twice read_timeout
+    # (one retry), not minutes later; the service then retries with its own backoff.
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
 
     @property
     def is_s3(self) -> bool:
@@ -555,6 +559,8 @@ def _parse_backup(raw: Mapping[str, Any], base_dir: Path,
         "rollup_keep_for": reader.duration("rollup_keep_for"),
         "rollup_keep_count": reader.positive_int("rollup_keep_count"),
         "compression_level": level,
+        "connect_timeout": reader.duration("connect_timeout"),
+        "read_timeout": reader.duration("read_timeout"),
     }
     return BackupConfig(**{key: value for key, value in values.items() if value is not None})
 

@@ -317,7 +317,7 @@ def check_backup(config: Config, now: float | None = None) -> Check:
     try:
         from taskherd.backups.targets import BackupError, open_target
 
-        open_target(settings).list()
+        held = {stored.key for stored in open_target(settings).list()}
     except BackupError as error:
         return Check(PROBLEM, what, str(error), "check the target, its endpoint and the "
                      "credentials in the daemon's environment (AWS_* or a profile)")
@@ -326,6 +326,10 @@ def check_backup(config: Config, now: float | None = None) -> Check:
     if last is None:
         return Check(WARN, what, "no snapshot yet", "start the daemon, or `taskherd backup "
                      "snapshot`")
+    if last["key"] not in held:
+        return Check(WARN, what, f"the latest snapshot recorded, {last['key']}, is no longer "
+                     "in the target", "`taskherd backup list` shows what it holds; the daemon "
+                     "takes a new snapshot every snapshot_every")
     age = now - last["taken_at"]
     if age > 3 * settings.snapshot_every:
         return Check(WARN, what, f"the latest snapshot is {age / 60:.0f} min old (one is due "

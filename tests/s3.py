@@ -80,7 +80,9 @@ class S3Server:
 
 class Relay:
     """127.0.0.1:port → the server. `go_away()` resets every connection and stops listening
-    (clients get connection refused); `come_back()` listens again on the same port."""
+    (clients get connection refused); `come_back()` listens again on the same port.
+    `freeze()` makes it a server that hangs: connections are still accepted, and nothing
+    passes either way until `thaw()`."""
 
     def __init__(self, upstream_port: int):
         self.upstream_port = upstream_port
@@ -88,7 +90,15 @@ class Relay:
         self._listener: socket.socket | None = None
         self._connections: list[socket.socket] = []
         self._lock = threading.Lock()
+        self._thawed = threading.Event()
+        self._thawed.set()
         self.come_back()
+
+    def freeze(self) -> None:
+        self._thawed.clear()
+
+    def thaw(self) -> None:
+        self._thawed.set()
 
     @property
     def url(self) -> str:
@@ -130,14 +140,15 @@ class Relay:
                 self._connections += [client, upstream]
             threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
 
-    @staticmethod
-    def _pump(a: socket.socket, b: socket.socket) -> None:
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
         with selectors.DefaultSelector() as selector:
             try:
                 selector.register(a, selectors.EVENT_READ, b)
                 selector.register(b, selectors.EVENT_READ, a)
                 while True:
+                    self._thawed.wait()  # frozen: neither side's bytes are read nor passed on
                     for key, _ in selector.select(30):
+                        self._thawed.wait()
                         data = key.fileobj.recv(65536)
                         if not data:
                             return

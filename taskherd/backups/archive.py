@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import os
 import re
+import secrets
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -27,7 +28,11 @@ SNAPSHOTS, ROLLUPS = "snapshots", "rollups"
 KINDS = (SNAPSHOTS, ROLLUPS)
 SQLITE_SUFFIXES = (".db.gz", ".db")
 PG_SUFFIX = ".dump"
-_KEY = re.compile(r"(snapshots|rollups)/(\d{4}-\d{2}-\d{2})/(\d{2})(?:-(\d{2}))?"
+# KIND/YYYY-MM-DD/HH-MM-SS.ffffff-NONCE.SUFFIX; and the names of older versions, which had
+# one key a minute for snapshots (HH-MM) and an hour for rollups (HH), still listed, restored
+# and pruned.
+_KEY = re.compile(r"(snapshots|rollups)/(\d{4}-\d{2}-\d{2})/"
+                  r"(\d{2})(?:-(\d{2})(?:-(\d{2})\.(\d{6})-[0-9a-f]{8})?)?"
                   r"(\.db\.gz|\.db|\.dump)")
 
 
@@ -54,10 +59,13 @@ class Backup:
 
 
 def backup_key(kind: str, now: float, suffix: str) -> str:
-    """snapshots/YYYY-MM-DD/HH-MM.db.gz, rollups/YYYY-MM-DD/HH.db.gz (UTC, sorting by time)."""
+    """KIND/YYYY-MM-DD/HH-MM-SS.ffffff-NONCE.SUFFIX (UTC): keys sort by time, and no two
+    backups share one. Keys of one a minute (snapshots) and one an hour (rollups) had a second
+    backup in that minute, or a `backup rollup` by hand, replace the first; the microseconds
+    and a random nonce keep apart two taken in one second, or by two nodes at one instant."""
     moment = datetime.fromtimestamp(now, UTC)
-    name = moment.strftime("%H-%M") if kind == SNAPSHOTS else moment.strftime("%H")
-    return f"{kind}/{moment:%Y-%m-%d}/{name}{suffix}"
+    return (f"{kind}/{moment:%Y-%m-%d}/{moment:%H-%M-%S.%f}-{secrets.token_hex(4)}"
+            f"{suffix}")
 
 
 def backups_in(objects: list[StoredObject]) -> list[Backup]:
@@ -67,11 +75,12 @@ def backups_in(objects: list[StoredObject]) -> list[Backup]:
         match = _KEY.fullmatch(stored.key)
         if match is None:
             continue
-        kind, day, hour, minute, _ = match.groups()
-        moment = datetime.strptime(f"{day} {hour}:{minute or '00'}", "%Y-%m-%d %H:%M")
-        found.append(Backup(stored.key, kind, moment.replace(tzinfo=UTC).timestamp(),
-                            stored.size))
-    return sorted(found, key=lambda backup: (backup.taken_at, backup.kind))
+        kind, day, hour, minute, second, micros, _ = match.groups()
+        moment = datetime.strptime(f"{day} {hour}:{minute or '00'}:{second or '00'}",
+                                   "%Y-%m-%d %H:%M:%S")
+        taken_at = moment.replace(tzinfo=UTC).timestamp() + int(micros or 0) / 1e6
+        found.append(Backup(stored.key, kind, taken_at, stored.size))
+    return sorted(found, key=lambda backup: (backup.taken_at, backup.kind, backup.key))
 
 
 def expired(backups: list[Backup], kind: str, keep_for: float, keep_count: int,
@@ -159,7 +168,10 @@ def _pg_dump(url: str, workdir: Path) -> Archive:
     run = subprocess.run([*argv, "--format", "custom", "--file", str(dump)], check=False, env=env,
                          capture_output=True, text=True, errors="replace", timeout=6 * 3600)
     if run.returncode != 0:
-        raise BackupError(f"pg_dump failed ({run.returncode}): {run.stderr.strip()[-500:]}")
+        lines = [line for line in run.stderr.splitlines() if line.strip()]
+        raise BackupError(f"pg_dump failed ({run.returncode}): "
+                          f"{lines[0].strip() if lines else '(no output)'}",
+                          run.stderr.strip() or None)
     size = dump.stat().st_size
     return Archive(dump, PG_SUFFIX, file_sha256(dump), size, size)
 

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from taskherd.backups.archive import PG_SUFFIX, Backup, pg_command, suffix_of, unpack
-from taskherd.backups.targets import BackupError, Target, file_sha256
+from taskherd.backups.targets import BackupError, DamagedBackup, Target, file_sha256
 from taskherd.config import make_private_dir
 from taskherd.store.urls import is_postgres_url
 
@@ -32,23 +32,27 @@ class Restored:
     replaced: str | None  # where the database it replaced was kept, if there was one
     migrations_applied: int
     tasks: int
+    # Newer backups passed over as damaged, newest first: {"key": …, "error": …}.
+    damaged: tuple[dict[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, object]:
-        return self.__dict__.copy()
+        return {**self.__dict__, "damaged": list(self.damaged)}
 
 
-def choose(backups: list[Backup], at: float | None = None, key: str | None = None) -> Backup:
-    """The backup named by `key`, else the newest taken at or before `at`, else the newest."""
+def candidates(backups: list[Backup], at: float | None = None,
+               key: str | None = None) -> list[Backup]:
+    """The backup named by `key`; else those taken at or before `at` (or all), newest first
+    (of a snapshot and a rollup of one moment, the snapshot), for a fallback to go down."""
     if key is not None:
         for backup in backups:
             if backup.key == key:
-                return backup
+                return [backup]
         raise BackupError(f"no backup {key!r} in the target (`taskherd backup list` shows them)")
-    candidates = [b for b in backups if at is None or b.taken_at <= at]
-    if not candidates:
+    found = [b for b in backups if at is None or b.taken_at <= at]
+    if not found:
         when = "" if at is None else f" taken at or before {datetime.fromtimestamp(at, UTC):%Y-%m-%d %H:%M} UTC"
         raise BackupError(f"no backup{when} in the target")
-    return max(candidates, key=lambda b: (b.taken_at, b.kind == "snapshots"))
+    return sorted(found, key=lambda b: (b.taken_at, b.kind == "snapshots", b.key), reverse=True)
 
 
 def daemons_using(database: str, data_dir: Path) -> list[int]:
@@ -76,9 +80,9 @@ def download_checked(target: Target, key: str, destination: Path) -> None:
     actual = file_sha256(destination)
     if actual != recorded:
         destination.unlink(missing_ok=True)
-        raise BackupError(f"{key}: checksum mismatch (recorded sha256 {recorded[:16]}…, "
-                          f"downloaded {actual[:16]}…): the backup is damaged or was altered; "
-                          "nothing was changed (try an older one with --object or --at)")
+        raise DamagedBackup(key, f"checksum mismatch (recorded sha256 {recorded[:16]}…, "
+                                 f"downloaded {actual[:16]}…): its bytes were altered at rest "
+                                 "or in transit")
 
 
 def restore_sqlite(target: Target, key: str, database: Path, now: float) -> Restored:
@@ -91,11 +95,11 @@ def restore_sqlite(target: Target, key: str, database: Path, now: float) -> Rest
     with tempfile.TemporaryDirectory(prefix=".restore-", dir=database.parent) as work:
         archive, restored = Path(work) / f"download{suffix}", Path(work) / "restored.db"
         download_checked(target, key, archive)
-        unpack(archive, suffix, restored)
+        _unpack(key, archive, suffix, restored)
         archive.unlink()
         os.chmod(restored, 0o600)
-        _check_integrity(restored)
-        applied, tasks = _migrate(restored)
+        _check_integrity(key, restored)
+        applied, tasks = _migrate(key, restored)
         replaced = _swap_in(restored, database, now)
     return Restored(key, str(database), replaced and str(replaced), applied, tasks)
 
@@ -122,7 +126,7 @@ def restore_postgres(target: Target, key: str, url: str, keep_dir: Path,
                              errors="replace", timeout=6 * 3600)
         if run.returncode != 0:
             raise BackupError(f"pg_restore failed ({run.returncode}), the database is as it was: "
-                              f"{run.stderr.strip()[-500:]}")
+                              f"{first_line(run.stderr)}", run.stderr.strip() or None)
     from taskherd.store import open_store
 
     with open_store(url) as store:  # applies pending migrations
@@ -146,22 +150,46 @@ def verify_postgres(target: Target, key: str) -> Restored:
         run = subprocess.run([pg_tool("pg_restore"), "--list", str(dump)], check=False,
                              capture_output=True, text=True, errors="replace", timeout=600)
         if run.returncode != 0:
-            raise BackupError(f"{key}: pg_restore cannot read it: {run.stderr.strip()[-300:]}")
+            raise DamagedBackup(key, f"pg_restore cannot read it: {first_line(run.stderr)}",
+                                run.stderr.strip() or None)
         tables = sum(" TABLE DATA " in line for line in run.stdout.splitlines())
     return Restored(key, "(verified, not restored)", None, 0, tables)
 
 
-def _check_integrity(path: Path) -> None:
+def first_line(output: str) -> str:
+    """The first line of a tool's output that says something (all of it goes in details)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[0] if lines else "(no output)"
+
+
+def _unpack(key: str, archive: Path, suffix: str, destination: Path) -> None:
+    try:
+        unpack(archive, suffix, destination)
+    except BackupError as error:
+        raise DamagedBackup(key, str(error)) from error
+
+
+def _check_integrity(key: str, path: Path) -> None:
+    """Refuse a file that is not a whole taskherd database. A damaged one fails PRAGMA
+    integrity_check with a line per problem (a hundred is its cap): the message says how many
+    and the first, the details hold them all."""
     from taskherd.store import StoreError
     from taskherd.store.sqlite import check_file
 
     try:
         check_file(path)
     except StoreError as error:
-        raise BackupError(f"the backup is refused: {error}") from error
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        problems = [line for line in lines[1:] if not line.startswith("***")]
+        if len(lines) <= 1:
+            raise DamagedBackup(key, str(error)) from error
+        first = problems[0] if problems else lines[-1]
+        counted = f"{len(problems)} problem{'' if len(problems) == 1 else 's'}"
+        raise DamagedBackup(key, f"it fails PRAGMA integrity_check ({counted}; the first: "
+                                 f"{first})", str(error)) from error
 
 
-def _migrate(path: Path) -> tuple[int, int]:
+def _migrate(key: str, path: Path) -> tuple[int, int]:
     """Bring the restored file to this version's schema; (migrations applied, tasks)."""
     from taskherd.store import StoreError
     from taskherd.store.sqlite import SQLiteStore, migrations_applied
@@ -171,7 +199,8 @@ def _migrate(path: Path) -> tuple[int, int]:
         with SQLiteStore(path) as store:
             tasks = sum(count.count for count in store.counts())
     except StoreError as error:
-        raise BackupError(f"the backup's schema cannot be brought up to date: {error}") from error
+        raise DamagedBackup(key, "its schema cannot be brought up to date: "
+                                 f"{first_line(str(error))}", str(error)) from error
     return migrations_applied(path) - before, tasks
 
 

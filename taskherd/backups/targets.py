@@ -29,7 +29,23 @@ UPLOAD_THREADS = 2
 
 
 class BackupError(Exception):
-    """A backup or restore that could not be done; the message is for the person."""
+    """A backup or restore that could not be done. The message is for the person, a line or
+    two; `details` (a tool's whole output, every problem an integrity check found) are shown
+    only when asked for (`--verbose`)."""
+
+    def __init__(self, message: str, details: str | None = None):
+        super().__init__(message)
+        self.details = details
+
+
+class DamagedBackup(BackupError):
+    """An object of the target that is not a good backup (its checksum, its bytes, its
+    database or its schema): an older backup may still be, and a restore without a named key
+    falls back to it."""
+
+    def __init__(self, key: str, why: str, details: str | None = None):
+        super().__init__(f"{key} is damaged: {why}", details)
+        self.key = key
 
 
 @dataclass(frozen=True)
@@ -107,7 +123,9 @@ class LocalTarget:
             with open(path, "rb") as reader, open(destination, "wb") as writer:
                 shutil.copyfileobj(reader, writer, CHUNK)
         except FileNotFoundError:
-            raise BackupError(f"no backup {key!r} (or no checksum for it) in {self.name}") from None
+            if path.exists():
+                raise DamagedBackup(key, "its checksum file is missing") from None
+            raise BackupError(f"no backup {key!r} in {self.name}") from None
         except OSError as error:
             raise BackupError(f"cannot read {path}: {error}") from error
         return sha256
@@ -173,7 +191,8 @@ class S3Target:
             head = self._client.head_object(Bucket=self.bucket, Key=self.prefix + key)
             sha256 = head.get("Metadata", {}).get("sha256")
             if not sha256:
-                raise BackupError(f"{key} carries no sha256 checksum: not written by taskherd")
+                raise DamagedBackup(key, "it carries no sha256 checksum (not written by "
+                                         "taskherd)")
             self._client.download_file(self.bucket, self.prefix + key, str(destination))
         return sha256
 
@@ -218,10 +237,14 @@ def _s3_client(config: BackupConfig) -> Any:
     except ImportError:
         raise BackupError("an s3:// backup target needs boto3: "
                           "pip install 'taskherd[s3]'") from None
-    # Short timeouts and few retries of its own: a server that went away fails this attempt
-    # soon, and the backup service retries the whole upload later with its own backoff.
-    settings = ClientConfig(connect_timeout=5, read_timeout=60,
-                            retries={"max_attempts": 3, "mode": "standard"},
+    # One retry of its own, then the backup service retries the whole upload later with its
+    # own backoff. A request to a server that froze (it accepts connections, never answers)
+    # costs a second for the `Expect: 100-continue` it never answers, then read_timeout:
+    # botocore's `max_attempts` counts retries, not attempts, and its 3 were four attempts
+    # (a frozen server failed an upload after 270 s); `total_max_attempts` counts them all.
+    settings = ClientConfig(connect_timeout=config.connect_timeout,
+                            read_timeout=config.read_timeout,
+                            retries={"total_max_attempts": 2, "mode": "standard"},
                             s3={"addressing_style": "path"} if config.endpoint_url else None)
     return boto3.session.Session().client("s3", endpoint_url=config.endpoint_url,
                                           region_name=config.region, config=settings)

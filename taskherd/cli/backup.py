@@ -35,28 +35,52 @@ def backup_group() -> None:
     """
 
 
+def verbose_option(command: Any) -> Any:
+    return click.option("--verbose", "-v", is_flag=True,
+                        help="On failure, print everything the check or tool said.")(command)
+
+
 @contextmanager
-def _refusals() -> Iterator[None]:
-    """A backup that cannot be done exits 1 with its reason; a bad argument exits 2."""
+def _refusals(verbose: bool = False) -> Iterator[None]:
+    """A backup that cannot be done exits 1 with its reason, a line or two; what a tool or
+    an integrity check said at length (a hundred lines) only with --verbose. A bad argument
+    exits 2."""
     from taskherd import ops
     from taskherd.backups.targets import BackupError
 
     try:
         yield
     except BackupError as error:
-        raise Refused(str(error)) from error
+        raise Refused(_with_details(error, verbose)) from error
     except ops.BadInput as error:
         raise BadInput(str(error)) from error
 
 
-def _take(ctx: click.Context, kind: str, as_json: bool) -> None:
+def _with_details(error: Any, verbose: bool, said: str | None = None) -> str:
+    said = str(error) if said is None else said
+    if not error.details:
+        return said
+    if verbose:
+        return f"{said}\n{error.details}"
+    return f"{said}\n(--verbose prints the details)"
+
+
+def _passed_over(verbose: bool) -> Any:
+    """A restore's or a verify's line for each damaged backup it passes over, as found."""
+    def tell(error: Any) -> None:
+        said = f"warning: {error}; passed over for the next older backup"
+        click.echo(_with_details(error, verbose, said), err=True)
+    return tell
+
+
+def _take(ctx: click.Context, kind: str, as_json: bool, verbose: bool) -> None:
     from taskherd.ops.backups import take_backup
 
     config = get_config(ctx)
     if config.backup.target is None:
         raise BadInput("no [backup] target is configured: set it to a folder or to "
                        "s3://bucket/prefix (or use `taskherd backup copy PATH`)")
-    with store_for(ctx) as store, _refusals():
+    with store_for(ctx) as store, _refusals(verbose):
         result = take_backup(config, store, [kind], now())
     if as_json:
         print_json(result)
@@ -70,18 +94,20 @@ def _take(ctx: click.Context, kind: str, as_json: bool) -> None:
 
 @backup_group.command("snapshot")
 @json_option
+@verbose_option
 @click.pass_context
-def snapshot_command(ctx: click.Context, as_json: bool) -> None:
-    """Take a snapshot now and store it in the target (snapshots/DAY/HH-MM)."""
-    _take(ctx, "snapshots", as_json)
+def snapshot_command(ctx: click.Context, as_json: bool, verbose: bool) -> None:
+    """Take a snapshot now and store it in the target (snapshots/DAY/HH-MM-SS.ffffff-ID)."""
+    _take(ctx, "snapshots", as_json, verbose)
 
 
 @backup_group.command("rollup")
 @json_option
+@verbose_option
 @click.pass_context
-def rollup_command(ctx: click.Context, as_json: bool) -> None:
-    """Take a snapshot now and store it as this hour's rollup (rollups/DAY/HH)."""
-    _take(ctx, "rollups", as_json)
+def rollup_command(ctx: click.Context, as_json: bool, verbose: bool) -> None:
+    """Take a snapshot now and store it as a rollup (rollups/DAY/HH-MM-SS.ffffff-ID)."""
+    _take(ctx, "rollups", as_json, verbose)
 
 
 @backup_group.command("list")
@@ -120,16 +146,12 @@ def status_command(ctx: click.Context, as_json: bool) -> None:
 
 
 def status_lines(status: dict[str, Any]) -> list[str]:
-    """`backup status` in words (also the backup line of `taskherd status`)."""
+    """`backup status` in words: the target's latest of each kind, not the one recorded."""
     if status["target"] is None:
         return ["backups: none configured ([backup] target)"]
     lines = [f"backups to {status['target']}"]
     for kind in ("snapshots", "rollups"):
-        held = status.get(kind)
-        last = status[f"last_{kind[:-1]}"]
-        latest = f"latest {last['key']} at {format_time(last['taken_at'])}" if last else "none yet"
-        counted = f"; {held['count']} kept, {held['bytes'] / 1e6:.1f} MB" if held else ""
-        lines.append(f"  {kind}: {latest}{counted}")
+        lines += _kind_lines(kind, status.get(kind), status[f"last_{kind[:-1]}"])
     if status.get("target_error"):
         lines.append(f"  target unreachable: {status['target_error']}")
     if status["failures_in_a_row"]:
@@ -140,6 +162,24 @@ def status_lines(status: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _kind_lines(kind: str, held: dict[str, Any] | None,
+                last: dict[str, Any] | None) -> list[str]:
+    """A kind's latest as the target holds it; the daemon's record only when the target
+    could not be read, and said to be that."""
+    if held is None:  # the target could not be read
+        recorded = (f"latest recorded {last['key']} at {format_time(last['taken_at'])} "
+                    "(not checked: the target could not be read)") if last else "none yet"
+        return [f"  {kind}: {recorded}"]
+    latest = held["latest"]
+    shown = (f"latest {latest['key']} at {format_time(latest['taken_at'])}; {held['count']} "
+             f"kept, {held['bytes'] / 1e6:.1f} MB" if latest else "none in the target")
+    lines = [f"  {kind}: {shown}"]
+    if held.get("recorded_gone"):
+        lines.append(f"  {kind}: the latest recorded, {held['recorded_gone']}, is no longer "
+                     "in the target")
+    return lines
+
+
 @backup_group.command("restore")
 @click.option("--at", "at", metavar="TIME",
               help="The newest backup taken at or before TIME ('2026-11-23 10:35', or '2h' ago).")
@@ -147,18 +187,21 @@ def status_lines(status: dict[str, Any]) -> list[str]:
 @click.option("--to", "to", type=click.Path(dir_okay=False, path_type=Path),
               help="Restore into this SQLite file instead of the configured database.")
 @json_option
+@verbose_option
 @click.pass_context
 def restore_command(ctx: click.Context, at: str | None, key: str | None, to: Path | None,
-                    as_json: bool) -> None:
-    """Restore the newest backup (or --at, --object) over the database; the daemon must be
-    stopped. The replaced database is kept beside it."""
+                    as_json: bool, verbose: bool) -> None:
+    """Restore the newest good backup (or --at, --object) over the database; the daemon must
+    be stopped. A damaged backup is named and passed over for the next older (not one named
+    by --object). The replaced database is kept beside it."""
     from taskherd.ops.backups import parse_moment, restore_backup
 
     config = get_config(ctx)
     moment = now()
-    with _refusals():
+    with _refusals(verbose):
         when = None if at is None else parse_moment(at, config.daemon.timezone, moment)
-        restored = restore_backup(config, moment, at=when, key=key, to=to)
+        restored = restore_backup(config, moment, at=when, key=key, to=to,
+                                  damaged=_passed_over(verbose))
     if as_json:
         print_json(restored.to_dict())
         return
@@ -171,14 +214,16 @@ def restore_command(ctx: click.Context, at: str | None, key: str | None, to: Pat
 @backup_group.command("verify")
 @click.option("--object", "key", metavar="KEY", help="This backup instead of the newest.")
 @json_option
+@verbose_option
 @click.pass_context
-def verify_command(ctx: click.Context, key: str | None, as_json: bool) -> None:
+def verify_command(ctx: click.Context, key: str | None, as_json: bool, verbose: bool) -> None:
     """Restore the newest backup to a temporary place and check it (checksum, integrity,
-    schema); the live database is not touched."""
+    schema); the live database is not touched. A damaged one is named and the next older
+    checked, down to the newest good one."""
     from taskherd.ops.backups import verify_backup
 
-    with _refusals():
-        verified = verify_backup(get_config(ctx), key)
+    with _refusals(verbose):
+        verified = verify_backup(get_config(ctx), key, damaged=_passed_over(verbose))
     if as_json:
         print_json(verified.to_dict())
         return

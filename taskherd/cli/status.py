@@ -96,7 +96,9 @@ def _print_backup(backup: dict[str, Any]) -> None:
     if backup["target"] is None:
         return
     last = backup["last_snapshot"]
-    line = (f"backups: latest {last['key']} at {format_time(last['taken_at'])} "
+    # From the data dir, without asking the target: what this node last stored, which the
+    # target may no longer hold (`backup status` reads the target).
+    line = (f"backups: last stored {last['key']} at {format_time(last['taken_at'])} "
             f"({last['bytes'] / 1e6:.1f} MB)" if last else "backups: none taken yet")
     if backup["failures_in_a_row"]:
         line += (f"; FAILING ({backup['failures_in_a_row']} in a row): "

@@ -7,6 +7,8 @@ check. `BackupError` is a refusal worded for the person; `BadInput` a bad argume
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from zoneinfo import ZoneInfo
 from taskherd.backups.archive import KINDS, Backup, backups_in
 from taskherd.backups.restore import (
     Restored,
-    choose,
+    candidates,
     daemons_using,
     restore_postgres,
     restore_sqlite,
@@ -23,7 +25,7 @@ from taskherd.backups.restore import (
     verify_sqlite,
 )
 from taskherd.backups.state import read_state
-from taskherd.backups.targets import BackupError, open_target
+from taskherd.backups.targets import BackupError, DamagedBackup, Target, open_target
 from taskherd.config import Config
 from taskherd.durations import parse_duration
 from taskherd.ops import BadInput
@@ -54,7 +56,9 @@ def list_backups(config: Config) -> list[Backup]:
 
 
 def backup_status(config: Config) -> dict[str, Any]:
-    """What the service last did (from the data dir) and what the target holds now."""
+    """What the service last did (from the data dir) and what the target holds now: each
+    kind's latest is the target's, and a recorded latest the target no longer holds (the
+    bucket emptied, the object deleted) is named as gone, never shown as the latest."""
     state = read_state(config.daemon.data_dir)
     status: dict[str, Any] = {"target": config.backup.target, **state.to_dict()}
     if config.backup.target is None:
@@ -64,17 +68,27 @@ def backup_status(config: Config) -> dict[str, Any]:
     except BackupError as error:
         status["target_error"] = str(error)
         return status
+    keys = {backup.key for backup in backups}
     for kind in KINDS:
         mine = [backup for backup in backups if backup.kind == kind]
+        recorded = status[f"last_{kind[:-1]}"]
         status[kind] = {"count": len(mine), "bytes": sum(b.size for b in mine),
-                        "latest": mine[-1].to_dict() if mine else None}
+                        "latest": mine[-1].to_dict() if mine else None,
+                        "recorded_gone": (recorded["key"] if recorded and
+                                          recorded["key"] not in keys else None)}
     return status
 
 
+Damaged = Callable[[DamagedBackup], None]
+
+
 def restore_backup(config: Config, now: float, *, at: float | None = None,
-                   key: str | None = None, to: Path | None = None) -> Restored:
+                   key: str | None = None, to: Path | None = None,
+                   damaged: Damaged | None = None) -> Restored:
     """Restore a backup (the newest, the newest at or before `at`, or `key`) over the
-    configured database, or into the new file `to`."""
+    configured database, or into the new file `to`. Without `key`, a damaged backup is
+    passed over for the next older one (`damaged` is told of each, as it is found); nothing
+    is changed until one passes every check."""
     if at is not None and key is not None:
         raise BadInput("give --at or --object, not both")
     database = config.daemon.database
@@ -84,24 +98,56 @@ def restore_backup(config: Config, now: float, *, at: float | None = None,
             running = ", ".join(f"pid {pid}" if pid else "pid unknown" for pid in pids)
             raise BackupError(f"a taskherd daemon uses this database ({running}): stop it "
                               "first (`taskherd stop`), then restore")
+    if to is not None and not to.parent.is_dir():
+        raise BadInput(f"--to {to}: {to.parent} is not a folder")
     target = open_target(config.backup)
-    backup = choose(backups_in(target.list()), at, key)
-    if to is not None:
-        if not to.parent.is_dir():
-            raise BadInput(f"--to {to}: {to.parent} is not a folder")
-        return restore_sqlite(target, backup.key, to, now)
-    if is_postgres_url(database):
-        return restore_postgres(target, backup.key, database, config.daemon.data_dir, now)
-    return restore_sqlite(target, backup.key, Path(database), now)
+
+    def restore(found: str) -> Restored:
+        if to is not None:
+            return restore_sqlite(target, found, to, now)
+        if is_postgres_url(database):
+            return restore_postgres(target, found, database, config.daemon.data_dir, now)
+        return restore_sqlite(target, found, Path(database), now)
+
+    return _newest_good(target, at, key, restore, damaged)
 
 
-def verify_backup(config: Config, key: str | None = None) -> Restored:
-    """Restore the newest backup (or `key`) to a temporary place and check it there."""
+def verify_backup(config: Config, key: str | None = None,
+                  damaged: Damaged | None = None) -> Restored:
+    """Restore the newest backup (or `key`) to a temporary place and check it there; without
+    `key`, a damaged one is passed over for the next older, as `restore_backup` does."""
     target = open_target(config.backup)
-    backup = choose(backups_in(target.list()), None, key)
-    if backup.key.endswith(".dump"):
-        return verify_postgres(target, backup.key)
-    return verify_sqlite(target, backup.key)
+
+    def verify(found: str) -> Restored:
+        if found.endswith(".dump"):
+            return verify_postgres(target, found)
+        return verify_sqlite(target, found)
+
+    return _newest_good(target, None, key, verify, damaged)
+
+
+def _newest_good(target: Target, at: float | None, key: str | None,
+                 attempt: Callable[[str], Restored], damaged: Damaged | None) -> Restored:
+    """`attempt` on the backup `key`, or on the newest (at or before `at`) that is not
+    damaged. A fault of the target (unreachable, refused) ends the search: only a backup
+    found damaged is passed over."""
+    passed_over: list[DamagedBackup] = []
+    for backup in candidates(backups_in(target.list()), at, key):
+        try:
+            restored = attempt(backup.key)
+        except DamagedBackup as error:
+            if key is not None:
+                raise
+            passed_over.append(error)
+            if damaged is not None:
+                damaged(error)
+            continue
+        return dataclasses.replace(restored, damaged=tuple(
+            {"key": error.key, "error": str(error)} for error in passed_over))
+    newest = passed_over[0]
+    raise BackupError(f"no good backup in the target{'' if at is None else ' at or before --at'}"
+                      f": the {len(passed_over)} there are damaged; the newest, {newest}",
+                      newest.details)
 
 
 def parse_moment(text: str, timezone: str | None, now: float) -> float:

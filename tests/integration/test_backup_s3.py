@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
@@ -64,10 +65,10 @@ def test_a_snapshot_and_a_rollup_are_listed_and_restore_what_they_held(fleet, s3
     counts = Backups(config, store).run_once(T0 + 5 * MINUTE)  # first pass: both are due
     assert counts["snapshots"] == counts["rollups"] == 1
 
-    stamp = _day(T0)
     keys = [backup.key for backup in list_backups(config)]
-    assert sorted(keys) == sorted([f"snapshots/{stamp}/{_hm(T0 + 5 * MINUTE)}.db.gz",
-                                   f"rollups/{stamp}/{_hm(T0)[:2]}.db.gz"])
+    assert len(keys) == 2
+    assert re.fullmatch(key_of("rollups", T0 + 5 * MINUTE), keys[0])
+    assert re.fullmatch(key_of("snapshots", T0 + 5 * MINUTE), keys[1])
     # Each object carries the sha256 of its bytes.
     client = s3.client()
     for key in keys:
@@ -130,6 +131,91 @@ def test_a_backup_whose_checksum_does_not_match_is_refused(fleet, s3):
     leftovers = [p.name for p in Path(config.daemon.database).parent.iterdir()
                  if p.name.startswith(".restore-") or ".replaced-" in p.name]
     assert leftovers == []
+
+
+
+def test_a_damaged_newest_backup_is_named_and_restore_and_verify_take_the_newest_good_one(
+        fleet, s3):
+    config, store = fleet
+    add(store, "one")
+    service = Backups(config, store, BackupSettings(isolated=False))
+    service.take(["snapshots"], T0)
+    add(store, "two")
+    service.take(["snapshots"], T0 + 5 * MINUTE)
+    add(store, "three")
+    service.take(["snapshots"], T0 + 10 * MINUTE)
+    store.close()
+    oldest, middle, newest = (b.key for b in list_backups(config))
+    client = s3.client()
+    for key in (newest, middle):  # both newer ones damaged: one flipped byte each
+        stored = client.get_object(Bucket=s3.test_bucket, Key=f"fleet-a/{key}")
+        body = bytearray(stored["Body"].read())
+        body[len(body) // 2] ^= 0xFF
+        client.put_object(Bucket=s3.test_bucket, Key=f"fleet-a/{key}", Body=bytes(body),
+                          Metadata=stored["Metadata"])
+
+    told: list[str] = []
+    verified = verify_backup(config, damaged=lambda error: told.append(str(error)))
+    assert verified.key == oldest
+    assert [line.split(" ")[0] for line in told] == [newest, middle]
+    assert all("is damaged: checksum mismatch" in line for line in told)
+    assert [d["key"] for d in verified.damaged] == [newest, middle]
+
+    restored = restore_backup(config, T0 + HOUR)
+    assert restored.key == oldest and tasks_in(config.daemon.database) == ["one"]
+    # A key named outright is not replaced by another: its damage is the answer.
+    with pytest.raises(BackupError, match="checksum mismatch"):
+        verify_backup(config, key=newest)
+
+
+def test_status_reads_the_target_and_names_a_recorded_latest_it_no_longer_holds(fleet, s3):
+    from taskherd.cli.backup import status_lines
+
+    config, store = fleet
+    add(store, "one")
+    Backups(config, store, BackupSettings(isolated=False)).take(["snapshots"], T0)
+    (taken,) = list_backups(config)
+    assert backup_status(config)["snapshots"]["latest"]["key"] == taken.key
+
+    client = s3.client()  # the bucket emptied behind the daemon's back
+    for item in client.list_objects_v2(Bucket=s3.test_bucket)["Contents"]:
+        client.delete_object(Bucket=s3.test_bucket, Key=item["Key"])
+    status = backup_status(config)
+    assert status["snapshots"]["latest"] is None and status["snapshots"]["count"] == 0
+    assert status["snapshots"]["recorded_gone"] == taken.key
+    text = "\n".join(status_lines(status))
+    assert "snapshots: none in the target" in text
+    assert f"the latest recorded, {taken.key}, is no longer in the target" in text
+    assert f"latest {taken.key}" not in text
+
+
+def test_a_frozen_server_fails_the_upload_after_its_timeouts_and_a_retry_stores_it(
+        tmp_path, s3):
+    """A server that accepts connections and never answers: the attempt fails once its
+    timeouts (configured short here) run out, not minutes later; older backups are kept."""
+    from tests.s3 import Relay
+
+    relay = Relay(s3.port)
+    config = fleet_config(tmp_path, f"s3://{s3.test_bucket}", relay.url,
+                          connect_timeout="1s", read_timeout="1s")
+    assert (config.backup.connect_timeout, config.backup.read_timeout) == (1.0, 1.0)
+    try:
+        with SQLiteStore(config.daemon.database) as store:
+            add(store, "one")
+            service = Backups(config, store, BackupSettings(isolated=False))
+            assert service.take(["snapshots"], T0)["snapshots"] == 1
+            relay.freeze()
+            counts = service.take(["snapshots"], T0 + HOUR)
+            assert counts["upload_failures"] == 1 and counts["snapshots"] == 0
+            assert "timeout" in service.state.last_failure["error"].lower()
+            relay.thaw()
+            assert service.take(["snapshots"], T0 + 2 * HOUR)["snapshots"] == 1
+            # The request given up on may still land as the server wakes (the relay held its
+            # bytes): a whole object under a key of its own, which replaces nothing.
+            assert {b.taken_at for b in list_backups(config)} >= {T0, T0 + 2 * HOUR}
+    finally:
+        relay.thaw()
+        relay.go_away()
 
 
 def test_the_server_going_away_mid_upload_fails_it_keeps_older_backups_and_a_retry_stores_it(
@@ -211,8 +297,9 @@ def test_the_server_killed_mid_upload_and_started_again_takes_the_retry(tmp_path
             server.bucket("dies")
             counts = service.run_once(T0 + 30)  # the backoff's first step
             assert counts["snapshots"] == counts["rollups"] == 1
-            assert [b.key for b in list_backups(config)] == [
-                f"rollups/{_day(T0)}/{_hm(T0)[:2]}.db.gz", f"snapshots/{_day(T0)}/{_hm(T0)}.db.gz"]
+            kept = [b.key for b in list_backups(config)]
+            assert len(kept) == 2 and re.fullmatch(key_of("rollups", T0 + 30), kept[0])
+            assert re.fullmatch(key_of("snapshots", T0 + 30), kept[1])
     finally:
         server.kill()
 
@@ -240,13 +327,10 @@ def test_a_bad_target_is_named(tmp_path):
     assert replace(BackupConfig(), target="s3://b").is_s3
 
 
-def _day(moment: float) -> str:
+def key_of(kind: str, moment: float, suffix: str = ".db.gz") -> str:
+    """The pattern of the key of a backup taken at `moment`: to the microsecond, then a
+    nonce of its own."""
     from datetime import UTC, datetime
 
-    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d")
-
-
-def _hm(moment: float) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(moment, UTC).strftime("%H-%M")
+    stamp = datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%d/%H-%M-%S.%f")
+    return re.escape(f"{kind}/{stamp}-") + "[0-9a-f]{8}" + re.escape(suffix)

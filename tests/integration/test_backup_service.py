@@ -16,7 +16,7 @@ from taskherd.backups.archive import Backup, expired
 from taskherd.config import parse_config
 from taskherd.model import NewTask
 from taskherd.ops.backups import list_backups, restore_backup, verify_backup
-from taskherd.services.backups import Backups
+from taskherd.services.backups import Backups, BackupSettings
 from taskherd.services.checkpoints import Checkpoints
 from taskherd.store import open_store
 from taskherd.store.sqlite import SQLiteStore
@@ -153,3 +153,83 @@ def test_doctor_and_status_report_a_failing_backup_and_its_reason(tmp_path):
         board = status_board(Queue(config, store), T0)
     assert board["backup"]["failures_in_a_row"] == 3
     assert "AccessDenied" in board["backup"]["last_failure"]["error"]
+
+
+def test_two_backups_in_one_second_are_both_kept_and_each_restores_its_own(tmp_path):
+    """Keys were one a minute: a second snapshot in that minute (and a second rollup in the
+    hour) replaced the first. Two nodes backing up at one instant are this case too."""
+    config = config_for(tmp_path)
+    with SQLiteStore(config.daemon.database) as store:
+        service = Backups(config, store, BackupSettings(isolated=False))
+        store.enqueue(NewTask(role="r", title="first"), T0)
+        assert service.take(["snapshots", "rollups"], T0)["snapshots"] == 1
+        store.enqueue(NewTask(role="r", title="second"), T0)
+        assert service.take(["snapshots", "rollups"], T0)["rollups"] == 1
+    backups = list_backups(config)
+    assert [b.kind for b in backups] == ["rollups", "rollups", "snapshots", "snapshots"]
+    assert len({b.key for b in backups}) == 4 and {b.taken_at for b in backups} == {T0}
+    held = {}
+    for backup in backups:
+        copy = tmp_path / f"{len(held)}.db"
+        restore_backup(config, T0, key=backup.key, to=copy)
+        with contextlib.closing(sqlite3.connect(copy)) as db:
+            held[backup.key] = [row[0] for row in db.execute("SELECT title FROM tasks")]
+    assert sorted(map(len, held.values())) == [1, 1, 2, 2]
+
+
+def damage_pages(path: Path) -> None:
+    """Zero a hundred bytes in every seventh page past the first ten: the file is still a
+    SQLite database, and PRAGMA integrity_check finds a problem in each of those pages."""
+    data = bytearray(path.read_bytes())
+    for offset in range(10 * 4096, len(data) - 4096, 7 * 4096):
+        data[offset + 100:offset + 200] = bytes(100)
+    path.write_bytes(bytes(data))
+
+
+def test_the_cli_passes_over_a_damaged_newest_backup_in_a_line_and_details_wait_for_verbose(
+        tmp_path):
+    from taskherd.backups.targets import file_sha256
+
+    (tmp_path / "taskherd.toml").write_text('[daemon]\ndatabase = "q.db"\ndata_dir = "d"\n'
+                                            '[backup]\ntarget = "b"\ncompression_level = 0\n')
+    with SQLiteStore(tmp_path / "q.db") as store:
+        store.enqueue_many([NewTask(role="r", title="x" * 500 + str(i)) for i in range(3000)],
+                           T0)
+    assert cli(tmp_path, "backup", "snapshot").returncode == 0
+    assert cli(tmp_path, "backup", "snapshot").returncode == 0
+    good, damaged = sorted((tmp_path / "b").rglob("*.db"))
+    # Damaged with its checksum recomputed: only the integrity check can tell.
+    damage_pages(damaged)
+    (damaged.parent / f"{damaged.name}.sha256").write_text(file_sha256(damaged) + "\n")
+    damaged_key, good_key = (str(p.relative_to(tmp_path / "b")) for p in (damaged, good))
+
+    verified = cli(tmp_path, "backup", "verify")
+    assert verified.returncode == 0, verified.stderr
+    assert f"{good_key} is good" in verified.stdout
+    assert f"warning: {damaged_key} is damaged: it fails PRAGMA integrity_check (" in (
+        verified.stderr)
+    assert len(verified.stderr.splitlines()) == 2 and "On tree page" in verified.stderr
+
+    named = cli(tmp_path, "backup", "verify", "--object", damaged_key)
+    assert named.returncode == 1
+    assert len(named.stderr.splitlines()) == 2 and "--verbose" in named.stderr
+    detailed = cli(tmp_path, "backup", "verify", "--object", damaged_key, "--verbose")
+    assert detailed.returncode == 1 and detailed.stderr.count("On tree page") > 50
+
+    restored = cli(tmp_path, "backup", "restore", "--to", str(tmp_path / "r.db"))
+    assert restored.returncode == 0 and good_key in restored.stdout
+    assert damaged_key in restored.stderr
+
+
+def test_doctor_names_a_recorded_snapshot_the_target_no_longer_holds(tmp_path):
+    from taskherd.doctor import OK, WARN, check_backup
+
+    config = config_for(tmp_path)
+    with SQLiteStore(config.daemon.database) as store:
+        Backups(config, store, BackupSettings(isolated=False)).take(["snapshots"], T0)
+    assert check_backup(config, now=T0 + 60).status == OK
+    for stored in (tmp_path / "backups").rglob("*"):  # the folder emptied by hand
+        if stored.is_file():
+            stored.unlink()
+    check = check_backup(config, now=T0 + 60)
+    assert check.status == WARN and "is no longer in the target" in check.why
