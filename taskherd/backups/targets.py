@@ -50,7 +50,7 @@ class DamagedBackup(BackupError):
 
 @dataclass(frozen=True)
 class StoredObject:
-    key: str  # below the target's prefix: snapshots/2026-11-23/10-35.db.gz
+    key: str  # below the target's prefix: snapshots/2026-11-23/10-35-02.417300-9f3c2a1b.db.gz
     size: int
 
 
