@@ -125,6 +125,15 @@ class OutputReader:
             self.summary = marker.group("summary") or "done"
         return None
 
+    def limit_met(self, exit_status: ExitStatus, now: float) -> RateLimitSignal | None:
+        """The rate limit the run met, whatever its outcome (work done before a limit is still
+        done, and the runtime still limited): one seen while it ran, else, when it exited
+        non-zero, one its last lines name. A run that exits 0 while talking of rate limits
+        (it may have written a limiter) met none."""
+        if self.rate_limit is not None or not exit_status.code:
+            return self.rate_limit
+        return self.rate_limit_in_tail(now)
+
     def rate_limit_in_tail(self, now: float) -> RateLimitSignal | None:
         text = "\n".join(self.tail)
         return detect_rate_limit(text, _utc(now), self.role.rate_limit_patterns,
@@ -169,7 +178,7 @@ class Runtime(abc.ABC):
             return RunResult(Outcome.SUCCEEDED, exit_status.code, summary=reader.summary)
         if exit_status.code == 0 and not role.require_marker:
             return RunResult(Outcome.SUCCEEDED, 0)
-        limit = reader.rate_limit or (reader.rate_limit_in_tail(now) if exit_status.code else None)
+        limit = reader.limit_met(exit_status, now)
         if limit is not None:
             until = known_reset(limit, now)  # None: the daemon picks the pause
             return RunResult(

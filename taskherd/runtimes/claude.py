@@ -52,7 +52,18 @@ class ClaudeReader(OutputReader):
             elif event.type == "assistant":
                 self.progressed = True  # the model answered: past the provider's limits
                 self._note_tool_calls(event)
+        self._note_completion()
         return self._fresh_limit(seen_before)
+
+    def _note_completion(self) -> None:
+        """A TASK_COMPLETE line in an assistant message or the result: the work is done, and
+        the supervisor ends no such run for a limit met afterwards (partial success)."""
+        result = self.stream.result
+        done = self.stream.completed_summary
+        if result is not None and result.declared_complete:
+            done = result.summary
+        if done is not None:
+            self.summary = done or "done"
 
     def _note_tool_calls(self, event: ClaudeEvent) -> None:
         if self.looping is not None:
@@ -67,7 +78,15 @@ class ClaudeReader(OutputReader):
     def finish(self, now: float) -> RateLimitSignal | None:
         seen_before = self.stream.rate_limit
         self.stream.finish(_utc(now))
+        self._note_completion()
         return self._fresh_limit(seen_before)
+
+    def limit_met(self, exit_status: ExitStatus, now: float) -> RateLimitSignal | None:
+        result = self.stream.result
+        if result is None:
+            return super().limit_met(exit_status, now)  # a limit mid-run, or in its last lines
+        # A successful result got past any limit met on the way (Claude Code retried it).
+        return self.stream.rate_limit if result.is_error else None
 
     def _fresh_limit(self, seen_before: RateLimitSignal | None) -> RateLimitSignal | None:
         result = self.stream.result

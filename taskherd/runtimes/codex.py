@@ -53,8 +53,8 @@ class CodexReader(OutputReader):
     def _fresh_limit(self, seen_before: RateLimitSignal | None) -> RateLimitSignal | None:
         state = self.state
         if state.completed_summary is not None:
-            self.summary = state.completed_summary  # done is done, whatever follows
-            return None
+            # Done is done, whatever follows; a limit met after it still pauses the runtime.
+            self.summary = state.completed_summary or "done"
         if state.rate_limit is not None and seen_before is None:
             self.rate_limit = state.rate_limit
             return self.rate_limit
@@ -117,9 +117,7 @@ class CodexRuntime(CommandLineRuntime):
             return RunResult(Outcome.SUCCEEDED, 0,
                              summary=(state.last_message or "done").strip()[:SUMMARY_LIMIT],
                              **spend)
-        limit = reader.rate_limit or state.rate_limit
-        if limit is None and exit_status.code:
-            limit = reader.rate_limit_in_tail(now)
+        limit = reader.limit_met(exit_status, now)
         if limit is not None:
             return RunResult(Outcome.RATE_LIMITED, exit_status.code,
                              error=limit.excerpt or limit.source, error_tail=tail,
