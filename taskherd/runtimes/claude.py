@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sys
 from datetime import UTC, datetime
@@ -26,6 +27,9 @@ from taskherd.runtimes.claude_stream import (
     ResultEvent,
 )
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset, reading_zone
+from taskherd.runtimes.sessions import shown
+
+log = logging.getLogger("taskherd.supervisor")
 
 SUMMARY_LIMIT = 2000
 MCP_SERVER = "taskherd"  # its tools reach Claude as mcp__taskherd__<tool>
@@ -131,9 +135,11 @@ class ClaudeRuntime(CommandLineRuntime):
         return Launch(argv, signed_in | dict(role.env), role.workdir, stdin)
 
     def resumed(self, launch: Launch, session: str) -> Launch:
-        # `--resume ID` continues the previous attempt's conversation: the agent keeps what
-        # it read and did, and the new prompt (with why it runs again) comes after.
-        argv = [launch.argv[0], "--resume", session, *launch.argv[1:]]
+        # `--resume=ID` continues the previous attempt's conversation: the agent keeps what
+        # it read and did, and the new prompt (with why it runs again) comes after. One item,
+        # never two: after a bare `--resume` (its value is optional) an id that starts with
+        # '-' is read as an option of its own, as `--mcp-config=FILE` was.
+        argv = [launch.argv[0], f"--resume={session}", *launch.argv[1:]]
         return dataclasses.replace(launch, argv=argv)
 
     def reader(self, role: RoleConfig) -> OutputReader:
@@ -142,6 +148,10 @@ class ClaudeRuntime(CommandLineRuntime):
     def result(self, role: RoleConfig, reader: OutputReader, exit_status: ExitStatus, run: Run,
                now: float, handle: object = None) -> RunResult:
         assert isinstance(reader, ClaudeReader)
+        if reader.stream.ignored_session_id is not None:
+            log.warning("run %s: its output named %s as its session, which is not a session "
+                        "id: ignored (a retry starts a fresh session)", run.id,
+                        shown(reader.stream.ignored_session_id))
         claude = reader.stream.result
         if run.report is not None or claude is None:
             # No result event: the agent's own report, a limit seen mid-run, or the exit decide.
@@ -192,7 +202,8 @@ def _spend(claude: ClaudeRunResult, session_id: str | None) -> dict:
         + claude.cache_read_input_tokens,
         "output_tokens": claude.output_tokens,
         "turns": claude.num_turns,
-        "session_id": claude.session_id or session_id,
+        # The first one the stream named (the CLI's init, before the agent did anything).
+        "session_id": session_id or claude.session_id,
     }
 
 

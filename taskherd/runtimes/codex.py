@@ -11,6 +11,7 @@ pauses the runtime while the run is still going.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from datetime import UTC, datetime
 
@@ -20,6 +21,9 @@ from taskherd.procs import ExitStatus
 from taskherd.runtimes.base import CommandLineRuntime, Launch, OutputReader, RunFiles, failure
 from taskherd.runtimes.codex_stream import CodexStreamReader, CodexStreamState
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset, reading_zone
+from taskherd.runtimes.sessions import shown
+
+log = logging.getLogger("taskherd.supervisor")
 
 SUMMARY_LIMIT = 2000
 # What Codex signs in with, besides a login stored in ~/.codex (HOME is carried over).
@@ -86,12 +90,13 @@ class CodexRuntime(CommandLineRuntime):
         return Launch(argv, signed_in | dict(role.env), role.workdir, files.prompt)
 
     def resumed(self, launch: Launch, session: str) -> Launch:
-        # `codex exec resume ID -` continues the previous attempt's thread. Its options come
-        # before the subcommand's own arguments; `resume` takes no --sandbox/--cd, which are
-        # carried by the config it resumes.
+        # `codex exec resume -- ID -` continues the previous attempt's thread. Its options
+        # come before the subcommand's own arguments; `resume` takes no --sandbox/--cd, which
+        # are carried by the config it resumes. After `--` the id is never read as an option
+        # (`--dangerously-bypass-approvals-and-sandbox` is one).
         argv = list(launch.argv)
         dash = argv.pop()
-        return dataclasses.replace(launch, argv=[*argv, "resume", session, dash])
+        return dataclasses.replace(launch, argv=[*argv, "resume", "--", session, dash])
 
     def reader(self, role: RoleConfig) -> OutputReader:
         return CodexReader(role)
@@ -100,6 +105,10 @@ class CodexRuntime(CommandLineRuntime):
                now: float, handle: object = None) -> RunResult:
         assert isinstance(reader, CodexReader)
         state = reader.state
+        if state.ignored_thread_id is not None:
+            log.warning("run %s: its output named %s as its thread, which is not a session id: "
+                        "ignored (a retry starts a fresh session)", run.id,
+                        shown(state.ignored_thread_id))
         spend = spend_of(role, state, reader.earlier)
         if run.report is not None:
             return dataclasses.replace(super().result(role, reader, exit_status, run, now),
