@@ -678,13 +678,13 @@ class Supervisor:
         """(reset, reason) of a limit the run met that its runtime is not yet paused for: one
         found only at its end, or a reset time learnt after the pause (a result event's after
         an api_retry's). None: nothing more to pause for."""
+        if live.paused_for is None and result.outcome is Outcome.RATE_LIMITED:
+            return result.retry_at, result.error or "rate limited"  # the runtime's own reading
         signal = live.reader.limit_met(status, now)
-        if signal is not None and (live.paused_for is None or (
-                signal.reset_at is not None and signal != live.paused_for)):
-            return known_reset(signal, now), signal.excerpt or signal.source
-        if signal is None and live.paused_for is None and result.outcome is Outcome.RATE_LIMITED:
-            return result.retry_at, result.error or "rate limited"  # an in-process call's 429
-        return None
+        if signal is None or signal == live.paused_for or (
+                live.paused_for is not None and signal.reset_at is None):
+            return None
+        return known_reset(signal, now), signal.excerpt or signal.source
 
     def _result(self, live: LiveRun, run: Run, status: procs.ExitStatus, now: float) -> RunResult:
         result = live.runtime.result(live.role, live.reader, status, run, now, live.handle)

@@ -59,7 +59,7 @@ def supervised(tmp_path: Path, database: str, role: dict):
     }, base_dir=tmp_path)
     store = open_store(database, durability="normal")
     clock = [START]
-    return config, store, clock, Supervisor(config, store, lambda: clock[0])
+    return store, clock, Supervisor(config, store, lambda: clock[0])
 
 
 @pytest.mark.parametrize(("runtime", "stream", "limit_line"), [
@@ -69,8 +69,8 @@ def supervised(tmp_path: Path, database: str, role: dict):
 def test_a_limit_after_task_complete_pauses_the_runtime_and_the_run_succeeds(
         tmp_path, database, gate, caplog, runtime, stream, limit_line):
     binary = replaying(tmp_path, runtime, stream, gate, after=limit_line)
-    config, store, clock, supervisor = supervised(tmp_path, database,
-                                                  {"runtime": runtime, "binary": binary})
+    store, clock, supervisor = supervised(tmp_path, database,
+                                          {"runtime": runtime, "binary": binary})
 
     async def scenario():
         task = store.enqueue(NewTask(role="coder", title="fix the parser"), START).task
@@ -111,7 +111,7 @@ def test_a_command_agents_limit_after_task_complete_pauses_the_runtime(tmp_path,
                                                                        caplog):
     stream = "TASK_COMPLETE: wrote the docs\nClaude AI usage limit reached|1893456000\n"
     command = replaying(tmp_path, "agent", stream)
-    config, store, clock, supervisor = supervised(tmp_path, database, {"command": [command]})
+    store, _, supervisor = supervised(tmp_path, database, {"command": [command]})
 
     async def scenario():
         task = store.enqueue(NewTask(role="coder", title="docs"), START).task
