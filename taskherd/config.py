@@ -108,6 +108,10 @@ class DaemonConfig:
     # A node silent this long is declared down by any other node, and its tasks rescued.
     node_timeout: float = 15.0
     tags: tuple[str, ...] = ()  # what this node offers (a GPU, a Mac): roles may require them
+    # The longest a rate limit pauses a runtime, whatever reset its text names: longer than
+    # the 5-hour windows of Claude's and Codex's plans, so their resets are kept as said; a
+    # reset misread (an epoch in 2030) costs a few hours, and a probe finds a limit still on.
+    max_rate_limit_pause: float = 6 * 3600.0
 
     @property
     def log_dir(self) -> Path:
@@ -474,6 +478,7 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool,
         "max_depth": reader.positive_int("max_depth"),
         "node_timeout": reader.duration("node_timeout"),
         "tags": reader.tags("tags"),
+        "max_rate_limit_pause": reader.duration("max_rate_limit_pause"),
     }
     given = {key: value for key, value in values.items() if value is not None}
     return DaemonConfig(data_dir=data_path, database=database, **given)

@@ -9,6 +9,7 @@ log, so a rate-limit signal can pause the fleet while the run is still going.
 from __future__ import annotations
 
 import abc
+import logging
 import re
 from collections import deque
 from dataclasses import dataclass, field
@@ -28,7 +29,9 @@ from taskherd.runtimes.ratelimit import (
     known_reset,
     reading_zone,
 )
+from taskherd.runtimes.sessions import shown, valid_session_id
 
+log = logging.getLogger("taskherd.supervisor")
 TASK_COMPLETE = re.compile(r"^\s*TASK_COMPLETE:\s*(?P<summary>.*?)\s*$")
 TAIL_LINES = 40  # kept on the task for the dead-letter set
 
@@ -125,6 +128,15 @@ class OutputReader:
             self.summary = marker.group("summary") or "done"
         return None
 
+    def limit_met(self, exit_status: ExitStatus, now: float) -> RateLimitSignal | None:
+        """The rate limit the run met, whatever its outcome (work done before a limit is still
+        done, and the runtime still limited): one seen while it ran, else, when it exited
+        non-zero, one its last lines name. A run that exits 0 while talking of rate limits
+        (it may have written a limiter) met none."""
+        if self.rate_limit is not None or not exit_status.code:
+            return self.rate_limit
+        return self.rate_limit_in_tail(now)
+
     def rate_limit_in_tail(self, now: float) -> RateLimitSignal | None:
         text = "\n".join(self.tail)
         return detect_rate_limit(text, _utc(now), self.role.rate_limit_patterns,
@@ -169,7 +181,7 @@ class Runtime(abc.ABC):
             return RunResult(Outcome.SUCCEEDED, exit_status.code, summary=reader.summary)
         if exit_status.code == 0 and not role.require_marker:
             return RunResult(Outcome.SUCCEEDED, 0)
-        limit = reader.rate_limit or (reader.rate_limit_in_tail(now) if exit_status.code else None)
+        limit = reader.limit_met(exit_status, now)
         if limit is not None:
             until = known_reset(limit, now)  # None: the daemon picks the pause
             return RunResult(
@@ -198,8 +210,13 @@ class CommandLineRuntime(Runtime):
     def start(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
               agent: AgentEnv) -> Execution:
         launch = self.launch(role, task, run, files, build_prompt(task, agent.context))
-        if agent.resume_session:
+        if valid_session_id(agent.resume_session):
             launch = self.resumed(launch, agent.resume_session)
+        elif agent.resume_session:
+            # Checked again where it goes into argv: an id recorded before ids were checked
+            # where they are read, or by another node's older daemon.
+            log.warning("run %s: the session to resume, %s, is not a session id: it starts a "
+                        "fresh one", run.id, shown(agent.resume_session))
         env = procs.agent_env(agent.path, launch.env, agent.variables)
         header = {"run": run.id, "task": task.id, "role": role.name}
         # on_input = wait: the agent's stdin stays open for `taskherd task answer`.

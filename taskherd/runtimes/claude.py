@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import sys
 from datetime import UTC, datetime
@@ -26,6 +27,9 @@ from taskherd.runtimes.claude_stream import (
     ResultEvent,
 )
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset, reading_zone
+from taskherd.runtimes.sessions import shown
+
+log = logging.getLogger("taskherd.supervisor")
 
 SUMMARY_LIMIT = 2000
 MCP_SERVER = "taskherd"  # its tools reach Claude as mcp__taskherd__<tool>
@@ -52,7 +56,18 @@ class ClaudeReader(OutputReader):
             elif event.type == "assistant":
                 self.progressed = True  # the model answered: past the provider's limits
                 self._note_tool_calls(event)
+        self._note_completion()
         return self._fresh_limit(seen_before)
+
+    def _note_completion(self) -> None:
+        """A TASK_COMPLETE line in an assistant message or the result: the work is done, and
+        the supervisor ends no such run for a limit met afterwards (partial success)."""
+        result = self.stream.result
+        done = self.stream.completed_summary
+        if result is not None and result.declared_complete:
+            done = result.summary
+        if done is not None:
+            self.summary = done or "done"
 
     def _note_tool_calls(self, event: ClaudeEvent) -> None:
         if self.looping is not None:
@@ -67,7 +82,15 @@ class ClaudeReader(OutputReader):
     def finish(self, now: float) -> RateLimitSignal | None:
         seen_before = self.stream.rate_limit
         self.stream.finish(_utc(now))
+        self._note_completion()
         return self._fresh_limit(seen_before)
+
+    def limit_met(self, exit_status: ExitStatus, now: float) -> RateLimitSignal | None:
+        result = self.stream.result
+        if result is None:
+            return super().limit_met(exit_status, now)  # a limit mid-run, or in its last lines
+        # A successful result got past any limit met on the way (Claude Code retried it).
+        return self.stream.rate_limit if result.is_error else None
 
     def _fresh_limit(self, seen_before: RateLimitSignal | None) -> RateLimitSignal | None:
         result = self.stream.result
@@ -112,9 +135,11 @@ class ClaudeRuntime(CommandLineRuntime):
         return Launch(argv, signed_in | dict(role.env), role.workdir, stdin)
 
     def resumed(self, launch: Launch, session: str) -> Launch:
-        # `--resume ID` continues the previous attempt's conversation: the agent keeps what
-        # it read and did, and the new prompt (with why it runs again) comes after.
-        argv = [launch.argv[0], "--resume", session, *launch.argv[1:]]
+        # `--resume=ID` continues the previous attempt's conversation: the agent keeps what
+        # it read and did, and the new prompt (with why it runs again) comes after. One item,
+        # never two: after a bare `--resume` (its value is optional) an id that starts with
+        # '-' is read as an option of its own, as `--mcp-config=FILE` was.
+        argv = [launch.argv[0], f"--resume={session}", *launch.argv[1:]]
         return dataclasses.replace(launch, argv=argv)
 
     def reader(self, role: RoleConfig) -> OutputReader:
@@ -123,6 +148,10 @@ class ClaudeRuntime(CommandLineRuntime):
     def result(self, role: RoleConfig, reader: OutputReader, exit_status: ExitStatus, run: Run,
                now: float, handle: object = None) -> RunResult:
         assert isinstance(reader, ClaudeReader)
+        if reader.stream.ignored_session_id is not None:
+            log.warning("run %s: its output named %s as its session, which is not a session "
+                        "id: ignored (a retry starts a fresh session)", run.id,
+                        shown(reader.stream.ignored_session_id))
         claude = reader.stream.result
         if run.report is not None or claude is None:
             # No result event: the agent's own report, a limit seen mid-run, or the exit decide.
@@ -173,7 +202,8 @@ def _spend(claude: ClaudeRunResult, session_id: str | None) -> dict:
         + claude.cache_read_input_tokens,
         "output_tokens": claude.output_tokens,
         "turns": claude.num_turns,
-        "session_id": claude.session_id or session_id,
+        # The first one the stream named (the CLI's init, before the agent did anything).
+        "session_id": session_id or claude.session_id,
     }
 
 

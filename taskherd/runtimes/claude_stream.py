@@ -5,7 +5,8 @@ The supervisor sends the agent's stdout+stderr to a file, so the reader is
 fed whatever bytes the file grew by; a line cut in the middle waits for its
 end. Every event is activity; three kinds matter more:
 
-- ``system``/``init``: the session id, before any work is done;
+- ``system``/``init``: the session id (a UUID; anything else is ignored, see
+  runtimes/sessions.py), before any work is done;
 - ``system``/``api_retry`` with ``error_status: 429``: the CLI is being rate
   limited and is retrying on its own, possibly for minutes, so the daemon can
   pause the runtime now rather than when the run ends;
@@ -33,6 +34,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import IO
 
 from taskherd.runtimes.ratelimit import RateLimitSignal, detect_rate_limit
+from taskherd.runtimes.sessions import valid_session_id
 
 # -- events -----------------------------------------------------------------
 
@@ -69,7 +71,7 @@ class SessionStarted(ClaudeEvent):
 
     @property
     def session_id(self) -> str | None:
-        return self.data.get("session_id")
+        return valid_session_id(self.data.get("session_id"))
 
     @property
     def model(self) -> str | None:
@@ -163,7 +165,7 @@ class ClaudeRunResult:
             cache_creation_input_tokens=_count(usage.get("cache_creation_input_tokens")),
             cache_read_input_tokens=_count(usage.get("cache_read_input_tokens")),
             num_turns=data.get("num_turns"),
-            session_id=data.get("session_id"),
+            session_id=valid_session_id(data.get("session_id")),
             duration_ms=data.get("duration_ms"),
             api_error_status=data.get("api_error_status"),
             terminal_reason=data.get("terminal_reason"),
@@ -234,6 +236,9 @@ class ClaudeStreamReader:
         self.events_seen = 0
         self.lines_skipped = 0
         self.session_id: str | None = None
+        # The first session id the stream named that is none (runtimes/sessions.py): never
+        # resumed, only told in the daemon's log.
+        self.ignored_session_id: str | None = None
         self.rate_limit: RateLimitSignal | None = None  # the first one seen
         self.result: ClaudeRunResult | None = None
         # The last TASK_COMPLETE summary an assistant message gave: work done before a limit
@@ -298,7 +303,7 @@ class ClaudeStreamReader:
     def _typed_event(self, data: dict, now: datetime | None) -> ClaudeEvent:
         kind, subtype = data["type"], data.get("subtype")
         if kind == "system" and subtype == "init":
-            self.session_id = self.session_id or data.get("session_id")
+            self._note_session(data.get("session_id"))
             return SessionStarted(kind, data=data)
         if kind == "system" and subtype == "api_retry":
             event = ApiRetry(kind, data=data)
@@ -310,7 +315,7 @@ class ClaudeStreamReader:
                 data, now or datetime.now(UTC), self.extra_rate_limit_patterns, self.clock_zone
             )
             self.result = result
-            self.session_id = self.session_id or result.session_id
+            self._note_session(data.get("session_id"))
             if result.rate_limit is not None:
                 self._note_rate_limit(result.rate_limit)
             return ResultEvent(kind, data, result)
@@ -327,6 +332,14 @@ class ClaudeStreamReader:
                 summary, declared = summary_of(str(block.get("text", "")))
                 if declared:
                     self.completed_summary = summary
+
+    def _note_session(self, value: object) -> None:
+        if value is None:
+            return
+        if valid_session_id(value) is None:
+            self.ignored_session_id = self.ignored_session_id or str(value)
+        else:
+            self.session_id = self.session_id or value
 
     def _note_rate_limit(self, signal: RateLimitSignal) -> None:
         # Keep the first signal, unless a later one knows the reset time.

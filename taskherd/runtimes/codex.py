@@ -11,6 +11,7 @@ pauses the runtime while the run is still going.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from datetime import UTC, datetime
 
@@ -20,6 +21,9 @@ from taskherd.procs import ExitStatus
 from taskherd.runtimes.base import CommandLineRuntime, Launch, OutputReader, RunFiles, failure
 from taskherd.runtimes.codex_stream import CodexStreamReader, CodexStreamState
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset, reading_zone
+from taskherd.runtimes.sessions import shown
+
+log = logging.getLogger("taskherd.supervisor")
 
 SUMMARY_LIMIT = 2000
 # What Codex signs in with, besides a login stored in ~/.codex (HOME is carried over).
@@ -53,8 +57,8 @@ class CodexReader(OutputReader):
     def _fresh_limit(self, seen_before: RateLimitSignal | None) -> RateLimitSignal | None:
         state = self.state
         if state.completed_summary is not None:
-            self.summary = state.completed_summary  # done is done, whatever follows
-            return None
+            # Done is done, whatever follows; a limit met after it still pauses the runtime.
+            self.summary = state.completed_summary or "done"
         if state.rate_limit is not None and seen_before is None:
             self.rate_limit = state.rate_limit
             return self.rate_limit
@@ -86,12 +90,13 @@ class CodexRuntime(CommandLineRuntime):
         return Launch(argv, signed_in | dict(role.env), role.workdir, files.prompt)
 
     def resumed(self, launch: Launch, session: str) -> Launch:
-        # `codex exec resume ID -` continues the previous attempt's thread. Its options come
-        # before the subcommand's own arguments; `resume` takes no --sandbox/--cd, which are
-        # carried by the config it resumes.
+        # `codex exec resume -- ID -` continues the previous attempt's thread. Its options
+        # come before the subcommand's own arguments; `resume` takes no --sandbox/--cd, which
+        # are carried by the config it resumes. After `--` the id is never read as an option
+        # (`--dangerously-bypass-approvals-and-sandbox` is one).
         argv = list(launch.argv)
         dash = argv.pop()
-        return dataclasses.replace(launch, argv=[*argv, "resume", session, dash])
+        return dataclasses.replace(launch, argv=[*argv, "resume", "--", session, dash])
 
     def reader(self, role: RoleConfig) -> OutputReader:
         return CodexReader(role)
@@ -100,6 +105,10 @@ class CodexRuntime(CommandLineRuntime):
                now: float, handle: object = None) -> RunResult:
         assert isinstance(reader, CodexReader)
         state = reader.state
+        if state.ignored_thread_id is not None:
+            log.warning("run %s: its output named %s as its thread, which is not a session id: "
+                        "ignored (a retry starts a fresh session)", run.id,
+                        shown(state.ignored_thread_id))
         spend = spend_of(role, state, reader.earlier)
         if run.report is not None:
             return dataclasses.replace(super().result(role, reader, exit_status, run, now),
@@ -117,9 +126,7 @@ class CodexRuntime(CommandLineRuntime):
             return RunResult(Outcome.SUCCEEDED, 0,
                              summary=(state.last_message or "done").strip()[:SUMMARY_LIMIT],
                              **spend)
-        limit = reader.rate_limit or state.rate_limit
-        if limit is None and exit_status.code:
-            limit = reader.rate_limit_in_tail(now)
+        limit = reader.limit_met(exit_status, now)
         if limit is not None:
             return RunResult(Outcome.RATE_LIMITED, exit_status.code,
                              error=limit.excerpt or limit.source, error_tail=tail,

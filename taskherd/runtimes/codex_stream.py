@@ -2,7 +2,8 @@
 
 Field names are those of Codex CLI 0.169 (tests/e2e drive the real CLI), one object a line:
 
-- ``{"type":"thread.started","thread_id":"…"}``: the session id (`codex exec resume ID`);
+- ``{"type":"thread.started","thread_id":"…"}``: the session id (`codex exec resume ID`), a
+  UUID; anything else is ignored (runtimes/sessions.py);
 - ``turn.started``; ``item.started`` / ``item.updated`` / ``item.completed`` with an ``item``
   whose ``type`` is ``agent_message`` (``text``), ``reasoning``, ``command_execution``,
   ``file_change``, ``mcp_tool_call``, ``web_search``, ``todo_list`` or ``error`` (a warning);
@@ -26,6 +27,7 @@ from datetime import datetime, tzinfo
 
 from taskherd.runtimes.claude_stream import summary_of
 from taskherd.runtimes.ratelimit import RateLimitSignal, detect_rate_limit
+from taskherd.runtimes.sessions import valid_session_id
 
 
 @dataclass
@@ -52,6 +54,8 @@ class CodexStreamState:
     """What the stream told so far about the run."""
 
     thread_id: str | None = None
+    # The first thread id the stream named that is none (runtimes/sessions.py): never resumed.
+    ignored_thread_id: str | None = None
     last_message: str | None = None  # the latest agent message's text
     completed_summary: str | None = None  # the latest TASK_COMPLETE line's text
     usage: CodexUsage = field(default_factory=CodexUsage)
@@ -120,7 +124,7 @@ class CodexStreamReader:
     def _event(self, data: dict, now: datetime) -> None:
         kind, state = data["type"], self.state
         if kind == "thread.started":
-            state.thread_id = state.thread_id or _text(data.get("thread_id"))
+            self._note_thread(data.get("thread_id"))
         elif kind == "item.completed":
             item = data.get("item") if isinstance(data.get("item"), dict) else {}
             if item.get("type") == "agent_message" and isinstance(item.get("text"), str):
@@ -139,6 +143,15 @@ class CodexStreamReader:
                 state.errors.append(message)
             self._note_rate_limit(detect_rate_limit(
                 message, now, self.extra_rate_limit_patterns, self.clock_zone))
+
+    def _note_thread(self, value: object) -> None:
+        state = self.state
+        if value is None:
+            return
+        if valid_session_id(value) is None:
+            state.ignored_thread_id = state.ignored_thread_id or str(value)
+        else:
+            state.thread_id = state.thread_id or value
 
     def _note_rate_limit(self, signal: RateLimitSignal | None) -> None:
         # Keep the first signal, unless a later one knows the reset time.

@@ -20,6 +20,7 @@ from taskherd.ops import Queue
 from taskherd.ops import memory as memory_ops
 from taskherd.prompt import PromptContext
 from taskherd.runtimes.base import AgentEnv, Execution, RunFiles, Runtime
+from taskherd.runtimes.sessions import shown, valid_session_id
 from taskherd.store import Store, StoreError
 
 log = logging.getLogger("taskherd.supervisor")
@@ -100,6 +101,11 @@ class Launch:
         if not role.resume:
             return []
         runs = [run for run in self.store.runs_of_task(task.id) if run.session_id]
+        if runs and valid_session_id(runs[-1].session_id) is None:
+            # Recorded before ids were checked where they are read: the retry starts afresh.
+            log.warning("task %s: the session of its run %s, %s, is not a session id: its next "
+                        "run starts a fresh one", task.id, runs[-1].id, shown(runs[-1].session_id))
+            return []
         return [run for run in runs if run.session_id == runs[-1].session_id] if runs else []
 
     def agent_vars(self, claim: Claim) -> dict[str, str]:

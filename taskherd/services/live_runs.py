@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from taskherd.config import RoleConfig
 from taskherd.model import Liveness, Outcome, Run, Task
 from taskherd.runtimes.base import Execution, OutputReader, Runtime
+from taskherd.runtimes.ratelimit import RateLimitSignal
 
 
 @dataclass(eq=False)  # identity: comparing every field of a thousand runs costs a round
@@ -49,6 +50,7 @@ class LiveRun:
     waiting: str | None = None  # the question it waits at (on_input = wait), until it moves
     verdict: tuple[Liveness, float, str | None] | None = None  # as last written to the store
     probe: bool = False  # the one run of its runtime let through after a rate limit
+    paused_for: RateLimitSignal | None = None  # the limit it paused its runtime for, mid-run
     gate: GateLimits | None = None  # the quality gate it runs now, watched in its stead
     # Found ended when this daemon started: whatever ended it happened while none watched.
     ended_unwatched: bool = False

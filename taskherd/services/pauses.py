@@ -4,13 +4,16 @@ When an agent meets its provider's rate limit, every spawn of its runtime pauses
 in the store, so every node and door sees it) until the limit's own reset, or a guess that
 starts short and doubles while limits repeat. When the pause is up one run, the probe, is let
 through; its getting past the provider lifts the pause for the rest, and a probe that meets
-the limit again pauses the runtime for longer.
+the limit again pauses the runtime for longer. No pause is longer than `[daemon]
+max_rate_limit_pause`: a reset read from an agent's output can be wrong (a clock years ahead,
+an epoch a test printed, a date misread), and the probe finds a limit that is still on.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from taskherd.config import RoleConfig
 from taskherd.model import Outcome, RunResult
@@ -22,9 +25,11 @@ log = logging.getLogger("taskherd.supervisor")
 
 
 class RuntimePauses:
-    def __init__(self, store: Store, on_change: Callable[[], None]):
+    def __init__(self, store: Store, on_change: Callable[[], None],
+                 max_pause: Callable[[], float]):
         self.store = store
         self.on_change = on_change  # wakes the dispatcher: a runtime may start again
+        self.max_pause = max_pause  # the daemon's max_rate_limit_pause, as last reloaded
 
     def pause(self, role: RoleConfig, reset_at: float | None, reason: str, now: float,
               probe: bool = False) -> float:
@@ -42,8 +47,18 @@ class RuntimePauses:
             span = guessed_cooldown(previous and previous.until, previous and previous.span,
                                     now, role.rate_limit_cooldown)
             reset_at = max(now + span, previous.until if previous else now)
+        reset_at = self._capped(role, reset_at, now)
         self.store.set_cooldown(role.runtime, reset_at, reason, now, span)
         return reset_at
+
+    def _capped(self, role: RoleConfig, reset_at: float, now: float) -> float:
+        longest = self.max_pause()
+        if reset_at - now <= longest:
+            return reset_at
+        log.warning("runtime %s: its limit would pause it until %s, longer than "
+                    "max_rate_limit_pause (%gs): paused until %s instead", role.runtime,
+                    _iso(reset_at), longest, _iso(now + longest))
+        return now + longest
 
     def probe_passed(self, live: LiveRun, now: float) -> None:
         """The probe got past the provider: the rest of its runtime may start."""
@@ -67,3 +82,7 @@ class RuntimePauses:
                 self.on_change()
         except StoreError as error:
             log.warning("run %s: could not end its probe: %s", live.run.id, error)
+
+
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).isoformat()

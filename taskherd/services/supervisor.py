@@ -111,7 +111,8 @@ class Supervisor:
         make_private_dir(self.log_dir)
         self.gates = GateRunner(store, clock, self.log_dir)
         self.launch = Launch(config, store, clock)
-        self.pauses = RuntimePauses(store, on_change)
+        self.pauses = RuntimePauses(store, on_change,
+                                    lambda: self.config.daemon.max_rate_limit_pause)
 
     # -- starting ------------------------------------------------------------------------
 
@@ -606,12 +607,15 @@ class Supervisor:
         return written_at
 
     def _rate_limited(self, live: LiveRun, signal: RateLimitSignal, now: float) -> None:
-        """Pause every spawn of the runtime, and end this run without a strike."""
+        """Pause every spawn of the runtime, and end this run without a strike, unless its
+        work is already done: that run ends by itself and is a success (partial success)."""
+        live.paused_for = signal
         until = self.pauses.pause(live.role, known_reset(signal, now),
                                   signal.excerpt or signal.source, now, probe=live.probe)
         log.warning("runtime %s rate-limited (run %s): paused until %s", live.role.runtime,
                     live.run.id, _utc(until).isoformat())
-        self.kill(live, Outcome.RATE_LIMITED, signal.excerpt or "rate limited")
+        if live.reader.summary is None:
+            self.kill(live, Outcome.RATE_LIMITED, signal.excerpt or "rate limited")
         self.on_change()
 
     # -- ending --------------------------------------------------------------------------
@@ -647,10 +651,10 @@ class Supervisor:
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
         result = self._result(live, run, status, now)
         self.launch.keep_worktree_work(live.role, live.task, live.run)
-        if result.outcome is Outcome.RATE_LIMITED and live.kill_reason is None:
-            # Limits found only at the end (an HTTP 429, a result event) pause the runtime too.
-            self.pauses.pause(live.role, result.retry_at, result.error or "rate limited", now,
-                              probe=live.probe)
+        if (limit := self._limit_left(live, result, status, now)) is not None:
+            # Limits found only at the end (an HTTP 429, a result event, a usage limit after
+            # TASK_COMPLETE) pause the runtime too, whatever the run's outcome.
+            self.pauses.pause(live.role, *limit, now, probe=live.probe and not live.paused_for)
         elif live.probe:
             self.pauses.probe_ended(live, result, now)
         if result.outcome is Outcome.SUCCEEDED and live.role.gates and live.kill_reason is None:
@@ -669,6 +673,19 @@ class Supervisor:
                  f" ({result.error})" if result.error else "")
         self.on_change()
 
+    def _limit_left(self, live: LiveRun, result: RunResult, status: procs.ExitStatus,
+                    now: float) -> tuple[float | None, str] | None:
+        """(reset, reason) of a limit the run met that its runtime is not yet paused for: one
+        found only at its end, or a reset time learnt after the pause (a result event's after
+        an api_retry's). None: nothing more to pause for."""
+        if live.paused_for is None and result.outcome is Outcome.RATE_LIMITED:
+            return result.retry_at, result.error or "rate limited"  # the runtime's own reading
+        signal = live.reader.limit_met(status, now)
+        if signal is None or signal == live.paused_for or (
+                live.paused_for is not None and signal.reset_at is None):
+            return None
+        return known_reset(signal, now), signal.excerpt or signal.source
+
     def _result(self, live: LiveRun, run: Run, status: procs.ExitStatus, now: float) -> RunResult:
         result = live.runtime.result(live.role, live.reader, status, run, now, live.handle)
         if (live.ended_unwatched and result.outcome is Outcome.CRASHED
@@ -684,8 +701,10 @@ class Supervisor:
             return result  # work that was completed before the kill counts (partial success)
         outcome, reason = live.kill_reason
         retry_at = result.retry_at if outcome is Outcome.RATE_LIMITED else None
-        return RunResult(outcome, status.code, error=reason, error_tail=live.reader.error_tail,
-                         retry_at=retry_at)
+        # What the run spent is kept whatever ended it: a killed run cost money too.
+        return dataclasses.replace(result, outcome=outcome, exit_code=status.code, summary=None,
+                                   error=reason, error_tail=live.reader.error_tail,
+                                   retry_at=retry_at)
 
     def _settle_now(self, run: Run, result: RunResult, ended_at: float | None = None) -> None:
         policy = self.config.policy_for(run.role)

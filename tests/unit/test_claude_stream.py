@@ -145,7 +145,7 @@ def result_line(**fields) -> bytes:
         "subtype": "success",
         "is_error": False,
         "result": "ok",
-        "session_id": "s-1",
+        "session_id": "748f6d6d-1011-44bc-8f20-b2a056f07221",
         "num_turns": 1,
         "total_cost_usd": 0.5,
         "usage": {"input_tokens": 10, "output_tokens": 5},

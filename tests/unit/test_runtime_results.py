@@ -14,6 +14,8 @@ from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.runtimes.command import CommandRuntime, TemplateError, fill_argv
 
 NOW = 1_800_000_000.0
+SESSION = "748f6d6d-1011-44bc-8f20-b2a056f07221"  # as Claude Code writes one
+OTHER_SESSION = "776eefa3-b54d-418f-9ee7-375700695dac"
 ROLE = RoleConfig(name="coder", command=("agent",))
 
 
@@ -77,14 +79,14 @@ def claude_result(*events: dict, code: int = 0):
 
 def test_claude_result_event_gives_summary_cost_and_session():
     result = claude_result(
-        {"type": "system", "subtype": "init", "session_id": "s-1"},
+        {"type": "system", "subtype": "init", "session_id": SESSION},
         {"type": "result", "subtype": "success", "is_error": False, "num_turns": 3,
          "result": "Long text.\nTASK_COMPLETE: done it", "total_cost_usd": 0.12,
-         "session_id": "s-1", "usage": {"input_tokens": 10, "output_tokens": 5,
+         "session_id": SESSION, "usage": {"input_tokens": 10, "output_tokens": 5,
                                         "cache_read_input_tokens": 100}})
     assert (result.outcome, result.summary, result.cost_usd) == (Outcome.SUCCEEDED, "done it", 0.12)
     assert (result.input_tokens, result.output_tokens, result.turns) == (110, 5, 3)
-    assert result.session_id == "s-1"
+    assert result.session_id == SESSION
 
 
 def test_claude_api_retry_429_is_a_rate_limit_and_an_error_result_a_failure():
@@ -104,12 +106,12 @@ def test_chat_completions_url_accepts_a_base_with_or_without_v1(base):
 USAGE_LIMIT_RESULT = {
     "type": "result", "subtype": "success", "is_error": True, "num_turns": 4,
     "result": "Claude AI usage limit reached|1800007200", "total_cost_usd": 0.31,
-    "session_id": "s-9", "usage": {"input_tokens": 40, "output_tokens": 9},
+    "session_id": OTHER_SESSION, "usage": {"input_tokens": 40, "output_tokens": 9},
 }
 
 
 def assistant_text(text: str) -> dict:
-    return {"type": "assistant", "session_id": "s-9",
+    return {"type": "assistant", "session_id": OTHER_SESSION,
             "message": {"role": "assistant", "content": [{"type": "text", "text": text}]}}
 
 
@@ -125,14 +127,14 @@ def assistant_text(text: str) -> dict:
     ids=["in-assistant-message", "in-result-text"],
 )
 def test_claude_task_complete_before_a_usage_limit_is_success_with_its_spend(events, summary):
-    result = claude_result({"type": "system", "subtype": "init", "session_id": "s-9"}, *events,
+    result = claude_result({"type": "system", "subtype": "init", "session_id": OTHER_SESSION}, *events,
                            code=1)
     assert (result.outcome, result.summary) == (Outcome.SUCCEEDED, summary)
     assert (result.cost_usd, result.input_tokens, result.output_tokens) == (0.31, 40, 9)
-    assert (result.turns, result.session_id) == (4, "s-9")
+    assert (result.turns, result.session_id) == (4, OTHER_SESSION)
 
 
 def test_claude_usage_limit_without_task_complete_is_a_rate_limit_with_its_spend():
     result = claude_result(assistant_text("Working on it."), USAGE_LIMIT_RESULT, code=1)
     assert result.outcome is Outcome.RATE_LIMITED and result.retry_at == 1800007200
-    assert (result.cost_usd, result.turns, result.session_id) == (0.31, 4, "s-9")
+    assert (result.cost_usd, result.turns, result.session_id) == (0.31, 4, OTHER_SESSION)
