@@ -3,6 +3,7 @@ needs root (as these tests run here and in CI)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import subprocess
@@ -11,8 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from taskherd.model import NewTask
+from taskherd.config import parse_config
+from taskherd.model import NewTask, Outcome, TaskState
+from taskherd.services.dispatcher import Dispatcher
+from taskherd.services.supervisor import SWEEP_EVERY, Supervisor
 from taskherd.store import StoreDiskFull, StoreError, open_store
+from tests.fleet import PYTHON, agent, until
 
 
 @pytest.fixture
@@ -39,6 +44,110 @@ def fill(path: Path, leave: int = 0) -> None:
         except OSError:
             pass
         file.truncate(file.tell() - leave)
+
+
+# Waits for its release file (outside the disk), then fails without a word: a run that ends
+# while the disk is full.
+WAITER = """
+    import os, sys, time
+    release = sys.argv[1]
+    while not os.path.exists(release):
+        time.sleep(0.02)
+    sys.exit(1)
+"""
+
+
+def disk_config(tmp_path: Path, data_dir: Path, database: Path, argv: list[str]):
+    """A node whose data dir is `data_dir`, with no floor: only what writing says stops it."""
+    return parse_config({
+        "daemon": {"database": str(database), "data_dir": str(data_dir), "timezone": "UTC",
+                   "node": "n1", "min_free_disk": "0"},
+        "roles": {"worker": {"command": argv}},
+    }, base_dir=tmp_path)
+
+
+def test_a_start_that_meets_a_full_disk_releases_the_claim_as_it_was(
+        tmp_path: Path, small_disk: Path):
+    """ENOSPC while starting: a disk with one page free passes a floor of 0, and the run's
+    prompt does not fit. The claim goes back untouched, the node starts nothing while a probe
+    write fails, and its first pass after space returns (and the fault's hold) starts it."""
+    done = agent(tmp_path, "done", 'print("TASK_COMPLETE: done")\n')
+    config = disk_config(tmp_path, small_disk, tmp_path / "q.db", [PYTHON, "-S", done])
+    store = open_store(str(tmp_path / "q.db"), durability="normal")
+
+    async def scenario():
+        supervisor = Supervisor(config, store, time.time)
+        dispatcher = Dispatcher(config, store, supervisor.view, supervisor.start,
+                                disk=supervisor.disk)
+        task = store.enqueue(NewTask(role="worker", title="t", prompt="the work " * 8000),
+                             time.time()).task
+        store.node_up("n1", host="vm", pid=os.getpid(), version="test", lease=60.0,
+                      roles=["worker"], now=time.time())
+        filler = small_disk / "filler"
+        fill(filler, leave=4096)
+        now = time.time()
+        assert dispatcher.run_once(now) == {"started": 0}
+        [run] = store.runs_of_task(task.id)
+        assert run.outcome is Outcome.LOST and "disk full: [Errno 28]" in run.error
+        released = store.get_task(task.id)
+        assert (released.state, released.attempts, released.rescues) == (TaskState.READY, 0, 0)
+
+        # What the start wrote took the last page: the disk reads full, and a probe would fail.
+        assert dispatcher.run_once(now + 2)["disk_paused"] == 1
+        [node] = store.list_nodes()
+        assert node.paused_reason.endswith("disk is full")
+        filler.unlink()
+        assert dispatcher.run_once(now + 2.1) == {"started": 1}  # a probe went through
+        assert store.list_nodes()[0].paused_reason is None
+        finished = await until(lambda: (t := store.get_task(task.id)).finished_at and t)
+        assert (finished.state, finished.attempts) == (TaskState.COMPLETED, 0)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        store.close()
+
+
+def test_a_settle_the_full_database_refuses_is_kept_and_written_later(
+        tmp_path: Path, small_disk: Path):
+    """A run ends while the database's disk is full: SQLite answers "database or disk is
+    full" to its settle. The run stays open, the settle judged then (the disk's fault, no
+    strike) is written once space is back; a sweep of the node's open runs leaves it alone."""
+    release = tmp_path / "release"
+    waiter = agent(tmp_path, "waiter", WAITER)
+    database = small_disk / "q.db"
+    config = disk_config(tmp_path, small_disk, database, [PYTHON, "-S", waiter, str(release)])
+    store = open_store(str(database), durability="normal")
+
+    async def scenario():
+        supervisor = Supervisor(config, store, time.time)
+        task = store.enqueue(NewTask(role="worker", title="t"), time.time()).task
+        claim = store.claim("n1", time.time(), 60.0)
+        live = supervisor.start(claim, time.time())
+        assert live is not None
+        assert store.checkpoint(truncate=True)  # an empty WAL: the next write must grow it
+        filler = small_disk / "filler"
+        fill(filler)
+        release.touch()
+        await until(lambda: claim.run.id in supervisor.settles)
+        assert store.get_run(claim.run.id).ended_at is None  # open, nothing lost
+        later = time.time() + 2 * SWEEP_EVERY  # a pass that sweeps the node's open runs
+        assert supervisor.run_once(later)["adopted"] == 0
+        filler.unlink()
+        assert supervisor.run_once(later + 1)["settled_late"] == 1
+        settled = store.get_task(task.id)
+        assert (settled.state, settled.attempts, settled.rescues) == (TaskState.READY, 0, 0)
+        assert "not the agent's fault" in store.get_run(claim.run.id).error
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        store.close()
+    check = sqlite3.connect(database)
+    try:
+        assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        check.close()
 
 
 def test_a_large_task_on_a_full_disk_is_refused_as_disk_full(tmp_path: Path,

@@ -1,18 +1,25 @@
-"""Whose fault a failure is (faults.py), and the free-space floor's verdict."""
+"""Whose fault a failure is (faults.py), the free-space floor read through a fake statvfs with
+`now` passed in, and the node's disk pause put on its record once (a real SQLite store)."""
 
 from __future__ import annotations
 
 import errno
+import json
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from taskherd.config import parse_config
+from taskherd.delivery import one_line
+from taskherd.diskspace import FreeSpace
 from taskherd.faults import DiskReading, disk_short, fault_at_end, fault_of, fault_text
 from taskherd.model import Fault, Outcome, RunResult, TaskState
 from taskherd.queue import RetryPolicy, Settlement, settle
+from taskherd.services.disk_pause import DiskPause
 from taskherd.sizes import format_size, parse_size
-from taskherd.store import StoreDiskFull, StoreUnavailable
+from taskherd.store import StoreDiskFull, StoreUnavailable, open_store
 
 MIB = 1 << 20
 NOW = 1_800_000_000.0
@@ -99,3 +106,85 @@ def test_sizes_as_people_write_them():
         parse_size(True)
     assert [format_size(n) for n in (0, 1023, 512 << 10, 37 * MIB + MIB // 2, 2 << 30)] == [
         "0 B", "1023 B", "512 KiB", "37.5 MiB", "2.0 GiB"]
+
+
+class FakeDisk:
+    """statvfs of one disk whose free space the test sets; counts the calls."""
+
+    def __init__(self, free: int):
+        self.free, self.read_only, self.calls = free, False, 0
+
+    def __call__(self, path: str) -> SimpleNamespace:
+        self.calls += 1
+        return SimpleNamespace(f_bavail=self.free // 4096, f_frsize=4096,
+                               f_flag=os.ST_RDONLY if self.read_only else 0)
+
+
+def test_free_space_is_read_once_per_pass():
+    disk = FakeDisk(600 * MIB)
+    space = FreeSpace(disk)
+    folders = [Path("/data"), Path("/data/logs")]
+    assert space.readings(folders, NOW) == [DiskReading("/data", 600 * MIB),
+                                            DiskReading("/data/logs", 600 * MIB)]
+    disk.free = 0
+    assert space.readings(folders, NOW)[0].free == 600 * MIB  # the same pass: no new look
+    assert disk.calls == 2
+    assert space.readings(folders, NOW + 1)[0].free == 0
+    assert disk.calls == 4
+
+
+@pytest.fixture
+def node(tmp_path: Path):
+    """A node on a real SQLite store, its disk a FakeDisk, its role telling @ops."""
+    told = tmp_path / "told.jsonl"
+    config = parse_config({
+        "daemon": {"data_dir": "data", "node": "n1", "timezone": "UTC",
+                   "min_free_disk": "512MiB"},
+        "roles": {"worker": {"command": ["true"], "deliver_to": ["@ops"],
+                             "on": ["node_paused", "node_resumed"]}},
+    }, base_dir=tmp_path)
+    store = open_store(config.daemon.database, durability="normal")
+    store.add_alias("ops", "file", str(told), NOW)
+    store.node_up("n1", host="h", pid=1, version="t", lease=60.0, roles=["worker"], now=NOW)
+    disk = FakeDisk(600 * MIB)
+    yield SimpleNamespace(store=store, disk=disk,
+                          pause=DiskPause(store, lambda: config, FreeSpace(disk)))
+    store.close()
+
+
+def test_below_the_floor_the_node_pauses_once_and_resumes_in_the_first_pass_with_room(node):
+    store, disk, pause = node.store, node.disk, node.pause
+    assert pause.check(NOW) is None
+    disk.free = 100 * MIB
+    reason = pause.check(NOW + 1)
+    assert reason.startswith("100 MiB free at ") and reason.endswith("min_free_disk 512 MiB")
+    disk.free = 90 * MIB
+    assert pause.check(NOW + 2) is not None  # still short: not recorded, not told again
+    [record] = store.list_nodes()
+    assert (record.paused_at, record.paused_reason) == (NOW + 1, reason)
+    disk.free = 513 * MIB
+    assert pause.check(NOW + 3) is None
+    assert store.list_nodes()[0].paused_at is None
+    deliveries = store.list_deliveries(alias="ops")
+    assert sorted(d.event for d in deliveries) == ["node_paused", "node_resumed"]
+    paused = json.loads(next(d.payload for d in deliveries if d.event == "node_paused"))
+    assert one_line(paused) == f"taskherd: node n1 starts nothing new: {reason}"
+
+
+def test_a_read_only_disk_pauses_the_node(node):
+    node.disk.read_only = True
+    assert node.pause.check(NOW).endswith("is read-only")
+
+
+def test_a_fault_holds_the_node_until_a_probe_write_goes_through(node, tmp_path: Path):
+    pause = node.pause
+    (tmp_path / "data" / "logs").mkdir(parents=True)
+    pause.met(disk_error(errno.EDQUOT), NOW)  # a quota: statvfs shows room all along
+    assert pause.check(NOW + 0.5).startswith("disk quota exceeded: [Errno 122]")
+    assert pause.check(NOW + 1.5) is None  # past its hold, a probe write went through
+    # Faults in a row hold it longer (1 s, 2 s, 4 s…): a fault where no probe reaches (an
+    # agent's workdir on another disk) cannot make the node claim and release in a loop.
+    pause.met(disk_error(errno.ENOSPC), NOW + 2)
+    pause.met(disk_error(errno.ENOSPC), NOW + 3)  # the third in a row: held 4 s
+    assert pause.check(NOW + 6.9) is not None
+    assert pause.check(NOW + 7.1) is None
