@@ -37,7 +37,10 @@ class FreeSpace:
         readings = []
         for folder in key:
             try:
-                info = self._statvfs(_existing(folder))
+                try:
+                    info = self._statvfs(folder)
+                except FileNotFoundError:  # not made yet: it will live on its parent's disk
+                    info = self._statvfs(_existing(folder))
             except OSError:
                 continue
             readings.append(DiskReading(folder, info.f_bavail * info.f_frsize,

@@ -53,6 +53,7 @@ class DiskPause:
         self._last_fault_at = -math.inf
         self._recorded: bool | None = None  # the store holds the pause (None: not known yet)
         self._unrecorded_said = False
+        self._folders: tuple[DaemonConfig, list[Path]] | None = None
 
     @property
     def faulted(self) -> bool:
@@ -60,7 +61,10 @@ class DiskPause:
         return self._fault is not None
 
     def folders(self) -> list[Path]:
-        return node_folders(self.config_of().daemon)
+        daemon = self.config_of().daemon
+        if self._folders is None or self._folders[0] is not daemon:  # (a reload)
+            self._folders = (daemon, node_folders(daemon))
+        return self._folders[1]
 
     def short(self, now: float) -> str | None:
         """Why the disk takes nothing more now: read-only, full or below the floor, or a
