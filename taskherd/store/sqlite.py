@@ -50,6 +50,8 @@ class SQLiteStore(SQLStore):
         try:
             self._open(busy_timeout, durability, autocheckpoint)
         except sqlite3.Error as error:
+            if _disk_full(error):  # its WAL index could not be made: no room for 32 KiB
+                raise StoreDiskFull(f"opening {self.path}: {error}") from error
             raise StoreError(f"cannot open {self.path}: {error}") from error
 
     def _open(self, busy_timeout: float, durability: str, autocheckpoint: bool) -> None:

@@ -273,9 +273,22 @@ def test_a_large_task_on_a_full_disk_is_refused_as_disk_full(tmp_path: Path,
             store.enqueue(NewTask(role="worker", title="big", prompt="x" * (1 << 20)),
                           time.time())
         assert isinstance(refused.value, StoreError)
+        prompt = tmp_path / "prompt.txt"  # (outside the full disk)
+        prompt.write_text("x" * (1 << 20))
+        config = tmp_path / "taskherd.toml"
+        config.write_text(f'[daemon]\ndatabase = "{database}"\n[roles.worker]\n'
+                          'command = ["true"]\n')
+        added = subprocess.run([PYTHON, "-m", "taskherd", "--config", str(config), "task",
+                                "add", "big", "--role", "worker", "--prompt-file", str(prompt)],
+                               capture_output=True, text=True, timeout=60, check=False)
+        assert added.returncode != 0 and "Traceback" not in added.stderr
+        assert [line for line in added.stderr.splitlines() if "disk full" in line]
         assert [t.title for t in store.list_tasks()] == ["before"]
     finally:
         store.close()
+    fill(small_disk / "filler")  # what closing the last connection gave back (its WAL index)
+    with pytest.raises(StoreDiskFull, match="^disk full"):
+        open_store(str(database), durability="normal")
     (small_disk / "filler").unlink()
     check = sqlite3.connect(database)
     try:
