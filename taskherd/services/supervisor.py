@@ -656,7 +656,7 @@ class Supervisor:
         if run.ended_at is not None:
             self._forget(live.run.id)
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
-        result = self.disk.judge_end(self._result(live, run, status, now), run.report, now)
+        result = self._result(live, run, status, now)
         self.launch.keep_worktree_work(live.role, live.task, live.run)
         if result.outcome is Outcome.RATE_LIMITED and live.kill_reason is None:
             # Limits found only at the end (an HTTP 429, a result event) pause the runtime too.
@@ -674,6 +674,9 @@ class Supervisor:
             # Before the settle: once the task is settled the role's next run may start,
             # and it must read the file within its cap.
             self.launch.keep_memory(live.role, now)
+        # As it ends: a crash or a failure while the disk is short (its gates' too) is the
+        # machine's fault, not a strike.
+        result = self.disk.judge_end(result, run.report, self.clock())
         self._forget(live.run.id)
         self._settle_now(run, result, ended_at)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
