@@ -2,13 +2,15 @@
 
 Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools, runtime
 cooldowns, and budgets (a role, or the fleet, whose next run would spend past a limit waits
-for the period to reset). Before any of them, the node's disk: full, below min_free_disk or
-after a disk fault, the node starts nothing (services/disk_pause.py), and each pass looks
-again, so it resumes in the first pass that finds room. The store picks the task (P0 first, FIFO within a priority) and
+for the period to reset). The store picks the task (P0 first, FIFO within a priority) and
 checks the role's and pools' limits and its budgets across every node in the claim's
 transaction (taskherd/limits.py); the dispatcher says which roles this node may run (its
 tags) and skips at once those its own runs already fill, and learns from the store why the
 others were passed by.
+
+Before any of them, the node's disk: full, below min_free_disk or after a disk fault, the
+node starts nothing (services/disk_pause.py); each pass looks again, so it resumes in the
+first pass that finds room.
 """
 
 from __future__ import annotations

@@ -284,16 +284,13 @@ def _roll_back(conn: sqlite3.Connection) -> None:
         conn.execute(M["rollback"])
 
 
-# SQLITE_IOERR_SHMSIZE: the WAL index could not grow, which on a full disk is its answer to
-# ENOSPC (SQLite writes a byte into each new page of the -shm file to allocate it).
-_SHM_SIZE_ERROR = sqlite3.SQLITE_IOERR_SHMSIZE
-
-
 def _disk_full(error: BaseException) -> bool:
-    """SQLite's "database or disk is full" (SQLITE_FULL): a write met ENOSPC."""
+    """SQLite's "database or disk is full" (SQLITE_FULL): a write met ENOSPC. Or its WAL
+    index could not grow (SQLITE_IOERR_SHMSIZE, "disk I/O error"): SQLite writes a byte into
+    each new page of the -shm file to allocate it, and that is its answer to ENOSPC there."""
     code = getattr(error, "sqlite_errorcode", None)
     return isinstance(error, sqlite3.Error) and code is not None and (
-        code & 0xFF == sqlite3.SQLITE_FULL or code == _SHM_SIZE_ERROR)
+        code & 0xFF == sqlite3.SQLITE_FULL or code == sqlite3.SQLITE_IOERR_SHMSIZE)
 
 
 def _migrate(db: sqlite3.Connection) -> None:
