@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from taskherd.config import parse_config
+from taskherd.config import ConfigError, parse_config
 from taskherd.delivery import one_line
 from taskherd.diskspace import FreeSpace
 from taskherd.faults import DiskReading, disk_short, fault_at_end, fault_of, fault_text
@@ -106,6 +106,14 @@ def test_sizes_as_people_write_them():
         parse_size(True)
     assert [format_size(n) for n in (0, 1023, 512 << 10, 37 * MIB + MIB // 2, 2 << 30)] == [
         "0 B", "1023 B", "512 KiB", "37.5 MiB", "2.0 GiB"]
+
+
+def test_min_free_disk_is_read_as_a_size_and_a_bad_one_is_named(tmp_path: Path):
+    assert parse_config({}, base_dir=tmp_path).daemon.min_free_disk == 512 * MIB
+    assert parse_config({"daemon": {"min_free_disk": "2GiB"}},
+                        base_dir=tmp_path).daemon.min_free_disk == 2 << 30
+    with pytest.raises(ConfigError, match=r"daemon.min_free_disk = '512M': expected a size"):
+        parse_config({"daemon": {"min_free_disk": "512M"}}, base_dir=tmp_path)
 
 
 class FakeDisk:
