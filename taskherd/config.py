@@ -34,6 +34,8 @@ from taskherd.gates import Gate, GateError, parse_gates
 from taskherd.limits import NODE, SCOPES
 from taskherd.pricing import Price
 from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
+from taskherd.sizes import ACCEPTED as SIZE_ACCEPTED
+from taskherd.sizes import parse_size
 from taskherd.worktrees import MERGE_MODES, GitSettings
 
 CONFIG_FILE = "taskherd.toml"
@@ -112,6 +114,9 @@ class DaemonConfig:
     # the 5-hour windows of Claude's and Codex's plans, so their resets are kept as said; a
     # reset misread (an epoch in 2030) costs a few hours, and a probe finds a limit still on.
     max_rate_limit_pause: float = 6 * 3600.0
+    # Below this much free space where the node writes (data dir, logs, SQLite database), it
+    # starts nothing new: a full disk is the machine's fault, never an agent's strike.
+    min_free_disk: int = 512 << 20
 
     @property
     def log_dir(self) -> Path:
@@ -479,6 +484,7 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool,
         "node_timeout": reader.duration("node_timeout"),
         "tags": reader.tags("tags"),
         "max_rate_limit_pause": reader.duration("max_rate_limit_pause"),
+        "min_free_disk": reader.size("min_free_disk"),
     }
     given = {key: value for key, value in values.items() if value is not None}
     return DaemonConfig(data_dir=data_path, database=database, **given)
@@ -965,6 +971,9 @@ class _Reader:
 
     def duration(self, key: str, allow_zero: bool = False) -> float | None:
         return self._convert(key, lambda v: _duration(v, allow_zero), "a duration like '90s', '10m', '1h'")
+
+    def size(self, key: str) -> int | None:
+        return self._convert(key, parse_size, SIZE_ACCEPTED)
 
     def listen(self, key: str) -> str | None:
         value = self._convert(key, _listen, "'HOST:PORT', e.g. '127.0.0.1:8765'")

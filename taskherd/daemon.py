@@ -279,7 +279,8 @@ class Daemon:
     def _services(self, store: Store, supervisor: Supervisor,
                   scheduler: Scheduler) -> dict[str, ServiceLoop]:
         """Every service, sharing the store and the read-only view of live runs."""
-        dispatcher = Dispatcher(self.config, store, supervisor.view, supervisor.start)
+        dispatcher = Dispatcher(self.config, store, supervisor.view, supervisor.start,
+                                disk=supervisor.disk)
         monitor = Monitor(self.config, store, supervisor.view)
         checkpoints = Checkpoints(store)
         backups = Backups(self.config, store, after_snapshot=checkpoints.request_truncate)

@@ -47,6 +47,11 @@ def one_line(body: dict[str, Any]) -> str:
         if body.get("event") == "budget_resumed":
             return f"taskherd: {who} is within its budget again: spawns resume"
         return f"taskherd: {who} paused: {budget.get('reason')}"
+    node = body.get("node")
+    if node is not None:  # a node's pause or resumption (store/sql_nodes.py)
+        if body.get("event") == "node_resumed":
+            return f"taskherd: node {node.get('name')} starts runs again"
+        return f"taskherd: node {node.get('name')} starts nothing new: {node.get('reason')}"
     task = body.get("task", {})
     detail = task.get("summary") or task.get("last_error") or task.get("reason") or ""
     return (f"taskherd: task {task.get('id')} ({task.get('role')}) {body.get('event')}: "

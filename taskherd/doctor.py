@@ -22,8 +22,7 @@ from taskherd.store import StoreError, advice, open_store, shown
 
 OK, WARN, PROBLEM = "ok", "warn", "problem"
 GIB = 1 << 30
-DISK_PROBLEM = 1 * GIB  # below this, logs and the WAL can fill the disk within a day of runs
-DISK_WARN = 5 * GIB
+DISK_WARN = 5 * GIB  # below this (or twice min_free_disk), logs can reach the floor in a day
 
 
 @dataclass(frozen=True)
@@ -273,24 +272,49 @@ def check_timezone(config: Config) -> Check:
     return Check(OK, f"timezone {zone}")
 
 
-def check_disk(config: Config) -> Check:
-    folder = _existing_parent(config.daemon.data_dir)
-    try:
-        free = shutil.disk_usage(folder).free
-    except OSError as error:
-        return Check(PROBLEM, f"disk at {folder}", str(error), "check the data dir")
-    text = f"{free / GIB:.1f} GiB free at {folder}"
-    if free < DISK_PROBLEM:
-        return Check(PROBLEM, "disk", text, "free space, or move daemon.data_dir")
-    if free < DISK_WARN:
+def check_disk(config: Config, now: float | None = None) -> Check:
+    """Free space where the daemon writes (data dir, logs, SQLite database) against its floor,
+    [daemon] min_free_disk, below which the node starts nothing; and a pause on its record
+    (a disk fault met by a running daemon, which no statvfs may show: a quota)."""
+    import time
+
+    from taskherd.diskspace import FreeSpace
+    from taskherd.faults import disk_short
+    from taskherd.services.disk_pause import node_folders
+    from taskherd.sizes import format_size
+
+    floor = config.daemon.min_free_disk
+    now = time.time() if now is None else now
+    readings = FreeSpace().readings(node_folders(config.daemon), now)
+    if not readings:
+        return Check(PROBLEM, f"disk at {config.daemon.data_dir}", "cannot be read",
+                     "check the data dir")
+    short = disk_short(readings, floor)
+    if short is not None:
+        return Check(PROBLEM, "disk", f"{short}: the daemon starts no agent until there is "
+                     "room", "free space, move daemon.data_dir, or lower daemon.min_free_disk")
+    paused = _node_pause(config, now)
+    if paused is not None:
+        return Check(PROBLEM, "disk", paused, "free space; the node resumes by itself")
+    lowest = min(readings, key=lambda reading: reading.free)
+    text = (f"{format_size(lowest.free)} free at {lowest.path} (the daemon starts nothing "
+            f"below min_free_disk {format_size(floor)})")
+    if lowest.free < max(DISK_WARN, 2 * floor):
         return Check(WARN, "disk", text, "free some space before logs fill it")
     return Check(OK, f"disk: {text}")
 
 
-def _existing_parent(path: Path) -> Path:
-    while not path.exists() and path.parent != path:
-        path = path.parent
-    return path
+def _node_pause(config: Config, now: float) -> str | None:
+    """The pause a running daemon of this node put on its record, if any."""
+    try:
+        with open_store(config.daemon.database, durability=config.daemon.durability) as store:
+            nodes = {node.name: node for node in store.list_nodes()}
+    except (StoreError, OSError):
+        return None  # check_database says why
+    node = nodes.get(config.daemon.node)
+    if node is None or node.paused_at is None or node.status(now) != "up":
+        return None
+    return f"node {node.name} starts nothing new: {node.paused_reason}"
 
 
 def check_backup(config: Config, now: float | None = None) -> Check:

@@ -52,6 +52,13 @@ KILL_OUTCOMES = frozenset({Outcome.TIMED_OUT, Outcome.STALLED, Outcome.NEEDS_INP
                            Outcome.LOOPING, Outcome.RATE_LIMITED, Outcome.CANCELLED})
 
 
+class Fault(enum.StrEnum):
+    """A failure that is the machine's, not the agent's (`taskherd/faults.py` says which):
+    no strike and no attempt; the node pauses, with the reason shown, until a probe passes."""
+
+    DISK = "disk"  # the disk is full, over quota or read-only (ENOSPC, EDQUOT, EROFS)
+
+
 class Liveness(enum.StrEnum):
     """The supervisor's verdict on a running agent, kept on its run while it runs."""
 
@@ -275,6 +282,9 @@ class RunResult:
     # The last lines the agent wrote, whatever the outcome: a chain's `when` condition and a
     # reviewer's APPROVED / REJECTED marker are read from it. Not stored.
     output_tail: str | None = None
+    # The environment's fault that ended the run, if it was not the agent's (faults.py): the
+    # task goes back to ready at once, no strike, no counter. Not stored: the error says it.
+    fault: Fault | None = None
 
 
 @dataclass(frozen=True)
@@ -407,6 +417,8 @@ class EventKind(str, enum.Enum):
     DELIVERY_QUEUED = "delivery_queued"  # a settle wrote outbox rows for delivery targets
     BUDGET_PAUSED = "budget_paused"  # a budget (`role`: a role's, or "fleet") paused spawns
     BUDGET_RESUMED = "budget_resumed"  # that budget has room again: spawns resume
+    NODE_PAUSED = "node_paused"  # a node starts nothing new (its disk): `nodes` says why
+    NODE_RESUMED = "node_resumed"  # that node starts runs again
 
 
 _EVENT_KINDS = {kind.value: kind for kind in EventKind}

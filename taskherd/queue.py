@@ -93,6 +93,11 @@ def settle(
         return Settlement(TaskState.BLOCKED, now, reason=result.summary or result.error)
     if outcome is Outcome.CANCELLED:
         return Settlement(TaskState.CANCELLED, now, reason=result.error)
+    if result.fault is not None:
+        # The machine's fault (faults.py: a full disk), not the agent's: back in the queue as
+        # it was, no strike and no counter. Nothing loops: the node that met it starts nothing
+        # until a probe shows the fault gone.
+        return Settlement(TaskState.READY, now)
     if outcome is Outcome.RATE_LIMITED:
         return _after_rate_limit(result, policy, now, recent_rate_limits)
     if outcome is Outcome.LOST:

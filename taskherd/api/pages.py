@@ -139,7 +139,11 @@ def board(view: View) -> str:
     if running_count > len(running):
         agents += (f'<p class="muted">{len(running)} of {running_count} running agents are '
                    f'shown, the longest running first.</p>')
-    return (f'<section id="counts"><h2>Tasks by state and role</h2>{counts}</section>'
+    paused = "".join(f'<p class="error">Node {h(node["name"])} starts nothing new since '
+                     f'{when(node["since"])}: {h(node["reason"])}</p>'
+                     for node in board_ops.paused_nodes(view.queue, view.now))
+    return (f'<section id="paused">{paused}</section>' if paused else "") + (
+            f'<section id="counts"><h2>Tasks by state and role</h2>{counts}</section>'
             f'<section id="p0"><h2>P0 waiting</h2>{waits}</section>'
             f'<section id="running"><h2>Running agents</h2>{agents}</section>')
 

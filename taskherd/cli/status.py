@@ -87,8 +87,12 @@ def _print_nodes(nodes: list[dict[str, Any]]) -> None:
         orphans = (f"; {node['orphaned_runs']} run(s) orphaned until another node rescues them"
                    if node["orphaned_runs"] else "")
         tags = f", tags {', '.join(node['tags'])}" if node.get("tags") else ""
+        paused = (f"; PAUSED since {format_time(node['paused_at'])}, starts nothing new: "
+                  f"{node['paused_reason']}" if node["status"] == "up" and node.get("paused_at")
+                  else "")
         click.echo(f"node {node['name']} ({node['host']}, pid {node['pid']}, taskherd "
-                   f"{node['version']}{tags}): {state}, {node['open_runs']} running{orphans}")
+                   f"{node['version']}{tags}): {state}, {node['open_runs']} running{orphans}"
+                   f"{paused}")
     click.echo("")
 
 

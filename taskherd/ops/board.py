@@ -93,6 +93,14 @@ def node_rows(nodes: list[Node], open_runs: list[Run], now: float) -> list[dict[
     return rows
 
 
+def paused_nodes(queue: Queue, now: float) -> list[dict[str, Any]]:
+    """The live nodes that start nothing new (their disk is full or below its floor), since
+    when and why: a node's own record, read from any process."""
+    return [{"name": node.name, "since": node.paused_at, "reason": node.paused_reason}
+            for node in queue.store.list_nodes()
+            if node.paused_at is not None and node.status(now) == "up"]
+
+
 def midnight(timezone: str | None, moment: float) -> float:
     """Start of the day of `moment` in the fleet's zone (the machine's when none is stated)."""
     zone = ZoneInfo(timezone) if timezone else None
@@ -144,6 +152,8 @@ def p0_waits(queue: Queue, now: float, limit: int = BOARD_ROWS) -> list[dict[str
             why = f"a slot of role {task.role} ({running[task.role]} of {role.max_concurrent} busy)"
         elif not any(node.runs(task.role) for node in up):
             why = f"a running node that defines role {task.role}"
+        elif all(node.paused_at is not None for node in up if node.runs(task.role)):
+            why = "a node with room on its disk (those that run it start nothing new)"
         else:
             why = "a free slot on a node"
         rows.append({"task": task, "waits_for": why})

@@ -7,6 +7,10 @@ checks the role's and pools' limits and its budgets across every node in the cla
 transaction (taskherd/limits.py); the dispatcher says which roles this node may run (its
 tags) and skips at once those its own runs already fill, and learns from the store why the
 others were passed by.
+
+Before any of them, the node's disk: full, below min_free_disk or after a disk fault, the
+node starts nothing (services/disk_pause.py); each pass looks again, so it resumes in the
+first pass that finds room.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from taskherd.budgets import COOLDOWN_PREFIX, FLEET
 from taskherd.config import Config, RoleConfig
 from taskherd.limits import ClaimLimits, Refusal
 from taskherd.model import Cooldown, Priority, TaskState
+from taskherd.services.disk_pause import DiskPause
 from taskherd.services.live_runs import LiveRuns
 from taskherd.store import Store, StoreError
 from taskherd.store.messages import InboxLimit
@@ -60,12 +65,15 @@ class Dispatcher:
 
     def __init__(self, config: Config, store: Store, live: LiveRuns,
                  start: Callable[..., object],
-                 settings: DispatcherSettings = DispatcherSettings()):
+                 settings: DispatcherSettings = DispatcherSettings(),
+                 disk: DiskPause | None = None):
         self.config = config
         self.store = store
         self.live = live
         self.start = start
         self.settings = settings
+        # The supervisor's, in the daemon: the faults it meets starting runs pause this node.
+        self.disk = disk or DiskPause(store, lambda: self.config)
         self._warned_p0: dict[int, float] = {}
         self._probe_tried: dict[str, float] = {}  # runtime → when a probe found nothing to run
         self._over: dict[str, float] = {}  # budget scopes paused, until when (this pass)
@@ -73,6 +81,11 @@ class Dispatcher:
         self._more = False  # the last pass stopped at starts_per_pass with room left
 
     def run_once(self, now: float) -> dict[str, int]:
+        if (paused := self.disk.check(now)) is not None:
+            self._more = False
+            self._warn_waiting_p0(now, {})
+            log.debug("dispatch pass: paused, %s", paused)
+            return {"started": 0, "disk_paused": 1}
         cooldowns = self.store.all_cooldowns()
         budget_paused = [c for c in cooldowns if c.runtime.startswith(COOLDOWN_PREFIX)]
         cooldowns = [c for c in cooldowns if not c.runtime.startswith(COOLDOWN_PREFIX)]
@@ -89,6 +102,8 @@ class Dispatcher:
             if started >= self.settings.starts_per_pass:
                 self._more = True
                 break
+            if self.disk.faulted:
+                break  # a start just met a disk fault: the next pass judges the disk again
             room = self.room(now, cooled)
             if room.slots <= 0 or not room.roles:
                 break
@@ -257,6 +272,8 @@ class Dispatcher:
                         self._why_waiting(task.role, task.pool, room))
 
     def _why_waiting(self, role: str, pool: str | None, room: Room) -> str:
+        if self.disk.reason is not None:
+            return f"this node starts nothing new: {self.disk.reason}"
         if room.slots <= 0:
             return f"node at max_concurrent {self.config.daemon.max_concurrent}"
         if role != "any" and role not in self.config.roles:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from taskherd import procs
+from taskherd import faults, procs
 from taskherd.config import Config, RoleConfig, make_private_dir
 from taskherd.gates import Gate
 from taskherd.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD, WAITING_LOOK
@@ -51,10 +51,12 @@ from taskherd.questions import question_in
 from taskherd.runtimes.base import Execution, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
 from taskherd.runtimes.registry import runtime_for
+from taskherd.services.disk_pause import DiskPause
 from taskherd.services.gates import GateRunner
 from taskherd.services.launch import Launch, agent_path, create_private
 from taskherd.services.live_runs import GateLimits, LiveRun, LiveRuns, LookSchedule
 from taskherd.services.pauses import RuntimePauses
+from taskherd.services.settles import PendingSettles
 from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.store.watch import VerdictChange
 
@@ -92,6 +94,7 @@ class Supervisor:
         clock: Callable[[], float],
         on_change: Callable[[], None] = lambda: None,
         settings: SupervisorSettings = SupervisorSettings(),
+        disk: DiskPause | None = None,
     ):
         self.config = config
         self.store = store
@@ -113,6 +116,11 @@ class Supervisor:
         self.launch = Launch(config, store, clock)
         self.pauses = RuntimePauses(store, on_change,
                                     lambda: self.config.daemon.max_rate_limit_pause)
+        # A full disk is the machine's fault: the node pauses, the run costs no strike, and
+        # a settle the database cannot take now is kept and written later.
+        self.disk = disk or DiskPause(store, lambda: self.config)
+        self.settles = PendingSettles(store, lambda role: self.config.policy_for(role),
+                                      on_fault=self._store_fault)
 
     # -- starting ------------------------------------------------------------------------
 
@@ -130,7 +138,7 @@ class Supervisor:
             handle, continued = self.launch.begin(runtime, role, claim, files)
         except (OSError, ValueError, StoreError) as error:
             log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
-            self._settle_now(claim.run, RunResult(Outcome.FAILED, error=f"could not start: {error}"))
+            self._settle_now(claim.run, self._not_started(error, now))
             return None
         spawned_now = self.clock()
         # Stagger counts from the recorded spawn time, the moment the agent really started.
@@ -151,6 +159,7 @@ class Supervisor:
             # releases the claim later.
             log.error("run %s: could not record the spawn of pid %s (%s); stopping it",
                       claim.run.id, handle.pid, error)
+            self._store_fault(error)
             live = self._watch(claim.run, claim.task, role, runtime, handle, now)
             self.kill(live, Outcome.LOST, f"its spawn could not be recorded: {error}")
             return None
@@ -297,6 +306,8 @@ class Supervisor:
     def run_once(self, now: float) -> dict[str, int]:
         """One pass: watch what runs, stop what a person cancelled, adopt what is unwatched."""
         counts = self.check(now)
+        if self.settles:
+            counts["settled_late"] = self.settles.retry()
         heard, self._heard = self._heard, False
         # The two sweeps read every open run of the node: taken half a period apart, so that
         # no pass holds the loop for both, unless an event asks for them now.
@@ -332,7 +343,7 @@ class Supervisor:
                 self._rescued_elsewhere(live)
         adopted = 0
         for run_id, spawned_at in open_runs.items():
-            if run_id in self.live or spawned_at is None:
+            if run_id in self.live or spawned_at is None or run_id in self.settles:
                 continue
             log.warning("run %s is open but unwatched: adopting it again", run_id)
             try:
@@ -667,6 +678,9 @@ class Supervisor:
             # Before the settle: once the task is settled the role's next run may start,
             # and it must read the file within its cap.
             self.launch.keep_memory(live.role, now)
+        # As it ends: a crash or a failure while the disk is short (its gates' too) is the
+        # machine's fault, not a strike.
+        result = self.disk.judge_end(result, run.report, self.clock())
         self._forget(live.run.id)
         self._settle_now(run, result, ended_at)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
@@ -707,12 +721,20 @@ class Supervisor:
                                    retry_at=retry_at)
 
     def _settle_now(self, run: Run, result: RunResult, ended_at: float | None = None) -> None:
-        policy = self.config.policy_for(run.role)
-        try:
-            self.store.finish_run(run.id, result, policy,
-                                  self.clock() if ended_at is None else ended_at)
-        except StoreError as error:
-            log.warning("run %s could not be settled: %s", run.id, error)
+        self.settles.settle(run, result, self.clock() if ended_at is None else ended_at)
+
+    def _not_started(self, error: Exception, now: float) -> RunResult:
+        """A run whose agent could not start: a failure of the task (a strike), unless the
+        machine is at fault (a full disk): then the claim is released as it was."""
+        fault = faults.fault_of(error)
+        if fault is None:
+            return RunResult(Outcome.FAILED, error=f"could not start: {error}")
+        reason = self.disk.met(error, now)
+        return RunResult(Outcome.LOST, error=f"could not start: {reason}", fault=fault)
+
+    def _store_fault(self, error: StoreError) -> None:
+        if faults.fault_of(error) is not None:
+            self.disk.met(error, self.clock())
 
     async def shutdown(self, mode: str, grace: float) -> None:
         """On daemon stop: leave agents running (detach), wait for them, or kill them."""

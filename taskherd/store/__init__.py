@@ -18,6 +18,7 @@ from taskherd.store.base import (
     TaskNotFound,
     TransitionRefused,
 )
+from taskherd.store.errors import StoreDiskFull
 
 if TYPE_CHECKING:
     from taskherd.chains import Workflow
@@ -38,6 +39,7 @@ __all__ = [
     "RunNotFound",
     "StateCount",
     "Store",
+    "StoreDiskFull",
     "StoreError",
     "StoreUnavailable",
     "TaskNotFound",

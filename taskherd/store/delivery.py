@@ -22,9 +22,13 @@ DEFAULT_EVENTS = ("completed", "dead", "blocked", "needs_review")
 # What a role's budget tells its targets (ops/budget.py): its spawns paused, and resumed.
 BUDGET_PAUSED, BUDGET_RESUMED = "budget_paused", "budget_resumed"
 BUDGET_EVENTS = (BUDGET_PAUSED, BUDGET_RESUMED)
-# A role's `on` may name a task's events and its budget's; unset, these.
-ROLE_EVENTS = EVENTS + BUDGET_EVENTS
-DEFAULT_ROLE_EVENTS = DEFAULT_EVENTS + (BUDGET_PAUSED,)
+# What a node tells every role's targets (store/sql_nodes.py): it starts nothing new (its
+# disk is full), and it starts runs again.
+NODE_PAUSED, NODE_RESUMED = "node_paused", "node_resumed"
+NODE_EVENTS = (NODE_PAUSED, NODE_RESUMED)
+# A role's `on` may name a task's events, its budget's and its nodes'; unset, these.
+ROLE_EVENTS = EVENTS + BUDGET_EVENTS + NODE_EVENTS
+DEFAULT_ROLE_EVENTS = DEFAULT_EVENTS + (BUDGET_PAUSED, NODE_PAUSED)
 
 
 @dataclass(frozen=True)

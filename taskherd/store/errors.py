@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from taskherd.model import TaskState
+from taskherd.model import Fault, TaskState
 
 
 class StoreError(Exception):
@@ -14,6 +14,18 @@ class StoreError(Exception):
 
 class StoreUnavailable(StoreError):
     """The database cannot serve this call now (connection lost, deadlock): try again later."""
+
+
+class StoreDiskFull(StoreUnavailable):
+    """The database could not write: its disk is full (SQLite's "database or disk is full",
+    PostgreSQL's disk_full). The transaction was rolled back, nothing changed; it may be tried
+    again once space is freed. The machine's fault, not the caller's (faults.py)."""
+
+    fault = Fault.DISK
+
+    def __init__(self, detail: str):
+        super().__init__(f"disk full: the database could not write ({detail}); free space "
+                         "on its disk, then try again")
 
 
 class TaskNotFound(StoreError):

@@ -40,6 +40,10 @@ class Node:
     timeout: float | None = None  # its node_timeout: a silence this long means it died
     down_at: float | None = None  # when another node declared it down (None: not since it started)
     down_by: str | None = None
+    # Since when, and why, the node starts nothing new: the machine's fault (faults.py), a
+    # full disk or one below min_free_disk. None while it may start runs.
+    paused_at: float | None = None
+    paused_reason: str | None = None
     # On the record `node_up` returns: when an earlier life of the node was declared down (its
     # runs rescued meanwhile, their agents to be stopped if they still run). Not a column.
     was_down_at: float | None = None
@@ -105,6 +109,16 @@ class NodeStore(abc.ABC):
     def lost_runs_of_node(self, node: str, since: float) -> list[Run]:
         """Runs of `node` rescued from it (ended `lost`) since `since`: their agents, if
         any still run on that node, are to be stopped."""
+
+    @abc.abstractmethod
+    def pause_node(self, name: str, reason: str, targets: Sequence[str], now: float) -> bool:
+        """The node starts nothing new, for `reason` (its disk). True when this call began
+        the pause: then, in the same transaction, the event and an outbox row for each
+        delivery alias in `targets`; a pause already on record only takes the new reason."""
+
+    @abc.abstractmethod
+    def resume_node(self, name: str, targets: Sequence[str], now: float) -> bool:
+        """End the node's pause. True when this call ended it (and told `targets`)."""
 
     @abc.abstractmethod
     def node_stopped(self, name: str, now: float) -> None:

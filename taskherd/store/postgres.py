@@ -25,6 +25,7 @@ from taskherd import __version__
 from taskherd.limits import NODE, ClaimLimits, Refusal
 from taskherd.model import TASK_ADDRESS, Claim, Event, EventKind, Message, Run, Task, TaskState
 from taskherd.store.base import StoreError, StoreUnavailable
+from taskherd.store.errors import StoreDiskFull
 from taskherd.store.events import Listener
 from taskherd.store.messages import InboxLimit
 from taskherd.store.sql_messages import undelivered_params
@@ -109,6 +110,8 @@ class PostgresStore(SQLStore):
                     self.hold_node(self._held_node)
             try:
                 yield self._conn
+            except self._errors.DiskFull as error:  # the server's disk: nothing was written
+                raise StoreDiskFull(_said(error)) from error
             except (self._psycopg.OperationalError, self._psycopg.InterfaceError) as error:
                 # Lost connections, deadlocks, serialization failures: all worth a retry.
                 raise StoreUnavailable(f"database error: {_said(error)}") from error

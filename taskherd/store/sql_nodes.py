@@ -9,7 +9,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import Outcome, Run, RunResult
+from taskherd.model import EventKind, Outcome, Run, RunResult
+from taskherd.store.delivery import NODE_PAUSED, NODE_RESUMED
 from taskherd.store.nodes import DownNode, Node, NodeStore
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ class SQLNodes(NodeStore):
 
         def _write(self) -> AbstractContextManager[Connection]: ...
         def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]: ...
+        def _emit(self, kind: EventKind, now: float, **fields: Any) -> None: ...
         def _finish(self, db: Connection, run_id: int, result: RunResult,
                     policy: RetryPolicy, now: float) -> Finished: ...
 
@@ -48,6 +50,39 @@ class SQLNodes(NodeStore):
             before = db.execute(self.q["get_node"], {"name": name}).fetchall()
             db.execute(self.q["node_seen"], params)
         return Node.from_row(before[0]) if before else None
+
+    def pause_node(self, name: str, reason: str, targets: Sequence[str], now: float) -> bool:
+        with self._write() as db:
+            before = db.execute(self.q["get_node"], {"name": name}).fetchall()
+            db.execute(self.q["pause_node"], {"name": name, "reason": reason, "now": now})
+            began = bool(before) and before[0]["paused_at"] is None
+            if began:
+                self._emit(EventKind.NODE_PAUSED, now)
+                self._tell_node(db, NODE_PAUSED, {"name": name, "reason": reason}, targets, now)
+        return began
+
+    def resume_node(self, name: str, targets: Sequence[str], now: float) -> bool:
+        with self._write() as db:
+            before = db.execute(self.q["get_node"], {"name": name}).fetchall()
+            ended = db.execute(self.q["resume_node"], {"name": name}).rowcount > 0
+            if ended:
+                paused = before[0]
+                self._emit(EventKind.NODE_RESUMED, now)
+                self._tell_node(db, NODE_RESUMED, {
+                    "name": name, "paused_at": paused["paused_at"],
+                    "paused_reason": paused["paused_reason"]}, targets, now)
+        return ended
+
+    def _tell_node(self, db: Connection, event: str, node: dict[str, Any],
+                   targets: Sequence[str], now: float) -> None:
+        if not targets:
+            return
+        payload = json.dumps({"event": event, "at": now, "node": node})
+        for alias in dict.fromkeys(targets):
+            db.execute(self.q["insert_delivery"], {"alias": alias, "event": event,
+                                                   "task_id": None, "payload": payload,
+                                                   "now": now})
+        self._emit(EventKind.DELIVERY_QUEUED, now)
 
     def node_stopped(self, name: str, now: float) -> None:
         with self._write() as db:

@@ -15,6 +15,7 @@ from typing import Any
 
 from taskherd import __version__
 from taskherd.store.base import StoreError
+from taskherd.store.errors import StoreDiskFull
 from taskherd.store.events import SocketListener, publish, socket_dir
 from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sqlfile import machinery, migrations, newer_schema_error, queries
@@ -49,6 +50,8 @@ class SQLiteStore(SQLStore):
         try:
             self._open(busy_timeout, durability, autocheckpoint)
         except sqlite3.Error as error:
+            if _disk_full(error):  # its WAL index could not be made: no room for 32 KiB
+                raise StoreDiskFull(f"opening {self.path}: {error}") from error
             raise StoreError(f"cannot open {self.path}: {error}") from error
 
     def _open(self, busy_timeout: float, durability: str, autocheckpoint: bool) -> None:
@@ -91,7 +94,12 @@ class SQLiteStore(SQLStore):
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            yield self._conn
+            try:
+                yield self._conn
+            except sqlite3.Error as error:
+                if _disk_full(error):  # a sort spilling to a temporary file, say
+                    raise StoreDiskFull(str(error)) from error
+                raise
 
     def _insert_many(self, db: sqlite3.Connection, name: str,
                      rows: Iterable[Mapping[str, Any]]) -> int:
@@ -135,7 +143,7 @@ class SQLiteStore(SQLStore):
                 finally:
                     conn.execute(M["rollback"])
         except sqlite3.Error as error:
-            raise StoreError(str(error)) from error
+            raise (StoreDiskFull if _disk_full(error) else StoreError)(str(error)) from error
 
     def checkpoint(self, truncate: bool = False, timeout: float | None = None) -> bool:
         # A connection of its own: the store's is guarded by a lock the event loop takes.
@@ -145,6 +153,8 @@ class SQLiteStore(SQLStore):
                     self.path, timeout=self.busy_timeout if timeout is None else timeout)) as db:
                 busy = db.execute(statement).fetchone()[0]
         except sqlite3.Error as error:
+            if _disk_full(error):
+                raise StoreDiskFull(f"WAL checkpoint: {error}") from error
             raise StoreError(f"WAL checkpoint: {error}") from error
         return not busy
 
@@ -249,9 +259,38 @@ class _Transaction:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
         try:
-            self.conn.execute(M["commit"] if kind is None else M["rollback"])
+            if kind is None:
+                try:
+                    self.conn.execute(M["commit"])
+                except sqlite3.Error as failure:
+                    _roll_back(self.conn)
+                    error = failure
+            else:
+                _roll_back(self.conn)
+            if error is not None and _disk_full(error):
+                # The machine's fault, typed so that callers can tell it (faults.py): a
+                # daemon keeps the run open and settles it later, a person reads one line.
+                raise StoreDiskFull(str(error)) from error
+            if kind is None and error is not None:
+                raise error
         finally:
             self.lock.release()
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    # SQLite may have rolled back already: after SQLITE_FULL it can end the transaction
+    # itself, and a ROLLBACK then fails ("no transaction is active"), hiding the real error.
+    if conn.in_transaction:
+        conn.execute(M["rollback"])
+
+
+def _disk_full(error: BaseException) -> bool:
+    """SQLite's "database or disk is full" (SQLITE_FULL): a write met ENOSPC. Or its WAL
+    index could not grow (SQLITE_IOERR_SHMSIZE, "disk I/O error"): SQLite writes a byte into
+    each new page of the -shm file to allocate it, and that is its answer to ENOSPC there."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return isinstance(error, sqlite3.Error) and code is not None and (
+        code & 0xFF == sqlite3.SQLITE_FULL or code == sqlite3.SQLITE_IOERR_SHMSIZE)
 
 
 def _migrate(db: sqlite3.Connection) -> None:

@@ -4,6 +4,7 @@ after a good token, text of others escaped, a chain shown as a tree, CSRF on act
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -52,6 +53,23 @@ def test_every_page_renders_and_escapes_what_others_wrote(api):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in board  # the P0 list shows it, escaped
     assert "a running node that defines role coder" in board  # what the P0 task waits for
     assert client.get("/tasks/99").status_code == 404
+
+
+def test_the_board_says_which_node_starts_nothing_new_and_why(api):
+    store = api.queue.store
+    store.node_up("n1", host="h", pid=1, version="t", lease=60.0, roles=["coder"],
+                  now=time.time())
+    store.enqueue(NewTask(role="coder", title="urgent", priority=0), 1000.0)
+    client = logged_in(api)
+    assert 'id="paused"' not in client.get("/").text
+    store.pause_node("n1", "0 B free at /data/<logs>, below min_free_disk 512 MiB", [],
+                     time.time())
+    board = client.get("/").text
+    assert "Node n1 starts nothing new since" in board
+    assert "0 B free at /data/&lt;logs&gt;, below min_free_disk 512 MiB" in board
+    assert "a node with room on its disk" in board  # what the P0 task waits for
+    store.resume_node("n1", [], time.time())
+    assert 'id="paused"' not in client.get("/").text
 
 
 def test_a_chain_is_shown_as_a_tree(api):

@@ -41,3 +41,24 @@ def test_a_restart_is_a_new_life(store):
     node = up(store, now=2000.0, pid=2)
     assert (node.started_at, node.pid, node.stopped_at, node.running) == (2000.0, 2, None, 0)
     assert [n.name for n in store.list_nodes()] == ["n1"]
+
+
+def test_a_nodes_pause_is_begun_and_ended_once_and_kept_across_a_restart(store, reopen):
+    up(store)
+    store.add_alias("ops", "file", "/dev/null", 1000.0)
+    assert store.pause_node("n1", "0 B free at /data", ["ops"], 1001.0)
+    assert not store.pause_node("n1", "/data is full", ["ops"], 1002.0)  # already paused
+    other = reopen()  # what `taskherd status` in another process reads
+    try:
+        [node] = other.list_nodes()
+        assert (node.paused_at, node.paused_reason) == (1001.0, "/data is full")
+        up(store, now=1003.0, pid=2)  # a restart does not forget it: the disk is still full
+        assert other.list_nodes()[0].paused_at == 1001.0
+    finally:
+        other.close()
+    assert store.resume_node("n1", ["ops"], 1004.0)
+    assert not store.resume_node("n1", ["ops"], 1005.0)
+    [node] = store.list_nodes()
+    assert (node.paused_at, node.paused_reason) == (None, None)
+    told = [(d.event, d.task_id) for d in store.list_deliveries(alias="ops")]
+    assert sorted(told) == [("node_paused", None), ("node_resumed", None)]

@@ -51,3 +51,15 @@ WHERE name = :name AND stopped_at IS NULL AND down_at IS NULL;
 SELECT * FROM runs
 WHERE node = :node AND outcome = 'lost' AND ended_at >= :since
 ORDER BY id;
+
+-- name: pause_node
+-- The node starts nothing new, for `reason`. A pause already on record (begun by an earlier
+-- life of the daemon) keeps its start and takes the new reason; the caller read the record
+-- first, in the same transaction, to tell whether this began it.
+UPDATE nodes SET paused_at = coalesce(paused_at, :now), paused_reason = :reason
+WHERE name = :name;
+
+-- name: resume_node
+-- Compare-and-set on the pause: only the call that ends it changes a row (and tells).
+UPDATE nodes SET paused_at = NULL, paused_reason = NULL
+WHERE name = :name AND paused_at IS NOT NULL;

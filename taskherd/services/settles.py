@@ -1,0 +1,74 @@
+"""Settles the store could not take when a run ended: kept, with the result judged then, and
+written at the supervisor's next passes, so no run's end is lost nor judged a second time.
+
+A settle fails for the machine's reasons: the database away, or its disk full ("database or
+disk is full", which SQLite may answer even while the run's own files were written). The run
+stays open meanwhile; a node that sweeps its open runs leaves these alone, since judging the
+run again from its files after the fault is gone would blame the agent for it (a shim that
+could not write its exit status on a full disk reads as a crash once space is back).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from taskherd.model import Run, RunResult
+from taskherd.queue import RetryPolicy
+from taskherd.store import Store, StoreError, StoreUnavailable
+
+log = logging.getLogger("taskherd.supervisor")
+
+
+@dataclass(frozen=True)
+class _Pending:
+    run: Run
+    result: RunResult
+    ended_at: float
+
+
+class PendingSettles:
+    def __init__(self, store: Store, policy_for: Callable[[str], RetryPolicy],
+                 on_fault: Callable[[StoreError], None] = lambda error: None):
+        self.store = store
+        self.policy_for = policy_for
+        self.on_fault = on_fault  # told of each refusal that may pass (the disk pause)
+        self._pending: dict[int, _Pending] = {}
+
+    def __contains__(self, run_id: object) -> bool:
+        return run_id in self._pending
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def settle(self, run: Run, result: RunResult, ended_at: float) -> bool:
+        """End `run` with `result` now, or keep it for a later pass when the store cannot
+        take it for now; False unless it was written."""
+        try:
+            self.store.finish_run(run.id, result, self.policy_for(run.role), ended_at)
+        except StoreUnavailable as error:
+            if run.id not in self._pending:
+                log.warning("run %s could not be settled (%s): kept as %s, tried again each "
+                            "pass", run.id, error, result.outcome.value)
+            self._pending[run.id] = _Pending(run, result, ended_at)
+            self.on_fault(error)
+            return False
+        except StoreError as error:  # ended meanwhile (a rescue), or gone: nothing to keep
+            log.warning("run %s could not be settled: %s", run.id, error)
+            self._pending.pop(run.id, None)
+            return False
+        if self._pending.pop(run.id, None) is not None:
+            log.info("run %s settled as %s, late", run.id, result.outcome.value)
+        return True
+
+    def retry(self) -> int:
+        """Try every kept settle again, oldest first; how many were written. The first that
+        the store still refuses ends the pass: the rest would meet the same refusal."""
+        settled = 0
+        for pending in list(self._pending.values()):
+            if self.settle(pending.run, pending.result, pending.ended_at):
+                settled += 1
+            elif pending.run.id in self._pending:
+                break
+        return settled
