@@ -169,3 +169,11 @@ SET runs = spend_hours.runs + excluded.runs, cost_usd = spend_hours.cost_usd + e
 -- Two additions of one run at once (an agent's parallel calls) are counted one after the
 -- other: the second waits for the first's commit, then counts its child too.
 SELECT id FROM tasks WHERE id = :task_id FOR UPDATE;
+
+-- name: live_admin_tokens
+-- FOR UPDATE: two revokes of the last two admin tokens at once would each count two and
+-- leave none; the second waits here, and counts again once the first has committed.
+SELECT name FROM api_tokens
+WHERE scope = 'admin' AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY id
+FOR UPDATE;
