@@ -11,13 +11,30 @@ lost (the daemon died between the two) may see it again, and can tell.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 from typing import Any
+from urllib.parse import urlsplit
 
 from taskherd.store.delivery import Alias, Delivery
+from taskherd.webhook_urls import RefusedTarget, pinned, redact_in, redacted
 
 TIMEOUT = 10.0
+
+
+class _NoSecretsInRequestLog(logging.Filter):
+    """httpx logs each request's URL at INFO ("HTTP Request: POST http://user:pw@…"): a
+    webhook's may hold credentials or a token, shown redacted instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redacted(str(arg)) if "://" in str(arg) else arg
+                                for arg in record.args)
+        return True
+
+
+logging.getLogger("httpx").addFilter(_NoSecretsInRequestLog())
 
 
 class DeliveryFailed(Exception):
@@ -64,13 +81,38 @@ def _post(alias: Alias, delivery: Delivery, body: dict[str, Any], timeout: float
         shaped = {"content": one_line(body)[:2000]}
     headers = {"X-Taskherd-Delivery": str(delivery.id), "X-Taskherd-Event": delivery.event,
                "Idempotency-Key": f"taskherd-delivery-{delivery.id}"}
-    try:
-        poster = client.post if client is not None else httpx.post
-        response = poster(alias.target, json=shaped, headers=headers, timeout=timeout)
-    except httpx.HTTPError as error:
-        raise DeliveryFailed(f"{type(error).__name__}: {error}") from error
+    urls, host = _checked(alias.target)
+    extensions: dict[str, Any] = {}
+    if host is not None:  # the URL names the address checked; the server is told its name
+        headers["Host"] = urlsplit(alias.target).netloc.rpartition("@")[2]
+        extensions["sni_hostname"] = host  # and TLS checks the certificate against it
+    poster = client.post if client is not None else httpx.post
+    for number, url in enumerate(urls, 1):
+        try:
+            response = poster(url, json=shaped, headers=headers, timeout=timeout,
+                              extensions=extensions)
+            break
+        except httpx.ConnectError as error:
+            if number < len(urls):
+                continue  # the name's next address, as a connection by name would
+            raise DeliveryFailed(redact_in(f"{type(error).__name__}: {error}", url)) from error
+        except httpx.HTTPError as error:
+            raise DeliveryFailed(redact_in(f"{type(error).__name__}: {error}", url)) from error
     if not 200 <= response.status_code < 300:
         raise DeliveryFailed(f"HTTP {response.status_code}: {response.text[:200]}")
+
+
+def _checked(target: str) -> tuple[list[str], str | None]:
+    """The webhook's URLs by address, checked now (`webhook_urls.pinned`): an alias added
+    before the check existed, or a name that resolves to a metadata address today, is
+    refused here."""
+    try:
+        return pinned(target)
+    except RefusedTarget as error:
+        raise DeliveryFailed(str(error)) from None
+    except (OSError, UnicodeError) as error:
+        raise DeliveryFailed(f"webhook host {urlsplit(target).hostname} does not resolve: "
+                             f"{getattr(error, 'strerror', None) or error}") from None
 
 
 def _run(alias: Alias, body: dict[str, Any], timeout: float) -> None:

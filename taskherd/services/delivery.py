@@ -17,6 +17,7 @@ from taskherd.config import DeliveryConfig
 from taskherd.delivery import DeliveryFailed, send
 from taskherd.store import Store
 from taskherd.store.delivery import Delivery
+from taskherd.webhook_urls import redact_in
 
 log = logging.getLogger("taskherd.delivery")
 
@@ -65,7 +66,9 @@ class Deliverer:
                 raise DeliveryFailed(f"no alias named {delivery.alias!r} (taskherd alias add)")
             send(alias, delivery, self.settings.timeout, client)
         except DeliveryFailed as error:
-            return self._failed(delivery, str(error))
+            # Kept in the row (alias status) and logged: never with the URL's secrets.
+            said = redact_in(str(error), alias.target) if alias is not None else str(error)
+            return self._failed(delivery, said)
         self.store.delivery_sent(delivery.id, self.clock())
         log.info("delivery %s: %s of task %s sent to @%s", delivery.id, delivery.event,
                  delivery.task_id, delivery.alias)
