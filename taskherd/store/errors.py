@@ -137,10 +137,11 @@ def _fault(error: BaseException) -> str | None:
         return _BUSY.format(said=said)
     if isinstance(error, StoreUnavailable):
         return _LOST.format(said=said)
+    # An OSError names its file, which may not be the database's (a backup's copy).
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return _FULL.format(said=said)
+        return f"a disk is full ({said}): free space there and try again"
     if isinstance(error, OSError) and error.errno == errno.EROFS:
-        return _READ_ONLY.format(said=said)
+        return f"a disk is read-only ({said}): remount it writable, then try again"
     return None
 
 
