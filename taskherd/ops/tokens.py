@@ -9,6 +9,7 @@ means the same at each of them.
 
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 from collections import deque
@@ -21,6 +22,8 @@ from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops
 from taskherd.store.sql_credentials import token_digest
 from taskherd.store.tokens import ApiToken
+
+log = logging.getLogger("taskherd.api")
 
 SCOPES = ("admin", "operator", "read", "intake")
 TOKEN_PREFIX = "thk_"  # recognisable in a leaked file or a secret scanner
@@ -199,6 +202,10 @@ class Throttle:
             times.popleft()
         times.append(now)
         if len(times) >= self.limit:  # refused until a window passes without a wrong one
+            if not throttled:
+                log.warning("%s gave %d wrong tokens within %gs: its wrong ones are answered "
+                            "429 until %gs pass without one (valid tokens are served)", key,
+                            self.limit, self.window, self.window)
             until[0] = now + self.window
         if len(self._guesses) > 10_000:  # many addresses: forget the oldest, bound memory
             self._guesses.pop(next(iter(self._guesses)))
