@@ -246,3 +246,27 @@ def test_a_failed_delivery_is_sent_again_on_retry(queue):
         assert delivery_ops.status(queue)["aliases"][0]["sent"] == 2
     finally:
         hook.stop()
+
+
+def test_the_alias_commands_redact_and_retry(tmp_path):
+    (tmp_path / "taskherd.toml").write_text(
+        '[daemon]\ndatabase = "q.db"\n\n[roles.coder]\ncommand = ["true"]\n')
+
+    def taskherd(*args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "TASKHERD_HOME": str(tmp_path / "home")}
+        env.pop("TASKHERD_CONFIG", None)
+        return subprocess.run([sys.executable, "-m", "taskherd", "alias", *args], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    refused = taskherd("add", "meta", "webhook", "http://169.254.169.254/latest/")
+    assert refused.returncode == 2 and "link-local" in refused.stderr
+    added = taskherd("add", "ops", "webhook", "https://u:pw@hooks.example/x?token=t0k")
+    assert added.returncode == 0, added.stderr
+    listed = taskherd("list", "--json")
+    assert json.loads(listed.stdout)[0]["target"] == "https://***@hooks.example/x?token=***"
+    assert "pw" not in listed.stdout and "t0k" not in taskherd("list").stdout
+    assert taskherd("retry").returncode == 2 and taskherd("retry", "1", "--all").returncode == 2
+    none = taskherd("retry", "--all")
+    assert none.returncode == 0 and "0 failed deliveries are due again" in none.stdout
+    missing = taskherd("retry", "7")
+    assert missing.returncode == 2 and "no delivery with id 7" in missing.stderr
