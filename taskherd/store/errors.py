@@ -135,8 +135,8 @@ def _fault(error: BaseException) -> str | None:
         if state is None or state.startswith(("08", "57P")):
             return _LOST.format(said=said)
         return _BUSY.format(said=said)
-    if isinstance(error, StoreUnavailable):
-        return _LOST.format(said=said)
+    if isinstance(error, StoreUnavailable):  # one without a driver's error behind it
+        return f"the database cannot serve this now ({said}): try again (taskherd doctor checks it)"
     # An OSError names its file, which may not be the database's (a backup's copy).
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"a disk is full ({said}): free space there and try again"

@@ -46,3 +46,13 @@ def test_a_postgresql_login_refused_is_the_settings_fault_not_the_machines():
                                     "running on that host?")
     assert "check that the PostgreSQL server runs" in environment_fault(away)
     assert "\n" not in environment_fault(away)
+
+
+def test_a_store_unavailable_says_what_its_drivers_error_says_or_to_try_again():
+    from taskherd.store.errors import StoreUnavailable
+
+    bare = environment_fault(StoreUnavailable("the node's lock is held elsewhere"))
+    assert bare is not None and "try again" in bare and "PostgreSQL" not in bare
+    full = StoreUnavailable("cannot write")
+    full.__cause__ = sqlite3.OperationalError("database or disk is full")
+    assert "free space" in environment_fault(full)
