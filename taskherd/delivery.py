@@ -43,10 +43,13 @@ class DeliveryFailed(Exception):
 
 def send(alias: Alias, delivery: Delivery, timeout: float = TIMEOUT,
          client: Any = None) -> None:
-    """Send `delivery` to `alias`; `client` is an httpx.Client to reuse across webhooks
+    """Send `delivery` to `alias`; `client` is a `direct_client` to reuse across webhooks
     (a new one per call pays for its TLS context and connection every time)."""
     body = {"delivery_id": delivery.id, **json.loads(delivery.payload)}
-    if alias.channel == "webhook":
+    if alias.channel == "webhook" and client is None:
+        with direct_client(timeout) as own:
+            _post(alias, delivery, body, timeout, own)
+    elif alias.channel == "webhook":
         _post(alias, delivery, body, timeout, client)
     elif alias.channel == "command":
         _run(alias, body, timeout)
@@ -81,12 +84,7 @@ def _post(alias: Alias, delivery: Delivery, body: dict[str, Any], timeout: float
         shaped = {"content": one_line(body)[:2000]}
     headers = {"X-Taskherd-Delivery": str(delivery.id), "X-Taskherd-Event": delivery.event,
                "Idempotency-Key": f"taskherd-delivery-{delivery.id}"}
-    urls, host = _checked(alias.target)
-    extensions: dict[str, Any] = {}
-    if host is not None:  # the URL names the address checked; the server is told its name
-        headers["Host"] = urlsplit(alias.target).netloc.rpartition("@")[2]
-        extensions["sni_hostname"] = host  # and TLS checks the certificate against it
-    poster = client.post if client is not None else httpx.post
+    poster, urls, extensions = _route(alias.target, client, headers)
     for number, url in enumerate(urls, 1):
         try:
             response = poster(url, json=shaped, headers=headers, timeout=timeout,
@@ -102,6 +100,37 @@ def _post(alias: Alias, delivery: Delivery, body: dict[str, Any], timeout: float
         raise DeliveryFailed(f"HTTP {response.status_code}: {response.text[:200]}")
 
 
+# Mounted over the environment's proxies: a client that connects to the address it is given.
+DIRECT = {"http://": None, "https://": None, "all://": None}
+
+
+def direct_client(timeout: float) -> Any:
+    """A client for the deliverer to reuse (a new one per send pays for its TLS context and
+    connection every time): it connects straight to the address `_route` checked, as the
+    environment's proxies and NO_PROXY name hosts, not addresses."""
+    import httpx
+
+    return httpx.Client(timeout=timeout, mounts=DIRECT)
+
+
+def _route(target: str, client: Any, headers: dict[str, str]
+           ) -> tuple[Any, list[str], dict[str, Any]]:
+    """How to POST to `target`: (the call, the URLs to try in order, httpx extensions), with
+    the Host header added to `headers` when the URLs name the host's addresses."""
+    import httpx
+
+    urls, host = _checked(target)
+    if _proxied(target):
+        # A proxy of the environment connects by name: it is given the name, checked here
+        # all the same (a proxy that resolves it elsewhere is the network's own guard).
+        return httpx.post, [target], {}
+    poster = client.post
+    if host is None:
+        return poster, urls, {}
+    headers["Host"] = urlsplit(target).netloc.rpartition("@")[2]  # the server's own name
+    return poster, urls, {"sni_hostname": host}  # and TLS checks the certificate against it
+
+
 def _checked(target: str) -> tuple[list[str], str | None]:
     """The webhook's URLs by address, checked now (`webhook_urls.pinned`): an alias added
     before the check existed, or a name that resolves to a metadata address today, is
@@ -113,6 +142,16 @@ def _checked(target: str) -> tuple[list[str], str | None]:
     except (OSError, UnicodeError) as error:
         raise DeliveryFailed(f"webhook host {urlsplit(target).hostname} does not resolve: "
                              f"{getattr(error, 'strerror', None) or error}") from None
+
+
+def _proxied(url: str) -> bool:
+    """Whether the environment sends `url` through a proxy (HTTP_PROXY, NO_PROXY…)."""
+    import urllib.request
+
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    return (parts.scheme in proxies or "all" in proxies) and \
+        not urllib.request.proxy_bypass(parts.hostname or "")
 
 
 def _run(alias: Alias, body: dict[str, Any], timeout: float) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from taskherd.config import DeliveryConfig
-from taskherd.delivery import DeliveryFailed, send
+from taskherd.delivery import DeliveryFailed, direct_client, send
 from taskherd.store import Store
 from taskherd.store.delivery import Delivery
 from taskherd.webhook_urls import redact_in
@@ -49,9 +49,8 @@ class Deliverer:
         due = self.store.due_deliveries(now, self.settings.batch)
         if not due:
             return counts
-        import httpx  # only when there is something to send: most passes find nothing
-
-        with httpx.Client(timeout=self.settings.timeout) as client:
+        # Made only when there is something to send: most passes find nothing.
+        with direct_client(self.settings.timeout) as client:
             for delivery in due:
                 # Taken for longer than a send can last: no other pass sends it meanwhile.
                 taken = self.store.take_delivery(delivery, now + self.settings.timeout * 3)

@@ -183,7 +183,7 @@ print(Deliverer(store, lambda: float(sys.argv[2])).run_once(float(sys.argv[2])))
 """
 
 
-def deliver_with_hosts(tmp_path, queue, hosts: str) -> str:
+def deliver_with_hosts(tmp_path, queue, hosts: str, **env: str) -> str:
     """One pass of the deliverer in a process that resolves names by `hosts` (a private
     /etc/hosts, bind-mounted in a mount namespace of its own): the real resolver, a name
     that points where the test says."""
@@ -196,7 +196,7 @@ def deliver_with_hosts(tmp_path, queue, hosts: str) -> str:
         ["unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"',
          str(tmp_path / "hosts"), sys.executable, str(script), str(queue.store.path),
          str(NOW)], capture_output=True, text=True, timeout=60, check=False,
-        cwd=Path(__file__).parents[2])
+        cwd=Path(__file__).parents[2], env={**os.environ, **env})
     if done.returncode != 0 and "mount" in done.stderr:
         pytest.skip(f"cannot bind-mount a private /etc/hosts here: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
@@ -213,9 +213,15 @@ def test_a_host_name_that_resolves_to_a_metadata_address_is_refused_at_delivery(
         assert "'sent': 1" in sent  # resolved, checked, and sent to the address checked
         assert hook.acknowledged[0]["task"]["title"] == "first"
         assert hook.requests[0].header("host") == f"hooks.fleet.test:{hook.port}"
+        # A proxy set for everything but this name: still sent straight to the host (an
+        # address in the URL would not match the name NO_PROXY lists).
+        complete(queue, "named", title="direct")
+        direct = deliver_with_hosts(tmp_path, queue, "127.0.0.1 hooks.fleet.test\n",
+                                    HTTP_PROXY="http://127.0.0.1:9", NO_PROXY="hooks.fleet.test")
+        assert "'sent': 1" in direct and hook.acknowledged[1]["task"]["title"] == "direct"
         complete(queue, "named", title="second")
         refused = deliver_with_hosts(tmp_path, queue, "169.254.169.254 hooks.fleet.test\n")
-        assert "'retrying': 1" in refused and len(hook.requests) == 1
+        assert "'retrying': 1" in refused and len(hook.requests) == 2
         problem = delivery_ops.status(queue)["problems"][0]
         assert "hooks.fleet.test resolves to 169.254.169.254" in problem["last_error"]
     finally:
