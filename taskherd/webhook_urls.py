@@ -37,6 +37,9 @@ REDACTED = "***"
 _SECRET_SEGMENT = re.compile(r"(?=.*[A-Za-z])(?=.*\d)[A-Za-z0-9_\-]{16,}")
 
 
+_HOST_NAME = re.compile(r"[\w-]+(\.[\w-]+)*")  # letters of any script: an IDN's too
+
+
 class RefusedTarget(ValueError):
     """A webhook URL pointing where the daemon may not send."""
 
@@ -44,22 +47,26 @@ class RefusedTarget(ValueError):
 def check_url(url: str) -> None:
     """RefusedTarget unless `url` is http(s) with a host that is not a link-local or
     metadata address or name, written in any form (no name is resolved here)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RefusedTarget(f"webhook target {redacted(url)!r}: expected an http:// or "
-                            "https:// URL")
+    where = f"webhook target {redacted(url)!r}"
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").rstrip(".").lower()
+    except ValueError:  # a bracketed address that is none
+        raise RefusedTarget(f"{where}: expected an http:// or https:// URL") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise RefusedTarget(f"{where}: expected an http:// or https:// URL")
     try:
         parts.port  # noqa: B018 - a port that is not a number raises here
     except ValueError:
-        raise RefusedTarget(f"webhook target {redacted(url)!r}: its port is not a number "
-                            "from 0 to 65535") from None
-    host = parts.hostname.rstrip(".").lower()
+        raise RefusedTarget(f"{where}: its port is not a number from 0 to 65535") from None
     if host in METADATA_NAMES:
-        raise RefusedTarget(f"webhook target {redacted(url)!r}: {host} is a cloud metadata "
-                            "service, never a delivery target")
+        raise RefusedTarget(f"{where}: {host} is a cloud metadata service, never a delivery "
+                            "target")
     address = literal_address(host)
+    if address is None and not _HOST_NAME.fullmatch(host):
+        raise RefusedTarget(f"{where}: {host!r} is neither a host name nor an address")
     if address is not None and (why := refused_address(address)):
-        raise RefusedTarget(f"webhook target {redacted(url)!r}: {why}")
+        raise RefusedTarget(f"{where}: {why}")
 
 
 def literal_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -126,9 +133,9 @@ def redacted(url: str) -> str:
     fragment, no path segment that reads as a secret."""
     try:
         parts = urlsplit(url)
-        host = parts.netloc.rpartition("@")[2]
     except ValueError:
         return REDACTED
+    host = parts.netloc.rpartition("@")[2]
     user = f"{REDACTED}@" if "@" in parts.netloc else ""
     path = "/".join(REDACTED if _SECRET_SEGMENT.fullmatch(segment) else segment
                     for segment in parts.path.split("/"))

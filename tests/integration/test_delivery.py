@@ -130,6 +130,8 @@ def test_a_delivery_is_kept_as_failed_after_its_attempts(queue):
     (("ops", "webhook", "http://Metadata.Google.Internal./computeMetadata/v1/"),
      "metadata.google.internal is a cloud metadata service"),
     (("ops", "webhook", "https://hooks.example:99999/x"), "port"),
+    (("ops", "webhook", "http://[::1/x"), "http:// or https://"),
+    (("ops", "webhook", "http://exa mple.example/"), "neither a host name nor an address"),
 ])
 def test_bad_aliases_are_refused_and_change_nothing(queue, args, says):
     with pytest.raises(BadInput, match=says):
