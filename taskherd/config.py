@@ -223,6 +223,9 @@ class ApiConfig:
     # refused unless written here on purpose.
     allow_plain_http: bool = False
     max_body_bytes: int = 4 << 20  # a request body larger than this is refused (413)
+    # Proxies whose X-Forwarded-For is believed (ipaddress networks): behind one, every
+    # client would otherwise share its address when wrong tokens are counted.
+    trusted_proxies: tuple[Any, ...] = ()
 
     @property
     def host(self) -> str:
@@ -498,6 +501,7 @@ def _parse_api(raw: Mapping[str, Any], base_dir: Path, problems: list[str]) -> A
         "tls_key": reader.get("tls_key", str, None),
         "allow_plain_http": reader.get("allow_plain_http", bool, None),
         "max_body_bytes": reader.positive_int("max_body_bytes"),
+        "trusted_proxies": reader.networks("trusted_proxies"),
     }
     for key in ("tls_cert", "tls_key"):
         if values[key]:
@@ -922,6 +926,26 @@ class _Reader:
         if value is not None and value not in options:
             raise self._fail(key, value, "one of " + ", ".join(options))
         return value
+
+    def networks(self, key: str) -> tuple[Any, ...] | None:
+        """A list of addresses or networks ("10.0.0.5", "10.0.0.0/8", "::1")."""
+        import ipaddress
+
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        accepted = 'a list of addresses or networks, e.g. ["127.0.0.1", "10.0.0.0/8"]'
+        if not isinstance(value, list):
+            raise self._fail(key, value, accepted)
+        found = []
+        for item in value:
+            try:  # text only: ip_network(5) would read the number as 0.0.0.5
+                if not isinstance(item, str):
+                    raise ValueError(item)
+                found.append(ipaddress.ip_network(item, strict=False))
+            except ValueError:
+                raise self._fail(key, item, accepted) from None
+        return tuple(found)
 
     def positive_int(self, key: str) -> int | None:
         value = self.raw.get(key)

@@ -11,13 +11,30 @@ lost (the daemon died between the two) may see it again, and can tell.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 from typing import Any
+from urllib.parse import urlsplit
 
 from taskherd.store.delivery import Alias, Delivery
+from taskherd.webhook_urls import RefusedTarget, pinned, redact_in, redacted
 
 TIMEOUT = 10.0
+
+
+class _NoSecretsInRequestLog(logging.Filter):
+    """httpx logs each request's URL at INFO ("HTTP Request: POST http://user:pw@…"): a
+    webhook's may hold credentials or a token, shown redacted instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redacted(str(arg)) if "://" in str(arg) else arg
+                                for arg in record.args)
+        return True
+
+
+logging.getLogger("httpx").addFilter(_NoSecretsInRequestLog())
 
 
 class DeliveryFailed(Exception):
@@ -26,10 +43,13 @@ class DeliveryFailed(Exception):
 
 def send(alias: Alias, delivery: Delivery, timeout: float = TIMEOUT,
          client: Any = None) -> None:
-    """Send `delivery` to `alias`; `client` is an httpx.Client to reuse across webhooks
+    """Send `delivery` to `alias`; `client` is a `direct_client` to reuse across webhooks
     (a new one per call pays for its TLS context and connection every time)."""
     body = {"delivery_id": delivery.id, **json.loads(delivery.payload)}
-    if alias.channel == "webhook":
+    if alias.channel == "webhook" and client is None:
+        with direct_client(timeout) as own:
+            _post(alias, delivery, body, timeout, own)
+    elif alias.channel == "webhook":
         _post(alias, delivery, body, timeout, client)
     elif alias.channel == "command":
         _run(alias, body, timeout)
@@ -69,13 +89,74 @@ def _post(alias: Alias, delivery: Delivery, body: dict[str, Any], timeout: float
         shaped = {"content": one_line(body)[:2000]}
     headers = {"X-Taskherd-Delivery": str(delivery.id), "X-Taskherd-Event": delivery.event,
                "Idempotency-Key": f"taskherd-delivery-{delivery.id}"}
-    try:
-        poster = client.post if client is not None else httpx.post
-        response = poster(alias.target, json=shaped, headers=headers, timeout=timeout)
-    except httpx.HTTPError as error:
-        raise DeliveryFailed(f"{type(error).__name__}: {error}") from error
+    poster, urls, extensions = _route(alias.target, client, headers)
+    for number, url in enumerate(urls, 1):
+        try:
+            response = poster(url, json=shaped, headers=headers, timeout=timeout,
+                              extensions=extensions)
+            break
+        except httpx.ConnectError as error:
+            if number < len(urls):
+                continue  # the name's next address, as a connection by name would
+            raise DeliveryFailed(redact_in(f"{type(error).__name__}: {error}", url)) from error
+        except httpx.HTTPError as error:
+            raise DeliveryFailed(redact_in(f"{type(error).__name__}: {error}", url)) from error
     if not 200 <= response.status_code < 300:
         raise DeliveryFailed(f"HTTP {response.status_code}: {response.text[:200]}")
+
+
+# Mounted over the environment's proxies: a client that connects to the address it is given.
+DIRECT = {"http://": None, "https://": None, "all://": None}
+
+
+def direct_client(timeout: float) -> Any:
+    """A client for the deliverer to reuse (a new one per send pays for its TLS context and
+    connection every time): it connects straight to the address `_route` checked, as the
+    environment's proxies and NO_PROXY name hosts, not addresses."""
+    import httpx
+
+    return httpx.Client(timeout=timeout, mounts=DIRECT)
+
+
+def _route(target: str, client: Any, headers: dict[str, str]
+           ) -> tuple[Any, list[str], dict[str, Any]]:
+    """How to POST to `target`: (the call, the URLs to try in order, httpx extensions), with
+    the Host header added to `headers` when the URLs name the host's addresses."""
+    import httpx
+
+    urls, host = _checked(target)
+    if _proxied(target):
+        # A proxy of the environment connects by name: it is given the name, checked here
+        # all the same (a proxy that resolves it elsewhere is the network's own guard).
+        return httpx.post, [target], {}
+    poster = client.post
+    if host is None:
+        return poster, urls, {}
+    headers["Host"] = urlsplit(target).netloc.rpartition("@")[2]  # the server's own name
+    return poster, urls, {"sni_hostname": host}  # and TLS checks the certificate against it
+
+
+def _checked(target: str) -> tuple[list[str], str | None]:
+    """The webhook's URLs by address, checked now (`webhook_urls.pinned`): an alias added
+    before the check existed, or a name that resolves to a metadata address today, is
+    refused here."""
+    try:
+        return pinned(target)
+    except RefusedTarget as error:
+        raise DeliveryFailed(str(error)) from None
+    except (OSError, UnicodeError) as error:
+        raise DeliveryFailed(f"webhook host {urlsplit(target).hostname} does not resolve: "
+                             f"{getattr(error, 'strerror', None) or error}") from None
+
+
+def _proxied(url: str) -> bool:
+    """Whether the environment sends `url` through a proxy (HTTP_PROXY, NO_PROXY…)."""
+    import urllib.request
+
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    return (parts.scheme in proxies or "all" in proxies) and \
+        not urllib.request.proxy_bypass(parts.hostname or "")
 
 
 def _run(alias: Alias, body: dict[str, Any], timeout: float) -> None:

@@ -4,7 +4,7 @@ token of every scope."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,7 +57,9 @@ class Served:
 
 
 @contextlib.contextmanager
-def served(folder: Path, config: str = CONFIG, now: float | None = None) -> Iterator[Served]:
+def served(folder: Path, config: str = CONFIG, now: float | None = None,
+           clock: Callable[[], float] | None = None) -> Iterator[Served]:
+    """`clock`: the server's (time.time unless given), for a test that moves time itself."""
     import time
 
     (folder / "taskherd.toml").write_text(config)
@@ -68,7 +70,7 @@ def served(folder: Path, config: str = CONFIG, now: float | None = None) -> Iter
               for scope in SCOPES}
     tokens["intake-qa"] = token_ops.create_token(queue, "intake-qa", "intake", moment,
                                                  roles=["qa"], rate_per_minute=5).token
-    server = ApiServer(loaded, port=0)
+    server = ApiServer(loaded, port=0, **({"clock": clock} if clock else {}))
     server.start()
     try:
         yield Served(server, queue, tokens, folder)

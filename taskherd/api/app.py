@@ -227,21 +227,39 @@ class Api:
     @contextlib.contextmanager
     def guarding(self, request: Request) -> Iterator[None]:
         """Around what authenticates a request (on the event loop, which alone keeps the
-        throttle): an address that guessed too many tokens is refused first (429); a wrong
-        token counts as a guess, a right one clears the count."""
-        address = request.client.host if request.client else "?"
-        wait = self.throttle.wait(address, self.clock())
-        if wait:
-            raise ApiError(429, "too many bad tokens from this address: wait and try again",
-                           headers={"Retry-After": str(int(wait) + 1)})
+        throttle): a valid credential is served whatever its address did before; a wrong one
+        is a guess, answered 401, or 429 once its address has made too many (`Throttle`)."""
         try:
             yield
-        except (token_ops.Unauthenticated, agent_ops.Unauthorized):
-            # A guess is a token given that is wrong; a request with none is no guess.
-            if "authorization" in request.headers or SESSION_COOKIE in request.cookies:
-                self.throttle.failed(address, self.clock())
+        except (token_ops.Unauthenticated, agent_ops.Unauthorized) as error:
+            # A guess is a credential given that is wrong; a request with none is no guess.
+            given = "authorization" in request.headers or SESSION_COOKIE in request.cookies
+            if given and token_ops.is_guess(error):
+                self.refuse_guess(self.client_address(request))
             raise
-        self.throttle.succeeded(address)
+
+    def refuse_guess(self, address: str) -> None:
+        """Count a wrong credential from `address`; 429 past the throttle's limit."""
+        wait = self.throttle.guessed(address, self.clock())
+        if wait:
+            raise ApiError(429, "too many wrong tokens from this address: a wrong one is "
+                           "refused for a while (a valid token is still served)",
+                           headers={"Retry-After": str(int(wait) + 1)})
+
+    def client_address(self, request: Request) -> str:
+        """The caller's address: the peer's, or behind a proxy of `[api] trusted_proxies` the
+        address that proxy saw (X-Forwarded-For read from the right, past trusted hops; what
+        lies left of them is the client's to write, and is not believed)."""
+        peer = request.client.host if request.client else "?"
+        proxies = self.config.api.trusted_proxies
+        if not proxies or not _within(peer, proxies):
+            return peer
+        forwarded = ",".join(request.headers.getlist("x-forwarded-for"))
+        hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
+        for hop in reversed(hops):
+            if not _within(hop, proxies):
+                return hop[:64]
+        return hops[0][:64] if hops else peer
 
     def perform(self, request: Request, spec: RouteSpec, data: bytes | None) -> Any:
         """A declared route's whole work in one trip off the event loop (each trip costs a
@@ -258,7 +276,7 @@ class Api:
     def _caller(self, request: Request, need: str, now: float) -> Caller:
         bearer = _bearer(request)
         if need == "run":
-            return Caller(run=agent_ops.authenticate(self.queue, bearer))
+            return Caller(run=token_ops.authenticate_run(self.queue, bearer, now))
         if bearer is not None:
             token = token_ops.authenticate(self.queue, bearer, now)
             return Caller(token=token)
@@ -294,6 +312,17 @@ class Api:
                 raise ApiError(429, f"token {caller.token.name!r} may make "
                                f"{caller.token.rate_per_minute} requests a minute",
                                headers={"Retry-After": str(int(wait) + 1)})
+
+
+def _within(address: str, networks: tuple[Any, ...]) -> bool:
+    import ipaddress
+
+    try:
+        found = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    found = getattr(found, "ipv4_mapped", None) or found
+    return any(found in network for network in networks)
 
 
 def _bearer(request: Request) -> str | None:

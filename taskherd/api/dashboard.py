@@ -117,23 +117,14 @@ def _login_form(api: Api) -> Callable[[Request], Awaitable[Response]]:
 
 def _login(api: Api) -> Callable[[Request], Awaitable[Response]]:
     async def handle(request: Request) -> Response:
-        address = request.client.host if request.client else "?"
         now = api.clock()
-        if api.throttle.wait(address, now):
-            return HTMLResponse(pages.login_page("Too many wrong tokens: wait a minute."),
-                                status_code=429)
         form = await _form(request)
         given = (form.get("token") or "").strip()
         try:
             token = await api.run(token_ops.authenticate, api.queue, given, now)
             token_ops.authorize(token, READ)
         except (token_ops.Unauthenticated, token_ops.Forbidden) as error:
-            if isinstance(error, token_ops.Unauthenticated):
-                api.throttle.failed(address, now)
-            return HTMLResponse(pages.login_page(
-                "That token is not valid." if isinstance(error, token_ops.Unauthenticated)
-                else "An intake token cannot open the dashboard."), status_code=401)
-        api.throttle.succeeded(address)
+            return _refused_login(api, request, error, given)
         key = secrets.token_urlsafe(32)
         api.sessions[key] = Session(token_digest(given), secrets.token_urlsafe(32),
                                     now + SESSION_SECONDS)
@@ -144,6 +135,24 @@ def _login(api: Api) -> Callable[[Request], Awaitable[Response]]:
         return response
 
     return handle
+
+
+def _refused_login(api: Api, request: Request, error: Exception, given: str) -> Response:
+    """A wrong token is a guess, counted as the API counts them (429 past the limit); a valid
+    one of a scope that may not read, or a run's, is no guess."""
+    if given and token_ops.is_guess(error):
+        try:
+            api.refuse_guess(api.client_address(request))
+        except ApiError:
+            return HTMLResponse(pages.login_page("Too many wrong tokens: wait a minute."),
+                                status_code=429)
+    if isinstance(error, token_ops.WrongKind):
+        said = "That is a run credential: log in with an API token."
+    elif isinstance(error, token_ops.Unauthenticated):
+        said = "That token is not valid."
+    else:
+        said = "An intake token cannot open the dashboard."
+    return HTMLResponse(pages.login_page(said), status_code=401)
 
 
 def _forget_expired(api: Api, now: float) -> None:

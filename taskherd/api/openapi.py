@@ -100,6 +100,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "Cooldown": COOLDOWN,
     "CooldownList": array(ref("Cooldown")),
     "Token": TOKEN,
+    "RevokedToken": obj(TOKEN["properties"] | {"revoked_itself": BOOL}, note=STR),
     "TokenList": array(obj({"name": STR, "scope": STR, "status": STR}, closed=False)),
     "NewToken": obj({"name": STR, "scope": STR, "token": STR}, closed=False),
     "AgentAnswer": obj({"run_id": INT}, closed=False, verdict=STR, task=ref("Task"),

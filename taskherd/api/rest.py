@@ -215,6 +215,13 @@ def create_token(call: Call) -> Any:
     return made.record.to_dict() | {"token": made.token}
 
 
-@route("DELETE", "/v1/tokens/{name}", MANAGE, "Revoke a token at once", "Token")
+@route("DELETE", "/v1/tokens/{name}", MANAGE, "Revoke a token at once (never the last live "
+       "admin token: 409)", "RevokedToken")
 def revoke_token(call: Call) -> Any:
-    return token_ops.revoke_token(call.queue, call.params["name"], call.now).to_dict()
+    revoked = token_ops.revoke_token(call.queue, call.params["name"], call.now)
+    itself = call.caller.token is not None and call.caller.token.id == revoked.id
+    answer = revoked.to_dict() | {"revoked_itself": itself}
+    if itself:
+        answer["note"] = ("the token that sent this request is the one revoked: it is refused "
+                          "from now on")
+    return answer

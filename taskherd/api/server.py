@@ -73,6 +73,9 @@ def build_server(config: Config, clock: Callable[[], float],
         access_log=False,  # a URL may carry a cursor; a header a token: no access log
         ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key, lifespan="on",
         timeout_graceful_shutdown=2, server_header=False, loop="asyncio",
+        # uvicorn would believe X-Forwarded-For from any local process: a client's address
+        # is read by `Api.client_address`, from [api] trusted_proxies only.
+        proxy_headers=False,
         http=http_protocol())
     return uvicorn.Server(uvicorn_config), api
 

@@ -8,6 +8,7 @@ them cost four times a bare click program. `--help` still lists every command.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 import click
@@ -66,12 +67,29 @@ class LazyGroup(click.Group):
     type=click.Path(dir_okay=False),
     help="Config file (default: $TASKHERD_CONFIG, else ./taskherd.toml).",
 )
+@click.option(
+    "--busy-timeout",
+    type=click.FloatRange(min=0, min_open=True), envvar="TASKHERD_BUSY_TIMEOUT",
+    help="Seconds a command waits for a SQLite database another process holds locked "
+         "(default 60; also $TASKHERD_BUSY_TIMEOUT).",
+)
 @click.version_option(__version__, prog_name="taskherd")
 @click.pass_context
-def cli(ctx: click.Context, config: str | None) -> None:
+def cli(ctx: click.Context, config: str | None, busy_timeout: float | None) -> None:
     """taskherd: a durable queue, scheduler and supervisor for fleets of AI agents."""
     ctx.ensure_object(dict)
 
 
 def main() -> None:
-    cli(prog_name="taskherd")
+    try:
+        cli(prog_name="taskherd")
+    except Exception as error:
+        # A locked or full database, a lost connection that met no command's own handling:
+        # one line and exit 1, not a traceback (a bug still shows its traceback).
+        from taskherd.cli.common import EXIT_REFUSED, fault_line
+
+        line = fault_line(error)
+        if line is None:
+            raise
+        click.echo(f"Error: {line}", err=True)
+        sys.exit(EXIT_REFUSED)

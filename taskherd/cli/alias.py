@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from taskherd.cli.common import format_time, json_option, now, print_json, print_table, queue_for
+from taskherd.cli.common import (
+    BadInput,
+    format_time,
+    json_option,
+    now,
+    print_json,
+    print_table,
+    queue_for,
+)
 from taskherd.ops import delivery as delivery_ops
 from taskherd.store.delivery import CHANNELS, FORMATS
 
@@ -55,6 +63,25 @@ def remove_command(ctx: click.Context, name: str) -> None:
     with queue_for(ctx) as queue:
         delivery_ops.remove_alias(queue, name)
     click.echo(f"removed alias {name}")
+
+
+@alias_group.command("retry")
+@click.argument("delivery_id", type=int, required=False)
+@click.option("--all", "every", is_flag=True, help="Every failed delivery.")
+@click.pass_context
+def retry_command(ctx: click.Context, delivery_id: int | None, every: bool) -> None:
+    """Send a failed delivery again (its id from `alias status`), or every failed one with
+    --all: due at once, with its attempts counted afresh."""
+    if delivery_id is not None and every:
+        raise BadInput("give a delivery's id or --all, not both")
+    if delivery_id is None and not every:
+        raise BadInput("give a delivery's id (taskherd alias status lists them) or --all")
+    with queue_for(ctx) as queue:
+        count = delivery_ops.retry(queue, now(), None if every else delivery_id)
+    if every:
+        click.echo(f"{count} failed deliver{'y is' if count == 1 else 'ies are'} due again")
+    else:
+        click.echo(f"delivery {delivery_id} is due again")
 
 
 @alias_group.command("status")

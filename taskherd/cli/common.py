@@ -69,13 +69,18 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
         open_store,
         shown,
     )
+    from taskherd.store.errors import environment_fault
 
     config = get_config(ctx)
     try:
         store = open_store(config.daemon.database, durability=config.daemon.durability,
-                           workflow=config.workflow)
+                           workflow=config.workflow, **_busy_timeout(ctx))
     except (StoreError, OSError) as error:
-        raise BadInput(f"cannot open database {shown(config.daemon.database)}: {error}") from error
+        where = f"cannot open database {shown(config.daemon.database)}"
+        fault = environment_fault(error)  # the machine's fault (exit 1), not the config's
+        if fault is not None:
+            raise Refused(f"{where}: {fault}") from error
+        raise BadInput(f"{where}: {error}") from error
     try:
         yield store
     except ops.BadInput as error:
@@ -85,9 +90,32 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
     except (TaskNotFound, RunNotFound) as error:
         raise BadInput(str(error)) from error
     except StoreError as error:
-        raise Refused(str(error)) from error
+        raise Refused(environment_fault(error) or str(error)) from error
+    except Exception as error:
+        # A driver's own error past the store (a database locked past busy_timeout, a full
+        # disk, a lost connection): one line saying what to do, never a traceback.
+        fault = environment_fault(error)
+        if fault is None:
+            raise
+        raise Refused(fault) from error
     finally:
         store.close()
+
+
+def _busy_timeout(ctx: click.Context) -> dict[str, float]:
+    seconds = ctx.find_root().params.get("busy_timeout")
+    return {} if seconds is None else {"busy_timeout": seconds}
+
+
+def fault_line(error: BaseException) -> str | None:
+    """`main`'s last word on an error no command turned into an exit code: the database's or
+    the disk's fault on one line, or None (a bug, whose traceback is worth reading)."""
+    from taskherd.store.errors import StoreError, environment_fault
+
+    fault = environment_fault(error)
+    if fault is None and isinstance(error, StoreError):
+        fault = str(error)
+    return fault
 
 
 @contextmanager

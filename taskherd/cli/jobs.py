@@ -8,7 +8,6 @@ or an expression, would fire, so a schedule can be checked before it is trusted.
 from __future__ import annotations
 
 import json
-import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -433,17 +432,17 @@ def _start(text: str | None, tz: ZoneInfo) -> datetime:
 @click.pass_context
 def reload_command(ctx: click.Context) -> None:
     """Check the config file, then have the running daemon re-read it and sync its jobs."""
-    from taskherd.daemon import NodeLock  # late: the daemon module pulls in every service
+    # late: the daemon module pulls in every service
+    from taskherd.cli.daemon import signal_daemon
+    from taskherd.daemon import NodeLock
 
     try:
         config = load_config(ctx.find_root().params.get("config"))
     except ConfigError as error:
         raise BadInput(str(error)) from error
-    pid = NodeLock(config.daemon).holder_pid()
-    if pid is None:
-        raise Refused(f"no daemon is running for node {config.daemon.node!r}; "
-                      "its jobs are synced when it starts")
-    os.kill(pid, signal.SIGHUP)
+    pid = signal_daemon(NodeLock(config.daemon), signal.SIGHUP,
+                        f"no daemon is running for node {config.daemon.node!r}; its jobs are "
+                        "synced when it starts")
     click.echo(f"config OK ({len(config.jobs)} jobs); daemon pid {pid} is reloading it")
 
 

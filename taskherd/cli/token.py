@@ -64,11 +64,14 @@ def list_command(ctx: click.Context, as_json: bool) -> None:
 
 @token_group.command("revoke")
 @click.argument("name")
+@click.option("--even-last-admin", is_flag=True,
+              help="Revoke it even if it is the last live admin token (a leaked one).")
 @click.pass_context
-def revoke_command(ctx: click.Context, name: str) -> None:
-    """Revoke the token NAME at once."""
+def revoke_command(ctx: click.Context, name: str, even_last_admin: bool) -> None:
+    """Revoke the token NAME at once (the last live admin token only with
+    --even-last-admin)."""
     from taskherd.ops import tokens
 
     with queue_for(ctx) as queue:
-        tokens.revoke_token(queue, name, now())
+        tokens.revoke_token(queue, name, now(), even_last_admin=even_last_admin)
     click.echo(f"token {name!r} revoked")

@@ -6,15 +6,21 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from taskherd.ops import BadInput, Queue
+from taskherd.store import StoreError
 from taskherd.store.delivery import CHANNELS, FORMATS, Alias, Delivery
+from taskherd.webhook_urls import RefusedTarget, check_url, redacted
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 STATES = ("pending", "sent", "failed")
+
+
+class DeliveryNotFailed(StoreError):
+    """A retry asked of a delivery that is pending or sent: nothing to do."""
 
 
 def add_alias(queue: Queue, name: str, channel: str, target: str, now: float, *,
@@ -36,10 +42,11 @@ def add_alias(queue: Queue, name: str, channel: str, target: str, now: float, *,
 
 def _target(channel: str, target: str) -> str:
     if channel == "webhook":
-        url = urlsplit(target)
-        if url.scheme not in ("http", "https") or not url.netloc:
-            raise BadInput(f"webhook target {target!r}: expected an http:// or https:// URL")
-        return target
+        try:
+            check_url(target)  # never a link-local or metadata address (see webhook_urls)
+        except RefusedTarget as error:
+            raise BadInput(str(error)) from None
+        return target  # as given, credentials too: delivery needs them; listings redact
     if channel == "command":
         try:
             argv = shlex.split(target)
@@ -57,7 +64,35 @@ def _target(channel: str, target: str) -> str:
 
 
 def list_aliases(queue: Queue) -> list[Alias]:
-    return queue.store.list_aliases()
+    """Every alias, its target as people may see it (`shown_target`)."""
+    return [replace(alias, target=shown_target(alias)) for alias in queue.store.list_aliases()]
+
+
+def shown_target(alias: Alias) -> str:
+    """A target without its secrets: a URL's credentials, query values and token-like path
+    segments redacted (a command's URL arguments too); the store keeps it as given."""
+    if alias.channel == "webhook":
+        return redacted(alias.target)
+    if alias.channel == "command":
+        argv = json.loads(alias.target)
+        return shlex.join(redacted(arg) if "://" in arg else arg for arg in argv)
+    return alias.target
+
+
+def retry(queue: Queue, now: float, delivery_id: int | None = None) -> int:
+    """Put a failed delivery (or, with None, every failed one) back to due, its attempts
+    counted afresh: for after its target was fixed. How many went back."""
+    if delivery_id is None:
+        return queue.store.retry_deliveries(now)
+    found = queue.store.get_delivery(delivery_id)
+    if found is None:
+        raise BadInput(f"no delivery with id {delivery_id} (taskherd alias status lists them)")
+    if found.state != "failed":
+        raise DeliveryNotFailed(f"delivery {delivery_id} is {found.state}, not failed: only a "
+                                "failed delivery is retried")
+    if not queue.store.retry_deliveries(now, delivery_id):
+        raise DeliveryNotFailed(f"delivery {delivery_id} is no longer failed")
+    return 1
 
 
 def remove_alias(queue: Queue, name: str) -> None:

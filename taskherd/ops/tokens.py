@@ -9,6 +9,7 @@ means the same at each of them.
 
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 from collections import deque
@@ -16,9 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from taskherd.durations import DurationError, parse_duration
+from taskherd.model import Run
 from taskherd.ops import BadInput, Queue
+from taskherd.ops import agent as agent_ops
 from taskherd.store.sql_credentials import token_digest
 from taskherd.store.tokens import ApiToken
+
+log = logging.getLogger("taskherd.api")
 
 SCOPES = ("admin", "operator", "read", "intake")
 TOKEN_PREFIX = "thk_"  # recognisable in a leaked file or a secret scanner
@@ -39,6 +44,11 @@ GRANTS = {
 
 class Unauthenticated(Exception):
     """No token, or one that is unknown, revoked or expired."""
+
+
+class WrongKind(Unauthenticated):
+    """A valid credential of the other kind than the route takes: an API token at the agent
+    route, a run credential at the API's. Refused, but not a guess: its holder knows it."""
 
 
 class Forbidden(Exception):
@@ -91,9 +101,14 @@ def list_tokens(queue: Queue) -> list[ApiToken]:
     return queue.store.list_api_tokens()
 
 
-def revoke_token(queue: Queue, name: str, now: float) -> ApiToken:
-    """Revoke at once: the next request holding it is refused."""
-    return queue.store.revoke_api_token(name, now)
+def revoke_token(queue: Queue, name: str, now: float, *, even_last_admin: bool = False
+                 ) -> ApiToken:
+    """Revoke at once: the next request holding it is refused. The last live admin token is
+    kept (LastAdminToken, a TokenRefused) unless `even_last_admin`: a token revoking itself
+    by accident (a script, a fuzzer) would leave nobody able to manage the API. Only the
+    database's holder may say so (`taskherd token revoke --even-last-admin`): they can make
+    another token."""
+    return queue.store.revoke_api_token(name, now, keep_an_admin=not even_last_admin)
 
 
 def authenticate(queue: Queue, token: object, now: float) -> ApiToken:
@@ -101,8 +116,29 @@ def authenticate(queue: Queue, token: object, now: float) -> ApiToken:
         raise Unauthenticated("no API token given (Authorization: Bearer TOKEN)")
     found = queue.store.live_api_token(token_digest(token), now)
     if found is None:
+        if queue.store.run_of_credential(token) is not None:
+            raise WrongKind("this is a run credential: it serves /v1/agent/ only, and the "
+                            "API needs an API token (taskherd token create)")
         raise Unauthenticated("the API token is not valid: unknown, revoked or expired")
     return found
+
+
+def authenticate_run(queue: Queue, token: object, now: float) -> Run:
+    """The open run of an agent's credential (the HTTP agent route); an API token sent there
+    is refused as WrongKind, not counted as a guess."""
+    try:
+        return agent_ops.authenticate(queue, token)
+    except agent_ops.Unauthorized:
+        if isinstance(token, str) and queue.store.live_api_token(token_digest(token), now):
+            raise WrongKind("this is an API token: /v1/agent/ takes the run credential an "
+                            "agent is given (TASKHERD_RUN_TOKEN)") from None
+        raise
+
+
+def is_guess(error: Exception) -> bool:
+    """Whether a refused credential counts as a guess (see `Throttle`)."""
+    return isinstance(error, Unauthenticated | agent_ops.Unauthorized) and \
+        not isinstance(error, WrongKind)
 
 
 def authorize(token: ApiToken, need: str) -> None:
@@ -143,30 +179,49 @@ class RateLimit:
 
 @dataclass
 class Throttle:
-    """Guessing tokens is slowed down: an address that gave `limit` bad tokens within
-    `window` seconds is refused (429) until the window has passed since its last failure.
-    A good token clears its address's count."""
+    """Guessing tokens is slowed down, and nobody holding a valid credential is refused: a
+    valid one is served from any address, so a mistyped token on a host whose agents and
+    processes all share 127.0.0.1 (or behind a proxy every client shares) locks out no one.
+    Only wrong credentials are counted, per address: past `limit` within `window` seconds,
+    the next wrong ones are answered 429 until `window` has passed since the last. A right
+    credential does not clear the count, or a guesser holding one valid token could
+    interleave it and guess for ever."""
 
     limit: int = 20
     window: float = 60.0
-    _failures: dict[str, deque[float]] = field(default_factory=dict)
+    # per guesser: its latest wrong credentials, and until when the next wrong one is 429
+    _guesses: dict[str, tuple[deque[float], list[float]]] = field(default_factory=dict)
 
-    def wait(self, address: str, now: float) -> float:
-        """Seconds `address` must wait before it may try a token again (0: it may now)."""
-        failures = self._failures.get(address)
-        if not failures:
-            return 0.0
-        while failures and failures[0] <= now - self.window:
-            failures.popleft()
-        if len(failures) < self.limit:
-            return 0.0
-        return max(failures[-1] + self.window - now, 0.001)
+    def guessed(self, address: str, now: float) -> float:
+        """Count a wrong credential from `address`; the seconds it must wait before a wrong
+        one is answered 401 again (0: this one is answered 401)."""
+        key = _guesser(address)
+        times, until = self._guesses.setdefault(key, (deque(maxlen=self.limit), [0.0]))
+        throttled = now < until[0]
+        while times and times[0] <= now - self.window:
+            times.popleft()
+        times.append(now)
+        if len(times) >= self.limit:  # refused until a window passes without a wrong one
+            if not throttled:
+                log.warning("%s gave %d wrong tokens within %gs: its wrong ones are answered "
+                            "429 until %gs pass without one (valid tokens are served)", key,
+                            self.limit, self.window, self.window)
+            until[0] = now + self.window
+        if len(self._guesses) > 10_000:  # many addresses: forget the oldest, bound memory
+            self._guesses.pop(next(iter(self._guesses)))
+        return until[0] - now if throttled else 0.0
 
-    def failed(self, address: str, now: float) -> None:
-        failures = self._failures.setdefault(address, deque(maxlen=self.limit * 2))
-        failures.append(now)
-        if len(self._failures) > 10_000:  # many addresses: forget the oldest, bound memory
-            self._failures.pop(next(iter(self._failures)))
 
-    def succeeded(self, address: str) -> None:
-        self._failures.pop(address, None)
+def _guesser(address: str) -> str:
+    """Who is guessing: an IPv6 address by its /64, which one host holds whole."""
+    import ipaddress
+
+    try:
+        found = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(found, ipaddress.IPv6Address):
+        if found.ipv4_mapped is not None:
+            return str(found.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{found}/64", strict=False))
+    return str(found)

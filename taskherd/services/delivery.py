@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from taskherd.config import DeliveryConfig
-from taskherd.delivery import DeliveryFailed, send
+from taskherd.delivery import DeliveryFailed, direct_client, send
 from taskherd.store import Store
 from taskherd.store.delivery import Delivery
+from taskherd.webhook_urls import redact_in
 
 log = logging.getLogger("taskherd.delivery")
 
@@ -48,9 +49,8 @@ class Deliverer:
         due = self.store.due_deliveries(now, self.settings.batch)
         if not due:
             return counts
-        import httpx  # only when there is something to send: most passes find nothing
-
-        with httpx.Client(timeout=self.settings.timeout) as client:
+        # Made only when there is something to send: most passes find nothing.
+        with direct_client(self.settings.timeout) as client:
             for delivery in due:
                 # Taken for longer than a send can last: no other pass sends it meanwhile.
                 taken = self.store.take_delivery(delivery, now + self.settings.timeout * 3)
@@ -65,7 +65,9 @@ class Deliverer:
                 raise DeliveryFailed(f"no alias named {delivery.alias!r} (taskherd alias add)")
             send(alias, delivery, self.settings.timeout, client)
         except DeliveryFailed as error:
-            return self._failed(delivery, str(error))
+            # Kept in the row (alias status) and logged: never with the URL's secrets.
+            said = redact_in(str(error), alias.target) if alias is not None else str(error)
+            return self._failed(delivery, said)
         self.store.delivery_sent(delivery.id, self.clock())
         log.info("delivery %s: %s of task %s sent to @%s", delivery.id, delivery.event,
                  delivery.task_id, delivery.alias)

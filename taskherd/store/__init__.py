@@ -52,12 +52,13 @@ __all__ = [
 
 
 def open_store(database: str, *, durability: str = "full", autocheckpoint: bool = True,
-               workflow: Workflow | None = None) -> Store:
+               workflow: Workflow | None = None, busy_timeout: float | None = None) -> Store:
     """Open the store a `[daemon] database` setting names: a file path (SQLite) or a URL.
 
     `workflow` is the config's (`Config.workflow`): the roles' default chains, reviewers and
     depth limit, which the store applies when a task settles. Without it, only the chains
-    tasks declared themselves are followed.
+    tasks declared themselves are followed. `busy_timeout`: how long a SQLite call waits for
+    another process's write lock (the store's default unless given).
     """
     from taskherd.store.urls import is_postgres_url
 
@@ -69,7 +70,9 @@ def open_store(database: str, *, durability: str = "full", autocheckpoint: bool 
     else:
         from taskherd.store.sqlite import SQLiteStore
 
-        store = SQLiteStore(database, durability=durability, autocheckpoint=autocheckpoint)
+        waits = {} if busy_timeout is None else {"busy_timeout": busy_timeout}
+        store = SQLiteStore(database, durability=durability, autocheckpoint=autocheckpoint,
+                            **waits)
     if workflow is not None:
         store.workflow = workflow  # type: ignore[attr-defined]
     return store

@@ -97,6 +97,14 @@ class DeliveryStore(abc.ABC):
         """Try again at `retry_at`, or (None) keep it as failed."""
 
     @abc.abstractmethod
+    def get_delivery(self, delivery_id: int) -> Delivery | None: ...
+
+    @abc.abstractmethod
+    def retry_deliveries(self, now: float, delivery_id: int | None = None) -> int:
+        """Failed rows (one, or every one) due again at `now`, their attempts counted afresh;
+        how many. A pending or sent row is left as it is."""
+
+    @abc.abstractmethod
     def list_deliveries(self, *, alias: str | None = None, state: str | None = None,
                         limit: int = 50) -> list[Delivery]: ...
 

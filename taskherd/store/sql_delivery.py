@@ -72,6 +72,15 @@ class SQLDelivery(DeliveryStore):
         with self._write() as db:
             db.execute(self.q["delivery_failed"], params)
 
+    def get_delivery(self, delivery_id: int) -> Delivery | None:
+        rows = self._all("get_delivery", {"id": delivery_id})
+        return Delivery.from_row(rows[0]) if rows else None
+
+    def retry_deliveries(self, now: float, delivery_id: int | None = None) -> int:
+        with self._write() as db:
+            return db.execute(self.q["retry_deliveries"],
+                              {"now": now, "id": delivery_id}).rowcount
+
     def list_deliveries(self, *, alias: str | None = None, state: str | None = None,
                         limit: int = 50) -> list[Delivery]:
         params = {"alias": alias, "state": state, "limit": limit}

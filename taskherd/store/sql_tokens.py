@@ -7,7 +7,13 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from taskherd.store.tokens import ApiToken, TokenNotFound, TokenRefused, TokenStore
+from taskherd.store.tokens import (
+    ApiToken,
+    LastAdminToken,
+    TokenNotFound,
+    TokenRefused,
+    TokenStore,
+)
 
 if TYPE_CHECKING:
     from taskherd.store.connection import Connection
@@ -44,8 +50,14 @@ class SQLTokens(TokenStore):
         rows = self._all("live_api_token", {"token_sha256": token_sha256, "now": now})
         return ApiToken.from_row(rows[0]) if rows else None
 
-    def revoke_api_token(self, name: str, now: float) -> ApiToken:
+    def revoke_api_token(self, name: str, now: float, *,
+                         keep_an_admin: bool = True) -> ApiToken:
         with self._write() as db:
+            if keep_an_admin:
+                admins = [row["name"] for row in db.execute(
+                    self.q["live_admin_tokens"], {"now": now}).fetchall()]
+                if admins == [name]:
+                    raise LastAdminToken(name)
             rows = db.execute(self.q["revoke_api_token"], {"name": name, "now": now}).fetchall()
             if not rows:
                 if not db.execute(self.q["api_token_by_name"], {"name": name}).fetchall():

@@ -25,6 +25,16 @@ class TokenRefused(StoreError):
     """A well-formed token request the records refuse (a name taken, a token revoked)."""
 
 
+class LastAdminToken(TokenRefused):
+    """Revoking this token would leave no live admin token: nobody could manage the API."""
+
+    def __init__(self, name: str):
+        super().__init__(f"the API token {name!r} is the last live admin token: revoked, it "
+                         "would leave nobody able to manage tokens or jobs over the API; make "
+                         "another first (taskherd token create --scope admin)")
+        self.name = name
+
+
 @dataclass(frozen=True)
 class ApiToken:
     id: int
@@ -70,5 +80,8 @@ class TokenStore(abc.ABC):
         """The token with this digest, unless unknown, revoked or expired at `now`."""
 
     @abc.abstractmethod
-    def revoke_api_token(self, name: str, now: float) -> ApiToken:
-        """Revoke a token at once; TokenNotFound, or TokenRefused if it already was."""
+    def revoke_api_token(self, name: str, now: float, *,
+                         keep_an_admin: bool = True) -> ApiToken:
+        """Revoke a token at once; TokenNotFound, or TokenRefused if it already was.
+        `keep_an_admin`: LastAdminToken if it is the last live admin token (decided in the
+        revoke's transaction, so two revokes at once cannot take the last two)."""

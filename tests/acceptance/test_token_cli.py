@@ -68,3 +68,15 @@ def test_bad_input_exits_2_and_changes_nothing(workspace, args, says):
     assert result.returncode == 2, result.stderr
     assert says in result.stderr
     assert digest(workspace / "taskherd.db") == before
+
+
+def test_the_last_admin_token_is_revoked_only_when_said_so(workspace):
+    assert taskherd(workspace, "token", "create", "--name", "root", "--scope",
+                    "admin").returncode == 0
+    kept = taskherd(workspace, "token", "revoke", "root")
+    assert kept.returncode == 1 and "last live admin token" in kept.stderr
+    assert "Traceback" not in kept.stderr
+    gone = taskherd(workspace, "token", "revoke", "root", "--even-last-admin")
+    assert gone.returncode == 0, gone.stderr
+    listed = json.loads(taskherd(workspace, "token", "list", "--json").stdout)
+    assert listed[0]["status"] == "revoked"

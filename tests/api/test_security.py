@@ -13,7 +13,7 @@ import pytest
 from taskherd.api.app import ROUTES
 from taskherd.model import NewTask
 from taskherd.ops import tokens as token_ops
-from tests.api_server import served
+from tests.api_server import CONFIG, served
 
 
 @pytest.fixture
@@ -148,15 +148,125 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read_whole(api):
     assert api.queue.store.list_tasks() == []
 
 
-def test_a_hundred_bad_tokens_in_a_row_are_slowed_down(api):
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_a_hundred_bad_tokens_in_a_row_are_slowed_down_but_a_valid_token_is_served(api):
     client = api.client()
-    answers = [client.get("/v1/status", headers={"Authorization": f"Bearer thk_guess{n}"}
-                          ).status_code for n in range(100)]
+    answers = [client.get("/v1/status", headers=bearer(f"thk_guess{n}")).status_code
+               for n in range(100)]
     assert answers[:20] == [401] * 20
     assert set(answers[20:]) == {429}
-    refused = client.get("/v1/status", headers={"Authorization": f"Bearer {api.tokens['read']}"})
-    assert refused.status_code == 429  # even a right guess is not told apart now
-    assert int(refused.headers["retry-after"]) > 0
+    refused = client.get("/v1/status", headers=bearer("thk_guess-again"))
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) > 0
+    assert "valid token is still served" in refused.json()["error"]
+    # Every agent and local process shares this address: a valid token is never refused.
+    assert client.get("/v1/status", headers=bearer(api.tokens["read"])).status_code == 200
+    assert client.get("/metrics", headers=bearer(api.tokens["read"])).status_code == 200
+    run, credential = started_run(api, "throttled", None)
+    assert client.post("/v1/agent/heartbeat", headers=bearer(credential),
+                       json={}).status_code == 200
+    login = client.post("/login", data={"token": api.tokens["read"]}, follow_redirects=False)
+    assert login.status_code == 303
+
+
+def test_a_good_token_does_not_wipe_the_count_of_wrong_ones(api):
+    client = api.client()
+    answers = []
+    for _ in range(3):
+        answers += [client.get("/v1/status", headers=bearer(f"thk_guess{n}")).status_code
+                    for n in range(19)]
+        good = client.get("/v1/status", headers=bearer(api.tokens["admin"]))
+        assert good.status_code == 200
+    assert answers[:20] == [401] * 20 and set(answers[20:]) == {429}
+
+
+def test_a_valid_credential_of_the_wrong_kind_is_refused_but_no_guess(api):
+    client = api.client()
+    run, credential = started_run(api, "kinds", None)
+    for _ in range(30):
+        answer = client.post("/v1/agent/heartbeat", headers=bearer(api.tokens["admin"]),
+                             json={})
+        assert answer.status_code == 401 and "run credential" in answer.json()["error"]
+        assert client.get("/v1/status", headers=bearer(credential)).status_code == 401
+    assert client.get("/v1/status", headers=bearer("thk_first-guess")).status_code == 401
+    login = client.post("/login", data={"token": credential})
+    assert login.status_code == 401 and "a run credential" in login.text
+
+
+def test_the_throttle_forgets_an_address_a_minute_after_its_last_wrong_token(tmp_path):
+    clock = Clock(1_700_000_000.0)
+    with served(tmp_path, clock=clock, now=clock.now) as running:
+        client = running.client()
+        assert {client.get("/v1/status", headers=bearer(f"thk_g{n}")).status_code
+                for n in range(20)} == {401}
+        clock.now += 30
+        assert client.get("/v1/status", headers=bearer("thk_late")).status_code == 429
+        clock.now += 59  # a minute counts from the last wrong token, not the first
+        assert client.get("/v1/status", headers=bearer("thk_later")).status_code == 429
+        clock.now += 61
+        assert client.get("/v1/status", headers=bearer("thk_rested")).status_code == 401
+
+
+class Clock:
+    def __init__(self, now: float):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_dashboard_login_counts_wrong_tokens_and_never_refuses_a_right_one(api):
+    client = api.client()
+    answers = [client.post("/login", data={"token": f"thk_guess{n}"}).status_code
+               for n in range(25)]
+    assert answers == [401] * 20 + [429] * 5
+    assert client.get("/v1/status", headers=bearer("thk_api-guess")).status_code == 429
+    login = client.post("/login", data={"token": api.tokens["operator"]},
+                        follow_redirects=False)
+    assert login.status_code == 303
+
+
+def test_x_forwarded_for_is_believed_from_trusted_proxies_only(tmp_path):
+    # No proxy trusted: a local guesser cannot pass for many clients (uvicorn's default
+    # believed X-Forwarded-For from 127.0.0.1).
+    (tmp_path / "plain").mkdir()
+    with served(tmp_path / "plain") as running:
+        client = running.client()
+        answers = [client.get("/v1/status", headers=bearer("thk_g") | {
+            "X-Forwarded-For": f"198.51.100.{n}"}).status_code for n in range(25)]
+        assert answers == [401] * 20 + [429] * 5
+    behind = CONFIG.replace("max_body_bytes = 65536",
+                            'max_body_bytes = 65536\ntrusted_proxies = ["127.0.0.1"]')
+    (tmp_path / "proxied").mkdir()
+    with served(tmp_path / "proxied", behind) as running:
+        client = running.client()
+
+        def guess(forwarded: str) -> int:
+            return client.get("/v1/status", headers=bearer("thk_g") | {
+                "X-Forwarded-For": forwarded}).status_code
+
+        # One client behind the proxy guesses; what it writes left of the proxy's hop is
+        # its own and not believed.
+        assert [guess(f"10.9.9.{n}, 203.0.113.7") for n in range(25)] == [401] * 20 + [429] * 5
+        assert guess("203.0.113.8") == 401  # another client behind the same proxy
+        assert guess("203.0.113.7") == 429
+
+
+def test_the_last_admin_token_cannot_be_revoked_and_a_self_revoke_is_said(api):
+    admin = api.client("admin")
+    refused = admin.delete("/v1/tokens/admin")
+    assert refused.status_code == 409 and "last live admin token" in refused.json()["error"]
+    assert admin.get("/v1/tokens").status_code == 200  # still in
+    other = admin.post("/v1/tokens", json={"name": "second", "scope": "admin"}).json()
+    gone = admin.delete("/v1/tokens/admin")
+    assert gone.status_code == 200
+    assert gone.json()["revoked_itself"] is True and "revoked" in gone.json()["note"]
+    assert admin.get("/v1/tokens").status_code == 401
+    second = api.client(**bearer(other["token"]))
+    assert second.delete("/v1/tokens/read").json()["revoked_itself"] is False
+    assert second.delete("/v1/tokens/second").status_code == 409
 
 
 def test_tokens_never_appear_in_the_logs(api, caplog):

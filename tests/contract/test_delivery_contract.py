@@ -65,3 +65,23 @@ def test_aliases(store):
     assert [a.name for a in store.list_aliases()] == ["ops"]
     assert store.get_alias("ops").format == "slack"
     assert store.remove_alias("ops") and not store.remove_alias("ops")
+
+
+def test_a_failed_row_is_due_again_on_retry_and_no_other_is_touched(store):
+    tells = {"deliver_to": ["ops", "chat", "log"], "deliver_on": ["completed"]}
+    settle(store, Outcome.SUCCEEDED, tells)
+    failed, also_failed, sent = (store.take_delivery(d, NOW + 30)
+                                 for d in store.due_deliveries(NOW + 1))
+    store.delivery_failed(failed.id, "HTTP 500", None)
+    store.delivery_failed(also_failed.id, "HTTP 502", None)
+    store.delivery_sent(sent.id, NOW + 2)
+    assert store.retry_deliveries(NOW + 100, failed.id) == 1
+    again = store.get_delivery(failed.id)
+    assert (again.state, again.attempts, again.next_attempt_at, again.last_error) == (
+        "pending", 0, NOW + 100, "HTTP 500")
+    assert store.retry_deliveries(NOW + 100, failed.id) == 0  # pending now: left alone
+    assert store.retry_deliveries(NOW + 100, sent.id) == 0
+    assert store.retry_deliveries(NOW + 200) == 1  # every failed one: the other
+    assert [d.id for d in store.due_deliveries(NOW + 200)] == sorted([failed.id,
+                                                                       also_failed.id])
+    assert store.get_delivery(sent.id).state == "sent" and store.get_delivery(10**9) is None

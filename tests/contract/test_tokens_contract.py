@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from taskherd.store.tokens import TokenNotFound, TokenRefused
+from taskherd.store.tokens import LastAdminToken, TokenNotFound, TokenRefused
 
 NOW = 1_700_000_000.0
 
@@ -32,3 +32,18 @@ def test_a_revoked_token_matches_nothing_and_its_name_is_not_reused(store):
     with pytest.raises(TokenNotFound):
         store.revoke_api_token("nobody", NOW)
     assert [token.name for token in store.list_api_tokens()] == ["ops"]
+
+
+def test_the_last_live_admin_token_is_kept_unless_asked(store):
+    store.add_api_token("root", "admin", "a1" * 32, NOW)
+    store.add_api_token("gone", "admin", "a2" * 32, NOW, expires_at=NOW + 1)
+    store.add_api_token("ops", "operator", "a3" * 32, NOW)
+    with pytest.raises(LastAdminToken, match="last live admin token"):
+        store.revoke_api_token("root", NOW + 10)  # the other admin token has expired
+    assert store.live_api_token("a1" * 32, NOW + 10) is not None
+    store.revoke_api_token("ops", NOW + 10)  # other scopes go as before
+    store.add_api_token("spare", "admin", "a4" * 32, NOW + 11)
+    store.revoke_api_token("root", NOW + 12)
+    with pytest.raises(LastAdminToken):
+        store.revoke_api_token("spare", NOW + 13)
+    assert store.revoke_api_token("spare", NOW + 14, keep_an_admin=False).revoked_at == NOW + 14

@@ -38,6 +38,9 @@ def test_an_address_other_machines_reach_is_refused_without_tls(listen):
     ({"listen": "127.0.0.1:1", "allow_plain_http": "yes"}, "api.allow_plain_http = 'yes'"),
     ({"listen": "127.0.0.1:1", "max_body_bytes": 0}, "api.max_body_bytes = 0"),
     ({"lisen": "127.0.0.1:1"}, "did you mean 'listen'"),
+    ({"trusted_proxies": "10.0.0.1"}, "api.trusted_proxies = '10.0.0.1': expected a list"),
+    ({"trusted_proxies": ["10.0.0.1", "10.0.0.300"]}, "api.trusted_proxies = '10.0.0.300'"),
+    ({"trusted_proxies": [167772161]}, "api.trusted_proxies = 167772161"),
 ])
 def test_bad_api_settings_name_the_key(raw, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -49,3 +52,12 @@ def test_the_api_settings_need_a_restart():
     with pytest.raises(ConfigError, match=r"\[api\] cannot change while the daemon runs"):
         check_reloadable(running, parse({"api": {"listen": "127.0.0.1:9999"}}))
     check_reloadable(running, parse({"api": {"listen": "127.0.0.1:8765"}}))
+
+
+def test_trusted_proxies_are_addresses_or_networks():
+    import ipaddress
+
+    assert parse({}).api.trusted_proxies == ()
+    proxies = parse({"api": {"trusted_proxies": ["127.0.0.1", "10.0.0.0/8", "::1"]}}).api
+    assert proxies.trusted_proxies == tuple(ipaddress.ip_network(net) for net in (
+        "127.0.0.1/32", "10.0.0.0/8", "::1/128"))

@@ -41,6 +41,15 @@ WHERE id = :id AND state = 'pending';
 UPDATE deliveries SET state = CAST(:state AS TEXT), next_attempt_at = :retry_at, last_error = :error
 WHERE id = :id AND state = 'pending';
 
+-- name: get_delivery
+SELECT * FROM deliveries WHERE id = :id;
+
+-- name: retry_deliveries
+-- A failed row (:id, or every one when :id is NULL) is due again with its attempts counted
+-- afresh (`taskherd alias retry`); its last error stays until the next attempt's.
+UPDATE deliveries SET state = 'pending', attempts = 0, next_attempt_at = :now
+WHERE state = 'failed' AND (CAST(:id AS BIGINT) IS NULL OR id = :id);
+
 -- name: list_deliveries
 SELECT * FROM deliveries
 WHERE (CAST(:alias AS TEXT) IS NULL OR alias = :alias)

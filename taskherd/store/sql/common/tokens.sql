@@ -22,3 +22,11 @@ WHERE token_sha256 = :token_sha256 AND revoked_at IS NULL
 UPDATE api_tokens SET revoked_at = :now
 WHERE name = :name AND revoked_at IS NULL
 RETURNING *;
+
+-- name: live_admin_tokens
+-- Read before a revoke, which refuses to take the last one (an API nobody can manage).
+-- PostgreSQL's locks them (its own block): two revokes at once cannot each leave the other's;
+-- SQLite's write transaction already holds the whole database.
+SELECT name FROM api_tokens
+WHERE scope = 'admin' AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY id;

@@ -181,3 +181,11 @@ SELECT id FROM tasks
 WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
   AND coalesce(finished_at, lease_expires_at) < :before
 FOR UPDATE;
+
+-- name: live_admin_tokens
+-- FOR UPDATE: two revokes of the last two admin tokens at once would each count two and
+-- leave none; the second waits here, and counts again once the first has committed.
+SELECT name FROM api_tokens
+WHERE scope = 'admin' AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > :now)
+ORDER BY id
+FOR UPDATE;
