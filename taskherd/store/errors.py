@@ -102,6 +102,8 @@ def environment_fault(error: BaseException) -> str | None:
     "database is locked" past busy_timeout, "database or disk is full"; psycopg's lost
     connection), or the OSError of a full or read-only disk; else its cause's. The doors ask
     here, so none imports a driver."""
+    if isinstance(error, StoreDiskFull):
+        return str(error)  # the store said it whole: what, and what to do
     cause = error.__cause__
     if cause is not None and (_is_driver_error(cause) or isinstance(cause, OSError)):
         return _fault(cause)  # the driver's error a StoreError wraps says more than it does
