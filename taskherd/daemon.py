@@ -30,7 +30,7 @@ from taskherd.config import (
     make_private_dir,
 )
 from taskherd.jobs import JobError
-from taskherd.model import LEASED_STATES, Event, EventKind
+from taskherd.model import LEASED_STATES, Event, EventKind, TaskState
 from taskherd.ops import Queue
 from taskherd.services.backups import Backups
 from taskherd.services.checkpoints import Checkpoints
@@ -41,7 +41,7 @@ from taskherd.services.planner import Planner
 from taskherd.services.runner import ServiceLoop, run_service
 from taskherd.services.scheduler import Scheduler
 from taskherd.services.supervisor import KILL_GRACE, Supervisor
-from taskherd.services.worktrees import WorktreeJanitor
+from taskherd.services.worktrees import Merger, WorktreeJanitor
 from taskherd.store import Store, StoreError, node_lock_path, open_store, shown
 
 if TYPE_CHECKING:
@@ -113,6 +113,7 @@ class Daemon:
         self._schedule = asyncio.Event()  # the scheduler's own: job changes, reloads, task ends
         self._reload = asyncio.Event()
         self._deliver = asyncio.Event()  # the deliverer's own: a settle may have queued some
+        self._merge = asyncio.Event()  # the merger's own: a task is waiting in `merging`
         self._stop = asyncio.Event()
         self.services: dict[str, ServiceLoop] = {}
 
@@ -172,7 +173,7 @@ class Daemon:
         starting = [self._start(name) for name in ("dispatcher", "scheduler")]
         watching = [self._start(name) for name in ("supervisor", "monitor", "planner",
                                                    "checkpoints", "backups", "delivery",
-                                                   "worktrees")]
+                                                   "worktrees", "merges")]
         watching.append(asyncio.create_task(self._reload_on_request(), name="reload"))
         watching.append(asyncio.create_task(self._wake_on_events(events, supervisor),
                                             name="events"))
@@ -239,6 +240,8 @@ class Daemon:
         of cancels and runs ended elsewhere before its next sweep."""
         async for event in events:
             supervisor.hear(event)
+            if event.kind is EventKind.TASK_CHANGED and event.state == TaskState.MERGING:
+                self._merge.set()
             if _may_give_work(event):
                 self.wake()
 
@@ -298,6 +301,9 @@ class Daemon:
                         in_thread=True, max_sleep=DeliverySettings.interval),
             # In a thread: removing a large checkout takes seconds of disk work.
             ServiceLoop("worktrees", WorktreeJanitor(self.config, store), in_thread=True),
+            # Each merge runs in a thread of its own; the pass only reads and starts them.
+            ServiceLoop("merges", Merger(self.config, store, self.clock), wake=self._merge,
+                        in_thread=True),
         )}
 
     def _start(self, name: str) -> asyncio.Task:

@@ -10,13 +10,20 @@ the repository's own checkout is on the base, it is moved along with `git read-t
 which refuses to overwrite local changes.
 
 Every git command is an argv list; branch names and paths are derived from task ids only, so
-no task text ever reaches git.
+no task text ever reaches git. Each runs in a process group of its own, with its hooks: one
+that outlives its time (`time_limit`, else GIT_TIMEOUT) is killed with the whole group, so a
+hook's own children (a `sleep`, a test run) go too and never keep it waiting on their pipes.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +33,10 @@ MERGE_MODES = ("merge-commit", "fast-forward")
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "taskherd", "GIT_AUTHOR_EMAIL": "taskherd@localhost",
                 "GIT_COMMITTER_NAME": "taskherd", "GIT_COMMITTER_EMAIL": "taskherd@localhost"}
 GIT_TIMEOUT = 300.0
+# Leftover commits run no hooks unless the role asks (`hooks = true`): -c core.hooksPath
+# points git at an empty place, so not even post-commit or reference-transaction run.
+NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
+_limit = threading.local()  # this thread's deadline for its git commands (time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -37,10 +48,25 @@ class GitSettings:
     merge: str = "merge-commit"  # or "fast-forward" (when the base has not moved on)
     pool: str = "git-main"  # merges through one pool happen one at a time
     keep: float = 7 * 86400.0  # how long a dead or cancelled task's worktree is kept
+    merge_timeout: float = 300.0  # a merge (its hooks included) running longer is stopped
+    hooks: bool = False  # whether the repository's hooks run for the leftover commits
 
 
 class GitError(OSError):
     """A git command failed; the message names the command and what git said."""
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """The git commands this thread runs within the block share one deadline: a merge is
+    several commands, and its limit is for all of them (a nested limit cannot extend it)."""
+    outer = getattr(_limit, "deadline", None)
+    deadline = time.monotonic() + seconds
+    _limit.deadline = deadline if outer is None else min(outer, deadline)
+    try:
+        yield
+    finally:
+        _limit.deadline = outer
 
 
 @dataclass(frozen=True)
@@ -66,18 +92,47 @@ def worktree_path(root: Path, task_id: int) -> Path:
 
 def git(repo: Path | str, *args: str, check: bool = True,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `git -C repo ARGS…` (never a shell); GitError when it fails and `check`."""
+    """Run `git -C repo ARGS…` (never a shell); GitError when it fails and `check`, or when
+    it (or a hook) runs past this thread's time limit: then its process group is killed."""
     argv = ["git", "-C", str(repo), *args]
     full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
+    deadline = getattr(_limit, "deadline", None)
+    timeout = GIT_TIMEOUT if deadline is None else min(GIT_TIMEOUT, deadline - time.monotonic())
+    what = f"git {' '.join(args)}"
+    if timeout <= 0:
+        raise GitError(f"{what}: not started, its time limit had passed")
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, env=full_env, check=False,
-                              timeout=GIT_TIMEOUT, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise GitError(f"git {' '.join(args)}: {error}") from error
-    if check and done.returncode != 0:
-        said = (done.stderr or done.stdout).strip().splitlines()
-        raise GitError(f"git {' '.join(args)} in {repo}: {said[-1] if said else done.returncode}")
-    return done
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, text=True, env=full_env,
+                                   start_new_session=True)
+    except OSError as error:
+        raise GitError(f"{what}: {error}") from error
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        raise GitError(f"{what} in {repo}: still running after {timeout:.0f}s (a hook that "
+                       f"hangs?): stopped, with its hooks") from None
+    if check and process.returncode != 0:
+        said = (err or out).strip().splitlines()
+        raise GitError(f"{what} in {repo}: {said[-1] if said else process.returncode}")
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    """Kill git and every process of its group (its hooks and theirs), then reap it. A hook
+    that left the group may still hold the pipes: they are closed rather than read."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        process.communicate(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+        process.wait()
 
 
 def ensure_worktree(repo: Path, base: str, task_id: int, root: Path) -> Path:
@@ -96,16 +151,21 @@ def ensure_worktree(repo: Path, base: str, task_id: int, root: Path) -> Path:
     return path
 
 
-def commit_leftovers(path: Path, message: str) -> str | None:
+def commit_leftovers(path: Path, message: str, hooks: bool = False) -> str | None:
     """Commit what the agent changed in its worktree but did not commit (an agent that edits
     and never runs `git commit`): the work must reach the branch, never be removed with the
-    worktree. The commit's id, or None when the tree was clean (or is gone)."""
+    worktree. The commit's id, or None when the tree was clean (or is gone). Without `hooks`
+    the repository's hooks do not run: a pre-commit check refusing the agent's leftovers
+    would leave them out of the branch."""
     if not path.is_dir():
         return None
     if not git(path, "status", "--porcelain", "--untracked-files=all").stdout.strip():
         return None
     git(path, "add", "-A")
-    git(path, "commit", "-q", "--no-verify", "-m", message, env=GIT_IDENTITY)
+    if hooks:
+        git(path, "commit", "-q", "-m", message, env=GIT_IDENTITY)
+    else:
+        git(path, *NO_HOOKS, "commit", "-q", "--no-verify", "-m", message, env=GIT_IDENTITY)
     return git(path, "rev-parse", "HEAD").stdout.strip()
 
 
