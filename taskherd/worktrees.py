@@ -22,7 +22,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,7 @@ MERGE_MODES = ("merge-commit", "fast-forward")
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "taskherd", "GIT_AUTHOR_EMAIL": "taskherd@localhost",
                 "GIT_COMMITTER_NAME": "taskherd", "GIT_COMMITTER_EMAIL": "taskherd@localhost"}
 GIT_TIMEOUT = 300.0
+STOP_GRACE = 5.0  # seconds between the SIGTERM and the SIGKILL of a git stopped at its limit
 # Leftover commits run no hooks unless the role asks (`hooks = true`): -c core.hooksPath
 # points git at an empty place, so not even post-commit or reference-transaction run.
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
@@ -56,17 +57,44 @@ class GitError(OSError):
     """A git command failed; the message names the command and what git said."""
 
 
+class GitTimeout(GitError):
+    """A git command (or one of its hooks) ran past its time limit and was killed."""
+
+
 @contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
+def time_limit(seconds: float, record: Path | None = None) -> Iterator[None]:
     """The git commands this thread runs within the block share one deadline: a merge is
-    several commands, and its limit is for all of them (a nested limit cannot extend it)."""
-    outer = getattr(_limit, "deadline", None)
+    several commands, and its limit is for all of them (a nested limit cannot extend it).
+    With `record`, the file names the command running (pid and start time), so that a
+    daemon that died mid-merge can stop what it left running (`stop_left_running`)."""
+    outer = getattr(_limit, "deadline", None), getattr(_limit, "record", None)
     deadline = time.monotonic() + seconds
-    _limit.deadline = deadline if outer is None else min(outer, deadline)
+    _limit.deadline = deadline if outer[0] is None else min(outer[0], deadline)
+    _limit.record = record or outer[1]
     try:
         yield
     finally:
-        _limit.deadline = outer
+        _limit.deadline, _limit.record = outer
+        if record is not None:
+            record.unlink(missing_ok=True)
+
+
+def stop_left_running(record: Path) -> bool:
+    """Stop the git command `record` names if it still runs (with its hooks, as a timeout
+    does): a daemon killed mid-merge leaves its git in a session of its own, where a hook
+    that hangs keeps the base's ref locked and every later merge into it refused."""
+    import psutil  # here: config.py imports this module, and the CLI starts light
+
+    try:
+        pid, started_at = record.read_text().split()
+        process = psutil.Process(int(pid))
+        alive = abs(process.create_time() - float(started_at)) < 1.0
+    except (OSError, ValueError, psutil.Error):
+        alive = False
+    if alive:
+        _stop_group(int(pid), lambda: not _group_alive(int(pid)))
+    record.unlink(missing_ok=True)
+    return alive
 
 
 @dataclass(frozen=True)
@@ -90,6 +118,18 @@ def worktree_path(root: Path, task_id: int) -> Path:
     return root / f"task-{int(task_id)}"
 
 
+@contextmanager
+def _unlimited() -> Iterator[None]:
+    """No time limit but GIT_TIMEOUT within the block: for the reads and the undo that follow
+    a command the limit stopped."""
+    outer = getattr(_limit, "deadline", None)
+    _limit.deadline = None
+    try:
+        yield
+    finally:
+        _limit.deadline = outer
+
+
 def git(repo: Path | str, *args: str, check: bool = True,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run `git -C repo ARGS…` (never a shell); GitError when it fails and `check`, or when
@@ -100,18 +140,19 @@ def git(repo: Path | str, *args: str, check: bool = True,
     timeout = GIT_TIMEOUT if deadline is None else min(GIT_TIMEOUT, deadline - time.monotonic())
     what = f"git {' '.join(args)}"
     if timeout <= 0:
-        raise GitError(f"{what}: not started, its time limit had passed")
+        raise GitTimeout(f"{what}: not started, its time limit had passed")
     try:
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    stdin=subprocess.DEVNULL, text=True, env=full_env,
                                    start_new_session=True)
     except OSError as error:
         raise GitError(f"{what}: {error}") from error
+    _note_running(process)
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(process)
-        raise GitError(f"{what} in {repo}: still running after {timeout:.0f}s (a hook that "
+        raise GitTimeout(f"{what} in {repo}: still running after {timeout:.0f}s (a hook that "
                        f"hangs?): stopped, with its hooks") from None
     if check and process.returncode != 0:
         said = (err or out).strip().splitlines()
@@ -119,20 +160,58 @@ def git(repo: Path | str, *args: str, check: bool = True,
     return subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
+def _note_running(process: subprocess.Popen[str]) -> None:
+    record = getattr(_limit, "record", None)
+    if record is None:
+        return
+    import psutil
+
+    try:
+        started_at = psutil.Process(process.pid).create_time()
+        fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "w") as out:
+            out.write(f"{process.pid} {started_at}\n")
+    except (OSError, psutil.Error):
+        pass  # ended already, or nowhere to write: nothing a restart would have to stop
+
+
 def _kill_group(process: subprocess.Popen[str]) -> None:
-    """Kill git and every process of its group (its hooks and theirs), then reap it. A hook
+    """Stop git and every process of its group (its hooks and theirs), then reap it. A hook
     that left the group may still hold the pipes: they are closed rather than read."""
+    _stop_group(process.pid, lambda: process.poll() is not None)
     try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        process.communicate(timeout=5.0)
+        process.communicate(timeout=STOP_GRACE)
     except subprocess.TimeoutExpired:
         for pipe in (process.stdout, process.stderr):
             if pipe is not None:
                 pipe.close()
         process.wait()
+
+
+def _stop_group(pgid: int, ended: Callable[[], bool]) -> None:
+    """SIGTERM first: git removes its lock files on it (a SIGKILLed update-ref leaves
+    `refs/heads/BASE.lock` behind, and every later update of the base fails); SIGKILL after
+    STOP_GRACE for a group that ignored it."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, signum)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + STOP_GRACE
+        while time.monotonic() < deadline:
+            if ended() and not _group_alive(pgid):
+                return
+            time.sleep(0.02)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def ensure_worktree(repo: Path, base: str, task_id: int, root: Path) -> Path:
@@ -184,7 +263,17 @@ def merge_branch(repo: Path, base: str, branch: str, mode: str, message: str) ->
         new = git(repo, "commit-tree", tree, "-p", old, "-p", tip, "-m", message,
                   env=GIT_IDENTITY).stdout.strip()
         fast_forward = False
-    _move_base(repo, base, old, new)
+    try:
+        _move_base(repo, base, old, new)
+    except GitError:
+        # If the base holds the branch all the same, this merge landed: an earlier attempt
+        # finished it (a daemon that died mid-merge left its git to end the update), or a
+        # hook hung after the update and was killed. Asked past the time limit: these reads
+        # run no hook.
+        with _unlimited():
+            if _is_ancestor(repo, tip, f"refs/heads/{base}"):
+                return MergeResult(merged=True, commit=_commit_of(repo, f"refs/heads/{base}"))
+        raise
     return MergeResult(merged=True, commit=new, fast_forward=fast_forward)
 
 
@@ -234,8 +323,11 @@ def _move_base(repo: Path, base: str, old: str, new: str) -> None:
         git(repo, "update-ref", "-m", f"taskherd: merge into {base}", f"refs/heads/{base}",
             new, old)
     except GitError:
-        if checked_out:
-            git(repo, "read-tree", "-m", "-u", new, old)
+        # The files go back unless the base did move (a hook killed after the update); past
+        # the time limit, as read-tree runs no hook and must not leave the checkout half-moved.
+        with _unlimited():
+            if checked_out and _commit_of(repo, f"refs/heads/{base}") != new:
+                git(repo, "read-tree", "-m", "-u", new, old)
         raise
 
 

@@ -126,8 +126,12 @@ class Merger:
         task = self.store.get_task(record.task_id)
         conflicts: tuple[str, ...] = ()
         commit = reason = None
+        running = self.config.daemon.data_dir / "worktrees" / f"task-{task.id}.merging"
+        if worktrees.stop_left_running(running):
+            log.warning("task %s: stopped the git an earlier daemon left merging %s",
+                        task.id, record.branch)
         try:
-            with worktrees.time_limit(git.merge_timeout):
+            with worktrees.time_limit(git.merge_timeout, record=running):
                 worktrees.commit_leftovers(
                     Path(record.path), f"Uncommitted work of task {task.id}: {task.title}"[:500],
                     hooks=git.hooks)
