@@ -8,6 +8,7 @@ after `kill -9`, loses no agent and finishes no task twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import logging
@@ -114,6 +115,7 @@ class Daemon:
         self._reload = asyncio.Event()
         self._deliver = asyncio.Event()  # the deliverer's own: a settle may have queued some
         self._merge = asyncio.Event()  # the merger's own: a task is waiting in `merging`
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by _serve
         self._stop = asyncio.Event()
         self.services: dict[str, ServiceLoop] = {}
 
@@ -144,6 +146,7 @@ class Daemon:
 
     async def _serve(self, store: Store) -> None:
         daemon = self.config.daemon
+        self._loop = asyncio.get_running_loop()
         supervisor = Supervisor(self.config, store, self.clock, on_change=self.wake)
         self._install_signals()
         api = await self._start_api()  # first: a port taken stops the start before anything runs
@@ -302,9 +305,17 @@ class Daemon:
             # In a thread: removing a large checkout takes seconds of disk work.
             ServiceLoop("worktrees", WorktreeJanitor(self.config, store), in_thread=True),
             # Each merge runs in a thread of its own; the pass only reads and starts them.
-            ServiceLoop("merges", Merger(self.config, store, self.clock), wake=self._merge,
+            ServiceLoop("merges", Merger(self.config, store, self.clock,
+                                         on_ended=self._merge_ended), wake=self._merge,
                         in_thread=True),
         )}
+
+    def _merge_ended(self) -> None:
+        """From a merge's thread: the merger looks again (a merge may wait for that pool)."""
+        if self._loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed: the daemon is stopping
+            self._loop.call_soon_threadsafe(self._merge.set)
 
     def _start(self, name: str) -> asyncio.Task:
         return asyncio.create_task(run_service(self.services[name], self.clock), name=name)

@@ -38,6 +38,8 @@ log = logging.getLogger("taskherd.worktrees")
 @dataclass(frozen=True)
 class MergerSettings:
     interval: float = 30.0  # a fallback poll: a task entering `merging` wakes the merger
+    # While a merge waits for a pool another node holds (its end wakes nobody here).
+    waiting_interval: float = 2.0
     # A pool held this long past its merge's timeout has lost its holder (its node died
     # mid-merge, its git killed or long finished): another merge may take it.
     stale_margin: float = 60.0
@@ -45,18 +47,22 @@ class MergerSettings:
 
 class Merger:
     def __init__(self, config: Config, store: Store, clock: Callable[[], float] = time.time,
-                 settings: MergerSettings = MergerSettings()):
+                 settings: MergerSettings = MergerSettings(),
+                 on_ended: Callable[[], None] = lambda: None):
         self.config = config
         self.store = store
         self.clock = clock
         self.settings = settings
+        self.on_ended = on_ended  # called from a merge's thread as it ends: wakes the merger
+        self._waiting = False  # the last pass left a merge waiting for its pool
         self._lock = threading.Lock()
         self._running: dict[int, threading.Thread] = {}  # task id → the thread merging it
         self._pools: set[str] = set()  # pools this daemon is merging through
         self._ended: Counter[str] = Counter()  # merges ended since the last pass, by outcome
 
     def next_wake(self, now: float) -> float:
-        return now + self.settings.interval
+        return now + (self.settings.waiting_interval if self._waiting
+                      else self.settings.interval)
 
     def run_once(self, now: float) -> dict[str, int]:
         with self._lock:
@@ -66,6 +72,7 @@ class Merger:
         for record in self.store.merges_due():
             counts[self._start(record, now)] += 1
         counts.pop("", None)
+        self._waiting = counts["waiting"] > 0
         return dict(counts)
 
     def join(self, timeout: float) -> bool:
@@ -119,6 +126,7 @@ class Merger:
                 self._running.pop(record.task_id, None)
                 self._pools.discard(record.pool)
                 self._ended[outcome] += 1
+            self.on_ended()  # a merge of its pool may be waiting
 
     def _merge_and_record(self, record: WorktreeRecord, git: GitSettings) -> str:
         from taskherd import worktrees

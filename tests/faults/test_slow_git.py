@@ -29,8 +29,9 @@ CODER = """
     words = json.loads(sys.stdin.read().split("\\n\\n## ")[0])
     with open(words["file"], "w") as out:
         out.write(words["content"])
-    subprocess.run(["git", "add", "--", words["file"]], check=True)
-    subprocess.run(["git", "commit", "-q", "-m", "change " + words["file"]], check=True)
+    if not words.get("leave_uncommitted"):
+        subprocess.run(["git", "add", "--", words["file"]], check=True)
+        subprocess.run(["git", "commit", "-q", "-m", "change " + words["file"]], check=True)
     print("TASK_COMPLETE: committed")
 """
 # Another role's agent: reports through the daemon's agent door, as real agents do.
@@ -49,6 +50,11 @@ while read -r old new ref; do
     fi
 done
 exit 0
+"""
+# Blocks every commit after it is made (a slow notifier), until the FIFO is opened.
+POST_COMMIT = """#!/bin/sh
+echo $$ >> "{started}"
+cat "{fifo}" > /dev/null
 """
 IDENTITY = {"GIT_AUTHOR_NAME": "coder", "GIT_AUTHOR_EMAIL": "coder@example.com",
             "GIT_COMMITTER_NAME": "coder", "GIT_COMMITTER_EMAIL": "coder@example.com"}
@@ -84,7 +90,7 @@ def repo(tmp_path, hook) -> Path:
 def fleet(tmp_path, repo):
     made = []
 
-    def make(merge_timeout: str = "5m") -> Fleet:
+    def make(merge_timeout: str = "5m", hooks: bool = False) -> Fleet:
         coder, writer = agent(tmp_path, "coder", CODER), agent(tmp_path, "writer", WRITER)
         env = ", ".join(f'{key} = "{value}"' for key, value in IDENTITY.items())
         node = Fleet(tmp_path, f"""
@@ -102,6 +108,7 @@ def fleet(tmp_path, repo):
             [roles.coder.git]
             repo = "{repo}"
             merge_timeout = "{merge_timeout}"
+            hooks = {str(hooks).lower()}
 
             [roles.writer]
             command = ["{PYTHON}", "{writer}"]
@@ -188,6 +195,42 @@ def test_a_daemon_killed_mid_merge_merges_again_when_back_and_completes_once(
     merges = git(repo, "log", "--merges", "--format=%s", "main").splitlines()
     assert merges == [f"Merge taskherd/task-{task.id}: feature"]
     assert len(node.store.runs_of_task(task.id)) == 1  # merged again, never run again
+
+
+def test_a_hanging_post_commit_hook_on_leftovers_holds_up_its_own_task_only(
+        fleet, hook, repo):
+    """A role that opts into hooks for the commit of what its agent left uncommitted: that
+    commit runs off the loop, and its hook hanging holds up nothing but its own task."""
+    script = repo / ".git" / "hooks" / "post-commit"
+    script.write_text(POST_COMMIT.format(**hook))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    node = fleet(hooks=True)
+    task = node.add("forgetful", role="coder", prompt=json.dumps(
+        {"file": "left.txt", "content": "uncommitted\n", "leave_uncommitted": True}))
+    node.wait_until(lambda: hook_starts(hook), 30, "the post-commit hook to hang")
+    the_queue_goes_on(node)
+    assert node.store.get_task(task.id).state is TaskState.RUNNING
+    release(hook["fifo"])
+    # The merge's update of main meets the reference-transaction hook: released too.
+    node.wait_until(lambda: len(hook_starts(hook)) == 2, 30, "the merge to reach its hook")
+    release(hook["fifo"])
+    assert node.wait_final(task.id, timeout=30).state is TaskState.COMPLETED
+    assert git(repo, "show", "main:left.txt") == "uncommitted"
+
+
+def test_leftover_commits_skip_the_repositorys_hooks_unless_the_role_opts_in(repo, tmp_path):
+    from taskherd import worktrees
+
+    script = repo / ".git" / "hooks" / "post-commit"
+    script.write_text(f"#!/bin/sh\necho ran >> {tmp_path / 'post-commit-ran'}\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    path = worktrees.ensure_worktree(repo, "main", 1, tmp_path / "trees")
+    (path / "a.txt").write_text("a\n")
+    assert worktrees.commit_leftovers(path, "left over")
+    assert not (tmp_path / "post-commit-ran").exists()
+    (path / "b.txt").write_text("b\n")
+    assert worktrees.commit_leftovers(path, "left over", hooks=True)
+    assert (tmp_path / "post-commit-ran").read_text() == "ran\n"
 
 
 def _alive(pid: int) -> bool:
