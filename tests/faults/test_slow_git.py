@@ -186,7 +186,7 @@ def test_a_daemon_killed_mid_merge_merges_again_when_back_and_completes_once(
     node.daemon.wait(10)
     node.up()
     # Back, it stops the git it had left (whose hook kept the base locked) and merges again.
-    [left, again] = node.wait_until(lambda: len(starts := hook_starts(hook)) == 2 and starts,
+    [left, _] = node.wait_until(lambda: len(starts := hook_starts(hook)) == 2 and starts,
                                     30, "the restarted daemon's merge to reach the hook")
     assert not _alive(left) and node.store.get_task(task.id).state is TaskState.MERGING
     release(hook["fifo"])
