@@ -85,20 +85,19 @@ class Merger:
     def _start(self, record: WorktreeRecord, now: float) -> str:
         """Start this merge if its pool is free; what happened, as a count's name ("" when it
         is already under way here, or its repository is on another node)."""
-        if not Path(record.repo).is_dir():
+        if record.task_id in self._running or not Path(record.repo).is_dir():
             return ""
+        if record.pool in self._pools:
+            return "waiting"
         git = self._git_of(record)
+        stale_before = now - git.merge_timeout - self.settings.stale_margin
+        if not self.store.take_merge_pool(record.pool, record.task_id, self.config.daemon.node,
+                                          now, stale_before):
+            return "waiting"
+        thread = threading.Thread(target=self._merge, args=(record, git), daemon=True,
+                                  name=f"merge-task-{record.task_id}")
+        # Only passes add (one at a time, from the service's loop); merges' threads remove.
         with self._lock:
-            if record.task_id in self._running:
-                return ""
-            if record.pool in self._pools:
-                return "waiting"
-            stale_before = now - git.merge_timeout - self.settings.stale_margin
-            if not self.store.take_merge_pool(record.pool, record.task_id,
-                                              self.config.daemon.node, now, stale_before):
-                return "waiting"
-            thread = threading.Thread(target=self._merge, args=(record, git), daemon=True,
-                                      name=f"merge-task-{record.task_id}")
             self._pools.add(record.pool)
             self._running[record.task_id] = thread
         # A daemon thread: a stopping daemon does not wait for a hung hook; its successor
