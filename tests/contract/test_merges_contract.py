@@ -83,3 +83,23 @@ def test_a_task_cancelled_while_merging_stays_cancelled(store):
     assert not store.take_merge_pool("git-main", task.id, "n1", NOW + 3, NOW)
     assert store.finish_merge(due, NOW + 4, commit="abc") is None
     assert store.get_task(task.id).state is S.CANCELLED
+
+
+def test_a_reviewers_verdict_counts_though_its_own_branch_waits_to_merge(store):
+    """A reviewer with a worktree (it fixed a nit as it approved): its task waits in
+    `merging`, and its APPROVED sends the reviewed task to its own merge meanwhile."""
+    from taskherd.chains import RoleFlow, Workflow
+
+    store.workflow = Workflow({"coder": RoleFlow(review_by="qa"), "qa": RoleFlow()})
+    task = merging_task(store)
+    assert task.state is S.NEEDS_REVIEW
+    [review] = [t for t in store.list_tasks(limit=100) if t.meta.get("review_of") == task.id]
+    claim = store.claim("n1", NOW + 2, 60, roles=["qa"])
+    assert claim.task.id == review.id
+    store.record_worktree(review.id, repo="/repo", base="main",
+                          branch=f"taskherd/task-{review.id}", path=f"/trees/task-{review.id}",
+                          merge_mode="merge-commit", pool="git-main", now=NOW + 2)
+    store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, 0, output_tail="APPROVED\n"),
+                     RetryPolicy(), NOW + 3)
+    assert store.get_task(review.id).state is S.MERGING
+    assert store.get_task(task.id).state is S.MERGING
