@@ -11,8 +11,9 @@ which refuses to overwrite local changes.
 
 Every git command is an argv list; branch names and paths are derived from task ids only, so
 no task text ever reaches git. Each runs in a process group of its own, with its hooks: one
-that outlives its time (`time_limit`, else GIT_TIMEOUT) is killed with the whole group, so a
-hook's own children (a `sleep`, a test run) go too and never keep it waiting on their pipes.
+that outlives its time (`time_limit`, else GIT_TIMEOUT) is stopped with the whole group
+(SIGTERM, then SIGKILL), so a hook's own children (a `sleep`, a test run) go too and never
+keep it waiting on their pipes.
 """
 
 from __future__ import annotations
@@ -116,6 +117,12 @@ def branch_for(task_id: int) -> str:
 
 def worktree_path(root: Path, task_id: int) -> Path:
     return root / f"task-{int(task_id)}"
+
+
+def running_record(root: Path, task_id: int) -> Path:
+    """Where the git command working for the task (a leftover commit, its merge) is named
+    while it runs: see `time_limit` and `stop_left_running`."""
+    return root / f"task-{int(task_id)}.git-running"
 
 
 @contextmanager

@@ -133,9 +133,9 @@ class Merger:
         task = self.store.get_task(record.task_id)
         conflicts: tuple[str, ...] = ()
         commit = reason = None
-        running = self.config.daemon.data_dir / "worktrees" / f"task-{task.id}.merging"
+        running = worktrees.running_record(self.config.daemon.data_dir / "worktrees", task.id)
         if worktrees.stop_left_running(running):
-            log.warning("task %s: stopped the git an earlier daemon left merging %s",
+            log.warning("task %s: stopped the git an earlier daemon left working on %s",
                         task.id, record.branch)
         try:
             with worktrees.time_limit(git.merge_timeout, record=running):
