@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from taskherd.config import Config
+from taskherd.model import Task
 from taskherd.store import Store, StoreError
 from taskherd.store.sql_worktrees import WorktreeRecord
 from taskherd.worktrees import GitSettings
@@ -128,11 +129,24 @@ class Merger:
             self.on_ended()  # a merge of its pool may be waiting
 
     def _merge_and_record(self, record: WorktreeRecord, git: GitSettings) -> str:
+        task = self.store.get_task(record.task_id)
+        commit, conflicts, reason = self._git_merge(record, task, git)
+        settled = self.store.finish_merge(record, self.clock(), commit=commit, blocked=reason,
+                                          conflicts=conflicts)
+        if settled is None:
+            log.warning("task %s left `merging` while its branch merged (cancelled?)%s",
+                        task.id, "" if reason else f": {record.branch} is in {record.base}")
+        elif reason is None:
+            log.info("task %s: %s merged into %s%s", task.id, record.branch, record.base,
+                     f" at {commit[:12]}" if commit else " (nothing new)")
+        return "blocked" if reason else "merged"
+
+    def _git_merge(self, record: WorktreeRecord, task: Task,
+                   git: GitSettings) -> tuple[str | None, tuple[str, ...], str | None]:
+        """Commit the worktree's leftovers and merge the branch, within the role's limit:
+        the base's new commit, the conflicting files, and why the task must be blocked."""
         from taskherd import worktrees
 
-        task = self.store.get_task(record.task_id)
-        conflicts: tuple[str, ...] = ()
-        commit = reason = None
         running = worktrees.running_record(self.config.daemon.data_dir / "worktrees", task.id)
         if worktrees.stop_left_running(running):
             log.warning("task %s: stopped the git an earlier daemon left working on %s",
@@ -145,23 +159,14 @@ class Merger:
                 result = worktrees.merge_branch(
                     Path(record.repo), record.base, record.branch, record.merge_mode,
                     f"Merge {record.branch}: {task.title}"[:500])
-            commit, conflicts = result.commit, result.conflicts
-            if not result.merged:
-                reason = result.reason(record.branch, record.base)
         except worktrees.GitError as error:
             log.warning("task %s: merging %s failed: %s", task.id, record.branch, error)
-            reason = (f"merging {record.branch} into {record.base} failed (merge_timeout "
-                      f"{git.merge_timeout:.0f}s): {error}; the branch is kept: "
-                      f"unblock the task to run it again")
-        settled = self.store.finish_merge(record, self.clock(), commit=commit, blocked=reason,
-                                          conflicts=conflicts)
-        if settled is None:
-            log.warning("task %s left `merging` while its branch merged (cancelled?)%s",
-                        task.id, "" if reason else f": {record.branch} is in {record.base}")
-        elif reason is None:
-            log.info("task %s: %s merged into %s%s", task.id, record.branch, record.base,
-                     f" at {commit[:12]}" if commit else " (nothing new)")
-        return "blocked" if reason else "merged"
+            limit = (f" within merge_timeout {git.merge_timeout:g}s"
+                     if isinstance(error, worktrees.GitTimeout) else "")
+            return None, (), (f"merging {record.branch} into {record.base} failed{limit}: "
+                              f"{error}; the branch is kept: unblock the task to run it again")
+        reason = None if result.merged else result.reason(record.branch, record.base)
+        return result.commit, result.conflicts, reason
 
 
 @dataclass(frozen=True)

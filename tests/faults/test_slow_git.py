@@ -167,7 +167,7 @@ def test_a_hook_past_merge_timeout_is_killed_and_blocks_its_task_with_the_reason
     blocked = node.wait_until(
         lambda: (t := node.store.get_task(task.id)).state is TaskState.BLOCKED and t, 30,
         "the merge to time out")
-    assert "merge_timeout 2s" in blocked.reason and "update-ref" in blocked.reason
+    assert "within merge_timeout 2s" in blocked.reason and "update-ref" in blocked.reason
     assert git(repo, "rev-parse", "main") == start and git(repo, "status", "--short") == ""
     # Stopped by SIGTERM, git removed its lock: the base is not locked for the next merge.
     assert not (repo / ".git" / "refs" / "heads" / "main.lock").exists()
