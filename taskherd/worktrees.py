@@ -144,7 +144,8 @@ def git(repo: Path | str, *args: str, check: bool = True,
     argv = ["git", "-C", str(repo), *args]
     full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
     deadline = getattr(_limit, "deadline", None)
-    timeout = GIT_TIMEOUT if deadline is None else min(GIT_TIMEOUT, deadline - time.monotonic())
+    # Within a time limit, the limit alone: a role's merge_timeout may well exceed GIT_TIMEOUT.
+    timeout = GIT_TIMEOUT if deadline is None else deadline - time.monotonic()
     what = f"git {' '.join(args)}"
     if timeout <= 0:
         raise GitTimeout(f"{what}: not started, its time limit had passed")
