@@ -975,21 +975,24 @@ class _Reader:
         return _limits(value, where, _Reader(value, where, LIMIT_KEYS, self.problems))
 
     def git(self, key: str, base_dir: Path) -> GitSettings | None:
-        """[roles.NAME.git]: repo (required), base, merge, pool, keep."""
+        """[roles.NAME.git]: repo (required), base, merge, pool, keep, merge_timeout, hooks."""
         value = self.raw.get(key)
         if value is None:
             return None
         where = f"{self.where}.{key}"
         if not isinstance(value, dict):
             raise self._fail(key, value, 'a table such as { repo = "~/src/app", base = "main" }')
-        reader = _Reader(value, where, {"repo", "base", "merge", "pool", "keep"}, self.problems)
+        reader = _Reader(value, where, {"repo", "base", "merge", "pool", "keep", "merge_timeout",
+                                        "hooks"}, self.problems)
         repo, base = reader.get("repo", str, None), reader.get("base", str, None)
         if not repo:
             raise ConfigError(f"{where}.repo is required (the repository's folder)")
         if base is not None and not _safe_ref(base):
             raise ConfigError(f"{where}.base = {base!r}: expected a branch name such as 'main'")
         given = {"base": base, "merge": reader.choice("merge", MERGE_MODES),
-                 "pool": reader.get("pool", str, None), "keep": reader.duration("keep")}
+                 "pool": reader.get("pool", str, None), "keep": reader.duration("keep"),
+                 "merge_timeout": reader.duration("merge_timeout"),
+                 "hooks": reader.get("hooks", bool, None)}
         return GitSettings(base_dir / Path(repo).expanduser(),
                            **{k: v for k, v in given.items() if v is not None})
 

@@ -8,6 +8,7 @@ after `kill -9`, loses no agent and finishes no task twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import logging
@@ -30,7 +31,7 @@ from taskherd.config import (
     make_private_dir,
 )
 from taskherd.jobs import JobError
-from taskherd.model import LEASED_STATES, Event, EventKind
+from taskherd.model import LEASED_STATES, Event, EventKind, TaskState
 from taskherd.ops import Queue
 from taskherd.services.backups import Backups
 from taskherd.services.checkpoints import Checkpoints
@@ -41,7 +42,7 @@ from taskherd.services.planner import Planner
 from taskherd.services.runner import ServiceLoop, run_service
 from taskherd.services.scheduler import Scheduler
 from taskherd.services.supervisor import KILL_GRACE, Supervisor
-from taskherd.services.worktrees import WorktreeJanitor
+from taskherd.services.worktrees import Merger, WorktreeJanitor
 from taskherd.store import Store, StoreError, node_lock_path, open_store, shown
 
 if TYPE_CHECKING:
@@ -113,6 +114,8 @@ class Daemon:
         self._schedule = asyncio.Event()  # the scheduler's own: job changes, reloads, task ends
         self._reload = asyncio.Event()
         self._deliver = asyncio.Event()  # the deliverer's own: a settle may have queued some
+        self._merge = asyncio.Event()  # the merger's own: a task is waiting in `merging`
+        self._loop: asyncio.AbstractEventLoop | None = None  # set by _serve
         self._stop = asyncio.Event()
         self.services: dict[str, ServiceLoop] = {}
 
@@ -143,6 +146,7 @@ class Daemon:
 
     async def _serve(self, store: Store) -> None:
         daemon = self.config.daemon
+        self._loop = asyncio.get_running_loop()
         supervisor = Supervisor(self.config, store, self.clock, on_change=self.wake)
         self._install_signals()
         api = await self._start_api()  # first: a port taken stops the start before anything runs
@@ -172,7 +176,7 @@ class Daemon:
         starting = [self._start(name) for name in ("dispatcher", "scheduler")]
         watching = [self._start(name) for name in ("supervisor", "monitor", "planner",
                                                    "checkpoints", "backups", "delivery",
-                                                   "worktrees")]
+                                                   "worktrees", "merges")]
         watching.append(asyncio.create_task(self._reload_on_request(), name="reload"))
         watching.append(asyncio.create_task(self._wake_on_events(events, supervisor),
                                             name="events"))
@@ -239,6 +243,8 @@ class Daemon:
         of cancels and runs ended elsewhere before its next sweep."""
         async for event in events:
             supervisor.hear(event)
+            if event.kind is EventKind.TASK_CHANGED and event.state == TaskState.MERGING:
+                self._merge.set()
             if _may_give_work(event):
                 self.wake()
 
@@ -299,7 +305,18 @@ class Daemon:
                         in_thread=True, max_sleep=DeliverySettings.interval),
             # In a thread: removing a large checkout takes seconds of disk work.
             ServiceLoop("worktrees", WorktreeJanitor(self.config, store), in_thread=True),
+            # Each merge runs in a thread of its own; the pass only reads and starts them.
+            ServiceLoop("merges", Merger(self.config, store, self.clock,
+                                         on_ended=self._merge_ended), wake=self._merge,
+                        in_thread=True),
         )}
+
+    def _merge_ended(self) -> None:
+        """From a merge's thread: the merger looks again (a merge may wait for that pool)."""
+        if self._loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed: the daemon is stopping
+            self._loop.call_soon_threadsafe(self._merge.set)
 
     def _start(self, name: str) -> asyncio.Task:
         return asyncio.create_task(run_service(self.services[name], self.clock), name=name)

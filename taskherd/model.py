@@ -15,6 +15,9 @@ class TaskState(str, enum.Enum):
     RUNNING = "running"  # an agent process (or chat call) is working on it
     COMPLETED = "completed"  # done; final
     NEEDS_REVIEW = "needs_review"  # the work finished but a person or gate must approve it
+    # Done, its worktree branch waiting for (or in) its merge into the base: the worktree
+    # service merges it after the settle, off the loop, then completes or blocks it.
+    MERGING = "merging"
     BLOCKED = "blocked"  # the agent or a person said it needs a human
     DEAD = "dead"  # attempts exhausted: the dead-letter set; final until requeued
     CANCELLED = "cancelled"  # stopped on purpose; final

@@ -10,13 +10,21 @@ the repository's own checkout is on the base, it is moved along with `git read-t
 which refuses to overwrite local changes.
 
 Every git command is an argv list; branch names and paths are derived from task ids only, so
-no task text ever reaches git.
+no task text ever reaches git. Each runs in a process group of its own, with its hooks: one
+that outlives its time (`time_limit`, else GIT_TIMEOUT) is stopped with the whole group
+(SIGTERM, then SIGKILL), so a hook's own children (a `sleep`, a test run) go too and never
+keep it waiting on their pipes.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +34,11 @@ MERGE_MODES = ("merge-commit", "fast-forward")
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "taskherd", "GIT_AUTHOR_EMAIL": "taskherd@localhost",
                 "GIT_COMMITTER_NAME": "taskherd", "GIT_COMMITTER_EMAIL": "taskherd@localhost"}
 GIT_TIMEOUT = 300.0
+STOP_GRACE = 5.0  # seconds between the SIGTERM and the SIGKILL of a git stopped at its limit
+# Leftover commits run no hooks unless the role asks (`hooks = true`): -c core.hooksPath
+# points git at an empty place, so not even post-commit or reference-transaction run.
+NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
+_limit = threading.local()  # this thread's deadline for its git commands (time.monotonic)
 
 
 @dataclass(frozen=True)
@@ -37,10 +50,52 @@ class GitSettings:
     merge: str = "merge-commit"  # or "fast-forward" (when the base has not moved on)
     pool: str = "git-main"  # merges through one pool happen one at a time
     keep: float = 7 * 86400.0  # how long a dead or cancelled task's worktree is kept
+    merge_timeout: float = 300.0  # a merge (its hooks included) running longer is stopped
+    hooks: bool = False  # whether the repository's hooks run for the leftover commits
 
 
 class GitError(OSError):
     """A git command failed; the message names the command and what git said."""
+
+
+class GitTimeout(GitError):
+    """A git command (or one of its hooks) ran past its time limit and was killed."""
+
+
+@contextmanager
+def time_limit(seconds: float, record: Path | None = None) -> Iterator[None]:
+    """The git commands this thread runs within the block share one deadline: a merge is
+    several commands, and its limit is for all of them (a nested limit cannot extend it).
+    With `record`, the file names the command running (pid and start time), so that a
+    daemon that died mid-merge can stop what it left running (`stop_left_running`)."""
+    outer = getattr(_limit, "deadline", None), getattr(_limit, "record", None)
+    deadline = time.monotonic() + seconds
+    _limit.deadline = deadline if outer[0] is None else min(outer[0], deadline)
+    _limit.record = record or outer[1]
+    try:
+        yield
+    finally:
+        _limit.deadline, _limit.record = outer
+        if record is not None:
+            record.unlink(missing_ok=True)
+
+
+def stop_left_running(record: Path) -> bool:
+    """Stop the git command `record` names if it still runs (with its hooks, as a timeout
+    does): a daemon killed mid-merge leaves its git in a session of its own, where a hook
+    that hangs keeps the base's ref locked and every later merge into it refused."""
+    import psutil  # here: config.py imports this module, and the CLI starts light
+
+    try:
+        pid, started_at = record.read_text().split()
+        process = psutil.Process(int(pid))
+        alive = abs(process.create_time() - float(started_at)) < 1.0
+    except (OSError, ValueError, psutil.Error):
+        alive = False
+    if alive:
+        _stop_group(int(pid), lambda: not _group_alive(int(pid)))
+    record.unlink(missing_ok=True)
+    return alive
 
 
 @dataclass(frozen=True)
@@ -64,20 +119,107 @@ def worktree_path(root: Path, task_id: int) -> Path:
     return root / f"task-{int(task_id)}"
 
 
+def running_record(root: Path, task_id: int) -> Path:
+    """Where the git command working for the task (a leftover commit, its merge) is named
+    while it runs: see `time_limit` and `stop_left_running`."""
+    return root / f"task-{int(task_id)}.git-running"
+
+
+@contextmanager
+def _unlimited() -> Iterator[None]:
+    """No time limit but GIT_TIMEOUT within the block: for the reads and the undo that follow
+    a command the limit stopped."""
+    outer = getattr(_limit, "deadline", None)
+    _limit.deadline = None
+    try:
+        yield
+    finally:
+        _limit.deadline = outer
+
+
 def git(repo: Path | str, *args: str, check: bool = True,
         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `git -C repo ARGS…` (never a shell); GitError when it fails and `check`."""
+    """Run `git -C repo ARGS…` (never a shell); GitError when it fails and `check`, or when
+    it (or a hook) runs past this thread's time limit: then its process group is killed."""
     argv = ["git", "-C", str(repo), *args]
     full_env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})}
+    deadline = getattr(_limit, "deadline", None)
+    # Within a time limit, the limit alone: a role's merge_timeout may well exceed GIT_TIMEOUT.
+    timeout = GIT_TIMEOUT if deadline is None else deadline - time.monotonic()
+    what = f"git {' '.join(args)}"
+    if timeout <= 0:
+        raise GitTimeout(f"{what}: not started, its time limit had passed")
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, env=full_env, check=False,
-                              timeout=GIT_TIMEOUT, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise GitError(f"git {' '.join(args)}: {error}") from error
-    if check and done.returncode != 0:
-        said = (done.stderr or done.stdout).strip().splitlines()
-        raise GitError(f"git {' '.join(args)} in {repo}: {said[-1] if said else done.returncode}")
-    return done
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, text=True, env=full_env,
+                                   start_new_session=True)
+    except OSError as error:
+        raise GitError(f"{what}: {error}") from error
+    _note_running(process)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        raise GitTimeout(f"{what} in {repo}: still running after {timeout:.0f}s (a hook that "
+                       f"hangs?): stopped, with its hooks") from None
+    if check and process.returncode != 0:
+        said = (err or out).strip().splitlines()
+        raise GitError(f"{what} in {repo}: {said[-1] if said else process.returncode}")
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def _note_running(process: subprocess.Popen[str]) -> None:
+    record = getattr(_limit, "record", None)
+    if record is None:
+        return
+    import psutil
+
+    try:
+        started_at = psutil.Process(process.pid).create_time()
+        fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "w") as out:
+            out.write(f"{process.pid} {started_at}\n")
+    except (OSError, psutil.Error):
+        pass  # ended already, or nowhere to write: nothing a restart would have to stop
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    """Stop git and every process of its group (its hooks and theirs), then reap it. A hook
+    that left the group may still hold the pipes: they are closed rather than read."""
+    _stop_group(process.pid, lambda: process.poll() is not None)
+    try:
+        process.communicate(timeout=STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+        process.wait()
+
+
+def _stop_group(pgid: int, ended: Callable[[], bool]) -> None:
+    """SIGTERM first: git removes its lock files on it (a SIGKILLed update-ref leaves
+    `refs/heads/BASE.lock` behind, and every later update of the base fails); SIGKILL after
+    STOP_GRACE for a group that ignored it."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, signum)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + STOP_GRACE
+        while time.monotonic() < deadline:
+            if ended() and not _group_alive(pgid):
+                return
+            time.sleep(0.02)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def ensure_worktree(repo: Path, base: str, task_id: int, root: Path) -> Path:
@@ -96,16 +238,21 @@ def ensure_worktree(repo: Path, base: str, task_id: int, root: Path) -> Path:
     return path
 
 
-def commit_leftovers(path: Path, message: str) -> str | None:
+def commit_leftovers(path: Path, message: str, hooks: bool = False) -> str | None:
     """Commit what the agent changed in its worktree but did not commit (an agent that edits
     and never runs `git commit`): the work must reach the branch, never be removed with the
-    worktree. The commit's id, or None when the tree was clean (or is gone)."""
+    worktree. The commit's id, or None when the tree was clean (or is gone). Without `hooks`
+    the repository's hooks do not run: a pre-commit check refusing the agent's leftovers
+    would leave them out of the branch."""
     if not path.is_dir():
         return None
     if not git(path, "status", "--porcelain", "--untracked-files=all").stdout.strip():
         return None
     git(path, "add", "-A")
-    git(path, "commit", "-q", "--no-verify", "-m", message, env=GIT_IDENTITY)
+    if hooks:
+        git(path, "commit", "-q", "-m", message, env=GIT_IDENTITY)
+    else:
+        git(path, *NO_HOOKS, "commit", "-q", "--no-verify", "-m", message, env=GIT_IDENTITY)
     return git(path, "rev-parse", "HEAD").stdout.strip()
 
 
@@ -124,7 +271,17 @@ def merge_branch(repo: Path, base: str, branch: str, mode: str, message: str) ->
         new = git(repo, "commit-tree", tree, "-p", old, "-p", tip, "-m", message,
                   env=GIT_IDENTITY).stdout.strip()
         fast_forward = False
-    _move_base(repo, base, old, new)
+    try:
+        _move_base(repo, base, old, new)
+    except GitError:
+        # If the base holds the branch all the same, this merge landed: an earlier attempt
+        # finished it (a daemon that died mid-merge left its git to end the update), or a
+        # hook hung after the update and was killed. Asked past the time limit: these reads
+        # run no hook.
+        with _unlimited():
+            if _is_ancestor(repo, tip, f"refs/heads/{base}"):
+                return MergeResult(merged=True, commit=_commit_of(repo, f"refs/heads/{base}"))
+        raise
     return MergeResult(merged=True, commit=new, fast_forward=fast_forward)
 
 
@@ -174,8 +331,11 @@ def _move_base(repo: Path, base: str, old: str, new: str) -> None:
         git(repo, "update-ref", "-m", f"taskherd: merge into {base}", f"refs/heads/{base}",
             new, old)
     except GitError:
-        if checked_out:
-            git(repo, "read-tree", "-m", "-u", new, old)
+        # The files go back unless the base did move (a hook killed after the update); past
+        # the time limit, as read-tree runs no hook and must not leave the checkout half-moved.
+        with _unlimited():
+            if checked_out and _commit_of(repo, f"refs/heads/{base}") != new:
+                git(repo, "read-tree", "-m", "-u", new, old)
         raise
 
 

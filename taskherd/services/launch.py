@@ -74,8 +74,14 @@ class Launch:
         # From the task's id, not the role's workdir: a run adopted after a restart has the
         # role as configured, whose workdir is not the worktree.
         path = worktrees.worktree_path(self.worktree_root, task.id)
+        message = f"Uncommitted work of run {run.id} (task {task.id})"
+        running = worktrees.running_record(self.worktree_root, task.id)
         try:
-            worktrees.commit_leftovers(path, f"Uncommitted work of run {run.id} (task {task.id})")
+            # Called off the loop; a hook that hangs is stopped at the role's merge_timeout,
+            # and one an earlier daemon left hanging (killed mid-commit) first.
+            worktrees.stop_left_running(running)
+            with worktrees.time_limit(role.git.merge_timeout, record=running):
+                worktrees.commit_leftovers(path, message, hooks=role.git.hooks)
         except worktrees.GitError as error:
             log.warning("run %s: could not commit what it left in %s: %s", run.id, path, error)
 

@@ -661,7 +661,11 @@ class Supervisor:
             self._forget(live.run.id)
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
         result = self._result(live, run, status, now)
-        self.launch.keep_worktree_work(live.role, live.task, live.run)
+        if live.role.git is not None:
+            # In a thread: git runs the repository's hooks, which may take minutes, and the
+            # loop dispatches and watches every other run meanwhile.
+            await asyncio.to_thread(self.launch.keep_worktree_work, live.role, live.task,
+                                    live.run)
         if (limit := self._limit_left(live, result, status, now)) is not None:
             # Limits found only at the end (an HTTP 429, a result event, a usage limit after
             # TASK_COMPLETE) pause the runtime too, whatever the run's outcome.

@@ -510,7 +510,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         with self._write() as db:
             task = self._move_in(db, self._get_task(db, task_id), action, now, targets,
                                  reason=reason, reset_counts=reset_counts)
-            if action == "approve" and task.state is S.COMPLETED:
+            if action == "approve" and task.state in (S.COMPLETED, S.MERGING):
                 self._cancel_other_reviews(db, task_id, None, now)
             return task
 
@@ -700,13 +700,14 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         end (finished, rescued, rate-limited, dead) and a person's move (approve, reject,
         cancel, block, unblock, requeue). Whatever must happen when a task settles attaches
         here, so that it happens exactly when the settle commits and never around it: a
-        chain's children, gates and reviews, notifications' outbox rows; the merge of a
-        completed task's worktree branch into its base (a conflict blocks it instead); the
+        chain's children, gates and reviews, notifications' outbox rows; a completed task
+        with a worktree branch to merge waits in `merging` instead (the worktree service
+        merges it after this commit, then completes or blocks it through here again); the
         event that tells listeners (the daemons' dispatchers among them) where the task went,
         and the outbox rows of the delivery targets the task names (sent after the commit).
         """
         if task.state is TaskState.COMPLETED:
-            task = self._merge_on_completion(db, task, now)
+            task = self._merge_due(db, task, now)
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, state=task.state,
                    role=task.role)
         self._settle_workflow(db, task, now, result)

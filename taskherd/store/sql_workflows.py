@@ -56,12 +56,16 @@ class SQLWorkflows:
         if task.state is S.COMPLETED or task.state is S.DEAD:
             if workflow.may_chain(task):
                 self._spawn_chain(db, task, now, result)
-            reviewed = review_of(task)
-            if reviewed is not None and task.state is S.COMPLETED and result is not None:
-                verdict = review_verdict(result.summary, result.output_tail)
-                if verdict is not None:
-                    self._apply_verdict(db, reviewed, verdict[0], verdict[1], now)
-        elif task.state is S.NEEDS_REVIEW and result is not None and workflow.reviewed(task.role):
+        reviewed = review_of(task)
+        # A review's verdict is its run's word, applied as the run ends: a reviewer whose own
+        # worktree branch waits in `merging` has given it all the same (the merge that later
+        # completes it has no run, and no verdict to read).
+        if reviewed is not None and result is not None and task.state in (S.COMPLETED,
+                                                                         S.MERGING):
+            verdict = review_verdict(result.summary, result.output_tail)
+            if verdict is not None:
+                self._apply_verdict(db, reviewed, verdict[0], verdict[1], now)
+        if task.state is S.NEEDS_REVIEW and result is not None and workflow.reviewed(task.role):
             prompt = review_prompt(task, self._last_log(db, task.id))
             self._add_task(db, workflow.review_task(task, prompt, now), now)
 

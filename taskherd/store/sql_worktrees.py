@@ -1,18 +1,17 @@
 """The store's side of a git worktree per task: where each task's worktree is, and the merge
-its completion makes (in the settle step, `SQLStore._finalize`, when a task reaches
-`completed`: after any review or gate has let it get there)."""
+its completion calls for. The settle step (`SQLStore._finalize`) that brings a task with a
+worktree to `completed` (after any review or gate has let it get there) leaves it `merging`
+instead; the worktree service does the git work after that commit, off the daemon's loop, and
+records how it went (`finish_merge`) in a short transaction of its own. No git runs inside a
+store transaction: a hook that hangs holds no lock that another task needs."""
 
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from taskherd.model import Task, row_fields
-
-log = logging.getLogger("taskherd.worktrees")
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,7 @@ class WorktreeRecord:
     path: str
     merge_mode: str
     pool: str
-    state: str  # active, merged, conflict, removed
+    state: str  # active, merged, conflict (or a merge git refused), removed
     merged_commit: str | None
     conflicts: tuple[str, ...]
     created_at: float
@@ -67,45 +66,42 @@ class SQLWorktrees:
                 "merged_commit": record.merged_commit,
                 "conflicts": json.dumps(list(record.conflicts)) if record.conflicts else None})
 
-    def _merge_on_completion(self, db: Any, task: Task, now: float) -> Task:
-        """A task that reached `completed` with an active worktree has its branch merged
-        into the base, holding its merge pool; a conflict (or a merge git refuses) blocks it
-        instead, naming the files, with the branch kept."""
+    def merges_due(self) -> list[WorktreeRecord]:
+        """The worktrees of the tasks waiting in `merging`, oldest task first."""
+        return [WorktreeRecord.from_row(r) for r in self._all("merges_due")]
+
+    def take_merge_pool(self, pool: str, task_id: int, node: str, now: float,
+                        stale_before: float) -> bool:
+        """The pool's turn for this task's merge on `node`, if no other merge holds it (one
+        held since before `stale_before` no longer does: its node died mid-merge)."""
+        params = {"pool": pool, "task_id": task_id, "node": node, "now": now,
+                  "stale_before": stale_before}
+        with self._write() as db:
+            return db.execute(self.q["take_merge_pool"], params).fetchone() is not None
+
+    def finish_merge(self, record: WorktreeRecord, now: float, *, commit: str | None = None,
+                     blocked: str | None = None, conflicts: tuple[str, ...] = ()) -> Task | None:
+        """Record how the merge of `record`'s branch went and release its pool: merged (the
+        task completes, and what its completion sets off happens now), or `blocked` with the
+        reason. None when the task had left `merging` meanwhile (cancelled)."""
+        params = {"task_id": record.task_id, "now": now}
+        with self._write() as db:
+            db.execute(self.q["set_worktree_state"], {
+                **params, "state": "conflict" if blocked else "merged", "merged_commit": commit,
+                "conflicts": json.dumps(list(conflicts)) if blocked else None})
+            db.execute(self.q["release_merge_pool"], {"pool": record.pool, **params})
+            if blocked:
+                row = db.execute(self.q["block_merging_task"], {**params, "reason": blocked})
+            else:
+                row = db.execute(self.q["complete_merged_task"], params)
+            moved = row.fetchone()
+            return self._finalize(db, Task.from_row(moved), now) if moved is not None else None
+
+    def _merge_due(self, db: Any, task: Task, now: float) -> Task:
+        """A task that reached `completed` with an active worktree waits in `merging` for the
+        worktree service: nothing its completion sets off (chain, notifications) happens yet."""
         row = db.execute(self.q["worktree_of"], {"task_id": task.id}).fetchone()
         if row is None or row["state"] != "active":
             return task
-        record = WorktreeRecord.from_row(row)
-        db.execute(self.q["hold_merge_pool"], {"pool": record.pool, "task_id": task.id,
-                                               "now": now})
-        from taskherd import worktrees
-
-        message = f"Merge {record.branch}: {task.title}"[:500]
-        try:
-            worktrees.commit_leftovers(Path(record.path),
-                                       f"Uncommitted work of task {task.id}: {task.title}"[:500])
-            result = worktrees.merge_branch(Path(record.repo), record.base, record.branch,
-                                            record.merge_mode, message)
-        except worktrees.GitError as error:
-            log.warning("task %s: merging %s failed: %s", task.id, record.branch, error)
-            return self._block_merge(db, task, record, f"merging {record.branch} into "
-                                     f"{record.base} failed: {error}", (), now)
-        if not result.merged:
-            return self._block_merge(db, task, record,
-                                     result.reason(record.branch, record.base),
-                                     result.conflicts, now)
-        db.execute(self.q["set_worktree_state"], {
-            "task_id": task.id, "state": "merged", "merged_commit": result.commit,
-            "conflicts": None, "now": now})
-        log.info("task %s: %s merged into %s%s", task.id, record.branch, record.base,
-                 f" at {result.commit[:12]}" if result.commit else " (nothing new)")
-        return task
-
-    def _block_merge(self, db: Any, task: Task, record: WorktreeRecord, reason: str,
-                     conflicts: tuple[str, ...], now: float) -> Task:
-        db.execute(self.q["set_worktree_state"], {
-            "task_id": task.id, "state": "conflict", "merged_commit": None,
-            "conflicts": json.dumps(list(conflicts)), "now": now})
-        row = db.execute(self.q["block_completed_task"], {"task_id": task.id,
-                                                           "reason": reason, "now": now})
-        blocked = row.fetchone()
-        return Task.from_row(blocked) if blocked is not None else task
+        moved = db.execute(self.q["merge_due_task"], {"task_id": task.id, "now": now}).fetchone()
+        return Task.from_row(moved) if moved is not None else task

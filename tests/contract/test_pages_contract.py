@@ -100,6 +100,14 @@ def _one_task_in_each_state(store) -> dict[TaskState, list[int]]:
         blocked = store.enqueue(NewTask(role="writer", title=f"blocked {n}"), now).task
         store.block(blocked.id, now)
         made[TaskState.BLOCKED].append(blocked.id)
+        # Done, with a worktree branch to merge: it waits in `merging` for the merger.
+        merging = store.enqueue(NewTask(role="git", title=f"merging {n}"), now).task
+        claim = store.claim("n1", now, 60, roles=["git"])
+        store.record_worktree(merging.id, repo="/nowhere", base="main",
+                              branch=f"taskherd/task-{merging.id}", path="/nowhere/tree",
+                              merge_mode="merge-commit", pool="git-main", now=now)
+        store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), now)
+        made[TaskState.MERGING].append(merging.id)
         made[TaskState.READY].append(store.enqueue(NewTask(
             role="coder", title=f"ready {n}", priority=3 - n), now).task.id)
     return made

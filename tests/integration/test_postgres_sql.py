@@ -124,6 +124,7 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "renew_before": NOW + 50, "batch": 100,
     "roles": '["coder", "qa"]', "full_pools": '["gpu"]', "task_id": 3, "run_id": 1,
     "runtime": "claude", "since": NOW - 3600, "pid": 4243, "pid_started_at": NOW,
+    "stale_before": NOW - 400,
     "log_path": "/tmp/run.log", "progress": "halfway", "outcome": "succeeded", "exit_code": 0,
     "summary": "done", "error": "boom", "cost_usd": 0.25, "input_tokens": 1000,
     "output_tokens": 200, "turns": 3, "session_id": "s-1", "strike": 1, "rescue": 0,

@@ -150,7 +150,8 @@ def test_the_base_never_holds_an_unreviewed_commit(git_fleet, repo):
     assert git(repo, "rev-parse", "main") == start  # the work waits on its branch
     assert git(repo, "show", f"taskherd/task-{task.id}:a.txt") == "reviewed"
     fleet.cli("task", "approve", str(task.id))
-    assert fleet.store.get_task(task.id).state is TaskState.COMPLETED
+    # Approved, the task waits in `merging` for the daemon's merger, then completes merged.
+    assert settled(fleet, task.id).state is TaskState.COMPLETED
     assert git(repo, "show", "main:a.txt") == "reviewed"
 
 
@@ -227,15 +228,17 @@ def test_fast_forward_mode_and_a_checkout_with_local_edits_is_never_overwritten(
     assert (repo / "README").read_text() == "a person's edit\n"
 
 
-def test_merges_settling_at_the_same_moment_run_one_at_a_time(repo, database):
-    """Two nodes (two stores) complete two tasks at once: each merge holds the pool, so the
-    second starts from the first's result and both land; merges that overlapped would lose
-    the compare-and-swap of the base, and one task would be blocked."""
+def test_merges_settling_at_the_same_moment_run_one_at_a_time(tmp_path, repo, database):
+    """Two nodes (two stores, two mergers) merge two tasks at once: each merge holds the pool,
+    so the second starts from the first's result and both land; merges that overlapped would
+    lose the compare-and-swap of the base, and one task would be blocked."""
     import threading
 
     from taskherd import worktrees
+    from taskherd.config import parse_config
     from taskherd.model import NewTask, Outcome, RunResult
     from taskherd.queue import RetryPolicy
+    from taskherd.services.worktrees import Merger
     from taskherd.store import open_store
 
     now = 1_800_000_000.0
@@ -255,20 +258,28 @@ def test_merges_settling_at_the_same_moment_run_one_at_a_time(repo, database):
             store.record_worktree(task.id, repo=str(repo), base="main",
                                   branch=worktrees.branch_for(task.id), path=str(path),
                                   merge_mode="merge-commit", pool="git-main", now=now)
-            runs.append((store, claim.run.id, task.id))
+            store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, 0, summary="ok"),
+                             RetryPolicy(), now + 1)
+            assert store.get_task(task.id).state is TaskState.MERGING
+            runs.append(task.id)
+        mergers = [Merger(parse_config({
+            "daemon": {"database": "q.db", "node": f"node-{index}", "timezone": "UTC"},
+            "roles": {"coder": {"command": ["true"], "git": {"repo": str(repo)}}},
+        }, base_dir=tmp_path), store, clock=lambda: now + 2) for index, store in enumerate(stores)]
         start = threading.Barrier(2)
 
-        def settle(store, run_id):
+        def merge_all(merger):
             start.wait()
-            store.finish_run(run_id, RunResult(Outcome.SUCCEEDED, 0, summary="ok"),
-                             RetryPolicy(), now + 1)
+            while merger.store.merges_due():
+                merger.run_once(now + 2)
+                merger.join(60)
 
-        threads = [threading.Thread(target=settle, args=run[:2]) for run in runs]
+        threads = [threading.Thread(target=merge_all, args=(merger,)) for merger in mergers]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(60)
-        states = [stores[0].get_task(task_id).state for *_, task_id in runs]
+        states = [stores[0].get_task(task_id).state for task_id in runs]
         assert states == [TaskState.COMPLETED, TaskState.COMPLETED]
         assert git(repo, "show", "main:file0.txt") == "0"
         assert git(repo, "show", "main:file1.txt") == "1"

@@ -28,6 +28,7 @@ GROUP BY state, role
 UNION ALL
 SELECT state, role, count(*) FROM tasks
 WHERE state = 'pending' OR state = 'needs_review' OR state = 'blocked'
+       OR state = 'merging'
 GROUP BY state, role
 UNION ALL
 SELECT state, role, sum(n) FROM (
@@ -263,7 +264,8 @@ SELECT * FROM tasks WHERE state = 'ready' AND CAST(:state AS TEXT) = 'ready'
   AND (CAST(:role AS TEXT) IS NULL OR role = :role)
 UNION ALL
 SELECT * FROM tasks
-WHERE state = :state AND (state = 'pending' OR state = 'needs_review' OR state = 'blocked')
+WHERE state = :state AND (state = 'pending' OR state = 'needs_review' OR state = 'blocked'
+       OR state = 'merging')
   AND (CAST(:role AS TEXT) IS NULL OR role = :role)
 UNION ALL
 SELECT * FROM tasks

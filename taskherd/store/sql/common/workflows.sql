@@ -95,7 +95,8 @@ WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at
   AND role = :role
 UNION ALL
 SELECT id FROM tasks
-WHERE (state = 'pending' OR state = 'needs_review' OR state = 'blocked') AND role = :role
+WHERE (state = 'pending' OR state = 'needs_review' OR state = 'blocked'
+       OR state = 'merging') AND role = :role
 LIMIT 1;
 
 -- name: last_task_of_role

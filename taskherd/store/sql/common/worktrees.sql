@@ -12,22 +12,54 @@ SET repo = excluded.repo, base = excluded.base, path = excluded.path,
 -- name: worktree_of
 SELECT * FROM worktrees WHERE task_id = :task_id;
 
--- name: hold_merge_pool
--- Taken by the transaction that merges: in PostgreSQL the row stays locked until it commits,
--- so a second merge through the same pool waits; SQLite's write lock already serializes.
-INSERT INTO merge_pools (name, holder, held_at) VALUES (:pool, :task_id, :now)
-ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, held_at = excluded.held_at;
+-- name: take_merge_pool
+-- The pool's turn for one merge, held outside any transaction while git works: taken when
+-- free, already this task's on this node (its daemon restarted mid-merge and resumes), or
+-- held since before :stale_before (its node died mid-merge). No row: another merge holds it,
+-- or the task is no longer merging (cancelled since it was read). The casts tell PostgreSQL
+-- the parameters' types, which a SELECT list does not.
+INSERT INTO merge_pools (name, holder, node, held_at)
+SELECT CAST(:pool AS TEXT), CAST(:task_id AS BIGINT), CAST(:node AS TEXT),
+       CAST(:now AS DOUBLE PRECISION)
+WHERE EXISTS (SELECT 1 FROM tasks WHERE id = :task_id AND state = 'merging')
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder, node = excluded.node, held_at = excluded.held_at
+WHERE merge_pools.holder IS NULL
+   OR (merge_pools.holder = excluded.holder AND merge_pools.node = excluded.node)
+   OR merge_pools.held_at < :stale_before
+RETURNING holder;
+
+-- name: release_merge_pool
+UPDATE merge_pools SET holder = NULL, node = NULL, held_at = NULL
+WHERE name = :pool AND holder = :task_id;
 
 -- name: set_worktree_state
 UPDATE worktrees
 SET state = :state, merged_commit = :merged_commit, conflicts = :conflicts, updated_at = :now
 WHERE task_id = :task_id;
 
--- name: block_completed_task
--- A completed task whose merge conflicted is blocked instead, in the same transaction: it
--- never was final.
-UPDATE tasks SET state = 'blocked', reason = :reason, finished_at = NULL, updated_at = :now
+-- name: merge_due_task
+-- A task that reached `completed` with a worktree to merge waits in `merging` instead, in the
+-- same transaction: it is not final until its branch is in the base.
+UPDATE tasks SET state = 'merging', finished_at = NULL, updated_at = :now
 WHERE id = :task_id AND state = 'completed'
+RETURNING *;
+
+-- name: merges_due
+-- The merging tasks with their worktrees, oldest first: the worktree service's work.
+SELECT w.*, t.state AS task_state FROM worktrees AS w JOIN tasks AS t ON t.id = w.task_id
+WHERE t.state = 'merging'
+ORDER BY w.task_id;
+
+-- name: complete_merged_task
+UPDATE tasks SET state = 'completed', finished_at = :now, updated_at = :now
+WHERE id = :task_id AND state = 'merging'
+RETURNING *;
+
+-- name: block_merging_task
+-- A merge that conflicted, that git refused or that ran past merge_timeout: a person decides.
+UPDATE tasks SET state = 'blocked', reason = :reason, updated_at = :now
+WHERE id = :task_id AND state = 'merging'
 RETURNING *;
 
 -- name: worktrees_to_remove

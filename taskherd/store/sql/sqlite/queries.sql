@@ -122,6 +122,7 @@ GROUP BY state, role
 UNION ALL
 SELECT state, role, count(*) FROM tasks INDEXED BY tasks_waiting
 WHERE state = 'pending' OR state = 'needs_review' OR state = 'blocked'
+       OR state = 'merging'
 GROUP BY state, role
 UNION ALL
 SELECT state, role, sum(n) FROM (

@@ -1,0 +1,161 @@
+"""A slow git hook on the base branch against the rest of the queue: quiet vs while it sleeps.
+
+    .venv/bin/python bench/slow_git.py                 # hook of 60 s, 20 adds, 200 no-ops
+    .venv/bin/python bench/slow_git.py --hook 30 --adds 10 --tasks 100
+
+One daemon (`python -m taskherd up`, temp dir) with two roles: `coder`, whose tasks work in a
+git worktree and merge into `main` of a repository whose `reference-transaction` hook sleeps
+--hook s whenever `main` moves (a slow CI trigger), and `noop`, whose agent is `date +%s.%N`.
+Two figures, each measured quiet (no merge under way) and again while a coder task's merge
+sits in the hook:
+
+- `task add` — the CLI, as a person types it (`python -m taskherd task add`), --adds times
+  one after the other: its wall time, p99 (the largest but one of 20).
+- ready → exec of another role — --tasks no-op tasks at a steady rate, "ready" just after the
+  enqueue committed, "exec" the clock the agent prints as it starts (as bench/daemon.py a).
+
+The figure is each ratio, hook sleeping / quiet (target ≤ ×2): the merge runs off the daemon's
+loop and outside any store transaction, so a hook costs its own task only. Before, the merge
+ran inside the settle's transaction on the loop: `task add` waited out the hook (39 s of a
+40 s hook) and nothing was dispatched meanwhile. The coder task must then complete merged once
+the hook returns. Exit status 1 if a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.daemon import NOOP, Node, percentile, printed_time  # noqa: E402
+from taskherd.model import FINAL_STATES, NewTask, TaskState  # noqa: E402
+
+RATIO_TARGET = 2.0
+IDENTITY = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
+            "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+HOOK = """#!/bin/sh
+while read -r old new ref; do
+    if [ "$ref" = refs/heads/main ] && [ "$1" = prepared ]; then
+        date +%s.%N >> "{marker}"
+        sleep {seconds}
+    fi
+done
+"""
+CODER = """
+    import subprocess
+    with open("feature.txt", "w") as out:
+        out.write("from the coder\\n")
+    subprocess.run(["git", "add", "feature.txt"], check=True)
+    subprocess.run(["git", "commit", "-q", "-m", "feature"], check=True)
+    print("TASK_COMPLETE: committed")
+"""
+
+
+def make_repo(root: Path, hook_seconds: float, marker: Path) -> Path:
+    repo = root / "app"
+    repo.mkdir()
+    env = {**os.environ, **IDENTITY}
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "start"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env)
+    hook = repo / ".git" / "hooks" / "reference-transaction"
+    hook.write_text(HOOK.format(marker=marker, seconds=hook_seconds))
+    hook.chmod(0o755)
+    return repo
+
+
+def make_node(root: Path, repo: Path) -> Node:
+    coder = root / "coder.py"
+    coder.write_text(textwrap.dedent(CODER))
+    env = ", ".join(f'{key} = "{value}"' for key, value in IDENTITY.items())
+    node = Node(root / "node", 8, {
+        "noop": {"command": str(NOOP).replace("'", '"')},
+        "coder": {"command": f'["{sys.executable}", "{coder}"]', "env": f"{{ {env} }}",
+                  "max_attempts": "1"},
+    }, "normal")
+    with open(node.config_path, "a") as config:
+        config.write(f'\n[roles.coder.git]\nrepo = "{repo}"\nmerge_timeout = "10m"\n')
+    return node
+
+
+def cli_adds(node: Node, count: int) -> list[float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKHERD_")}
+    env["TASKHERD_CONFIG"] = str(node.config_path)
+    took = []
+    for index in range(count):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "taskherd", "task", "add", "--role", "noop",
+                        "--pending", f"typed {index}"], check=True, env=env, cwd=node.root,
+                       stdout=subprocess.DEVNULL, timeout=600)
+        took.append(time.perf_counter() - started)
+    return took
+
+
+def ready_to_exec(node: Node, count: int, interval: float) -> list[float]:
+    ready: dict[int, float] = {}
+    start = time.monotonic()
+    for index in range(count):
+        delay = start + index * interval - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        task_id, ready_at = node.add("noop")
+        ready[task_id] = ready_at
+    node.wait_until(lambda: all(node.store.get_task(t).state is TaskState.COMPLETED
+                                for t in ready), 120, "no-op tasks to finish")
+    return [printed_time(node.store.runs_of_task(t)[-1].log_path) - at
+            for t, at in ready.items()]
+
+
+def measure(node: Node, adds: int, tasks: int, interval: float) -> dict[str, float]:
+    add = cli_adds(node, adds)
+    exec_ = ready_to_exec(node, tasks, interval)
+    return {"task add p99": percentile(add, 0.99), "ready→exec p50": percentile(exec_, 0.5),
+            "ready→exec p99": percentile(exec_, 0.99)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hook", type=float, default=60.0, help="seconds the hook sleeps")
+    parser.add_argument("--adds", type=int, default=20)
+    parser.add_argument("--tasks", type=int, default=200, help="no-op tasks for ready→exec")
+    parser.add_argument("--interval", type=float, default=0.05)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="taskherd-bench-slow-git-") as tmp:
+        root = Path(tmp)
+        marker = root / "hook-started"
+        repo = make_repo(root, args.hook, marker)
+        node = make_node(root, repo)
+        node.up()
+        try:
+            quiet = measure(node, args.adds, args.tasks, args.interval)
+            coder = node.store.enqueue(NewTask(role="coder", title="feature"), time.time()).task
+            node.wait_until(marker.exists, 60, "the merge to reach the hook")
+            hook_started = float(marker.read_text().split()[0])
+            busy = measure(node, args.adds, args.tasks, args.interval)
+            measured_in = time.time() - hook_started
+            done = node.wait_until(
+                lambda: (t := node.store.get_task(coder.id)).state in FINAL_STATES and t,
+                args.hook + 60, "the coder task to finish")
+        finally:
+            node.down()
+    print(f"hook of {args.hook:g} s on main; {args.adds} CLI adds, {args.tasks} no-op tasks per "
+          f"phase; the busy phase took {measured_in:.1f} s of the hook's sleep")
+    print(f"{'':18} {'quiet':>10} {'hook sleeping':>14} {'ratio':>8}")
+    missed = measured_in > args.hook or done.state is not TaskState.COMPLETED
+    for name in quiet:
+        ratio = busy[name] / quiet[name]
+        missed |= ratio > RATIO_TARGET
+        print(f"{name:18} {quiet[name] * 1e3:8.1f} ms {busy[name] * 1e3:11.1f} ms "
+              f"{'×':>3}{ratio:.2f}  (≤ ×{RATIO_TARGET:g})")
+    print(f"the coder task: {done.state.value} (merged after the hook returned)")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
