@@ -28,6 +28,7 @@ from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops
 from taskherd.ops import tokens as token_ops
 from taskherd.store import JobNotFound, JobRefused, RunNotFound, StoreError, TaskNotFound
+from taskherd.store.errors import environment_fault
 from taskherd.store import Store, TransitionRefused
 from taskherd.store.tokens import ApiToken, TokenNotFound, TokenRefused
 
@@ -35,6 +36,7 @@ log = logging.getLogger("taskherd.api")
 
 SESSION_COOKIE = "taskherd_session"
 CSRF_HEADER = "x-csrf-token"
+RETRY_AFTER_FAULT = 5  # seconds a client waits before trying a faulty database again
 # Field named at the start of an operation's message: "priority = 'P9': expected …",
 # "title is 300 characters …", "line 3: role is required …".
 _FIELD = re.compile(
@@ -79,6 +81,10 @@ def refusal(error: Exception) -> ApiError:
         return ApiError(422, message, found.group(1) if found else None)
     if isinstance(error, TaskNotFound | RunNotFound | JobNotFound | TokenNotFound):
         return ApiError(404, message)
+    if (fault := environment_fault(error)) is not None:
+        # The machine's fault (a locked, full or unreachable database), not the request's:
+        # 503 tells a client to try again, where a 409 would say its request was wrong.
+        return ApiError(503, fault, headers={"Retry-After": str(RETRY_AFTER_FAULT)})
     if isinstance(error, TransitionRefused | JobRefused | TokenRefused | StoreError):
         return ApiError(409, message)
     raise error

@@ -118,7 +118,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 }
 ERRORS = {"400": "Malformed request", "401": "No valid token", "403": "Not allowed for this scope",
           "404": "No such thing", "409": "Refused by the queue's state",
-          "413": "Body too large", "422": "A field is not accepted", "429": "Slow down"}
+          "413": "Body too large", "422": "A field is not accepted", "429": "Slow down",
+          "503": "The database is locked, full or out of reach: try again (Retry-After)"}
 
 
 @functools.cache
