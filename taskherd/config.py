@@ -108,6 +108,9 @@ class DaemonConfig:
     # A node silent this long is declared down by any other node, and its tasks rescued.
     node_timeout: float = 15.0
     tags: tuple[str, ...] = ()  # what this node offers (a GPU, a Mac): roles may require them
+    # How long an agent's `taskherd done|heartbeat|…` waits for a daemon that is away (a
+    # restart) before failing; 0: not at all.
+    agent_report_wait: float = 60.0
 
     @property
     def log_dir(self) -> Path:
@@ -470,6 +473,7 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool,
         "max_depth": reader.positive_int("max_depth"),
         "node_timeout": reader.duration("node_timeout"),
         "tags": reader.tags("tags"),
+        "agent_report_wait": reader.duration("agent_report_wait", allow_zero=True),
     }
     given = {key: value for key, value in values.items() if value is not None}
     return DaemonConfig(data_dir=data_path, database=database, **given)
