@@ -179,6 +179,7 @@ def dropped_then_answered(home: Path) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(agent_door.socket_path(home)))
     listener.listen()
+    listener.settimeout(20)  # a client that never tries again fails the test, not hangs it
     requests: list[dict] = []
 
     def serve() -> None:
@@ -189,7 +190,7 @@ def dropped_then_answered(home: Path) -> None:
                 if answered:
                     connection.sendall(b'{"ok": true, "result": {"run_id": 7}}\n')
 
-    server = threading.Thread(target=serve)
+    server = threading.Thread(target=serve, daemon=True)
     server.start()
     env = {"TASKHERD_RUN_TOKEN": "t", "TASKHERD_HOME": str(home),
            "TASKHERD_REPORT_WAIT": "30"}
