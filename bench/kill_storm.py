@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/kill_storm.py                   # 300 tasks, six kills 8 s apart
     .venv/bin/python bench/kill_storm.py --tasks 60 --kills 3 --every 4
+    .venv/bin/python bench/kill_storm.py --postgres    # the same on a throwaway PostgreSQL
 
 One real daemon on SQLite runs --tasks tasks of a command role (--concurrency at once); each
 agent works a little, heartbeats, adds a child task, sends a message and says `taskherd
@@ -24,7 +25,8 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 
-from tests.faults.storm import Storm, completed_once
+from tests.faults.storm import Storm, StormResult, completed_once
+from tests.pg import start_server, stop_server
 
 
 def main() -> int:
@@ -36,14 +38,17 @@ def main() -> int:
     parser.add_argument("--work", type=float, default=1.0,
                         help="seconds an agent works before and after its middle reports")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--postgres", action="store_true",
+                        help="on a throwaway PostgreSQL server instead of SQLite")
     options = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="kill-storm-") as folder:
-        storm = Storm(Path(folder), options.tasks, options.kills, options.every,
-                      concurrency=options.concurrency, work=options.work, seed=options.seed)
+    if not options.postgres:
+        result = storm(options, "q.db")
+    else:
+        server = start_server()
         try:
-            result = storm.run(finish_within=600.0)
+            result = storm(options, server.url())
         finally:
-            storm.fleet.close()
+            stop_server(server)
     print(result.summary())
     for line in result.odd_runs + result.refusals:
         print("  ", line)
@@ -57,6 +62,17 @@ def main() -> int:
              and not twice and not result.unrecorded and not result.open_runs)
     print("kill storm:", "nothing lost, nothing twice" if clean else "the restarts cost work")
     return 0 if clean else 1
+
+
+def storm(options: argparse.Namespace, database: str) -> StormResult:
+    with tempfile.TemporaryDirectory(prefix="kill-storm-") as folder:
+        driver = Storm(Path(folder), options.tasks, options.kills, options.every,
+                       concurrency=options.concurrency, work=options.work, database=database,
+                       seed=options.seed)
+        try:
+            return driver.run(finish_within=600.0)
+        finally:
+            driver.fleet.close()
 
 
 if __name__ == "__main__":

@@ -83,16 +83,15 @@ class StormResult:
 
 
 def config(root: Path, program: str, records: Path, concurrency: int, work: float,
-           daemon_extra: str = "") -> str:
+           database: str = "q.db") -> str:
     return f"""
         [daemon]
-        database = "q.db"
+        database = "{database}"
         data_dir = "data"
         timezone = "UTC"
         node = "n1"
         max_concurrent = {concurrency}
         path = "/usr/bin:/bin"
-        {daemon_extra}
 
         [roles.worker]
         command = ["{PYTHON}", "-S", "{program}", "{records}", "{PYTHON}", "{work}"]
@@ -105,16 +104,17 @@ def config(root: Path, program: str, records: Path, concurrency: int, work: floa
 
 
 class Storm:
-    """The fleet, its tasks and the kills. `every`: seconds between kills (jittered)."""
+    """The fleet, its tasks and the kills. `every`: seconds between kills (jittered);
+    `database`: SQLite's file, or a PostgreSQL URL."""
 
     def __init__(self, root: Path, tasks: int, kills: int, every: float,
-                 concurrency: int = 10, work: float = 0.5, daemon_extra: str = "",
+                 concurrency: int = 10, work: float = 0.5, database: str = "q.db",
                  seed: int = 0):
         self.root = root
         self.records = root / "records.jsonl"
         program = agent(root, "agent", AGENT)
         self.fleet = Fleet(root, config(root, program, self.records, concurrency, work,
-                                        daemon_extra))
+                                        database))
         self.count, self.kills, self.every = tasks, kills, every
         self.rng = random.Random(seed)
         self.tasks: list[int] = []
