@@ -52,6 +52,7 @@ from taskherd.store.base import (
 from taskherd.store.connection import Connection
 from taskherd.store.errors import SpawnAllowance, SpawnLimitReached
 from taskherd.store.messages import InboxLimit
+from taskherd.store.requests import RequestKey
 from taskherd.store.sql_agents import SQLAgents
 from taskherd.store.sql_budgets import SQLBudgets
 from taskherd.store.sql_credentials import SQLCredentials

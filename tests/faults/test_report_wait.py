@@ -16,6 +16,7 @@ import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -101,8 +102,8 @@ def test_a_report_made_while_the_daemon_restarts_lands_when_it_is_back(fleets):
     assert run.outcome is Outcome.SUCCEEDED and run.report == "done"
     assert json.loads((fleet.root / "out").read_text()) == {"code": 0}
     said = [line for line in log.read_text().splitlines() if WAITING in line]
-    assert said == [f"taskherd: no daemon answers at {fleet.data_dir / 'agent.sock'}: "
-                    f"Connection refused; {WAITING} 60s for the daemon to come back"]
+    assert said == [(f"taskherd: no daemon answers at {fleet.data_dir / 'agent.sock'}: "
+                     f"Connection refused; {WAITING} 60s for the daemon to come back")]
     assert fleet.stop() == 0
 
 
@@ -115,18 +116,18 @@ def test_a_daemon_that_stays_away_gets_the_one_line_error_after_the_wait(fleets)
     address = fleet.data_dir / "agent.sock"
     said = log.read_text().splitlines()[-2:]
     assert said == [
-        f"taskherd: no daemon answers at {address}: Connection refused; {WAITING} 1s for the "
-        "daemon to come back",
-        f"Error: no daemon answers at {address}: Connection refused (waited 1s: [daemon] "
-        "agent_report_wait)"]
+        (f"taskherd: no daemon answers at {address}: Connection refused; {WAITING} 1s for the "
+         "daemon to come back"),
+        (f"Error: no daemon answers at {address}: Connection refused (waited 1s: [daemon] "
+         "agent_report_wait)")]
 
 
 class Proxy(BaseHTTPRequestHandler):
     """A reverse proxy before an API whose daemon is restarting: 503 twice, then the answer."""
 
-    seen: list[str] = []
+    seen: ClassVar[list[str]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
         Proxy.seen.append(parse_qs(urlsplit(self.path).query)["request_id"][0])
         status, body = (503, {"error": "no upstream"}) if len(Proxy.seen) <= 2 else (
