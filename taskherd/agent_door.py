@@ -1,10 +1,17 @@
 """The agent door: how an agent reaches its daemon without holding the database.
 
 The daemon listens on the UNIX stream socket `<data_dir>/agent.sock` (mode 0600). A request is
-one JSON line `{"token", "op", "args"}`; the answer one JSON line, `{"ok": true, "result"}` or
-`{"error": message, "kind": "bad_input" | "refused" | "unauthorized"}`. The token is checked
-against the store (only its hash is stored) and the op calls `taskherd.ops.agent`.
-Tokens are never logged.
+one JSON line `{"token", "op", "args", "request_id"}`; the answer one JSON line,
+`{"ok": true, "result"}` or `{"error": message, "kind": "bad_input" | "refused" |
+"unauthorized"}`. The token is checked against the store (only its hash is stored) and the op
+calls `taskherd.ops`. Tokens are never logged.
+
+A daemon restarting (even after `kill -9`) is away for a second or so: the agent's side waits
+for it, trying again for up to `[daemon] agent_report_wait` (TASKHERD_REPORT_WAIT, set at
+spawn) while nobody answers (no socket, connection refused, the connection dropped before an
+answer; over HTTP also 502, 503, 504), so that a report made then is not lost and costs the
+agent no strike. Every try of one request carries the same `request_id`, so a request the old
+daemon applied but could not answer makes nothing twice (`store/requests.py`).
 """
 
 from __future__ import annotations
@@ -12,8 +19,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
+import re
 import socket
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +33,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from taskherd.ops import Queue
+    from taskherd.store.requests import RequestKey
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +41,11 @@ SOCKET_NAME = "agent.sock"
 TOKEN_ENV = "TASKHERD_RUN_TOKEN"
 HOME_ENV = "TASKHERD_HOME"
 URL_ENV = "TASKHERD_URL"  # the daemon's HTTP API, for an agent that has no socket to it
+WAIT_ENV = "TASKHERD_REPORT_WAIT"  # seconds an agent's command waits for an absent daemon
+DEFAULT_REPORT_WAIT = 60.0  # [daemon] agent_report_wait's default
+FIRST_PAUSE, LAST_PAUSE = 0.05, 1.0  # between two tries while waiting: doubling up to this
+AWAY_STATUSES = (502, 503, 504)  # a proxy before the API, or the API, says no daemon serves
+REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_REQUEST = 4 * 1024 * 1024  # a child task's prompt fits; a runaway writer does not
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux: longer paths go through /proc
 TIMEOUT = 30.0
@@ -139,27 +156,35 @@ class AgentDoor:
 
         run = agent_ops.authenticate(self.queue, request.get("token"))
         result, changed = perform(self.queue, run, request.get("op"),
-                                  request.get("args") or {}, self.clock())
+                                  request.get("args") or {}, self.clock(),
+                                  request.get("request_id"))
         if changed:
             self.on_change()
         return result
 
 
-def perform(queue: Queue, run: Any, op: object, args: object,
-            now: float) -> tuple[dict[str, Any], bool]:
+def perform(queue: Queue, run: Any, op: object, args: object, now: float,
+            request_id: object = None) -> tuple[dict[str, Any], bool]:
     """Do `op` for `run` (its credential already checked): the answer, and whether it may
-    have added work. Shared by every door an agent uses: this socket, and the HTTP API."""
+    have added work. Shared by every door an agent uses: this socket, and the HTTP API.
+    `request_id`: the same for every try of one request (None: tried once)."""
     from taskherd.ops import BadInput
+    from taskherd.store.requests import RequestKey
 
     if op not in OPS:
         raise BadInput(f"op {op!r} is not one of: {', '.join(OPS)}")
     if not isinstance(args, dict):
         raise BadInput("args must be an object")
-    return _OPERATIONS[op](queue, run, args, now)
+    if request_id is not None and not (isinstance(request_id, str)
+                                       and REQUEST_ID.fullmatch(request_id)):
+        raise BadInput(f"request_id {request_id!r}: expected 1 to 64 letters, digits, '-' "
+                       "or '_'")
+    once = None if request_id is None else RequestKey(run.id, request_id)
+    return _OPERATIONS[op](queue, run, args, now, once)
 
 
-def _heartbeat(queue: Queue, run: Any, args: dict[str, Any],
-               now: float) -> tuple[dict[str, Any], bool]:
+def _heartbeat(queue: Queue, run: Any, args: dict[str, Any], now: float,
+               once: RequestKey | None) -> tuple[dict[str, Any], bool]:
     from taskherd.ops import agent as agent_ops
 
     _only(args, "progress")
@@ -167,8 +192,8 @@ def _heartbeat(queue: Queue, run: Any, args: dict[str, Any],
     return {"run_id": run.id}, False
 
 
-def _report(queue: Queue, run: Any, args: dict[str, Any],
-            now: float) -> tuple[dict[str, Any], bool]:
+def _report(queue: Queue, run: Any, args: dict[str, Any], now: float,
+            once: RequestKey | None) -> tuple[dict[str, Any], bool]:
     from taskherd.ops import agent as agent_ops
 
     fields = _only(args, "verdict", "summary", "cost_usd", "input_tokens", "output_tokens")
@@ -178,39 +203,39 @@ def _report(queue: Queue, run: Any, args: dict[str, Any],
     return {"run_id": run.id, "verdict": run.report}, False
 
 
-def _add_child_task(queue: Queue, run: Any, args: dict[str, Any],
-                    now: float) -> tuple[dict[str, Any], bool]:
+def _add_child_task(queue: Queue, run: Any, args: dict[str, Any], now: float,
+                    once: RequestKey | None) -> tuple[dict[str, Any], bool]:
     from taskherd.ops import agent as agent_ops
 
     _only(args, "task")
-    enqueued = agent_ops.add_child_task(queue, run, args.get("task"), now)
+    enqueued = agent_ops.add_child_task(queue, run, args.get("task"), now, once)
     return {"task": enqueued.task.to_dict(), "created": enqueued.created}, enqueued.created
 
 
-def _review(queue: Queue, run: Any, args: dict[str, Any],
-            now: float) -> tuple[dict[str, Any], bool]:
+def _review(queue: Queue, run: Any, args: dict[str, Any], now: float,
+            once: RequestKey | None) -> tuple[dict[str, Any], bool]:
     from taskherd.ops import agent as agent_ops
 
     fields = _only(args, "verdict", "reason")
-    task = agent_ops.review(queue, run, now, fields.get("verdict"), fields.get("reason"))
+    task = agent_ops.review(queue, run, now, fields.get("verdict"), fields.get("reason"), once)
     log.info("run %s: the reviewer's verdict moved task %s to %s", run.id, task.id,
              task.state.value)
     return {"task": task.to_dict()}, True
 
 
-def _msg_send(queue: Queue, run: Any, args: dict[str, Any],
-              now: float) -> tuple[dict[str, Any], bool]:
+def _msg_send(queue: Queue, run: Any, args: dict[str, Any], now: float,
+              once: RequestKey | None) -> tuple[dict[str, Any], bool]:
     from taskherd.ops import messages
 
     fields = _only(args, "to", "body", "kind", "priority", "reply_to", "ttl")
     sent = messages.send(queue, messages.agent(run), fields.pop("to", None),
-                         fields.pop("body", None), now, **fields)
+                         fields.pop("body", None), now, once=once, **fields)
     # An urgent message may have woken a task.
     return {"messages": [message.to_dict() for message in sent]}, True
 
 
-def _msg_inbox(queue: Queue, run: Any, args: dict[str, Any],
-               now: float) -> tuple[dict[str, Any], bool]:
+def _msg_inbox(queue: Queue, run: Any, args: dict[str, Any], now: float,
+               once: RequestKey | None) -> tuple[dict[str, Any], bool]:
     from taskherd.ops import messages
 
     fields = _only(args, "limit")
@@ -218,31 +243,31 @@ def _msg_inbox(queue: Queue, run: Any, args: dict[str, Any],
     return {"messages": [message.to_dict() for message in found]}, False
 
 
-def _msg_read(queue: Queue, run: Any, args: dict[str, Any],
-              now: float) -> tuple[dict[str, Any], bool]:
+def _msg_read(queue: Queue, run: Any, args: dict[str, Any], now: float,
+              once: RequestKey | None) -> tuple[dict[str, Any], bool]:
     from taskherd.ops import BadInput, messages
 
     ids = _only(args, "ids").get("ids")
     if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
                                             for i in ids):
         raise BadInput("ids must be a list of message ids")
-    marked = messages.mark_read(queue, ids, now, run)
+    marked = messages.mark_read(queue, ids, now, run, once)
     return {"read": [message.id for message in marked]}, False
 
 
-def _memory_add(queue: Queue, run: Any, args: dict[str, Any],
-                now: float) -> tuple[dict[str, Any], bool]:
+def _memory_add(queue: Queue, run: Any, args: dict[str, Any], now: float,
+                once: RequestKey | None) -> tuple[dict[str, Any], bool]:
     from taskherd.ops import memory
 
     fields = _only(args, "text", "shared", "section")
     scope = memory.SHARED if fields.get("shared") else run.role
     added = memory.add(queue, scope, fields.get("text"), now, source="agent",
-                       section=fields.get("section"))
+                       section=fields.get("section"), once=once)
     return {"memory": added.to_dict()}, False
 
 
-def _memory_search(queue: Queue, run: Any, args: dict[str, Any],
-                   now: float) -> tuple[dict[str, Any], bool]:
+def _memory_search(queue: Queue, run: Any, args: dict[str, Any], now: float,
+                   once: RequestKey | None) -> tuple[dict[str, Any], bool]:
     from taskherd.ops import memory
 
     fields = _only(args, "query", "limit")
@@ -250,8 +275,8 @@ def _memory_search(queue: Queue, run: Any, args: dict[str, Any],
     return {"memories": [entry.to_dict() for entry in found]}, False
 
 
-def _task_context(queue: Queue, run: Any, args: dict[str, Any],
-                  now: float) -> tuple[dict[str, Any], bool]:
+def _task_context(queue: Queue, run: Any, args: dict[str, Any], now: float,
+                  once: RequestKey | None) -> tuple[dict[str, Any], bool]:
     from taskherd.ops import agent as agent_ops
 
     _only(args)
@@ -293,26 +318,75 @@ def inside_run(env: os._Environ[str] | dict[str, str] = os.environ) -> bool:
 
 def call(op: str, args: dict[str, Any], env: Any = None) -> dict[str, Any]:
     """Ask the daemon that started this agent to do `op` for its run: over HTTP when
-    TASKHERD_URL is set (an agent on another host), else through the agent socket."""
+    TASKHERD_URL is set (an agent on another host), else through the agent socket. While no
+    daemon answers, try again for up to its report wait (saying so once on stderr), then
+    fail with the one-line error of the last try."""
     env = os.environ if env is None else env
     token, home = env.get(TOKEN_ENV), env.get(HOME_ENV)
     if not token:
         raise DoorError(f"{TOKEN_ENV} is not set: this command is run by an agent inside a run",
                         "bad_input")
-    # The socket when it is here (the agent runs on the daemon's host), else the HTTP API.
-    if env.get(URL_ENV) and not (home and socket_path(Path(home)).exists()):
-        return _call_http(env[URL_ENV], token, op, args)
-    if not home:
+    if not home and not env.get(URL_ENV):
         raise DoorError(f"{HOME_ENV} is not set: the agent cannot find its daemon", "bad_input")
-    path = socket_path(Path(home))
-    request = json.dumps({"token": token, "op": op, "args": args}).encode() + b"\n"
+    wait = report_wait(env)
+    # One id for every try: a daemon that applied a try it could not answer (it died) makes
+    # nothing again for the next one, and answers it from what the first made.
+    request = {"token": token, "op": op, "args": args, "request_id": os.urandom(12).hex()}
+    deadline = time.monotonic() + wait
+    pause, told = FIRST_PAUSE, False
+    while True:
+        try:
+            return _try(env, request)
+        except _Away as away:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                waited = f" (waited {wait:g}s: [daemon] agent_report_wait)" if wait else ""
+                raise DoorError(f"{away}{waited}", "unreachable") from None
+            if not told:
+                print(f"taskherd: {away}; waiting up to {wait:g}s for the daemon to come back",
+                      file=sys.stderr, flush=True)
+                told = True
+            # Jittered: the agents of a restarted daemon do not all knock at the same instant.
+            time.sleep(min(left, pause * (0.5 + os.urandom(1)[0] / 255)))
+            pause = min(pause * 2, LAST_PAUSE)
+
+
+def report_wait(env: Any) -> float:
+    """How long this agent's commands wait for an absent daemon (its spawn set it)."""
+    try:
+        wait = float(env.get(WAIT_ENV) or DEFAULT_REPORT_WAIT)
+    except ValueError:
+        return DEFAULT_REPORT_WAIT
+    return max(wait, 0.0) if math.isfinite(wait) else DEFAULT_REPORT_WAIT
+
+
+class _Away(Exception):
+    """No daemon answered this try: none listens, or it went away before answering. Another
+    try may find the next one."""
+
+
+def _try(env: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """One try, through the socket when it is here (the agent runs on the daemon's host),
+    else the HTTP API; chosen again each try, as a restarting daemon makes its socket anew."""
+    home, url = env.get(HOME_ENV), env.get(URL_ENV)
+    if url and not (home and socket_path(Path(home)).exists()):
+        return _call_http(url, request)
+    return _call_socket(socket_path(Path(home)), request)
+
+
+def _call_socket(path: Path, request: dict[str, Any]) -> dict[str, Any]:
+    line = json.dumps(request).encode() + b"\n"
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock, \
                 _addressable(path) as name:
             sock.settimeout(TIMEOUT)
             sock.connect(name)
-            sock.sendall(request)
+            sock.sendall(line)
             answer = _read_line(sock)
+    except (FileNotFoundError, ConnectionError, TimeoutError) as error:
+        raise _Away(f"no daemon answers at {path}: {error.strerror or error}") from None
+    except _Away as away:
+        raise _Away(f"no daemon answers at {path}: {away}") from None
     except OSError as error:
         raise DoorError(f"no daemon answers at {path}: {error.strerror or error}",
                         "unreachable") from error
@@ -326,28 +400,35 @@ _HTTP_KINDS = {400: "bad_input", 401: "unauthorized", 403: "unauthorized", 404: 
                413: "bad_input", 415: "bad_input", 422: "bad_input"}
 
 
-def _call_http(url: str, token: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
+def _call_http(url: str, request: dict[str, Any]) -> dict[str, Any]:
     """POST the op to the API's agent route. urllib, not httpx: `taskherd heartbeat` runs
     many times a run and should start fast."""
+    import http.client
     import urllib.error
     import urllib.request
 
     if not url.startswith(("http://", "https://")):
         raise DoorError(f"{URL_ENV} = {url!r}: expected an http:// or https:// URL", "bad_input")
-    request = urllib.request.Request(
-        f"{url.rstrip('/')}/v1/agent/{op}", data=json.dumps(args).encode(), method="POST",
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    posted = urllib.request.Request(
+        f"{url.rstrip('/')}/v1/agent/{request['op']}?request_id={request['request_id']}",
+        data=json.dumps(request["args"]).encode(), method="POST",
+        headers={"Authorization": f"Bearer {request['token']}",
+                 "Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+        with urllib.request.urlopen(posted, timeout=TIMEOUT) as response:
             answer = json.loads(response.read() or b"{}")
     except urllib.error.HTTPError as error:
+        if error.code in AWAY_STATUSES:
+            raise _Away(f"no daemon answers at {url}: HTTP {error.code} {error.reason}") from None
         try:
             message = json.loads(error.read()).get("error") or error.reason
         except (ValueError, AttributeError):
             message = error.reason
         raise DoorError(str(message), _HTTP_KINDS.get(error.code, "refused")) from None
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, http.client.HTTPException) as error:
         reason = getattr(error, "reason", None) or error
+        if isinstance(reason, ConnectionError | TimeoutError | http.client.HTTPException):
+            raise _Away(f"no daemon answers at {url}: {reason}") from None
         raise DoorError(f"no daemon answers at {url}: {reason}", "unreachable") from None
     return answer if isinstance(answer, dict) else {}
 
@@ -357,12 +438,13 @@ def _read_line(sock: socket.socket) -> dict[str, Any]:
     while not data.endswith(b"\n"):
         chunk = sock.recv(65536)
         if not chunk:
-            break
+            # The daemon went away before its answer was whole (killed while serving).
+            raise _Away("the daemon closed the connection without an answer")
         data += chunk
     try:
         answer = json.loads(data)
     except ValueError:
-        raise DoorError("the daemon closed the connection without an answer", "refused") from None
+        raise DoorError("the daemon's answer is not JSON", "refused") from None
     if not isinstance(answer, dict):
         raise DoorError("the daemon's answer is not a JSON object", "refused")
     return answer

@@ -117,6 +117,9 @@ class DaemonConfig:
     # Below this much free space where the node writes (data dir, logs, SQLite database), it
     # starts nothing new: a full disk is the machine's fault, never an agent's strike.
     min_free_disk: int = 512 << 20
+    # How long an agent's `taskherd done|heartbeat|…` waits for a daemon that is away (a
+    # restart) before failing; 0: not at all.
+    agent_report_wait: float = 60.0
 
     @property
     def log_dir(self) -> Path:
@@ -488,6 +491,7 @@ def _parse_daemon(raw: Mapping[str, Any], base_dir: Path, from_file: bool,
         "tags": reader.tags("tags"),
         "max_rate_limit_pause": reader.duration("max_rate_limit_pause"),
         "min_free_disk": reader.size("min_free_disk"),
+        "agent_report_wait": reader.duration("agent_report_wait", allow_zero=True),
     }
     given = {key: value for key, value in values.items() if value is not None}
     return DaemonConfig(data_dir=data_path, database=database, **given)

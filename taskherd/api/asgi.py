@@ -50,13 +50,16 @@ SECURITY_HEADERS = {
 
 @route("POST", "/v1/agent/{op}", "run",
        "An agent's report on its own run (op: heartbeat, report, add_child_task), "
-       "authenticated by its run credential", "AgentAnswer", body="AgentArgs")
+       "authenticated by its run credential; ?request_id= (the same on every try of one "
+       "request) makes a repeated try make nothing twice", "AgentAnswer", body="AgentArgs",
+       query=("request_id",))
 def agent_op(call: Call) -> Any:
     from taskherd.agent_door import perform
 
     assert call.caller.run is not None
     body = call.body if call.body is not None else {}
-    result, _ = perform(call.queue, call.caller.run, call.params["op"], body, call.now)
+    result, _ = perform(call.queue, call.caller.run, call.params["op"], body, call.now,
+                        call.query.get("request_id"))
     return result
 
 

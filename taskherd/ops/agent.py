@@ -1,8 +1,14 @@
 """What an agent may do, holding only its run's credential: say it is alive, report how its
 run went (and what it cost), and add child tasks of its own task.
 
-Every door an agent can use (the daemon's agent socket today, HTTP later) calls these, so the
+Every door an agent can use (the daemon's agent socket, the HTTP API) calls these, so the
 rules live once: a credential acts on its own open run and on nothing else.
+
+An agent's command tries a request again while no daemon answers, and the daemon that applied
+the first try may have died before answering: an operation that makes something takes the
+request's `RequestKey` (`once`) and answers a second try from what the first made
+(`made_before`), making nothing twice. Heartbeats and reports set what they set, the same
+however often they are applied.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from taskherd.model import NewTask, Run, Task
 from taskherd.ops import BadInput, Queue
 from taskherd.store import Enqueued, StoreError, TaskNotFound
 from taskherd.store.errors import SpawnAllowance, SpawnLimitReached, max_spawn_reached
+from taskherd.store.requests import RequestKey
 from taskherd.taskspec import TaskSpecError, new_task_from
 
 VERDICTS = ("done", "fail", "block")
@@ -22,6 +29,11 @@ MAX_NOTE = 10_000  # a progress note or summary is a line or a paragraph, not a 
 
 class Unauthorized(Exception):
     """No open run holds this credential: unknown, mistyped, or its run has ended."""
+
+
+def made_before(queue: Queue, once: RequestKey | None) -> dict[str, Any] | None:
+    """What an earlier try of the request `once` made (None: nothing, or no key given)."""
+    return None if once is None else queue.store.request_made(once)
 
 
 def authenticate(queue: Queue, token: object) -> Run:
@@ -57,13 +69,18 @@ class SpawnRefused(StoreError):
     """A run may not add this task: it added max_spawn already, or the chain is too deep."""
 
 
-def add_child_task(queue: Queue, run: Run, spec: Mapping[str, Any], now: float) -> Enqueued:
+def add_child_task(queue: Queue, run: Run, spec: Mapping[str, Any], now: float,
+                   once: RequestKey | None = None) -> Enqueued:
     """Add a task whose parent is the run's task, checked as `task add` checks it, within the
-    run's spawn limits (`check_spawn_limits`)."""
+    run's spawn limits (`check_spawn_limits`); a second try of `once` gets the first's task."""
+    if (made := made_before(queue, once)) is not None:
+        # Before the checks: the first try's task counts against max_spawn now.
+        return Enqueued(queue.store.get_task(made["task"]), created=made["created"])
     new = child_task(queue, run.task_id, spec)
     check_spawn_limits(queue, run.task_id, run.claimed_at)
     try:
-        return queue.store.enqueue(new, now, spawn_allowance(queue, run.task_id, run.claimed_at))
+        return queue.store.enqueue(new, now, spawn_allowance(queue, run.task_id, run.claimed_at),
+                                   once=once)
     except SpawnLimitReached as reached:  # a parallel addition took the last place
         raise SpawnRefused(str(reached)) from None
 
@@ -120,10 +137,12 @@ def task_context(queue: Queue, run: Run) -> dict[str, Any]:
     return {"task": task.to_dict(), "run_id": run.id, "parent": parent}
 
 
-def review(queue: Queue, run: Run, now: float, verdict: str, reason: str | None = None) -> Task:
+def review(queue: Queue, run: Run, now: float, verdict: str, reason: str | None = None,
+           once: RequestKey | None = None) -> Task:
     """The reviewer's verdict on the task its own task reviews: approve (→ completed, then its
     chain) or reject (→ ready with `reason` in its next prompt, or blocked at max_reviews).
-    The review run is reported done with the verdict as its summary."""
+    The review run is reported done with the verdict as its summary. A second try of `once`
+    moves nothing again: it reports, and answers with the reviewed task as it is."""
     if verdict not in ("approve", "reject"):
         raise BadInput(f"verdict {verdict!r} is not one of: approve, reject")
     reason = _note("reason", reason)
@@ -136,9 +155,14 @@ def review(queue: Queue, run: Run, now: float, verdict: str, reason: str | None 
     if reviewed is None:
         raise BadInput(f"task {review_task.id} is not a review: `taskherd {verdict}` is for a "
                        "reviewer's run (a person uses `taskherd task approve|reject ID`)")
-    moved = queue.store.review_verdict(review_task.id, verdict, reason, now)
+    if (made := made_before(queue, once)) is not None:
+        moved = queue.store.get_task(made["task"])
+    else:
+        moved = queue.store.review_verdict(review_task.id, verdict, reason, now, once=once)
     summary = (f"approved task {reviewed}" if verdict == "approve"
                else f"rejected task {reviewed}: {reason}")
+    # After the verdict, in a transaction of its own: a daemon that died between the two
+    # left the report to the second try, which comes here again.
     queue.store.report(run.id, "done", now, summary)
     return moved
 

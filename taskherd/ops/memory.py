@@ -17,7 +17,10 @@ from pathlib import Path
 from taskherd import memory_file
 from taskherd.config import Config, make_private_dir
 from taskherd.ops import BadInput, Queue
+from taskherd.ops.agent import made_before
+from taskherd.store import StoreError
 from taskherd.store.memory import SHARED, Memory, NewMemory, query_words
+from taskherd.store.requests import RequestKey
 
 log = logging.getLogger("taskherd.memory")
 MAX_TEXT = 8000  # characters of one entry: a lesson, not a document
@@ -41,14 +44,21 @@ def scope_of(queue: Queue, role: str | None, shared: bool = False) -> str:
 
 
 def add(queue: Queue, scope: str, text: object, now: float, *, source: str = "person",
-        section: str | None = None) -> Memory:
+        section: str | None = None, once: RequestKey | None = None) -> Memory:
+    """Add an entry; a second try of an agent's request `once` gets the first's entry."""
+    if (made := made_before(queue, once)) is not None:
+        found = queue.store.get_memory(made["memories"][0])
+        if found is None:
+            raise StoreError(f"memory {made['memories'][0]}, which this request added, was "
+                             "forgotten since")
+        return found
     if not isinstance(text, str) or not text.strip():
         raise BadInput("a memory needs some text")
     if len(text) > MAX_TEXT:
         raise BadInput(f"the text is {len(text)} characters long (at most {MAX_TEXT})")
     if source not in SOURCES:
         raise BadInput(f"source {source!r} is not one of: {', '.join(SOURCES)}")
-    return _store(queue, [NewMemory(scope, text.strip(), source, section)], now)[0]
+    return _store(queue, [NewMemory(scope, text.strip(), source, section)], now, once)[0]
 
 
 def search(queue: Queue, scope: str, text: object, *, limit: int = 5) -> list[Memory]:
@@ -123,7 +133,8 @@ def keep_short_term(queue: Queue, role: str, now: float) -> int:
 # -- embeddings -------------------------------------------------------------------------
 
 
-def _store(queue: Queue, batch: list[NewMemory], now: float) -> list[Memory]:
+def _store(queue: Queue, batch: list[NewMemory], now: float,
+           once: RequestKey | None = None) -> list[Memory]:
     """Write `batch`, with vectors when an endpoint is set; when it is away the entries are
     kept without them (full-text search still finds them): memory is never dropped for it."""
     settings = queue.config.memory.embeddings
@@ -137,7 +148,7 @@ def _store(queue: Queue, batch: list[NewMemory], now: float) -> list[Memory]:
                      for new, vector in zip(batch, vectors)]
         except EmbeddingsUnavailable as error:
             log.warning("memory: stored without vectors: %s", error)
-    return queue.store.add_memories(batch, now)
+    return queue.store.add_memories(batch, now, once)
 
 
 def _nearest(queue: Queue, scope: str, text: str, count: int) -> list[int]:

@@ -25,8 +25,10 @@ from taskherd.model import (
     Run,
 )
 from taskherd.ops import BadInput, Queue
+from taskherd.ops.agent import made_before
 from taskherd.store import TaskNotFound
 from taskherd.store.messages import NewJob, NewMessage
+from taskherd.store.requests import RequestKey
 
 MAX_BODY = 64_000  # characters: a message is read inside a prompt, not a file transfer
 KINDS = tuple(kind.value for kind in MessageKind)
@@ -54,8 +56,11 @@ def agent(run: Run) -> Sender:
 
 def send(queue: Queue, sender: Sender, to: str, body: object, now: float, *,
          kind: str = "text", priority: object = 0, reply_to: int | None = None,
-         ttl: float | None = None) -> list[Message]:
-    """Send `body` to `to` (a role, `task:ID` or `@all`); one message per recipient."""
+         ttl: float | None = None, once: RequestKey | None = None) -> list[Message]:
+    """Send `body` to `to` (a role, `task:ID` or `@all`); one message per recipient. A second
+    try of an agent's request `once` sends nothing: it answers with what the first sent."""
+    if (made := made_before(queue, once)) is not None:
+        return _messages(queue, made["messages"])
     if sender.run_id is None:
         check_address(queue, sender.address, "--from", allow_person=True)
     text = _body(body)
@@ -71,14 +76,19 @@ def send(queue: Queue, sender: Sender, to: str, body: object, now: float, *,
             raise BadInput(f"reply_to = {reply_to}: no message with that id")
         thread_id = parent.thread
     if kind == MessageKind.SPAWN:
-        return spawn(queue, sender, to, text, level, reply_to, thread_id, ttl, now)
+        return spawn(queue, sender, to, text, level, reply_to, thread_id, ttl, now, once)
     recipients = recipients_of(queue, to)
     batch = [NewMessage(sender.address, recipient, text, kind, level, reply_to, thread_id,
                         None if ttl is None else now + ttl, sender.role, sender.run_id)
              for recipient in recipients]
     wake = [_wake_task(queue, recipient, sender.address) for recipient in recipients
             if level == MessagePriority.URGENT and _wakes(queue, recipient)]
-    return queue.store.send_messages(batch, now, wake)
+    return queue.store.send_messages(batch, now, wake, once)
+
+
+def _messages(queue: Queue, ids: Sequence[int]) -> list[Message]:
+    return [message for message_id in ids
+            if (message := queue.store.get_message(message_id)) is not None]
 
 
 # A spawn spec with any of these is a job (the table of `[[jobs]]` / `taskherd jobs add`):
@@ -88,7 +98,7 @@ JOB_MARKERS = ("name", "cron", "calendar", "every", "at", "manual")
 
 def spawn(queue: Queue, sender: Sender, to: str, body: str, priority: int,
           reply_to: int | None, thread_id: int | None, ttl: float | None,
-          now: float) -> list[Message]:
+          now: float, once: RequestKey | None = None) -> list[Message]:
     """A spawn request: `body` is a JSON task spec (the fields of `task add`), created as a
     child of the sender's task, or a job spec (a table of `[[jobs]]`, with a name and a
     trigger), added as `taskherd jobs add` adds it. Either is checked by the check its own
@@ -115,7 +125,7 @@ def spawn(queue: Queue, sender: Sender, to: str, body: str, priority: int,
                          thread_id, None if ttl is None else now + ttl, sender.role,
                          sender.run_id)
     asked, answer, _ = queue.store.spawn_from_message(request, child, refusal, now,
-                                                      spawn_allowance(queue, parent, since))
+                                                      spawn_allowance(queue, parent, since), once)
     return [asked, answer]
 
 
@@ -233,8 +243,11 @@ def thread(queue: Queue, message_id: int) -> list[Message]:
 
 
 def mark_read(queue: Queue, message_ids: Sequence[int], now: float,
-              run: Run | None = None) -> list[Message]:
-    """Mark messages read; an agent may mark only its own (its role's or its task's)."""
+              run: Run | None = None, once: RequestKey | None = None) -> list[Message]:
+    """Mark messages read; an agent may mark only its own (its role's or its task's). A
+    second try of `once` answers as the first did."""
+    if (made := made_before(queue, once)) is not None:
+        return _messages(queue, made["messages"])
     for message_id in message_ids:
         message = queue.store.get_message(message_id)
         if message is None:
@@ -243,7 +256,7 @@ def mark_read(queue: Queue, message_ids: Sequence[int], now: float,
                                                          f"{TASK_ADDRESS}{run.task_id}"):
             raise BadInput(f"message {message_id} is for {message.recipient}, not for this "
                            f"run's role {run.role!r} or task {run.task_id}")
-    return queue.store.mark_messages_read(message_ids, now)
+    return queue.store.mark_messages_read(message_ids, now, once)
 
 
 def mark_all_read(queue: Queue, recipient: str, now: float) -> int:

@@ -35,7 +35,7 @@ SUMMARY_LIMIT = 2000
 MCP_SERVER = "taskherd"  # its tools reach Claude as mcp__taskherd__<tool>
 # What `taskherd mcp` needs from the agent's environment to reach its daemon as its run.
 MCP_ENV = ("TASKHERD_RUN_TOKEN", "TASKHERD_HOME", "TASKHERD_TASK_ID", "TASKHERD_RUN_ID",
-           "TASKHERD_ROLE")
+           "TASKHERD_ROLE", "TASKHERD_REPORT_WAIT")
 # What Claude Code signs in with, besides a login stored in ~/.claude (HOME is carried over).
 CLAUDE_AUTH_ENV = ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_AUTH_TOKEN")
 

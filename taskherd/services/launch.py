@@ -122,6 +122,8 @@ class Launch:
             "TASKHERD_HOME": str(self.config.daemon.data_dir),  # where agent.sock is
             # The agent's only key: its own run, while the run is open. Never the database.
             "TASKHERD_RUN_TOKEN": self._issue_credential(claim.run.id),
+            # How long its commands wait for a daemon that is away (restarting).
+            "TASKHERD_REPORT_WAIT": str(self.config.daemon.agent_report_wait),
         }
         api = self.config.api
         if api.listen:  # the door for an agent that cannot reach the socket (another host)

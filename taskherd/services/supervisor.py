@@ -73,6 +73,12 @@ RECENT_BYTES = 4096  # the end of a run's output kept to read a question from
 SWEEP_EVERY = 10.0
 LOOK_GAP = 0.25  # the least time between two rounds of looks: due looks are taken together
 HEARTBEAT_SLACK = 5.0  # heartbeats are stamped by another process's clock: look back this far
+# A run an earlier daemon claimed and left with no spawn on record and no shim header in its
+# log: that daemon may have handed it to a shim just before it died, which writes its header
+# as soon as it is scheduled. Looked at again for this long before it is taken as never
+# started (`lost`, no strike): given up at once, a late shim would start its agent beside the
+# task's next run.
+SHIM_GRACE = 5.0
 VANISHED_WHILE_DOWN = ("the process vanished without an exit status while no daemon ran on "
                        "this node (its machine died, or it was killed with it)")
 
@@ -111,6 +117,7 @@ class Supervisor:
         self._run_of_task: dict[int, int] = {}  # task id → its watched run's id
         self._swept_open = self._swept_cancels = float("-inf")
         self._heard = False  # an event said a watched run may have ended or been cancelled
+        self._unstarted: dict[int, float] = {}  # run id → when it is taken as never started
         make_private_dir(self.log_dir)
         self.gates = GateRunner(store, clock, self.log_dir)
         self.launch = Launch(config, store, clock)
@@ -178,6 +185,11 @@ class Supervisor:
         role = self.config.role(run.role)
         if run.pid is None and run.log_path is None:
             run = self._spawn_left_on_disk(run, now)
+            if run.pid is None and at_start:
+                log.info("run %s: no agent started yet; its shim has %gs to show", run.id,
+                         SHIM_GRACE)
+                self._unstarted[run.id] = now + SHIM_GRACE
+                return None
         if run.pid is None or run.log_path is None:
             error = "no process to re-adopt after a restart (never spawned, or a chat call)"
             self._settle_now(run, RunResult(Outcome.LOST, error=error))
@@ -316,11 +328,29 @@ class Supervisor:
             self._swept_cancels = now
             if not heard and self._swept_open == float("-inf"):
                 self._swept_open = now - SWEEP_EVERY / 2
-        counts["adopted"] = 0
+        counts["adopted"] = self._look_at_unstarted(now) if self._unstarted else 0
         if heard or now - self._swept_open >= SWEEP_EVERY:
-            counts["adopted"] = self._sweep_open_runs(now)
+            counts["adopted"] += self._sweep_open_runs(now)
             self._swept_open = now
         return counts
+
+    def _look_at_unstarted(self, now: float) -> int:
+        """The runs found unstarted at start-up (SHIM_GRACE): adopted once their shim's
+        header shows, settled as never started when their time is up."""
+        adopted = 0
+        for run_id, deadline in list(self._unstarted.items()):
+            if now < deadline and procs.unrecorded_spawn(
+                    self.log_dir / f"run-{run_id}.log") is None:
+                continue
+            try:
+                run = self.store.get_run(run_id)
+                task = self.store.get_task(run.task_id)
+            except StoreError:
+                continue  # the database is away: looked at again in the next pass
+            del self._unstarted[run_id]
+            if run.ended_at is None and self.adopt(run, task, now) is not None:
+                adopted += 1
+        return adopted
 
     def _stop_cancelled(self) -> int:
         """Kill agents whose task a person cancelled while they worked."""

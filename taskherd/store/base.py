@@ -40,6 +40,7 @@ from taskherd.store.jobs import JobStore
 from taskherd.store.memory import MemoryStore
 from taskherd.store.messages import InboxLimit, MessageStore
 from taskherd.store.nodes import NodeStore
+from taskherd.store.requests import RequestKey, RequestStore
 from taskherd.store.watch import WatchStore
 from taskherd.store.tokens import TokenStore
 
@@ -75,7 +76,7 @@ class StateCount:
 
 
 class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStore,
-            MemoryStore, DeliveryStore, abc.ABC):
+            MemoryStore, DeliveryStore, RequestStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # -- run credentials: what an agent holds instead of the database -------------------
@@ -96,10 +97,11 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
     # -- tasks ---------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def enqueue(self, new: NewTask, now: float,
-                allowance: SpawnAllowance | None = None) -> Enqueued:
+    def enqueue(self, new: NewTask, now: float, allowance: SpawnAllowance | None = None,
+                once: RequestKey | None = None) -> Enqueued:
         """Add `new`; with `allowance`, only if its run may still add one (else
-        SpawnLimitReached, and nothing is added)."""
+        SpawnLimitReached, and nothing is added); with `once`, noted as that agent request's
+        work (`store/requests.py`)."""
 
     @abc.abstractmethod
     def enqueue_many(self, batch: Sequence[NewTask], now: float) -> int:
@@ -264,8 +266,9 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
 
     @abc.abstractmethod
     def review_verdict(self, review_task_id: int, verdict: str, reason: str | None,
-                       now: float) -> Task:
-        """A reviewer's verdict ("approve" or "reject") on the task its review task reviews."""
+                       now: float, once: RequestKey | None = None) -> Task:
+        """A reviewer's verdict ("approve" or "reject") on the task its review task reviews
+        (with `once`, noted as that agent request's work)."""
 
     @abc.abstractmethod
     def gate_started(self, run_id: int, name: str, log_path: str | None, now: float, *,

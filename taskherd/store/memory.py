@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskherd.model import row_fields
+from taskherd.store.requests import RequestKey
 
 SHARED = "@shared"  # the scope every role searches besides its own
 WORD = re.compile(r"\w+", re.UNICODE)
@@ -55,8 +56,9 @@ def query_words(text: str) -> list[str]:
 
 class MemoryStore(abc.ABC):
     @abc.abstractmethod
-    def add_memories(self, batch: Sequence[NewMemory], now: float) -> list[Memory]:
-        """All in one transaction."""
+    def add_memories(self, batch: Sequence[NewMemory], now: float,
+                     once: RequestKey | None = None) -> list[Memory]:
+        """All in one transaction (with `once`, noted as that agent request's work)."""
 
     @abc.abstractmethod
     def get_memory(self, memory_id: int) -> Memory | None: ...

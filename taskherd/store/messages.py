@@ -17,6 +17,7 @@ from taskherd.model import Message, NewTask
 if TYPE_CHECKING:
     from taskherd.store.errors import SpawnAllowance
     from taskherd.store.jobs import JobDefinition
+    from taskherd.store.requests import RequestKey
 
 
 @dataclass(frozen=True)
@@ -55,20 +56,24 @@ class InboxLimit:
 class MessageStore(abc.ABC):
     @abc.abstractmethod
     def send_messages(self, batch: Sequence[NewMessage], now: float,
-                      wake: Sequence[NewTask] = ()) -> list[Message]:
+                      wake: Sequence[NewTask] = (),
+                      once: RequestKey | None = None) -> list[Message]:
         """Write the messages in one transaction. Each task of `wake` is added with them when
-        its role has no ready task (an urgent message to a role that sets wake_on_urgent)."""
+        its role has no ready task (an urgent message to a role that sets wake_on_urgent).
+        With `once`, noted as that agent request's work (`store/requests.py`)."""
 
     @abc.abstractmethod
     def spawn_from_message(self, request: NewMessage, child: NewTask | NewJob | None,
                            refusal: str | None, now: float,
                            allowance: SpawnAllowance | None = None,
+                           once: RequestKey | None = None,
                            ) -> tuple[Message, Message, int | None]:
         """In one transaction: the spawn request, the child task or the job (when `child` is
         given), and the `result` message answering the request's sender with the new task's
         or job's id or with `refusal`. Returns (request, answer, the new id or None). A job
         whose name was taken meanwhile, or a child past the sender's `allowance` (counted in
-        this transaction), is refused in the answer, like any other refusal."""
+        this transaction), is refused in the answer, like any other refusal. With `once`,
+        the two messages are noted as that agent request's work."""
 
     @abc.abstractmethod
     def get_message(self, message_id: int) -> Message | None: ...
@@ -90,8 +95,10 @@ class MessageStore(abc.ABC):
         """Every message of the thread `message_id` belongs to, oldest first."""
 
     @abc.abstractmethod
-    def mark_messages_read(self, message_ids: Sequence[int], now: float) -> list[Message]:
-        """Mark them read; returns those that were unread until now."""
+    def mark_messages_read(self, message_ids: Sequence[int], now: float,
+                           once: RequestKey | None = None) -> list[Message]:
+        """Mark them read; returns those that were unread until now (with `once`, noted as
+        that agent request's work, so that its second try answers the same)."""
 
     @abc.abstractmethod
     def mark_all_messages_read(self, recipient: str, now: float) -> int: ...

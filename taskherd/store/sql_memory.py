@@ -11,6 +11,7 @@ from taskherd.store.memory import SHARED, Memory, MemoryStore, NewMemory
 
 if TYPE_CHECKING:
     from taskherd.store.connection import Connection
+    from taskherd.store.requests import RequestKey
 
 
 class SQLMemory(MemoryStore):
@@ -19,17 +20,22 @@ class SQLMemory(MemoryStore):
 
         def _write(self) -> AbstractContextManager[Connection]: ...
         def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]: ...
+        def _note_request(self, db: Connection, key: RequestKey | None,
+                          made: dict[str, Any]) -> None: ...
 
     def _text_query(self, words: Sequence[str]) -> str:
         """The dialect's full-text query matching any of `words` (letters and digits only)."""
         raise NotImplementedError
 
-    def add_memories(self, batch: Sequence[NewMemory], now: float) -> list[Memory]:
+    def add_memories(self, batch: Sequence[NewMemory], now: float,
+                     once: RequestKey | None = None) -> list[Memory]:
         with self._write() as db:
-            return [Memory.from_row(db.execute(self.q["insert_memory"], {
+            added = [Memory.from_row(db.execute(self.q["insert_memory"], {
                 "scope": new.scope, "section": new.section, "text": new.text,
                 "source": new.source, "now": now, "embedding": new.embedding,
                 "embedding_model": new.embedding_model}).fetchall()[0]) for new in batch]
+            self._note_request(db, once, {"memories": [memory.id for memory in added]})
+            return added
 
     def get_memory(self, memory_id: int) -> Memory | None:
         rows = self._all("get_memory", {"id": memory_id})

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from taskherd.store.connection import Connection
     from taskherd.store.errors import SpawnAllowance
     from taskherd.store.jobs import Job, JobDefinition
+    from taskherd.store.requests import RequestKey
 
 
 class SQLMessages(MessageStore):
@@ -30,9 +31,12 @@ class SQLMessages(MessageStore):
                         now: float, schedule_at: float | None) -> Job: ...
         def _is_unique_error(self, error: Exception) -> bool: ...
         def _spawn_room(self, db: Connection, allowance: SpawnAllowance | None) -> None: ...
+        def _note_request(self, db: Connection, key: RequestKey | None,
+                          made: dict[str, Any]) -> None: ...
 
     def send_messages(self, batch: Sequence[NewMessage], now: float,
-                      wake: Sequence[NewTask] = ()) -> list[Message]:
+                      wake: Sequence[NewTask] = (),
+                      once: RequestKey | None = None) -> list[Message]:
         with self._write() as db:
             sent = [Message.from_row(db.execute(self.q["insert_message"],
                                                 _message_params(new, now)).fetchall()[0])
@@ -41,29 +45,32 @@ class SQLMessages(MessageStore):
                 ready = db.execute(self.q["ready_tasks_of_role"], {"role": task.role})
                 if ready.fetchall()[0]["n"] == 0:
                     self._add_task(db, task, now)
+            self._note_request(db, once, {"messages": [message.id for message in sent]})
         return sent
 
     def spawn_from_message(self, request: NewMessage, child: NewTask | NewJob | None,
                            refusal: str | None, now: float,
                            allowance: SpawnAllowance | None = None,
+                           once: RequestKey | None = None,
                            ) -> tuple[Message, Message, int | None]:
         try:
-            return self._spawn_from_message(request, child, refusal, now, allowance)
+            return self._spawn_from_message(request, child, refusal, now, allowance, once)
         except SpawnLimitReached as reached:
             # Another addition of the same run took the last place since the check before:
             # the transaction rolled back whole, and the request is answered with why.
-            return self._spawn_from_message(request, None, str(reached), now)
+            return self._spawn_from_message(request, None, str(reached), now, once=once)
         except Exception as error:
             if not (isinstance(child, NewJob) and self._is_unique_error(error)):
                 raise
             # Another request (or a person) took the name between the check and this write:
             # the transaction rolled back whole, and the request is answered with why.
             taken = f"a job named {child.definition.name!r} already exists"
-            return self._spawn_from_message(request, None, taken, now)
+            return self._spawn_from_message(request, None, taken, now, once=once)
 
     def _spawn_from_message(self, request: NewMessage, child: NewTask | NewJob | None,
                             refusal: str | None, now: float,
                             allowance: SpawnAllowance | None = None,
+                            once: RequestKey | None = None,
                             ) -> tuple[Message, Message, int | None]:
         with self._write() as db:
             if child is not None:
@@ -86,6 +93,7 @@ class SQLMessages(MessageStore):
                                 asked.id, asked.thread)
             answered = Message.from_row(db.execute(self.q["insert_message"],
                                                    _message_params(answer, now)).fetchall()[0])
+            self._note_request(db, once, {"messages": [asked.id, answered.id]})
         return asked, answered, child_id
 
     def get_message(self, message_id: int) -> Message | None:
@@ -111,11 +119,14 @@ class SQLMessages(MessageStore):
         rows = self._all("message_thread", {"root": first.thread})
         return [Message.from_row(row) for row in rows]
 
-    def mark_messages_read(self, message_ids: Sequence[int], now: float) -> list[Message]:
+    def mark_messages_read(self, message_ids: Sequence[int], now: float,
+                           once: RequestKey | None = None) -> list[Message]:
         with self._write() as db:
-            marked = [db.execute(self.q["mark_message_read"], {"id": i, "now": now}).fetchall()
-                      for i in message_ids]
-        return [Message.from_row(rows[0]) for rows in marked if rows]
+            marked = [Message.from_row(rows[0]) for i in message_ids
+                      if (rows := db.execute(self.q["mark_message_read"],
+                                             {"id": i, "now": now}).fetchall())]
+            self._note_request(db, once, {"messages": [message.id for message in marked]})
+        return marked
 
     def mark_all_messages_read(self, recipient: str, now: float) -> int:
         with self._write() as db:

@@ -52,6 +52,7 @@ from taskherd.store.base import (
 from taskherd.store.connection import Connection
 from taskherd.store.errors import SpawnAllowance, SpawnLimitReached
 from taskherd.store.messages import InboxLimit
+from taskherd.store.requests import RequestKey
 from taskherd.store.sql_agents import SQLAgents
 from taskherd.store.sql_budgets import SQLBudgets
 from taskherd.store.sql_credentials import SQLCredentials
@@ -61,6 +62,7 @@ from taskherd.store.sql_memory import SQLMemory
 from taskherd.store.sql_messages import SQLMessages
 from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports, budget_rows
+from taskherd.store.sql_requests import SQLRequests
 from taskherd.store.sql_tokens import SQLTokens
 from taskherd.store.sql_workflows import SQLWorkflows
 from taskherd.store.sql_worktrees import SQLWorktrees
@@ -73,7 +75,7 @@ Emitted = tuple[EventKind, float, dict[str, Any]]
 
 class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLTokens,
                SQLMessages, SQLAgents, SQLMemory, SQLDelivery, SQLWorkflows, SQLWorktrees,
-               SQLBudgets, Store):
+               SQLBudgets, SQLRequests, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------
@@ -149,14 +151,15 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
 
     # -- tasks ---------------------------------------------------------------------------
 
-    def enqueue(self, new: NewTask, now: float,
-                allowance: SpawnAllowance | None = None) -> Enqueued:
+    def enqueue(self, new: NewTask, now: float, allowance: SpawnAllowance | None = None,
+                once: RequestKey | None = None) -> Enqueued:
         with self._parents_checked([new]), self._write() as db:
             self._spawn_room(db, allowance)
             task_id, created = self._add_task(db, new, now)
             if task_id is None:
                 raise StoreError(f"the open task with dedup key {new.dedup_key!r} finished while "
                                  "this one was being added: add it again")
+            self._note_request(db, once, {"task": task_id, "created": created})
             return Enqueued(self._get_task(db, task_id), created=created)
 
     def enqueue_many(self, batch: Sequence[NewTask], now: float) -> int:

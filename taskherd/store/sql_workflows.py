@@ -9,7 +9,7 @@ review task, are missing. The decisions are `taskherd.chains`'s; this module onl
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskherd.chains import NO_WORKFLOW, Workflow, review_of, review_verdict
 from taskherd.model import (
@@ -26,6 +26,9 @@ from taskherd.model import (
 from taskherd.prompt import review_prompt
 from taskherd.store.connection import Connection
 from taskherd.store.errors import TransitionRefused
+
+if TYPE_CHECKING:
+    from taskherd.store.requests import RequestKey
 
 S = TaskState
 CANCEL_TARGETS = {state: S.CANCELLED for state in OPEN_STATES}
@@ -47,6 +50,9 @@ class SQLWorkflows:
     def _move_in(self, db: Connection, task: Task, action: str, now: float,
                  targets: Mapping[TaskState, TaskState], *, reason: str | None = None,
                  reset_counts: bool = False) -> Task: raise NotImplementedError
+    if TYPE_CHECKING:  # SQLRequests' (a stub here would come first in SQLStore's bases)
+        def _note_request(self, db: Connection, key: RequestKey | None,
+                          made: dict[str, Any]) -> None: ...
 
     # -- what a settle sets off --------------------------------------------------------
 
@@ -93,7 +99,7 @@ class SQLWorkflows:
     # -- reviews -------------------------------------------------------------------------
 
     def review_verdict(self, review_task_id: int, verdict: str, reason: str | None,
-                       now: float) -> Task:
+                       now: float, once: RequestKey | None = None) -> Task:
         """The verdict of the reviewer working on `review_task_id` on the task it reviews,
         which must be waiting in needs_review; returns the reviewed task as it now is."""
         with self._write() as db:
@@ -105,6 +111,7 @@ class SQLWorkflows:
             if moved is None:
                 found = self._get_task(db, reviewed)
                 raise TransitionRefused(reviewed, verdict, found.state, {S.NEEDS_REVIEW: S.READY})
+            self._note_request(db, once, {"task": moved.id})
             return moved
 
     def _apply_verdict(self, db: Connection, task_id: int, verdict: str, reason: str | None,

@@ -65,5 +65,6 @@ def test_the_door_serves_from_a_long_path_and_names_each_refusal(tmp_path):
     assert answers[8] == {"run_id": run.id, "verdict": "done"}
     assert store.get_run(run.id).cost_usd == 0.1
     assert not agent_door.socket_path(data_dir).exists()
-    assert ask("heartbeat", {}) == "unreachable"  # the daemon is gone
+    # The daemon is gone, and this agent may not wait for it to come back.
+    assert ask("heartbeat", {}, TASKHERD_REPORT_WAIT="0") == "unreachable"
     store.close()
