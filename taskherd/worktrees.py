@@ -238,6 +238,29 @@ def ensure_worktree(repo: Path, base: str, task_id: int, root: Path) -> Path:
     return path
 
 
+def made_worktree(repo: Path, task_id: int, root: Path) -> Path | None:
+    """The task's worktree if it is already made and nothing an earlier daemon left is still
+    working on it (a later attempt), found from the files git keeps, without running git:
+    the supervisor asks on the daemon's loop. None when that cannot be told so: then
+    `ensure_worktree`, off the loop, makes it or finds it with git."""
+    path = worktree_path(root, task_id)
+    if running_record(root, task_id).exists():
+        return None  # a git an earlier daemon left running: stopped first, off the loop
+    try:
+        pointer = (path / ".git").read_text().strip()  # "gitdir: REPO/.git/worktrees/NAME"
+        admin = (path / pointer.removeprefix("gitdir: ")).resolve()
+        back = (admin / "gitdir").read_text().strip()  # and back: "PATH/.git"
+    except (OSError, ValueError):
+        return None
+    common = repo / ".git" if (repo / ".git").is_dir() else repo  # a bare repository
+    if (not pointer.startswith("gitdir: ") or admin.parent.name != "worktrees"
+            or admin.parent.parent != common.resolve()
+            or (admin / back).resolve() != (path / ".git").resolve()
+            or (admin / "locked").exists()):  # (locked while `git worktree add` makes it)
+        return None
+    return path
+
+
 def commit_leftovers(path: Path, message: str, hooks: bool = False) -> str | None:
     """Commit what the agent changed in its worktree but did not commit (an agent that edits
     and never runs `git commit`): the work must reach the branch, never be removed with the
