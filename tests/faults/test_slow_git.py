@@ -100,7 +100,8 @@ def repo(tmp_path, hook) -> Path:
 def fleet(tmp_path, repo):
     made = []
 
-    def make(merge_timeout: str = "5m", hooks: bool = False, spawn_timeout: str = "30s") -> Fleet:
+    def make(merge_timeout: str = "5m", hooks: bool = False, spawn_timeout: str = "30s",
+             coders: int = 4, slots: int = 4) -> Fleet:
         coder, writer = agent(tmp_path, "coder", CODER), agent(tmp_path, "writer", WRITER)
         env = ", ".join(f'{key} = "{value}"' for key, value in IDENTITY.items())
         node = Fleet(tmp_path, f"""
@@ -108,7 +109,7 @@ def fleet(tmp_path, repo):
             database = "q.db"
             data_dir = "data"
             timezone = "UTC"
-            max_concurrent = 4
+            max_concurrent = {slots}
             node_timeout = "5s"
 
             [roles.coder]
@@ -116,6 +117,7 @@ def fleet(tmp_path, repo):
             env = {{ {env} }}
             max_attempts = 1
             spawn_timeout = "{spawn_timeout}"
+            max_concurrent = {coders}
 
             [roles.coder.git]
             repo = "{repo}"
@@ -299,6 +301,23 @@ def test_a_hanging_post_checkout_hook_holds_up_its_own_task_only_and_released_it
     assert git(repo, "show", "main:feature.txt") == "new"
     [ran] = node.store.runs_of_task(task.id)
     assert ran.id == run.id and ran.outcome.value == "succeeded" and ran.pid is not None
+
+
+def test_runs_whose_worktree_is_being_made_hold_their_slots(fleet, hook, repo):
+    install(repo, "post-checkout", POST_CHECKOUT, hook)
+    node = fleet(slots=2)
+    first, _ = claimed_behind_the_checkout_hook(node, hook)
+    second = node.add("second", role="coder",
+                      prompt=json.dumps({"file": "second.txt", "content": "2\n"}))
+    node.wait_until(lambda: len(hook_starts(hook)) == 2, 30, "the second checkout to hang")
+    # The node's two slots are theirs, though no agent runs yet: another role's P0 waits.
+    urgent = node.add("urgent", role="writer", priority="P0")
+    node.wait_until(lambda: f"P0 task {urgent.id} (writer) waits: node at max_concurrent 2"
+                    in node.daemon_log.read_text(), 30, "the P0 to be held back")
+    assert node.store.get_task(urgent.id).state is TaskState.READY
+    assert node.stop() == 0  # stops both hooks (see below)
+    for task in (first, second):
+        assert node.store.get_task(task.id).state is TaskState.READY
 
 
 def test_a_post_checkout_hook_past_merge_timeout_blocks_its_task_with_the_reason_no_strike(
