@@ -50,7 +50,9 @@ class GitSettings:
     merge: str = "merge-commit"  # or "fast-forward" (when the base has not moved on)
     pool: str = "git-main"  # merges through one pool happen one at a time
     keep: float = 7 * 86400.0  # how long a dead or cancelled task's worktree is kept
-    merge_timeout: float = 300.0  # a merge (its hooks included) running longer is stopped
+    # Git working for a task (making its worktree, a leftover commit, a merge), its hooks
+    # included, running longer is stopped.
+    merge_timeout: float = 300.0
     hooks: bool = False  # whether the repository's hooks run for the leftover commits
 
 
