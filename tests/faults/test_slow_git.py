@@ -385,3 +385,26 @@ def test_a_made_worktree_is_found_without_git_unless_a_git_was_left_working_on_i
     subprocess.run(["rm", "-rf", str(path)], check=True)
     assert worktrees.made_worktree(repo, 1, root) is None
     assert worktrees.ensure_worktree(repo, "main", 1, root) == path  # made again
+
+
+def test_a_daemon_killed_while_a_worktree_is_made_is_rescued_no_strike_its_git_stopped(
+        fleet, hook, repo):
+    install(repo, "post-checkout", POST_CHECKOUT, hook)
+    node = fleet()
+    task, run = claimed_behind_the_checkout_hook(node, hook)
+    node.daemon.kill()  # kill -9: its git and the hook go on, in their own session
+    node.daemon.wait(10)
+    [left] = hook_starts(hook)
+    assert _alive(left)
+    node.up()
+    # Back, it releases the run (never spawned: lost, no strike), and the next run stops the
+    # git left working on the task before it uses the worktree; then it runs and merges.
+    node.wait_until(lambda: len(hook_starts(hook)) == 2, 30, "the merge to reach its hook")
+    assert not _alive(left)
+    release(hook["fifo"])
+    done = node.wait_final(task.id, timeout=30)
+    assert done.state is TaskState.COMPLETED and done.attempts == 0
+    first, second = node.store.runs_of_task(task.id)
+    assert first.id == run.id and first.outcome.value == "lost" and first.pid is None
+    assert second.outcome.value == "succeeded"
+    assert git(repo, "show", "main:feature.txt") == "new"
