@@ -2,12 +2,15 @@
 
     .venv/bin/python bench/slow_git.py                 # hook of 60 s, 20 adds, 200 no-ops
     .venv/bin/python bench/slow_git.py --hook 30 --adds 10 --tasks 100
+    .venv/bin/python bench/slow_git.py --on post-checkout   # the hook as the worktree is made
 
 One daemon (`python -m taskherd up`, temp dir) with two roles: `coder`, whose tasks work in a
 git worktree and merge into `main` of a repository whose `reference-transaction` hook sleeps
 --hook s whenever `main` moves (a slow CI trigger), and `noop`, whose agent is `date +%s.%N`.
-Two figures, each measured quiet (no merge under way) and again while a coder task's merge
-sits in the hook:
+With `--on post-checkout` the repository's `post-checkout` hook sleeps instead, when the coder
+task's worktree is made (`git worktree add`), before its agent can start. Two figures, each
+measured quiet (no merge under way) and again while a coder task's merge (or worktree) sits
+in the hook:
 
 - `task add` — the CLI, as a person types it (`python -m taskherd task add`), --adds times
   one after the other: its wall time, p99 (the largest but one of 20).
@@ -18,7 +21,8 @@ The figure is each ratio, hook sleeping / quiet (target ≤ ×2): the merge runs
 loop and outside any store transaction, so a hook costs its own task only. Before, the merge
 ran inside the settle's transaction on the loop: `task add` waited out the hook (39 s of a
 40 s hook) and nothing was dispatched meanwhile. The coder task must then complete merged once
-the hook returns. Exit status 1 if a target is missed.
+the hook returns. Likewise a worktree is made off the loop: the coder task's run waits
+claimed, then runs and merges once the hook returns. Exit status 1 if a target is missed.
 """
 
 from __future__ import annotations
@@ -48,6 +52,11 @@ while read -r old new ref; do
     fi
 done
 """
+POST_CHECKOUT = """#!/bin/sh
+date +%s.%N >> "{marker}"
+sleep {seconds}
+"""
+HOOKS = {"reference-transaction": HOOK, "post-checkout": POST_CHECKOUT}
 CODER = """
     import subprocess
     with open("feature.txt", "w") as out:
@@ -58,14 +67,14 @@ CODER = """
 """
 
 
-def make_repo(root: Path, hook_seconds: float, marker: Path) -> Path:
+def make_repo(root: Path, hook_seconds: float, marker: Path, on: str) -> Path:
     repo = root / "app"
     repo.mkdir()
     env = {**os.environ, **IDENTITY}
     for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "start"]):
         subprocess.run(["git", "-C", str(repo), *args], check=True, env=env)
-    hook = repo / ".git" / "hooks" / "reference-transaction"
-    hook.write_text(HOOK.format(marker=marker, seconds=hook_seconds))
+    hook = repo / ".git" / "hooks" / on
+    hook.write_text(HOOKS[on].format(marker=marker, seconds=hook_seconds))
     hook.chmod(0o755)
     return repo
 
@@ -125,26 +134,30 @@ def main() -> int:
     parser.add_argument("--adds", type=int, default=20)
     parser.add_argument("--tasks", type=int, default=200, help="no-op tasks for ready→exec")
     parser.add_argument("--interval", type=float, default=0.05)
+    parser.add_argument("--on", choices=sorted(HOOKS), default="reference-transaction",
+                        help="the hook that sleeps: as main moves (the merge), or as the "
+                             "coder task's worktree is made")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="taskherd-bench-slow-git-") as tmp:
         root = Path(tmp)
         marker = root / "hook-started"
-        repo = make_repo(root, args.hook, marker)
+        repo = make_repo(root, args.hook, marker, args.on)
         node = make_node(root, repo)
         node.up()
         try:
             quiet = measure(node, args.adds, args.tasks, args.interval)
             coder = node.store.enqueue(NewTask(role="coder", title="feature"), time.time()).task
-            node.wait_until(marker.exists, 60, "the merge to reach the hook")
+            node.wait_until(marker.exists, 60, "the coder task to reach the hook")
             hook_started = float(marker.read_text().split()[0])
             busy = measure(node, args.adds, args.tasks, args.interval)
             measured_in = time.time() - hook_started
             done = node.wait_until(
                 lambda: (t := node.store.get_task(coder.id)).state in FINAL_STATES and t,
-                args.hook + 60, "the coder task to finish")
+                args.hook + 120, "the coder task to finish")
         finally:
             node.down()
-    print(f"hook of {args.hook:g} s on main; {args.adds} CLI adds, {args.tasks} no-op tasks per "
+    where = "on main" if args.on == "reference-transaction" else "making the worktree"
+    print(f"{args.on} hook of {args.hook:g} s {where}; {args.adds} CLI adds, {args.tasks} no-op tasks per "
           f"phase; the busy phase took {measured_in:.1f} s of the hook's sleep")
     print(f"{'':18} {'quiet':>10} {'hook sleeping':>14} {'ratio':>8}")
     missed = measured_in > args.hook or done.state is not TaskState.COMPLETED

@@ -50,7 +50,9 @@ class GitSettings:
     merge: str = "merge-commit"  # or "fast-forward" (when the base has not moved on)
     pool: str = "git-main"  # merges through one pool happen one at a time
     keep: float = 7 * 86400.0  # how long a dead or cancelled task's worktree is kept
-    merge_timeout: float = 300.0  # a merge (its hooks included) running longer is stopped
+    # Git working for a task (making its worktree, a leftover commit, a merge), its hooks
+    # included, running longer is stopped.
+    merge_timeout: float = 300.0
     hooks: bool = False  # whether the repository's hooks run for the leftover commits
 
 
@@ -235,6 +237,29 @@ def ensure_worktree(repo: Path, base: str, task_id: int, root: Path) -> Path:
         git(repo, "worktree", "add", "--", str(path), branch)
     else:
         git(repo, "worktree", "add", "-b", branch, "--", str(path), f"refs/heads/{base}")
+    return path
+
+
+def made_worktree(repo: Path, task_id: int, root: Path) -> Path | None:
+    """The task's worktree if it is already made and nothing an earlier daemon left is still
+    working on it (a later attempt), found from the files git keeps, without running git:
+    the supervisor asks on the daemon's loop. None when that cannot be told so: then
+    `ensure_worktree`, off the loop, makes it or finds it with git."""
+    path = worktree_path(root, task_id)
+    if running_record(root, task_id).exists():
+        return None  # a git an earlier daemon left running: stopped first, off the loop
+    try:
+        pointer = (path / ".git").read_text().strip()  # "gitdir: REPO/.git/worktrees/NAME"
+        admin = (path / pointer.removeprefix("gitdir: ")).resolve()
+        back = (admin / "gitdir").read_text().strip()  # and back: "PATH/.git"
+    except (OSError, ValueError):
+        return None
+    common = repo / ".git" if (repo / ".git").is_dir() else repo  # a bare repository
+    if (not pointer.startswith("gitdir: ") or admin.parent.name != "worktrees"
+            or admin.parent.parent != common.resolve()
+            or (admin / back).resolve() != (path / ".git").resolve()
+            or (admin / "locked").exists()):  # (locked while `git worktree add` makes it)
+        return None
     return path
 
 

@@ -50,15 +50,36 @@ class Launch:
     def worktree_root(self) -> Path:
         return self.config.daemon.data_dir / "worktrees"
 
-    def in_worktree(self, role: RoleConfig, task: Task, now: float) -> RoleConfig:
-        """For a role with [roles.NAME.git]: the role as it runs this task, in the task's own
-        worktree (made from the base on its first run, reused by the next ones)."""
-        if role.git is None:
-            return role
+    def made_worktree(self, role: RoleConfig, task: Task) -> Path | None:
+        """The task's worktree if an earlier run made it, told without git (on the loop)."""
+        from taskherd import worktrees
+
+        assert role.git is not None
+        return worktrees.made_worktree(role.git.repo, task.id, self.worktree_root)
+
+    def make_worktree(self, role: RoleConfig, task: Task) -> Path:
+        """Make the task's worktree from the base (or find it), within the role's
+        merge_timeout: `git worktree add` runs the repository's post-checkout hook, and one
+        that hangs is stopped with its process group (GitTimeout). Blocking: called off the
+        loop. A git an earlier daemon left working for the task is stopped first."""
         from taskherd import worktrees
 
         git = role.git
-        path = worktrees.ensure_worktree(git.repo, git.base, task.id, self.worktree_root)
+        assert git is not None
+        running = worktrees.running_record(self.worktree_root, task.id)
+        if worktrees.stop_left_running(running):
+            log.warning("task %s: stopped the git an earlier daemon left working on it",
+                        task.id)
+        with worktrees.time_limit(git.merge_timeout, record=running):
+            return worktrees.ensure_worktree(git.repo, git.base, task.id, self.worktree_root)
+
+    def in_worktree(self, role: RoleConfig, task: Task, path: Path, now: float) -> RoleConfig:
+        """The role as it runs this task: in the task's worktree `path`, recorded (for its
+        merge and its removal)."""
+        from taskherd import worktrees
+
+        git = role.git
+        assert git is not None
         self.store.record_worktree(task.id, repo=str(git.repo), base=git.base,
                                    branch=worktrees.branch_for(task.id), path=str(path),
                                    merge_mode=git.merge, pool=git.pool, now=now)

@@ -69,13 +69,17 @@ class LiveRuns(Mapping[int, Run]):
     each watched id, running counts per role, pools in use and the last spawn per role.
     The counts are kept as runs come and go (the supervisor tells, `watched`/`unwatched`):
     the dispatcher reads them for every claim, and counting a thousand runs each time was
-    most of its pass."""
+    most of its pass.
+
+    A run being prepared (its worktree made off the loop, services/preparations.py) is in
+    the view too, counted as running: it holds its slot, and the monitor leaves it alone."""
 
     def __init__(self, live: dict[int, LiveRun], last_spawns: dict[str, float]):
         self._live = live
         self._last_spawns = last_spawns
         self._per_role: Counter[str] = Counter()
         self._per_pool: Counter[str] = Counter()
+        self._preparing: dict[int, tuple[Run, str, frozenset[str]]] = {}
 
     def watched(self, live: LiveRun) -> None:
         self._per_role[live.role.name] += 1
@@ -85,14 +89,26 @@ class LiveRuns(Mapping[int, Run]):
         self._per_role[live.role.name] -= 1
         self._per_pool.subtract(live.pools)
 
+    def preparing(self, run: Run, role: str, pools: frozenset[str]) -> None:
+        self._preparing[run.id] = (run, role, pools)
+        self._per_role[role] += 1
+        self._per_pool.update(pools)
+
+    def prepared(self, run_id: int) -> None:
+        """No longer prepared: spawned (then `watched`), settled, or given up."""
+        _, role, pools = self._preparing.pop(run_id)
+        self._per_role[role] -= 1
+        self._per_pool.subtract(pools)
+
     def __getitem__(self, run_id: int) -> Run:
-        return self._live[run_id].run
+        live = self._live.get(run_id)
+        return live.run if live is not None else self._preparing[run_id][0]
 
     def __iter__(self) -> Iterator[int]:
-        return iter(list(self._live))
+        return iter([*self._live, *self._preparing])
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self._live) + len(self._preparing)
 
     def running_per_role(self) -> Counter[str]:
         return +self._per_role  # a copy, without the roles that have none

@@ -37,6 +37,7 @@ from taskherd.config import Config, RoleConfig, make_private_dir
 from taskherd.gates import Gate
 from taskherd.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD, WAITING_LOOK
 from taskherd.model import (
+    FINAL_STATES,
     LEASED_STATES,
     Claim,
     Event,
@@ -56,9 +57,11 @@ from taskherd.services.gates import GateRunner
 from taskherd.services.launch import Launch, agent_path, create_private
 from taskherd.services.live_runs import GateLimits, LiveRun, LiveRuns, LookSchedule
 from taskherd.services.pauses import RuntimePauses
+from taskherd.services.preparations import Preparation, Preparations
 from taskherd.services.settles import PendingSettles
 from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.store.watch import VerdictChange
+from taskherd.worktrees import GitTimeout
 
 log = logging.getLogger("taskherd.supervisor")
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
@@ -121,6 +124,7 @@ class Supervisor:
         make_private_dir(self.log_dir)
         self.gates = GateRunner(store, clock, self.log_dir)
         self.launch = Launch(config, store, clock)
+        self.preparations = Preparations(self.view)  # runs whose worktree is being made
         self.pauses = RuntimePauses(store, on_change,
                                     lambda: self.config.daemon.max_rate_limit_pause)
         # A full disk is the machine's fault: the node pauses, the run costs no strike, and
@@ -131,17 +135,29 @@ class Supervisor:
 
     # -- starting ------------------------------------------------------------------------
 
-    def start(self, claim: Claim, now: float, probe: bool = False) -> LiveRun | None:
+    def start(self, claim: Claim, now: float,
+              probe: bool = False) -> LiveRun | Preparation | None:
         """Spawn the agent for a fresh claim and record it; a failure to start settles the run.
-        `probe`: the run tests whether its runtime's rate limit has lifted."""
+        `probe`: the run tests whether its runtime's rate limit has lifted. A task's first run
+        in a worktree is spawned later, once the worktree is made (the Preparation)."""
         role = self.config.role(claim.run.role)
         self.last_spawn[role.name] = now
+        worktree = None
+        if role.git is not None:
+            worktree = self.launch.made_worktree(role, claim.task)
+            if worktree is None:
+                return self._prepare(claim, role, probe)
+        return self._spawn(claim, role, now, probe, worktree)
+
+    def _spawn(self, claim: Claim, role: RoleConfig, now: float, probe: bool,
+               worktree: Path | None) -> LiveRun | None:
         files = RunFiles(self.log_dir / f"run-{claim.run.id}.log",
                          self.log_dir / f"run-{claim.run.id}.prompt")
         try:
             runtime = runtime_for(role.runtime)
             create_private(files.prompt)
-            role = self.launch.in_worktree(role, claim.task, now)
+            if worktree is not None:
+                role = self.launch.in_worktree(role, claim.task, worktree, now)
             handle, continued = self.launch.begin(runtime, role, claim, files)
         except (OSError, ValueError, StoreError) as error:
             log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
@@ -178,6 +194,66 @@ class Supervisor:
                  f" as pid {handle.pid}" if handle.pid else "",
                  " to probe its runtime's rate limit" if probe else "")
         return live
+
+    def _prepare(self, claim: Claim, role: RoleConfig, probe: bool) -> Preparation:
+        """Make the task's worktree in a thread and spawn the run when it is ready: `git
+        worktree add` runs the repository's post-checkout hook, which may take minutes (up to
+        merge_timeout), while the loop goes on dispatching and watching every other run."""
+        from taskherd import worktrees
+
+        preparation = Preparation(
+            claim, role, frozenset(p for p in (role.pool, claim.task.pool) if p), probe,
+            worktrees.running_record(self.launch.worktree_root, claim.task.id))
+        self.preparations.begin(preparation, lambda: self.launch.make_worktree(role, claim.task),
+                                self._prepared)
+        return preparation
+
+    def _prepared(self, preparation: Preparation, worktree: object,
+                  error: BaseException | None) -> None:
+        """The preparation ended (on the loop): the run is spawned in its worktree, or settled
+        as the failure to make it says, unless its task was cancelled or its run ended
+        elsewhere meanwhile."""
+        claim, now = preparation.claim, self.clock()
+        if self._ended_while_prepared(claim, now):
+            self.on_change()
+            return
+        if error is None:
+            assert isinstance(worktree, Path)
+            self._spawn(claim, preparation.role, now, preparation.probe, worktree)
+        else:
+            log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id,
+                      error)
+            self._settle_now(claim.run, self._unprepared(preparation.role, error, now))
+        self.on_change()  # a slot freed, or a run started: the dispatcher looks again
+
+    def _ended_while_prepared(self, claim: Claim, now: float) -> bool:
+        """Whether the run must not start: ended elsewhere, or its task cancelled (then it
+        ends cancelled here, no agent started)."""
+        try:
+            run, task = self.store.get_run(claim.run.id), self.store.get_task(claim.task.id)
+        except StoreError:
+            return False  # not known now: the spawn's record refuses if it was cancelled
+        if run.ended_at is None and task.state in FINAL_STATES:
+            self._settle_now(run, RunResult(Outcome.CANCELLED, error=(
+                "the task was cancelled while its worktree was being made")), now)
+        return run.ended_at is not None or task.state in FINAL_STATES
+
+    def _unprepared(self, role: RoleConfig, error: BaseException, now: float) -> RunResult:
+        """A run whose worktree could not be made. Past merge_timeout (a post-checkout hook
+        that hangs) it is the repository's fault, not the agent's: no strike. Nor is it
+        retried, since the next attempt would hang alike, holding a slot for merge_timeout
+        each time: the task waits blocked with the reason for a person, as it does when its
+        merge outlives the limit. Other failures are a failure to start, as they were."""
+        if isinstance(error, GitTimeout):
+            assert role.git is not None
+            return RunResult(Outcome.BLOCKED, error=(
+                f"making its worktree failed within merge_timeout {role.git.merge_timeout:g}s: "
+                f"{error}; fix the repository's post-checkout hook (or raise merge_timeout), "
+                f"then unblock the task"))
+        if isinstance(error, (OSError, ValueError, StoreError)):
+            return self._not_started(error, now)
+        log.error("making a worktree: %r", error)  # a bug: the task is not charged for it
+        return RunResult(Outcome.LOST, error=f"could not start: {error!r}")
 
     def adopt(self, run: Run, task: Task, now: float, at_start: bool = False) -> LiveRun | None:
         """Re-attach to an agent an earlier daemon started; settle it if it already ended.
@@ -309,6 +385,8 @@ class Supervisor:
             return
         run_id = self._run_of_task.get(event.task_id)
         if run_id is None:
+            run_id = self.preparations.run_of_task(event.task_id)  # cancelled while prepared?
+        if run_id is None:
             return
         if event.kind is EventKind.RUN_ENDED or (
                 event.kind is EventKind.TASK_CHANGED
@@ -356,6 +434,10 @@ class Supervisor:
         """Kill agents whose task a person cancelled while they worked."""
         stopped = 0
         for run in self.store.open_runs_of_final_tasks(self.config.daemon.node):
+            if run.id in self.preparations:
+                self.preparations.stop(run.id)  # its git: the run then ends cancelled
+                stopped += 1
+                continue
             live = self.live.get(run.id)
             if live is not None and live.kill_reason is None:
                 self.kill(live, Outcome.CANCELLED, "the task was cancelled")
@@ -771,7 +853,12 @@ class Supervisor:
             self.disk.met(error, self.clock())
 
     async def shutdown(self, mode: str, grace: float) -> None:
-        """On daemon stop: leave agents running (detach), wait for them, or kill them."""
+        """On daemon stop: leave agents running (detach), wait for them, or kill them. Runs
+        whose worktree was being made are given up (their git stopped) and released: lost,
+        no strike; their next run makes the worktree again, or finds it made."""
+        for preparation in await self.preparations.stop_all():
+            self._settle_now(preparation.claim.run, RunResult(
+                Outcome.LOST, error="the daemon stopped while its worktree was being made"))
         if mode == "detach" or not self.live:
             for live in self.live.values():
                 if live.watcher:

@@ -7,6 +7,10 @@ task is claimed and started, and its agent's `taskherd done` is heard. Released,
 completes merged; past the role's `merge_timeout`, the hook is killed with its process group
 and the task is blocked with the reason; a daemon killed mid-merge merges again when it is
 back, and the task completes once.
+
+The same holds for making a task's worktree, whose `post-checkout` hook blocks likewise: the
+run waits claimed (never rescued as unspawned meanwhile) and starts in its worktree once the
+hook is released; past the limit the task is blocked with the reason, no strike.
 """
 
 from __future__ import annotations
@@ -51,6 +55,12 @@ while read -r old new ref; do
 done
 exit 0
 """
+# Blocks each checkout (a `git worktree add` too) until the FIFO is opened: a slow install
+# step, or one that hangs.
+POST_CHECKOUT = """#!/bin/sh
+echo $$ >> "{started}"
+cat "{fifo}" > /dev/null
+"""
 # Blocks every commit after it is made (a slow notifier), until the FIFO is opened.
 POST_COMMIT = """#!/bin/sh
 echo $$ >> "{started}"
@@ -90,7 +100,8 @@ def repo(tmp_path, hook) -> Path:
 def fleet(tmp_path, repo):
     made = []
 
-    def make(merge_timeout: str = "5m", hooks: bool = False) -> Fleet:
+    def make(merge_timeout: str = "5m", hooks: bool = False, spawn_timeout: str = "30s",
+             coders: int = 4, slots: int = 4) -> Fleet:
         coder, writer = agent(tmp_path, "coder", CODER), agent(tmp_path, "writer", WRITER)
         env = ", ".join(f'{key} = "{value}"' for key, value in IDENTITY.items())
         node = Fleet(tmp_path, f"""
@@ -98,12 +109,15 @@ def fleet(tmp_path, repo):
             database = "q.db"
             data_dir = "data"
             timezone = "UTC"
-            max_concurrent = 4
+            max_concurrent = {slots}
+            node_timeout = "5s"
 
             [roles.coder]
             command = ["{PYTHON}", "{coder}"]
             env = {{ {env} }}
             max_attempts = 1
+            spawn_timeout = "{spawn_timeout}"
+            max_concurrent = {coders}
 
             [roles.coder.git]
             repo = "{repo}"
@@ -239,3 +253,158 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def install(repo: Path, name: str, body: str, hook) -> None:
+    script = repo / ".git" / "hooks" / name
+    script.write_text(body.format(**hook))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+
+
+def claimed_behind_the_checkout_hook(fleet: Fleet, hook):
+    """A coder task whose worktree is being made, its post-checkout hook hanging."""
+    task = fleet.add("feature", role="coder",
+                     prompt=json.dumps({"file": "feature.txt", "content": "new\n"}))
+    fleet.wait_until(lambda: hook_starts(hook), 30, "the post-checkout hook to hang")
+    [run] = fleet.store.runs_of_task(task.id)
+    assert fleet.store.get_task(task.id).state is TaskState.CLAIMED and run.spawned_at is None
+    return task, run
+
+
+def monitor_passed_since(fleet: Fleet, moment: float) -> None:
+    """Wait for a whole pass of the node's monitor that began after `moment`: a heartbeat
+    (its pass's first write) at or after it, then a later one (the pass before it ended)."""
+    def seen() -> float:
+        [node] = fleet.store.list_nodes()
+        return node.last_seen
+
+    first = fleet.wait_until(lambda: (at := seen()) >= moment and at, 30, "a monitor pass")
+    fleet.wait_until(lambda: seen() > first, 30, "the next monitor pass")
+
+
+def test_a_hanging_post_checkout_hook_holds_up_its_own_task_only_and_released_it_runs(
+        fleet, hook, repo):
+    install(repo, "post-checkout", POST_CHECKOUT, hook)
+    node = fleet(spawn_timeout="1s")
+    task, run = claimed_behind_the_checkout_hook(node, hook)
+    the_queue_goes_on(node)
+    # Past its spawn_timeout, the run being prepared is not rescued as never spawned.
+    monitor_passed_since(node, run.claimed_at + 1.0)
+    assert node.store.get_run(run.id).ended_at is None
+    assert node.store.get_task(task.id).state is TaskState.CLAIMED
+    release(hook["fifo"])
+    # The agent runs in its worktree; its merge then meets the reference-transaction hook.
+    node.wait_until(lambda: len(hook_starts(hook)) == 2, 30, "the merge to reach its hook")
+    release(hook["fifo"])
+    done = node.wait_final(task.id, timeout=30)
+    assert done.state is TaskState.COMPLETED and done.attempts == 0
+    assert git(repo, "show", "main:feature.txt") == "new"
+    [ran] = node.store.runs_of_task(task.id)
+    assert ran.id == run.id and ran.outcome.value == "succeeded" and ran.pid is not None
+
+
+def test_runs_whose_worktree_is_being_made_hold_their_slots(fleet, hook, repo):
+    install(repo, "post-checkout", POST_CHECKOUT, hook)
+    node = fleet(slots=2)
+    first, _ = claimed_behind_the_checkout_hook(node, hook)
+    second = node.add("second", role="coder",
+                      prompt=json.dumps({"file": "second.txt", "content": "2\n"}))
+    node.wait_until(lambda: len(hook_starts(hook)) == 2, 30, "the second checkout to hang")
+    # The node's two slots are theirs, though no agent runs yet: another role's P0 waits.
+    urgent = node.add("urgent", role="writer", priority="P0")
+    node.wait_until(lambda: f"P0 task {urgent.id} (writer) waits: node at max_concurrent 2"
+                    in node.daemon_log.read_text(), 30, "the P0 to be held back")
+    assert node.store.get_task(urgent.id).state is TaskState.READY
+    assert node.stop() == 0  # stops both hooks (see below)
+    for task in (first, second):
+        assert node.store.get_task(task.id).state is TaskState.READY
+
+
+def test_a_post_checkout_hook_past_merge_timeout_blocks_its_task_with_the_reason_no_strike(
+        fleet, hook, repo):
+    install(repo, "post-checkout", POST_CHECKOUT, hook)
+    node = fleet(merge_timeout="2s")
+    task, run = claimed_behind_the_checkout_hook(node, hook)
+    the_queue_goes_on(node)
+    blocked = node.wait_until(
+        lambda: (t := node.store.get_task(task.id)).state is TaskState.BLOCKED and t, 30,
+        "making the worktree to time out")
+    assert "within merge_timeout 2s" in blocked.reason and "post-checkout" in blocked.reason
+    assert blocked.attempts == 0  # the repository's fault, not the agent's
+    ended = node.store.get_run(run.id)
+    assert ended.outcome.value == "blocked" and ended.pid is None  # no agent started
+    [pid] = hook_starts(hook)
+    node.wait_until(lambda: not _alive(pid), 10, "the hook to be gone")
+    the_queue_goes_on(node)
+
+
+def test_a_task_cancelled_while_its_worktree_is_made_never_starts_an_agent(fleet, hook, repo):
+    install(repo, "post-checkout", POST_CHECKOUT, hook)
+    node = fleet()
+    task, run = claimed_behind_the_checkout_hook(node, hook)
+    node.cli("task", "cancel", str(task.id))
+    # Its git is stopped (the hook with it) and the run ends cancelled, with no agent.
+    ended = node.wait_until(lambda: (r := node.store.get_run(run.id)).ended_at and r, 30,
+                            "the run to end")
+    assert ended.outcome.value == "cancelled" and ended.pid is None
+    [pid] = hook_starts(hook)
+    node.wait_until(lambda: not _alive(pid), 10, "the hook to be gone")
+    assert node.store.get_task(task.id).state is TaskState.CANCELLED
+    the_queue_goes_on(node)
+
+
+def test_a_daemon_stopped_while_a_worktree_is_made_releases_the_run_and_stops_the_hook(
+        fleet, hook, repo):
+    install(repo, "post-checkout", POST_CHECKOUT, hook)
+    node = fleet()
+    task, run = claimed_behind_the_checkout_hook(node, hook)
+    assert node.stop() == 0  # at once, not held by the hook until merge_timeout (5 minutes)
+    ended = node.store.get_run(run.id)
+    assert ended.outcome.value == "lost" and "worktree" in ended.error
+    released = node.store.get_task(task.id)
+    assert released.state is TaskState.READY and released.attempts == 0
+    [pid] = hook_starts(hook)
+    assert not _alive(pid)
+
+
+def test_a_made_worktree_is_found_without_git_unless_a_git_was_left_working_on_it(
+        repo, tmp_path):
+    from taskherd import worktrees
+
+    root = tmp_path / "trees"
+    assert worktrees.made_worktree(repo, 1, root) is None
+    path = worktrees.ensure_worktree(repo, "main", 1, root)
+    assert worktrees.made_worktree(repo, 1, root) == path
+    assert worktrees.made_worktree(repo, 2, root) is None
+    worktrees.running_record(root, 1).write_text("1 0\n")  # an earlier daemon's git
+    assert worktrees.made_worktree(repo, 1, root) is None
+    worktrees.running_record(root, 1).unlink()
+    other = tmp_path / "other"
+    subprocess.run(["git", "clone", "-q", str(repo), str(other)], check=True)
+    assert worktrees.made_worktree(other, 1, root) is None  # another repository's
+    subprocess.run(["rm", "-rf", str(path)], check=True)
+    assert worktrees.made_worktree(repo, 1, root) is None
+    assert worktrees.ensure_worktree(repo, "main", 1, root) == path  # made again
+
+
+def test_a_daemon_killed_while_a_worktree_is_made_is_rescued_no_strike_its_git_stopped(
+        fleet, hook, repo):
+    install(repo, "post-checkout", POST_CHECKOUT, hook)
+    node = fleet()
+    task, run = claimed_behind_the_checkout_hook(node, hook)
+    node.daemon.kill()  # kill -9: its git and the hook go on, in their own session
+    node.daemon.wait(10)
+    [left] = hook_starts(hook)
+    assert _alive(left)
+    node.up()
+    # Back, it releases the run (never spawned: lost, no strike), and the next run stops the
+    # git left working on the task before it uses the worktree; then it runs and merges.
+    node.wait_until(lambda: len(hook_starts(hook)) == 2, 30, "the merge to reach its hook")
+    assert not _alive(left)
+    release(hook["fifo"])
+    done = node.wait_final(task.id, timeout=30)
+    assert done.state is TaskState.COMPLETED and done.attempts == 0
+    first, second = node.store.runs_of_task(task.id)
+    assert first.id == run.id and first.outcome.value == "lost" and first.pid is None
+    assert second.outcome.value == "succeeded"
+    assert git(repo, "show", "main:feature.txt") == "new"
