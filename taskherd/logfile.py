@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -29,6 +30,7 @@ TAIL_CHUNK = 1 << 16
 MAX_LINE = 1 << 14  # `tail` shows a longer line by its last MAX_LINE bytes
 TAIL_WINDOW = 8 << 20  # `tail` reads at most this much of a log's end, whatever it is asked
 READ_TRIES = 4  # reads that met a cut under way, before one gives up until its next call
+STALE_CUT = 5.0  # a log left "cutting" this long was left so by a shim that died
 
 
 def layout(max_log_bytes: int, header_size: int) -> tuple[int, int]:
@@ -128,12 +130,23 @@ class LogCursor:
             if view.cut is not None and position < view.head < stop:
                 stop = max(stop, view.head + CUT_LINE_SIZE)  # the cut line, whole
             data = os.pread(fd, stop - position, position) if stop > position else b""
-            if self._view(fd, size=False) != view:
+            if not _same_cut(self._view(fd, size=False), view):
                 continue  # cut meanwhile: the bytes may be from before and after
             skipped = start - self.offset + cut if start >= self.offset else 0
             self.offset = view.offset_at(position + len(data))
             return Chunk(data, max(skipped, 0))
         return Chunk(busy=True)
+
+    @classmethod
+    def at(cls, log_file: BinaryIO, position: int) -> LogCursor:
+        """A cursor at file position `position` (where `tail` left the file)."""
+        cursor = cls(position)
+        for _ in range(READ_TRIES):
+            view = cursor._view(log_file.fileno())
+            if view is not None:
+                cursor.offset = view.offset_at(position)
+                break
+        return cursor
 
     def end(self, log_file: BinaryIO) -> int | None:
         """The output offset of the log's end now (None: the shim is cutting it)."""
@@ -148,8 +161,14 @@ class LogCursor:
         if self._head:
             cut = parse_cut_line(os.pread(fd, CUT_LINE_SIZE, self._head))
             if cut == CUTTING:
-                return None
+                if time.time() - os.fstat(fd).st_mtime < STALE_CUT:
+                    return None
+                cut = None  # its shim died cutting it (kill -9): read as it lies
         return _View(file_size, self._head, cut) if size else _View(-1, self._head, cut)
+
+
+def _same_cut(view: _View | None, other: _View) -> bool:
+    return view is not None and view.cut == other.cut
 
 
 def tail(log_file: BinaryIO, lines: int, max_line: int = MAX_LINE,
@@ -167,7 +186,7 @@ def tail(log_file: BinaryIO, lines: int, max_line: int = MAX_LINE,
     for _ in range(READ_TRIES):
         before = cursor._view(fd, size=False)
         text = _tail(log_file, lines, max_line, window)
-        if before is not None and cursor._view(fd, size=False) == before:
+        if before is not None and _same_cut(cursor._view(fd, size=False), before):
             break  # not cut by the shim meanwhile
     return text
 
