@@ -91,8 +91,8 @@ class _View:
 
     def position(self, offset: int) -> tuple[int, int]:
         """(file position, bytes passed over) where output offset `offset` is read from."""
-        if self.cut is None or offset < self.head:
-            return offset, 0
+        if self.cut is None or offset <= self.head:
+            return offset, 0  # from the head's end: the cut line is read, it says what was cut
         kept_from = self.head + self.cut  # the output offset the tail starts at
         if offset < kept_from:
             return self.head + CUT_LINE_SIZE, kept_from - offset
@@ -100,7 +100,7 @@ class _View:
 
     def offset_at(self, position: int) -> int:
         """The output offset of file position `position` (one past the cut line at least)."""
-        if self.cut is None or position < self.head:
+        if self.cut is None or position <= self.head:
             return position
         return max(position, self.head + CUT_LINE_SIZE) - CUT_LINE_SIZE + self.cut
 
@@ -127,7 +127,7 @@ class LogCursor:
                 start = view.end - size
             position, cut = view.position(start)
             stop = min(view.size, position + size)
-            if view.cut is not None and position < view.head < stop:
+            if view.cut is not None and position <= view.head < stop:
                 stop = max(stop, view.head + CUT_LINE_SIZE)  # the cut line, whole
             data = os.pread(fd, stop - position, position) if stop > position else b""
             if not _same_cut(self._view(fd, size=False), view):
