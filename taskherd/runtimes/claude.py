@@ -54,6 +54,9 @@ class ClaudeReader(OutputReader):
                 self._note_tool_calls(event)
         return self._fresh_limit(seen_before)
 
+    def gap(self) -> None:
+        self.stream.gap()
+
     def _note_tool_calls(self, event: ClaudeEvent) -> None:
         if self.looping is not None:
             return
