@@ -64,7 +64,8 @@ class OutputFeed:
         if final:
             size, lines = FINAL_BYTES, FINAL_LINES
         else:
-            share = min(max(now - (self.read_at or -BURST_SECONDS), LEAST_SECONDS), BURST_SECONDS)
+            since = BURST_SECONDS if self.read_at is None else now - self.read_at
+            share = min(max(since, LEAST_SECONDS), BURST_SECONDS)
             size, lines = int(READ_BYTES_PER_SECOND * share), int(READ_LINES_PER_SECOND * share)
         try:
             with open(self.path, "rb") as log_file:
