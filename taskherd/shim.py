@@ -216,7 +216,7 @@ class _CappedLog:
         os.pwrite(self.fd, _cut_line(CUTTING), self.head)
         _copy_within(self.fd, keep_from, self.head + CUT_LINE_SIZE, kept)
         os.ftruncate(self.fd, self.head + CUT_LINE_SIZE + kept)
-        gone_before = self.cut if self.cut >= 0 else 0
+        gone_before = max(self.cut, 0)
         cut_line_before = CUT_LINE_SIZE if self.cut >= 0 else 0
         # Bytes of output between the head and the kept tail, the cut line's own not counted.
         self.cut = gone_before + keep_from - self.head - cut_line_before
@@ -282,17 +282,16 @@ def _copy_on_in_child(pipe_fd, log):
         return  # none to copy on: the leftovers get SIGPIPE at their next write
     if pid:
         return
-    code = 0
+    code = 1
     try:
         for signum in FORWARDED_SIGNALS:
             _signal.signal(signum, _signal.SIG_DFL)  # stopped with the leftovers, not forwarded
         os.set_blocking(pipe_fd, True)
         while log.take(pipe_fd):
             pass
-    except BaseException:
-        code = 1
+        code = 0
     finally:
-        os._exit(code)
+        os._exit(code)  # never back into the shim's own path: it writes the exit file
 
 
 def read_line(fd, pending):

@@ -16,15 +16,15 @@ ACCEPTED = "a size in bytes, or with a unit such as '64MiB', '512KiB', '1GiB'"
 
 
 def parse_size(value: object) -> int:
-    """The number of bytes `value` stands for; ValueError when it is not a size."""
+    """The number of bytes `value` stands for; ValueError (TypeError) when it is not a size."""
     if isinstance(value, bool):  # an int subclass: `max_log_bytes = true` is a mistake
-        raise ValueError(f"{value!r} is not a size")
+        raise TypeError(f"{value!r} is not a size")
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"{value!r} is negative")
         return value
     if not isinstance(value, str):
-        raise ValueError(f"{value!r} is not a size")
+        raise TypeError(f"{value!r} is not a size")
     match = _SIZE.fullmatch(value.strip().lower())
     if match is None or match.group(2) not in _UNITS:
         raise ValueError(f"{value!r} is not a size")

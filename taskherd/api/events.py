@@ -18,9 +18,8 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import Event
-
 from taskherd.api.app import ApiError
+from taskherd.model import Event
 
 if TYPE_CHECKING:
     from taskherd.api.app import Api

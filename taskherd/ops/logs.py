@@ -17,6 +17,7 @@ from taskherd.model import Run
 from taskherd.ops import Queue
 from taskherd.store import StoreError
 
+
 class LogUnavailable(StoreError):
     """The run has no log to serve: none yet, pruned, or outside the log folder."""
 

@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import os
 import random
 import time
 from collections.abc import Callable
@@ -56,8 +55,8 @@ from taskherd.services.launch import Launch, agent_path, create_private
 from taskherd.services.live_runs import GateLimits, LiveRun, LiveRuns, LookSchedule
 from taskherd.services.output_feed import READ_BYTES_PER_SECOND, OutputFeed
 from taskherd.services.pauses import RuntimePauses
-from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.sizes import format_size
+from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.store.watch import VerdictChange
 
 log = logging.getLogger("taskherd.supervisor")

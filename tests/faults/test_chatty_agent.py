@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -65,7 +66,7 @@ def test_a_chatty_agents_log_keeps_head_cut_line_and_tail_within_its_cap(fleet):
     assert final.state is TaskState.COMPLETED
     run = fleet.store.runs_of_task(task.id)[-1]
     assert run.outcome is Outcome.SUCCEEDED and run.summary == "said a lot"
-    log = open(run.log_path, "rb").read()
+    log = Path(run.log_path).read_bytes()
     assert len(log) <= CAP
     header, _, rest = log.partition(b"\n")
     assert json.loads(header.removeprefix(b"# taskherd "))["run"] == run.id
@@ -75,7 +76,7 @@ def test_a_chatty_agents_log_keeps_head_cut_line_and_tail_within_its_cap(fleet):
     assert int(cut.group(1)) > OUTPUT - CAP
     assert log.endswith(b"of chatter\nTASK_COMPLETE: said a lot\n")
     # The kept tail is the latest output, in order, from a whole line.
-    tail_numbers = [int(n) for n in re.findall(rb"^line (\d+) of chatter$", log[cut.end():], re.M)]
+    tail_numbers = [int(n) for n in re.findall(rb"^line (\d+) of chatter$", log[cut.end():], re.MULTILINE)]
     assert tail_numbers == list(range(tail_numbers[0], tail_numbers[0] + len(tail_numbers)))
     assert (tail_numbers[-1] + 1) * len(b"line 000000000 of chatter\n") >= OUTPUT
     # What the daemon read of it was bounded: it said it passed over most of the output.
@@ -94,5 +95,5 @@ def test_a_question_after_much_output_is_still_seen(fleet):
     run = fleet.store.runs_of_task(task.id)[-1]
     assert run.outcome is Outcome.NEEDS_INPUT
     assert "Shall I deploy it? [y/N]" in (run.error or "")
-    log = open(run.log_path, "rb").read()
+    log = Path(run.log_path).read_bytes()
     assert len(log) <= CAP and log.endswith(b"of chatter\nShall I deploy it? [y/N] ")

@@ -4,6 +4,7 @@ one from after it), in order, and what was cut is passed over as a gap, never re
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import sys
@@ -84,6 +85,6 @@ def test_a_cursor_reads_a_log_the_shim_cuts_under_it_in_order_with_its_gaps(tmp_
     assert reader.skips > 0
     assert numbers[0] == 0 and 99_999 in numbers and numbers[-1] == LINES - 1
     assert len(reader.torn) <= 1  # the head's last line, which the cut line follows
-    for before, after in zip(numbers, numbers[1:]):
+    for before, after in itertools.pairwise(numbers):
         if before is not None and after is not None:
             assert after == before + 1, f"line {after} read right after line {before}"

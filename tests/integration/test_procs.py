@@ -405,8 +405,8 @@ def test_a_process_the_agent_left_holding_its_output_does_not_hold_its_exit(run,
 def test_an_agent_whose_shim_is_killed_gets_sigpipe_at_its_next_write(run, gate, tmp_path):
     # The writer is a subshell, so that the agent can note how it ended (in a file).
     status = tmp_path / "status"
-    process = run(["sh", "-c", f"echo started; read x < {gate}; (while :; do echo more; done);"
-                               f" echo $? > {status}"])
+    script = f"echo started; read x < {gate}; (while :; do echo more; done); echo $? > {status}"
+    process = run(["sh", "-c", script])
     wait_until(lambda: "started" in agent_output(process), what="the agent's first line")
     os.kill(process.pid, signal.SIGKILL)
     wait_exit(process.handle)

@@ -53,7 +53,7 @@ def test_tail_of_a_single_line_log_reads_a_bounded_window_and_marks_the_cut():
 def test_tail_cuts_a_long_line_among_short_ones_and_says_how_much():
     long_line = b"y" * (MAX_LINE + 500)
     log = io.BytesIO(b"first\n" + long_line + b"\nlast\n")
-    assert _tail(log, 3) == (b"first\n" + f"[… line cut: 500 bytes cut] ".encode()
+    assert _tail(log, 3) == (b"first\n" + "[… line cut: 500 bytes cut] ".encode()
                              + long_line[-MAX_LINE:] + b"\nlast\n")
 
 
