@@ -63,10 +63,29 @@ def steady_noops(node: Node, count: int, interval: float) -> dict[int, float]:
     return ready
 
 
-def exec_latencies(node: Node, ready: dict[int, float]) -> list[float]:
+PHASES: dict[str, dict[str, list[float]]] = {}  # per measure: its latencies by phase
+
+
+def exec_latencies(node: Node, ready: dict[int, float], name: str) -> list[float]:
     node.wait_until(lambda: all(node.store.get_task(t).state is TaskState.COMPLETED
-                                for t in ready), 120, "the no-op tasks")
-    return [printed_time(node.store.runs_of_task(t)[-1].log_path) - at for t, at in ready.items()]
+                                for t in ready), 300, "the no-op tasks")
+    latencies, phases = [], PHASES.setdefault(name, {"ready → claimed": [],
+                                                     "claimed → shim running": [],
+                                                     "shim running → agent exec": []})
+    for task_id, ready_at in ready.items():
+        run = node.store.runs_of_task(task_id)[-1]
+        exec_at = printed_time(run.log_path)
+        shim_at = procs.read_header(Path(run.log_path))["time"]
+        latencies.append(exec_at - ready_at)
+        phases["ready → claimed"].append(run.claimed_at - ready_at)
+        phases["claimed → shim running"].append(shim_at - run.claimed_at)
+        phases["shim running → agent exec"].append(exec_at - shim_at)
+    return latencies
+
+
+def print_phases(name: str) -> None:
+    for phase, values in PHASES[name].items():
+        print(f"    {phase:<26} p50={ms(percentile(values, .5))} p99={ms(percentile(values, .99))}")
 
 
 class Sampler(threading.Thread):
@@ -110,7 +129,7 @@ def part_a(tmp: Path, gigabytes: float, runs: int, noops: int, interval: float) 
     node.up()
     try:
         daemon = psutil.Process(node.process.pid)
-        quiet = exec_latencies(node, steady_noops(node, noops, interval))
+        quiet = exec_latencies(node, steady_noops(node, noops, interval), "quiet")
         rss_quiet = daemon.memory_info().rss
         # The control: the same chatter, as a plain process writing a file beside the daemon,
         # not a run: what its load alone costs the no-ops on this machine.
@@ -122,7 +141,7 @@ def part_a(tmp: Path, gigabytes: float, runs: int, noops: int, interval: float) 
                 while control.poll() is None:
                     ready |= steady_noops(node, 25, interval)
             (tmp / "control.out").unlink()
-            loaded += exec_latencies(node, ready)
+            loaded += exec_latencies(node, ready, "control")
         chatty: list[int] = []
         sampler = Sampler(node.process.pid, node.data_dir / "logs", node.root / "q.db", chatty)
         cpu_before = sum(daemon.cpu_times()[:2])
@@ -136,7 +155,7 @@ def part_a(tmp: Path, gigabytes: float, runs: int, noops: int, interval: float) 
             ready |= steady_noops(node, 25, interval)
         chatty_seconds = time.monotonic() - began
         cpu_used = sum(daemon.cpu_times()[:2]) - cpu_before
-        busy = exec_latencies(node, ready)
+        busy = exec_latencies(node, ready, "chatty")
         sampler.stopped.set()
         sampler.join()
         settle_delays = []
@@ -153,11 +172,14 @@ def part_a(tmp: Path, gigabytes: float, runs: int, noops: int, interval: float) 
     print(f"a. a chatty agent: {runs} x {gigabytes:g} GB of `seq` output, max_log_bytes "
           f"{CAP >> 20} MiB, {len(busy)} no-op tasks meanwhile ({chatty_seconds:.1f} s)")
     print(f"  ready → exec quiet    n={len(quiet):5d} p50={ms(percentile(quiet, .5))} p99={ms(q99)}")
+    print_phases("quiet")
     print(f"  ready → exec beside the same chatter as a plain process (control)\n"
           f"                        n={len(loaded):5d} p50={ms(percentile(loaded, .5))} "
           f"p99={ms(l99)}   ratio to quiet {l99 / q99:.2f}")
+    print_phases("control")
     print(f"  ready → exec chatty   n={len(busy):5d} p50={ms(percentile(busy, .5))} p99={ms(b99)}"
           f"   ratio to quiet {b99 / q99:.2f}, to the control {b99 / l99:.2f}")
+    print_phases("chatty")
     print(f"  daemon RSS quiet {rss_quiet / 1e6:.1f} MB, peak while chatty "
           f"{sampler.rss_peak / 1e6:.1f} MB (+{growth:.1f} MB)")
     print(f"  daemon CPU over the chatty runs {cpu_used:.2f} s in {chatty_seconds:.1f} s "
