@@ -13,6 +13,7 @@ a. A chatty agent: `seq` (numbered lines) piped through `head -c`, --gigabytes (
    control: the same chatter run as a plain process beside the daemon (writing a file, not a
    run), with the no-ops arriving meanwhile: the agent's own load on the machine's cores,
    which taskherd cannot take away (on 2 cores, `seq` and `head` take one and a half).
+   First, the chatter alone: the daemon's CPU and RSS while it reads nothing else.
    Targets: RSS ≤ quiet + 50 MB, the log ≤ its cap, the noops' p99 ≤ 2 x quiet.
 b. The end of a 1 GiB log that is one line (no newline): `taskherd task log ID -n 5` (a whole
    CLI process; beside it the same command on a one-line log, the floor: the interpreter's
@@ -131,6 +132,15 @@ def part_a(tmp: Path, gigabytes: float, runs: int, noops: int, interval: float) 
         daemon = psutil.Process(node.process.pid)
         quiet = exec_latencies(node, steady_noops(node, noops, interval), "quiet")
         rss_quiet = daemon.memory_info().rss
+        # The chatter alone: what reading it costs the daemon, with nothing else to do.
+        cpu_before, alone_began = sum(daemon.cpu_times()[:2]), time.monotonic()
+        alone = node.add("chatty")[0]
+        alone_rss = rss_quiet
+        while node.store.get_task(alone).state not in (TaskState.COMPLETED, TaskState.DEAD):
+            alone_rss = max(alone_rss, daemon.memory_info().rss)
+            time.sleep(0.05)
+        alone_cpu = sum(daemon.cpu_times()[:2]) - cpu_before
+        alone_seconds = time.monotonic() - alone_began
         # The control: the same chatter, as a plain process writing a file beside the daemon,
         # not a run: what its load alone costs the no-ops on this machine.
         loaded = []
@@ -171,6 +181,9 @@ def part_a(tmp: Path, gigabytes: float, runs: int, noops: int, interval: float) 
     growth = (sampler.rss_peak - rss_quiet) / 1e6
     print(f"a. a chatty agent: {runs} x {gigabytes:g} GB of `seq` output, max_log_bytes "
           f"{CAP >> 20} MiB, {len(busy)} no-op tasks meanwhile ({chatty_seconds:.1f} s)")
+    print(f"  the chatter alone: {alone_seconds:.1f} s, the daemon's CPU {alone_cpu:.2f} s "
+          f"({100 * alone_cpu / alone_seconds:.1f} % of a core), its RSS "
+          f"{rss_quiet / 1e6:.1f} → {alone_rss / 1e6:.1f} MB")
     print(f"  ready → exec quiet    n={len(quiet):5d} p50={ms(percentile(quiet, .5))} p99={ms(q99)}")
     print_phases("quiet")
     print(f"  ready → exec beside the same chatter as a plain process (control)\n"
