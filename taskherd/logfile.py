@@ -26,6 +26,7 @@ HEADER_READ = 1 << 16  # a header line is at most this long (argv items are abbr
 CUT_LINE_SIZE = 128
 CUT_LINE_PREFIX = b"\n# taskherd cut "
 CUTTING = -1
+TAIL_ROOM = 4  # (taskherd/shim.py: TAIL_ROOM) the room past the head, in kept tails
 TAIL_CHUNK = 1 << 16
 MAX_LINE = 1 << 14  # `tail` shows a longer line by its last MAX_LINE bytes
 TAIL_WINDOW = 8 << 20  # `tail` reads at most this much of a log's end, whatever it is asked
@@ -35,10 +36,10 @@ STALE_CUT = 5.0  # a log left "cutting" this long was left so by a shim that die
 
 def layout(max_log_bytes: int, header_size: int) -> tuple[int, int]:
     """(head, tail) for a log capped at `max_log_bytes`: a quarter for the head (never less
-    than the header line), the rest for two tails and the cut line. The file never exceeds
-    head + cut line + 2 x tail."""
+    than the header line), the rest for the cut line and TAIL_ROOM tails, of which the shim
+    keeps one when it cuts. The file never exceeds head + cut line + TAIL_ROOM x tail."""
     head = max(max_log_bytes // 4, header_size + 256)
-    tail = max((max_log_bytes - head - CUT_LINE_SIZE) // 2, 4096)
+    tail = max((max_log_bytes - head - CUT_LINE_SIZE) // TAIL_ROOM, 4096)
     return head, tail
 
 
@@ -53,11 +54,14 @@ def parse_cut_line(data: bytes) -> int | None:
     return int(count) if count.isdigit() else None
 
 
-def log_head(fd: int) -> int:
-    """The head size the log's header names; 0 for a log that is not capped."""
+def log_head(fd: int) -> int | None:
+    """The head size the log's header names; 0 for a log that is not capped; None while its
+    first line is still unwritten (a run's log exists a moment before its shim writes it)."""
     first = os.pread(fd, HEADER_READ, 0)
     line, newline, _ = first.partition(b"\n")
-    if not newline or not line.startswith(HEADER_PREFIX):
+    if not newline:
+        return None if len(first) < HEADER_READ else 0
+    if not line.startswith(HEADER_PREFIX):
         return 0
     try:
         head = json.loads(line[len(HEADER_PREFIX):]).get("log_head", 0)
@@ -154,17 +158,18 @@ class LogCursor:
         return None if view is None else view.end
 
     def _view(self, fd: int, size: bool = True) -> _View | None:
-        if self._head is None:
-            self._head = log_head(fd)
+        head = self._head
+        if head is None:
+            head = self._head = log_head(fd)  # kept once known: None is asked again
         file_size = os.fstat(fd).st_size if size else -1
         cut = None
-        if self._head:
-            cut = parse_cut_line(os.pread(fd, CUT_LINE_SIZE, self._head))
+        if head:
+            cut = parse_cut_line(os.pread(fd, CUT_LINE_SIZE, head))
             if cut == CUTTING:
                 if time.time() - os.fstat(fd).st_mtime < STALE_CUT:
                     return None
                 cut = None  # its shim died cutting it (kill -9): read as it lies
-        return _View(file_size, self._head, cut) if size else _View(-1, self._head, cut)
+        return _View(file_size, head or 0, cut)
 
 
 def _same_cut(view: _View | None, other: _View) -> bool:

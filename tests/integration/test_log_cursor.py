@@ -88,3 +88,19 @@ def test_a_cursor_reads_a_log_the_shim_cuts_under_it_in_order_with_its_gaps(tmp_
     for before, after in itertools.pairwise(numbers):
         if before is not None and after is not None:
             assert after == before + 1, f"line {after} read right after line {before}"
+
+
+def test_a_cursor_that_looked_before_the_header_was_written_still_sees_the_cut(tmp_path):
+    from taskherd import shim
+
+    path = tmp_path / "run.log"
+    path.touch()  # the daemon makes the file; the shim writes its header a moment later
+    with open(path, "rb") as log:
+        cursor = LogCursor()
+        assert cursor.read(log, 1 << 20).data == b""
+        header = b'# taskherd {"run": 1, "log_head": 100, "pid": 1, "time": 1}\n'
+        head = header + b"h" * (100 - len(header))
+        path.write_bytes(head + shim._cut_line(b"5000") + b"the latest line\n")
+        chunk = cursor.read(log, 1 << 20)
+        assert chunk.data == head + shim._cut_line(b"5000") + b"the latest line\n"
+        assert cursor.offset == 100 + 5000 + len(b"the latest line\n")  # output, cut included
