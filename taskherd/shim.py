@@ -9,8 +9,8 @@ atomically before exiting.
 
 With HEAD > 0 the log is capped (a role's ``max_log_bytes``): the agent writes into a pipe and
 the shim copies it into the log (`os.splice`, no copy through user space), keeping the first
-HEAD bytes and at most about 2 x TAIL of the latest. When the log reaches HEAD + CUT_LINE + 2 x
-TAIL bytes, the latest TAIL (from a line's start) is moved down to just after the head, behind
+HEAD bytes and from TAIL to TAIL_ROOM x TAIL of the latest. When the log reaches HEAD + CUT_LINE +
+TAIL_ROOM x TAIL bytes, the latest TAIL (from a line's start) is moved down after the head, behind
 a line of fixed width saying how many bytes were cut (`_cut_line`), and the file truncated
 there: nothing else writes the log, so nothing races with that. A reader that follows the log
 (`taskherd.logfile.LogCursor`) reads the cut line before and after each read and reads again
@@ -53,6 +53,10 @@ CUT_LINE_SIZE = 128
 CUT_LINE_PREFIX = b"\n# taskherd cut "
 CUTTING = b"(cutting)"
 SPLICE_CHUNK = 1 << 16  # a pipe's whole buffer
+# The room past the head, in kept tails: a cut moves one tail down per TAIL_ROOM - 1 written,
+# so every byte of a chatty agent's output is copied a third of a time more, not once more
+# (with room for two tails, the shim's copying doubled its share of the disk's bandwidth).
+TAIL_ROOM = 4
 ALIGN_WINDOW = 1 << 12  # the kept tail starts at a line when one starts this close to its cut
 DRAIN_CHUNKS = 64  # more than the largest pipe buffer (1 MiB) in SPLICE_CHUNKs
 NONBLOCK = getattr(os, "SPLICE_F_NONBLOCK", 2)
@@ -159,15 +163,15 @@ def main(args, env=None):
 class _CappedLog:
     """The run's log as the shim writes it past its header: its first `head` bytes, then the
     latest output, cut down to its last `tail` bytes (from a line's start) whenever it reaches
-    2 x tail past the head and its cut line. Written at explicit offsets through a descriptor
-    of its own (no O_APPEND: the tail is moved down in place)."""
+    TAIL_ROOM x tail past the head and its cut line. Written at explicit offsets through a
+    descriptor of its own (no O_APPEND: the tail is moved down in place)."""
 
     def __init__(self, path, head, tail):
         self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         self.size = os.fstat(self.fd).st_size  # the header, or more from an earlier attempt
         self.head = max(head, self.size)  # the header is never cut
         self.tail = tail
-        self.limit = self.head + CUT_LINE_SIZE + 2 * tail
+        self.limit = self.head + CUT_LINE_SIZE + TAIL_ROOM * tail
         self.cut = -1  # bytes cut so far; -1: none yet (no cut line in the file)
         self._splice = hasattr(os, "splice")
 
