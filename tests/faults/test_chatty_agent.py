@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -19,12 +20,16 @@ OUTPUT = 24 << 20  # bytes each agent writes: 384 times its cap
 
 # Numbered lines, so that the test can tell which part of the output the log kept.
 CHATTY = f"""
-    import sys
+    import os, sys, time
     out = sys.stdout.buffer
     out.write(b"first words of the agent\\n")
     line = 0
     written = 0
     while written < {OUTPUT}:
+        if written >= {OUTPUT} // 2 and len(sys.argv) > 2:  # half way: wait for the release
+            out.flush()
+            while not os.path.exists(sys.argv[2]):
+                time.sleep(0.02)
         block = b"".join(b"line %09d of chatter\\n" % (line + i) for i in range(2000))
         out.write(block)
         written += len(block)
@@ -32,6 +37,8 @@ CHATTY = f"""
     out.write(sys.argv[1].encode())
     out.flush()
 """
+
+
 @pytest.fixture
 def fleet(tmp_path):
     program = agent(tmp_path, "chatty", CHATTY)
@@ -46,6 +53,12 @@ def fleet(tmp_path):
         workdir = "{tmp_path}"
         max_log_bytes = "64KiB"
 
+        [roles.restarted]
+        command = ["{PYTHON}", "-S", "{program}", "TASK_COMPLETE: outlived its daemon\\n",
+                   "{tmp_path / 'release'}"]
+        workdir = "{tmp_path}"
+        max_log_bytes = "64KiB"
+
         [roles.asker]
         # It asks, then waits for an answer that never comes: the daemon must see the question.
         command = ["sh", "-c", "{PYTHON} -S {program} 'Shall I deploy it? [y/N] ' && exec sleep 600"]
@@ -55,6 +68,7 @@ def fleet(tmp_path):
         idle_timeout = "60s"
     """)
     yield node
+    (tmp_path / "release").touch()  # a failed test must not leave the agent waiting
     node.close()
 
 
@@ -97,3 +111,21 @@ def test_a_question_after_much_output_is_still_seen(fleet):
     assert "Shall I deploy it? [y/N]" in (run.error or "")
     log = Path(run.log_path).read_bytes()
     assert len(log) <= CAP and log.endswith(b"of chatter\nShall I deploy it? [y/N] ")
+
+
+def test_a_chatty_agent_re_adopted_after_a_daemon_kill_is_read_through_its_cuts(fleet, tmp_path):
+    fleet.up()
+    task = fleet.add("talk a lot across a restart", role="restarted")
+    run = fleet.wait_until(lambda: next(iter(fleet.store.open_runs()), None), what="a run")
+    fleet.wait_until(lambda: run.log_path and b"# taskherd cut " in Path(run.log_path).read_bytes(),
+                     what="half its output, cut")
+    fleet.stop(signal.SIGKILL)  # the shim and its agent run on without a daemon
+    fleet.up()
+    (tmp_path / "release").touch()
+    final = fleet.wait_final(task.id, timeout=120)
+
+    assert final.state is TaskState.COMPLETED
+    run = fleet.store.runs_of_task(task.id)[-1]
+    assert run.outcome is Outcome.SUCCEEDED and run.summary == "outlived its daemon"
+    assert len(Path(run.log_path).read_bytes()) <= CAP
+    assert "re-adopted" in fleet.daemon_log.read_text()
