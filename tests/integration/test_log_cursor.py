@@ -70,16 +70,20 @@ def test_a_cursor_reads_a_log_the_shim_cuts_under_it_in_order_with_its_gaps(tmp_
     spawned = procs.spawn([sys.executable, "-S", "-c", WRITER, str(gate)], env=env,
                           cwd=str(tmp_path), log_path=tmp_path / "run.log", header={"run": 1},
                           max_log_bytes=16 << 10)
-    with open(spawned.log_path, "rb") as log:
-        reader = Reader(log)
-        wait_until(lambda: tail(log, 1) == b"line 0099999\n")  # the writer waits at the gate
-        reader.read_all_there_is()
-        cut_at_gate = cuts(spawned.log_path)
-        release(gate)
-        wait_until(lambda: cuts(spawned.log_path) > cut_at_gate + 2 * (16 << 10))
-        while spawned.handle.is_alive():
-            reader.read_all_there_is()  # behind at first, then as the writer writes
-        reader.read_all_there_is()
+    try:
+        with open(spawned.log_path, "rb") as log:
+            reader = Reader(log)
+            wait_until(lambda: tail(log, 1) == b"line 0099999\n")  # the writer waits at the gate
+            reader.read_all_there_is()
+            cut_at_gate = cuts(spawned.log_path)
+            release(gate)
+            wait_until(lambda: cuts(spawned.log_path) > cut_at_gate + 2 * (16 << 10))
+            while spawned.handle.is_alive():
+                reader.read_all_there_is()  # behind at first, then as the writer writes
+            reader.read_all_there_is()
+    finally:
+        if spawned.handle.is_alive():  # a failed test leaves no writer waiting at its gate
+            procs.terminate(spawned.handle, grace=0.1)
     assert asyncio.run(spawned.handle.wait_exit()).code == 0
     numbers = reader.numbers
     assert reader.skips > 0
