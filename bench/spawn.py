@@ -11,6 +11,10 @@ one exited), two ways: with shims forked by the fork server, as the daemon spawn
 (`taskherd.forkserver`), and with cold-started shims, its fallback when no server is up.
 
     .venv/bin/python bench/spawn.py [--count 1000] [--concurrency 4] [--shim-flags=-I]
+                                    [--max-log-bytes 0]
+
+Logs are capped as a role's are (--max-log-bytes, 64 MiB: the agent writes into the shim's
+pipe); 0 spawns uncapped, the agent writing its log itself, as before logs were capped.
 """
 
 import argparse
@@ -28,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from taskherd import forkserver, procs
 
 AGENT = ["date", "+%s.%N"]
+MAX_LOG_BYTES = 64 << 20  # a role's default; set by --max-log-bytes
 
 
 def agent_start_time(log_path: Path) -> float:
@@ -45,7 +50,8 @@ async def spawn_batch_with_shim(log_dir: Path, first: int, size: int, env: dict)
     for index in range(first, first + size):
         called_at = time.time()
         process = procs.spawn(AGENT, env=env, cwd=None, log_path=log_dir / f"{index}.log",
-                              header={"run_id": index, "task_id": index, "role": "bench"})
+                              header={"run_id": index, "task_id": index, "role": "bench"},
+                              max_log_bytes=MAX_LOG_BYTES or None)
         SHIM_BREAKDOWN["spawn() returns"].append(time.time() - called_at)
         started.append((called_at, process))
     statuses = await asyncio.gather(*(process.handle.wait_exit() for _, process in started))
@@ -107,10 +113,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--shim-flags", default=" ".join(forkserver.SHIM_PYTHON_FLAGS),
                         help="python flags for the shim, to compare variants")
+    parser.add_argument("--max-log-bytes", type=int, default=64 << 20,
+                        help="each log's cap (0: uncapped, the agent writes its log itself)")
     args = parser.parse_args()
+    global MAX_LOG_BYTES
+    MAX_LOG_BYTES = args.max_log_bytes
     forkserver.SHIM_PYTHON_FLAGS = tuple(args.shim_flags.split())
     env = procs.agent_env(os.environ["PATH"], {}, {"TASKHERD_ROLE": "bench"})
     print(f"{args.count} spawns of {' '.join(AGENT)}, {args.concurrency} at a time, "
+          f"max_log_bytes {args.max_log_bytes or 'none'}, "
           f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
           f"load {open('/proc/loadavg').read().split()[0]}")
 

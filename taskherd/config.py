@@ -35,7 +35,7 @@ from taskherd.limits import NODE, SCOPES
 from taskherd.pricing import Price
 from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
 from taskherd.sizes import ACCEPTED as SIZE_ACCEPTED
-from taskherd.sizes import parse_size
+from taskherd.sizes import format_size, parse_size
 from taskherd.worktrees import MERGE_MODES, GitSettings
 
 CONFIG_FILE = "taskherd.toml"
@@ -50,6 +50,8 @@ ON_INPUT = ("kill", "wait")  # what to do with an agent waiting at a question
 TOP_LEVEL_KEYS = ("daemon", "roles", "pools", "jobs", "monitor", "api", "backup", "messages",
                   "memory", "delivery", "prices", "budgets")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+DEFAULT_MAX_LOG_BYTES = 64 << 20
+MIN_LOG_BYTES = 16 << 10  # room for the header line, the head, the cut line and a tail
 S3_SCHEME = "s3://"
 # Keys people put in [backup] that must come from the environment or the AWS credential chain:
 # a secret in the config file ends up in backups of the file, in its repository, in logs.
@@ -185,6 +187,9 @@ class RoleConfig:
     api_key_env: str | None = None
     rate_limit_patterns: tuple[str, ...] = ()
     rate_limit_cooldown: float = 3600.0
+    # A run's log keeps the head and the tail of this many bytes of output, and a line saying
+    # how much was cut between them: one chatty agent must not fill the disk.
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
     # Not role keys: the daemon's timezone, so a limit's "resets 3am" is read in it, and
     # the price of the role's model from [prices], for runtimes that report tokens only.
     timezone: str | None = None
@@ -640,6 +645,7 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "api_key_env": reader.get("api_key_env", str, None),
         "rate_limit_patterns": reader.str_list("rate_limit_patterns"),
         "rate_limit_cooldown": reader.duration("rate_limit_cooldown"),
+        "max_log_bytes": reader.size("max_log_bytes", MIN_LOG_BYTES),
         "chain": reader.chain("chain"),
         "review_by": reader.get("review_by", str, None),
         "max_reviews": reader.positive_int("max_reviews"),
@@ -1003,8 +1009,12 @@ class _Reader:
     def duration(self, key: str, allow_zero: bool = False) -> float | None:
         return self._convert(key, lambda v: _duration(v, allow_zero), "a duration like '90s', '10m', '1h'")
 
-    def size(self, key: str) -> int | None:
-        return self._convert(key, parse_size, SIZE_ACCEPTED)
+    def size(self, key: str, least: int = 0) -> int | None:
+        accepted = f"{SIZE_ACCEPTED}, at least {format_size(least)}" if least else SIZE_ACCEPTED
+        value = self._convert(key, parse_size, accepted)
+        if value is not None and value < least:
+            raise self._fail(key, self.raw[key], accepted)
+        return value
 
     def listen(self, key: str) -> str | None:
         value = self._convert(key, _listen, "'HOST:PORT', e.g. '127.0.0.1:8765'")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from taskherd import forkserver
+from taskherd import forkserver, logfile
 
 HEADER_PREFIX = "# taskherd "
 # psutil's create_time comes from boot-relative ticks plus the wall-clock boot
@@ -232,8 +232,11 @@ def exit_path_for(log_path: Path) -> Path:
 
 def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Path,
           stdin_path: Path | None = None, header: Mapping | None = None,
-          keep_input_open: bool = False) -> SpawnedProcess:
+          keep_input_open: bool = False, max_log_bytes: int | None = None) -> SpawnedProcess:
     """Start `argv` under the shim in a new session, output appended to `log_path`.
+
+    With `max_log_bytes` the output reaches the log through the shim, which keeps its head and
+    its tail within that size (see `taskherd.shim`); without, the agent writes the log itself.
 
     With `keep_input_open` the agent's standard input is a FIFO beside the log
     (`input_path_for`) that the shim holds open for the run's life, so the agent never reads
@@ -249,6 +252,10 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
     # A re-used log path must not report the previous attempt's exit.
     exit_path.unlink(missing_ok=True)
     header_prefix = _header_prefix(header or {}, argv)
+    head = tail = 0
+    if max_log_bytes is not None:
+        head, tail = logfile.layout(max_log_bytes, len(header_prefix) + 64)
+        header_prefix = _header_prefix({**(header or {}), "log_head": head}, argv)
     # A file, not a pipe: output survives the daemon's death and nothing
     # blocks when nobody reads.
     input_path = _make_input_channel(log_path) if keep_input_open else None
@@ -261,12 +268,15 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
             run = {"exit_path": str(exit_path), "header": header_prefix, "argv": argv,
                    "env": env, "cwd": cwd or os.getcwd(), "log": str(log_path),
                    "stdin": str(stdin_path) if stdin_path else None,
-                   "input": str(input_path) if input_path else None}
+                   "input": str(input_path) if input_path else None,
+                   "log_head": head, "log_tail": tail}
             # A missing cwd goes the cold way, where Popen raises for it; a forked shim
             # would only report it as the run's exit 127.
             forked = forkserver.fork_shim(run) if cwd is None or os.path.isdir(cwd) else None
             if forked is None:
-                shim_argv = forkserver.shim_command(str(exit_path), header_prefix, "--", *argv)
+                shim_argv = forkserver.shim_command(str(exit_path), header_prefix,
+                                                    str(log_path), str(head), str(tail),
+                                                    "--", *argv)
                 popen = subprocess.Popen(shim_argv, stdin=stdin, stdout=log_fd, stderr=log_fd,
                                          env=env, cwd=cwd, start_new_session=True,
                                          close_fds=True)
@@ -373,7 +383,8 @@ def read_header(log_path: Path) -> dict | None:
     """The header line's fields, or None if the log does not start with one."""
     try:
         with open(log_path, "rb") as log:
-            first_line = log.readline().decode("utf-8", "replace")
+            # Bounded: a log that is one long line must not be read whole for its first.
+            first_line = log.readline(logfile.HEADER_READ).decode("utf-8", "replace")
     except FileNotFoundError:
         return None
     if not first_line.startswith(HEADER_PREFIX):

@@ -2,10 +2,24 @@
 
 Forked for each run by the daemon's fork server (``shim.py --serve``, see `serve` and
 ``taskherd.forkserver``), or, when none is up, started cold by ``taskherd.procs.spawn`` as
-``python -I -S .../shim.py EXIT_PATH HEADER -- ARGV...`` with stdout/stderr already pointing
-at the run's log. Either way it writes the log header, starts the agent as its child (same
-process group), waits for it, and writes the agent's exit status to EXIT_PATH atomically
-before exiting.
+``python -I -S .../shim.py EXIT_PATH HEADER LOG HEAD TAIL -- ARGV...`` with stdout/stderr
+already pointing at the run's log. Either way it writes the log header, starts the agent as its
+child (same process group), waits for it, and writes the agent's exit status to EXIT_PATH
+atomically before exiting.
+
+With HEAD > 0 the log is capped (a role's ``max_log_bytes``): the agent writes into a pipe and
+the shim copies it into the log (`os.splice`, no copy through user space), keeping the first
+HEAD bytes and from TAIL to TAIL_ROOM x TAIL of the latest. When the log reaches HEAD + CUT_LINE +
+TAIL_ROOM x TAIL bytes, the latest TAIL (from a line's start) is moved down after the head, behind
+a line of fixed width saying how many bytes were cut (`_cut_line`), and the file truncated
+there: nothing else writes the log, so nothing races with that. A reader that follows the log
+(`taskherd.logfile.LogCursor`) reads the cut line before and after each read and reads again
+when it changed; the line says "cutting" while the move is under way. When the agent ends,
+what it left in the pipe is copied before the exit file is written; should a process it left
+behind still hold the pipe, a child of the shim copies on to the end of the output (the
+daemon stops such leftovers once the run is settled). Should the shim itself be killed
+(`kill -9`), the pipe has no reader: the agent's next write gets SIGPIPE, and ends it, as the
+daemon would stop an agent whose shim vanished anyway.
 
 Why it exists: after a daemon restart the daemon is no longer the agent's
 parent, so waitpid() is impossible and the exit code would be lost; the shim
@@ -14,13 +28,17 @@ is the parent that stays.
 Kept to builtin modules only (``_signal`` instead of ``signal``, no ``json``):
 every import here is paid on every cold spawn (``signal`` alone costs ~5 ms
 because it imports ``enum``), and every module the fork server holds is memory its
-shims share. Not importable as part of the package's API.
+shims share. The one exception is ``select``, a C extension that imports nothing (~0.3 ms of
+a cold start, shared by every forked shim): waiting on the agent's output and on its end at
+once, without it, would take a signal handler that raises inside a blocking splice. Not
+importable as part of the package's API.
 """
 
 import _signal
 import gc
 import marshal
 import os
+import select
 import sys
 import time
 
@@ -29,6 +47,19 @@ FORWARDED_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
 # ignore (e.g. `yes | head` never dying of SIGPIPE), so the child gets defaults.
 RESET_IN_CHILD = (_signal.SIGPIPE, _signal.SIGXFSZ)
 EXEC_FAILED_CODE = 127  # the shell's convention for "command not found"
+# The line a capped log holds between its head and its tail: one size whatever it says, so
+# that it is rewritten in place. taskherd.logfile reads it (CUT_LINE_SIZE, CUT_LINE_PREFIX).
+CUT_LINE_SIZE = 128
+CUT_LINE_PREFIX = b"\n# taskherd cut "
+CUTTING = b"(cutting)"
+SPLICE_CHUNK = 1 << 16  # a pipe's whole buffer
+# The room past the head, in kept tails: a cut moves one tail down per TAIL_ROOM - 1 written,
+# so every byte of a chatty agent's output is copied a third of a time more, not once more
+# (with room for two tails, the shim's copying doubled its share of the disk's bandwidth).
+TAIL_ROOM = 4
+ALIGN_WINDOW = 1 << 12  # the kept tail starts at a line when one starts this close to its cut
+DRAIN_CHUNKS = 64  # more than the largest pipe buffer (1 MiB) in SPLICE_CHUNKs
+NONBLOCK = getattr(os, "SPLICE_F_NONBLOCK", 2)
 
 _agent_pid = 0
 _pending_signals = []
@@ -81,31 +112,44 @@ def _write_header(header_prefix):
     os.write(1, ("# taskherd " + header_prefix + sep + fields + "\n").encode())
 
 
-def _start_agent(argv, env):
+def _start_agent(argv, env, output_fd=None):
+    # The agent's stdout and stderr: the log as the shim has it, or the pipe the shim copies.
+    actions = [] if output_fd is None else [(os.POSIX_SPAWN_DUP2, output_fd, 1),
+                                            (os.POSIX_SPAWN_DUP2, output_fd, 2)]
     return os.posix_spawnp(
-        argv[0], argv, env, setsigdef=RESET_IN_CHILD + FORWARDED_SIGNALS
+        argv[0], argv, env, file_actions=actions, setsigdef=RESET_IN_CHILD + FORWARDED_SIGNALS
     )
 
 
 def main(args, env=None):
-    """Run ARGV (after EXIT_PATH HEADER --) with `env` (default: ours) and record its end."""
+    """Run ARGV (after EXIT_PATH HEADER LOG HEAD TAIL --) with `env` (default: ours) and
+    record its end; with HEAD > 0 the agent's output reaches LOG through the shim, capped."""
     global _agent_pid
-    exit_path, header_prefix, separator, argv = args[0], args[1], args[2], args[3:]
-    if separator != "--" or not argv:
-        os.write(2, b"usage: shim.py EXIT_PATH HEADER -- ARGV...\n")
+    if len(args) < 7 or args[5] != "--":
+        os.write(2, b"usage: shim.py EXIT_PATH HEADER LOG HEAD TAIL -- ARGV...\n")
         return 2
+    exit_path, header_prefix, log_path, argv = args[0], args[1], args[2], args[6:]
+    head, tail = int(args[3]), int(args[4])
     for signum in FORWARDED_SIGNALS:
         _signal.signal(signum, _on_signal)
     _write_header(header_prefix)
+    output_read = output_write = None
+    if head > 0:
+        output_read, output_write = os.pipe()  # both close on exec: the agent gets fd 1 and 2
     try:
-        agent_pid = _start_agent(argv, os.environ if env is None else env)
+        agent_pid = _start_agent(argv, os.environ if env is None else env, output_write)
     except OSError as error:
         os.write(2, f"# taskherd exec failed: {argv[0]}: {error}\n".encode())
         _write_exit_file(exit_path, EXEC_FAILED_CODE, None, 0)
         return EXEC_FAILED_CODE
+    finally:
+        if output_write is not None:
+            os.close(output_write)  # the agent's copies are the pipe's only writers now
     _agent_pid = agent_pid
     for signum in _pending_signals:
         _broadcast_to_group(signum)
+    if output_read is not None:
+        _copy_output(output_read, _CappedLog(log_path, head, tail), agent_pid)
     _, wait_status = os.waitpid(agent_pid, 0)  # retried on EINTR (PEP 475)
     if os.WIFSIGNALED(wait_status):
         signum = os.WTERMSIG(wait_status)
@@ -114,6 +158,144 @@ def main(args, env=None):
     code = os.waitstatus_to_exitcode(wait_status)
     _write_exit_file(exit_path, code, None, agent_pid)
     return code
+
+
+class _CappedLog:
+    """The run's log as the shim writes it past its header: its first `head` bytes, then the
+    latest output, cut down to its last `tail` bytes (from a line's start) whenever it reaches
+    TAIL_ROOM x tail past the head and its cut line. Written at explicit offsets through a
+    descriptor of its own (no O_APPEND: the tail is moved down in place)."""
+
+    def __init__(self, path, head, tail):
+        self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        self.size = os.fstat(self.fd).st_size  # the header, or more from an earlier attempt
+        self.head = max(head, self.size)  # the header is never cut
+        self.tail = tail
+        self.limit = self.head + CUT_LINE_SIZE + TAIL_ROOM * tail
+        self.cut = -1  # bytes cut so far; -1: none yet (no cut line in the file)
+        self._splice = hasattr(os, "splice")
+
+    def take(self, pipe_fd, flags=0):
+        """Copy what the pipe holds (at most one chunk) to the log; 0 at end of output."""
+        try:
+            if self.size >= self.limit:
+                self._cut_middle()
+            count = min(SPLICE_CHUNK, self.limit - self.size)
+            moved = self._move(pipe_fd, count, flags)
+        except BlockingIOError:
+            raise
+        except OSError:
+            # The log cannot take it (a full disk, a quota): the output is dropped, not left
+            # in the pipe, so the agent goes on as it would writing to a full disk itself.
+            if flags:
+                os.set_blocking(pipe_fd, False)
+            return len(os.read(pipe_fd, SPLICE_CHUNK))
+        self.size += moved
+        return moved
+
+    def _move(self, pipe_fd, count, flags):
+        if self._splice:
+            try:
+                return os.splice(pipe_fd, self.fd, count, offset_dst=self.size, flags=flags)
+            except OSError as error:
+                if error.errno not in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: a file
+                    raise                            # system splice cannot write: by hand
+                self._splice = False
+        if flags:
+            os.set_blocking(pipe_fd, False)
+        data = os.read(pipe_fd, count)
+        view = memoryview(data)
+        while view:
+            view = view[os.pwrite(self.fd, view, self.size + len(data) - len(view)):]
+        return len(data)
+
+    def _cut_middle(self):
+        keep_from = self.size - self.tail
+        start = os.pread(self.fd, ALIGN_WINDOW, keep_from).find(b"\n")
+        if start >= 0:
+            keep_from += start + 1  # the kept tail begins with a whole line
+        kept = self.size - keep_from
+        # Order matters to a reader (taskherd.logfile): the line says "cutting" before a byte
+        # moves, and its new count is written only once the file is whole again.
+        os.pwrite(self.fd, _cut_line(CUTTING), self.head)
+        _copy_within(self.fd, keep_from, self.head + CUT_LINE_SIZE, kept)
+        os.ftruncate(self.fd, self.head + CUT_LINE_SIZE + kept)
+        gone_before = max(self.cut, 0)
+        cut_line_before = CUT_LINE_SIZE if self.cut >= 0 else 0
+        # Bytes of output between the head and the kept tail, the cut line's own not counted.
+        self.cut = gone_before + keep_from - self.head - cut_line_before
+        os.pwrite(self.fd, _cut_line(str(self.cut).encode()), self.head)
+        self.size = self.head + CUT_LINE_SIZE + kept
+
+
+def _cut_line(count):
+    text = (CUT_LINE_PREFIX + count + b" bytes of output here; the log keeps its first and last"
+            b" part")
+    return text[:CUT_LINE_SIZE - 1].ljust(CUT_LINE_SIZE - 1) + b"\n"
+
+
+def _copy_within(fd, source, target, count):
+    """Copy `count` bytes of the file from `source` to `target` (ranges apart)."""
+    while count > 0:
+        try:
+            moved = os.copy_file_range(fd, fd, count, source, target)
+        except (OSError, AttributeError):  # EXDEV, EINVAL on some file systems: by hand
+            moved = os.pwrite(fd, os.pread(fd, min(count, 1 << 20), source), target)
+        if moved <= 0:
+            return
+        source, target, count = source + moved, target + moved, count - moved
+
+
+def _copy_output(pipe_fd, log, agent_pid):
+    """Copy the agent's output into `log` until the agent has ended and what it wrote is in.
+    Should a process it left behind still hold the pipe, a child of this shim copies on to
+    the end of the output, so that the exit file is written now."""
+    try:
+        agent_fd = os.pidfd_open(agent_pid)
+    except (OSError, AttributeError):  # Linux < 5.3: the exit waits for the end of output
+        agent_fd = None
+    poller = select.poll()
+    poller.register(pipe_fd, select.POLLIN)
+    if agent_fd is not None:
+        poller.register(agent_fd, select.POLLIN)
+    while True:
+        ready = dict(poller.poll())  # EINTR retried (PEP 475); signals are forwarded meanwhile
+        if agent_fd in ready:
+            break
+        if pipe_fd in ready and not log.take(pipe_fd):
+            os.close(pipe_fd)  # end of output: every writer has closed the pipe
+            return
+    os.close(agent_fd)
+    # The agent has ended, its descriptors closed: what it wrote is in the pipe. More than a
+    # pipe can hold, or no end of output, means another process writes there.
+    try:
+        for _ in range(DRAIN_CHUNKS):
+            if not log.take(pipe_fd, NONBLOCK):
+                os.close(pipe_fd)
+                return
+    except BlockingIOError:
+        pass
+    _copy_on_in_child(pipe_fd, log)
+    os.close(pipe_fd)
+
+
+def _copy_on_in_child(pipe_fd, log):
+    try:
+        pid = os.fork()
+    except OSError:
+        return  # none to copy on: the leftovers get SIGPIPE at their next write
+    if pid:
+        return
+    code = 1
+    try:
+        for signum in FORWARDED_SIGNALS:
+            _signal.signal(signum, _signal.SIG_DFL)  # stopped with the leftovers, not forwarded
+        os.set_blocking(pipe_fd, True)
+        while log.take(pipe_fd):
+            pass
+        code = 0
+    finally:
+        os._exit(code)  # never back into the shim's own path: it writes the exit file
 
 
 def read_line(fd, pending):
@@ -164,7 +346,8 @@ def take_run(run):
     env = run["env"]
     if "PATH" in env:
         os.putenv("PATH", env["PATH"])
-    args = [run["exit_path"], run["header"], "--"] + run["argv"]
+    args = [run["exit_path"], run["header"], run["log"], str(run.get("log_head", 0)),
+            str(run.get("log_tail", 0)), "--"] + run["argv"]
     if run["cwd"]:
         try:
             os.chdir(run["cwd"])

@@ -18,9 +18,8 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import Event
-
 from taskherd.api.app import ApiError
+from taskherd.model import Event
 
 if TYPE_CHECKING:
     from taskherd.api.app import Api
@@ -32,6 +31,7 @@ KEEPALIVE = 15.0  # a comment line this often keeps proxies from closing an idle
 SUBSCRIBER_QUEUE = 1000
 LOG_POLL = 0.25  # a log file has no event of its own: it is looked at this often
 LOG_CHUNK = 64 * 1024
+LOG_BEHIND = 1 << 20  # further behind a log's end than this, its stream jumps to the end
 BATCH = 100  # events a stream sends in one write at most
 GATHER_MIN, GATHER_MAX = 0.1, 60.0  # seconds between two messages of a gathered stream
 
@@ -215,6 +215,7 @@ def gather_seconds(text: str | None) -> float | None:
 async def log_stream(api: Api, run_id: int, lines: int) -> AsyncIterator[bytes]:
     """The last `lines` lines of a run's log, then what is appended, as `event: log`
     messages, until the run has ended and everything it wrote was sent (`event: end`)."""
+    from taskherd.logfile import LogCursor
     from taskherd.ops import logs as log_ops
     from taskherd.ops import runs as run_ops
 
@@ -229,13 +230,23 @@ async def log_stream(api: Api, run_id: int, lines: int) -> AsyncIterator[bytes]:
         text = await api.run(log_ops.tail, log_file, lines)
         if text:
             yield sse("log", {"text": decoder.decode(text)})
+        cursor = LogCursor.at(log_file, log_file.tell())
         checked = 0.0
         ended = run.ended_at is not None
         loop = asyncio.get_running_loop()
         while True:
-            chunk = await api.run(log_file.read, LOG_CHUNK)
-            if chunk:
-                yield sse("log", {"text": decoder.decode(chunk)})
+            # Far behind a chatty agent, the page jumps to its latest output: a browser is sent
+            # what a person can read, not every byte.
+            chunk = await api.run(cursor.read, log_file, LOG_CHUNK, LOG_BEHIND)
+            if chunk.skipped:
+                decoder.reset()
+                yield sse("log", {"text": f"\n[… {chunk.skipped} bytes not shown]\n"})
+            if chunk.data:
+                yield sse("log", {"text": decoder.decode(chunk.data)})
+                continue
+            if chunk.busy:  # its shim is cutting it: a few milliseconds
+                await asyncio.sleep(LOG_POLL / 10)
+            if chunk.busy or chunk.skipped:
                 continue
             if ended:
                 yield sse("end", {"run_id": run_id})

@@ -7,25 +7,31 @@ asks the store, not the daemon, whether the run has ended.
 
 from __future__ import annotations
 
+import codecs
+import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import click
 
-from taskherd.cli.common import BadInput, Refused, json_option, print_json
+from taskherd.cli.common import BadInput, Refused, for_json, json_option
+from taskherd.logfile import Chunk, LogCursor, tail
 from taskherd.model import Run
 from taskherd.ops.logs import tail as _tail
 from taskherd.runtimes.claude_render import StreamRenderer, looks_like_stream_json, render_text
 from taskherd.store import Store
 
 FOLLOW_POLL = 0.2  # seconds between looks at a followed log: quick to show, cheap to run
+BUSY_WAIT = 0.005  # while the agent's shim cuts the log it reads
 CHUNK = 64 * 1024
 SNIFF_BYTES = 8192  # the start of a log, enough to hold its header and first event
 # Events read per line asked for with --lines on a rendered log: most events render to one
 # line, stream deltas and bookkeeping to none.
 EVENTS_PER_LINE = 4
+RENDERED_LINE = 1 << 20  # the longest event --lines shows rendered; a longer one is cut
 
 
 def log_options(command: Any) -> Any:
@@ -81,17 +87,73 @@ def _show(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: b
         if renderer is not None:
             _show_rendered(store, run, log_file, renderer, lines, follow)
             return
-        text = _tail(log_file, lines) if lines is not None else log_file.read()
         if as_json:
-            print_json({"run_id": run.id, "task_id": run.task_id, "log_path": run.log_path,
-                        "ended": run.ended_at is not None,
-                        "text": text.decode("utf-8", "replace")})
+            _print_json(run, log_file, lines)
             return
         out = sys.stdout.buffer
-        out.write(text)
+        if lines is not None:
+            out.write(_tail(log_file, lines))
+            cursor = LogCursor.at(log_file, log_file.tell())
+        else:
+            cursor = _copy_to_end(log_file, out)
         out.flush()
         if follow:
-            _follow(store, run.id, log_file, out)
+            _follow(store, run.id, log_file, cursor, out)
+
+
+def _copy_to_end(log_file: BinaryIO, out: BinaryIO,
+                 renderer: StreamRenderer | None = None) -> LogCursor:
+    """The log as it is now, a chunk at a time (never loaded whole); the cursor after it."""
+    cursor = LogCursor()
+    end = None
+    while end is None:
+        end = cursor.end(log_file)  # None only while the shim cuts it, for a moment
+        if end is None:
+            time.sleep(BUSY_WAIT)
+    while cursor.offset < end:
+        chunk = cursor.read(log_file, CHUNK)
+        if chunk.busy:
+            time.sleep(BUSY_WAIT)  # the shim is cutting the log: milliseconds
+            continue
+        if not chunk.data:
+            break
+        _write(out, chunk, renderer)
+    return cursor
+
+
+def _print_json(run: Run, log_file: BinaryIO, lines: int | None) -> None:
+    """The --json object, its text streamed as it is read: a log of gigabytes (one written
+    before logs were capped) is printed in constant memory."""
+    fields = {"run_id": run.id, "task_id": run.task_id, "log_path": run.log_path,
+              "ended": run.ended_at is not None}
+    out = sys.stdout
+    out.write(json.dumps(for_json(fields), indent=2, default=str)[:-2] + ',\n  "text": "')
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    if lines is not None:
+        texts: Iterator[bytes] = iter([_tail(log_file, lines)])
+    else:
+        texts = _chunks(log_file)
+    for data in texts:
+        out.write(json.dumps(decoder.decode(data))[1:-1])
+    out.write(json.dumps(decoder.decode(b"", final=True))[1:-1] + '"\n}\n')
+
+
+def _chunks(log_file: BinaryIO) -> Iterator[bytes]:
+    cursor, end = LogCursor(), None
+    while end is None:
+        end = cursor.end(log_file)
+        if end is None:
+            time.sleep(BUSY_WAIT)
+    while cursor.offset < end:
+        chunk = cursor.read(log_file, CHUNK)
+        if chunk.busy:
+            time.sleep(BUSY_WAIT)
+            continue
+        if not chunk.data:
+            return
+        if chunk.skipped:
+            yield _cut_note(chunk.skipped)
+        yield chunk.data
 
 
 def _renderer_for(log_file: BinaryIO) -> StreamRenderer | None:
@@ -106,13 +168,16 @@ def _show_rendered(store: Store, run: Run, log_file: BinaryIO, renderer: StreamR
                    lines: int | None, follow: bool) -> None:
     out = sys.stdout.buffer
     if lines is not None:
-        text = render_text(_tail(log_file, lines * EVENTS_PER_LINE)).splitlines(keepends=True)
+        # Events are long lines: the window lets each be read whole (up to RENDERED_LINE).
+        events = tail(log_file, lines * EVENTS_PER_LINE, max_line=RENDERED_LINE)
+        text = render_text(events).splitlines(keepends=True)
         out.write("".join(text[-lines:] if lines else []).encode())
+        cursor = LogCursor.at(log_file, log_file.tell())
     else:
-        out.write(renderer.feed(log_file.read()).encode())
+        cursor = _copy_to_end(log_file, out, renderer)
     out.flush()
     if follow:
-        _follow(store, run.id, log_file, out, renderer)
+        _follow(store, run.id, log_file, cursor, out, renderer)
     else:
         out.write(renderer.finish().encode())
 
@@ -136,14 +201,15 @@ def _wait_for_process(store: Store, run: Run) -> Run:
     return run
 
 
-def _follow(store: Store, run_id: int, log_file: BinaryIO, out: BinaryIO,
+def _follow(store: Store, run_id: int, log_file: BinaryIO, cursor: LogCursor, out: BinaryIO,
             renderer: StreamRenderer | None = None) -> None:
-    """Copy what is appended to the log until its run has ended and nothing more comes."""
+    """Copy what is appended to the log until its run has ended and nothing more comes. Output
+    the shim cut before it was printed (a chatty agent) is said, in a line, not printed."""
     while True:
         ended = store.get_run(run_id).ended_at is not None
         # Read after the check: whatever the agent wrote before its run ended is printed.
-        while chunk := log_file.read(CHUNK):
-            out.write(renderer.feed(chunk).encode() if renderer else chunk)
+        while (chunk := cursor.read(log_file, CHUNK)).data or chunk.skipped:
+            _write(out, chunk, renderer)
             out.flush()
         if ended:
             if renderer:
@@ -151,3 +217,15 @@ def _follow(store: Store, run_id: int, log_file: BinaryIO, out: BinaryIO,
                 out.flush()
             return
         time.sleep(FOLLOW_POLL)
+
+
+def _write(out: BinaryIO, chunk: Chunk, renderer: StreamRenderer | None) -> None:
+    if chunk.skipped:
+        if renderer:
+            renderer.finish()  # the event it held was cut: not shown
+        out.write(_cut_note(chunk.skipped))
+    out.write(renderer.feed(chunk.data).encode() if renderer else chunk.data)
+
+
+def _cut_note(count: int) -> bytes:
+    return f"\n# taskherd cut {count} bytes of output here, before they were read\n".encode()

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import os
 import stat
-from collections import deque
 from typing import BinaryIO
 
+from taskherd import logfile
 from taskherd.model import Run
 from taskherd.ops import Queue
 from taskherd.store import StoreError
-
-CHUNK = 64 * 1024
 
 
 class LogUnavailable(StoreError):
@@ -54,15 +52,6 @@ def served_path(queue: Queue, path: str) -> str | None:
 
 
 def tail(log_file: BinaryIO, lines: int) -> bytes:
-    """The last `lines` lines, read from the end so a long log is never loaded whole; the
-    file is left at its end, where a follow goes on."""
-    end = log_file.seek(0, os.SEEK_END)
-    position, data = end, b""
-    while position > 0 and data.count(b"\n") <= lines:
-        step = min(CHUNK, position)
-        position -= step
-        log_file.seek(position)
-        data = log_file.read(step) + data
-    log_file.seek(end)
-    kept = deque(data.splitlines(keepends=True), maxlen=lines) if lines else ()
-    return b"".join(kept)
+    """The last `lines` lines, read from a bounded window at the end (`taskherd.logfile.tail`:
+    a long line is cut, with a marker); the file is left at its end, where a follow goes on."""
+    return logfile.tail(log_file, lines)

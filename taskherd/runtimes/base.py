@@ -108,6 +108,11 @@ class OutputReader:
                 self.rate_limit = fresh_limit = signal
         return fresh_limit
 
+    def gap(self) -> None:
+        """Output was passed over (too much of it, or a line too long): the line begun so far
+        is not whole, and is forgotten."""
+        self._partial = b""
+
     def continues(self, earlier: list[Run]) -> None:
         """This run continues the session of `earlier` runs (`resume`): a runtime whose usage
         figures count the whole session takes their share out."""
@@ -222,7 +227,8 @@ class CommandLineRuntime(Runtime):
         # on_input = wait: the agent's stdin stays open for `taskherd task answer`.
         spawned = procs.spawn(launch.argv, env=env, cwd=launch.cwd, log_path=files.log,
                               stdin_path=launch.stdin_path, header=header,
-                              keep_input_open=role.on_input == "wait")
+                              keep_input_open=role.on_input == "wait",
+                              max_log_bytes=role.max_log_bytes)
         return spawned.handle
 
 

@@ -69,6 +69,9 @@ class ClaudeReader(OutputReader):
         if done is not None:
             self.summary = done or "done"
 
+    def gap(self) -> None:
+        self.stream.gap()
+
     def _note_tool_calls(self, event: ClaudeEvent) -> None:
         if self.looping is not None:
             return

@@ -55,19 +55,36 @@ def render_line(line: str) -> list[str]:
     return []  # stream_event deltas, rate_limit_event, …: the daemon's business
 
 
+LONGEST_EVENT = 64 << 20  # a longer line is not held in memory to be rendered
+
+
 class StreamRenderer:
     """Renders a log as it grows: bytes in, text out, a cut line kept for the next chunk."""
 
     def __init__(self) -> None:
-        self._partial = b""
+        self._pending: list[bytes] = []  # a cut line's pieces: joined once, when it ends
+        self._pending_size = 0
+        self._dropping = False
 
     def feed(self, chunk: bytes) -> str:
-        lines = (self._partial + chunk).split(b"\n")
-        self._partial = lines.pop()
+        if self._dropping:  # the rest of a line too long to show
+            if b"\n" not in chunk:
+                return ""
+            chunk, self._dropping = chunk[chunk.index(b"\n") + 1:], False
+        if b"\n" not in chunk:
+            self._pending_size += len(chunk)
+            if self._pending_size > LONGEST_EVENT:  # shown as cut, not held whole
+                self._pending, self._pending_size, self._dropping = [], 0, True
+                return f"[… an event longer than {LONGEST_EVENT >> 20} MiB, not shown]\n"
+            self._pending.append(chunk)
+            return ""
+        lines = (b"".join(self._pending) + chunk).split(b"\n")
+        last = lines.pop()
+        self._pending, self._pending_size = [last], len(last)
         return "".join(_render_bytes(raw) for raw in lines)
 
     def finish(self) -> str:
-        rest, self._partial = self._partial, b""
+        rest, self._pending, self._pending_size = b"".join(self._pending), [], 0
         return _render_bytes(rest) if rest else ""
 
 

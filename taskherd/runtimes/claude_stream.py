@@ -263,6 +263,10 @@ class ClaudeStreamReader:
         self._pending = [lines.pop()]
         return self._events_of(lines, now)
 
+    def gap(self) -> None:
+        """Output was passed over: the line begun so far is not whole, and is forgotten."""
+        self._pending = []
+
     def finish(self, now: datetime | None = None) -> list[ClaudeEvent]:
         """The last line even without its newline (the process has exited)."""
         last, self._pending = b"".join(self._pending), []

@@ -49,6 +49,9 @@ class CodexReader(OutputReader):
         self.stream.feed(chunk, _utc(now))
         return self._fresh_limit(seen_before)
 
+    def gap(self) -> None:
+        self.stream.gap()
+
     def finish(self, now: float) -> RateLimitSignal | None:
         seen_before = self.state.rate_limit
         self.stream.finish(_utc(now))

@@ -97,6 +97,10 @@ class CodexStreamReader:
         self._pending = [lines.pop()]
         return self._read_lines(lines, now)
 
+    def gap(self) -> None:
+        """Output was passed over: the line begun so far is not whole, and is forgotten."""
+        self._pending = []
+
     def finish(self, now: datetime) -> int:
         last, self._pending = b"".join(self._pending), []
         return self._read_lines([last], now) if last else 0

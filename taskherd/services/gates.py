@@ -120,7 +120,8 @@ class GateRunner:
         try:
             spawned = procs.spawn(list(gate.argv), env=env, cwd=gate.workdir or role.workdir,
                                   log_path=log_path,
-                                  header={"run": run.id, "task": run.task_id, "gate": gate.name})
+                                  header={"run": run.id, "task": run.task_id, "gate": gate.name},
+                                  max_log_bytes=role.max_log_bytes)
         except (OSError, ValueError) as error:
             error_text = f"{failure_text(gate, None, False)}: {error}"
             gate_id = self._record(lambda: self.store.gate_started(

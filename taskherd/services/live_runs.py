@@ -19,6 +19,7 @@ from taskherd.config import RoleConfig
 from taskherd.model import Liveness, Outcome, Run, Task
 from taskherd.runtimes.base import Execution, OutputReader, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal
+from taskherd.services.output_feed import OutputFeed
 
 
 @dataclass(eq=False)  # identity: comparing every field of a thousand runs costs a round
@@ -34,7 +35,9 @@ class LiveRun:
     spawned_at: float
     pools: frozenset[str]
     last_activity: float
-    log_offset: int = 0
+    log_offset: int = 0  # bytes of output read (or passed over: see output_feed.py)
+    output: OutputFeed | None = field(default=None, repr=False)  # how its log is read
+    output_skipped: bool = False  # some of its output was passed over (said once)
     cpu_seconds: float = 0.0
     cpu_sampled_at: float = 0.0
     heartbeat_at: float | None = None

@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import os
 import random
 import time
 from collections.abc import Callable
@@ -56,9 +55,11 @@ from taskherd.services.disk_pause import DiskPause
 from taskherd.services.gates import GateRunner
 from taskherd.services.launch import Launch, agent_path, create_private
 from taskherd.services.live_runs import GateLimits, LiveRun, LiveRuns, LookSchedule
+from taskherd.services.output_feed import READ_BYTES_PER_SECOND, OutputFeed
 from taskherd.services.pauses import RuntimePauses
 from taskherd.services.preparations import Preparation, Preparations
 from taskherd.services.settles import PendingSettles
+from taskherd.sizes import format_size
 from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.store.watch import VerdictChange
 from taskherd.worktrees import GitTimeout
@@ -66,9 +67,6 @@ from taskherd.worktrees import GitTimeout
 log = logging.getLogger("taskherd.supervisor")
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
 CPU_BUSY_SHARE = 0.05  # share of one core, between two samples, that counts as working
-# Bytes of new log read per check: enough for a Claude Code run streaming 10,000 events a
-# second, small enough that one runaway agent cannot hold the loop for long.
-READ_LIMIT = 32 << 20
 RECENT_BYTES = 4096  # the end of a run's output kept to read a question from
 # Seconds between two sweeps of every open run of this node (runs nobody watches, runs ended
 # elsewhere, tasks cancelled under a working agent). Events make the sweep come at once; this
@@ -703,28 +701,32 @@ class Supervisor:
         live.verdict = verdict
         return VerdictChange(live.run.id, *verdict)
 
-    def _read_new_output(self, live: LiveRun, now: float) -> float | None:
-        """Feed what the agent wrote since the last look to its reader; when it was written
-        (the log's mtime, no earlier than that look), or None if it wrote nothing."""
+    def _read_new_output(self, live: LiveRun, now: float, final: bool = False) -> float | None:
+        """Feed what the agent wrote since the last look to its reader, within the look's share
+        (`services/output_feed.py`; at the run's end, the end's window whole); when it was
+        written (the log's mtime, no earlier than that look), or None if it wrote nothing."""
         looked_at, live.looked_at = live.looked_at, now
-        try:
-            info = os.stat(live.handle.log_path)
-            if info.st_size <= live.log_offset:
-                return None  # one stat, no open, for the many runs that wrote nothing
-            with open(live.handle.log_path, "rb") as log_file:
-                log_file.seek(live.log_offset)
-                chunk = log_file.read(READ_LIMIT)
-        except FileNotFoundError:
+        if live.output is None or live.output.path != live.handle.log_path:
+            live.output = OutputFeed(live.handle.log_path)  # the agent's log, or its gate's
+        fresh, info = live.output.read(now, final)
+        if fresh is None or info is None:
             return None
-        if not chunk:
-            return None
-        live.log_offset += len(chunk)
+        live.log_offset = live.output.offset
         live.output_at = now
         written_at = min(max(info.st_mtime, looked_at), now)
         if live.gate is not None:
             return written_at  # a gate's output is only a sign of life
+        if fresh.passed_over and not live.output_skipped:
+            live.output_skipped = True  # said once a run: a chatty agent would fill the log
+            log.warning("run %s: its agent writes faster than the daemon reads; %s passed "
+                        "over, its latest output read from now on (looks read %s a second)",
+                        live.run.id, format_size(fresh.passed_over),
+                        format_size(READ_BYTES_PER_SECOND))
+        if fresh.gap:
+            live.reader.gap()
+        chunk = fresh.data
         live.recent = (live.recent + chunk[-RECENT_BYTES:])[-RECENT_BYTES:]
-        signal = live.reader.feed(chunk, now)
+        signal = live.reader.feed(chunk, now) if chunk else None
         if signal is not None:
             self._rate_limited(live, signal, now)
         return written_at
@@ -760,7 +762,7 @@ class Supervisor:
         # The shim's exit file knows when the agent really ended: a run re-adopted after a
         # restart ended while no daemon watched, not when this one noticed.
         ended_at = status.ended_at if status.ended_at and status.ended_at <= now else now
-        self._read_new_output(live, now)
+        self._read_new_output(live, now, final=True)
         live.reader.finish(now)
         live.handle.close()
         if live.role.on_input == "wait" and live.handle.pid is not None:

@@ -144,3 +144,13 @@ def test_openapi_lists_every_route_the_app_serves(api):
     for spec in ROUTES:
         assert spec.method.lower() in document["paths"][spec.path], spec.path
     assert json.dumps(document)  # serialisable as served
+
+
+def test_the_end_of_a_log_without_newlines_is_read_from_a_window_with_a_marker(api):
+    _, run_id = seed_run(api)
+    log = api.queue.config.daemon.log_dir / f"run-{run_id}.log"
+    log.write_bytes(b"x" * (16 << 20) + b" the end")  # one line of 16 MiB, no newline
+    for lines in (1, 5):
+        text = api.client("read").get(f"/v1/runs/{run_id}/log?lines={lines}").json()["text"]
+        assert text.startswith("[… line cut") and text.endswith("x the end")
+        assert len(text) < 20_000  # the line's end, not 16 MiB of it

@@ -69,6 +69,8 @@ def run(tmp_path, env, shims):
     spawned = []
 
     def start(argv, name="run", **kwargs):
+        # Capped as every role's log is: the agent writes into the shim's pipe.
+        kwargs.setdefault("max_log_bytes", 1 << 20)
         process = procs.spawn(argv, env=kwargs.pop("env", env), cwd=str(tmp_path),
                               log_path=tmp_path / f"{name}.log", header=HEADER, **kwargs)
         spawned.append(process.handle)
@@ -345,7 +347,8 @@ def test_agent_gets_default_sigpipe(run):
 
 def test_shim_records_exec_failure(tmp_path):
     exit_path = tmp_path / "x.exit"
-    shim = subprocess.run(forkserver.shim_command(str(exit_path), "{", "--", str(tmp_path / "missing")),
+    shim = subprocess.run(forkserver.shim_command(str(exit_path), "{", str(tmp_path / "x.log"),
+                                                  "0", "0", "--", str(tmp_path / "missing")),
                           check=False, capture_output=True, text=True)
     assert shim.returncode == 127
     assert procs.read_exit_file(exit_path).code == 127
@@ -363,3 +366,50 @@ def test_many_waiters_on_one_handle_all_wake(run, gate):
         return await asyncio.wait_for(asyncio.gather(*waiters[1:]), 3)
 
     assert [status.code for status in asyncio.run(wait_from_several_tasks())] == [9, 9]
+
+
+def test_an_uncapped_agent_writes_its_log_itself(run):
+    process = run(["sh", "-c", "echo out; ls -l /proc/$$/fd/1"], max_log_bytes=None)
+    wait_exit(process.handle)
+    out, fd_line = agent_output(process)
+    assert out == "out" and fd_line.endswith(str(process.log_path))  # no pipe between
+
+
+def test_a_capped_log_keeps_head_cut_line_and_tail(run):
+    process = run([sys.executable, "-S", "-c",
+                   "import sys\nfor i in range(100000): print(f'line {i:06d}')\nsys.exit(4)"],
+                  max_log_bytes=32 << 10)
+    assert wait_exit(process.handle).code == 4
+    log = process.log_path.read_bytes()
+    assert len(log) <= 32 << 10
+    lines = log.decode().splitlines()
+    assert lines[1] == "line 000000" and lines[-1] == "line 099999"
+    cut = [index for index, line in enumerate(lines) if line.startswith("# taskherd cut ")]
+    assert len(cut) == 1
+    kept = lines[cut[0] + 1:]
+    assert kept == [f"line {i:06d}" for i in range(100000 - len(kept), 100000)]
+    left_out = int(lines[cut[0]].split()[3])
+    assert left_out == 100000 * len("line 000000\n") - sum(len(line) + 1 for line in lines[1:cut[0]]) \
+        - sum(len(line) + 1 for line in kept) + 1  # the head's cut line starts with its newline
+
+
+def test_a_process_the_agent_left_holding_its_output_does_not_hold_its_exit(run, gate):
+    # The agent starts a child that writes after the agent has ended, once the gate opens.
+    process = run(["sh", "-c", f"(read x < {gate}; echo late words) & echo early words; exit 3"])
+    assert wait_exit(process.handle).code == 3  # the exit file is there, the child still runs
+    release(gate)
+    wait_until(lambda: "late words" in agent_output(process), what="the late words copied")
+    assert agent_output(process) == ["early words", "late words"]
+
+
+def test_an_agent_whose_shim_is_killed_gets_sigpipe_at_its_next_write(run, gate, tmp_path):
+    # The writer is a subshell, so that the agent can note how it ended (in a file).
+    status = tmp_path / "status"
+    script = f"echo started; read x < {gate}; (while :; do echo more; done); echo $? > {status}"
+    process = run(["sh", "-c", script])
+    wait_until(lambda: "started" in agent_output(process), what="the agent's first line")
+    os.kill(process.pid, signal.SIGKILL)
+    wait_exit(process.handle)
+    release(gate)
+    wait_until(lambda: status.exists() and status.read_text().endswith("\n"), what="the writer's end")
+    assert status.read_text().strip() == str(128 + signal.SIGPIPE)

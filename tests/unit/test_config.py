@@ -168,3 +168,14 @@ def test_budgets_prices_and_codex_keys_are_read_and_every_mistake_named(tmp_path
                      "'roles.coder.budget.dayly_usd'", "did you mean 'daily_usd'",
                      "roles.bot.sandbox = 'read-only': a key of runtime 'codex'"]:
         assert expected in text, text
+
+
+def test_a_roles_log_cap_reads_sizes_and_refuses_what_is_not_one():
+    config = parse({"roles": {"a": {"command": ["x"], "max_log_bytes": "512KiB"},
+                              "b": {"command": ["x"], "max_log_bytes": 1 << 20}}})
+    assert config.role("a").max_log_bytes == 512 << 10
+    assert config.role("b").max_log_bytes == 1 << 20
+    assert config.role("c").max_log_bytes == 64 << 20  # the default
+    for bad in ("lots", "1KiB", 0, True, "-5MiB"):
+        with pytest.raises(ConfigError, match=r"roles\.a\.max_log_bytes = .*expected a size"):
+            parse({"roles": {"a": {"command": ["x"], "max_log_bytes": bad}}})
