@@ -51,6 +51,13 @@ retention = "30d"
 max_prompt_bytes = 1048576
 # A chain of follow-up tasks stops at this depth (the reason is kept on the last task).
 max_depth = 10
+# The longest a rate limit pauses a runtime, whatever reset time its text names.
+max_rate_limit_pause = "6h"
+# Below this much free space (data dir, logs, database) the node starts nothing new, and
+# resumes by itself when there is room: a full disk costs no agent a strike.
+min_free_disk = "512MiB"
+# How long an agent's `taskherd done|heartbeat|…` waits for a restarting daemon ("0s": not).
+agent_report_wait = "60s"
 
 # A role is a kind of agent. This one is Claude Code in print mode: taskherd reads its
 # stream-json for the summary, cost, tokens and rate limits. It needs ANTHROPIC_API_KEY in
@@ -69,6 +76,7 @@ backoff_cap = "15m"
 timeout = "30m"        # hard limit of one run
 idle_timeout = "10m"   # no output, heartbeat or CPU for this long: stalled
 rate_limit_cooldown = "1h"   # longest pause after a limit that names no reset time
+max_log_bytes = "64MiB"      # a run's log keeps its head and latest output, this much in all
 # review_by = "qa"     # each successful task waits for a review by role "qa" (define it)
 # Follow-ups every coder task creates when it settles (agents cannot skip them):
 # [[roles.coder.chain]]

@@ -154,6 +154,7 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "root_id": 1, "gate_id": 1, "passed": 1,
     "pool": "gpu", "role_node": None, "pool_a": "gpu", "pool_a_node": None, "pool_b": None,
     "pool_b_node": "node-a", "tags": '["gpu"]', "timeout": 15.0, "by": "node-b",
+    "request_id": "3f1c9a", "made": '{"task_ids": [3]}',
 }
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {
