@@ -10,7 +10,7 @@ import os
 import plistlib
 import shutil
 import subprocess
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
