@@ -84,7 +84,8 @@ def _print_plan(plan: Any, moment: float, applied: bool) -> None:
         view = job_view(job, moment)
         out += [""]
         out += [f"# {note}" for note in view["notes"]]
-        out += [f"# next fires: {', '.join(view['next_fires']) or 'none by itself'}"]
+        out += [f"# source: {view['source_rule']}",
+                f"# next fires: {', '.join(view['next_fires']) or 'none by itself'}"]
         if "source_next_fire" in view:
             out += [f"# the source's own next fire (kept): {view['source_next_fire']}"]
         out += tomlout.table("[[jobs]]", job.table)

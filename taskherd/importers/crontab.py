@@ -97,7 +97,8 @@ def _job(file: str, where: str, line: str, env: dict[str, str], shell: str, zone
     notes = [f"runs {argv!r}: through a shell because cron runs every command line so"]
     if stdin:
         notes.append("the text after % is the task's prompt, written on the command's stdin")
-    return ImportedJob(ident, table, trigger, role, notes=tuple(notes))
+    rule = f"{schedule} (CRON_TZ={zone})" if zone else f"{schedule} (no CRON_TZ: in [daemon] timezone)"
+    return ImportedJob(ident, table, trigger, role, notes=tuple(notes), rule=rule)
 
 
 def _split_percent(command: str) -> tuple[str, str]:

@@ -19,6 +19,7 @@ from taskherd.importers.model import (
     ImportedRole,
     ImportError_,
     build_trigger,
+    interval_notes,
     job_name,
     role_name,
 )
@@ -53,26 +54,28 @@ def parse(file: str, data: bytes, default_tz: str | None) -> Imported:
                                                                  "field taskherd reads")))
     base = {"role": role.name, "title": label, "prompt": "",
             "enabled": plist.get("Disabled") is not True}
-    triggers: list[tuple[str, dict[str, Any], tuple[str, ...]]] = []
+    triggers: list[tuple[str, dict[str, Any], tuple[str, ...], str]] = []
     if "StartCalendarInterval" in plist:
-        triggers.append(("", {"calendar": _calendar(file, label, plist["StartCalendarInterval"])},
-                         ()))
+        calendar = plist["StartCalendarInterval"]
+        triggers.append(("", {"calendar": _calendar(file, label, calendar)}, (),
+                         f"StartCalendarInterval {calendar!r}"))
     if "StartInterval" in plist:
         seconds = plist["StartInterval"]
         if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 1:
             raise ImportError_(file, label, "StartInterval", f"{seconds!r} is not a whole "
                                "number of seconds ≥ 1")
         triggers.append((".interval" if triggers else "", {"every": f"{seconds}s"},
-                         (("StartInterval counts from when launchd loaded the job; taskherd's "
-                          "every counts from each local midnight"),)))
+                         interval_notes(seconds, "StartInterval counts from when launchd "
+                                                 "loaded the job"), f"StartInterval {seconds}"))
     if not triggers:
         triggers.append(("", {"manual": True}, (("no schedule in the plist: a manual job, "
-                                                "fired by `taskherd jobs run`"),)))
-    for suffix, trigger_keys, notes in triggers:
+                                                "fired by `taskherd jobs run`"),), "none"))
+    for suffix, trigger_keys, notes, rule in triggers:
         table = {"name": job_name("launchd", label + suffix), **base, **trigger_keys}
         trigger = build_trigger(file, label, table, default_tz)
         result.jobs.append(ImportedJob(label + suffix, table, trigger, role,
-                                       notes=(f"runs {role.table['command']!r} as given", *notes)))
+                                       notes=(f"runs {role.table['command']!r} as given", *notes),
+                                       rule=rule))
     return result
 
 

@@ -48,6 +48,16 @@ class ImportedJob:
     role: ImportedRole | None = None  # None: the role is the user's (an OpenClaw agent)
     start_at: float | None = None  # the source's own next fire (OpenClaw's state.nextRunAtMs)
     notes: tuple[str, ...] = ()  # what the dry run must say about how it runs
+    rule: str = ""  # the schedule in the source's own words, shown beside the fires
+
+
+def interval_notes(seconds: float, counted_from: str) -> tuple[str, ...]:
+    """What an interval becomes: taskherd's `every` is a grid from each local midnight."""
+    notes = [f"{counted_from}; taskherd's every counts from each local midnight"]
+    if 86400 % seconds:
+        notes.append(f"{seconds:g}s does not divide a day: the last gap before midnight is "
+                     "shorter, then the grid starts again")
+    return tuple(notes)
 
 
 @dataclass

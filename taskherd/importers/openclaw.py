@@ -71,7 +71,11 @@ def _job(file: str, job: dict[str, Any], default_tz: str | None, role_map: dict[
     delete = job.get("deleteAfterRun", False)
     if delete is True:
         table["delete_after_run"] = True
-    notes = list(_schedule(file, ident, job.get("schedule"), table))
+    state = job.get("state") if isinstance(job.get("state"), dict) else {}
+    start = state.get("nextRunAtMs")
+    if start is not None and (isinstance(start, bool) or not isinstance(start, int | float)):
+        raise ImportError_(file, ident, "state.nextRunAtMs", f"{start!r}: expected milliseconds")
+    notes = list(_schedule(file, ident, job.get("schedule"), table, start, job.get("createdAtMs")))
     if job.get("sessionTarget", "isolated") == "main":
         result.dropped.append(Dropped(file, ident, "sessionTarget", "'main': each taskherd task "
                                       "is a run of its own, as OpenClaw's 'isolated'"))
@@ -79,12 +83,9 @@ def _job(file: str, job: dict[str, Any], default_tz: str | None, role_map: dict[
         result.dropped.append(Dropped(file, ident, key, _WHY.get(key, "not a field taskherd "
                                                                  "reads")))
     trigger = build_trigger(file, ident, table, default_tz)
-    start = (job.get("state") or {}).get("nextRunAtMs") if isinstance(job.get("state"),
-                                                                      dict) else None
-    if start is not None and (isinstance(start, bool) or not isinstance(start, int | float)):
-        raise ImportError_(file, ident, "state.nextRunAtMs", f"{start!r}: expected milliseconds")
     return ImportedJob(ident, table, trigger, None,
-                       start_at=None if start is None else start / 1000, notes=tuple(notes))
+                       start_at=None if start is None else start / 1000, notes=tuple(notes),
+                       rule=json.dumps(job.get("schedule"), sort_keys=True))
 
 
 def _prompt(file: str, ident: str, payload: Any, result: Imported) -> str:
@@ -108,7 +109,8 @@ def _prompt(file: str, ident: str, payload: Any, result: Imported) -> str:
     return text
 
 
-def _schedule(file: str, ident: str, schedule: Any, table: dict[str, Any]) -> list[str]:
+def _schedule(file: str, ident: str, schedule: Any, table: dict[str, Any], next_ms: Any,
+              created_ms: Any) -> list[str]:
     if not isinstance(schedule, dict):
         raise ImportError_(file, ident, "schedule", "expected an object with a kind")
     kind = schedule.get("kind")
@@ -124,15 +126,21 @@ def _schedule(file: str, ident: str, schedule: Any, table: dict[str, Any]) -> li
             table["timezone"] = schedule["tz"]
         return []
     if kind == "every":
-        return _every(file, ident, schedule, table)
+        return _every(file, ident, schedule, table, next_ms, created_ms)
     if kind == "at":
         table.update(_at(file, ident, schedule))
         return ["a one-shot"]
     raise ImportError_(file, ident, "schedule.kind", f"{kind!r}: expected cron, every or at")
 
 
-def _every(file: str, ident: str, schedule: dict[str, Any], table: dict[str, Any]) -> list[str]:
-    every, anchor = schedule.get("everyMs"), schedule.get("anchorMs", 0)
+def _every(file: str, ident: str, schedule: dict[str, Any], table: dict[str, Any],
+           next_ms: Any, created_ms: Any) -> list[str]:
+    every, anchor, counted = schedule.get("everyMs"), schedule.get("anchorMs"), "its anchor"
+    # Without an anchor OpenClaw counts from a fire it planned, else from the job's creation.
+    if anchor is None:
+        anchor, counted = next((int(v), why) for v, why in (
+            (next_ms, "its planned next run"), (created_ms, "its creation"), (0, "midnight UTC"))
+            if isinstance(v, int | float) and not isinstance(v, bool))
     for key, value in (("everyMs", every), ("anchorMs", anchor)):
         if isinstance(value, bool) or not isinstance(value, int) or value < (key == "everyMs"):
             raise ImportError_(file, ident, f"schedule.{key}", f"{value!r}: expected whole "
@@ -151,7 +159,7 @@ def _every(file: str, ident: str, schedule: dict[str, Any], table: dict[str, Any
     if offset:
         start = datetime.fromtimestamp(offset / 1000, UTC)
         table["window"] = f"{start:%H:%M}-23:59"
-    return ["counted in UTC from its anchor, as OpenClaw counts it"]
+    return [f"counted in UTC from {counted}, as OpenClaw counts it"]
 
 
 def _at(file: str, ident: str, schedule: dict[str, Any]) -> dict[str, Any]:

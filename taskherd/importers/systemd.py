@@ -21,6 +21,7 @@ from taskherd.importers.model import (
     ImportError_,
     build_trigger,
     decode_text,
+    interval_notes,
     job_name,
     role_name,
 )
@@ -76,25 +77,28 @@ def _timer(file: str, timer: str, sections: dict[str, dict[str, list[str]]],
     base = {"role": role.name, "title": timer.removesuffix(".timer"), "prompt": "",
             "missed_fire": "once" if persistent else "skip"}
     name = timer.removesuffix(".timer")
-    triggers: list[dict[str, Any]] = []
+    triggers: list[tuple[dict[str, Any], str, tuple[str, ...]]] = []
     for spec in settings.get("OnCalendar", []):
         try:
-            triggers.append(to_cron(spec))
+            triggers.append((to_cron(spec), f"OnCalendar={spec}", ()))
         except Unsupported as why:
             result.dropped.append(Dropped(file, timer, f"OnCalendar={spec}", f"unsupported: {why}"))
     active = settings.get("OnUnitActiveSec")
     if active:
-        triggers.append({"every": f"{_span(file, timer, 'OnUnitActiveSec', active[-1]):g}s"})
+        seconds = _span(file, timer, "OnUnitActiveSec", active[-1])
+        triggers.append(({"every": f"{seconds:g}s"}, f"OnUnitActiveSec={active[-1]}",
+                         interval_notes(seconds, "systemd counts from the service's last start")))
     if settings.get("OnBootSec"):
         result.dropped.append(Dropped(file, timer, "OnBootSec", "taskherd has no boot: "
                                       + ("the interval runs from each local midnight" if active
                                          else "a timer that fires only after boot is not a job")))
-    for index, keys in enumerate(triggers):
+    for index, (keys, rule, notes) in enumerate(triggers):
         table = {"name": job_name("systemd", name + (f".{index + 1}" if index else "")),
                  **base, **keys}
         trigger = build_trigger(file, timer, table, default_tz)
         result.jobs.append(ImportedJob(name, table, trigger, role,
-                                       notes=(f"runs {role.table['command']!r} as given",)))
+                                       notes=(f"runs {role.table['command']!r} as given", *notes),
+                                       rule=rule))
     return result
 
 

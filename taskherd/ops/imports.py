@@ -53,8 +53,8 @@ def job_view(job: ImportedJob, now: float) -> dict[str, Any]:
     start = datetime.fromtimestamp(now, UTC)
     fires = [f.astimezone(job.trigger.tz).isoformat()
              for f in next_fires(job.trigger, start, PREVIEW_FIRES)]
-    view = {"source_id": job.source_id, "table": job.table, "next_fires": fires,
-            "notes": list(job.notes)}
+    view = {"source_id": job.source_id, "table": job.table, "source_rule": job.rule,
+            "next_fires": fires, "notes": list(job.notes)}
     if job.start_at is not None:
         view["source_next_fire"] = datetime.fromtimestamp(job.start_at, UTC).astimezone(
             job.trigger.tz).isoformat()
@@ -79,7 +79,10 @@ def plan_import(config: Any, source: str, files: list[tuple[str, bytes]],
                                         "already past: this one-shot has fired"))
             continue
         if job.table["name"] in {j.table["name"] for j in plan.jobs}:
-            continue  # the same line twice in a crontab is one job, as cron would run it twice
+            plan.dropped.append(Dropped(job.table["name"], job.source_id, "duplicate",
+                                        "the same schedule and command again: one job (cron "
+                                        "ran it twice)"))
+            continue
         plan.jobs.append(job)
         role = job.role
         if role is not None:

@@ -247,3 +247,22 @@ def test_systemd_intervals_and_a_missing_service():
     assert job.table["every"] == "900s" and job.table["missed_fire"] == "skip"
     with pytest.raises(ImportError_, match=r"^t.timer: job 't.timer': Unit: t.service was not"):
         systemd.parse({"t.timer": timer}, "UTC")
+
+
+def test_openclaw_every_without_an_anchor_counts_from_its_planned_next_run():
+    planned = 1_799_999_940_000 + 20 * 60_000  # a whole minute
+    job = {"id": "p", "schedule": {"kind": "every", "everyMs": 3_600_000},
+           "payload": {"kind": "agentTurn", "message": "m"}, "state": {"nextRunAtMs": planned}}
+    [imported] = openclaw.parse("j", json.dumps({"version": 1, "jobs": [job]}).encode(),
+                                "UTC").jobs
+    start = datetime.fromtimestamp(planned / 1000 - 1, UTC)
+    assert fires(imported, start=start) == [datetime.fromtimestamp(planned / 1000 + 3600 * i, UTC)
+                                            for i in range(20)]
+    assert "from its planned next run" in imported.notes[0]
+
+
+def test_launchd_start_interval_says_where_its_grid_differs():
+    plist = plistlib.dumps({"Label": "l", "ProgramArguments": ["a"], "StartInterval": 7000})
+    [job] = launchd.parse("l.plist", plist, "UTC").jobs
+    assert job.table["every"] == "7000s" and job.rule == "StartInterval 7000"
+    assert any("does not divide a day" in note for note in job.notes)
