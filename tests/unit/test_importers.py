@@ -266,3 +266,15 @@ def test_launchd_start_interval_says_where_its_grid_differs():
     [job] = launchd.parse("l.plist", plist, "UTC").jobs
     assert job.table["every"] == "7000s" and job.rule == "StartInterval 7000"
     assert any("does not divide a day" in note for note in job.notes)
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+@pytest.mark.parametrize("spec", ["hourly", "daily", "weekly", "monthly", "quarterly",
+                                  "*:0/15", "Sat,Sun 10:00", "*-*-* 08..18:30",
+                                  "Mon..Fri *-*-* 9,17:05", "*-02-29 12:00",
+                                  "Tue *-*-* 02:30 America/New_York"])
+def test_on_calendar_forms_fire_as_systemd_analyze_says(spec):
+    timer = f"[Timer]\nOnCalendar={spec}\n".encode()
+    [job] = systemd.parse({"t.timer": timer, "t.service": SERVICE}, "UTC").jobs
+    assert fires(job) == systemd_fires(spec if " " in spec and "/" in spec.split()[-1]
+                                       else f"{spec} UTC")
