@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "backup": ("taskherd.cli.backup", "backup_group"),
     "runs": ("taskherd.cli.runs", "runs_group"),
     "reload": ("taskherd.cli.jobs", "reload_command"),
+    "import": ("taskherd.cli.imports", "import_command"),
+    "export": ("taskherd.cli.imports", "export_command"),
     "service": ("taskherd.cli.service", "service_group"),
     "doctor": ("taskherd.cli.doctor", "doctor_command"),
     "token": ("taskherd.cli.token", "token_group"),
