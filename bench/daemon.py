@@ -290,8 +290,8 @@ def pss_kib(pid: int) -> int:
     return 0
 
 
-def noop_wave(node: Node, count: int, interval: float) -> list[float]:
-    """`count` no-op tasks at a steady rate; each one's enqueue → exec latency."""
+def steady_noops(node: Node, count: int, interval: float) -> dict[int, float]:
+    """`count` no-op tasks added at a steady rate, one each `interval`: their ready times."""
     ready: dict[int, float] = {}
     start = time.monotonic()
     for index in range(count):
@@ -300,6 +300,12 @@ def noop_wave(node: Node, count: int, interval: float) -> list[float]:
             time.sleep(delay)
         task_id, ready_at = node.add("noop")
         ready[task_id] = ready_at
+    return ready
+
+
+def noop_wave(node: Node, count: int, interval: float) -> list[float]:
+    """`count` no-op tasks at a steady rate; each one's enqueue → exec latency."""
+    ready = steady_noops(node, count, interval)
 
     def all_done() -> bool:
         return all(node.store.get_task(t).state is TaskState.COMPLETED for t in ready)

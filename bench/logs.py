@@ -40,7 +40,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon import NOOP, Node, ms, percentile, printed_time  # bench/daemon.py
+from daemon import NOOP, Node, ms, percentile, printed_time, steady_noops  # bench/daemon.py
 
 from taskherd import procs
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
@@ -50,18 +50,6 @@ CAP = 64 << 20  # the default max_log_bytes
 RSS_GROWTH_MB = 50.0
 P99_RATIO = 2.0
 READ_TARGET = 0.100
-
-
-def steady_noops(node: Node, count: int, interval: float) -> dict[int, float]:
-    ready: dict[int, float] = {}
-    start = time.monotonic()
-    for index in range(count):
-        delay = start + index * interval - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        task_id, ready_at = node.add("noop")
-        ready[task_id] = ready_at
-    return ready
 
 
 PHASES: dict[str, dict[str, list[float]]] = {}  # per measure: its latencies by phase

@@ -38,8 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.daemon import NOOP, Node, percentile, printed_time  # noqa: E402
-from taskherd.model import FINAL_STATES, NewTask, TaskState  # noqa: E402
+from bench.daemon import NOOP, Node, percentile, printed_time, steady_noops
+from taskherd.model import FINAL_STATES, NewTask, TaskState
 
 RATIO_TARGET = 2.0
 IDENTITY = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
@@ -107,14 +107,7 @@ def cli_adds(node: Node, count: int) -> list[float]:
 
 
 def ready_to_exec(node: Node, count: int, interval: float) -> list[float]:
-    ready: dict[int, float] = {}
-    start = time.monotonic()
-    for index in range(count):
-        delay = start + index * interval - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        task_id, ready_at = node.add("noop")
-        ready[task_id] = ready_at
+    ready = steady_noops(node, count, interval)
     node.wait_until(lambda: all(node.store.get_task(t).state is TaskState.COMPLETED
                                 for t in ready), 120, "no-op tasks to finish")
     return [printed_time(node.store.runs_of_task(t)[-1].log_path) - at
