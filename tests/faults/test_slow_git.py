@@ -26,6 +26,7 @@ import pytest
 from taskherd.model import FINAL_STATES, TaskState
 from tests.fleet import PYTHON, Fleet, agent
 from tests.integration.fifo_gate import release
+from tests.integration.test_worktrees import IDENTITY, git
 
 # Writes FILE in its worktree and commits it (the prompt is JSON: {"file", "content"}).
 CODER = """
@@ -66,14 +67,6 @@ POST_COMMIT = """#!/bin/sh
 echo $$ >> "{started}"
 cat "{fifo}" > /dev/null
 """
-IDENTITY = {"GIT_AUTHOR_NAME": "coder", "GIT_AUTHOR_EMAIL": "coder@example.com",
-            "GIT_COMMITTER_NAME": "coder", "GIT_COMMITTER_EMAIL": "coder@example.com"}
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          check=True, env={"PATH": "/usr/bin:/bin", **IDENTITY}).stdout.strip()
-
 
 @pytest.fixture
 def hook(tmp_path) -> dict[str, Path]:
