@@ -18,6 +18,7 @@ Before, each refused call was a failed run: a strike, the task dead at its third
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import tempfile
 import time
@@ -26,10 +27,10 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from taskherd.model import Outcome, TaskState  # noqa: E402
-from taskherd.services.pauses import OUTAGE_LONGEST_PAUSE  # noqa: E402
-from tests.e2e.fake_openai import FakeOpenAI, Text  # noqa: E402
-from tests.fleet import Fleet  # noqa: E402
+from taskherd.model import Outcome, TaskState
+from taskherd.services.pauses import OUTAGE_LONGEST_PAUSE
+from tests.e2e.fake_openai import FakeOpenAI, Text
+from tests.fleet import Fleet
 
 
 def main() -> int:
@@ -87,7 +88,7 @@ def report(args, tasks, runs, stopped_at, back_at, cooldowns) -> int:
     pause_starts = [max(run.ended_at for run in batch)] + [run.ended_at for run in probes[:-1]]
     lengths = [probe.claimed_at - began for probe, began in zip(probes, pause_starts)]
     overlapping = sum(later.claimed_at < earlier.ended_at
-                      for earlier, later in zip(probes, probes[1:]))
+                      for earlier, later in itertools.pairwise(probes))
     print(f"gateway away {args.outage:g} s under {args.tasks} queued chat tasks "
           f"(max_concurrent {args.concurrent})")
     print(f"strikes {strikes}   dead tasks {dead}   completed {completed} of {args.tasks}   "

@@ -7,7 +7,9 @@ the endpoint is down since when. Scaled down: 10 tasks, an outage of a few secon
 
 from __future__ import annotations
 
+import itertools
 import json
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -91,9 +93,9 @@ def test_a_gateway_that_restarts_costs_no_strike_and_is_probed_once_a_pause(
     first_pause = min(run.ended_at for run in failed)
     probes = [run for run in failed if run.claimed_at >= first_pause]
     # One probe per pause: none overlaps another, and each waited longer than the last.
-    for before, after in zip(probes, probes[1:]):
+    for before, after in itertools.pairwise(probes):
         assert after.claimed_at >= before.ended_at
-    gaps = [after.claimed_at - before.ended_at for before, after in zip(probes, probes[1:])]
+    gaps = [after.claimed_at - before.ended_at for before, after in itertools.pairwise(probes)]
     assert gaps == sorted(gaps) and gaps[-1] > gaps[0], gaps
     assert fleet.store.all_cooldowns() == []  # the passing probe lifted it
     told = [json.loads(line)["event"] for line in
@@ -111,5 +113,5 @@ def test_a_reply_cut_mid_answer_is_asked_again_with_no_strike(gateway_fleet, sta
     assert done.attempts == 0
     cut, whole = fleet.store.runs_of_task(task.id)
     assert cut.outcome is Outcome.LOST and cut.error.startswith("endpoint down: ")
-    assert "I w" in open(cut.log_path).read()  # what it had said stays in its log
+    assert "I w" in Path(cut.log_path).read_text()  # what it had said stays in its log
     assert whole.outcome is Outcome.SUCCEEDED
