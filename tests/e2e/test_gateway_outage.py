@@ -1,8 +1,8 @@
 """A chat gateway that restarts is not the agents' fault: the real daemon against a loopback
 OpenAI-compatible server that is stopped (connections refused), started again on its port
 answering 503 for a while, then answering. No task takes a strike or dies, every one completes
-once it is back, one probe request goes per pause, and `status` and the delivery targets say
-the endpoint is down since when. Scaled down: 10 tasks, an outage of a few seconds
+once it is back, one probe request goes per pause, and `status`, `doctor` and the delivery
+targets say the endpoint is down since when. Scaled down: 10 tasks, an outage of a few seconds
 (bench/gateway_outage.py measures 50 tasks and 2 minutes)."""
 
 from __future__ import annotations
@@ -75,6 +75,10 @@ def test_a_gateway_that_restarts_costs_no_strike_and_is_probed_once_a_pause(
     assert "runtime chat: endpoint down since " in status and "no strike" in status, status
     board = json.loads(fleet.cli("status", "--json").stdout)
     assert board["endpoints_down"][0]["since"] == down.down_since
+    doctor = fleet.cli("doctor", check=False).stdout
+    assert any(line.startswith("problem runtime chat: endpoint down since ")
+               and f"start the gateway at {api.base_url}" in line
+               for line in doctor.splitlines()), doctor
 
     # Back on its port, but its upstream not yet: the next probe is answered 503, then a
     # reply cut mid-answer (no TASK_COMPLETE yet: the probe passes on its first words, so
