@@ -73,16 +73,23 @@ class RuntimePauses:
         """Pause every spawn of the role's runtime: its endpoint is down. The pause an outage
         already holds is kept (runs cut off together by one restart do not lengthen it); a
         probe that finds it still down doubles it. Returns when the next probe may go."""
-        previous = self.store.cooldown_of(role.runtime)
-        if previous is None or previous.down_since is None:
-            span = OUTAGE_FIRST_PAUSE
-        elif probe:
-            span = min(2 * (previous.span or OUTAGE_FIRST_PAUSE), OUTAGE_LONGEST_PAUSE)
-        else:
-            span = previous.span or OUTAGE_FIRST_PAUSE
-        until = self._capped(role, now + span, now)
-        cooldown = self.store.endpoint_down(role.runtime, until, reason, span,
-                                            self._targets(role, ENDPOINT_DOWN), now)
+        try:
+            previous = self.store.cooldown_of(role.runtime)
+            if previous is None or previous.down_since is None:
+                span = OUTAGE_FIRST_PAUSE
+            elif probe:
+                span = min(2 * (previous.span or OUTAGE_FIRST_PAUSE), OUTAGE_LONGEST_PAUSE)
+            else:
+                span = previous.span or OUTAGE_FIRST_PAUSE
+            until = self._capped(role, now + span, now)
+            cooldown = self.store.endpoint_down(role.runtime, until, reason, span,
+                                                self._targets(role, ENDPOINT_DOWN), now)
+        except StoreError as error:
+            # The run is still settled (no strike); its task's next run meets the endpoint
+            # and pauses the runtime then.
+            log.warning("runtime %s: its endpoint is down, but the pause could not be "
+                        "written: %s", role.runtime, error)
+            return now
         if previous is None or previous.down_since is None:
             log.warning("runtime %s: its endpoint is down (%s); its runs wait, no strike, and "
                         "one probes it at %s", role.runtime, reason, _iso(cooldown.until))
