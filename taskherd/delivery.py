@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import subprocess
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -72,6 +73,14 @@ def one_line(body: dict[str, Any]) -> str:
         if body.get("event") == "node_resumed":
             return f"taskherd: node {node.get('name')} starts runs again"
         return f"taskherd: node {node.get('name')} starts nothing new: {node.get('reason')}"
+    endpoint = body.get("endpoint")
+    if endpoint is not None:  # a runtime's endpoint down, or back (store/watch.py)
+        since = _local(endpoint.get("down_since"))
+        if body.get("event") == "endpoint_up":
+            return (f"taskherd: runtime {endpoint.get('runtime')}'s endpoint is back "
+                    f"(down since {since}): its runs start again")
+        return (f"taskherd: runtime {endpoint.get('runtime')}'s endpoint down since {since}: "
+                f"{endpoint.get('reason')}")
     task = body.get("task", {})
     detail = task.get("summary") or task.get("last_error") or task.get("reason") or ""
     return (f"taskherd: task {task.get('id')} ({task.get('role')}) {body.get('event')}: "
@@ -182,3 +191,9 @@ def _append(alias: Alias, body: dict[str, Any]) -> None:
             os.close(fd)
     except OSError as error:
         raise DeliveryFailed(f"{alias.target}: {error.strerror or error}") from error
+
+
+def _local(timestamp: Any) -> str:
+    if not isinstance(timestamp, int | float):
+        return "?"
+    return datetime.fromtimestamp(timestamp).astimezone().isoformat(sep=" ", timespec="seconds")

@@ -56,6 +56,7 @@ def run_checks(config_file: str | None) -> list[Check]:
                if role.runtime == "claude"]
     checks += [check_worktrees(config, role) for role in config.roles.values() if role.git]
     checks += [check_timezone(config), check_disk(config), check_backup(config)]
+    checks += check_endpoints(config)
     deliveries = check_deliveries(config)
     checks += [deliveries] if deliveries else []
     linger = check_linger()
@@ -93,6 +94,31 @@ def check_database(config: Config) -> Check:
     if slower:
         return Check(WARN, f"{name} opens and is writable", slower)
     return Check(OK, f"{name} opens and is writable")
+
+
+def check_endpoints(config: Config) -> list[Check]:
+    """Runtimes whose endpoint the daemon found down (a chat gateway away): a problem each,
+    since when and why; their tasks wait, and a probe resumes them by itself."""
+    try:
+        with open_store(config.daemon.database, durability=config.daemon.durability) as store:
+            down = [c for c in store.all_cooldowns() if c.down_since is not None]
+    except (StoreError, OSError):
+        return []  # check_database said why
+    from taskherd.webhook_urls import redacted  # (a base_url may carry a key)
+
+    urls = {role.runtime: redacted(role.base_url) for role in config.roles.values()
+            if role.base_url}
+    return [Check(PROBLEM, f"runtime {c.runtime}", f"endpoint down since "
+                  f"{_local_time(c.down_since)}: {c.reason}",
+                  f"start the gateway at {urls.get(c.runtime, 'its base_url')}; its tasks "
+                  "wait with no strike and resume once a probe request gets through")
+            for c in down if c.down_since is not None]
+
+
+def _local_time(timestamp: float) -> str:
+    from datetime import datetime
+
+    return datetime.fromtimestamp(timestamp).astimezone().isoformat(sep=" ", timespec="seconds")
 
 
 def check_deliveries(config: Config) -> Check | None:

@@ -1,12 +1,14 @@
 """Whose fault a failure is: the agent's, which costs its task a strike, or the machine's,
-which costs nothing. A machine's fault (`model.Fault`: a full disk) pauses the node that met
-it, with the reason shown (`taskherd status`, `doctor`, the board, the delivery targets),
-puts the task back in the queue as it was, and lifts by itself once a probe passes.
+which costs nothing. A machine's fault (`model.Fault`) puts the task back in the queue as it
+was and pauses what met it, with the reason shown (`taskherd status`, `doctor`, the board,
+the delivery targets), until a probe passes: a full disk pauses the node, a chat endpoint
+that is down (`endpoint_fault`) pauses its runtime.
 
 This module is the one place that says which; every path that meets a failure asks it: the
 supervisor when a run cannot start, when a run ends and when its settle cannot be written,
-the dispatcher before it claims (the free-space floor). Pure: it judges errors and figures
-handed to it and reads nothing itself (`diskspace.py` reads the disk).
+the dispatcher before it claims (the free-space floor), the chat runtime when its call
+fails. Pure: it judges errors and figures handed to it and reads nothing itself
+(`diskspace.py` reads the disk).
 """
 
 from __future__ import annotations
@@ -27,6 +29,18 @@ DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 DISK_CAUSED = frozenset({Outcome.CRASHED, Outcome.FAILED, Outcome.LOST})
 _DISK_WORDS = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded",
                errno.EROFS: "disk read-only"}
+# What a gateway in front of a model answers while it, or what it forwards to, is away: bad
+# gateway, unavailable, gateway timeout, and the 5xx proxies and providers use alike (Cloudflare's
+# 520-524, "overloaded" 529). Not 500 or 501: an internal error can be this prompt's doing, and
+# an outage would hold the whole runtime behind a task whose every probe fails.
+ENDPOINT_DOWN_STATUSES = frozenset({502, 503, 504}) | frozenset(range(505, 600))
+# httpx's errors (named, so that this module imports no HTTP client) that say the endpoint was
+# not there to answer: the connection refused, reset or never made, or the answer cut short
+# (a gateway that restarts mid-answer). Not a read timeout: an endpoint that took the request
+# and went silent is judged as a stalled run, as before.
+ENDPOINT_DOWN_ERRORS = frozenset({"ConnectError", "ConnectTimeout", "ReadError", "WriteError",
+                                  "CloseError", "RemoteProtocolError", "PoolTimeout",
+                                  "ProxyError"})
 
 
 def fault_of(error: BaseException | None) -> Fault | None:
@@ -57,6 +71,19 @@ def fault_text(error: BaseException) -> str:
             return f"{_DISK_WORDS[cause.errno]}: {text}"
         cause = cause.__cause__
     return text if text.startswith("disk ") else f"disk full: {text}"
+
+
+def endpoint_fault(http_status: int | None, error: BaseException | None) -> Fault | None:
+    """Whether a chat call failed because its endpoint was down (Fault.ENDPOINT: no strike,
+    its runtime pauses), judged from the transport's error (refused, reset, cut short) and
+    the HTTP status it answered; None when the failure is the call's own (a 4xx, a 500, a
+    stall)."""
+    if error is not None and any(kind.__name__ in ENDPOINT_DOWN_ERRORS
+                                 for kind in type(error).__mro__):
+        return Fault.ENDPOINT  # (a 200 whose stream was cut: the cut tells)
+    if http_status is not None and http_status in ENDPOINT_DOWN_STATUSES:
+        return Fault.ENDPOINT
+    return None
 
 
 def fault_at_end(outcome: Outcome, report: str | None, disk_short: str | None) -> Fault | None:

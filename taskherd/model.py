@@ -60,6 +60,9 @@ class Fault(enum.StrEnum):
     no strike and no attempt; the node pauses, with the reason shown, until a probe passes."""
 
     DISK = "disk"  # the disk is full, over quota or read-only (ENOSPC, EDQUOT, EROFS)
+    # A chat runtime's endpoint refused the connection, cut its answer or said it is down
+    # (502/503/504…): its runtime pauses, not the node, until a probe request gets through.
+    ENDPOINT = "endpoint"
 
 
 class Liveness(enum.StrEnum):
@@ -318,7 +321,8 @@ class GateCheck:
 
 @dataclass(frozen=True)
 class Cooldown:
-    """A runtime paused by a rate limit until `until` (unix seconds)."""
+    """A runtime paused by a rate limit, or by its endpoint being down, until `until` (unix
+    seconds)."""
 
     runtime: str
     until: float
@@ -328,6 +332,9 @@ class Cooldown:
     probe_node: str | None = None  # the node that took the probe once `until` passed
     probe_run_id: int | None = None  # the probe's run, once claimed
     probe_started_at: float | None = None
+    # Since when its endpoint has been down (the first call that found it so), for an outage;
+    # None for a rate limit. Kept while probes find it still down.
+    down_since: float | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Cooldown:

@@ -69,7 +69,11 @@ TOKEN = obj({"id": INT, "name": STR,
              "roles": nullable(array(STR)), "rate_per_minute": nullable(INT),
              "created_at": NUM, "expires_at": nullable(NUM), "revoked_at": nullable(NUM)})
 COOLDOWN = obj({"runtime": STR, "until": NUM, "reason": STR, "created_at": NUM,
-                "span": nullable(NUM)})
+                "span": nullable(NUM)}, probe_node=nullable(STR), probe_run_id=nullable(INT),
+               probe_started_at=nullable(NUM), down_since=nullable(NUM))
+# A runtime whose endpoint is down (ops/board.py endpoints_down).
+ENDPOINT_DOWN = obj({"runtime": STR, "since": NUM, "reason": STR, "next_probe": NUM,
+                     "probing": BOOL})
 COUNTS = {"type": "object", "additionalProperties": INT,
           "required": [state.value for state in TaskState]}
 
@@ -94,7 +98,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                    "total": COUNTS, "cooldowns": array(ref("Cooldown")),
                    "cost": array({"type": "object"}), "nodes": array({"type": "object"}),
                    "unserved": array({"type": "object"}),
-                   "backup": {"type": "object"}}),
+                   "backup": {"type": "object"}, "endpoints_down": array(ENDPOINT_DOWN)}),
     "CostRows": array(obj({"runs": INT, "cost_usd": NUM, "input_tokens": INT,
                            "output_tokens": INT}, closed=False)),
     "Cooldown": COOLDOWN,

@@ -142,10 +142,19 @@ def board(view: View) -> str:
     paused = "".join(f'<p class="error">Node {h(node["name"])} starts nothing new since '
                      f'{when(node["since"])}: {h(node["reason"])}</p>'
                      for node in board_ops.paused_nodes(view.queue, view.now))
+    paused += "".join(f'<p class="error">Runtime {h(down["runtime"])}: endpoint down since '
+                      f'{when(down["since"])} ({h(down["reason"])}); its tasks wait, no '
+                      f'strike{_next_probe(down)}</p>'
+                      for down in board_ops.endpoints_down(view.queue, view.now))
     return (f'<section id="paused">{paused}</section>' if paused else "") + (
             f'<section id="counts"><h2>Tasks by state and role</h2>{counts}</section>'
             f'<section id="p0"><h2>P0 waiting</h2>{waits}</section>'
             f'<section id="running"><h2>Running agents</h2>{agents}</section>')
+
+
+def _next_probe(down: dict) -> str:
+    return ", a probe is asking it" if down["probing"] else \
+        f", next probe {when(down['next_probe'])}"
 
 
 def _count(value: int) -> str:

@@ -1,4 +1,4 @@
-"""`taskherd cooldown list|clear`: runtimes paused by a rate limit."""
+"""`taskherd cooldown list|clear`: runtimes paused by a rate limit or a down endpoint."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from taskherd.cli.common import (
 
 @click.group("cooldown")
 def cooldown_group() -> None:
-    """Runtimes paused by a rate limit."""
+    """Runtimes paused by a rate limit or their endpoint being down."""
 
 
 @cooldown_group.command("list")

@@ -50,7 +50,14 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
         needs = f" (it needs a node tagged {', '.join(row['needs_tags'])})" if row["needs_tags"] else ""
         click.echo(f"role {row['role']}: {row['ready']} ready task(s) wait, no live node can "
                    f"take them{needs}; up: {', '.join(row['up']) or 'none'}")
+    for down in board["endpoints_down"]:
+        probe = ("a probe request is asking it now" if down["probing"]
+                 else f"the next probe request at {format_time(down['next_probe'])}")
+        click.echo(f"runtime {down['runtime']}: endpoint down since {format_time(down['since'])}"
+                   f" ({down['reason']}); its tasks wait (no strike), {probe}")
     for cooldown in cooldowns:
+        if cooldown["down_since"] is not None:
+            continue  # said above, as its endpoint being down
         if cooldown["runtime"].startswith("budget:"):
             scope = cooldown["runtime"].removeprefix("budget:")
             who = "the fleet" if scope == "fleet" else f"role {scope}"

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from taskherd.model import Priority, Run, TaskState
+from taskherd.model import Cooldown, Priority, Run, TaskState
 from taskherd.ops import Queue
 from taskherd.store import StoreError
 from taskherd.store.nodes import Node
@@ -27,6 +27,7 @@ def status_board(queue: Queue, now: float) -> dict[str, Any]:
         "by_role": by_role,
         "total": totals,
         "cooldowns": [cooldown.__dict__ for cooldown in store.active_cooldowns(now)],
+        "endpoints_down": endpoints_down(queue, now),
         "cost": spend_by_role(queue, now),
         "nodes": node_rows(nodes, store.open_runs(), now),
         "unserved": unserved_roles(queue, by_role, nodes, now),
@@ -101,6 +102,15 @@ def paused_nodes(queue: Queue, now: float) -> list[dict[str, Any]]:
             if node.paused_at is not None and node.status(now) == "up"]
 
 
+def endpoints_down(queue: Queue, now: float) -> list[dict[str, Any]]:
+    """Runtimes whose endpoint is down (a chat gateway away): since when, why, and when the
+    next probe request may go (`probing`: it may now, or one is under way). Shown from the
+    first failed call until a probe gets through, not only while the pause holds."""
+    return [{"runtime": c.runtime, "since": c.down_since, "reason": c.reason,
+             "next_probe": c.until, "probing": c.probing(now)}
+            for c in queue.store.all_cooldowns() if c.down_since is not None]
+
+
 def midnight(timezone: str | None, moment: float) -> float:
     """Start of the day of `moment` in the fleet's zone (the machine's when none is stated)."""
     zone = ZoneInfo(timezone) if timezone else None
@@ -147,7 +157,7 @@ def p0_waits(queue: Queue, now: float, limit: int = BOARD_ROWS) -> list[dict[str
         elif task.run_after > now:
             why = f"its retry time, in {task.run_after - now:.0f}s"
         elif task.role != "any" and role.runtime in cooling:
-            why = f"the {role.runtime} cooldown ({cooling[role.runtime].reason})"
+            why = _cooldown_wait(cooling[role.runtime])
         elif role.max_concurrent is not None and running[task.role] >= role.max_concurrent:
             why = f"a slot of role {task.role} ({running[task.role]} of {role.max_concurrent} busy)"
         elif not any(node.runs(task.role) for node in up):
@@ -158,3 +168,11 @@ def p0_waits(queue: Queue, now: float, limit: int = BOARD_ROWS) -> list[dict[str
             why = "a free slot on a node"
         rows.append({"task": task, "waits_for": why})
     return rows
+
+
+def _cooldown_wait(cooldown: Cooldown) -> str:
+    if cooldown.down_since is not None:
+        since = datetime.fromtimestamp(cooldown.down_since).astimezone()
+        return (f"the {cooldown.runtime} endpoint, down since "
+                f"{since.isoformat(sep=' ', timespec='seconds')} ({cooldown.reason})")
+    return f"the {cooldown.runtime} cooldown ({cooldown.reason})"

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from taskherd.config import RoleConfig
+from taskherd.faults import endpoint_fault
 from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.procs import ExitStatus
 from taskherd.prompt import build_prompt
@@ -50,6 +51,7 @@ class ChatCall:
         self.usage: dict = {}
         self.http_status: int | None = None
         self.error: str | None = None
+        self.transport_error: httpx.HTTPError | None = None  # why no answer came, if none did
         self.stalled = False
         self.retry_after: str | None = None
         self._status: ExitStatus | None = None
@@ -109,13 +111,19 @@ class ChatCall:
                     if response.status_code != 200:
                         await self._read_error(response)
                         return 1
-                    await self._read_stream(response, log)
+                    if not await self._read_stream(response, log):
+                        # Closed mid-answer (a gateway that stops): an SSE stream framed by
+                        # the connection's end reads as whole to httpx, so the protocol's own
+                        # end is what tells a cut; as a cut chunked body would, it raises.
+                        raise httpx.RemoteProtocolError(
+                            "the stream ended mid-answer: no finish_reason and no [DONE]")
         except httpx.ReadTimeout:
             self.stalled = True
             self.error = f"no data from {url} for {self.role.idle_timeout:g}s"
             return 1
         except httpx.HTTPError as error:
-            self.error = f"{type(error).__name__}: {error}"
+            self.transport_error = error
+            self.error = f"{type(error).__name__}: {error or 'no detail'}"
             return 1
         return 0
 
@@ -124,13 +132,16 @@ class ChatCall:
         self.retry_after = response.headers.get("retry-after")
         self.error = f"HTTP {response.status_code}: {text}"
 
-    async def _read_stream(self, response: httpx.Response, log) -> None:
+    async def _read_stream(self, response: httpx.Response, log) -> bool:
+        """Write the reply to the log as it streams; whether it ended as the protocol ends
+        one (`[DONE]`, or a choice's finish_reason for a server that sends no [DONE])."""
+        finished = False
         async for line in response.aiter_lines():
             if not line.startswith("data:"):
                 continue
             payload = line[5:].strip()
             if payload == "[DONE]":
-                return
+                return True
             try:
                 chunk = json.loads(payload)
             except ValueError:
@@ -138,11 +149,13 @@ class ChatCall:
             if chunk.get("usage"):
                 self.usage = chunk["usage"]
             for choice in chunk.get("choices") or []:
+                finished = finished or bool(choice.get("finish_reason"))
                 text = (choice.get("delta") or {}).get("content") or ""
                 if text:
                     self.reply.append(text)
                     log.write(text)
                     log.flush()
+        return finished
 
 
 class ChatRuntime(Runtime):
@@ -169,6 +182,14 @@ class ChatRuntime(Runtime):
                 error = "the reply has no TASK_COMPLETE line (the role sets require_marker)"
                 return RunResult(Outcome.FAILED, 0, error=error, error_tail=reply[-2000:], **usage)
             return RunResult(Outcome.SUCCEEDED, 0, summary=reader.summary or reply[:2000], **usage)
+        fault = endpoint_fault(handle.http_status, handle.transport_error)
+        if fault is not None:
+            # The gateway, not the agent: no strike, no attempt, no rate-limit count; the
+            # supervisor pauses the runtime until a probe request gets through. A reply cut
+            # mid-answer is asked again whole: the part streamed stays in the log. Before the
+            # limit's words: a 503 saying "overloaded" must not count towards max_rate_limits.
+            error = f"endpoint down: {handle.error}"
+            return RunResult(Outcome.LOST, error=error[:ERROR_BODY_LIMIT], fault=fault, **usage)
         limit = _rate_limit(handle, role, now)
         if limit is not None:
             until = known_reset(limit, now)  # None: the daemon picks the pause

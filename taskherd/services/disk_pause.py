@@ -108,7 +108,7 @@ class DiskPause:
     def judge_end(self, result: RunResult, report: str | None, now: float) -> RunResult:
         """A run's end as the machine's fault when its disk was full or below the floor as
         it ended and the agent did not say it failed (`faults.fault_at_end`): no strike."""
-        if result.outcome not in faults.DISK_CAUSED:
+        if result.outcome not in faults.DISK_CAUSED or result.fault is not None:
             return result  # (no look at the disk for the many runs that succeed)
         short = self.short(now)
         fault = faults.fault_at_end(result.outcome, report, short)

@@ -287,6 +287,11 @@ class Dispatcher:
 
 def _paused_reason(cooldown: Cooldown, now: float) -> str:
     """Why nothing (more) of the cooldown's runtime may start now."""
+    if cooldown.down_since is not None:
+        since = datetime.fromtimestamp(cooldown.down_since).astimezone()
+        return (f"runtime {cooldown.runtime}'s endpoint is down since "
+                f"{since.isoformat(sep=' ', timespec='seconds')}: a probe request tests "
+                "whether it is back")
     if cooldown.active(now):
         until = datetime.fromtimestamp(cooldown.until).astimezone()
         return (f"runtime {cooldown.runtime} is rate-limited until "

@@ -41,6 +41,7 @@ from taskherd.model import (
     Claim,
     Event,
     EventKind,
+    Fault,
     Liveness,
     Outcome,
     Run,
@@ -123,8 +124,7 @@ class Supervisor:
         self.gates = GateRunner(store, clock, self.log_dir)
         self.launch = Launch(config, store, clock)
         self.preparations = Preparations(self.view)  # runs whose worktree is being made
-        self.pauses = RuntimePauses(store, on_change,
-                                    lambda: self.config.daemon.max_rate_limit_pause)
+        self.pauses = RuntimePauses(store, on_change, lambda: self.config)
         # A full disk is the machine's fault: the node pauses, the run costs no strike, and
         # a settle the database cannot take now is kept and written later.
         self.disk = disk or DiskPause(store, lambda: self.config)
@@ -784,6 +784,12 @@ class Supervisor:
             # Limits found only at the end (an HTTP 429, a result event, a usage limit after
             # TASK_COMPLETE) pause the runtime too, whatever the run's outcome.
             self.pauses.pause(live.role, *limit, now, probe=live.probe and not live.paused_for)
+        elif result.fault is Fault.ENDPOINT:
+            # Its endpoint is down (a gateway restarting): the runtime waits for a probe, the
+            # task goes back as it was; a probe that met it still down waits longer.
+            self.pauses.endpoint_down(live.role, result.error or "endpoint down", now,
+                                      probe=live.probe)
+            live.probe = False
         elif live.probe:
             self.pauses.probe_ended(live, result, now)
         if result.outcome is Outcome.SUCCEEDED and live.role.gates and live.kill_reason is None:

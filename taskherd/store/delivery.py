@@ -26,9 +26,14 @@ BUDGET_EVENTS = (BUDGET_PAUSED, BUDGET_RESUMED)
 # disk is full), and it starts runs again.
 NODE_PAUSED, NODE_RESUMED = "node_paused", "node_resumed"
 NODE_EVENTS = (NODE_PAUSED, NODE_RESUMED)
-# A role's `on` may name a task's events, its budget's and its nodes'; unset, these.
-ROLE_EVENTS = EVENTS + BUDGET_EVENTS + NODE_EVENTS
-DEFAULT_ROLE_EVENTS = DEFAULT_EVENTS + (BUDGET_PAUSED, NODE_PAUSED)
+# What a runtime's endpoint tells its roles' targets (store/watch.py): it is down (a chat
+# gateway refusing connections or answering 502/503/504), and a probe got through again.
+ENDPOINT_DOWN, ENDPOINT_UP = "endpoint_down", "endpoint_up"
+ENDPOINT_EVENTS = (ENDPOINT_DOWN, ENDPOINT_UP)
+# A role's `on` may name a task's events, its budget's, its nodes' and its endpoint's; unset,
+# these.
+ROLE_EVENTS = EVENTS + BUDGET_EVENTS + NODE_EVENTS + ENDPOINT_EVENTS
+DEFAULT_ROLE_EVENTS = DEFAULT_EVENTS + (BUDGET_PAUSED, NODE_PAUSED, ENDPOINT_DOWN)
 
 
 @dataclass(frozen=True)

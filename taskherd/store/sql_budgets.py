@@ -43,7 +43,7 @@ class SQLBudgets:
             if not began and rows[0]["until"] >= until:
                 return False
             params = {"runtime": name, "until": until, "reason": reason, "now": now,
-                      "span": None}
+                      "span": None, "down_since": None}
             db.execute(self.q["set_cooldown"], params).fetchall()
             if began:
                 self._emit(EventKind.COOLDOWN_SET, now, runtime=name)

@@ -423,7 +423,8 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
 
     def set_cooldown(self, runtime: str, until: float, reason: str, now: float,
                      span: float | None = None) -> Cooldown:
-        params = {"runtime": runtime, "until": until, "reason": reason, "now": now, "span": span}
+        params = {"runtime": runtime, "until": until, "reason": reason, "now": now, "span": span,
+                  "down_since": None}
         with self._write() as db:
             self._order_claims(db)  # a claim under way either sees the cooldown or precedes it
             cooldown = Cooldown.from_row(_one(db.execute(self.q["set_cooldown"], params)))

@@ -1,5 +1,5 @@
 """What the supervisor keeps in the store about the agents it watches, and the probe after a
-rate limit: the interface (mixed into `Store`) and its one implementation over named SQL
+rate limit or an endpoint's outage: the interface (mixed into `Store`) and its one implementation over named SQL
 (`store/sql/common/queries.sql`, mixed into `SQLStore`).
 
 Verdicts are written when they change, never on every check, so a thousand quiet agents cost
@@ -9,12 +9,14 @@ the database nothing; `taskherd runs list` and `task show` read them from here.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from taskherd.model import Cooldown, EventKind, Liveness
+from taskherd.store.delivery import ENDPOINT_DOWN, ENDPOINT_UP
 
 if TYPE_CHECKING:
     from taskherd.store.connection import Connection
@@ -75,8 +77,17 @@ class WatchStore(abc.ABC):
         """The probe told nothing (no task to run, crashed, lost): let another one go."""
 
     @abc.abstractmethod
-    def probe_passed(self, runtime: str, run_id: int, now: float) -> bool:
-        """The probe got past the provider: the cooldown is deleted, the runtime is free."""
+    def probe_passed(self, runtime: str, run_id: int, now: float,
+                     targets: Sequence[str] = ()) -> bool:
+        """The probe got past the provider: the cooldown is deleted, the runtime is free. If
+        it was an outage, an `endpoint_up` outbox row per delivery alias in `targets`."""
+
+    @abc.abstractmethod
+    def endpoint_down(self, runtime: str, until: float, reason: str, span: float,
+                      targets: Sequence[str], now: float) -> Cooldown:
+        """Pause `runtime` until `until` because its endpoint is down (one transaction). The
+        outage's start is kept from a cooldown that is one already; one that begins now is
+        told: the event, and an `endpoint_down` outbox row per delivery alias in `targets`."""
 
 
 class SQLWatch(WatchStore):
@@ -86,6 +97,7 @@ class SQLWatch(WatchStore):
         def _write(self) -> AbstractContextManager[Connection]: ...
         def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]: ...
         def _emit(self, kind: EventKind, now: float, **fields: Any) -> None: ...
+        def _order_claims(self, db: Connection) -> None: ...
 
     def set_liveness(self, changes: Iterable[VerdictChange]) -> int:
         rows = [{"run_id": c.run_id, "liveness": c.liveness.value, "since": c.since,
@@ -138,10 +150,41 @@ class SQLWatch(WatchStore):
             params = {"runtime": runtime, "run_id": run_id}
             return db.execute(self.q["release_probe"], params).rowcount > 0
 
-    def probe_passed(self, runtime: str, run_id: int, now: float) -> bool:
+    def probe_passed(self, runtime: str, run_id: int, now: float,
+                     targets: Sequence[str] = ()) -> bool:
         with self._write() as db:
             params = {"runtime": runtime, "run_id": run_id, "now": now}
-            passed = db.execute(self.q["probe_passed"], params).rowcount > 0
-            if passed:
+            rows = db.execute(self.q["probe_passed"], params).fetchall()
+            if rows:
                 self._emit(EventKind.COOLDOWN_CLEARED, now, runtime=runtime)
-            return passed
+                lifted = Cooldown.from_row(rows[0])
+                if lifted.down_since is not None:
+                    self._tell_outage(db, ENDPOINT_UP, lifted, targets, now)
+            return bool(rows)
+
+    def endpoint_down(self, runtime: str, until: float, reason: str, span: float,
+                      targets: Sequence[str], now: float) -> Cooldown:
+        with self._write() as db:
+            self._order_claims(db)  # a claim under way either sees the pause or precedes it
+            rows = db.execute(self.q["cooldown_of"], {"runtime": runtime}).fetchall()
+            since = rows[0]["down_since"] if rows else None
+            params = {"runtime": runtime, "until": until, "reason": reason, "now": now,
+                      "span": span, "down_since": now if since is None else since}
+            cooldown = Cooldown.from_row(db.execute(self.q["set_cooldown"], params).fetchall()[0])
+            self._emit(EventKind.COOLDOWN_SET, now, runtime=runtime)
+            if since is None:
+                self._tell_outage(db, ENDPOINT_DOWN, cooldown, targets, now)
+            return cooldown
+
+    def _tell_outage(self, db: Connection, event: str, cooldown: Cooldown,
+                     targets: Sequence[str], now: float) -> None:
+        if not targets:
+            return
+        body = {"runtime": cooldown.runtime, "down_since": cooldown.down_since,
+                "reason": cooldown.reason}
+        payload = json.dumps({"event": event, "at": now, "endpoint": body})
+        for alias in dict.fromkeys(targets):
+            db.execute(self.q["insert_delivery"], {"alias": alias, "event": event,
+                                                   "task_id": None, "payload": payload,
+                                                   "now": now})
+        self._emit(EventKind.DELIVERY_QUEUED, now)

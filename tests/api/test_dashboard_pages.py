@@ -72,6 +72,24 @@ def test_the_board_says_which_node_starts_nothing_new_and_why(api):
     assert 'id="paused"' not in client.get("/").text
 
 
+def test_the_board_says_whose_endpoint_is_down_since_when(api):
+    store = api.queue.store
+    runtime = api.queue.config.roles["coder"].runtime
+    store.node_up("n1", host="h", pid=1, version="t", lease=60.0, roles=["coder"],
+                  now=time.time())
+    store.enqueue(NewTask(role="coder", title="urgent", priority=0), 1000.0)
+    client = logged_in(api)
+    now = time.time()
+    store.endpoint_down(runtime, now + 30, "endpoint down: HTTP 502 <bad gateway>", 30.0, [],
+                        now)
+    board = client.get("/").text
+    assert f"Runtime {runtime}: endpoint down since " in board and ", next probe " in board
+    assert "HTTP 502 &lt;bad gateway&gt;" in board
+    assert f"the {runtime} endpoint, down since " in board  # what the P0 task waits for
+    store.clear_cooldown(runtime)
+    assert 'id="paused"' not in client.get("/").text
+
+
 def test_a_chain_is_shown_as_a_tree(api):
     store = api.queue.store
     root = store.enqueue(NewTask(role="coder", title="plan"), 1000.0).task

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from taskherd.model import EventKind, Liveness, NewTask, Outcome, RunResult
 from taskherd.queue import RetryPolicy
@@ -78,6 +79,40 @@ def test_one_node_takes_the_probe_and_its_success_lifts_the_cooldown(store, reop
         assert store.all_cooldowns() == [] and store.cooldown_of("claude") is None
     finally:
         other.close()
+
+
+def test_an_endpoint_outage_keeps_its_start_and_tells_its_begin_and_end_once(store, reopen):
+    store.add_alias("ops", "file", "/tmp/ops.jsonl", NOW)
+    down = store.endpoint_down("chat", NOW + 1, "endpoint down: ConnectError", 1.0, ["ops"], NOW)
+    assert (down.down_since, down.until, down.span) == (NOW, NOW + 1, 1.0)
+    other = reopen()
+    try:
+        # Another run cut off by the same restart, and a probe that finds it still down, on
+        # another node: the outage's start is kept, nobody is told again.
+        other.endpoint_down("chat", NOW + 1, "endpoint down: 502", 1.0, ["ops"], NOW + 0.5)
+        assert other.take_probe("chat", "n2", NOW + 2)
+        other.attach_probe("chat", "n2", 7, NOW + 2)
+        again = other.endpoint_down("chat", NOW + 5, "endpoint down: 503", 2.0, ["ops"], NOW + 3)
+        assert (again.down_since, again.until, again.span) == (NOW, NOW + 5, 2.0)
+        assert again.probe_node is None  # the failed probe is over: the next waits for until
+        assert store.take_probe("chat", "n1", NOW + 6)
+        store.attach_probe("chat", "n1", 8, NOW + 6)
+        assert store.probe_passed("chat", 8, NOW + 7, ["ops"])
+        assert other.cooldown_of("chat") is None
+    finally:
+        other.close()
+    told = [json.loads(d.payload) for d in sorted(store.list_deliveries(), key=lambda d: d.id)]
+    assert [(t["event"], t["endpoint"]["down_since"]) for t in told] == [
+        ("endpoint_down", NOW), ("endpoint_up", NOW)]
+    # A rate limit is no outage: its probe's success tells nobody, and a later outage
+    # begins afresh.
+    store.set_cooldown("chat", NOW + 20, "429", NOW + 10)
+    assert store.cooldown_of("chat").down_since is None
+    assert store.take_probe("chat", "n1", NOW + 21)
+    store.attach_probe("chat", "n1", 9, NOW + 21)
+    assert store.probe_passed("chat", 9, NOW + 21, ["ops"])
+    assert len(store.list_deliveries()) == 2
+    assert store.endpoint_down("chat", NOW + 31, "down", 1.0, [], NOW + 30).down_since == NOW + 30
 
 
 def test_waiting_for_input_is_an_event(store):

@@ -123,8 +123,11 @@ class ScriptedServer:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> ScriptedServer:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+    def start(self, port: int = 0) -> ScriptedServer:
+        """Listen on `port` (0: any free one); a stopped fake started again on its old port
+        is a gateway back from a restart."""
+        self._release.clear()
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
         # A short poll interval: stop() waits up to one interval, per test.
         self._thread = threading.Thread(

@@ -96,7 +96,7 @@ SEED: list[tuple[str, dict[str, Any]]] = [
     ("move_task", {"task_id": 4, "state": "cancelled", "from_state": "ready", "reason": "no",
                    "reset_counts": False, "now": NOW}),
     ("set_cooldown", {"runtime": "claude", "until": NOW + 300, "reason": "429", "now": NOW,
-                      "span": None}),
+                      "span": None, "down_since": None}),
     ("insert_memory", {"scope": "qa", "section": None, "text": "hello from the memory",
                        "source": "person", "now": NOW, "embedding": "[1.0, 0.0]",
                        "embedding_model": "m"}),
@@ -139,7 +139,7 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "day_start": NOW - 3600, "month_start": NOW - 30 * 86400, "repo": "/srv/app",
     "base": "main", "branch": "taskherd/task-3", "path": "/srv/worktrees/task-3",
     "merge_mode": "merge-commit", "merged_commit": None, "conflicts": '["a.txt"]',
-    "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0,
+    "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0, "down_since": None,
     "liveness": "waiting_input", "note": "Continue? [y/N]",
     "scope": "intake", "rate_per_minute": 30, "before_id": 3, "expires_at": NOW + 3600,
     "sender": "task:3", "sender_role": "qa", "sender_run_id": 1, "recipient": "qa",
@@ -165,7 +165,8 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
                   {"task_id": 4, "from_state": "cancelled", "state": "ready"}],
     "claim_next": [{"roles": '["qa"]'}, {"full_pools": '[]', "now": NOW - 10}],
     "expired_leases": [{"now": NOW + 1000}],
-    "set_cooldown": [{"until": NOW + 900}],  # later than the seeded reset: it wins
+    # Later than the seeded reset: it wins; and an outage's start kept.
+    "set_cooldown": [{"until": NOW + 900}, {"down_since": NOW - 5}],
     "insert_job": [{"name": "hourly"}],
     "settle_job_fire": [{"status": "ok"}],
     "release_queued_fire": [{"status": "open", "task_id": 2}],

@@ -179,7 +179,9 @@ WHERE runtime = :runtime AND probe_node IS NOT NULL
 
 -- name: probe_passed
 -- The probe got past the provider: the limit is gone and the whole runtime may start again.
-DELETE FROM cooldowns WHERE runtime = :runtime AND probe_run_id = :run_id AND until <= :now;
+-- The row is returned: an outage's end is told to delivery targets with its start.
+DELETE FROM cooldowns WHERE runtime = :runtime AND probe_run_id = :run_id AND until <= :now
+RETURNING *;
 
 -- name: set_liveness
 -- The supervisor's verdict on a running agent, written only when it changes.

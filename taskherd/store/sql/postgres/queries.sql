@@ -94,11 +94,11 @@ FOR UPDATE SKIP LOCKED;
 -- A later reset wins over an earlier one: two runs hitting the same limit must not shorten it.
 -- A new limit ends any probe: the next one waits for the new reset.
 -- greatest() is SQLite's two-argument max(); the existing row is named by its table here.
-INSERT INTO cooldowns (runtime, until, reason, created_at, span)
-VALUES (:runtime, :until, :reason, :now, :span)
+INSERT INTO cooldowns (runtime, until, reason, created_at, span, down_since)
+VALUES (:runtime, :until, :reason, :now, :span, :down_since)
 ON CONFLICT (runtime) DO UPDATE
 SET until = greatest(cooldowns.until, excluded.until), reason = excluded.reason,
-    created_at = excluded.created_at, span = excluded.span,
+    created_at = excluded.created_at, span = excluded.span, down_since = excluded.down_since,
     probe_node = NULL, probe_run_id = NULL, probe_started_at = NULL
 RETURNING *;
 

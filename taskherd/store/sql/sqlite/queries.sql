@@ -65,11 +65,13 @@ PRAGMA wal_checkpoint(PASSIVE);
 
 -- name: set_cooldown
 -- A later reset wins over an earlier one: two runs hitting the same limit must not shorten it.
--- A new limit ends any probe: the next one waits for the new reset.
-INSERT INTO cooldowns (runtime, until, reason, created_at, span)
-VALUES (:runtime, :until, :reason, :now, :span)
+-- A new limit ends any probe: the next one waits for the new reset. :down_since is the
+-- outage's start (the caller keeps an outage's first), NULL for a rate limit.
+INSERT INTO cooldowns (runtime, until, reason, created_at, span, down_since)
+VALUES (:runtime, :until, :reason, :now, :span, :down_since)
 ON CONFLICT (runtime) DO UPDATE
 SET until = max(until, excluded.until), reason = excluded.reason, created_at = excluded.created_at, span = excluded.span,
+    down_since = excluded.down_since,
     probe_node = NULL, probe_run_id = NULL, probe_started_at = NULL
 RETURNING *;
 
