@@ -56,6 +56,9 @@ class GitSettings:
     hooks: bool = False  # whether the repository's hooks run for the leftover commits
 
 
+WORKTREE_ADD_TRIES = 5  # a `git worktree add` that met another add under way (see ensure_worktree)
+
+
 class GitError(OSError):
     """A git command failed; the message names the command and what git said."""
 
@@ -233,11 +236,24 @@ def ensure_worktree(repo: Path, base: str, task_id: int, root: Path) -> Path:
         return path
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     git(repo, "worktree", "prune")  # a folder removed by hand leaves a stale entry behind
-    if _branch_exists(repo, branch):
-        git(repo, "worktree", "add", "--", str(path), branch)
-    else:
-        git(repo, "worktree", "add", "-b", branch, "--", str(path), f"refs/heads/{base}")
-    return path
+    for attempt in range(1, WORKTREE_ADD_TRIES + 1):
+        try:
+            if _branch_exists(repo, branch):
+                git(repo, "worktree", "add", "--", str(path), branch)
+            else:
+                git(repo, "worktree", "add", "-b", branch, "--", str(path), f"refs/heads/{base}")
+            return path
+        except GitTimeout:
+            raise
+        except GitError as error:
+            # Two tasks' worktrees made at once in one repository (they are made in threads):
+            # `git worktree add` reads every other worktree's entry before it writes anything,
+            # and fails on one that the other add is still writing ("failed to read
+            # .git/worktrees/task-1/commondir"). git's own race, over in milliseconds.
+            if "/worktrees/" not in str(error) or attempt == WORKTREE_ADD_TRIES:
+                raise
+            time.sleep(0.05 * attempt)
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def made_worktree(repo: Path, task_id: int, root: Path) -> Path | None:

@@ -286,3 +286,22 @@ def test_merges_settling_at_the_same_moment_run_one_at_a_time(tmp_path, repo, da
     finally:
         for store in stores:
             store.close()
+
+
+def test_worktrees_made_at_once_in_one_repository_are_all_made(repo, tmp_path):
+    """The supervisor makes each task's worktree in a thread of its own, so two tasks of one
+    repository may be made at once: neither may fail for the other's half-written entry."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from taskherd import worktrees
+
+    root = tmp_path / "worktrees"
+    task_ids = range(1, 9)
+    with ThreadPoolExecutor(len(task_ids)) as pool:
+        made = list(pool.map(lambda task_id: worktrees.ensure_worktree(repo, "main", task_id,
+                                                                        root), task_ids))
+    assert made == [worktrees.worktree_path(root, task_id) for task_id in task_ids]
+    for path in made:
+        assert (path / "shared.txt").read_text() == "one\ntwo\nthree\n"
+    listed = git(repo, "worktree", "list", "--porcelain")
+    assert all(str(path) in listed for path in made)
