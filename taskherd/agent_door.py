@@ -1,6 +1,7 @@
 """The agent door: how an agent reaches its daemon without holding the database.
 
-The daemon listens on the UNIX stream socket `<data_dir>/agent.sock` (mode 0600). A request is
+The daemon listens on the UNIX stream socket `<data_dir>/door/agent.sock` (mode 0600, in a folder
+of mode 0700), which agents reach through the link `<data_dir>/agent.sock`. A request is
 one JSON line `{"token", "op", "args", "request_id"}`; the answer one JSON line,
 `{"ok": true, "result"}` or `{"error": message, "kind": "bad_input" | "refused" |
 "unauthorized"}`. The token is checked against the store (only its hash is stored) and the op
@@ -53,8 +54,19 @@ OPS = ("heartbeat", "report", "add_child_task", "review", "msg_send", "msg_inbox
        "msg_read", "memory_add", "memory_search", "task_context")
 
 
+DOOR_DIR = "door"  # the socket's own folder: a sandbox mounts the folder, not the file
+
+
 def socket_path(data_dir: Path) -> Path:
+    """Where agents connect: a link to the socket in `door_dir`."""
     return data_dir / SOCKET_NAME
+
+
+def door_dir(data_dir: Path) -> Path:
+    """The folder of the door's socket. A sandboxed agent is given this folder, never the
+    socket file alone: a restarted daemon binds a new socket (a new file), which a mount of
+    the old file would never show, and the agent's reports would wait for nothing."""
+    return data_dir / DOOR_DIR
 
 
 @contextlib.contextmanager
@@ -88,7 +100,9 @@ class AgentDoor:
     async def start(self, data_dir: Path) -> None:
         import asyncio
 
-        path = socket_path(data_dir)
+        folder = door_dir(data_dir)
+        folder.mkdir(mode=0o700, exist_ok=True)
+        path = folder / SOCKET_NAME
         path.unlink(missing_ok=True)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         # Created private: no moment exists when another user could connect.
@@ -99,6 +113,11 @@ class AgentDoor:
         finally:
             os.umask(old_umask)
         os.chmod(path, 0o600)
+        link = socket_path(data_dir)
+        target = f"{DOOR_DIR}/{SOCKET_NAME}"
+        if not (link.is_symlink() and os.readlink(link) == target):
+            link.unlink(missing_ok=True)  # an older daemon's socket file where the link goes
+            link.symlink_to(target)
         self._server = await asyncio.start_unix_server(self._serve, sock=sock,
                                                        limit=MAX_REQUEST)
         self._path = path

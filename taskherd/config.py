@@ -34,6 +34,8 @@ from taskherd.gates import Gate, GateError, parse_gates
 from taskherd.limits import NODE, SCOPES
 from taskherd.pricing import Price
 from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
+from taskherd.sandbox import MODES as ISOLATION_MODES
+from taskherd.sandbox import NETWORKS, IsolationSettings
 from taskherd.sizes import ACCEPTED as SIZE_ACCEPTED
 from taskherd.sizes import format_size, parse_size
 from taskherd.worktrees import MERGE_MODES, GitSettings
@@ -164,6 +166,8 @@ class RoleConfig:
     description: str | None = None
     budget: Limits = field(default_factory=Limits)  # its spend per day and month
     git: GitSettings | None = None  # each task in its own git worktree and branch
+    # Its agents' sandbox and caps; None (no table): unconfined, as the daemon's user.
+    isolation: IsolationSettings | None = None
     # claude runtime
     binary: str | None = None
     agent: str | None = None
@@ -630,6 +634,7 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
         "description": reader.get("description", str, None),
         "budget": reader.limits("budget"),
         "git": reader.git("git", base_dir),
+        "isolation": reader.isolation("isolation", base_dir),
         "binary": reader.get("binary", str, None),
         "agent": reader.get("agent", str, None),
         "model": reader.get("model", str, None),
@@ -1005,6 +1010,45 @@ class _Reader:
                  "hooks": reader.get("hooks", bool, None)}
         return GitSettings(base_dir / Path(repo).expanduser(),
                            **{k: v for k, v in given.items() if v is not None})
+
+    def isolation(self, key: str, base_dir: Path) -> IsolationSettings | None:
+        """[roles.NAME.isolation]: mode, network, writable, hidden, memory, pids, cpu."""
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        where = f"{self.where}.{key}"
+        if not isinstance(value, dict):
+            raise self._fail(key, value, 'a table such as { mode = "bwrap", memory = "4G" }')
+        reader = _Reader(value, where, {"mode", "network", "writable", "hidden", "memory",
+                                        "pids", "cpu"}, self.problems)
+        paths = {name: tuple(base_dir / Path(text).expanduser()
+                             for text in reader.str_list(name) or ())
+                 for name in ("writable", "hidden")}
+        given = {"mode": reader.choice("mode", ISOLATION_MODES),
+                 "network": reader.choice("network", NETWORKS),
+                 "memory": reader.memory_cap("memory"), "pids": reader.positive_int("pids"),
+                 "cpu": reader.cores("cpu"), **paths}
+        return IsolationSettings(**{k: v for k, v in given.items() if v is not None})
+
+    def memory_cap(self, key: str) -> int | None:
+        """A memory size; "4G" alone reads as GiB here, as cgroups and systemd read it."""
+        value = self.raw.get(key)
+        if isinstance(value, str) and re.fullmatch(r"\s*[\d.]+\s*[KMGT]\s*", value):
+            value = value.strip() + "iB"
+        accepted = f"{SIZE_ACCEPTED} (or 4G, as cgroups write it), at least 16 MiB"
+        size = self._convert(key, lambda _: parse_size(value), accepted)
+        if size is not None and size < 16 << 20:
+            raise self._fail(key, self.raw[key], accepted)
+        return size
+
+    def cores(self, key: str) -> float | None:
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                0.01 <= value <= 4096):
+            raise self._fail(key, value, "a number of cores such as 1.5 (at least 0.01)")
+        return float(value)
 
     def duration(self, key: str, allow_zero: bool = False) -> float | None:
         return self._convert(key, lambda v: _duration(v, allow_zero), "a duration like '90s', '10m', '1h'")

@@ -55,6 +55,7 @@ def run_checks(config_file: str | None) -> list[Check]:
     checks += [check_claude_auth(config, role) for role in config.roles.values()
                if role.runtime == "claude"]
     checks += [check_worktrees(config, role) for role in config.roles.values() if role.git]
+    checks += check_sandboxes(config)
     checks += [check_timezone(config), check_disk(config), check_backup(config)]
     checks += check_endpoints(config)
     deliveries = check_deliveries(config)
@@ -193,6 +194,35 @@ def check_role(config: Config, role: RoleConfig) -> Check:
                      f"install {program}, or name it by absolute path in roles.{role.name}")
     return Check(PROBLEM, f"role {role.name}", f"{why} (your shell finds {in_shell})",
                  f"add {os.path.dirname(in_shell)} to {key}, or use the absolute path")
+
+
+def check_sandboxes(config: Config) -> list[Check]:
+    """Each role that starts a program: in its sandbox (and whether this host can make it),
+    or unconfined, named so."""
+    from taskherd import sandbox
+
+    checks, problem = [], None
+    roles = [role for role in config.roles.values() if role_program(role) is not None]
+    if any(role.isolation is not None and role.isolation.confined for role in roles):
+        problem = sandbox.probe()[1]
+    for role in roles:
+        what = f"role {role.name}"
+        isolation = role.isolation
+        if isolation is None or not isolation.confined:
+            checks.append(Check(WARN, f"{what}: unconfined", "its agent can read the database, "
+                                "every prompt, other tasks' worktrees and your keys",
+                                f'set [roles.{role.name}.isolation] mode = "bwrap"'))
+        elif problem is not None:
+            checks.append(Check(PROBLEM, f"{what}: no sandbox", f"{problem}; its tasks are "
+                                "blocked until one can be made", "then unblock them"))
+        elif missing := [str(p) for p in isolation.writable if not p.exists()]:
+            checks.append(Check(PROBLEM, f"{what}: no sandbox", "its writable path(s) "
+                                f"{', '.join(missing)} do not exist",
+                                f"create them, or fix roles.{role.name}.isolation.writable"))
+        else:
+            checks.append(Check(OK, f"{what}: in a sandbox (bwrap, network "
+                                f"{isolation.network})"))
+    return checks
 
 
 def _check_env_key(role: RoleConfig) -> Check:

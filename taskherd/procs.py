@@ -25,7 +25,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -232,7 +232,8 @@ def exit_path_for(log_path: Path) -> Path:
 
 def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Path,
           stdin_path: Path | None = None, header: Mapping | None = None,
-          keep_input_open: bool = False, max_log_bytes: int | None = None) -> SpawnedProcess:
+          keep_input_open: bool = False, max_log_bytes: int | None = None,
+          cgroups: Sequence[str] = ()) -> SpawnedProcess:
     """Start `argv` under the shim in a new session, output appended to `log_path`.
 
     With `max_log_bytes` the output reaches the log through the shim, which keeps its head and
@@ -242,11 +243,14 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
     (`input_path_for`) that the shim holds open for the run's life, so the agent never reads
     an end of input and `send_input` reaches it; otherwise it is `stdin_path` or /dev/null.
 
+    `cgroups`: the `cgroup.procs` files the agent joins before its exec (its caps; the shim
+    itself stays out of them).
+
     Raises FileNotFoundError naming the program when it cannot be found on the
     env's PATH, before anything is started. Returns once the shim has been
     exec'd; the agent itself starts a few milliseconds later.
     """
-    _check_argv(argv, env, cwd)
+    check_argv(argv, env, cwd)
     log_path = Path(log_path)
     exit_path = exit_path_for(log_path)
     # A re-used log path must not report the previous attempt's exit.
@@ -269,14 +273,15 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
                    "env": env, "cwd": cwd or os.getcwd(), "log": str(log_path),
                    "stdin": str(stdin_path) if stdin_path else None,
                    "input": str(input_path) if input_path else None,
-                   "log_head": head, "log_tail": tail}
+                   "log_head": head, "log_tail": tail, "cgroups": list(cgroups)}
             # A missing cwd goes the cold way, where Popen raises for it; a forked shim
             # would only report it as the run's exit 127.
             forked = forkserver.fork_shim(run) if cwd is None or os.path.isdir(cwd) else None
             if forked is None:
+                joins = [arg for path in cgroups for arg in ("--cgroup", path)]
                 shim_argv = forkserver.shim_command(str(exit_path), header_prefix,
                                                     str(log_path), str(head), str(tail),
-                                                    "--", *argv)
+                                                    *joins, "--", *argv)
                 popen = subprocess.Popen(shim_argv, stdin=stdin, stdout=log_fd, stderr=log_fd,
                                          env=env, cwd=cwd, start_new_session=True,
                                          close_fds=True)
@@ -682,7 +687,8 @@ def _readable_future(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.Future
     return ready
 
 
-def _check_argv(argv: list[str], env: Mapping[str, str], cwd: str | None) -> None:
+def check_argv(argv: list[str], env: Mapping[str, str], cwd: str | None) -> None:
+    """FileNotFoundError naming the program when `argv` cannot be started with `env`."""
     if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
         raise TypeError(f"argv must be a non-empty list of str, got {argv!r}")
     program = argv[0]

@@ -2,10 +2,10 @@
 
 Forked for each run by the daemon's fork server (``shim.py --serve``, see `serve` and
 ``taskherd.forkserver``), or, when none is up, started cold by ``taskherd.procs.spawn`` as
-``python -I -S .../shim.py EXIT_PATH HEADER LOG HEAD TAIL -- ARGV...`` with stdout/stderr
-already pointing at the run's log. Either way it writes the log header, starts the agent as its
-child (same process group), waits for it, and writes the agent's exit status to EXIT_PATH
-atomically before exiting.
+``python -I -S .../shim.py EXIT_PATH HEADER LOG HEAD TAIL [--cgroup PROCS]... -- ARGV...``
+with stdout/stderr already pointing at the run's log. Either way it writes the log header,
+starts the agent as its child (same process group; inside the run's cgroups when given), waits
+for it, and writes the agent's exit status to EXIT_PATH atomically before exiting.
 
 With HEAD > 0 the log is capped (a role's ``max_log_bytes``): the agent writes into a pipe and
 the shim copies it into the log (`os.splice`, no copy through user space), keeping the first
@@ -112,8 +112,10 @@ def _write_header(header_prefix):
     os.write(1, ("# taskherd " + header_prefix + sep + fields + "\n").encode())
 
 
-def _start_agent(argv, env, output_fd=None):
+def _start_agent(argv, env, output_fd=None, cgroups=()):
     # The agent's stdout and stderr: the log as the shim has it, or the pipe the shim copies.
+    if cgroups:
+        return _start_in_cgroups(argv, env, output_fd, cgroups)
     actions = [] if output_fd is None else [(os.POSIX_SPAWN_DUP2, output_fd, 1),
                                             (os.POSIX_SPAWN_DUP2, output_fd, 2)]
     return os.posix_spawnp(
@@ -121,12 +123,55 @@ def _start_agent(argv, env, output_fd=None):
     )
 
 
+def _start_in_cgroups(argv, env, output_fd, cgroups):
+    """Start the agent inside its run's cgroups (its caps): the child moves itself in before
+    its exec, so the agent and everything it ever forks are counted from its first
+    instruction (posix_spawn has no step for that). The shim itself stays out: a memory cap
+    that kills must never kill the process that records the exit."""
+    report_read, report_write = os.pipe()  # close on exec: EOF alone says the exec worked
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(report_read)
+            for path in cgroups:
+                fd = os.open(path, os.O_WRONLY)
+                try:
+                    os.write(fd, b"0")  # 0: the writing process
+                finally:
+                    os.close(fd)
+            if output_fd is not None:
+                os.dup2(output_fd, 1)
+                os.dup2(output_fd, 2)
+            for signum in RESET_IN_CHILD + FORWARDED_SIGNALS:
+                _signal.signal(signum, _signal.SIG_DFL)
+            os.execvpe(argv[0], argv, env)
+        except OSError as error:
+            os.write(report_write, f"{error.errno} {error}".encode())
+        finally:
+            os._exit(EXEC_FAILED_CODE)
+    os.close(report_write)
+    try:
+        said = os.read(report_read, 4096)
+    finally:
+        os.close(report_read)
+    if said:
+        os.waitpid(pid, 0)
+        errno_text, _, message = said.decode("utf-8", "replace").partition(" ")
+        raise OSError(int(errno_text), message)
+    return pid
+
+
 def main(args, env=None):
     """Run ARGV (after EXIT_PATH HEADER LOG HEAD TAIL --) with `env` (default: ours) and
     record its end; with HEAD > 0 the agent's output reaches LOG through the shim, capped."""
     global _agent_pid
+    cgroups = []
+    while len(args) > 6 and args[5] == "--cgroup":  # the cgroup.procs files to join
+        cgroups.append(args[6])
+        args = args[:5] + args[7:]
     if len(args) < 7 or args[5] != "--":
-        os.write(2, b"usage: shim.py EXIT_PATH HEADER LOG HEAD TAIL -- ARGV...\n")
+        os.write(2, b"usage: shim.py EXIT_PATH HEADER LOG HEAD TAIL [--cgroup PROCS]... -- "
+                    b"ARGV...\n")
         return 2
     exit_path, header_prefix, log_path, argv = args[0], args[1], args[2], args[6:]
     head, tail = int(args[3]), int(args[4])
@@ -137,7 +182,8 @@ def main(args, env=None):
     if head > 0:
         output_read, output_write = os.pipe()  # both close on exec: the agent gets fd 1 and 2
     try:
-        agent_pid = _start_agent(argv, os.environ if env is None else env, output_write)
+        agent_pid = _start_agent(argv, os.environ if env is None else env, output_write,
+                                 cgroups)
     except OSError as error:
         os.write(2, f"# taskherd exec failed: {argv[0]}: {error}\n".encode())
         _write_exit_file(exit_path, EXEC_FAILED_CODE, None, 0)
@@ -347,7 +393,10 @@ def take_run(run):
     if "PATH" in env:
         os.putenv("PATH", env["PATH"])
     args = [run["exit_path"], run["header"], run["log"], str(run.get("log_head", 0)),
-            str(run.get("log_tail", 0)), "--"] + run["argv"]
+            str(run.get("log_tail", 0))]
+    for path in run.get("cgroups", ()):
+        args += ["--cgroup", path]
+    args += ["--"] + run["argv"]
     if run["cwd"]:
         try:
             os.chdir(run["cwd"])

@@ -16,3 +16,18 @@ def database(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "q.db")
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def host_dir():
+    """A test's folder outside /tmp, for a fleet whose agents run in a sandbox: a sandbox
+    gives its agent a private /tmp, so a config, data dir, workdir or home under pytest's
+    tmp_path would be hidden from the agent (or, written there, never reach the host).
+    /var/tmp is the host's own, as a real user's home or project folder is."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp(prefix="taskherd-test-", dir="/var/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

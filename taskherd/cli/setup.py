@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -78,6 +79,17 @@ idle_timeout = "10m"   # no output, heartbeat or CPU for this long: stalled
 rate_limit_cooldown = "1h"   # longest pause after a limit that names no reset time
 max_log_bytes = "64MiB"      # a run's log keeps its head and latest output, this much in all
 # review_by = "qa"     # each successful task waits for a review by role "qa" (define it)
+# Each agent in a sandbox (Linux, bubblewrap): the host read-only but its workdir, no view
+# of the data dir, this config or ~/.ssh, its own process namespace; caps on its whole
+# process tree. `taskherd doctor` says whether this machine can make it (docs/security.md).
+[roles.coder.isolation]
+mode = {isolation}         # or "off": runs as your user, seeing all you see
+network = "host"       # or "none" / "loopback": a network of its own
+# writable = ["~/.cache/pip"]   # more paths it may write
+# hidden = ["~/secrets"]        # more paths it must not see (besides ~/.ssh, ~/.aws, …)
+# memory = "4G"        # its process tree is killed past this: the run fails, naming the cap
+# pids = 512           # processes at once: a fork bomb stops here
+# cpu = 1.5            # cores
 # Follow-ups every coder task creates when it settles (agents cannot skip them):
 # [[roles.coder.chain]]
 # role = "qa"
@@ -94,6 +106,8 @@ max_log_bytes = "64MiB"      # a run's log keeps its head and latest output, thi
 # runtime = "command"
 # command = ["/usr/local/bin/my-agent", "--task", "{{task_id}}"]
 # prompt_via = "stdin"   # or "file" ({{prompt_file}}) or "arg" (command must end with "--")
+# [roles.script.isolation]
+# mode = {isolation}
 
 # When fewer than low_water tasks are ready, a planner task (P0) asks role "planner" to
 # add work with `taskherd task add` (at most max_spawn tasks a run).
@@ -129,9 +143,16 @@ def init_command(force: bool, directory: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     # JSON string syntax is valid TOML: a PATH holding a quote or a backslash stays one string.
     text = STARTER.format(timezone=json.dumps(local_timezone()),
-                          path=json.dumps(unique_path(os.environ.get("PATH", ""))))
+                          path=json.dumps(unique_path(os.environ.get("PATH", ""))),
+                          isolation=json.dumps(starter_isolation()))
     target.write_text(text)
     click.echo(f"wrote {target}: edit the roles, then `taskherd task add` and `taskherd status`")
+
+
+def starter_isolation() -> str:
+    """bwrap where bubblewrap exists (Linux); "off" elsewhere, since a sandbox that cannot
+    be made blocks every task (it never runs one unconfined)."""
+    return "bwrap" if sys.platform.startswith("linux") else "off"
 
 
 def unique_path(path: str) -> str:

@@ -12,6 +12,7 @@ import abc
 import logging
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,6 +63,10 @@ class AgentEnv:
     resume_session: str | None = None
     # What the prompt builder adds to the task's prompt: delivered messages, role memory.
     context: PromptContext = PromptContext()
+    # Its role's sandbox, as the agent's argv and environment become the boxed argv (see
+    # taskherd.sandbox); None: unconfined.
+    confine: Callable[[list[str], dict[str, str]], list[str]] | None = None
+    cgroups: tuple[str, ...] = ()  # the cgroup.procs files it joins: its role's caps
 
 
 class Execution(Protocol):
@@ -223,12 +228,16 @@ class CommandLineRuntime(Runtime):
             log.warning("run %s: the session to resume, %s, is not a session id: it starts a "
                         "fresh one", run.id, shown(agent.resume_session))
         env = procs.agent_env(agent.path, launch.env, agent.variables)
+        argv = launch.argv
+        if agent.confine is not None:
+            procs.check_argv(argv, env, launch.cwd)  # named now, not as the box's exit 1
+            argv = agent.confine(argv, env)
         header = {"run": run.id, "task": task.id, "role": role.name}
         # on_input = wait: the agent's stdin stays open for `taskherd task answer`.
-        spawned = procs.spawn(launch.argv, env=env, cwd=launch.cwd, log_path=files.log,
+        spawned = procs.spawn(argv, env=env, cwd=launch.cwd, log_path=files.log,
                               stdin_path=launch.stdin_path, header=header,
                               keep_input_open=role.on_input == "wait",
-                              max_log_bytes=role.max_log_bytes)
+                              max_log_bytes=role.max_log_bytes, cgroups=agent.cgroups)
         return spawned.handle
 
 

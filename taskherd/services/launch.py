@@ -7,6 +7,7 @@ knows nothing of a live run but its role and task.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import secrets
@@ -14,14 +15,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from taskherd.agent_door import SOCKET_NAME, door_dir
 from taskherd.config import Config, RoleConfig
 from taskherd.model import Claim, Run, Task
 from taskherd.ops import Queue
 from taskherd.ops import memory as memory_ops
 from taskherd.prompt import PromptContext
-from taskherd.runtimes.base import AgentEnv, Execution, RunFiles, Runtime
+from taskherd.runtimes.base import AgentEnv, CommandLineRuntime, Execution, RunFiles, Runtime
 from taskherd.runtimes.sessions import shown, valid_session_id
+from taskherd.sandbox import AgentBox, Bubblewrap, within
+from taskherd.service import ENV_FILE
 from taskherd.store import Store, StoreError
+from taskherd.store.events import socket_dir
 
 log = logging.getLogger("taskherd.supervisor")
 
@@ -45,6 +50,7 @@ class Launch:
         self.config = config
         self.store = store
         self.clock = clock
+        self.bubblewrap = Bubblewrap()
 
     @property
     def worktree_root(self) -> Path:
@@ -117,10 +123,41 @@ class Launch:
             path = memory_ops.short_term_file(self.config, role.name)
             memory, memory_path = path.read_bytes().decode("utf-8", "replace"), str(path)
             variables["TASKHERD_MEMORY_FILE"] = memory_path
+        confine = None
+        if role.isolation is not None and role.isolation.confined and isinstance(
+                runtime, CommandLineRuntime):
+            box = self.box(role, files, memory_path)
+            bwrap = self.bubblewrap.path()  # SandboxUnavailable: the task waits, blocked
+            confine = functools.partial(box.wrap, bwrap=bwrap)
         agent = AgentEnv(agent_path(self.config, role), variables,
                          earlier[-1].session_id if earlier else None,
-                         PromptContext(claim.inbox, memory, memory_path))
+                         PromptContext(claim.inbox, memory, memory_path), confine)
         return runtime.start(role, claim.task, claim.run, files, agent), earlier
+
+    def box(self, role: RoleConfig, files: RunFiles, memory_file: str | None) -> AgentBox:
+        """The sandbox of one run of `role` (see taskherd.sandbox): what it may write, what it
+        must not see, and its own door and files."""
+        assert role.isolation is not None
+        config, data_dir = self.config, self.config.daemon.data_dir.resolve()
+        workdir = Path(os.path.abspath(role.workdir or os.getcwd()))
+        source = config.source.resolve() if config.source is not None else None
+        database = config.daemon.database
+        database_files: list[Path] = []
+        if not database.startswith(("postgres://", "postgresql://")):
+            path = Path(database).resolve()
+            database_files = [path, Path(f"{path}-wal"), Path(f"{path}-shm"),
+                              Path(f"{path}-journal"), socket_dir(path)]
+        git_dir = None
+        if role.git is not None:
+            git_dir = Path(os.path.abspath(role.git.repo)) / ".git"
+        return AgentBox(
+            role.isolation, role.runtime, workdir, data_dir, door_dir(data_dir) / SOCKET_NAME,
+            run_files=(files.log, files.prompt,
+                       files.prompt.with_name(files.prompt.stem + ".mcp.json")),
+            memory_file=Path(memory_file) if memory_file else None,
+            config_file=source, env_file=source.parent / ENV_FILE if source else None,
+            database_files=tuple(p for p in database_files if not within(p, data_dir)),
+            git_dir=git_dir if git_dir is not None and git_dir.is_dir() else None)
 
     def session_runs(self, role: RoleConfig, task: Task) -> list[Run]:
         """When the role resumes: the earlier runs of `task` in its latest recorded session

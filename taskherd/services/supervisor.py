@@ -52,6 +52,7 @@ from taskherd.questions import question_in
 from taskherd.runtimes.base import Execution, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
 from taskherd.runtimes.registry import runtime_for
+from taskherd.sandbox import SandboxUnavailable
 from taskherd.services.disk_pause import DiskPause
 from taskherd.services.gates import GateRunner
 from taskherd.services.launch import Launch, agent_path, create_private
@@ -157,6 +158,14 @@ class Supervisor:
             if worktree is not None:
                 role = self.launch.in_worktree(role, claim.task, worktree, now)
             handle, continued = self.launch.begin(runtime, role, claim, files)
+        except SandboxUnavailable as error:
+            # Fail closed: never a silent fallback to running it unconfined. The host's
+            # fault, not the agent's: no strike; it waits for a person (doctor says what to
+            # install or enable), who unblocks it.
+            log.error("run %s of task %s: no sandbox: %s", claim.run.id, claim.task.id, error)
+            self._settle_now(claim.run, RunResult(Outcome.BLOCKED, error=(
+                f"its role's sandbox cannot be made: {error}; then unblock the task")))
+            return None
         except (OSError, ValueError, StoreError) as error:
             log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
             self._settle_now(claim.run, self._not_started(error, now))

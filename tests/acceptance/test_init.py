@@ -41,3 +41,12 @@ def test_every_daemon_setting_is_in_the_starter_with_a_comment(tmp_path):
         assert at is not None, f"daemon.{name} is not in the starter file"
         assert lines[at - 1].startswith("#") or "#" in lines[at].split("=", 1)[1], \
             f"daemon.{name} has no comment saying what it does"
+
+
+def test_the_starter_role_runs_in_a_sandbox_on_linux(tmp_path):
+    text = init(tmp_path, os.environ["PATH"])
+    isolation = load_config(tmp_path / "taskherd.toml").role("coder").isolation
+    assert isolation is not None
+    assert isolation.mode == ("bwrap" if sys.platform.startswith("linux") else "off")
+    assert isolation.network == "host"  # it must reach its model
+    assert "[roles.coder.isolation]" in text

@@ -1,0 +1,244 @@
+"""Each agent in a box (the OS layer): bubblewrap's argv that confines one run's agent.
+
+A role with ``[roles.NAME.isolation] mode = "bwrap"`` has its agent started as
+``bwrap OPTIONS -- ARGV`` by the run's shim: the shim stays outside the box (it is the box's
+parent), so a restarted daemon re-adopts the run and reads its exit as before, and the
+liveness verdicts still see the agent's process tree, which is the shim's descendants.
+
+Inside, the agent sees the host's files read-only, with these exceptions, mounted in this
+order (a later mount wins where two overlap):
+
+1. private: ``/tmp`` (and TMPDIR), ``/dev``, ``/proc`` of its own PID namespace;
+2. writable: its workdir (its worktree), the role's ``writable`` paths, the state directories
+   its runtime needs (`RUNTIME_STATE`), a git role's repository data (its hooks and config
+   read-only: a hook written by an agent would run outside the box, at the merge);
+3. hidden (an empty tmpfs over a folder, an empty file over a file): the data dir (database,
+   every run's logs and prompts, other tasks' worktrees, the daemon's sockets), a database
+   or its event sockets kept elsewhere, the service's environment file, the config file
+   (read-only instead when it lies in the workdir), the default `HIDDEN` list and the role's
+   ``hidden`` paths;
+4. given back, narrowly: its worktree when it lies in the data dir, the agent door's socket,
+   its own prompt and log (read-only), its role's memory file.
+
+What cannot be made fails closed (`SandboxUnavailable`): the task is blocked with the reason,
+never run unconfined. Nothing here reads task text: paths come from the config and run ids.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MODES = ("off", "bwrap")
+NETWORKS = ("host", "none", "loopback")
+# Hidden from every sandboxed agent unless its role says otherwise: the operator's keys, and
+# the sockets of services that would act for it outside the box (a read-only mount does not
+# stop a connect to a socket file).
+HIDDEN = ("~/.ssh", "~/.aws", "~/.gnupg", "~/.netrc", "~/.config/gcloud", "~/.azure",
+          "~/.kube", "~/.docker", "~/.git-credentials", "~/.config/gh",
+          "/run/user", "/var/run/docker.sock", "/run/docker.sock", "/run/containerd",
+          "/run/podman", "/run/dbus")
+# What each runtime's CLI writes as it works (its login, sessions, settings), given to its
+# agent writable so that Claude Code and Codex run unchanged inside. A variable names the
+# folder instead of the default when it is set in the agent's environment.
+RUNTIME_STATE: dict[str, tuple[tuple[str | None, str], ...]] = {
+    "claude": (("CLAUDE_CONFIG_DIR", "~/.claude"), (None, "~/.claude.json"),
+               (None, "~/.cache/claude"), (None, "~/.cache/claude-cli-nodejs")),
+    "codex": (("CODEX_HOME", "~/.codex"),),
+}
+
+
+class SandboxUnavailable(Exception):
+    """The sandbox a role asks for cannot be made here; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class IsolationSettings:
+    """A role's ``[roles.NAME.isolation]``: its sandbox and the caps on its process tree."""
+
+    mode: str = "off"  # "bwrap": the agent runs in a sandbox; "off": as the daemon's user
+    network: str = "host"  # "none" / "loopback": a network namespace of its own
+    writable: tuple[Path, ...] = ()  # more paths the agent may write (must exist)
+    hidden: tuple[Path, ...] = ()  # more paths it must not see, besides HIDDEN
+    memory: int | None = None  # bytes: the whole tree is killed past this (cgroups)
+    pids: int | None = None  # processes and threads at once: a fork bomb stops here
+    cpu: float | None = None  # cores
+
+    @property
+    def confined(self) -> bool:
+        return self.mode == "bwrap"
+
+
+@dataclass(frozen=True)
+class AgentBox:
+    """Everything one run's sandbox is made of: what the daemon knows of the run."""
+
+    settings: IsolationSettings
+    runtime: str
+    workdir: Path
+    data_dir: Path
+    door: Path  # the agent door's socket, in a folder of its own under the data dir
+    run_files: tuple[Path, ...] = ()  # its own prompt, log, MCP config: read-only
+    memory_file: Path | None = None
+    config_file: Path | None = None
+    env_file: Path | None = None
+    database_files: tuple[Path, ...] = ()  # a SQLite database outside the data dir
+    git_dir: Path | None = None  # the repository's common .git of a worktree role
+    home: Path = field(default_factory=Path.home)
+
+    def wrap(self, argv: list[str], env: dict[str, str], bwrap: str) -> list[str]:
+        """`argv` as started in this box. Raises SandboxUnavailable for a `writable` path
+        that is missing (the box would not be what the role says)."""
+        for path in self.settings.writable:
+            if not path.exists():
+                raise SandboxUnavailable(
+                    f"the sandbox's writable path {path} does not exist: create it, or take "
+                    "it out of the role's [isolation] writable list")
+        return [bwrap, *self.options(env), "--", *argv]
+
+    def options(self, env: dict[str, str]) -> list[str]:
+        # No capabilities, even for a daemon run as root: with CAP_SYS_ADMIN an agent would
+        # unmount what hides the data dir. (bwrap also sets no_new_privs: no setuid program
+        # gives them back.)
+        options = ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+                   "--unshare-cgroup-try", "--cap-drop", "ALL"]
+        if self.settings.network != "host":
+            options.append("--unshare-net")
+        options += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                    "--tmpfs", "/tmp"]
+        tmpdir = env.get("TMPDIR")
+        if tmpdir and os.path.isabs(tmpdir) and not within(Path(tmpdir), Path("/tmp")):
+            options += ["--tmpfs", tmpdir]
+        writable = self._writable(env)
+        for path in writable:
+            options += ["--bind", str(path), str(path)]
+        if self.git_dir is not None:
+            options += self._git_read_only(self.git_dir)
+        hidden = self._hidden()
+        empty = self._empty_file()
+        for path in hidden:
+            options += ["--tmpfs", str(path)] if path.is_dir() else [
+                "--ro-bind", str(empty), str(path)]
+        config = self.config_file
+        if config is not None and config.exists() and within(config, self.workdir):
+            options += ["--ro-bind", str(config), str(config)]  # visible, but not its to edit
+        # Given back: what the hiding covered that this run needs (its worktree in the data
+        # dir, the door, its own files).
+        for path in writable:
+            if any(within(path, hide) for hide in hidden):
+                options += ["--bind", str(path), str(path)]
+        # The door's folder, and the link agents connect through (see agent_door.door_dir).
+        # taskherd's own installation (the agent's `taskherd done`), should it lie in /tmp.
+        for path in {Path(sys.prefix), Path(sys.base_prefix)}:
+            if within(path, Path("/tmp")) or any(within(path, hide) for hide in hidden):
+                options += ["--ro-bind", str(path), str(path)]
+        options += ["--bind", str(self.door.parent), str(self.door.parent),
+                    "--symlink", f"{self.door.parent.name}/{self.door.name}",
+                    str(self.data_dir / self.door.name)]
+        for path in self.run_files:
+            if path.exists():
+                options += ["--ro-bind", str(path), str(path)]
+        if self.memory_file is not None and self.memory_file.exists():
+            options += ["--bind", str(self.memory_file), str(self.memory_file)]
+        options += ["--chdir", str(self.workdir)]
+        return options
+
+    def _writable(self, env: dict[str, str]) -> list[Path]:
+        paths = [self.workdir, *self.settings.writable]
+        for variable, default in RUNTIME_STATE.get(self.runtime, ()):
+            path = Path(env[variable]) if variable and env.get(variable) else _home(
+                default, self.home)
+            if default.endswith(".json"):
+                if path.exists():
+                    paths.append(path)
+                continue
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)  # else it could not be made
+            paths.append(path)
+        if self.git_dir is not None:
+            paths.append(self.git_dir)
+        return paths
+
+    def _hidden(self) -> list[Path]:
+        paths = [self.data_dir, *self.database_files]
+        if self.env_file is not None:
+            paths.append(self.env_file)
+        if self.config_file is not None and not within(self.config_file, self.workdir):
+            paths.append(self.config_file)
+        paths += [_home(text, self.home) for text in HIDDEN]
+        paths += self.settings.hidden
+        return [path for path in paths if path.exists() or path.is_symlink()]
+
+    def _empty_file(self) -> Path:
+        """An empty file mounted over each hidden file (/dev/null would be refused: a box's
+        mounts are nodev)."""
+        path = self.data_dir / "empty"
+        if not path.exists() or path.stat().st_size:
+            path.unlink(missing_ok=True)
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o400))
+        return path
+
+    @staticmethod
+    def _git_read_only(git_dir: Path) -> list[str]:
+        # The agent commits (objects, refs, its worktree's index); a hook or a config line
+        # (core.hooksPath, a filter) it wrote would run outside the box when taskherd merges.
+        options = ["--ro-bind", str(git_dir / "config"), str(git_dir / "config")]
+        hooks = git_dir / "hooks"
+        if hooks.is_dir():
+            return options + ["--ro-bind", str(hooks), str(hooks)]
+        return options + ["--tmpfs", str(hooks), "--remount-ro", str(hooks)]
+
+
+def _home(text: str, home: Path) -> Path:
+    return home / text[2:] if text.startswith("~/") else Path(text)
+
+
+def within(path: Path, folder: Path) -> bool:
+    """Whether `path` is `folder` or lies in it (both absolute, as given: no symlinks read)."""
+    return path == folder or folder in path.parents
+
+
+class Bubblewrap:
+    """The host's bubblewrap, checked once by making a box. A host that could not is asked
+    again at the next run that needs one (a blocked task's unblock), so installing bwrap or
+    enabling user namespaces is seen without a restart."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._path: str | None = None
+
+    def path(self) -> str:
+        """The bwrap program, known to make a box here; SandboxUnavailable otherwise."""
+        with self._lock:
+            if self._path is None:
+                path, problem = probe()
+                if problem is not None:
+                    raise SandboxUnavailable(problem)
+                self._path = path
+            return self._path
+
+
+def probe() -> tuple[str | None, str | None]:
+    """(bwrap's path, None) when a box can be made here, else (None, what to do)."""
+    path = shutil.which("bwrap")
+    if path is None:
+        return None, ("bubblewrap is not installed (`apt install bubblewrap`, `dnf install "
+                      "bubblewrap`); a role with [isolation] mode = \"bwrap\" does not run "
+                      "unconfined")
+    try:
+        done = subprocess.run([path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                               "--unshare-pid", "--", "/bin/true"], capture_output=True,
+                              timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return None, f"bubblewrap could not run: {error}"
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return None, (f"bubblewrap cannot make a sandbox here: {said[-1] if said else 'exit '}"
+                      f"{'' if said else done.returncode}; enable unprivileged user "
+                      "namespaces (sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu "
+                      "an AppArmor profile for bwrap), or run the daemon as root")
+    return path, None

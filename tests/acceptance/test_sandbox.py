@@ -1,0 +1,166 @@
+"""A role's sandbox (`[roles.NAME.isolation] mode = "bwrap"`), with a real daemon and bwrap.
+
+A boxed agent works in its workdir and reports through its door; the host's files are
+read-only to it and the data dir, the config and the operator's keys are not there at all.
+The box fails closed: when it cannot be made, the task waits blocked with the reason, no
+strike, and its agent never runs unconfined. A daemon `kill -9`'d while a boxed agent works
+re-adopts it, and the agent's report reaches the new daemon. (Each escape an agent might try
+is in tests/security/.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+
+import pytest
+
+from taskherd.model import Outcome, TaskState
+from tests.fleet import PYTHON, Fleet, agent
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("bwrap") is None and not os.environ.get("CI"),
+    reason="bubblewrap is not installed (apt install bubblewrap)")
+
+LOOKS = """
+    import json, os, subprocess, sys, time
+
+    found, gate = sys.argv[1], sys.argv[2]
+    home = os.environ["TASKHERD_HOME"]
+
+    def attempt(action):
+        try:
+            action()
+            return "done"
+        except OSError as error:
+            return type(error).__name__
+
+    seen = {
+        "data_dir": sorted(os.listdir(home)),
+        "config": open(sys.argv[3]).read(),
+        "ssh_key": attempt(lambda: open(sys.argv[4]).read()),
+        "write_outside": attempt(lambda: open(sys.argv[5], "w").write("x")),
+        "write_workdir": attempt(lambda: open("made-here", "w").write("x")),
+        "pid": os.getpid(),
+    }
+    json.dump(seen, open(found + ".tmp", "w"))
+    os.replace(found + ".tmp", found)
+    while not os.path.exists(gate):  # works until the test lets it report
+        time.sleep(0.05)
+    sys.exit(subprocess.run([sys.executable, "-m", "taskherd", "done", "--summary",
+                             "boxed"]).returncode)
+"""
+
+
+def boxed_fleet(root, isolation: str = 'mode = "bwrap"', path: str = "/usr/bin:/bin") -> Fleet:
+    home = root / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY")
+    (root / "work").mkdir()
+    program = agent(root, "looks", LOOKS)
+    fleet = Fleet(root, f"""
+        [daemon]
+        data_dir = "data"
+        timezone = "UTC"
+        path = "{path}"
+
+        [roles.worker]
+        command = ["{PYTHON}", "-S", "{program}", "{root / 'work' / 'found'}", "{root / 'work' / 'gate'}",
+                   "{root / 'taskherd.toml'}", "{home / '.ssh' / 'id_ed25519'}",
+                   "{root / 'outside'}"]
+        workdir = "work"
+        idle_timeout = "1h"
+
+        [roles.worker.isolation]
+        {isolation}
+    """)
+    fleet.env["HOME"] = str(home)
+    fleet.env["PATH"] = f"{path}:{os.environ['PATH']}"
+    return fleet
+
+
+@pytest.fixture
+def fleet(host_dir):
+    made = boxed_fleet(host_dir)
+    yield made
+    made.close()
+
+
+def test_a_boxed_agent_works_in_its_workdir_and_reports_through_its_door(fleet):
+    fleet.up()
+    task = fleet.add("look around")
+    found = fleet.root / "work" / "found"
+    seen = json.loads(fleet.wait_until(lambda: found.exists() and found.read_text(),
+                                       what="the agent to look around"))
+    (fleet.root / "work" / "gate").write_text("go")
+    done = fleet.wait_final(task.id)
+    assert done.state is TaskState.COMPLETED and done.summary == "boxed"
+    # Of the data dir, only its door and its own run files are there.
+    assert seen["data_dir"] == ["agent.sock", "door", "logs"]
+    assert seen["config"] == ""  # /dev/null over it
+    assert seen["ssh_key"] == "PermissionError" or seen["ssh_key"] == "FileNotFoundError"
+    assert seen["write_outside"] == "OSError"  # EROFS
+    assert seen["write_workdir"] == "done" and (fleet.root / "work" / "made-here").exists()
+    assert not (fleet.root / "outside").exists()
+    assert seen["pid"] < 10  # its own PID namespace
+
+
+def test_a_daemon_killed_while_a_boxed_agent_works_readopts_it_and_gets_its_report(fleet):
+    fleet.up()
+    task = fleet.add("work through a restart")
+    found = fleet.root / "work" / "found"
+    fleet.wait_until(found.exists, what="the agent to start")
+    [run] = fleet.wait_until(lambda: [r for r in fleet.store.open_runs() if r.pid],
+                             what="the spawn on record")
+    fleet.stop(signal.SIGKILL)
+    fleet.up()
+    fleet.wait_until(lambda: "re-adopted pid" in fleet.daemon_log.read_text(),
+                     what="the new daemon to re-adopt the agent")
+    (fleet.root / "work" / "gate").write_text("go")  # it reports to the new daemon, through its box
+    done = fleet.wait_final(task.id)
+    assert done.state is TaskState.COMPLETED and done.attempts == 0
+    [only] = fleet.store.runs_of_task(task.id)
+    assert only.id == run.id and only.outcome is Outcome.SUCCEEDED and only.report == "done"
+
+
+def test_a_box_that_cannot_be_made_blocks_the_task_without_a_strike(host_dir):
+    # A host whose user namespaces are off: bwrap answers as it does there.
+    fake = host_dir / "fakebin"
+    fake.mkdir()
+    (fake / "bwrap").write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' "
+                                ">&2\nexit 1\n")
+    (fake / "bwrap").chmod(0o755)
+    fleet = boxed_fleet(host_dir, path=f"{fake}:/usr/bin:/bin")
+    try:
+        fleet.env["PATH"] = f"{fake}:{fleet.env['PATH']}"
+        fleet.up()
+        task = fleet.add("never unconfined")
+        blocked = fleet.wait_until(
+            lambda: (t := fleet.store.get_task(task.id)).state is TaskState.BLOCKED and t,
+            what="the task to be blocked")
+        assert blocked.attempts == 0
+        assert "sandbox cannot be made" in blocked.last_error
+        assert "setting up uid map: Permission denied" in blocked.last_error
+        assert not (host_dir / "work" / "found").exists()  # its agent never ran
+        doctor = fleet.cli("doctor", check=False)
+        assert "bwrap: setting up uid map" in doctor.stdout + doctor.stderr
+    finally:
+        fleet.close()
+
+
+def test_a_missing_writable_path_blocks_the_task_naming_it(host_dir):
+    missing = host_dir / "not-made"
+    fleet = boxed_fleet(host_dir, isolation=f'mode = "bwrap"\nwritable = ["{missing}"]')
+    try:
+        fleet.up()
+        task = fleet.add("needs a path")
+        blocked = fleet.wait_until(
+            lambda: (t := fleet.store.get_task(task.id)).state is TaskState.BLOCKED and t,
+            what="the task to be blocked")
+        assert blocked.attempts == 0
+        assert f"writable path {missing} does not exist" in blocked.last_error
+        assert not (host_dir / "work" / "found").exists()
+    finally:
+        fleet.close()
