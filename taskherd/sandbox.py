@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import threading
@@ -51,6 +52,18 @@ RUNTIME_STATE: dict[str, tuple[tuple[str | None, str], ...]] = {
                (None, "~/.cache/claude"), (None, "~/.cache/claude-cli-nodejs")),
     "codex": (("CODEX_HOME", "~/.codex"),),
 }
+
+
+# network = "none": bwrap's network namespace always brings up its own loopback, so "none"
+# also refuses to make internet sockets at all (a seccomp filter: socket(2) of AF_INET,
+# AF_INET6 or AF_PACKET fails with EAFNOSUPPORT); the agent door is a UNIX socket and works.
+# (architecture as audit names it, its socket(2) number, 32-bit ABIs to refuse it in too)
+SOCKET_SYSCALLS = {"x86_64": (0xC000003E, 41, ((0x40000003, 0x40000000 + 41),)),
+                   "aarch64": (0xC00000B7, 198, ())}
+I386 = (0x40000003, 359, 102)  # x86's 32-bit ABI: socket(2), and socketcall(2) refused whole
+ALLOW, REFUSE = 0x7FFF0000, 0x00050000 | 97  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO(EAFNOSUPPORT)
+REFUSED_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET
+SECCOMP_FD = 3  # where the shim's child opens the filter for bwrap --seccomp
 
 
 class SandboxUnavailable(Exception):
@@ -101,6 +114,13 @@ class AgentBox:
                     "it out of the role's [isolation] writable list")
         return [bwrap, *self.options(env), "--", *argv]
 
+    @property
+    def open_files(self) -> tuple[Path, ...]:
+        """Files the agent's starter opens on fds 3, 4, … for bwrap (its seccomp filter)."""
+        if self.settings.network != "none":
+            return ()
+        return (self.data_dir / f"no-network-{os.uname().machine}.bpf",)
+
     def options(self, env: dict[str, str]) -> list[str]:
         # No capabilities, even for a daemon run as root: with CAP_SYS_ADMIN an agent would
         # unmount what hides the data dir. (bwrap also sets no_new_privs: no setuid program
@@ -109,6 +129,9 @@ class AgentBox:
                    "--unshare-cgroup-try", "--cap-drop", "ALL"]
         if self.settings.network != "host":
             options.append("--unshare-net")
+        if self.settings.network == "none":
+            _write_once(self.open_files[0], no_network_filter())
+            options += ["--seccomp", str(SECCOMP_FD)]
         options += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
                     "--tmpfs", "/tmp"]
         tmpdir = env.get("TMPDIR")
@@ -195,6 +218,53 @@ class AgentBox:
 
 def _home(text: str, home: Path) -> Path:
     return home / text[2:] if text.startswith("~/") else Path(text)
+
+
+def no_network_filter(machine: str | None = None) -> bytes:
+    """A classic BPF program for seccomp, as bwrap --seccomp reads it (struct sock_filter
+    entries in native order): socket(2) of a REFUSED_FAMILIES family fails with
+    EAFNOSUPPORT, in every ABI the machine's processes can call through; all else passes."""
+    machine = machine or os.uname().machine
+    if machine not in SOCKET_SYSCALLS:
+        raise SandboxUnavailable(f'network = "none" is not built for this machine '
+                                 f'({machine}); use "loopback"')
+    arch, socket_nr, other_abis = SOCKET_SYSCALLS[machine]
+    # (label, op, k, jump if true, jump if false): labels resolved to relative jumps below.
+    steps: list[tuple[str | None, str, int, str | None, str | None]] = [
+        (None, "ld", 4, None, None),  # seccomp_data.arch
+        (None, "jeq", arch, None, "other abi"),
+        (None, "ld", 0, None, None),  # seccomp_data.nr
+        (None, "jeq", socket_nr, "family", "allow" if not other_abis else None)]
+    for i, (_, nr) in enumerate(other_abis):
+        last = i == len(other_abis) - 1
+        steps.append((None, "jeq", nr, "family", "allow" if last else None))
+    if machine == "x86_64":  # its i386 ABI (int 0x80): socketcall(2) refused whole
+        steps += [("other abi", "jeq", I386[0], None, "allow"), (None, "ld", 0, None, None),
+                  (None, "jeq", I386[2], "refuse", None),
+                  (None, "jeq", I386[1], "family", "allow")]
+    else:
+        steps.append(("other abi", "ret", ALLOW, None, None))
+    steps.append(("family", "ld", 16, None, None))  # seccomp_data.args[0], its low word
+    for i, family in enumerate(REFUSED_FAMILIES):
+        last = i == len(REFUSED_FAMILIES) - 1
+        steps.append((None, "jeq", family, "refuse", "allow" if last else None))
+    steps += [("allow", "ret", ALLOW, None, None), ("refuse", "ret", REFUSE, None, None)]
+    at = {label: index for index, (label, *_) in enumerate(steps) if label}
+
+    def jump(index: int, label: str | None) -> int:
+        return 0 if label is None else at[label] - index - 1
+
+    codes = {"ld": 0x20, "jeq": 0x15, "ret": 0x06}  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_RET|K
+    return b"".join(struct.pack("=HBBI", codes[op], jump(index, yes), jump(index, no), k)
+                    for index, (_, op, k, yes, no) in enumerate(steps))
+
+
+def _write_once(path: Path, data: bytes) -> None:
+    if path.exists() and path.read_bytes() == data:
+        return
+    temp = path.with_name(f".{path.name}.{os.getpid()}")
+    temp.write_bytes(data)
+    os.replace(temp, path)
 
 
 def within(path: Path, folder: Path) -> bool:

@@ -2,7 +2,7 @@
 
 Forked for each run by the daemon's fork server (``shim.py --serve``, see `serve` and
 ``taskherd.forkserver``), or, when none is up, started cold by ``taskherd.procs.spawn`` as
-``python -I -S .../shim.py EXIT_PATH HEADER LOG HEAD TAIL [--cgroup PROCS]... -- ARGV...``
+``python -I -S .../shim.py EXIT_PATH HEADER LOG HEAD TAIL [--cgroup|--file PATH]... -- ARGV``
 with stdout/stderr already pointing at the run's log. Either way it writes the log header,
 starts the agent as its child (same process group; inside the run's cgroups when given), waits
 for it, and writes the agent's exit status to EXIT_PATH atomically before exiting.
@@ -112,10 +112,10 @@ def _write_header(header_prefix):
     os.write(1, ("# taskherd " + header_prefix + sep + fields + "\n").encode())
 
 
-def _start_agent(argv, env, output_fd=None, cgroups=()):
+def _start_agent(argv, env, output_fd=None, cgroups=(), files=()):
     # The agent's stdout and stderr: the log as the shim has it, or the pipe the shim copies.
-    if cgroups:
-        return _start_in_cgroups(argv, env, output_fd, cgroups)
+    if cgroups or files:
+        return _start_prepared(argv, env, output_fd, cgroups, files)
     actions = [] if output_fd is None else [(os.POSIX_SPAWN_DUP2, output_fd, 1),
                                             (os.POSIX_SPAWN_DUP2, output_fd, 2)]
     return os.posix_spawnp(
@@ -123,11 +123,12 @@ def _start_agent(argv, env, output_fd=None, cgroups=()):
     )
 
 
-def _start_in_cgroups(argv, env, output_fd, cgroups):
-    """Start the agent inside its run's cgroups (its caps): the child moves itself in before
-    its exec, so the agent and everything it ever forks are counted from its first
-    instruction (posix_spawn has no step for that). The shim itself stays out: a memory cap
-    that kills must never kill the process that records the exit."""
+def _start_prepared(argv, env, output_fd, cgroups, files):
+    """Start the agent inside its run's cgroups (its caps), with `files` open on fds 3, 4, …
+    (its sandbox's seccomp filter, for bwrap): the child moves itself in before its exec, so
+    the agent and everything it ever forks are counted from its first instruction
+    (posix_spawn has no step for that). The shim itself stays out: a memory cap that kills
+    must never kill the process that records the exit."""
     report_read, report_write = os.pipe()  # close on exec: EOF alone says the exec worked
     pid = os.fork()
     if pid == 0:
@@ -142,6 +143,13 @@ def _start_in_cgroups(argv, env, output_fd, cgroups):
             if output_fd is not None:
                 os.dup2(output_fd, 1)
                 os.dup2(output_fd, 2)
+            opened = [os.open(path, os.O_RDONLY) for path in files]
+            for number, fd in enumerate(opened, start=3):
+                if fd != number:
+                    os.dup2(fd, number)  # inheritable: the agent's starter reads it
+                    os.close(fd)
+                else:
+                    os.set_inheritable(fd, True)
             for signum in RESET_IN_CHILD + FORWARDED_SIGNALS:
                 _signal.signal(signum, _signal.SIG_DFL)
             os.execvpe(argv[0], argv, env)
@@ -165,13 +173,14 @@ def main(args, env=None):
     """Run ARGV (after EXIT_PATH HEADER LOG HEAD TAIL --) with `env` (default: ours) and
     record its end; with HEAD > 0 the agent's output reaches LOG through the shim, capped."""
     global _agent_pid
-    cgroups = []
-    while len(args) > 6 and args[5] == "--cgroup":  # the cgroup.procs files to join
-        cgroups.append(args[6])
+    cgroups, files = [], []
+    while len(args) > 6 and args[5] in ("--cgroup", "--file"):
+        # --cgroup: a cgroup.procs file to join; --file: one to open on the next fd from 3
+        (cgroups if args[5] == "--cgroup" else files).append(args[6])
         args = args[:5] + args[7:]
     if len(args) < 7 or args[5] != "--":
-        os.write(2, b"usage: shim.py EXIT_PATH HEADER LOG HEAD TAIL [--cgroup PROCS]... -- "
-                    b"ARGV...\n")
+        os.write(2, b"usage: shim.py EXIT_PATH HEADER LOG HEAD TAIL [--cgroup PROCS]... "
+                    b"[--file PATH]... -- ARGV...\n")
         return 2
     exit_path, header_prefix, log_path, argv = args[0], args[1], args[2], args[6:]
     head, tail = int(args[3]), int(args[4])
@@ -183,7 +192,7 @@ def main(args, env=None):
         output_read, output_write = os.pipe()  # both close on exec: the agent gets fd 1 and 2
     try:
         agent_pid = _start_agent(argv, os.environ if env is None else env, output_write,
-                                 cgroups)
+                                 cgroups, files)
     except OSError as error:
         os.write(2, f"# taskherd exec failed: {argv[0]}: {error}\n".encode())
         _write_exit_file(exit_path, EXEC_FAILED_CODE, None, 0)
@@ -396,6 +405,8 @@ def take_run(run):
             str(run.get("log_tail", 0))]
     for path in run.get("cgroups", ()):
         args += ["--cgroup", path]
+    for path in run.get("files", ()):
+        args += ["--file", path]
     args += ["--"] + run["argv"]
     if run["cwd"]:
         try:

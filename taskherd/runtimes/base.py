@@ -67,6 +67,7 @@ class AgentEnv:
     # taskherd.sandbox); None: unconfined.
     confine: Callable[[list[str], dict[str, str]], list[str]] | None = None
     cgroups: tuple[str, ...] = ()  # the cgroup.procs files it joins: its role's caps
+    open_files: tuple[str, ...] = ()  # opened on its fds 3, 4, …: its sandbox's filter
 
 
 class Execution(Protocol):
@@ -237,7 +238,8 @@ class CommandLineRuntime(Runtime):
         spawned = procs.spawn(argv, env=env, cwd=launch.cwd, log_path=files.log,
                               stdin_path=launch.stdin_path, header=header,
                               keep_input_open=role.on_input == "wait",
-                              max_log_bytes=role.max_log_bytes, cgroups=agent.cgroups)
+                              max_log_bytes=role.max_log_bytes, cgroups=agent.cgroups,
+                              open_files=agent.open_files)
         return spawned.handle
 
 

@@ -123,15 +123,17 @@ class Launch:
             path = memory_ops.short_term_file(self.config, role.name)
             memory, memory_path = path.read_bytes().decode("utf-8", "replace"), str(path)
             variables["TASKHERD_MEMORY_FILE"] = memory_path
-        confine = None
+        confine, open_files = None, ()
         if role.isolation is not None and role.isolation.confined and isinstance(
                 runtime, CommandLineRuntime):
             box = self.box(role, files, memory_path)
             bwrap = self.bubblewrap.path()  # SandboxUnavailable: the task waits, blocked
             confine = functools.partial(box.wrap, bwrap=bwrap)
+            open_files = tuple(str(path) for path in box.open_files)
         agent = AgentEnv(agent_path(self.config, role), variables,
                          earlier[-1].session_id if earlier else None,
-                         PromptContext(claim.inbox, memory, memory_path), confine)
+                         PromptContext(claim.inbox, memory, memory_path), confine,
+                         open_files=open_files)
         return runtime.start(role, claim.task, claim.run, files, agent), earlier
 
     def box(self, role: RoleConfig, files: RunFiles, memory_file: str | None) -> AgentBox:

@@ -164,3 +164,67 @@ def test_a_missing_writable_path_blocks_the_task_naming_it(host_dir):
         assert not (host_dir / "work" / "found").exists()
     finally:
         fleet.close()
+
+
+NETWORK = """
+    import json, os, socket, subprocess, sys
+
+    found, host_port = sys.argv[1], int(sys.argv[2])
+
+    def attempt(action):
+        try:
+            action()
+            return "done"
+        except OSError as error:
+            return type(error).__name__ + (f" {error.errno}" if error.errno else "")
+
+    def own_loopback():
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        socket.create_connection(server.getsockname(), timeout=2).close()
+
+    seen = {"host": attempt(lambda: socket.create_connection(("127.0.0.1", host_port),
+                                                             timeout=2).close()),
+            "own_loopback": attempt(own_loopback)}
+    json.dump(seen, open(found, "w"))
+    sys.exit(subprocess.run([sys.executable, "-m", "taskherd", "done"]).returncode)
+"""
+
+
+@pytest.mark.parametrize("network", ["host", "loopback", "none"])
+def test_the_network_a_box_gives(host_dir, network):
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    (host_dir / "work").mkdir()
+    program = agent(host_dir / "work", "network", NETWORK)
+    fleet = Fleet(host_dir, f"""
+        [daemon]
+        data_dir = "data"
+        timezone = "UTC"
+        path = "/usr/bin:/bin"
+
+        [roles.worker]
+        command = ["{PYTHON}", "-S", "{program}", "found", "{listener.getsockname()[1]}"]
+        workdir = "work"
+
+        [roles.worker.isolation]
+        mode = "bwrap"
+        network = "{network}"
+    """)
+    try:
+        fleet.up()
+        task = fleet.add("reach out")
+        done = fleet.wait_final(task.id)
+        assert done.state is TaskState.COMPLETED  # the door is a socket file: always there
+        seen = json.loads((host_dir / "work" / "found").read_text())
+        assert seen == {
+            "host": {"host": "done", "loopback": "ConnectionRefusedError 111",
+                     "none": "OSError 97"}[network],  # 97: EAFNOSUPPORT, no socket at all
+            "own_loopback": "OSError 97" if network == "none" else "done"}
+    finally:
+        listener.close()
+        fleet.close()
