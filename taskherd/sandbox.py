@@ -32,6 +32,7 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,6 +65,11 @@ I386 = (0x40000003, 359, 102)  # x86's 32-bit ABI: socket(2), and socketcall(2) 
 ALLOW, REFUSE = 0x7FFF0000, 0x00050000 | 97  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO(EAFNOSUPPORT)
 REFUSED_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET
 SECCOMP_FD = 3  # where the shim's child opens the filter for bwrap --seccomp
+
+
+# A sandboxed process's start: its argv and environment → the boxed argv, and the files its
+# starter opens on fds 3, 4, … (its seccomp filter).
+Confinement = tuple[Callable[[list[str], dict[str, str]], list[str]], tuple[str, ...]]
 
 
 class SandboxUnavailable(Exception):

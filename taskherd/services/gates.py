@@ -24,6 +24,7 @@ from taskherd import procs
 from taskherd.config import RoleConfig
 from taskherd.gates import Gate, failure_text
 from taskherd.model import GateCheck, Outcome, Run, RunResult
+from taskherd.sandbox import Confinement, SandboxUnavailable
 from taskherd.store import Store, StoreError
 
 log = logging.getLogger("taskherd.gates")
@@ -55,10 +56,15 @@ def unwatched(gate: Gate, handle: procs.ProcessHandle,
 
 
 class GateRunner:
-    def __init__(self, store: Store, clock: Callable[[], float], log_dir: Path):
+    def __init__(self, store: Store, clock: Callable[[], float], log_dir: Path,
+                 confinement: Callable[[RoleConfig, tuple[Path, ...]], Confinement | None]
+                 = lambda role, files: None):
         self.store = store
         self.clock = clock
         self.log_dir = log_dir
+        # A gate runs the agent's code (its tests): in the agent's sandbox, or a conftest.py
+        # the agent wrote would run outside it.
+        self.confinement = confinement
 
     async def check(self, run: Run, role: RoleConfig, path: str, result: RunResult,
                     watch: GateWatch = unwatched) -> RunResult:
@@ -117,11 +123,22 @@ class GateRunner:
                                                "TASKHERD_RUN_ID": str(run.id),
                                                "TASKHERD_ROLE": role.name})
         started_at = self.clock()
+        argv, cwd, open_files = list(gate.argv), gate.workdir or role.workdir, ()
         try:
-            spawned = procs.spawn(list(gate.argv), env=env, cwd=gate.workdir or role.workdir,
-                                  log_path=log_path,
+            confined = self.confinement(role, (log_path,))
+            if confined is not None:
+                confine, open_files = confined
+                procs.check_argv(argv, env, cwd)
+                argv = confine(argv, env)
+            spawned = procs.spawn(argv, env=env, cwd=cwd, log_path=log_path,
                                   header={"run": run.id, "task": run.task_id, "gate": gate.name},
-                                  max_log_bytes=role.max_log_bytes)
+                                  max_log_bytes=role.max_log_bytes, open_files=open_files)
+        except SandboxUnavailable as error:
+            error_text = f"gate {gate.name!r} not run: its role's sandbox cannot be made: {error}"
+            gate_id = self._record(lambda: self.store.gate_started(
+                run.id, gate.name, str(log_path), started_at))
+            self._ended(gate_id, None, False, error_text)
+            return error_text, str(error), None, Outcome.BLOCKED
         except (OSError, ValueError) as error:
             error_text = f"{failure_text(gate, None, False)}: {error}"
             gate_id = self._record(lambda: self.store.gate_started(

@@ -23,7 +23,7 @@ from taskherd.ops import memory as memory_ops
 from taskherd.prompt import PromptContext
 from taskherd.runtimes.base import AgentEnv, CommandLineRuntime, Execution, RunFiles, Runtime
 from taskherd.runtimes.sessions import shown, valid_session_id
-from taskherd.sandbox import AgentBox, Bubblewrap, within
+from taskherd.sandbox import AgentBox, Bubblewrap, Confinement, within
 from taskherd.service import ENV_FILE
 from taskherd.store import Store, StoreError
 from taskherd.store.events import socket_dir
@@ -124,19 +124,32 @@ class Launch:
             memory, memory_path = path.read_bytes().decode("utf-8", "replace"), str(path)
             variables["TASKHERD_MEMORY_FILE"] = memory_path
         confine, open_files = None, ()
-        if role.isolation is not None and role.isolation.confined and isinstance(
-                runtime, CommandLineRuntime):
-            box = self.box(role, files, memory_path)
-            bwrap = self.bubblewrap.path()  # SandboxUnavailable: the task waits, blocked
-            confine = functools.partial(box.wrap, bwrap=bwrap)
-            open_files = tuple(str(path) for path in box.open_files)
+        if isinstance(runtime, CommandLineRuntime):  # a chat call starts no process
+            confined = self.confinement(role, (files.log, files.prompt, files.prompt.with_name(
+                files.prompt.stem + ".mcp.json")), memory_path)
+            if confined is not None:
+                confine, open_files = confined
         agent = AgentEnv(agent_path(self.config, role), variables,
                          earlier[-1].session_id if earlier else None,
                          PromptContext(claim.inbox, memory, memory_path), confine,
                          open_files=open_files)
         return runtime.start(role, claim.task, claim.run, files, agent), earlier
 
-    def box(self, role: RoleConfig, files: RunFiles, memory_file: str | None) -> AgentBox:
+    def confinement(self, role: RoleConfig, run_files: tuple[Path, ...],
+                    memory_file: str | None = None) -> Confinement | None:
+        """How a process of `role` is started in its sandbox (its agent, or a gate, which runs
+        the agent's code): the argv wrapper and the files it is given open. None: the role is
+        unconfined. SandboxUnavailable when the host cannot make the box: the task waits
+        blocked, never run unconfined."""
+        if role.isolation is None or not role.isolation.confined:
+            return None
+        box = self.box(role, run_files, memory_file)
+        bwrap = self.bubblewrap.path()
+        return (functools.partial(box.wrap, bwrap=bwrap),
+                tuple(str(path) for path in box.open_files))
+
+    def box(self, role: RoleConfig, run_files: tuple[Path, ...],
+            memory_file: str | None) -> AgentBox:
         """The sandbox of one run of `role` (see taskherd.sandbox): what it may write, what it
         must not see, and its own door and files."""
         assert role.isolation is not None
@@ -154,8 +167,7 @@ class Launch:
             git_dir = Path(os.path.abspath(role.git.repo)) / ".git"
         return AgentBox(
             role.isolation, role.runtime, workdir, data_dir, door_dir(data_dir) / SOCKET_NAME,
-            run_files=(files.log, files.prompt,
-                       files.prompt.with_name(files.prompt.stem + ".mcp.json")),
+            run_files=run_files,
             memory_file=Path(memory_file) if memory_file else None,
             config_file=source, env_file=source.parent / ENV_FILE if source else None,
             database_files=tuple(p for p in database_files if not within(p, data_dir)),

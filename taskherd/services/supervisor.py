@@ -122,8 +122,8 @@ class Supervisor:
         self._heard = False  # an event said a watched run may have ended or been cancelled
         self._unstarted: dict[int, float] = {}  # run id → when it is taken as never started
         make_private_dir(self.log_dir)
-        self.gates = GateRunner(store, clock, self.log_dir)
         self.launch = Launch(config, store, clock)
+        self.gates = GateRunner(store, clock, self.log_dir, self.launch.confinement)
         self.preparations = Preparations(self.view)  # runs whose worktree is being made
         self.pauses = RuntimePauses(store, on_change, lambda: self.config)
         # A full disk is the machine's fault: the node pauses, the run costs no strike, and

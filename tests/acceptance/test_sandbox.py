@@ -228,3 +228,49 @@ def test_the_network_a_box_gives(host_dir, network):
     finally:
         listener.close()
         fleet.close()
+
+
+PLANTS_A_CHECK = """
+    import subprocess, sys
+
+    # The agent's code, which the role's gate runs: it tries to write outside the workdir.
+    open("check.py", "w").write(
+        "import sys\\n"
+        "try:\\n"
+        f"    open({sys.argv[1]!r}, 'w').write('escaped')\\n"
+        "except OSError as error:\\n"
+        "    print('refused:', error)\\n")
+    sys.exit(subprocess.run([sys.executable, "-m", "taskherd", "done"]).returncode)
+"""
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "off"])
+def test_a_gate_runs_the_agents_code_in_the_agents_box(host_dir, mode):
+    (host_dir / "work").mkdir()
+    escaped = host_dir / "escaped"
+    program = agent(host_dir / "work", "plants", PLANTS_A_CHECK)
+    fleet = Fleet(host_dir, f"""
+        [daemon]
+        data_dir = "data"
+        timezone = "UTC"
+        path = "/usr/bin:/bin"
+
+        [roles.worker]
+        command = ["{PYTHON}", "-S", "{program}", "{escaped}"]
+        workdir = "work"
+
+        [[roles.worker.gates]]
+        name = "tests"
+        argv = ["{PYTHON}", "-S", "check.py"]
+
+        [roles.worker.isolation]
+        mode = "{mode}"
+    """)
+    try:
+        fleet.up()
+        task = fleet.add("plant a check")
+        assert fleet.wait_final(task.id).state is TaskState.COMPLETED
+        # Off, the escape happens: the test would catch a gate run outside the box.
+        assert escaped.exists() is (mode == "off")
+    finally:
+        fleet.close()
