@@ -148,7 +148,7 @@ class AgentBox:
             options += ["--bind", str(path), str(path)]
         if self.git_dir is not None:
             options += self._git_read_only(self.git_dir)
-        hidden = self._hidden()
+        hidden = self._hidden(env)
         empty = self._empty_file()
         for path in hidden:
             options += ["--tmpfs", str(path)] if path.is_dir() else [
@@ -181,7 +181,7 @@ class AgentBox:
         paths = [self.workdir, *self.settings.writable]
         for variable, default in RUNTIME_STATE.get(self.runtime, ()):
             path = Path(env[variable]) if variable and env.get(variable) else _home(
-                default, self.home)
+                default, _agent_home(env, self.home))
             if default.endswith(".json"):
                 if path.exists():
                     paths.append(path)
@@ -192,15 +192,17 @@ class AgentBox:
             paths.append(self.git_dir)
         return paths
 
-    def _hidden(self) -> list[Path]:
+    def _hidden(self, env: dict[str, str]) -> list[Path]:
         paths = [self.data_dir, *self.database_files]
         if self.env_file is not None:
             paths.append(self.env_file)
         if self.config_file is not None and not within(self.config_file, self.workdir):
             paths.append(self.config_file)
-        paths += [_home(text, self.home) for text in HIDDEN]
+        # In the daemon's home and in the one the agent is given (a role's env may set HOME).
+        homes = dict.fromkeys((self.home, _agent_home(env, self.home)))
+        paths += [_home(text, home) for home in homes for text in HIDDEN]
         paths += self.settings.hidden
-        return [path for path in paths if path.exists() or path.is_symlink()]
+        return [path for path in dict.fromkeys(paths) if path.exists() or path.is_symlink()]
 
     def _empty_file(self) -> Path:
         """An empty file mounted over each hidden file (/dev/null would be refused: a box's
@@ -220,6 +222,11 @@ class AgentBox:
         if hooks.is_dir():
             return options + ["--ro-bind", str(hooks), str(hooks)]
         return options + ["--tmpfs", str(hooks), "--remount-ro", str(hooks)]
+
+
+def _agent_home(env: dict[str, str], home: Path) -> Path:
+    given = env.get("HOME")
+    return Path(given) if given and os.path.isabs(given) else home
 
 
 def _home(text: str, home: Path) -> Path:

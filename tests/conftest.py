@@ -24,10 +24,11 @@ def host_dir():
     gives its agent a private /tmp, so a config, data dir, workdir or home under pytest's
     tmp_path would be hidden from the agent (or, written there, never reach the host).
     /var/tmp is the host's own, as a real user's home or project folder is."""
+    import os
     import shutil
     import tempfile
     from pathlib import Path
 
     path = Path(tempfile.mkdtemp(prefix="taskherd-test-", dir="/var/tmp"))
     yield path
-    shutil.rmtree(path, ignore_errors=True)
+    if not os.environ.get("KEEP_HOST_DIR"): shutil.rmtree(path, ignore_errors=True)

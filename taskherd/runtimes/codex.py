@@ -73,6 +73,16 @@ class CodexReader(OutputReader):
         return "\n".join(line[-SUMMARY_LIMIT:] for line in lines if line)
 
 
+def own_sandbox(role: RoleConfig) -> str:
+    """Codex's own sandbox mode for `role`. Codex confines its commands with bubblewrap too;
+    inside taskherd's box it nests when the daemon runs as a normal user, but as root its
+    bwrap cannot map its user namespace there ("setting up uid map: Operation not
+    permitted": every command would fail). Then taskherd's box, which holds Codex and all it
+    runs, is the boundary, and Codex's own is relaxed inside it."""
+    confined = role.isolation is not None and role.isolation.confined
+    return "danger-full-access" if confined and os.geteuid() == 0 else role.sandbox
+
+
 class CodexRuntime(CommandLineRuntime):
     name = "codex"
 
@@ -80,7 +90,8 @@ class CodexRuntime(CommandLineRuntime):
                prompt: str) -> Launch:
         files.prompt.write_text(prompt)
         argv = [role.binary or "codex", "exec", "--json", "--skip-git-repo-check",
-                "--sandbox", role.sandbox, "-c", f"approval_policy={_toml_string(role.approval)}"]
+                "--sandbox", own_sandbox(role), "-c",
+                f"approval_policy={_toml_string(role.approval)}"]
         if role.model:
             argv += ["--model", role.model]
         if role.workdir:

@@ -20,15 +20,17 @@ def toml_table(values: dict[str, str]) -> str:
 
 
 @pytest.fixture
-def claude_fleet(tmp_path, claude_cli):
+def claude_fleet(request, tmp_path, claude_cli):
     fleets = []
 
     def make(api, *, max_concurrent: int = 3, max_attempts: int = 3, idle_timeout: str = "60s",
-             extra_env: dict[str, str] | None = None) -> Fleet:
-        home = tmp_path / "home"
+             extra_env: dict[str, str] | None = None, isolation: str = "") -> Fleet:
+        # A boxed agent has a private /tmp: its fleet lives where the host's files do.
+        root = request.getfixturevalue("host_dir") if isolation else tmp_path
+        home = root / "home"
         home.mkdir(exist_ok=True)
         env = api.client_env(str(home)) | {"CLAUDE_CODE_MAX_RETRIES": "2"} | (extra_env or {})
-        fleet = Fleet(tmp_path, f"""
+        fleet = Fleet(root, f"""
             [daemon]
             database = "q.db"
             data_dir = "data"
@@ -40,11 +42,12 @@ def claude_fleet(tmp_path, claude_cli):
             runtime = "claude"
             binary = "{claude_cli}"
             allowed_tools = ["Bash"]
-            workdir = "{tmp_path}"
+            workdir = "{root}"
             env = {toml_table(env)}
             max_attempts = {max_attempts}
             backoff = "0.5s"
             idle_timeout = "{idle_timeout}"
+            {isolation}
         """)
         fleets.append(fleet)
         fleet.up()
@@ -71,6 +74,29 @@ def test_tool_call_heartbeat_then_task_complete(claude_fleet, start_fake_anthrop
     assert run.cost_usd is not None and run.cost_usd > 0
     assert run.input_tokens > 0 and run.output_tokens > 0
     assert api.tool_results() and not api.tool_results()[0].get("is_error")
+
+
+def test_claude_code_runs_unchanged_inside_taskherds_sandbox(claude_fleet, start_fake_anthropic,
+                                                             host_dir):
+    database = host_dir / "q.db"
+    api = start_fake_anthropic([
+        ToolUse("Bash", {"command": f"taskherd heartbeat --progress boxed; wc -c {database}; "
+                                    "ls ~/.ssh; echo listed",
+                         "description": "report, and look where it must not"}),
+        Text("All done.\nTASK_COMPLETE: worked in the box"),
+    ])
+    (host_dir / "home" / ".ssh").mkdir(parents=True)
+    (host_dir / "home" / ".ssh" / "id_ed25519").write_text("PRIVATE KEY")
+    fleet = claude_fleet(api, isolation='isolation = { mode = "bwrap" }')
+    task = fleet.add("fix login", role="coder", prompt="Fix the login bug")
+    done = fleet.wait_final(task.id, timeout=60)
+    assert done.state is TaskState.COMPLETED and done.summary == "worked in the box"
+    [run] = fleet.store.runs_of_task(task.id)
+    assert run.progress == "boxed"  # its door works from inside
+    assert run.session_id and run.cost_usd is not None and run.cost_usd > 0
+    [output] = [str(result.get("content")) for result in api.tool_results()]
+    assert f"0 {database}" in output  # the database is an empty file in the box
+    assert "id_ed25519" not in output and "listed" in output  # ~/.ssh is empty
 
 
 def test_rate_limit_cools_the_runtime_down_without_a_strike(claude_fleet, start_fake_anthropic):

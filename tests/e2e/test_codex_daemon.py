@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -29,17 +31,21 @@ def toml_table(values: dict[str, str]) -> str:
 
 
 @pytest.fixture
-def codex_fleet(tmp_path, codex_cli):
+def codex_fleet(host_dir, codex_cli):
     fleets = []
 
     def make(api, *, max_concurrent: int = 2, max_attempts: int = 3,
-             require_marker: bool = False, resume: bool = False) -> Fleet:
-        home = tmp_path / "codex-home"
+             require_marker: bool = False, resume: bool = False, isolation: str = "") -> Fleet:
+        # Outside /tmp, as a real CODEX_HOME is: Codex's own sandbox (bubblewrap, where it is
+        # installed) gives its commands a private /tmp, where its helper in CODEX_HOME would
+        # not be found; taskherd's box does the same.
+        root = host_dir
+        home = root / "codex-home"
         home.mkdir(exist_ok=True)
-        work = tmp_path / "work"
+        work = root / "work"
         work.mkdir(exist_ok=True)
         env = api.client_env() | {"CODEX_HOME": str(home), "HOME": str(home)}
-        fleet = Fleet(tmp_path, f"""
+        fleet = Fleet(root, f"""
             [daemon]
             database = "q.db"
             data_dir = "data"
@@ -64,6 +70,7 @@ def codex_fleet(tmp_path, codex_cli):
             backoff = "0.5s"
             require_marker = {str(require_marker).lower()}
             resume = {str(resume).lower()}
+            {isolation}
         """)
         fleets.append(fleet)
         fleet.up()
@@ -97,6 +104,30 @@ def test_a_tool_call_then_task_complete_with_tokens_cost_and_session(codex_fleet
     assert run.cost_usd == pytest.approx(expected)
     assert run.session_id and len(run.session_id) >= 32
     assert api.turn_requests[0].header("session-id") == run.session_id
+
+
+def test_codex_runs_inside_taskherds_sandbox(codex_fleet, start_fake_responses, host_dir):
+    database = host_dir / "q.db"
+    api = start_fake_responses([
+        ShellCall(f"taskherd heartbeat --progress boxed && wc -c {database} && echo made > "
+                  "made-here && echo beat"),
+        Text("All done.\nTASK_COMPLETE: worked in both boxes"),
+    ])
+    fleet = codex_fleet(api, isolation='isolation = { mode = "bwrap" }')
+    task = fleet.add("fix login", role="coder", prompt="Fix the login bug")
+    done = fleet.wait_final(task.id, timeout=60)
+    assert done.state is TaskState.COMPLETED and done.summary == "worked in both boxes"
+    [run] = fleet.store.runs_of_task(task.id)
+    assert run.progress == "boxed"  # its door works from inside both
+    output = api.tool_outputs()[0]
+    assert f"0 {database}" in output and "beat" in output  # an empty file in the box
+    assert (host_dir / "work" / "made-here").read_text() == "made\n"  # its workspace writes
+    # Codex's own sandbox (bubblewrap too) nests in taskherd's, except as root, where it
+    # cannot map its user namespace: then it is relaxed, and taskherd's box is the boundary.
+    own = "danger-full-access" if os.geteuid() == 0 else "workspace-write"
+    header = json.loads(Path(run.log_path).read_text().splitlines()[0].removeprefix("# taskherd "))
+    argv = header["argv"]
+    assert argv[0].endswith("bwrap") and argv[argv.index("--sandbox") + 1] == own
 
 
 def test_an_api_error_fails_the_run_with_the_error_and_retries(codex_fleet,
