@@ -90,6 +90,9 @@ def render_systemd(spec: ServiceSpec) -> str:
         # KillMode=control-group would kill every agent on a restart, which the daemon is
         # built to survive (it re-adopts them). Stop only the daemon itself.
         "KillMode=process",
+        # The unit's cgroup is the daemon's to divide: each agent's run gets a cgroup of its
+        # own under it, for its role's memory, pids and cpu caps (docs/security.md).
+        "Delegate=yes",
         f"TimeoutStopSec={spec.stop_timeout:g}",
         "",
         "[Install]",
