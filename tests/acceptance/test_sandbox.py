@@ -274,3 +274,46 @@ def test_a_gate_runs_the_agents_code_in_the_agents_box(host_dir, mode):
         assert escaped.exists() is (mode == "off")
     finally:
         fleet.close()
+
+
+def test_the_liveness_verdicts_see_into_the_box(host_dir):
+    """The box's parent is the shim: a silent CPU-bound agent's CPU is still counted (never
+    stalled), a question is still read (blocked, no strike), a loop still ended."""
+    from tests.integration.test_liveness_daemon import ASKS, COMPUTES, LOOPS
+
+    (host_dir / "work").mkdir()
+    programs = {name: agent(host_dir / "work", name, body)
+                for name, body in (("cruncher", COMPUTES), ("asker", ASKS), ("looper", LOOPS))}
+    roles = "".join(f"""
+        [roles.{name}]
+        command = ["{PYTHON}", "-S", "{program}"]
+        workdir = "work"
+        idle_timeout = "2s"
+        input_timeout = "1s"
+        loop_window = "30s"
+        max_attempts = 1
+        isolation = {{ mode = "bwrap" }}
+    """ for name, program in programs.items())
+    fleet = Fleet(host_dir, f"""
+        [daemon]
+        data_dir = "data"
+        timezone = "UTC"
+        path = "/usr/bin:/bin"
+        max_concurrent = 3
+        {roles}
+    """)
+    try:
+        fleet.up()
+        tasks = {name: fleet.add(name, role=name) for name in programs}
+        crunched = fleet.wait_final(tasks["cruncher"].id, timeout=60)
+        assert crunched.state is TaskState.COMPLETED
+        asked = fleet.wait_until(
+            lambda: (t := fleet.store.get_task(tasks["asker"].id)).state is TaskState.BLOCKED
+            and t, what="the question to block its task")
+        assert asked.attempts == 0 and "[y/N]" in asked.last_error
+        [looped] = fleet.wait_until(
+            lambda: [r for r in fleet.store.runs_of_task(tasks["looper"].id) if r.ended_at],
+            timeout=40, what="the loop to be ended")
+        assert looped.outcome is Outcome.LOOPING
+    finally:
+        fleet.close()
