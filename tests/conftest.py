@@ -23,7 +23,8 @@ def host_dir():
     """A test's folder outside /tmp, for a fleet whose agents run in a sandbox: a sandbox
     gives its agent a private /tmp, so a config, data dir, workdir or home under pytest's
     tmp_path would be hidden from the agent (or, written there, never reach the host).
-    /var/tmp is the host's own, as a real user's home or project folder is."""
+    /var/tmp is the host's own, as a real user's home or project folder is. Removed after the
+    test unless KEEP_HOST_DIR is set (to read a failed test's logs)."""
     import os
     import shutil
     import tempfile
@@ -31,4 +32,5 @@ def host_dir():
 
     path = Path(tempfile.mkdtemp(prefix="taskherd-test-", dir="/var/tmp"))
     yield path
-    if not os.environ.get("KEEP_HOST_DIR"): shutil.rmtree(path, ignore_errors=True)
+    if not os.environ.get("KEEP_HOST_DIR"):
+        shutil.rmtree(path, ignore_errors=True)
