@@ -226,6 +226,11 @@ class SpawnedProcess:
     handle: ProcessHandle = field(compare=False, repr=False)
 
 
+class ProgramNotFound(FileNotFoundError):
+    """The program a role names is not there (or not executable) on the agent's PATH: the
+    machine's configuration, not the agent's doing."""
+
+
 def exit_path_for(log_path: Path) -> Path:
     return Path(f"{log_path}.exit")
 
@@ -700,7 +705,7 @@ def check_argv(argv: list[str], env: Mapping[str, str], cwd: str | None) -> None
     else:
         found = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
     if not found:
-        raise FileNotFoundError(
+        raise ProgramNotFound(
             f"agent program {program!r} not found or not executable "
             f"(PATH={env.get('PATH', os.defpath)!r}, cwd={cwd!r})")
 

@@ -166,6 +166,15 @@ class Supervisor:
             self._settle_now(claim.run, RunResult(Outcome.BLOCKED, error=(
                 f"its role's sandbox cannot be made: {error}; then unblock the task")))
             return None
+        except procs.ProgramNotFound as error:
+            # A configuration fault (the program is not installed, or not on the service's
+            # PATH): every retry would fail alike, so no strike and no retry; the task waits
+            # blocked for a person, and `doctor` names the role.
+            log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
+            self._settle_now(claim.run, RunResult(Outcome.BLOCKED, error=(
+                f"could not start: {error}; install it or fix roles.{role.name} (taskherd "
+                "doctor checks it), then unblock the task")))
+            return None
         except (OSError, ValueError, StoreError) as error:
             log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
             self._settle_now(claim.run, self._not_started(error, now))
