@@ -67,9 +67,18 @@ REFUSED_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET
 SECCOMP_FD = 3  # where the shim's child opens the filter for bwrap --seccomp
 
 
-# A sandboxed process's start: its argv and environment → the boxed argv, and the files its
-# starter opens on fds 3, 4, … (its seccomp filter).
-Confinement = tuple[Callable[[list[str], dict[str, str]], list[str]], tuple[str, ...]]
+@dataclass(frozen=True)
+class Confinement:
+    """How a process of a confined role starts (its agent, or a gate running the agent's
+    code): in its box, with the files its starter opens on fds 3, 4, … (the box's seccomp
+    filter), in its run's cgroups (its caps)."""
+
+    wrap: Callable[[list[str], dict[str, str]], list[str]] | None = None  # argv, env → boxed
+    open_files: tuple[str, ...] = ()
+    cgroups: tuple[str, ...] = ()  # the cgroup.procs files it joins before its exec
+
+    def argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
+        return argv if self.wrap is None else self.wrap(argv, env)
 
 
 class SandboxUnavailable(Exception):

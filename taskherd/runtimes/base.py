@@ -12,7 +12,6 @@ import abc
 import logging
 import re
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +30,7 @@ from taskherd.runtimes.ratelimit import (
     reading_zone,
 )
 from taskherd.runtimes.sessions import shown, valid_session_id
+from taskherd.sandbox import Confinement
 
 log = logging.getLogger("taskherd.supervisor")
 TASK_COMPLETE = re.compile(r"^\s*TASK_COMPLETE:\s*(?P<summary>.*?)\s*$")
@@ -63,11 +63,8 @@ class AgentEnv:
     resume_session: str | None = None
     # What the prompt builder adds to the task's prompt: delivered messages, role memory.
     context: PromptContext = PromptContext()
-    # Its role's sandbox, as the agent's argv and environment become the boxed argv (see
-    # taskherd.sandbox); None: unconfined.
-    confine: Callable[[list[str], dict[str, str]], list[str]] | None = None
-    cgroups: tuple[str, ...] = ()  # the cgroup.procs files it joins: its role's caps
-    open_files: tuple[str, ...] = ()  # opened on its fds 3, 4, …: its sandbox's filter
+    # Its role's sandbox and caps (see taskherd.sandbox); None: unconfined.
+    confinement: Confinement | None = None
 
 
 class Execution(Protocol):
@@ -229,17 +226,16 @@ class CommandLineRuntime(Runtime):
             log.warning("run %s: the session to resume, %s, is not a session id: it starts a "
                         "fresh one", run.id, shown(agent.resume_session))
         env = procs.agent_env(agent.path, launch.env, agent.variables)
-        argv = launch.argv
-        if agent.confine is not None:
-            procs.check_argv(argv, env, launch.cwd)  # named now, not as the box's exit 1
-            argv = agent.confine(argv, env)
+        confined = agent.confinement or Confinement()
+        if confined.wrap is not None:
+            procs.check_argv(launch.argv, env, launch.cwd)  # named now, not as the box's exit 1
         header = {"run": run.id, "task": task.id, "role": role.name}
         # on_input = wait: the agent's stdin stays open for `taskherd task answer`.
-        spawned = procs.spawn(argv, env=env, cwd=launch.cwd, log_path=files.log,
-                              stdin_path=launch.stdin_path, header=header,
+        spawned = procs.spawn(confined.argv(launch.argv, env), env=env, cwd=launch.cwd,
+                              log_path=files.log, stdin_path=launch.stdin_path, header=header,
                               keep_input_open=role.on_input == "wait",
-                              max_log_bytes=role.max_log_bytes, cgroups=agent.cgroups,
-                              open_files=agent.open_files)
+                              max_log_bytes=role.max_log_bytes, cgroups=confined.cgroups,
+                              open_files=confined.open_files)
         return spawned.handle
 
 

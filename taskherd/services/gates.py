@@ -123,16 +123,15 @@ class GateRunner:
                                                "TASKHERD_RUN_ID": str(run.id),
                                                "TASKHERD_ROLE": role.name})
         started_at = self.clock()
-        argv, cwd, open_files = list(gate.argv), gate.workdir or role.workdir, ()
+        argv, cwd = list(gate.argv), gate.workdir or role.workdir
         try:
-            confined = self.confinement(role, (log_path,))
-            if confined is not None:
-                confine, open_files = confined
-                procs.check_argv(argv, env, cwd)
-                argv = confine(argv, env)
-            spawned = procs.spawn(argv, env=env, cwd=cwd, log_path=log_path,
+            confined = self.confinement(role, (log_path,)) or Confinement()
+            if confined.wrap is not None:
+                procs.check_argv(argv, env, cwd)  # named now, not as the box's exit 1
+            spawned = procs.spawn(confined.argv(argv, env), env=env, cwd=cwd, log_path=log_path,
                                   header={"run": run.id, "task": run.task_id, "gate": gate.name},
-                                  max_log_bytes=role.max_log_bytes, open_files=open_files)
+                                  max_log_bytes=role.max_log_bytes,
+                                  open_files=confined.open_files, cgroups=confined.cgroups)
         except SandboxUnavailable as error:
             error_text = f"gate {gate.name!r} not run: its role's sandbox cannot be made: {error}"
             gate_id = self._record(lambda: self.store.gate_started(

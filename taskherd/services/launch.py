@@ -123,16 +123,13 @@ class Launch:
             path = memory_ops.short_term_file(self.config, role.name)
             memory, memory_path = path.read_bytes().decode("utf-8", "replace"), str(path)
             variables["TASKHERD_MEMORY_FILE"] = memory_path
-        confine, open_files = None, ()
+        confinement = None
         if isinstance(runtime, CommandLineRuntime):  # a chat call starts no process
-            confined = self.confinement(role, (files.log, files.prompt, files.prompt.with_name(
+            confinement = self.confinement(role, (files.log, files.prompt, files.prompt.with_name(
                 files.prompt.stem + ".mcp.json")), memory_path)
-            if confined is not None:
-                confine, open_files = confined
         agent = AgentEnv(agent_path(self.config, role), variables,
                          earlier[-1].session_id if earlier else None,
-                         PromptContext(claim.inbox, memory, memory_path), confine,
-                         open_files=open_files)
+                         PromptContext(claim.inbox, memory, memory_path), confinement)
         return runtime.start(role, claim.task, claim.run, files, agent), earlier
 
     def confinement(self, role: RoleConfig, run_files: tuple[Path, ...],
@@ -145,8 +142,8 @@ class Launch:
             return None
         box = self.box(role, run_files, memory_file)
         bwrap = self.bubblewrap.path()
-        return (functools.partial(box.wrap, bwrap=bwrap),
-                tuple(str(path) for path in box.open_files))
+        return Confinement(functools.partial(box.wrap, bwrap=bwrap),
+                           tuple(str(path) for path in box.open_files))
 
     def box(self, role: RoleConfig, run_files: tuple[Path, ...],
             memory_file: str | None) -> AgentBox:
