@@ -17,8 +17,8 @@ import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
+from pathlib import Path
 
 from taskherd import __version__, forkserver, procs
 from taskherd.agent_door import AgentDoor

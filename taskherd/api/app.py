@@ -27,16 +27,9 @@ from taskherd.model import Run
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops
 from taskherd.ops import tokens as token_ops
-from taskherd.store import (
-    JobNotFound,
-    JobRefused,
-    RunNotFound,
-    Store,
-    StoreError,
-    TaskNotFound,
-    TransitionRefused,
-)
+from taskherd.store import JobNotFound, JobRefused, RunNotFound, StoreError, TaskNotFound
 from taskherd.store.errors import environment_fault
+from taskherd.store import Store, TransitionRefused
 from taskherd.store.tokens import ApiToken, TokenNotFound, TokenRefused
 
 log = logging.getLogger("taskherd.api")

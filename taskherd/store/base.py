@@ -41,8 +41,8 @@ from taskherd.store.memory import MemoryStore
 from taskherd.store.messages import InboxLimit, MessageStore
 from taskherd.store.nodes import NodeStore
 from taskherd.store.requests import RequestKey, RequestStore
-from taskherd.store.tokens import TokenStore
 from taskherd.store.watch import WatchStore
+from taskherd.store.tokens import TokenStore
 
 __all__ = [
     "ParentNotFound", "RunNotFound", "StoreError", "StoreUnavailable", "TaskNotFound",
