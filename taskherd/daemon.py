@@ -259,6 +259,8 @@ class Daemon:
                 continue
             if supervisor.adopt(run, task, now, at_start=True) is not None:
                 adopted += 1
+        supervisor.launch.release_stale_caps(
+            {run.id for run in store.open_runs(self.config.daemon.node)})
         # Adopted runs are ours again: renew their leases before the monitor looks for expiry.
         store.renew_leases(self.config.daemon.node, now, self.config.daemon.lease)
         if adopted:

@@ -56,6 +56,7 @@ def run_checks(config_file: str | None) -> list[Check]:
                if role.runtime == "claude"]
     checks += [check_worktrees(config, role) for role in config.roles.values() if role.git]
     checks += check_sandboxes(config)
+    checks.append(check_caps(config))
     checks += [check_timezone(config), check_disk(config), check_backup(config)]
     checks += check_endpoints(config)
     deliveries = check_deliveries(config)
@@ -223,6 +224,30 @@ def check_sandboxes(config: Config) -> list[Check]:
             checks.append(Check(OK, f"{what}: in a sandbox (bwrap, network "
                                 f"{isolation.network})"))
     return checks
+
+
+def check_caps(config: Config) -> Check:
+    """Which of the memory, pids and cpu caps this host enforces for this daemon, and how;
+    a problem only when a role asks for one it cannot."""
+    from taskherd import cgroups
+
+    where = cgroups.host()
+    can = [name for name in cgroups.CONTROLLERS if name in where.bases]
+    asked = {role.name: cgroups.Caps(role.isolation.memory, role.isolation.pids,
+                                     role.isolation.cpu).controllers
+             for role in config.roles.values() if role.isolation is not None}
+    refused = {name: [c for c in controllers if c not in can]
+               for name, controllers in asked.items()}
+    refused = {name: controllers for name, controllers in refused.items() if controllers}
+    if refused:
+        lacking = sorted({c for controllers in refused.values() for c in controllers})
+        roles = ", ".join(f"{name} ({', '.join(c)})" for name, c in refused.items())
+        return Check(PROBLEM, "agent caps", f"not enforceable here for role(s) {roles}: their "
+                     "tasks are blocked", "; ".join(where.missing[c] for c in lacking))
+    if not can:
+        return Check(WARN if any(asked.values()) else OK, "agent caps: none enforceable "
+                     "on this host", "; ".join(sorted(set(where.missing.values()))))
+    return Check(OK, f"agent caps: {', '.join(can)} enforced ({where.how()})")
 
 
 def _check_env_key(role: RoleConfig) -> Check:

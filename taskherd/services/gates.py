@@ -57,8 +57,8 @@ def unwatched(gate: Gate, handle: procs.ProcessHandle,
 
 class GateRunner:
     def __init__(self, store: Store, clock: Callable[[], float], log_dir: Path,
-                 confinement: Callable[[RoleConfig, tuple[Path, ...]], Confinement | None]
-                 = lambda role, files: None):
+                 confinement: Callable[[RoleConfig, int, tuple[Path, ...]], Confinement | None]
+                 = lambda role, run_id, files: None):
         self.store = store
         self.clock = clock
         self.log_dir = log_dir
@@ -125,7 +125,7 @@ class GateRunner:
         started_at = self.clock()
         argv, cwd = list(gate.argv), gate.workdir or role.workdir
         try:
-            confined = self.confinement(role, (log_path,)) or Confinement()
+            confined = self.confinement(role, run.id, (log_path,)) or Confinement()
             if confined.wrap is not None:
                 procs.check_argv(argv, env, cwd)  # named now, not as the box's exit 1
             spawned = procs.spawn(confined.argv(argv, env), env=env, cwd=cwd, log_path=log_path,

@@ -15,16 +15,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from taskherd import cgroups
 from taskherd.agent_door import SOCKET_NAME, door_dir
 from taskherd.config import Config, RoleConfig
-from taskherd.model import Claim, Run, Task
+from taskherd.model import Claim, Outcome, Run, RunResult, Task
 from taskherd.ops import Queue
 from taskherd.ops import memory as memory_ops
 from taskherd.prompt import PromptContext
 from taskherd.runtimes.base import AgentEnv, CommandLineRuntime, Execution, RunFiles, Runtime
 from taskherd.runtimes.sessions import shown, valid_session_id
-from taskherd.sandbox import AgentBox, Bubblewrap, Confinement, within
+from taskherd.sandbox import AgentBox, Bubblewrap, Confinement, SandboxUnavailable, within
 from taskherd.service import ENV_FILE
+from taskherd.sizes import format_size
 from taskherd.store import Store, StoreError
 from taskherd.store.events import socket_dir
 
@@ -51,6 +53,7 @@ class Launch:
         self.store = store
         self.clock = clock
         self.bubblewrap = Bubblewrap()
+        self._cgroup_host: cgroups.Host | None = None
 
     @property
     def worktree_root(self) -> Path:
@@ -125,25 +128,89 @@ class Launch:
             variables["TASKHERD_MEMORY_FILE"] = memory_path
         confinement = None
         if isinstance(runtime, CommandLineRuntime):  # a chat call starts no process
-            confinement = self.confinement(role, (files.log, files.prompt, files.prompt.with_name(
-                files.prompt.stem + ".mcp.json")), memory_path)
+            confinement = self.confinement(role, claim.run.id, (
+                files.log, files.prompt, files.prompt.with_name(files.prompt.stem + ".mcp.json")),
+                memory_path)
         agent = AgentEnv(agent_path(self.config, role), variables,
                          earlier[-1].session_id if earlier else None,
                          PromptContext(claim.inbox, memory, memory_path), confinement)
         return runtime.start(role, claim.task, claim.run, files, agent), earlier
 
-    def confinement(self, role: RoleConfig, run_files: tuple[Path, ...],
+    def confinement(self, role: RoleConfig, run_id: int, run_files: tuple[Path, ...],
                     memory_file: str | None = None) -> Confinement | None:
-        """How a process of `role` is started in its sandbox (its agent, or a gate, which runs
-        the agent's code): the argv wrapper and the files it is given open. None: the role is
-        unconfined. SandboxUnavailable when the host cannot make the box: the task waits
-        blocked, never run unconfined."""
-        if role.isolation is None or not role.isolation.confined:
+        """How a process of run `run_id` of `role` is started (its agent, or a gate, which
+        runs the agent's code): in its sandbox (the argv wrapper, the files it is given open)
+        and in the run's cgroups (its caps). None: the role is neither boxed nor capped.
+        SandboxUnavailable when the host cannot make the box or enforce a cap: the task
+        waits blocked, never run unconfined or uncapped."""
+        isolation = role.isolation
+        if isolation is None:
             return None
+        caps = cgroups.Caps(isolation.memory, isolation.pids, isolation.cpu)
+        joins: tuple[str, ...] = ()
+        if caps.any:
+            try:
+                group = cgroups.create(self.config.daemon.data_dir, run_id, caps,
+                                       self.cgroup_host())
+            except cgroups.CgroupUnavailable as error:
+                raise SandboxUnavailable(f"its caps ({caps.describe()}): {error}") from error
+            joins = tuple(group.join_files)
+        if not isolation.confined:
+            return Confinement(cgroups=joins) if joins else None
         box = self.box(role, run_files, memory_file)
         bwrap = self.bubblewrap.path()
         return Confinement(functools.partial(box.wrap, bwrap=bwrap),
-                           tuple(str(path) for path in box.open_files))
+                           tuple(str(path) for path in box.open_files), joins)
+
+    def cgroup_host(self) -> cgroups.Host:
+        """Where this daemon's run cgroups go (read once: the host does not change under
+        it)."""
+        if self._cgroup_host is None:
+            self._cgroup_host = cgroups.host()
+        return self._cgroup_host
+
+    def judge_caps(self, role: RoleConfig, run_id: int, result: RunResult) -> RunResult:
+        """A run that did not succeed and lost a process to its memory cap ends naming the
+        cap (a strike: the agent used the memory); one whose forks met its pids cap says so.
+        Read before `release_caps` removes the cgroup."""
+        isolation = role.isolation
+        if isolation is None or result.outcome is Outcome.SUCCEEDED:
+            return result
+        host = self.cgroup_host()
+        data_dir = self.config.daemon.data_dir
+        if isolation.memory is not None and cgroups.memory_killed(data_dir, run_id, host):
+            error = f"out of memory: {format_size(isolation.memory)} cap"
+            return dataclasses.replace(result, outcome=Outcome.FAILED, error=(
+                f"{error} ({result.error})" if result.error else error))
+        if isolation.pids is not None and (
+                refused := cgroups.pids_refused(data_dir, run_id, host)):
+            note = f"its pids cap {isolation.pids} refused {refused} fork(s)"
+            return dataclasses.replace(result, error=(
+                f"{result.error}; {note}" if result.error else note))
+        return result
+
+    def release_caps(self, role: RoleConfig, run_id: int) -> None:
+        """Kill what the run left in its cgroups and remove them."""
+        isolation = role.isolation
+        if isolation is None or not cgroups.Caps(isolation.memory, isolation.pids,
+                                                 isolation.cpu).any:
+            return
+        try:
+            cgroups.release(self.config.daemon.data_dir, run_id, self.cgroup_host())
+        except OSError as error:
+            log.warning("run %s: its cgroup could not be removed: %s", run_id, error)
+
+    def release_stale_caps(self, open_runs: set[int]) -> None:
+        """At start: the cgroups of runs that ended while no daemon watched them."""
+        try:
+            removed = cgroups.release_stale(self.config.daemon.data_dir, open_runs,
+                                            self.cgroup_host())
+        except OSError as error:
+            log.warning("the cgroups of ended runs could not be removed: %s", error)
+            return
+        if removed:
+            log.info("removed the cgroups of %d run(s) that ended while no daemon ran",
+                     removed)
 
     def box(self, role: RoleConfig, run_files: tuple[Path, ...],
             memory_file: str | None) -> AgentBox:

@@ -360,6 +360,9 @@ class Supervisor:
             log.exception("run %s: settling its exit failed", live.run.id)
             self._forget(live.run.id)
         await self._reap_leftovers(live)
+        # Its cgroups go once its gates have run in them too; what escaped its process group
+        # (a daemonized child) is still in them, and stopped.
+        await asyncio.to_thread(self.launch.release_caps, live.role, live.run.id)
 
     async def _reap_leftovers(self, live: LiveRun) -> None:
         """Stop what the agent left running in its process group once it has exited.
@@ -792,7 +795,7 @@ class Supervisor:
         if run.ended_at is not None:
             self._forget(live.run.id)
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
-        result = self._result(live, run, status, now)
+        result = self.launch.judge_caps(live.role, run.id, self._result(live, run, status, now))
         if live.role.git is not None:
             # In a thread: git runs the repository's hooks, which may take minutes, and the
             # loop dispatches and watches every other run meanwhile.

@@ -317,3 +317,33 @@ def test_the_liveness_verdicts_see_into_the_box(host_dir):
         assert looped.outcome is Outcome.LOOPING
     finally:
         fleet.close()
+
+
+def test_a_boxed_agent_is_capped_too(host_dir):
+    from tests.acceptance.test_caps import EATS
+
+    (host_dir / "work").mkdir()
+    program = agent(host_dir / "work", "eats", EATS)
+    fleet = Fleet(host_dir, f"""
+        [daemon]
+        data_dir = "data"
+        timezone = "UTC"
+        path = "/usr/bin:/bin"
+
+        [roles.worker]
+        command = ["{PYTHON}", "-S", "{program}"]
+        workdir = "work"
+        max_attempts = 1
+
+        [roles.worker.isolation]
+        mode = "bwrap"
+        memory = "64M"
+    """)
+    try:
+        fleet.up()
+        task = fleet.add("eat in a box")
+        done = fleet.wait_final(task.id)
+        assert done.state is TaskState.DEAD
+        assert done.last_error.startswith("out of memory: 64.0 MiB cap")
+    finally:
+        fleet.close()

@@ -1,0 +1,317 @@
+"""Caps on an agent's whole process tree (the OS layer): one cgroup per run.
+
+A role's ``[roles.NAME.isolation]`` `memory`, `pids` and `cpu` become the limits of a cgroup
+made for each of its runs, named from the data dir and the run id
+(``taskherd-<hash of the data dir>/run-<id>``), so a restarted daemon finds it again without
+storing anything, and two daemons on one host never share one. The agent's starter (the
+shim's child) joins it by writing ``0`` to each `RunCgroup.join_files` before its exec: the
+agent and all it forks are counted from their first instruction, the shim never.
+
+Two layouts, as the host has them:
+
+- cgroup v2 (one unified hierarchy): the run's cgroup lies under the daemon's own cgroup when
+  that is delegated to the daemon's user (a systemd unit with ``Delegate=yes``) or under the
+  root when the daemon runs as root; the controllers are enabled in ``cgroup.subtree_control``
+  of each folder on the way down. Limits: memory.max, memory.swap.max, pids.max, cpu.max.
+- cgroup v1 (a hierarchy per controller): a folder of the same name in each of the memory,
+  pids and cpu hierarchies, under the daemon's own cgroup there when it may write it, else
+  under the hierarchy's root. Limits: memory.limit_in_bytes (and memory.memsw.limit_in_bytes,
+  so swap does not stretch the cap), pids.max, cpu.cfs_quota_us / cpu.cfs_period_us.
+
+A cap that cannot be enforced raises `CgroupUnavailable` with what to do: the caller fails
+closed (the task waits blocked), never runs the agent uncapped. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from taskherd.sizes import format_size
+
+ROOT = Path("/sys/fs/cgroup")
+CONTROLLERS = ("memory", "pids", "cpu")
+CPU_PERIOD_US = 100_000
+RELEASE_TRIES = 50  # kill-and-look rounds before a cgroup's removal is given up (a D-state task)
+
+
+class CgroupUnavailable(Exception):
+    """A cap that was asked for cannot be enforced on this host; the message says why and
+    what to do."""
+
+
+@dataclass(frozen=True)
+class Caps:
+    memory: int | None = None  # bytes
+    pids: int | None = None
+    cpu: float | None = None  # cores
+
+    @property
+    def any(self) -> bool:
+        return any(value is not None for value in (self.memory, self.pids, self.cpu))
+
+    @property
+    def controllers(self) -> tuple[str, ...]:
+        wanted = {"memory": self.memory, "pids": self.pids, "cpu": self.cpu}
+        return tuple(name for name in CONTROLLERS if wanted[name] is not None)
+
+    def describe(self) -> str:
+        parts = []
+        if self.memory is not None:
+            parts.append(f"memory {format_size(self.memory)}")
+        if self.pids is not None:
+            parts.append(f"pids {self.pids}")
+        if self.cpu is not None:
+            parts.append(f"cpu {self.cpu:g}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Host:
+    """Where this daemon's run cgroups go, per controller (v2: the same folder for all)."""
+
+    version: int  # 1 or 2
+    bases: dict[str, Path]  # controller → the folder that holds taskherd-<hash>/
+    missing: dict[str, str]  # controller → why it cannot be used here, and what to do
+
+    def how(self) -> str:
+        where = sorted({str(path) for path in self.bases.values()})
+        return f"cgroup v{self.version} under {', '.join(where)}" if where else \
+            f"cgroup v{self.version}"
+
+
+@dataclass(frozen=True)
+class RunCgroup:
+    folders: tuple[Path, ...]  # one per controller used (v1), or one (v2)
+
+    @property
+    def join_files(self) -> list[str]:
+        return [str(folder / "cgroup.procs") for folder in self.folders]
+
+
+def host(root: Path = ROOT, self_cgroup: Path = Path("/proc/self/cgroup")) -> Host:
+    """What this host offers this daemon's runs: which controllers, where."""
+    try:
+        own = _own_cgroups(self_cgroup)
+    except OSError:
+        own = {}
+    if (root / "cgroup.controllers").exists():
+        return _host_v2(root, own.get("", "/"))
+    bases, missing = {}, {}
+    for name in CONTROLLERS:
+        hierarchy = root / name
+        if not (hierarchy / "cgroup.procs").exists():
+            missing[name] = (f"the {name} controller is not mounted at {hierarchy} (mount "
+                             f"cgroup v1 {name}, or boot with cgroup v2)")
+            continue
+        inside = hierarchy / own.get(name, "/").lstrip("/")
+        base = next((path for path in (inside, hierarchy) if os.access(path, os.W_OK)), None)
+        if base is None:
+            missing[name] = (f"{hierarchy} is not writable by this user (run the daemon as "
+                             "root, or on a cgroup v2 host as a systemd service with "
+                             "Delegate=yes)")
+        else:
+            bases[name] = base
+    return Host(1, bases, missing)
+
+
+def _host_v2(root: Path, own: str) -> Host:
+    available = set(_read(root / "cgroup.controllers").split())
+    base = root / own.lstrip("/")
+    if os.geteuid() == 0 and not os.access(base, os.W_OK):
+        base = root
+    if not os.access(base, os.W_OK):
+        why = (f"the daemon's cgroup {base} is not delegated to it: run it as a systemd "
+               "user service with Delegate=yes (taskherd service install writes it), or "
+               "under systemd-run --user --scope -p Delegate=yes")
+        return Host(2, {}, dict.fromkeys(CONTROLLERS, why))
+    bases, missing = {}, {}
+    for name in CONTROLLERS:
+        if name in available:
+            bases[name] = base
+        else:
+            missing[name] = f"the {name} controller is not enabled on this host's cgroup v2"
+    return Host(2, bases, missing)
+
+
+def group_name(data_dir: Path) -> str:
+    digest = hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:8]
+    return f"taskherd-{digest}"
+
+
+def create(data_dir: Path, run_id: int, caps: Caps, where: Host | None = None) -> RunCgroup:
+    """The run's cgroup(s) with `caps` written; a leftover of the same name is emptied and
+    reused. CgroupUnavailable when a cap asked for cannot be enforced here."""
+    where = where or host()
+    for name in caps.controllers:
+        if name not in where.bases:
+            raise CgroupUnavailable(f"its {name} cap cannot be enforced here: "
+                                    f"{where.missing.get(name, 'unknown reason')}")
+    try:
+        if where.version == 2:
+            return _create_v2(where, group_name(data_dir), run_id, caps)
+        return _create_v1(where, group_name(data_dir), run_id, caps)
+    except OSError as error:
+        raise CgroupUnavailable(f"its cgroup could not be made: {error}") from error
+
+
+def _create_v1(where: Host, group: str, run_id: int, caps: Caps) -> RunCgroup:
+    folders = []
+    for name in caps.controllers:
+        folder = where.bases[name] / group / f"run-{run_id}"
+        folder.mkdir(parents=True, exist_ok=True)
+        _kill_members(folder)  # a leftover of a reused id: nothing of it joins this run
+        if name == "memory":
+            _write(folder / "memory.limit_in_bytes", caps.memory)
+            if (folder / "memory.memsw.limit_in_bytes").exists():
+                _write(folder / "memory.memsw.limit_in_bytes", caps.memory)
+        elif name == "pids":
+            _write(folder / "pids.max", caps.pids)
+        else:
+            assert caps.cpu is not None
+            _write(folder / "cpu.cfs_period_us", CPU_PERIOD_US)
+            _write(folder / "cpu.cfs_quota_us", round(caps.cpu * CPU_PERIOD_US))
+        folders.append(folder)
+    return RunCgroup(tuple(folders))
+
+
+def _create_v2(where: Host, group: str, run_id: int, caps: Caps) -> RunCgroup:
+    base = next(iter(where.bases.values()))
+    parent, folder = base / group, base / group / f"run-{run_id}"
+    enable = " ".join(f"+{name}" for name in caps.controllers)
+    for level in (base, parent):
+        level.mkdir(exist_ok=True)
+        try:
+            _write(level / "cgroup.subtree_control", enable)
+        except OSError as error:
+            if error.errno == errno.EBUSY:  # "no internal processes": the daemon sits there
+                raise CgroupUnavailable(
+                    f"{level} holds processes, so it cannot give its controllers to the "
+                    "runs' cgroups: start the daemon in a cgroup of its own (a systemd unit "
+                    "with Delegate=yes does)") from error
+            raise
+    folder.mkdir(exist_ok=True)
+    _kill_members(folder)
+    if caps.memory is not None:
+        _write(folder / "memory.max", caps.memory)
+        if (folder / "memory.swap.max").exists():
+            _write(folder / "memory.swap.max", 0)
+    if caps.pids is not None:
+        _write(folder / "pids.max", caps.pids)
+    if caps.cpu is not None:
+        _write(folder / "cpu.max", f"{round(caps.cpu * CPU_PERIOD_US)} {CPU_PERIOD_US}")
+    return RunCgroup((folder,))
+
+
+def run_folders(data_dir: Path, run_id: int, where: Host | None = None) -> list[Path]:
+    """The run's cgroup folders that exist."""
+    where = where or host()
+    group = group_name(data_dir)
+    return [folder for folder in dict.fromkeys(base / group / f"run-{run_id}"
+                                                for base in where.bases.values())
+            if folder.is_dir()]
+
+
+def memory_killed(data_dir: Path, run_id: int, where: Host | None = None) -> int:
+    """How many processes of the run the kernel killed at its memory cap."""
+    for folder in run_folders(data_dir, run_id, where):
+        for name in ("memory.events", "memory.oom_control"):  # v2, v1
+            if (folder / name).exists():
+                return _field(folder / name, "oom_kill")
+    return 0
+
+
+def pids_refused(data_dir: Path, run_id: int, where: Host | None = None) -> int:
+    """How many forks of the run its pids cap refused."""
+    for folder in run_folders(data_dir, run_id, where):
+        if (folder / "pids.events").exists():
+            return _field(folder / "pids.events", "max")
+    return 0
+
+
+def release(data_dir: Path, run_id: int, where: Host | None = None) -> None:
+    """Kill what is left in the run's cgroups and remove them; quiet when already gone."""
+    for folder in run_folders(data_dir, run_id, where):
+        _remove(folder)
+
+
+def release_stale(data_dir: Path, keep: set[int], where: Host | None = None) -> int:
+    """Remove the run cgroups of this data dir whose run is not in `keep` (left by a daemon
+    that died); how many."""
+    where = where or host()
+    removed = 0
+    for base in dict.fromkeys(where.bases.values()):
+        parent = base / group_name(data_dir)
+        if not parent.is_dir():
+            continue
+        for folder in parent.glob("run-*"):
+            run_id = folder.name.removeprefix("run-")
+            if folder.is_dir() and run_id.isdigit() and int(run_id) not in keep:
+                _remove(folder)
+                removed += 1
+    return removed
+
+
+def _remove(folder: Path) -> None:
+    kill_file = folder / "cgroup.kill"  # v2 (Linux 5.14+): the kernel kills them all at once
+    for _ in range(RELEASE_TRIES):
+        if kill_file.exists():
+            try:
+                _write(kill_file, 1)
+            except OSError:
+                pass
+        _kill_members(folder)
+        try:
+            folder.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            if error.errno != errno.EBUSY:
+                return
+        time.sleep(0.01)  # the killed are still exiting: their cgroup is busy until then
+
+
+def _kill_members(folder: Path) -> None:
+    try:
+        members = _read(folder / "cgroup.procs").split()
+    except OSError:
+        return
+    for pid in members:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def _own_cgroups(path: Path) -> dict[str, str]:
+    """Controller → this process's cgroup path ('' for v2's unified hierarchy)."""
+    found = {}
+    for line in path.read_text().splitlines():
+        _, controllers, cgroup = line.split(":", 2)
+        for name in controllers.split(",") if controllers else [""]:
+            found[name] = cgroup
+    return found
+
+
+def _field(path: Path, key: str) -> int:
+    for line in _read(path).splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return int(value)
+    return 0
+
+
+def _read(path: Path) -> str:
+    with open(path) as file:
+        return file.read()
+
+
+def _write(path: Path, value: object) -> None:
+    with open(path, "w") as file:
+        file.write(str(value))

@@ -1,0 +1,102 @@
+"""Where a run's caps go and what is written there, on a cgroup tree laid out in a folder as
+v1 and v2 hosts lay theirs (the real cgroups are exercised in tests/acceptance/test_caps.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from taskherd import cgroups
+from taskherd.cgroups import Caps, CgroupUnavailable
+
+CAPS = Caps(memory=64 << 20, pids=32, cpu=1.5)
+
+
+def v2_host(tmp_path, own="/system.slice/taskherd.service"):
+    root = tmp_path / "cgroup"
+    (root / own.lstrip("/")).mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    self_cgroup = tmp_path / "self"
+    self_cgroup.write_text(f"0::{own}\n")
+    return root, cgroups.host(root, self_cgroup)
+
+
+def v1_host(tmp_path, controllers=("memory", "pids", "cpu")):
+    root = tmp_path / "cgroup"
+    for name in controllers:
+        (root / name).mkdir(parents=True)
+        (root / name / "cgroup.procs").write_text("")
+    self_cgroup = tmp_path / "self"
+    self_cgroup.write_text("".join(f"{i}:{name}:/\n" for i, name in enumerate(controllers)))
+    return root, cgroups.host(root, self_cgroup)
+
+
+def test_v2_caps_go_under_the_daemons_delegated_cgroup(tmp_path):
+    root, host = v2_host(tmp_path)
+    base = root / "system.slice" / "taskherd.service"
+    assert host.version == 2 and set(host.bases.values()) == {base}
+    (tmp_path / "data").mkdir()
+    group = cgroups.create(tmp_path / "data", 7, CAPS, host)
+    run = base / cgroups.group_name(tmp_path / "data") / "run-7"
+    assert group.join_files == [str(run / "cgroup.procs")]
+    assert (base / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    assert (run.parent / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    assert (run / "memory.max").read_text() == str(64 << 20)
+    assert (run / "pids.max").read_text() == "32"
+    assert (run / "cpu.max").read_text() == "150000 100000"
+
+
+def test_v1_caps_go_in_each_controllers_hierarchy(tmp_path):
+    root, host = v1_host(tmp_path)
+    group = cgroups.create(tmp_path / "data", 3, CAPS, host)
+    name = cgroups.group_name(tmp_path / "data")
+    assert group.join_files == [str(root / c / name / "run-3" / "cgroup.procs")
+                                for c in ("memory", "pids", "cpu")]
+    assert (root / "memory" / name / "run-3" / "memory.limit_in_bytes").read_text() == str(
+        64 << 20)
+    assert (root / "pids" / name / "run-3" / "pids.max").read_text() == "32"
+    assert (root / "cpu" / name / "run-3" / "cpu.cfs_quota_us").read_text() == "150000"
+    assert (root / "cpu" / name / "run-3" / "cpu.cfs_period_us").read_text() == "100000"
+
+
+def test_only_the_controllers_a_role_asks_for_are_used(tmp_path):
+    root, host = v1_host(tmp_path)
+    group = cgroups.create(tmp_path / "data", 1, Caps(pids=10), host)
+    assert group.join_files == [str(root / "pids" / cgroups.group_name(tmp_path / "data") /
+                                    "run-1" / "cgroup.procs")]
+
+
+def test_a_cap_this_host_cannot_enforce_is_refused_naming_what_to_do(tmp_path):
+    _, host = v1_host(tmp_path, controllers=("pids",))
+    with pytest.raises(CgroupUnavailable, match="memory cap cannot be enforced here: the "
+                                                "memory controller is not mounted"):
+        cgroups.create(tmp_path / "data", 1, CAPS, host)
+    cgroups.create(tmp_path / "data", 1, Caps(pids=5), host)  # what it has, it enforces
+
+
+def test_a_v2_cgroup_not_delegated_to_the_daemon_is_refused(tmp_path, monkeypatch):
+    v2_host(tmp_path)
+    # A user's daemon whose cgroup systemd did not delegate: nothing there is its to write.
+    monkeypatch.setattr(cgroups.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(cgroups.os, "access", lambda path, mode: False)
+    host = cgroups.host(tmp_path / "cgroup", tmp_path / "self")
+    with pytest.raises(CgroupUnavailable, match="not delegated to it: run it as a systemd user "
+                                                "service with Delegate=yes"):
+        cgroups.create(tmp_path / "data", 1, CAPS, host)
+
+
+def test_two_data_dirs_never_share_a_cgroup(tmp_path):
+    assert cgroups.group_name(tmp_path / "a") != cgroups.group_name(tmp_path / "b")
+    assert cgroups.group_name(tmp_path / "a") == cgroups.group_name(tmp_path / "a" / ".")
+
+
+def test_stale_run_cgroups_are_removed_and_open_ones_kept(tmp_path):
+    root, host = v1_host(tmp_path, controllers=("pids",))
+    for run_id in (1, 2):
+        cgroups.create(tmp_path / "data", run_id, Caps(pids=5), host)
+    # A fake tree's folders hold files, which rmdir refuses: empty the one to be removed.
+    stale = root / "pids" / cgroups.group_name(tmp_path / "data") / "run-1"
+    for child in stale.iterdir():
+        child.unlink()
+    assert cgroups.release_stale(tmp_path / "data", keep={2}, where=host) == 1
+    assert not stale.exists()
+    assert cgroups.run_folders(tmp_path / "data", 2, host)
