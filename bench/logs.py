@@ -108,12 +108,15 @@ class Sampler(threading.Thread):
         store.close()
 
 
-def part_a(tmp: Path, gigabytes: float, runs: int, noops: int, interval: float) -> bool:
+def part_a(tmp: Path, gigabytes: float, runs: int, noops: int, interval: float,
+           chatty_cpu: float | None = None) -> bool:
     size = int(gigabytes * 1e9)
     # Numbered lines, so that no loop is seen: this agent is chatty, not stuck.
     chatter = f"seq -f 'chatter line %.0f of a chatty agent' 1 1e10 | head -c {size}"
     roles = {"noop": {"command": str(NOOP).replace("'", '"')},
              "chatty": {"command": f'["sh", "-c", "{chatter}"]', "max_concurrent": "1"}}
+    if chatty_cpu is not None:  # the role's cpu cap: its whole tree gets this many cores
+        roles["chatty"]["isolation"] = f"{{ cpu = {chatty_cpu} }}"
     node = Node(tmp / "chatty", 8, roles, "normal")
     node.up()
     try:
@@ -167,8 +170,10 @@ def part_a(tmp: Path, gigabytes: float, runs: int, noops: int, interval: float) 
         node.down()
     q99, b99, l99 = percentile(quiet, 0.99), percentile(busy, 0.99), percentile(loaded, 0.99)
     growth = (sampler.rss_peak - rss_quiet) / 1e6
+    capped = "" if chatty_cpu is None else f", its role capped at cpu = {chatty_cpu:g}"
     print(f"a. a chatty agent: {runs} x {gigabytes:g} GB of `seq` output, max_log_bytes "
-          f"{CAP >> 20} MiB, {len(busy)} no-op tasks meanwhile ({chatty_seconds:.1f} s)")
+          f"{CAP >> 20} MiB{capped}, {len(busy)} no-op tasks meanwhile "
+          f"({chatty_seconds:.1f} s)")
     print(f"  the chatter alone: {alone_seconds:.1f} s, the daemon's CPU {alone_cpu:.2f} s "
           f"({100 * alone_cpu / alone_seconds:.1f} % of a core), its RSS "
           f"{rss_quiet / 1e6:.1f} → {alone_rss / 1e6:.1f} MB")
@@ -312,6 +317,9 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.04, help="seconds between no-ops")
     parser.add_argument("--reads", type=int, default=20, help="reads of the 1 GiB log (part b)")
     parser.add_argument("--parts", default="ab")
+    parser.add_argument("--chatty-cpu", type=float, default=None,
+                        help="cap the chatty role at this many cores ([roles.NAME.isolation] "
+                             "cpu; needs a host whose cgroups take it)")
     args = parser.parse_args()
     print(f"taskherd log bench: {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.2f} at start\n")
@@ -319,7 +327,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="taskherd-logs-") as folder:
         tmp = Path(folder)
         if "a" in args.parts:
-            ok &= part_a(tmp, args.gigabytes, args.chatty_runs, args.noops, args.interval)
+            ok &= part_a(tmp, args.gigabytes, args.chatty_runs, args.noops, args.interval,
+                         args.chatty_cpu)
         if "b" in args.parts:
             ok &= part_b(tmp, args.reads)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")

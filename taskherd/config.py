@@ -604,7 +604,7 @@ def _parse_role(name: str, raw: Mapping[str, Any], pools: Mapping[str, int],
     values = {
         "runtime": reader.choice("runtime", RUNTIMES),
         "command": reader.str_list("command"),
-        "workdir": reader.get("workdir", str, None),
+        "workdir": reader.path("workdir", base_dir),
         "env": reader.str_map("env"),
         "path": reader.get("path", str, None),
         "prompt_via": reader.choice("prompt_via", PROMPT_VIA),
@@ -1066,6 +1066,12 @@ class _Reader:
 
     def timezone(self, key: str) -> str | None:
         return self._convert(key, _zone, "an IANA time zone such as 'Europe/Paris'")
+
+    def path(self, key: str, base_dir: Path) -> str | None:
+        """A folder's path, relative to the config file's folder as every path in it is (not
+        to wherever the daemon happens to run), `~` expanded."""
+        value = self.get(key, str, None)
+        return None if value is None else str(base_dir / Path(value).expanduser())
 
     def str_list(self, key: str) -> tuple[str, ...] | None:
         value = self.raw.get(key)

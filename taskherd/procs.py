@@ -275,8 +275,9 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
     try:
         with _stdin_for(stdin_path, input_path) as stdin:
             # No cwd: ours, as a cold shim inherits it (a forked one would get the server's).
+            # Absolute: the fork server runs in /, where a relative cwd means something else.
             run = {"exit_path": str(exit_path), "header": header_prefix, "argv": argv,
-                   "env": env, "cwd": cwd or os.getcwd(), "log": str(log_path),
+                   "env": env, "cwd": os.path.abspath(cwd or "."), "log": str(log_path),
                    "stdin": str(stdin_path) if stdin_path else None,
                    "input": str(input_path) if input_path else None,
                    "log_head": head, "log_tail": tail, "cgroups": list(cgroups),

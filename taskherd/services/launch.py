@@ -189,12 +189,9 @@ class Launch:
                 f"{result.error}; {note}" if result.error else note))
         return result
 
-    def release_caps(self, role: RoleConfig, run_id: int) -> None:
-        """Kill what the run left in its cgroups and remove them."""
-        isolation = role.isolation
-        if isolation is None or not cgroups.Caps(isolation.memory, isolation.pids,
-                                                 isolation.cpu).any:
-            return
+    def release_caps(self, run_id: int) -> None:
+        """Kill what the run left in its cgroups and remove them (whatever its role says now:
+        a reload may have taken its caps away since it started)."""
         try:
             cgroups.release(self.config.daemon.data_dir, run_id, self.cgroup_host())
         except OSError as error:

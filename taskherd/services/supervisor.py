@@ -362,7 +362,7 @@ class Supervisor:
         await self._reap_leftovers(live)
         # Its cgroups go once its gates have run in them too; what escaped its process group
         # (a daemonized child) is still in them, and stopped.
-        await asyncio.to_thread(self.launch.release_caps, live.role, live.run.id)
+        await asyncio.to_thread(self.launch.release_caps, live.run.id)
 
     async def _reap_leftovers(self, live: LiveRun) -> None:
         """Stop what the agent left running in its process group once it has exited.

