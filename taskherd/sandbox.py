@@ -168,11 +168,11 @@ class AgentBox:
         # Given back: what the hiding covered that this run needs (its worktree in the data
         # dir, the door, its own files).
         for path in writable:
-            if any(within(path, hide) for hide in hidden):
+            if any(within(Path(os.path.realpath(path)), hide) for hide in hidden):
                 options += ["--bind", str(path), str(path)]
         # The door's folder, and the link agents connect through (see agent_door.door_dir).
         # taskherd's own installation (the agent's `taskherd done`), should it lie in /tmp.
-        for path in {Path(sys.prefix), Path(sys.base_prefix)}:
+        for path in {Path(os.path.realpath(sys.prefix)), Path(os.path.realpath(sys.base_prefix))}:
             if within(path, Path("/tmp")) or any(within(path, hide) for hide in hidden):
                 options += ["--ro-bind", str(path), str(path)]
         options += ["--bind", str(self.door.parent), str(self.door.parent),
@@ -211,7 +211,11 @@ class AgentBox:
         homes = dict.fromkeys((self.home, _agent_home(env, self.home)))
         paths += [_home(text, home) for home in homes for text in HIDDEN]
         paths += self.settings.hidden
-        return [path for path in dict.fromkeys(paths) if path.exists() or path.is_symlink()]
+        # Each where it really lies: bwrap mounts over a path inside the box, and one through
+        # a symlink (/var/run/docker.sock, a ~/.ssh linked elsewhere) is refused, which would
+        # leave the agent unstarted; hiding the target hides it by every name.
+        found = (Path(os.path.realpath(path)) for path in paths if path.exists())
+        return list(dict.fromkeys(found))
 
     def _empty_file(self) -> Path:
         """An empty file mounted over each hidden file (/dev/null would be refused: a box's
