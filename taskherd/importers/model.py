@@ -10,7 +10,7 @@ from typing import Any
 
 from taskherd.schedules import ScheduleError, Trigger, parse_trigger
 
-TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual", "timezone")
+TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual", "timezone", "dst_gap")
 
 
 class ImportError_(ValueError):
