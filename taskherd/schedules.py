@@ -43,9 +43,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
+from taskherd import walltime
 from taskherd.durations import DurationError, parse_duration
 from taskherd.model import OverlapPolicy
-from taskherd import walltime
 from taskherd.walltime import (
     DAY,
     MINUTE,

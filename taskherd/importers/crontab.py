@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from taskherd.importers.fires import CronRule, cron_wildcard
 from taskherd.importers.model import (
     Dropped,
     Imported,
@@ -25,7 +26,6 @@ from taskherd.importers.model import (
     job_name,
     role_name,
 )
-from taskherd.importers.fires import CronRule, cron_wildcard
 from taskherd.schedules import ScheduleError, parse_zone
 
 _VARIABLE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)")
