@@ -89,7 +89,7 @@ def compare(trigger: Trigger, rule: SourceRule, now: datetime, count: int) -> Co
         ours_near = _between(_trigger_fires(trigger, low), high)
         source_near = _between(rule.fires(low) or iter(()), high)
         if ours_near != source_near:
-            differences.append(_differ(f"DST change of {start.astimezone(trigger.tz):%Y-%m-%d}",
+            differences.append(_differ(f"DST change of {end.astimezone(trigger.tz):%Y-%m-%d}",
                                        ours_near, source_near, trigger.tz))
     return Comparison(rule.how, source, differences=tuple(differences))
 
