@@ -85,7 +85,7 @@ def _print_plan(plan: Any, moment: float, applied: bool) -> None:
         out += [""]
         out += [f"# {note}" for note in view["notes"]]
         out += [f"# source: {view['source_rule']}",
-                f"# next fires (taskherd): {', '.join(view['next_fires']) or 'none by itself'}"]
+                f"# next fires by taskherd: {', '.join(view['next_fires']) or 'none by itself'}"]
         out += _source_lines(view)
         if "source_next_fire" in view:
             out += [f"# the source's own next fire (kept): {view['source_next_fire']}"]
@@ -110,9 +110,9 @@ def _source_lines(view: dict[str, Any]) -> list[str]:
     if "fires_match" in view:
         by = view["source_fires_by"]
         if view["source_fires"] is None:
-            lines.append(f"# next fires ({by}): not known: {view['source_fires_unknown']}")
+            lines.append(f"# next fires by {by}: not known: {view['source_fires_unknown']}")
         else:
-            lines.append(f"# next fires ({by}): {', '.join(view['source_fires']) or 'none'}")
+            lines.append(f"# next fires by {by}: {', '.join(view['source_fires']) or 'none'}")
         if view["fires_match"] == "same":
             lines.append("# the same fires, DST changes of the coming year included")
         for difference in view["differences"]:

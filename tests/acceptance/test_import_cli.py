@@ -125,7 +125,7 @@ def test_dry_run_sets_the_sources_fires_beside_taskherds_and_says_a_difference(f
     (fleet.root / "crontab").write_text("0 9 * * * plain\nCRON_TZ=Europe/Paris\n"
                                         "30 2 * * * zoned\n")
     text = fleet.cli("import", "crontab", "crontab").stdout
-    assert "# next fires (cron's rules (Vixie cron and cronie)): " in text
+    assert "# next fires by cron's rules (Vixie cron and cronie): " in text
     assert "# the same fires, DST changes of the coming year included" in text
     assert "# DIFFERS from the source: DST change of " in text
     assert "dst_gap = next_valid (right after the jump, 02:30 → 03:00)" in text
