@@ -32,7 +32,7 @@ from taskherd.taskspec import TaskSpecError, new_task_from
 if TYPE_CHECKING:  # the config imports this module (to check [[jobs]]) at load, not the reverse
     from taskherd.config import Config
 
-TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual", "timezone")
+TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual", "timezone", "dst_gap")
 TEMPLATE_KEYS = ("role", "title", "prompt", "priority", "pool", "dedup_key", "max_attempts",
                  "review", "pending", "meta", "deliver_to", "on")
 POLICY_KEYS = ("overlap", "missed_fire", "max_retries", "delete_after_run", "enabled")

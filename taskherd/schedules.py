@@ -12,8 +12,11 @@ Daylight saving. Recurring triggers are computed in the naive wall-clock time
 of their zone, and each wall time is then resolved to an instant:
 
 * a wall time inside a spring-forward gap (02:30 on a day that jumps from
-  02:00 to 03:00) fires once, shifted forward by the length of the gap (03:30),
-  which is PEP 495's ``fold=0`` reading; fires that land on one instant
+  02:00 to 03:00) follows the trigger's ``dst_gap`` policy (``DstGap``): by
+  default it fires once, shifted forward by the length of the gap (03:30),
+  which is PEP 495's ``fold=0`` reading; ``skip`` drops that day's fire (as
+  systemd and croner do); ``next_valid`` fires right after the jump (03:00, as
+  Vixie cron and cronie run a fixed-time job). Fires that land on one instant
   collapse into one, so "every 30 minutes" does not fire twice at 03:00;
 * a wall time that happens twice on a fall-back day fires on its first
   occurrence only, except for "wildcard" schedules, which fire on both so
@@ -40,6 +43,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
+from taskherd import walltime
 from taskherd.durations import DurationError, parse_duration
 from taskherd.model import OverlapPolicy
 from taskherd.walltime import (
@@ -95,6 +99,16 @@ class MissedFire(enum.StrEnum):
     )
 
 
+class DstGap(enum.StrEnum):
+    """What a fixed time fires as on a day that does not have it (02:30 when clocks jump
+    from 02:00 to 03:00). A repeated hour (fall-back) is not this: see the module's doc."""
+
+    SHIFT = walltime.SHIFT  # default: once, later by the gap's length (03:30); PEP 495 fold=0
+    SKIP = walltime.SKIP  # not that day: systemd's OnCalendar and croner (OpenClaw) skip it
+    NEXT_VALID = walltime.NEXT_VALID  # right after the jump (03:00): Vixie cron and cronie
+
+
+DEFAULT_DST_GAP = DstGap.SHIFT
 DEFAULT_MISSED_FIRE = MissedFire.ONCE
 DEFAULT_OVERLAP = OverlapPolicy.SKIP
 # A fire this late is "missed" for MissedFire.SKIP rather than merely late: a
@@ -118,6 +132,7 @@ class CronTrigger:
 
     expression: str
     tz: ZoneInfo
+    dst_gap: DstGap = DEFAULT_DST_GAP
     kind: ClassVar[str] = "cron"
     _walls: Walls = field(init=False, repr=False, compare=False)
     _both_folds: bool = field(init=False, repr=False, compare=False)
@@ -129,10 +144,10 @@ class CronTrigger:
         object.__setattr__(self, "_both_folds", both_folds)
 
     def next_after(self, now: datetime) -> datetime | None:
-        return next_instant(self._walls, self.tz, self._both_folds, now)
+        return next_instant(self._walls, self.tz, self._both_folds, now, self.dst_gap)
 
     def to_spec(self) -> dict[str, object]:
-        return {"cron": self.expression, "timezone": self.tz.key}
+        return {"cron": self.expression, "timezone": self.tz.key, **_gap_spec(self.dst_gap)}
 
 
 # Compiled walls are immutable, so jobs sharing an expression share them;
@@ -230,6 +245,7 @@ class CalendarTrigger:
 
     entries: tuple[CalendarEntry, ...]
     tz: ZoneInfo
+    dst_gap: DstGap = DEFAULT_DST_GAP
     kind: ClassVar[str] = "calendar"
     _compiled: tuple[tuple[FieldMatcher, bool], ...] = field(init=False, repr=False, compare=False)
 
@@ -251,11 +267,12 @@ class CalendarTrigger:
         object.__setattr__(self, "_compiled", tuple(compiled))
 
     def next_after(self, now: datetime) -> datetime | None:
-        fires = [next_instant(m, self.tz, both, now) for m, both in self._compiled]
+        fires = [next_instant(m, self.tz, both, now, self.dst_gap) for m, both in self._compiled]
         return min((f for f in fires if f is not None), default=None)
 
     def to_spec(self) -> dict[str, object]:
-        return {"calendar": [e.to_spec() for e in self.entries], "timezone": self.tz.key}
+        return {"calendar": [e.to_spec() for e in self.entries], "timezone": self.tz.key,
+                **_gap_spec(self.dst_gap)}
 
 
 def _check_entry(where: str, entry: object) -> None:
@@ -316,6 +333,7 @@ class EveryTrigger:
     interval: timedelta
     tz: ZoneInfo
     window: Window | None = None
+    dst_gap: DstGap = DEFAULT_DST_GAP
     kind: ClassVar[str] = "every"
     _walls: IntervalWalls = field(init=False, repr=False, compare=False)
 
@@ -334,13 +352,19 @@ class EveryTrigger:
         object.__setattr__(self, "_walls", walls)
 
     def next_after(self, now: datetime) -> datetime | None:
-        return next_instant(self._walls, self.tz, True, now)
+        return next_instant(self._walls, self.tz, True, now, self.dst_gap)
 
     def to_spec(self) -> dict[str, object]:
         spec: dict[str, object] = {"every": _text(self.interval), "timezone": self.tz.key}
         if self.window is not None:
             spec["window"] = self.window.to_spec()
-        return spec
+        return spec | _gap_spec(self.dst_gap)
+
+
+def _gap_spec(policy: DstGap) -> dict[str, str]:
+    # The default is left out, so every job stored before dst_gap existed keeps its spec
+    # (a config sync compares specs: an added default key would rewrite every job).
+    return {} if policy is DEFAULT_DST_GAP else {"dst_gap": policy.value}
 
 
 def _since_midnight(moment: time) -> timedelta:
@@ -468,8 +492,8 @@ _KINDS = ("cron", "calendar", "every", "at", "manual")
 def parse_trigger(spec: dict, default_tz: str | None) -> Trigger:
     """Build a trigger from a job table (``taskherd.toml`` ``[[jobs]]`` or the CLI).
 
-    Reads ``cron``, ``calendar``, ``every`` + ``window``, ``at``, ``manual``
-    and ``timezone``; other keys of the job table are left to the config.
+    Reads ``cron``, ``calendar``, ``every`` + ``window``, ``at``, ``manual``,
+    ``timezone`` and ``dst_gap``; other keys of the job table are left to the config.
     No trigger key means a manual job. ``default_tz`` is the daemon's zone.
     """
     kinds = [k for k in _KINDS if k in spec]
@@ -489,17 +513,32 @@ def parse_trigger(spec: dict, default_tz: str | None) -> Trigger:
         )
     tz = parse_zone(spec.get("timezone"), default_tz)
     kind = kinds[0] if kinds else "manual"
+    gap = _parse_dst_gap(spec.get("dst_gap"), kind)
     if kind == "cron":
-        return CronTrigger(spec["cron"], tz)
+        return CronTrigger(spec["cron"], tz, gap)
     if kind == "calendar":
-        return CalendarTrigger(_parse_calendar(spec["calendar"]), tz)
+        return CalendarTrigger(_parse_calendar(spec["calendar"]), tz, gap)
     if kind == "every":
-        return EveryTrigger(_parse_interval(spec["every"]), tz, _parse_window(spec.get("window")))
+        return EveryTrigger(_parse_interval(spec["every"]), tz, _parse_window(spec.get("window")),
+                            gap)
     if kind == "at":
         return AtTrigger(_parse_at(spec["at"], tz), tz)
     if spec.get("manual", True) is not True:
         raise _bad("manual", spec["manual"], "is not true", "manual = true, or no trigger key")
     return ManualTrigger(tz)
+
+
+def _parse_dst_gap(value: object, kind: str) -> DstGap:
+    accepted = ", ".join(policy.value for policy in DstGap)
+    if value is None:
+        return DEFAULT_DST_GAP
+    if kind not in ("cron", "calendar", "every"):
+        raise _bad("dst_gap", value, f"does not apply to {kind!r}",
+                   "dst_gap with cron, calendar or every (an 'at' time is read as written)")
+    try:
+        return DstGap(value)
+    except ValueError:
+        raise _bad("dst_gap", value, "is not a policy", accepted) from None
 
 
 def parse_zone(job_tz: object, default_tz: str | None) -> ZoneInfo:

@@ -114,15 +114,39 @@ class IntervalWalls:
 # --- wall time → instant ----------------------------------------------------
 
 
-def resolve(wall: datetime, tz: ZoneInfo, both_folds: bool) -> tuple[datetime, ...]:
+# What a wall time inside a spring-forward gap (a time the day does not have) becomes:
+# schedules.DstGap names these for people; here they are plain strings.
+SHIFT, SKIP, NEXT_VALID = "shift", "skip", "next_valid"
+
+
+def resolve(wall: datetime, tz: ZoneInfo, both_folds: bool,
+            gap: str = SHIFT) -> tuple[datetime, ...]:
     first = wall.replace(tzinfo=tz).astimezone(UTC)
     second = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
-    if first >= second:
-        # Equal: an ordinary time. Greater: a time inside a spring-forward gap,
-        # where fold=0 reads it with the pre-gap offset, i.e. shifted forward
-        # by the gap; that is the one fire we keep.
+    if first > second:
+        # A time inside a spring-forward gap: fold=0 reads it with the pre-gap
+        # offset, i.e. shifted forward by the gap (SHIFT); fold=1 reads it
+        # with the post-gap one, an instant before the jump.
+        if gap == SKIP:
+            return ()
+        return (gap_end(wall, tz, second, first),) if gap == NEXT_VALID else (first,)
+    if first == second:
         return (first,)
     return (first, second) if both_folds else (first,)
+
+
+def gap_end(wall: datetime, tz: ZoneInfo, before: datetime, after: datetime) -> datetime:
+    """The jump that skips ``wall``: the first instant whose local time is past it, found
+    between ``before`` (the wall read with the post-gap offset, before the jump) and
+    ``after`` (read with the pre-gap offset, after it). Whole seconds: zones jump on them."""
+    low, high = before, after
+    while high - low > timedelta(seconds=1):
+        middle = low + timedelta(seconds=(high - low).total_seconds() // 2)
+        if middle.astimezone(tz).replace(tzinfo=None) > wall:
+            high = middle
+        else:
+            low = middle
+    return high
 
 
 def _offset_span(tz: ZoneInfo, instant: datetime) -> timedelta:
@@ -141,7 +165,8 @@ def _changes_within(tz: ZoneInfo, instant: datetime, span: timedelta) -> bool:
     return len(offsets) > 1
 
 
-def next_instant(walls: Walls, tz: ZoneInfo, both_folds: bool, now: datetime) -> datetime | None:
+def next_instant(walls: Walls, tz: ZoneInfo, both_folds: bool, now: datetime,
+                 gap: str = SHIFT) -> datetime | None:
     now_utc = as_utc(now)
     steady = _steady_offset(tz, now_utc)
     if steady is not None:
@@ -154,11 +179,11 @@ def next_instant(walls: Walls, tz: ZoneInfo, both_folds: bool, now: datetime) ->
         instant = (wall - offset).replace(tzinfo=UTC)
         if instant <= until:
             return instant
-    return _next_instant_near_change(walls, tz, both_folds, now_utc)
+    return _next_instant_near_change(walls, tz, both_folds, now_utc, gap)
 
 
 def _next_instant_near_change(
-    walls: Walls, tz: ZoneInfo, both_folds: bool, now_utc: datetime
+    walls: Walls, tz: ZoneInfo, both_folds: bool, now_utc: datetime, gap: str
 ) -> datetime | None:
     # Near a DST change a wall time earlier than now's can still resolve to a
     # later instant (02:30 in the gap → 03:30 when now is 03:10; 01:15 EST
@@ -173,7 +198,7 @@ def _next_instant_near_change(
         wall = walls.next_wall(cursor)
         if wall is None or (stop_at is not None and wall > stop_at):
             return best
-        for instant in resolve(wall, tz, both_folds):
+        for instant in resolve(wall, tz, both_folds, gap):
             if instant > now_utc and (best is None or instant < best):
                 best = instant
         if best is not None and stop_at is None:

@@ -85,7 +85,8 @@ def _print_plan(plan: Any, moment: float, applied: bool) -> None:
         out += [""]
         out += [f"# {note}" for note in view["notes"]]
         out += [f"# source: {view['source_rule']}",
-                f"# next fires: {', '.join(view['next_fires']) or 'none by itself'}"]
+                f"# next fires by taskherd: {', '.join(view['next_fires']) or 'none by itself'}"]
+        out += _source_lines(view)
         if "source_next_fire" in view:
             out += [f"# the source's own next fire (kept): {view['source_next_fire']}"]
         out += tomlout.table("[[jobs]]", job.table)
@@ -96,6 +97,30 @@ def _print_plan(plan: Any, moment: float, applied: bool) -> None:
         click.echo("\nNot carried over:")
         print_table(["file", "job", "field", "why"],
                     [[d.file, d.job, d.field, d.why] for d in plan.dropped])
+
+
+_GAP_SAYS = {"shift": "later by the gap, 02:30 → 03:30", "skip": "not that day",
+             "next_valid": "right after the jump, 02:30 → 03:00"}
+
+
+def _source_lines(view: dict[str, Any]) -> list[str]:
+    """The source's own fires beside taskherd's, a difference in capitals, and the job's
+    policy for a time the day does not have."""
+    lines = []
+    if "fires_match" in view:
+        by = view["source_fires_by"]
+        if view["source_fires"] is None:
+            lines.append(f"# next fires by {by}: not known: {view['source_fires_unknown']}")
+        else:
+            lines.append(f"# next fires by {by}: {', '.join(view['source_fires']) or 'none'}")
+        if view["fires_match"] == "same":
+            lines.append("# the same fires, DST changes of the coming year included")
+        for difference in view["differences"]:
+            lines.append(f"# DIFFERS from the source: {difference}")
+    if "dst_gap" in view:
+        lines.append(f"# a time the day does not have (DST): dst_gap = {view['dst_gap']} "
+                     f"({_GAP_SAYS[view['dst_gap']]})")
+    return lines
 
 
 @click.command("export")

@@ -83,6 +83,10 @@ def trigger_options(command: Any) -> Any:
         click.option("--at", help="One-shot ISO date-time, read in the job's zone."),
         click.option("--manual", is_flag=True, default=None, help="No trigger: run by hand only."),
         click.option("--tz", "timezone", help="IANA zone (default: [daemon] timezone)."),
+        click.option("--dst-gap", "dst_gap", type=click.Choice(["shift", "skip", "next_valid"]),
+                     help="A time the day does not have (clocks jump forward): later by the "
+                          "gap (shift, default), not that day (skip), or right after the jump "
+                          "(next_valid)."),
     ]
     for option in reversed(options):
         command = option(command)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from taskherd.importers.fires import CronRule, cron_wildcard
 from taskherd.importers.model import (
     Dropped,
     Imported,
@@ -93,12 +94,24 @@ def _job(file: str, where: str, line: str, env: dict[str, str], shell: str, zone
                              "prompt": stdin, "cron": schedule}
     if zone is not None:
         table["timezone"] = zone
+    table["dst_gap"] = _dst_gap(schedule, zone)
     trigger = build_trigger(file, where, table, default_tz)
     notes = [f"runs {argv!r}: through a shell because cron runs every command line so"]
     if stdin:
         notes.append("the text after % is the task's prompt, written on the command's stdin")
     rule = f"{schedule} (CRON_TZ={zone})" if zone else f"{schedule} (no CRON_TZ: in [daemon] timezone)"
-    return ImportedJob(ident, table, trigger, role, notes=tuple(notes), rule=rule)
+    return ImportedJob(ident, table, trigger, role, notes=tuple(notes), rule=rule,
+                       source_rule=CronRule(schedule, trigger.tz, own_zone=zone is not None))
+
+
+def _dst_gap(schedule: str, zone: str | None) -> str:
+    """What cron does with a time the day does not have (src/cron.c of Vixie cron and
+    cronie, "case medium": when the clock jumps forward, the fixed-time jobs of the skipped
+    minutes run right after the jump; wildcard jobs are not caught up). A CRON_TZ= line is
+    matched on each real minute in its own zone, so its time in a gap never comes."""
+    if zone is not None or cron_wildcard(schedule):
+        return "skip"
+    return "next_valid"
 
 
 def _split_percent(command: str) -> tuple[str, str]:

@@ -12,6 +12,7 @@ import plistlib
 from typing import Any
 from xml.parsers.expat import ExpatError
 
+from taskherd.importers.fires import SourceRule, UnknownRule, launchd_rule
 from taskherd.importers.model import (
     Dropped,
     Imported,
@@ -57,8 +58,10 @@ def parse(file: str, data: bytes, default_tz: str | None) -> Imported:
     triggers: list[tuple[str, dict[str, Any], tuple[str, ...], str]] = []
     if "StartCalendarInterval" in plist:
         calendar = plist["StartCalendarInterval"]
-        triggers.append(("", {"calendar": _calendar(file, label, calendar)}, (),
-                         f"StartCalendarInterval {calendar!r}"))
+        # launchd's own gap rule is not documented (see importers/fires.py): taskherd's
+        # default, the time read with the offset before the jump, as mktime() reads it.
+        triggers.append(("", {"calendar": _calendar(file, label, calendar), "dst_gap": "shift"},
+                         (), f"StartCalendarInterval {calendar!r}"))
     if "StartInterval" in plist:
         seconds = plist["StartInterval"]
         if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 1:
@@ -75,8 +78,17 @@ def parse(file: str, data: bytes, default_tz: str | None) -> Imported:
         trigger = build_trigger(file, label, table, default_tz)
         result.jobs.append(ImportedJob(label + suffix, table, trigger, role,
                                        notes=(f"runs {role.table['command']!r} as given", *notes),
-                                       rule=rule))
+                                       rule=rule, source_rule=_source_rule(table, trigger)))
     return result
+
+
+def _source_rule(table: dict[str, Any], trigger: Any) -> SourceRule:
+    if "calendar" in table:
+        return launchd_rule(table["calendar"], trigger.tz)
+    if "every" in table:
+        return UnknownRule("launchd's StartInterval", "launchd counts StartInterval from when "
+                           "it loaded the job, which the plist does not say")
+    return UnknownRule("none", "no schedule in the plist")
 
 
 def _role_table(file: str, label: str, plist: dict[str, Any]) -> dict[str, Any]:

@@ -8,9 +8,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from taskherd.importers.fires import SourceRule
 from taskherd.schedules import ScheduleError, Trigger, parse_trigger
 
-TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual", "timezone")
+TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual", "timezone", "dst_gap")
 
 
 class ImportError_(ValueError):
@@ -49,6 +50,7 @@ class ImportedJob:
     start_at: float | None = None  # the source's own next fire (OpenClaw's state.nextRunAtMs)
     notes: tuple[str, ...] = ()  # what the dry run must say about how it runs
     rule: str = ""  # the schedule in the source's own words, shown beside the fires
+    source_rule: SourceRule | None = None  # the source's own fires, to compare with taskherd's
 
 
 def interval_notes(seconds: float, counted_from: str) -> tuple[str, ...]:

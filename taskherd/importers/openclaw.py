@@ -14,6 +14,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from taskherd.importers.fires import EveryRule, OnceRule, SourceRule, croner_rule
 from taskherd.importers.model import (
     Dropped,
     Imported,
@@ -75,7 +76,7 @@ def _job(file: str, job: dict[str, Any], default_tz: str | None, role_map: dict[
     start = state.get("nextRunAtMs")
     if start is not None and (isinstance(start, bool) or not isinstance(start, int | float)):
         raise ImportError_(file, ident, "state.nextRunAtMs", f"{start!r}: expected milliseconds")
-    notes = list(_schedule(file, ident, job.get("schedule"), table, start, job.get("createdAtMs")))
+    notes, every = _schedule(file, ident, job.get("schedule"), table, start, job.get("createdAtMs"))
     if job.get("sessionTarget", "isolated") == "main":
         result.dropped.append(Dropped(file, ident, "sessionTarget", "'main': each taskherd task "
                                       "is a run of its own, as OpenClaw's 'isolated'"))
@@ -85,7 +86,14 @@ def _job(file: str, job: dict[str, Any], default_tz: str | None, role_map: dict[
     trigger = build_trigger(file, ident, table, default_tz)
     return ImportedJob(ident, table, trigger, None,
                        start_at=None if start is None else start / 1000, notes=tuple(notes),
-                       rule=json.dumps(job.get("schedule"), sort_keys=True))
+                       rule=json.dumps(job.get("schedule"), sort_keys=True),
+                       source_rule=every or _source_rule(table, trigger))
+
+
+def _source_rule(table: dict[str, Any], trigger: Any) -> SourceRule:
+    if "cron" in table:
+        return croner_rule(table["cron"], trigger.tz)
+    return OnceRule(trigger.at)
 
 
 def _prompt(file: str, ident: str, payload: Any, result: Imported) -> str:
@@ -110,7 +118,7 @@ def _prompt(file: str, ident: str, payload: Any, result: Imported) -> str:
 
 
 def _schedule(file: str, ident: str, schedule: Any, table: dict[str, Any], next_ms: Any,
-              created_ms: Any) -> list[str]:
+              created_ms: Any) -> tuple[list[str], EveryRule | None]:
     if not isinstance(schedule, dict):
         raise ImportError_(file, ident, "schedule", "expected an object with a kind")
     kind = schedule.get("kind")
@@ -124,17 +132,18 @@ def _schedule(file: str, ident: str, schedule: Any, table: dict[str, Any], next_
         table["cron"] = expr
         if schedule.get("tz") is not None:
             table["timezone"] = schedule["tz"]
-        return []
+        table["dst_gap"] = "skip"  # croner skips a time in a gap (its README: DST handling)
+        return [], None
     if kind == "every":
         return _every(file, ident, schedule, table, next_ms, created_ms)
     if kind == "at":
         table.update(_at(file, ident, schedule))
-        return ["a one-shot"]
+        return ["a one-shot"], None
     raise ImportError_(file, ident, "schedule.kind", f"{kind!r}: expected cron, every or at")
 
 
 def _every(file: str, ident: str, schedule: dict[str, Any], table: dict[str, Any],
-           next_ms: Any, created_ms: Any) -> list[str]:
+           next_ms: Any, created_ms: Any) -> tuple[list[str], EveryRule]:
     every, anchor, counted = schedule.get("everyMs"), schedule.get("anchorMs"), "its anchor"
     # Without an anchor OpenClaw counts from a fire it planned, else from the job's creation.
     if anchor is None:
@@ -159,7 +168,7 @@ def _every(file: str, ident: str, schedule: dict[str, Any], table: dict[str, Any
     if offset:
         start = datetime.fromtimestamp(offset / 1000, UTC)
         table["window"] = f"{start:%H:%M}-23:59"
-    return [f"counted in UTC from {counted}, as OpenClaw counts it"]
+    return [f"counted in UTC from {counted}, as OpenClaw counts it"], EveryRule(anchor, every)
 
 
 def _at(file: str, ident: str, schedule: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import shlex
 from pathlib import PurePath
 from typing import Any
 
+from taskherd.importers.fires import SourceRule, SystemdCalendar, UnknownRule
 from taskherd.importers.model import (
     Dropped,
     Imported,
@@ -80,7 +81,8 @@ def _timer(file: str, timer: str, sections: dict[str, dict[str, list[str]]],
     triggers: list[tuple[dict[str, Any], str, tuple[str, ...]]] = []
     for spec in settings.get("OnCalendar", []):
         try:
-            triggers.append((to_cron(spec), f"OnCalendar={spec}", ()))
+            # systemd skips a time the day does not have (systemd-analyze calendar shows it).
+            triggers.append((to_cron(spec) | {"dst_gap": "skip"}, f"OnCalendar={spec}", ()))
         except Unsupported as why:
             result.dropped.append(Dropped(file, timer, f"OnCalendar={spec}", f"unsupported: {why}"))
     active = settings.get("OnUnitActiveSec")
@@ -98,8 +100,18 @@ def _timer(file: str, timer: str, sections: dict[str, dict[str, list[str]]],
         trigger = build_trigger(file, timer, table, default_tz)
         result.jobs.append(ImportedJob(name, table, trigger, role,
                                        notes=(f"runs {role.table['command']!r} as given", *notes),
-                                       rule=rule))
+                                       rule=rule, source_rule=_source_rule(rule, table, trigger)))
     return result
+
+
+def _source_rule(rule: str, table: dict[str, Any], trigger: Any) -> SourceRule:
+    if "cron" not in table:
+        return UnknownRule("systemd's OnUnitActiveSec", "systemd counts it from the service's "
+                           "last start, which the unit files do not say")
+    spec = rule.removeprefix("OnCalendar=").strip()
+    if "timezone" not in table:  # systemd reads it in the machine's zone: the daemon's here
+        spec = f"{_SHORTHANDS.get(spec.lower(), spec)} {trigger.tz.key}"
+    return SystemdCalendar(spec, table["cron"], trigger.tz)
 
 
 def to_cron(spec: str) -> dict[str, str]:

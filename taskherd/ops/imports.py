@@ -23,6 +23,7 @@ from taskherd.importers import (
     openclaw,
     systemd,
 )
+from taskherd.importers.fires import compare
 from taskherd.importers.model import Imported
 from taskherd.jobs import JobError, parse_job
 from taskherd.ops import BadInput, Queue
@@ -49,12 +50,25 @@ class Plan:
 
 
 def job_view(job: ImportedJob, now: float) -> dict[str, Any]:
-    """A job of the plan with its next fires in its zone, by the scheduler's own trigger."""
+    """A job of the plan with its next fires in its zone, by the scheduler's own trigger,
+    beside the source's own (by the source's rules), and where the two differ: in the next
+    fires or around a DST change of the coming year. A difference is said, never refused."""
     start = datetime.fromtimestamp(now, UTC)
-    fires = [f.astimezone(job.trigger.tz).isoformat()
-             for f in next_fires(job.trigger, start, PREVIEW_FIRES)]
+    zone = job.trigger.tz
+    fires = [f.astimezone(zone).isoformat() for f in next_fires(job.trigger, start, PREVIEW_FIRES)]
     view = {"source_id": job.source_id, "table": job.table, "source_rule": job.rule,
             "next_fires": fires, "notes": list(job.notes)}
+    if job.trigger.kind in ("cron", "calendar", "every"):
+        view["dst_gap"] = job.trigger.dst_gap.value
+    if job.source_rule is not None:
+        compared = compare(job.trigger, job.source_rule, start, PREVIEW_FIRES)
+        view["source_fires"] = (None if compared.fires is None
+                                else [f.astimezone(zone).isoformat() for f in compared.fires])
+        view["source_fires_by"] = compared.how
+        view["fires_match"] = compared.verdict
+        view["differences"] = list(compared.differences)
+        if compared.why_unknown:
+            view["source_fires_unknown"] = compared.why_unknown
     if job.start_at is not None:
         view["source_next_fire"] = datetime.fromtimestamp(job.start_at, UTC).astimezone(
             job.trigger.tz).isoformat()

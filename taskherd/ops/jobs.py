@@ -65,10 +65,11 @@ def update_job(queue: Queue, name: str, changes: Mapping[str, Any], now: float,
         raise JobRefused(f"job {name!r} comes from the config file: change it there, "
                          "then `taskherd reload`")
     table = stored_table(job)
-    retrigger = any(key in changes for key in TRIGGER_KEYS)
-    if retrigger:
+    # dst_gap alone keeps the trigger; a new trigger replaces the old one whole, its policy too.
+    retrigger = any(key in changes for key in (*TRIGGER_KEYS, "dst_gap"))
+    if any(key in changes for key in TRIGGER_KEYS):
         kept = _interval_kept(job, changes)
-        for key in (*TRIGGER_KEYS, "timezone"):
+        for key in (*TRIGGER_KEYS, "timezone", "dst_gap"):
             table.pop(key, None)
         table.setdefault("timezone", job.timezone)
         table.update(kept)

@@ -59,8 +59,11 @@ def test_dry_run_then_apply_once_then_again_changes_nothing(fleet):
     [(name, change)] = applied["applied"].items()
     assert change == "created"
     job = fleet.store.get_job(name)
+    # A CRON_TZ line: cronie matches it on real minutes in its zone, so a time in a
+    # spring-forward gap never comes; the stored job keeps that policy.
     assert job.source == "cli" and job.trigger == {"cron": "30 1 * * *",
-                                                   "timezone": "America/New_York"}
+                                                   "timezone": "America/New_York",
+                                                   "dst_gap": "skip"}
     again = fleet.cli("import", "crontab", "crontab", "--apply")
     assert f"unchanged job {name!r}" in again.stdout
     assert fleet.store.get_job(name).version == job.version
@@ -114,3 +117,22 @@ def test_export_reads_back_as_the_same_jobs(fleet):
             fleet.store.get_job(table["name"]).definition())
     as_json = json.loads(fleet.cli("export", "--format", "json").stdout)
     assert [job["name"] for job in as_json["jobs"]] == ["digest", "weekly"]
+
+
+def test_dry_run_sets_the_sources_fires_beside_taskherds_and_says_a_difference(fleet):
+    # A plain line agrees with cron; a CRON_TZ line at 02:30 in Paris is run twice by cronie
+    # on the fall-back night (real minutes in its zone), taskherd once: said, not refused.
+    (fleet.root / "crontab").write_text("0 9 * * * plain\nCRON_TZ=Europe/Paris\n"
+                                        "30 2 * * * zoned\n")
+    text = fleet.cli("import", "crontab", "crontab").stdout
+    assert "# next fires by cron's rules (Vixie cron and cronie): " in text
+    assert "# the same fires, DST changes of the coming year included" in text
+    assert "# DIFFERS from the source: DST change of " in text
+    assert "dst_gap = next_valid (right after the jump, 02:30 → 03:00)" in text
+    assert "dst_gap = skip (not that day)" in text
+    plan = json.loads(fleet.cli("import", "crontab", "crontab", "--json").stdout)
+    plain, zoned = plan["jobs"]
+    assert plain["fires_match"] == "same" and plain["source_fires"] == plain["next_fires"]
+    assert (plain["dst_gap"], zoned["dst_gap"]) == ("next_valid", "skip")
+    assert zoned["fires_match"] == "differs" and "only the source" in zoned["differences"][0]
+    assert fleet.store.list_jobs() == []

@@ -103,6 +103,26 @@ def test_update_keeps_the_rest_of_an_interval_trigger(fleet):
     assert fleet.store.get_job("social").trigger == {"cron": "@daily", "timezone": "America/Chicago"}
 
 
+def test_dst_gap_is_set_previewed_and_kept_until_the_trigger_is_replaced(fleet):
+    out = fleet.cli("jobs", "next", "--cron", "30 2 * * *", "--tz", "America/New_York",
+                    "--dst-gap", "next_valid", "-n", "2", "--from", "2026-03-07T12:00",
+                    "--json").stdout
+    assert [f["local"] for f in json.loads(out)] == ["2026-03-08T03:00:00-04:00",
+                                                     "2026-03-09T02:30:00-04:00"]
+    fleet.cli("jobs", "add", "nightly", "-r", "worker", "--cron", "30 2 * * *",
+              "--dst-gap", "next_valid")
+    assert fleet.store.get_job("nightly").trigger["dst_gap"] == "next_valid"
+    fleet.cli("jobs", "update", "nightly", "--dst-gap", "skip")  # the trigger stays
+    assert fleet.store.get_job("nightly").trigger == {
+        "cron": "30 2 * * *", "timezone": "Europe/Berlin", "dst_gap": "skip"}
+    fleet.cli("jobs", "update", "nightly", "--cron", "0 3 * * *")  # a new trigger, whole
+    assert fleet.store.get_job("nightly").trigger == {"cron": "0 3 * * *",
+                                                      "timezone": "Europe/Berlin"}
+    refused = fleet.cli("jobs", "add", "once", "-r", "worker", "--at", "2030-01-01T02:30",
+                        "--dst-gap", "skip", check=False)
+    assert refused.returncode == 2 and "dst_gap: 'skip' does not apply to 'at'" in refused.stderr
+
+
 def test_update_of_a_one_shot_that_already_fired_keeps_its_time(fleet):
     fleet.cli("jobs", "add", "launch", "-r", "worker", "--at", "2099-01-01T09:00")
     with fleet.store._write() as db:  # its time has passed since

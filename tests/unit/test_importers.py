@@ -278,3 +278,125 @@ def test_on_calendar_forms_fire_as_systemd_analyze_says(spec):
     [job] = systemd.parse({"t.timer": timer, "t.service": SERVICE}, "UTC").jobs
     assert fires(job) == systemd_fires(spec if " " in spec and "/" in spec.split()[-1]
                                        else f"{spec} UTC")
+
+
+# --- the dry run's two lists: the source's fires by its own rules beside taskherd's ---------
+
+BEFORE_2027 = datetime(2027, 3, 1, 12, 0, tzinfo=UTC)  # a year ahead holds both DST changes
+
+
+def view(job, now=BEFORE_2027):
+    from taskherd.ops.imports import job_view
+
+    return job_view(job, now.timestamp())
+
+
+def with_gap(job, policy):
+    """The same job under another dst_gap: what it would fire as without its source's."""
+    from dataclasses import replace
+
+    from taskherd.importers.model import TRIGGER_KEYS
+    from taskherd.schedules import parse_trigger
+
+    table = {k: job.table[k] for k in TRIGGER_KEYS if k in job.table} | {"dst_gap": policy}
+    return replace(job, trigger=parse_trigger(table, job.trigger.tz.key))
+
+
+def test_crontab_jobs_get_crons_gap_rule_and_the_dry_run_agrees_with_cron():
+    text = (b"30 2 * * * fixed\n*/20 2 * * * wild\n"
+            b"CRON_TZ=Europe/Paris\n30 2 * * * zoned\n")
+    fixed, wild, zoned = crontab.parse("c", text, "Europe/Paris").jobs
+    # Vixie cron and cronie run a fixed time of a skipped minute right after the jump; not a
+    # wildcard line; a CRON_TZ line is matched on real minutes of its zone: never in a gap.
+    assert [j.table["dst_gap"] for j in (fixed, wild, zoned)] == ["next_valid", "skip", "skip"]
+    for job in (fixed, wild):
+        shown = view(job)
+        assert shown["fires_match"] == "same", shown["differences"]
+        assert shown["source_fires"] == shown["next_fires"] and shown["dst_gap"]
+        assert shown["source_fires_by"] == "cron's rules (Vixie cron and cronie)"
+    # Under today's shift the fixed line would run at 03:30, cron runs it at 03:00: said.
+    [difference] = view(with_gap(fixed, "shift"))["differences"]
+    assert difference == ("DST change of 2027-03-28: only taskherd 2027-03-28 03:30 CEST; "
+                          "only the source 2027-03-28 03:00 CEST")
+    # cronie runs a CRON_TZ line's 02:30 in both passes of the repeated hour; taskherd once.
+    [twice] = view(zoned)["differences"]
+    assert twice.startswith("DST change of 2027-10-31: only taskherd none; only the source "
+                            "2027-10-31 02:30 CET")
+
+
+def test_launchd_jobs_keep_shift_and_the_dry_run_agrees_with_launchd():
+    plist = plistlib.dumps({"Label": "l", "ProgramArguments": ["a"],
+                            "StartCalendarInterval": [{"Hour": 2, "Minute": 30},
+                                                      {"Weekday": 7, "Hour": 9, "Minute": 0}]})
+    [job] = launchd.parse("l.plist", plist, "America/New_York").jobs
+    assert job.table["dst_gap"] == "shift"
+    shown = view(job)
+    assert shown["fires_match"] == "same" and shown["source_fires"] == shown["next_fires"]
+    assert shown["source_fires_by"].startswith("launchd's calendar matching")
+    differs = view(with_gap(job, "skip"))
+    assert differs["fires_match"] == "differs"
+    assert "DST change of 2027-03-14" in differs["differences"][0]
+    # Every minute of 01:00-01:59 (no Minute key): launchd walks wall time, so the repeated
+    # hour passes once; taskherd keeps real time through it. Said, not hidden.
+    hourly = plistlib.dumps({"Label": "h", "ProgramArguments": ["a"],
+                             "StartCalendarInterval": {"Hour": 1}})
+    [minutes] = launchd.parse("h.plist", hourly, "America/New_York").jobs
+    assert "DST change of 2027-11-07" in view(minutes)["differences"][0]
+
+
+def test_launchd_and_systemd_intervals_say_their_fires_cannot_be_known():
+    plist = plistlib.dumps({"Label": "l", "ProgramArguments": ["a"], "StartInterval": 900})
+    [job] = launchd.parse("l.plist", plist, "UTC").jobs
+    shown = view(job)
+    assert shown["fires_match"] == "unknown" and shown["source_fires"] is None
+    assert "from when it loaded the job" in shown["source_fires_unknown"]
+
+
+ON_CALENDAR = [
+    "*-*-* 02:30",  # in Paris's gap on 2027-03-28: systemd skips it
+    "Mon..Fri *-*-* 09:30:00 Europe/Berlin",
+    "*:0/30",  # a wildcard across both changes
+]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+@pytest.mark.parametrize("spec", ON_CALENDAR)
+def test_systemd_jobs_skip_the_gap_as_systemd_analyze_does(spec):
+    timer = f"[Timer]\nOnCalendar={spec}\n".encode()
+    [job] = systemd.parse({"t.timer": timer, "t.service": SERVICE}, "Europe/Paris").jobs
+    assert job.table["dst_gap"] == "skip"
+    shown = view(job)
+    assert shown["source_fires_by"] == "systemd-analyze calendar"
+    if spec == "*:0/30":
+        # systemd passes a repeated hour once, even a wildcard; taskherd keeps real time.
+        [difference] = shown["differences"]
+        assert difference.startswith("DST change of 2027-10-31: only taskherd 2027-10-31 02:00 CET")
+    else:
+        assert shown["fires_match"] == "same", shown["differences"]
+    if spec.startswith("*-*-*"):
+        assert "DST change of 2027-03-28" in view(with_gap(job, "shift"))["differences"][0]
+
+
+def test_systemd_without_systemd_analyze_uses_its_own_reading_and_says_so(monkeypatch):
+    timer = b"[Timer]\nOnCalendar=*-*-* 02:30\n"
+    [job] = systemd.parse({"t.timer": timer, "t.service": SERVICE}, "Europe/Paris").jobs
+    monkeypatch.setenv("PATH", "")
+    shown = view(job)
+    assert shown["source_fires_by"] == "systemd's OnCalendar rules (no systemd-analyze here)"
+    assert shown["fires_match"] == "same", shown["differences"]
+    assert view(with_gap(job, "next_valid"))["fires_match"] == "differs"
+
+
+def test_openclaw_cron_skips_the_gap_as_croner_does_and_every_and_at_agree():
+    now_ms = int(BEFORE_2027.timestamp() * 1000)
+    _, document = openclaw_document(now_ms)
+    document["jobs"][0]["schedule"] = {"kind": "cron", "expr": "30 2 * * *", "tz": "Europe/Paris"}
+    result = openclaw.parse("j", json.dumps(document).encode(), "UTC")
+    morning, pulse, once, _ = result.jobs
+    assert morning.table["dst_gap"] == "skip" and "dst_gap" not in once.table
+    for job in (morning, pulse, once):
+        shown = view(job)
+        assert shown["fires_match"] == "same", (job.source_id, shown["differences"])
+    assert view(pulse)["source_fires_by"] == "OpenClaw's every (anchorMs + k·everyMs)"
+    [difference] = view(with_gap(morning, "shift"))["differences"]
+    assert difference.startswith("DST change of 2027-03-28: only taskherd 2027-03-28 03:30")
