@@ -134,7 +134,12 @@ class Launch:
         agent = AgentEnv(agent_path(self.config, role), variables,
                          earlier[-1].session_id if earlier else None,
                          PromptContext(claim.inbox, memory, memory_path), confinement)
-        return runtime.start(role, claim.task, claim.run, files, agent), earlier
+        try:
+            return runtime.start(role, claim.task, claim.run, files, agent), earlier
+        except BaseException:
+            if confinement is not None and confinement.cgroups:
+                self.release_caps(claim.run.id)  # made for an agent that never started
+            raise
 
     def confinement(self, role: RoleConfig, run_id: int, run_files: tuple[Path, ...],
                     memory_file: str | None = None) -> Confinement | None:
