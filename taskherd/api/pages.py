@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from taskherd.costs import cost_text
 from taskherd.model import TaskState
 from taskherd.ops import Queue, tasks
 from taskherd.ops import board as board_ops
@@ -175,7 +176,8 @@ def task(view: View) -> str:
         ["last error", f"<code>{h(task.last_error)}</code>"],
         ["parent", f'<a href="/tasks/{task.parent_id}">#{task.parent_id}</a>'
          if task.parent_id else "-"],
-        ["cost", f"${data['cost_usd']:.4f}" if data["cost_usd"] is not None else "-"],
+        ["cost", h(cost_text(data["cost_usd"], data["unpriced_runs"]))
+         if data["cost_usd"] is not None or data["unpriced_runs"] else "-"],
     ])
     run_rows = [[str(run.id), str(run.attempt), h(run.node), when(run.claimed_at),
                  span((run.ended_at or view.now) - (run.spawned_at or run.claimed_at)),
@@ -269,9 +271,10 @@ def cooldowns(view: View) -> str:
 
 
 def cost(view: View) -> str:
-    """Cost per role per day as stacked bars (an inline SVG: no chart library)."""
+    """Cost per role per day as stacked bars (an inline SVG: no chart library). The bars are
+    the known dollars; each cell names the runs of unknown cost beside them, never $0."""
     data = run_ops.cost_by_role_and_day(view.queue, view.now)
-    days, roles = data["days"], data["roles"]
+    days, roles, unpriced = data["days"], data["roles"], data["unpriced"]
     totals = [sum(values[i] for values in roles.values()) for i in range(len(days))]
     top = max(totals, default=0) or 1.0
     colours = ["#1f5fbf", "#1d7a3a", "#9a6a00", "#a12a2a", "#6a3fb0", "#0f7c86"]
@@ -290,8 +293,9 @@ def cost(view: View) -> str:
                       f'text-anchor="middle">{h(day[5:])}</text>')
     legend = " ".join(f'<span class="c{n % len(colours)}">■ {h(role)}</span>'
                       for n, role in enumerate(roles))
-    rows = [[h(role)] + [f"{value:.4f}" for value in values] + [f"{sum(values):.4f}"]
-            for role, values in roles.items()]
+    rows = [[h(role)] + [h(cost_text(value, unknown))
+                         for value, unknown in zip(values, unpriced[role], strict=True)]
+            + [h(cost_text(sum(values), sum(unpriced[role])))] for role, values in roles.items()]
     return (f'<svg id="cost-chart" width="{width}" height="{height}" role="img" '
             f'aria-label="cost per role per day">{"".join(shapes)}</svg>'
             f'<p>{legend or "no spend in these days"}</p>'

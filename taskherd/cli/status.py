@@ -18,6 +18,7 @@ from taskherd.cli.common import (
     queue_for,
     store_for,
 )
+from taskherd.costs import cost_text
 from taskherd.durations import parse_duration
 from taskherd.model import TaskState
 from taskherd.ops.board import node_rows, status_board
@@ -146,7 +147,7 @@ def _print_spend(spend: list[dict[str, Any]]) -> None:
     click.echo("")
     print_table(
         ["role", "runs today", "cost today", "tokens today (in/out)", "runs 7d", "cost 7d"],
-        [[r["role"], r["runs_today"], f"${r['cost_today']:.4f}",
+        [[r["role"], r["runs_today"], cost_text(r["cost_today"], r["unpriced_today"]),
           f"{r['input_tokens_today']}/{r['output_tokens_today']}", r["runs_week"],
-          f"${r['cost_week']:.4f}"] for r in spend],
+          cost_text(r["cost_week"], r["unpriced_week"])] for r in spend],
     )

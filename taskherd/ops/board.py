@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from taskherd.costs import known_cost
 from taskherd.model import Cooldown, Priority, Run, TaskState
 from taskherd.ops import Queue
 from taskherd.store import StoreError
@@ -75,8 +76,12 @@ def unserved_roles(queue: Queue, by_role: dict[str, dict[str, int]], nodes: list
 
 def spend_by_role(queue: Queue, now: float) -> list[dict[str, Any]]:
     """Per role: runs and cost over the last 7 days, and runs, cost and tokens since midnight
-    in the fleet's zone (summed by the database)."""
-    return queue.store.spend_by_role(now - WEEK, midnight(queue.config.daemon.timezone, now))
+    in the fleet's zone (summed by the database), with the runs of unknown cost of each
+    period (`unpriced_today`, `unpriced_week`; a cost is None when only those ran)."""
+    rows = queue.store.spend_by_role(now - WEEK, midnight(queue.config.daemon.timezone, now))
+    return [row | {"cost_today": known_cost(row["cost_today"], row["unpriced_today"]),
+                   "cost_week": known_cost(row["cost_week"], row["unpriced_week"])}
+            for row in rows]
 
 
 def node_rows(nodes: list[Node], open_runs: list[Run], now: float) -> list[dict[str, Any]]:

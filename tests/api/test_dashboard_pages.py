@@ -147,6 +147,31 @@ def test_the_cost_page_charts_each_roles_spend_by_day(api):
     assert "coder" in page and "0.5000" in page and "0.2500" in page
 
 
+def test_the_cost_page_and_a_task_page_name_the_runs_of_unknown_cost(api):
+    import time
+
+    from taskherd.model import Outcome, RunResult
+    from taskherd.queue import RetryPolicy
+
+    store, now = api.queue.store, time.time()
+    tasks = []
+    for role, dollars in (("coder", None), ("coder", None), ("qa", 0.25), ("qa", None)):
+        tasks.append(store.enqueue(NewTask(role=role, title=f"{role} work"), now - 60).task)
+        claim = store.claim("n1", now - 60, 60, roles=[role])
+        store.mark_spawned(claim.run.id, now - 60, 60, pid=1, pid_started_at=1.0,
+                           log_path=None)
+        store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=dollars),
+                         RetryPolicy(), now - 30)
+    client = logged_in(api)
+    page = client.get("/cost").text
+    rows = {cells[0]: cells[-2:] for cells in (re.findall(r"<td>(.*?)</td>", row)
+                                               for row in re.findall(r"<tr>(<td>.*?)</tr>", page))}
+    # Today's cell and the total: never $0 for runs of unknown cost.
+    assert rows["coder"] == ["unknown (2 runs)", "unknown (2 runs)"]
+    assert rows["qa"] == ["$0.2500 + 1 run of unknown cost"] * 2
+    assert "unknown (1 run)" in client.get(f"/tasks/{tasks[0].id}").text
+
+
 def test_the_board_lists_p0_tasks_ready_then_pending_each_bounded(api):
     from taskherd.ops.board import BOARD_ROWS
 
