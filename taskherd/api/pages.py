@@ -124,7 +124,7 @@ def board(view: View) -> str:
     counts = table(["role", *states], rows, "the queue is empty")
     limit = board_ops.BOARD_ROWS
     waiting = board_ops.p0_waits(view.queue, view.now, limit)
-    waits = table(["task", "state", "waits for"],
+    waits = table(["task", "state", "why it waits"],
                   [[task_link(row["task"]), state(row["task"].state.value), h(row["waits_for"])]
                    for row in waiting], "no P0 task is waiting")
     if any(sum(row["task"].state is s for row in waiting) >= limit
@@ -178,6 +178,7 @@ def task(view: View) -> str:
          if task.parent_id else "-"],
         ["cost", h(cost_text(data["cost_usd"], data["unpriced_runs"]))
          if data["cost_usd"] is not None or data["unpriced_runs"] else "-"],
+        ["waits", h(board_ops.why_waiting(view.queue, task, view.now) or "-")],
     ])
     run_rows = [[str(run.id), str(run.attempt), h(run.node), when(run.claimed_at),
                  span((run.ended_at or view.now) - (run.spawned_at or run.claimed_at)),

@@ -51,6 +51,7 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
         needs = f" (it needs a node tagged {', '.join(row['needs_tags'])})" if row["needs_tags"] else ""
         click.echo(f"role {row['role']}: {row['ready']} ready task(s) wait, no live node can "
                    f"take them{needs}; up: {', '.join(row['up']) or 'none'}")
+    _print_p0_waiting(board["p0_waiting"])
     for down in board["endpoints_down"]:
         probe = ("a probe request is asking it now" if down["probing"]
                  else f"the next probe request at {format_time(down['next_probe'])}")
@@ -139,6 +140,13 @@ def _watch(ctx: click.Context, as_json: bool, interval: str) -> None:
                 time.sleep(seconds)
         except KeyboardInterrupt:
             pass  # the person is done watching
+
+
+def _print_p0_waiting(rows: list[dict[str, Any]], shown: int = 10) -> None:
+    for row in rows[:shown]:
+        click.echo(f"P0 task {row['task_id']} ({row['role']}) waits: {row['waits_for']}")
+    if len(rows) > shown:
+        click.echo(f"… and {len(rows) - shown} more P0 task(s) waiting (see the dashboard)")
 
 
 def _print_spend(spend: list[dict[str, Any]]) -> None:

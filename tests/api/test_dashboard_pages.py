@@ -51,7 +51,7 @@ def test_every_page_renders_and_escapes_what_others_wrote(api):
         assert "default-src 'self'" in answer.headers["content-security-policy"]
     board = client.get("/").text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in board  # the P0 list shows it, escaped
-    assert "a running node that defines role coder" in board  # what the P0 task waits for
+    assert "no node that is up runs role coder" in board  # why the P0 task waits
     assert client.get("/tasks/99").status_code == 404
 
 
@@ -67,7 +67,7 @@ def test_the_board_says_which_node_starts_nothing_new_and_why(api):
     board = client.get("/").text
     assert "Node n1 starts nothing new since" in board
     assert "0 B free at /data/&lt;logs&gt;, below min_free_disk 512 MiB" in board
-    assert "a node with room on its disk" in board  # what the P0 task waits for
+    assert "node n1 starts nothing new: 0 B free" in board  # why the P0 task waits
     store.resume_node("n1", [], time.time())
     assert 'id="paused"' not in client.get("/").text
 
@@ -85,7 +85,7 @@ def test_the_board_says_whose_endpoint_is_down_since_when(api):
     board = client.get("/").text
     assert f"Runtime {runtime}: endpoint down since " in board and ", next probe " in board
     assert "HTTP 502 &lt;bad gateway&gt;" in board
-    assert f"the {runtime} endpoint, down since " in board  # what the P0 task waits for
+    assert f"runtime {runtime}&#x27;s endpoint is down since " in board  # why the P0 waits
     store.clear_cooldown(runtime)
     assert 'id="paused"' not in client.get("/").text
 
