@@ -12,11 +12,13 @@ from typing import Any
 
 from taskherd import __version__
 from taskherd.model import Outcome, TaskState
+from taskherd.timefmt import is_time
 
 NUM = {"type": "number"}
 INT = {"type": "integer"}
 STR = {"type": "string"}
 BOOL = {"type": "boolean"}
+ISO = {"type": "string", "format": "date-time"}
 
 
 def nullable(schema: dict[str, Any]) -> dict[str, Any]:
@@ -28,8 +30,12 @@ def ref(name: str) -> dict[str, Any]:
 
 
 def obj(required: dict[str, Any], closed: bool = True, **optional: Any) -> dict[str, Any]:
+    properties = required | optional
+    # Every time (unix seconds) is answered with its ISO 8601 form beside it (timefmt.with_iso).
+    properties |= {f"{name}_iso": ISO for name, schema in properties.items()
+                   if schema in (NUM, nullable(NUM)) and is_time(name, 0.0)}
     return {"type": "object", "required": sorted(required),
-            "properties": required | optional, "additionalProperties": not closed}
+            "properties": properties, "additionalProperties": not closed}
 
 
 def array(item: dict[str, Any]) -> dict[str, Any]:
