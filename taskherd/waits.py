@@ -49,6 +49,23 @@ class Counts:
     nodes: tuple[NodeRoom, ...] | None = None
 
 
+# The phrases, also used by the claim's check (limits.refusal), which adds what it counted.
+def rate_limited(runtime: str | None, until: float) -> str:
+    return f"runtime {runtime} is rate-limited until {_moment(until)}"
+
+
+def at_max_concurrent(role: str, limit: int, where: str = "") -> str:
+    return f"role {role} is at max_concurrent {limit}{where}"
+
+
+def staggered(role: str, stagger: float, where: str = "") -> str:
+    return f"role {role} staggers spawns by {stagger:g}s{where}"
+
+
+def pool_full(pool: str) -> str:
+    return f"pool {pool} is full"
+
+
 def role_wait(role: RoleConfig, counts: Counts, now: float) -> str | None:
     """Why no run of `role` may start now, by the role's own limits; None if they leave room."""
     for scope in (role.name, FLEET):
@@ -59,12 +76,12 @@ def role_wait(role: RoleConfig, counts: Counts, now: float) -> str | None:
         return counts.paused_runtimes[role.runtime]
     running = counts.running.get(role.name, 0)
     if role.max_concurrent is not None and running >= role.max_concurrent:
-        return f"role {role.name} is at max_concurrent {role.max_concurrent}"
+        return at_max_concurrent(role.name, role.max_concurrent)
     last = counts.last_spawn.get(role.name)
     if role.stagger and last is not None and now - last < role.stagger:
-        return f"role {role.name} staggers spawns by {role.stagger:g}s"
+        return staggered(role.name, role.stagger)
     if role.pool is not None and role.pool in counts.full_pools:
-        return f"pool {role.pool} is full"
+        return pool_full(role.pool)
     return counts.role_reasons.get(role.name)
 
 
@@ -84,7 +101,7 @@ def task_wait(task: Task, config: Config, counts: Counts, now: float) -> str | N
         if why:
             return why
     if task.pool is not None and task.pool in counts.full_pools:
-        return f"pool {task.pool} is full"
+        return pool_full(task.pool)
     return None if counts.nodes is None else _node_wait(task.role, counts.nodes)
 
 
@@ -94,7 +111,7 @@ def cooldown_wait(cooldown: Cooldown, now: float) -> str:
         return (f"runtime {cooldown.runtime}'s endpoint is down since "
                 f"{_moment(cooldown.down_since)}: a probe request tests whether it is back")
     if cooldown.active(now):
-        return f"runtime {cooldown.runtime} is rate-limited until {_moment(cooldown.until)}"
+        return rate_limited(cooldown.runtime, cooldown.until)
     probe = f" (run {cooldown.probe_run_id})" if cooldown.probe_run_id else ""
     return (f"runtime {cooldown.runtime} waits for the probe{probe} that tests whether "
             "its rate limit has lifted")
