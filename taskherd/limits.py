@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
+from datetime import tzinfo
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from taskherd import budgets
+from taskherd import budgets, waits
 
 if TYPE_CHECKING:
     from taskherd.config import Config
@@ -148,23 +148,22 @@ class ClaimLimits:
         """None when a run of `role` for a task in `task_pool` fits, else why not."""
         limit = self.role(role)
         where = " on this node" if limit.scope == NODE else ""
+        # The words are taskherd/waits.py's, so the board and the log say what a claim said.
         if usage.cooldown_until is not None and usage.cooldown_until > now:
-            until = datetime.fromtimestamp(usage.cooldown_until).astimezone()
-            return Refusal(role, f"runtime {limit.runtime} is rate-limited until "
-                                 f"{until.isoformat(sep=' ', timespec='seconds')}")
+            return Refusal(role, waits.rate_limited(limit.runtime, usage.cooldown_until))
         if limit.max_concurrent is not None and usage.role_running >= limit.max_concurrent:
-            return Refusal(role, f"role {role} is at max_concurrent {limit.max_concurrent}{where}"
-                                 f" ({usage.role_running} running)")
+            return Refusal(role, waits.at_max_concurrent(role, limit.max_concurrent, where)
+                           + f" ({usage.role_running} running)")
         if limit.stagger and usage.role_last_claim is not None:
             ready_at = usage.role_last_claim + limit.stagger
             if now < ready_at:
-                return Refusal(role, f"role {role} staggers spawns by {limit.stagger:g}s{where}",
+                return Refusal(role, waits.staggered(role, limit.stagger, where),
                                retry_at=ready_at)
         for pool in self.pools_of(role, task_pool):
             capacity = self.pools[pool].capacity
             if usage.pools_running.get(pool, 0) >= capacity:
                 scope = " on this node" if self.pools[pool].scope == NODE else ""
                 full_task_pool = pool if pool == task_pool and pool != limit.pool else None
-                return Refusal(role, f"pool {pool} is full ({capacity}{scope})",
+                return Refusal(role, f"{waits.pool_full(pool)} ({capacity}{scope})",
                                pool=full_task_pool)
         return None

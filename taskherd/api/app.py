@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import tzinfo
 from typing import Any
 
 import anyio
@@ -31,6 +32,7 @@ from taskherd.store import JobNotFound, JobRefused, RunNotFound, StoreError, Tas
 from taskherd.store.errors import environment_fault
 from taskherd.store import Store, TransitionRefused
 from taskherd.store.tokens import ApiToken, TokenNotFound, TokenRefused
+from taskherd.timefmt import with_iso
 
 log = logging.getLogger("taskherd.api")
 
@@ -395,6 +397,9 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def json_response(data: Any, status: int = 200) -> Response:
-    body = json.dumps(jsonable(data), separators=(",", ":"), allow_nan=False, default=str)
+def json_response(data: Any, status: int = 200, zone: tzinfo | None = None) -> Response:
+    """`data` as JSON; every time (unix seconds, as ever) with its ISO 8601 form beside it as
+    `<name>_iso`, in `zone` (the fleet's; taskherd.timefmt)."""
+    body = json.dumps(with_iso(jsonable(data), zone), separators=(",", ":"), allow_nan=False,
+                      default=str)
     return Response(body, status_code=status, media_type="application/json")

@@ -34,6 +34,7 @@ from taskherd.api.app import (
 )
 from taskherd.api.events import event_stream, gather_seconds, gathered_stream, log_stream
 from taskherd.ops.tokens import READ
+from taskherd.timefmt import zone_named
 
 log = logging.getLogger("taskherd.api")
 
@@ -74,7 +75,7 @@ def endpoint(api: Api, spec: RouteSpec) -> Callable[[Request], Awaitable[Respons
                 result = await api.run(api.perform, request, spec, data)
         except Exception as error:  # noqa: BLE001 - each refusal becomes its status
             return _failure(error, request)
-        return json_response(result, spec.status)
+        return json_response(result, spec.status, zone_named(api.config.daemon.timezone))
 
     return handle
 
@@ -136,7 +137,8 @@ def build_app(api: Api) -> Starlette:
 
 def _events(api: Api, request: Request) -> AsyncIterator[bytes]:
     seconds = gather_seconds(request.query_params.get("gather"))
-    return event_stream(api.hub) if seconds is None else gathered_stream(api.hub, seconds)
+    zone = zone_named(api.config.daemon.timezone)
+    return event_stream(api.hub, zone) if seconds is None else gathered_stream(api.hub, seconds)
 
 
 def _lines(request: Request) -> int:

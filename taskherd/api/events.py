@@ -16,10 +16,12 @@ import functools
 import json
 import logging
 from collections.abc import AsyncIterator
+from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
 from taskherd.api.app import ApiError
 from taskherd.model import Event
+from taskherd.timefmt import with_iso
 
 if TYPE_CHECKING:
     from taskherd.api.app import Api
@@ -140,13 +142,14 @@ def sse(event: str, data: Any, event_id: int | None = None) -> bytes:
 
 
 @functools.lru_cache(maxsize=256)
-def encoded(event: Event) -> bytes:
+def encoded(event: Event, zone: tzinfo | None = None) -> bytes:
     """An event as its message, made once for every stream that sends it (twenty streams
-    open: one JSON encoding, not twenty)."""
-    return sse(event.kind.value, event.to_json())
+    open: one JSON encoding, not twenty). `at` stays unix seconds; `at_iso` is beside it, in
+    `zone` (the fleet's; taskherd.timefmt)."""
+    return sse(event.kind.value, with_iso(json.loads(event.to_json()), zone))
 
 
-async def event_stream(hub: EventHub) -> AsyncIterator[bytes]:
+async def event_stream(hub: EventHub, zone: tzinfo | None = None) -> AsyncIterator[bytes]:
     """Every committed change as `event: <kind>` with the event's JSON, until the client
     goes away. The events waiting when the stream is next written go out in one write."""
     with hub.subscribe() as queue:
@@ -160,7 +163,7 @@ async def event_stream(hub: EventHub) -> AsyncIterator[bytes]:
                 continue
             messages = []
             while event is not None:
-                messages.append(encoded(event))
+                messages.append(encoded(event, zone))
                 if queue.empty() or len(messages) >= BATCH:
                     break
                 event = queue.get_nowait()

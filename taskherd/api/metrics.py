@@ -151,8 +151,12 @@ def _run_families(totals: list[dict[str, Any]]) -> Iterator[Metric]:
     `outcome="running"` series that fell as runs ended read to Prometheus as a reset."""
     runs = CounterMetricFamily("taskherd_runs", "Runs ended, by role and outcome",
                                labels=["role", "outcome"])
-    cost = CounterMetricFamily("taskherd_cost_usd", "Dollars spent by runs ended, by role",
-                               labels=["role"])
+    cost = CounterMetricFamily("taskherd_cost_usd", "Dollars spent by runs ended, by role "
+                               "(known costs only: see taskherd_unpriced_runs)", labels=["role"])
+    # Beside the dollars, never folded into them as $0: the runs whose cost is unknown.
+    unpriced = CounterMetricFamily("taskherd_unpriced_runs",
+                                   "Runs ended whose cost is unknown (not in taskherd_cost_usd), "
+                                   "by role", labels=["role"])
     tokens = CounterMetricFamily("taskherd_tokens", "Tokens used by runs ended, by role",
                                  labels=["role", "direction"])
     running = GaugeMetricFamily("taskherd_runs_running", "Runs open now, by role",
@@ -163,15 +167,17 @@ def _run_families(totals: list[dict[str, Any]]) -> Iterator[Metric]:
             running.add_metric([row["role"]], row["runs"])
             continue
         runs.add_metric([row["role"], row["outcome"]], row["runs"])
-        sums = by_role.setdefault(row["role"], [0.0, 0, 0])
+        sums = by_role.setdefault(row["role"], [0.0, 0, 0, 0])
         sums[0] += row["cost_usd"]
         sums[1] += row["input_tokens"]
         sums[2] += row["output_tokens"]
-    for role, (dollars, tokens_in, tokens_out) in sorted(by_role.items()):
+        sums[3] += row["unpriced"]
+    for role, (dollars, tokens_in, tokens_out, unknown) in sorted(by_role.items()):
         cost.add_metric([role], dollars)
+        unpriced.add_metric([role], unknown)
         tokens.add_metric([role, "input"], tokens_in)
         tokens.add_metric([role, "output"], tokens_out)
-    yield from (runs, cost, tokens, running)
+    yield from (runs, cost, unpriced, tokens, running)
 
 
 def endpoint(api: Api) -> Callable[[Request], Awaitable[Response]]:

@@ -12,11 +12,13 @@ from typing import Any
 
 from taskherd import __version__
 from taskherd.model import Outcome, TaskState
+from taskherd.timefmt import is_time
 
 NUM = {"type": "number"}
 INT = {"type": "integer"}
 STR = {"type": "string"}
 BOOL = {"type": "boolean"}
+ISO = {"type": "string", "format": "date-time"}
 
 
 def nullable(schema: dict[str, Any]) -> dict[str, Any]:
@@ -28,8 +30,12 @@ def ref(name: str) -> dict[str, Any]:
 
 
 def obj(required: dict[str, Any], closed: bool = True, **optional: Any) -> dict[str, Any]:
+    properties = required | optional
+    # Every time (unix seconds) is answered with its ISO 8601 form beside it (timefmt.with_iso).
+    properties |= {f"{name}_iso": ISO for name, schema in properties.items()
+                   if schema in (NUM, nullable(NUM)) and is_time(name, 0.0)}
     return {"type": "object", "required": sorted(required),
-            "properties": required | optional, "additionalProperties": not closed}
+            "properties": properties, "additionalProperties": not closed}
 
 
 def array(item: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +91,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "Added": obj({"task": ref("Task"), "created": BOOL}),
     "Imported": obj({"read": INT, "created": INT, "roles": array(STR)}),
     "TaskWithRuns": obj({"task": ref("Task"), "runs": array(ref("Run")),
-                         "cost_usd": nullable(NUM)}),
+                         "cost_usd": nullable(NUM), "unpriced_runs": INT}),
     "RunList": array(ref("Run")),
     "LogTail": obj({"run_id": INT, "task_id": INT, "ended": BOOL, "text": STR}),
     "Job": JOB,
@@ -98,9 +104,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                    "total": COUNTS, "cooldowns": array(ref("Cooldown")),
                    "cost": array({"type": "object"}), "nodes": array({"type": "object"}),
                    "unserved": array({"type": "object"}),
-                   "backup": {"type": "object"}, "endpoints_down": array(ENDPOINT_DOWN)}),
-    "CostRows": array(obj({"runs": INT, "cost_usd": NUM, "input_tokens": INT,
-                           "output_tokens": INT}, closed=False)),
+                   "backup": {"type": "object"}, "endpoints_down": array(ENDPOINT_DOWN),
+                   "p0_waiting": array(obj({"task_id": INT, "role": STR, "state": STR,
+                                            "waits_for": STR}))}),
+    "CostRows": array(obj({"runs": INT, "cost_usd": nullable(NUM), "unpriced_runs": INT,
+                           "input_tokens": INT, "output_tokens": INT}, closed=False)),
     "Cooldown": COOLDOWN,
     "CooldownList": array(ref("Cooldown")),
     "Token": TOKEN,

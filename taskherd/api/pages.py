@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from taskherd.costs import cost_text
 from taskherd.model import TaskState
 from taskherd.ops import Queue, tasks
 from taskherd.ops import board as board_ops
 from taskherd.ops import jobs as job_ops
 from taskherd.ops import runs as run_ops
 from taskherd.store.tokens import ApiToken
+from taskherd.timefmt import zone_named
 
 TITLES = {"/": "Board", "/dead": "Dead letters", "/review": "Needs review",
           "/blocked": "Blocked", "/jobs": "Jobs", "/cooldowns": "Cooldowns", "/cost": "Cost"}
@@ -39,10 +41,31 @@ class View:
     params: dict[str, str] = field(default_factory=dict)
 
 
-def when(moment: float | None) -> str:
+def when(view: View, moment: float | None) -> str:
+    """A moment in the fleet's zone ([daemon] timezone, else the machine's), the zone named,
+    and how long ago (or how soon) it is."""
     if moment is None:
         return "-"
-    return datetime.fromtimestamp(moment).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    zone = zone_named(view.queue.config.daemon.timezone)
+    local = (datetime.fromtimestamp(moment, zone) if zone
+             else datetime.fromtimestamp(moment).astimezone())
+    return (f'<time datetime="{local.isoformat(timespec="seconds")}">'
+            f'{local.strftime("%Y-%m-%d %H:%M:%S %Z")}</time> '
+            f'<span class="ago">({relative(moment - view.now)})</span>')
+
+
+def relative(delta: float) -> str:
+    """`delta` seconds from now in words: "3 min ago", "in 2 h", "now"."""
+    seconds = abs(delta)
+    if seconds < 1:
+        return "now"
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            amount = f"{int(seconds // size)} {unit}"
+            break
+    else:
+        amount = f"{int(seconds)} s"
+    return f"{amount} ago" if delta < 0 else f"in {amount}"
 
 
 def span(seconds: float) -> str:
@@ -123,7 +146,7 @@ def board(view: View) -> str:
     counts = table(["role", *states], rows, "the queue is empty")
     limit = board_ops.BOARD_ROWS
     waiting = board_ops.p0_waits(view.queue, view.now, limit)
-    waits = table(["task", "state", "waits for"],
+    waits = table(["task", "state", "why it waits"],
                   [[task_link(row["task"]), state(row["task"].state.value), h(row["waits_for"])]
                    for row in waiting], "no P0 task is waiting")
     if any(sum(row["task"].state is s for row in waiting) >= limit
@@ -140,11 +163,11 @@ def board(view: View) -> str:
         agents += (f'<p class="muted">{len(running)} of {running_count} running agents are '
                    f'shown, the longest running first.</p>')
     paused = "".join(f'<p class="error">Node {h(node["name"])} starts nothing new since '
-                     f'{when(node["since"])}: {h(node["reason"])}</p>'
+                     f'{when(view, node["since"])}: {h(node["reason"])}</p>'
                      for node in board_ops.paused_nodes(view.queue, view.now))
     paused += "".join(f'<p class="error">Runtime {h(down["runtime"])}: endpoint down since '
-                      f'{when(down["since"])} ({h(down["reason"])}); its tasks wait, no '
-                      f'strike{_next_probe(down)}</p>'
+                      f'{when(view, down["since"])} ({h(down["reason"])}); its tasks wait, no '
+                      f'strike{_next_probe(view, down)}</p>'
                       for down in board_ops.endpoints_down(view.queue, view.now))
     return (f'<section id="paused">{paused}</section>' if paused else "") + (
             f'<section id="counts"><h2>Tasks by state and role</h2>{counts}</section>'
@@ -152,9 +175,9 @@ def board(view: View) -> str:
             f'<section id="running"><h2>Running agents</h2>{agents}</section>')
 
 
-def _next_probe(down: dict) -> str:
+def _next_probe(view: View, down: dict) -> str:
     return ", a probe is asking it" if down["probing"] else \
-        f", next probe {when(down['next_probe'])}"
+        f", next probe {when(view, down['next_probe'])}"
 
 
 def _count(value: int) -> str:
@@ -170,14 +193,16 @@ def task(view: View) -> str:
         ["state", state(task.state.value)], ["role", h(task.role)],
         ["priority", f"P{int(task.priority)}"], ["attempts", f"{task.attempts} of "
                                                              f"{task.max_attempts}"],
-        ["created", when(task.created_at)], ["finished", when(task.finished_at)],
+        ["created", when(view, task.created_at)], ["finished", when(view, task.finished_at)],
         ["summary", h(task.summary)], ["reason", h(task.reason)],
         ["last error", f"<code>{h(task.last_error)}</code>"],
         ["parent", f'<a href="/tasks/{task.parent_id}">#{task.parent_id}</a>'
          if task.parent_id else "-"],
-        ["cost", f"${data['cost_usd']:.4f}" if data["cost_usd"] is not None else "-"],
+        ["cost", h(cost_text(data["cost_usd"], data["unpriced_runs"]))
+         if data["cost_usd"] is not None or data["unpriced_runs"] else "-"],
+        ["waits", h(board_ops.why_waiting(view.queue, task, view.now) or "-")],
     ])
-    run_rows = [[str(run.id), str(run.attempt), h(run.node), when(run.claimed_at),
+    run_rows = [[str(run.id), str(run.attempt), h(run.node), when(view, run.claimed_at),
                  span((run.ended_at or view.now) - (run.spawned_at or run.claimed_at)),
                  h(run.outcome.value if run.outcome else "running"), h(run.report),
                  f"${run.cost_usd:.4f}" if run.cost_usd is not None else "-",
@@ -224,7 +249,7 @@ def _log_panel(view: View) -> str:
 def _state_list(view: View, wanted: TaskState, actions: list[str], extra: str,
                 empty: str) -> str:
     found = tasks.list_tasks(view.queue, state=wanted, limit=LIST_LIMIT)
-    rows = [[task_link(task), h(task.role), f"P{int(task.priority)}", when(task.updated_at),
+    rows = [[task_link(task), h(task.role), f"P{int(task.priority)}", when(view, task.updated_at),
              f"<code>{h(getattr(task, extra) or '')}</code>",
              " ".join(button(view, task.id, action) for action in actions)] for task in found]
     return table(["task", "role", "priority", "since", extra.replace("_", " "), ""], rows, empty)
@@ -252,8 +277,8 @@ def jobs(view: View) -> str:
                    f'<input type="hidden" name="back" value="/jobs"><button>Run now</button>'
                    f'</form>') if view.may_act and job.get("synced") else ""
         rows.append([h(job["name"]), "yes" if job["enabled"] else "no",
-                     f"<code>{h(_trigger(job['trigger']))}</code>", when(job["next_run_at"]),
-                     h(fire.get("status", "-")), when(fire.get("fired_at")), run_now])
+                     f"<code>{h(_trigger(job['trigger']))}</code>", when(view, job["next_run_at"]),
+                     h(fire.get("status", "-")), when(view, fire.get("fired_at")), run_now])
     return table(["job", "enabled", "trigger", "next fire", "last outcome", "last fired", ""],
                  rows, "no jobs")
 
@@ -263,15 +288,16 @@ def _trigger(trigger: dict[str, Any]) -> str:
 
 
 def cooldowns(view: View) -> str:
-    rows = [[h(c.runtime), when(c.until), span(c.until - view.now), h(c.reason)]
+    rows = [[h(c.runtime), when(view, c.until), span(c.until - view.now), h(c.reason)]
             for c in view.queue.store.active_cooldowns(view.now)]
     return table(["runtime", "until", "left", "reason"], rows, "no runtime is cooling down")
 
 
 def cost(view: View) -> str:
-    """Cost per role per day as stacked bars (an inline SVG: no chart library)."""
+    """Cost per role per day as stacked bars (an inline SVG: no chart library). The bars are
+    the known dollars; each cell names the runs of unknown cost beside them, never $0."""
     data = run_ops.cost_by_role_and_day(view.queue, view.now)
-    days, roles = data["days"], data["roles"]
+    days, roles, unpriced = data["days"], data["roles"], data["unpriced"]
     totals = [sum(values[i] for values in roles.values()) for i in range(len(days))]
     top = max(totals, default=0) or 1.0
     colours = ["#1f5fbf", "#1d7a3a", "#9a6a00", "#a12a2a", "#6a3fb0", "#0f7c86"]
@@ -290,8 +316,9 @@ def cost(view: View) -> str:
                       f'text-anchor="middle">{h(day[5:])}</text>')
     legend = " ".join(f'<span class="c{n % len(colours)}">■ {h(role)}</span>'
                       for n, role in enumerate(roles))
-    rows = [[h(role)] + [f"{value:.4f}" for value in values] + [f"{sum(values):.4f}"]
-            for role, values in roles.items()]
+    rows = [[h(role)] + [h(cost_text(value, unknown))
+                         for value, unknown in zip(values, unpriced[role], strict=True)]
+            + [h(cost_text(sum(values), sum(unpriced[role])))] for role, values in roles.items()]
     return (f'<svg id="cost-chart" width="{width}" height="{height}" role="img" '
             f'aria-label="cost per role per day">{"".join(shapes)}</svg>'
             f'<p>{legend or "no spend in these days"}</p>'

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from taskherd.cli.common import format_time, json_option, now, print_json, print_table, queue_for
+from taskherd.costs import cost_text
 from taskherd.ops import registry
 
 
@@ -28,7 +29,7 @@ def list_command(ctx: click.Context, as_json: bool) -> None:
     print_table(["name", "kind", "runtime", "state", "last seen", "last outcome",
                  "runs today", "cost today", "capabilities"],
                 [[a["name"], a["kind"], a["runtime"], _state(a), format_time(a["last_seen_at"]),
-                  a["last_outcome"], a["runs_today"], f"${a['cost_today']:.4f}",
+                  a["last_outcome"], a["runs_today"], cost_text(a["cost_today"], a["unpriced_today"]),
                   ", ".join(a["capabilities"])] for a in agents])
 
 
@@ -45,7 +46,7 @@ def get_command(ctx: click.Context, name: str, as_json: bool) -> None:
         return
     shown = agent | {"state": _state(agent), "last_seen_at": format_time(agent["last_seen_at"]),
                      "capabilities": ", ".join(agent["capabilities"]) or None,
-                     "cost_today": f"${agent['cost_today']:.4f}"}
+                     "cost_today": cost_text(agent["cost_today"], agent["unpriced_today"])}
     shown.pop("cooldown_until")
     for key, value in shown.items():
         if value is not None:

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from taskherd.timefmt import is_time, iso_time
+
 # The config, the store and their drivers are imported where used, not here: an agent's
 # `taskherd heartbeat` runs many times a run and should cost little more than Python's start.
 if TYPE_CHECKING:
@@ -161,9 +163,9 @@ def now() -> float:
     return time.time()
 
 
-# Fields that hold a moment (unix seconds in the store): JSON shows them as ISO 8601 with the
-# offset, which every language parses and a person reads; `<name>_epoch` keeps the number.
-TIME_FIELDS = frozenset({"until", "run_after", "scheduled_for", "last_seen", "up_since"})
+# Fields that hold a moment (unix seconds in the store, taskherd.timefmt): JSON shows them as
+# ISO 8601 with the offset, which every language parses and a person reads; `<name>_epoch`
+# keeps the number.
 MONEY_DIGITS = 5  # dollars to a thousandth of a cent: per-call costs are fractions of a cent
 
 
@@ -180,7 +182,7 @@ def for_json(data: Any) -> Any:
         return data
     shown: dict[str, Any] = {}
     for key, value in data.items():
-        if _is_time(key, value):
+        if is_time(key, value):
             shown[key] = iso_time(value)
             shown[f"{key}_epoch"] = value
         elif key.startswith("cost") and isinstance(value, float):
@@ -188,15 +190,6 @@ def for_json(data: Any) -> Any:
         else:
             shown[key] = for_json(value)
     return shown
-
-
-def iso_time(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp).astimezone().isoformat(timespec="milliseconds")
-
-
-def _is_time(key: str, value: Any) -> bool:
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and (key.endswith("_at") or key in TIME_FIELDS))
 
 
 def format_time(timestamp: float | None) -> str:

@@ -18,6 +18,7 @@ from taskherd.cli.common import (
     store_for,
 )
 from taskherd.cli.logs import check_log_options, log_options, show_log
+from taskherd.costs import cost_text
 from taskherd.durations import parse_duration
 from taskherd.liveness import last_activity
 from taskherd.model import Run
@@ -134,7 +135,8 @@ def cost_command(ctx: click.Context, by: str, since: str, as_json: bool) -> None
         print_json(rows)
         return
     print_table([by, "runs", "cost", "tokens in", "tokens out"],
-                [[r[by], r["runs"], _cost(r["cost_usd"]), r["input_tokens"], r["output_tokens"]]
+                [[r[by], r["runs"], cost_text(r["cost_usd"], r["unpriced_runs"]), r["input_tokens"],
+                  r["output_tokens"]]
                  for r in rows])
 
 

@@ -18,6 +18,7 @@ from taskherd.cli.common import (
     queue_for,
     store_for,
 )
+from taskherd.costs import cost_text
 from taskherd.durations import parse_duration
 from taskherd.model import TaskState
 from taskherd.ops.board import node_rows, status_board
@@ -50,6 +51,7 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
         needs = f" (it needs a node tagged {', '.join(row['needs_tags'])})" if row["needs_tags"] else ""
         click.echo(f"role {row['role']}: {row['ready']} ready task(s) wait, no live node can "
                    f"take them{needs}; up: {', '.join(row['up']) or 'none'}")
+    _print_p0_waiting(board["p0_waiting"])
     for down in board["endpoints_down"]:
         probe = ("a probe request is asking it now" if down["probing"]
                  else f"the next probe request at {format_time(down['next_probe'])}")
@@ -140,13 +142,20 @@ def _watch(ctx: click.Context, as_json: bool, interval: str) -> None:
             pass  # the person is done watching
 
 
+def _print_p0_waiting(rows: list[dict[str, Any]], shown: int = 10) -> None:
+    for row in rows[:shown]:
+        click.echo(f"P0 task {row['task_id']} ({row['role']}) waits: {row['waits_for']}")
+    if len(rows) > shown:
+        click.echo(f"… and {len(rows) - shown} more P0 task(s) waiting (see the dashboard)")
+
+
 def _print_spend(spend: list[dict[str, Any]]) -> None:
     if not any(row["runs_week"] for row in spend):
         return
     click.echo("")
     print_table(
         ["role", "runs today", "cost today", "tokens today (in/out)", "runs 7d", "cost 7d"],
-        [[r["role"], r["runs_today"], f"${r['cost_today']:.4f}",
+        [[r["role"], r["runs_today"], cost_text(r["cost_today"], r["unpriced_today"]),
           f"{r['input_tokens_today']}/{r['output_tokens_today']}", r["runs_week"],
-          f"${r['cost_week']:.4f}"] for r in spend],
+          cost_text(r["cost_week"], r["unpriced_week"])] for r in spend],
     )

@@ -26,6 +26,7 @@ from taskherd.cli.common import (
 from taskherd.cli.logs import check_log_options, log_options, show_log
 from taskherd.durations import parse_duration
 from taskherd.model import Run, Task, TaskState
+from taskherd.ops import board as board_ops
 from taskherd.ops import runs as run_ops
 from taskherd.ops import tasks as task_ops
 
@@ -169,12 +170,16 @@ def show_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
         runs = task_ops.runs_of_task(queue, task_id)
         liveness = {run.id: run_ops.liveness(queue, run, at) for run in runs}
         gates = task_ops.gates_of_task(queue, task_id)
+        waits_for = board_ops.why_waiting(queue, task, at)
     if as_json:
         print_json(task.to_dict() | {"runs": [run.to_dict() | {"liveness": liveness[run.id]}
                                               for run in runs],
-                                     "gates": [gate.to_dict() for gate in gates]})
+                                     "gates": [gate.to_dict() for gate in gates],
+                                     "waits_for": waits_for})
         return
     _print_task(task, runs)
+    if waits_for is not None:
+        click.echo(f"{'waits':>10}: {waits_for}")
     for run in runs:
         if liveness[run.id] is not None:
             click.echo(f"{'liveness':>10}: {liveness_words(liveness[run.id])}")

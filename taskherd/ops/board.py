@@ -7,7 +7,10 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from taskherd.model import Cooldown, Priority, Run, TaskState
+from taskherd import waits
+from taskherd.budgets import COOLDOWN_PREFIX
+from taskherd.costs import known_cost
+from taskherd.model import Priority, Run, Task, TaskState
 from taskherd.ops import Queue
 from taskherd.store import StoreError
 from taskherd.store.nodes import Node
@@ -19,7 +22,8 @@ BOARD_ROWS = 50
 
 def status_board(queue: Queue, now: float) -> dict[str, Any]:
     """Everything `taskherd status` shows, as data: counts by role and state (every state
-    present, zero when none) with totals, active cooldowns, nodes, and spend by role."""
+    present, zero when none) with totals, active cooldowns, nodes, spend by role, and the P0
+    tasks waiting with why."""
     store = queue.store
     by_role, totals = state_counts(queue)
     nodes = store.list_nodes()
@@ -32,6 +36,9 @@ def status_board(queue: Queue, now: float) -> dict[str, Any]:
         "nodes": node_rows(nodes, store.open_runs(), now),
         "unserved": unserved_roles(queue, by_role, nodes, now),
         "backup": backup_line(queue),
+        "p0_waiting": [{"task_id": row["task"].id, "role": row["task"].role,
+                        "state": row["task"].state.value, "waits_for": row["waits_for"]}
+                       for row in p0_waits(queue, now)],
     }
 
 
@@ -75,8 +82,12 @@ def unserved_roles(queue: Queue, by_role: dict[str, dict[str, int]], nodes: list
 
 def spend_by_role(queue: Queue, now: float) -> list[dict[str, Any]]:
     """Per role: runs and cost over the last 7 days, and runs, cost and tokens since midnight
-    in the fleet's zone (summed by the database)."""
-    return queue.store.spend_by_role(now - WEEK, midnight(queue.config.daemon.timezone, now))
+    in the fleet's zone (summed by the database), with the runs of unknown cost of each
+    period (`unpriced_today`, `unpriced_week`; a cost is None when only those ran)."""
+    rows = queue.store.spend_by_role(now - WEEK, midnight(queue.config.daemon.timezone, now))
+    return [row | {"cost_today": known_cost(row["cost_today"], row["unpriced_today"]),
+                   "cost_week": known_cost(row["cost_week"], row["unpriced_week"])}
+            for row in rows]
 
 
 def node_rows(nodes: list[Node], open_runs: list[Run], now: float) -> list[dict[str, Any]]:
@@ -140,39 +151,49 @@ def running_agents(queue: Queue, now: float, limit: int = BOARD_ROWS
 
 
 def p0_waits(queue: Queue, now: float, limit: int = BOARD_ROWS) -> list[dict[str, Any]]:
-    """P0 tasks not yet running, each with what it waits for: the ready ones in claim order,
-    then those pending approval, at most `limit` of each (both read through indexes)."""
-    store, config = queue.store, queue.config
-    waiting = store.waiting_at_priority(Priority.P0, limit=limit)
+    """P0 tasks not yet running, each with why it waits (taskherd/waits.py): the ready ones in
+    claim order, then those pending approval, at most `limit` of each (both read through
+    indexes)."""
+    waiting = queue.store.waiting_at_priority(Priority.P0, limit=limit)
     if not waiting:
         return []
-    cooling = {cooldown.runtime: cooldown for cooldown in store.active_cooldowns(now)}
-    running = Counter(run.role for run in store.open_runs())
-    up = [node for node in store.list_nodes() if node.status(now) == "up"]
-    rows = []
-    for task in waiting:
-        role = config.role(task.role)
-        if task.state is TaskState.PENDING:
-            why = "approval (pending)"
-        elif task.run_after > now:
-            why = f"its retry time, in {task.run_after - now:.0f}s"
-        elif task.role != "any" and role.runtime in cooling:
-            why = _cooldown_wait(cooling[role.runtime])
-        elif role.max_concurrent is not None and running[task.role] >= role.max_concurrent:
-            why = f"a slot of role {task.role} ({running[task.role]} of {role.max_concurrent} busy)"
-        elif not any(node.runs(task.role) for node in up):
-            why = f"a running node that defines role {task.role}"
-        elif all(node.paused_at is not None for node in up if node.runs(task.role)):
-            why = "a node with room on its disk (those that run it start nothing new)"
-        else:
-            why = "a free slot on a node"
-        rows.append({"task": task, "waits_for": why})
-    return rows
+    counts = wait_counts(queue, now)
+    return [{"task": task, "waits_for": waits.task_wait(task, queue.config, counts, now)
+             or "its turn: nothing holds it back"} for task in waiting]
 
 
-def _cooldown_wait(cooldown: Cooldown) -> str:
-    if cooldown.down_since is not None:
-        since = datetime.fromtimestamp(cooldown.down_since).astimezone()
-        return (f"the {cooldown.runtime} endpoint, down since "
-                f"{since.isoformat(sep=' ', timespec='seconds')} ({cooldown.reason})")
-    return f"the {cooldown.runtime} cooldown ({cooldown.reason})"
+def why_waiting(queue: Queue, task: Task, now: float) -> str | None:
+    """Why `task` is not running now (None when it is not waiting to run)."""
+    if task.state not in (TaskState.READY, TaskState.PENDING):
+        return None
+    return (waits.task_wait(task, queue.config, wait_counts(queue, now), now)
+            or "its turn: nothing holds it back")
+
+
+def wait_counts(queue: Queue, now: float) -> waits.Counts:
+    """The fleet's counts for why a task waits, from the store: every node's open runs by
+    role and by node, the pools they fill, the paused runtimes and budgets, the nodes up.
+    A node's own max_concurrent is not in the store: this config's is taken for every node."""
+    store, config = queue.store, queue.config
+    open_runs = store.open_runs()
+    running = Counter(run.role for run in open_runs)
+    on_node = Counter(run.node for run in open_runs)
+    pool_use: Counter[str] = Counter()
+    for role, count in running.items():
+        if role in config.roles and config.roles[role].pool is not None:
+            pool_use[config.roles[role].pool] += count
+    cooldowns = store.all_cooldowns()
+    paused = {c.runtime: waits.cooldown_wait(c, now) for c in cooldowns
+              if not c.runtime.startswith(COOLDOWN_PREFIX)}
+    over = {c.runtime.removeprefix(COOLDOWN_PREFIX): c.until for c in cooldowns
+            if c.runtime.startswith(COOLDOWN_PREFIX)}
+    nodes = tuple(waits.NodeRoom(node.name, frozenset(node.roles), on_node[node.name],
+                                 config.daemon.max_concurrent,
+                                 node.paused_reason if node.paused_at is not None else None)
+                  for node in store.list_nodes() if node.status(now) == "up")
+    return waits.Counts(running=dict(running),
+                        full_pools=frozenset(p for p, cap in config.pools.items()
+                                             if pool_use[p] >= cap),
+                        paused_runtimes=paused, over_budget=over, nodes=nodes)
+
+

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from taskherd.costs import known_cost
 from taskherd.model import ANY_ROLE, EVERYONE, PERSON, TASK_ADDRESS
 from taskherd.ops import BadInput, Queue
 from taskherd.ops.board import midnight
@@ -93,5 +94,6 @@ def _agent_view(queue: Queue, name: str, registered: RegisteredAgent | None, run
         "last_seen_at": max(seen) if seen else None,
         "last_outcome": ended.outcome.value if ended and ended.outcome else None,
         "runs_today": spend.get("runs_today", 0),
-        "cost_today": spend.get("cost_today", 0.0),
+        "cost_today": known_cost(spend.get("cost_today", 0.0), spend.get("unpriced_today", 0)),
+        "unpriced_today": spend.get("unpriced_today", 0),
     }

@@ -6,6 +6,7 @@ from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from taskherd.costs import known_cost
 from taskherd.liveness import next_threshold, node_down_reason, stale_reason, verdict_text
 from taskherd.model import Run
 from taskherd.ops import BadInput, Queue
@@ -49,13 +50,16 @@ def liveness(queue: Queue, run: Run, now: float) -> dict[str, Any] | None:
 
 def cost(queue: Queue, by: str, since: float | None, now: float) -> list[dict[str, Any]]:
     """Runs, cost and tokens summed by the database per role or per day (days of the fleet's
-    zone, else the machine's) for the runs started since `since` (all when None)."""
+    zone, else the machine's) for the runs started since `since` (all when None). The runs of
+    unknown cost are counted apart (`unpriced_runs`), never as $0 (see taskherd.costs)."""
     if by not in COST_KEYS:
         raise BadInput(f"by = {by!r}: expected one of {', '.join(COST_KEYS)}")
     store = queue.store
     if by == "role":
         start = since if since is not None else float("-inf")
-        return [{"role": row["role"], "runs": row["runs_week"], "cost_usd": row["cost_week"],
+        return [{"role": row["role"], "runs": row["runs_week"],
+                 "cost_usd": known_cost(row["cost_week"], row["unpriced_week"]),
+                 "unpriced_runs": row["unpriced_week"],
                  "input_tokens": row["input_tokens_week"],
                  "output_tokens": row["output_tokens_week"]}
                 for row in store.spend_by_role(start, start)]
@@ -64,7 +68,8 @@ def cost(queue: Queue, by: str, since: float | None, now: float) -> list[dict[st
         return []
     zone = ZoneInfo(queue.config.daemon.timezone) if queue.config.daemon.timezone else None
     starts = day_starts(first, now, zone)
-    return [{"day": _day_label(row.pop("day_start"), zone), **row}
+    return [{"day": _day_label(row.pop("day_start"), zone), **row,
+             "cost_usd": known_cost(row["cost_usd"], row["unpriced_runs"])}
             for row in store.cost_by_day(starts, first)]
 
 
@@ -102,12 +107,16 @@ def get_run(queue: Queue, run_id: int) -> Run:
 
 def cost_by_role_and_day(queue: Queue, now: float, days: int = 14) -> dict[str, Any]:
     """Cost per role per day over the last `days` days of the fleet's zone (for a chart):
-    the days in order, and per role one amount a day."""
+    the days in order, per role one amount a day (the known dollars), and in `unpriced` per
+    role the runs of unknown cost each day (not in the dollars)."""
     zone = ZoneInfo(queue.config.daemon.timezone) if queue.config.daemon.timezone else None
     starts = day_starts(now - (days - 1) * 86400, now, zone)[-days:]
     labels = [_day_label(start, zone) for start in starts]
     by_role: dict[str, list[float]] = {}
+    unpriced: dict[str, list[int]] = {}
     for row in queue.store.spend_since(starts[0] - 3600):  # the hour holding the first midnight
         index = max((i for i, start in enumerate(starts) if start <= row["at"]), default=0)
         by_role.setdefault(row["role"], [0.0] * len(starts))[index] += row["cost_usd"]
-    return {"days": labels, "roles": dict(sorted(by_role.items()))}
+        unpriced.setdefault(row["role"], [0] * len(starts))[index] += row["unpriced"]
+    return {"days": labels, "roles": dict(sorted(by_role.items())),
+            "unpriced": dict(sorted(unpriced.items()))}

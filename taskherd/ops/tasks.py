@@ -7,6 +7,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from taskherd import procs
+from taskherd.costs import is_unpriced
 from taskherd.model import NewTask, Run, Task, TaskState
 from taskherd.ops import BadInput, Queue
 from taskherd.store import Enqueued, StoreError, TransitionRefused
@@ -253,11 +254,14 @@ def page_tasks(queue: Queue, *, state: str | TaskState | None = None, role: str 
 
 
 def task_with_runs(queue: Queue, task_id: int) -> dict[str, Any]:
-    """A task and its runs, oldest first, with what they cost together."""
+    """A task and its runs, oldest first, with what they cost together: the known dollars
+    (None if no run was priced) and the runs of unknown cost (taskherd.costs)."""
     task = queue.store.get_task(task_id)
     runs = queue.store.runs_of_task(task_id)
     costs = [run.cost_usd for run in runs if run.cost_usd is not None]
-    return {"task": task, "runs": runs, "cost_usd": sum(costs) if costs else None}
+    unpriced = sum(1 for run in runs if is_unpriced(run))
+    return {"task": task, "runs": runs, "cost_usd": sum(costs) if costs else None,
+            "unpriced_runs": unpriced}
 
 
 def task_tree(queue: Queue, task_id: int, depth: int = 4, width: int = 50) -> dict[str, Any]:

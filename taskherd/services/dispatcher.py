@@ -16,12 +16,11 @@ first pass that finds room.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 
-from taskherd.budgets import COOLDOWN_PREFIX, FLEET
+from taskherd import waits
+from taskherd.budgets import COOLDOWN_PREFIX
 from taskherd.config import Config, RoleConfig
 from taskherd.limits import ClaimLimits, Refusal
 from taskherd.model import Cooldown, Priority, TaskState
@@ -89,7 +88,7 @@ class Dispatcher:
         cooldowns = self.store.all_cooldowns()
         budget_paused = [c for c in cooldowns if c.runtime.startswith(COOLDOWN_PREFIX)]
         cooldowns = [c for c in cooldowns if not c.runtime.startswith(COOLDOWN_PREFIX)]
-        cooled = {c.runtime: _paused_reason(c, now) for c in cooldowns}
+        cooled = {c.runtime: waits.cooldown_wait(c, now) for c in cooldowns}
         self._over = self._over_budget(now, budget_paused)
         started = 0
         limits = ClaimLimits.from_config(self.config)  # the config may have been reloaded
@@ -191,48 +190,42 @@ class Dispatcher:
             started > 0 or any(r.budget for r in self._refused.values()))
 
     def room(self, now: float, cooled: dict[str, str]) -> Room:
-        running = self.live.running_per_role()
-        pool_use = self.live.pools_in_use()
-        full_pools = tuple(p for p, cap in self.config.pools.items() if pool_use[p] >= cap)
-        full_pools += tuple(r.pool for r in self._refused.values()
-                            if r.pool is not None and r.pool not in full_pools)
+        counts = self._counts(cooled)
+        running = counts.running
         blocked_by: dict[str, str] = {}
         open_roles = []
         for role in self.config.roles.values():
-            reason = self._no_room_reason(role, now, running, full_pools, cooled)
-            refused = self._refused.get(role.name)
-            if reason is None and refused is not None and refused.pool is None:
-                reason = refused.reason  # full on other nodes: not tried again this pass
+            reason = waits.role_wait(role, counts, now)
             if reason:
                 blocked_by[role.name] = reason
             else:
                 open_roles.append(role)
-        open_roles.sort(key=lambda r: running[r.name] - (r.max_concurrent or 1 << 30))
+        open_roles.sort(key=lambda r: running.get(r.name, 0) - (r.max_concurrent or 1 << 30))
         slots = self.config.daemon.max_concurrent - len(self.live)
-        return Room(slots, tuple(open_roles), full_pools, blocked_by)
+        return Room(slots, tuple(open_roles), tuple(sorted(counts.full_pools)), blocked_by)
 
-    def _no_room_reason(self, role: RoleConfig, now: float, running: Counter,
-                        full_pools: tuple[str, ...], cooled: dict[str, str]) -> str | None:
-        """Why the role cannot start here now, as far as this node's own runs tell (the store
-        counts every node's at the claim)."""
-        if not self.config.runs_here(role):
-            return (f"role {role.name} runs on nodes tagged {', '.join(role.nodes)}; this node "
-                    f"has {', '.join(self.config.daemon.tags) or 'no tags'}")
-        for scope in (role.name, FLEET):
-            if scope in self._over:
-                until = datetime.fromtimestamp(self._over[scope]).astimezone()
-                return (f"{'role ' + scope if scope != FLEET else 'the fleet'} is over budget "
-                        f"until {until.isoformat(sep=' ', timespec='seconds')}")
-        if role.runtime in cooled:
-            return cooled[role.runtime]
-        if role.max_concurrent is not None and running[role.name] >= role.max_concurrent:
-            return f"role {role.name} is at max_concurrent {role.max_concurrent}"
-        last = self.live.last_spawn(role.name)
-        if role.stagger and last is not None and now - last < role.stagger:
-            return f"role {role.name} staggers spawns by {role.stagger:g}s"
-        if role.pool is not None and role.pool in full_pools:
-            return f"pool {role.pool} is full"
-        return None
+    def _counts(self, cooled: dict[str, str]) -> waits.Counts:
+        """What this node counts for why a role or task waits (taskherd/waits.py): its own
+        runs, and what the store's claims refused on the last pass (they counted every node's
+        runs): a role full on other nodes is not tried again this pass."""
+        pool_use = self.live.pools_in_use()
+        full_pools = {p for p, cap in self.config.pools.items() if pool_use[p] >= cap}
+        full_pools |= {r.pool for r in self._refused.values() if r.pool is not None}
+        told = {name: r.reason for name, r in self._refused.items() if r.pool is None}
+        for role in self.config.roles.values():
+            if not self.config.runs_here(role):
+                told[role.name] = (f"role {role.name} runs on nodes tagged "
+                                   f"{', '.join(role.nodes)}; this node has "
+                                   f"{', '.join(self.config.daemon.tags) or 'no tags'}")
+        spawns = {r.name: self.live.last_spawn(r.name) for r in self.config.roles.values()}
+        here = frozenset(r.name for r in self.config.roles.values() if self.config.runs_here(r))
+        node = waits.NodeRoom(self.config.daemon.node, here, len(self.live),
+                              self.config.daemon.max_concurrent, self.disk.reason)
+        return waits.Counts(
+            running=dict(self.live.running_per_role()), full_pools=frozenset(full_pools),
+            last_spawn={name: at for name, at in spawns.items() if at is not None},
+            paused_runtimes=cooled, over_budget=dict(self._over), role_reasons=told,
+            nodes=(node,))
 
     def next_wake(self, now: float) -> float:
         """The fallback poll, or sooner when a staggered role gets room again or a delayed
@@ -263,39 +256,10 @@ class Dispatcher:
                    if t.state is TaskState.READY and t.run_after <= now]
         if not waiting:
             return
-        room = self.room(now, cooled)
+        counts = self._counts(cooled)
         for task in waiting:
             if now - self._warned_p0.get(task.id, -P0_WARNING_INTERVAL) < P0_WARNING_INTERVAL:
                 continue
             self._warned_p0[task.id] = now
-            log.warning("P0 task %s (%s) waits: %s", task.id, task.role,
-                        self._why_waiting(task.role, task.pool, room))
-
-    def _why_waiting(self, role: str, pool: str | None, room: Room) -> str:
-        if self.disk.reason is not None:
-            return f"this node starts nothing new: {self.disk.reason}"
-        if room.slots <= 0:
-            return f"node at max_concurrent {self.config.daemon.max_concurrent}"
-        if role != "any" and role not in self.config.roles:
-            return f"role {role} is not configured on this node"
-        if role in room.blocked_by:
-            return room.blocked_by[role]
-        if pool in room.full_pools:
-            return f"pool {pool} is full"
-        return "no role has room"
-
-
-def _paused_reason(cooldown: Cooldown, now: float) -> str:
-    """Why nothing (more) of the cooldown's runtime may start now."""
-    if cooldown.down_since is not None:
-        since = datetime.fromtimestamp(cooldown.down_since).astimezone()
-        return (f"runtime {cooldown.runtime}'s endpoint is down since "
-                f"{since.isoformat(sep=' ', timespec='seconds')}: a probe request tests "
-                "whether it is back")
-    if cooldown.active(now):
-        until = datetime.fromtimestamp(cooldown.until).astimezone()
-        return (f"runtime {cooldown.runtime} is rate-limited until "
-                f"{until.isoformat(sep=' ', timespec='seconds')}")
-    probe = f" (run {cooldown.probe_run_id})" if cooldown.probe_run_id else ""
-    return (f"runtime {cooldown.runtime} waits for the probe{probe} that tests whether "
-            "its rate limit has lifted")
+            why = waits.task_wait(task, self.config, counts, now) or "no role has room"
+            log.warning("P0 task %s (%s) waits: %s", task.id, task.role, why)

@@ -13,7 +13,7 @@ from taskherd.model import Task
 # The sums come back as the dialect's numeric types (PostgreSQL: Decimal for a bigint sum);
 # a report wants plain ints and floats.
 _INTS = ("runs_week", "input_tokens_week", "output_tokens_week", "runs_today",
-         "input_tokens_today", "output_tokens_today")
+         "input_tokens_today", "output_tokens_today", "unpriced_week", "unpriced_today")
 _FLOATS = ("cost_week", "cost_today")
 
 
@@ -30,7 +30,8 @@ class SQLReports:
         rows = self._all("cost_by_day", {"starts": json.dumps(day_starts), "since": since})
         return [{"day_start": float(row["day_start"]), "runs": int(row["runs"]),
                  "cost_usd": float(row["cost_usd"]), "input_tokens": int(row["input_tokens"]),
-                 "output_tokens": int(row["output_tokens"])}
+                 "output_tokens": int(row["output_tokens"]),
+                 "unpriced_runs": int(row["unpriced_runs"])}
                 for row in rows if row["day_start"] is not None]
 
     def waiting_at_priority(self, priority: int, *, limit: int = 50) -> list[Task]:
@@ -71,14 +72,14 @@ class SQLReports:
         ones included; and per role, the runs open now (outcome None). For /metrics."""
         return [{"role": row["role"], "outcome": row["outcome"], "runs": int(row["runs"]),
                  "cost_usd": float(row["cost_usd"]), "input_tokens": int(row["input_tokens"]),
-                 "output_tokens": int(row["output_tokens"])}
+                 "output_tokens": int(row["output_tokens"]), "unpriced": int(row["unpriced"])}
                 for row in self._all("run_totals")]
 
     def spend_since(self, since: float) -> list[dict[str, Any]]:
         """Runs and cost per role since `since`, as rows of a moment (`at`: an hour's start for
         rolled-up hours, a claim for runs past the roll-up) and what was spent then."""
         return [{"role": row["role"], "at": float(row["at"]), "runs": int(row["runs"]),
-                 "cost_usd": float(row["cost_usd"])}
+                 "cost_usd": float(row["cost_usd"]), "unpriced": int(row["unpriced"])}
                 for row in self._all("spend_hours_since", {"since": since})]
     def budget_spend(self, month_start: float, day_start: float) -> list[dict[str, Any]]:
         """Per role: cost, unknown-cost runs, open runs and tokens since month_start and since

@@ -164,8 +164,8 @@ def test_runs_commands_show_cost_and_tokens(fleet):
     table = fleet.cli("runs", "list").stdout
     assert "$0.1250" in table and "1000/200" in table
     by_role = json.loads(fleet.cli("runs", "cost", "--by", "role", "--json").stdout)
-    assert by_role == [{"role": "worker", "runs": 1, "cost_usd": 0.125, "input_tokens": 1000,
-                        "output_tokens": 200}]
+    assert by_role == [{"role": "worker", "runs": 1, "cost_usd": 0.125, "unpriced_runs": 0,
+                        "input_tokens": 1000, "output_tokens": 200}]
     by_day = json.loads(fleet.cli("runs", "cost", "--by", "day", "--since", "1d", "--json").stdout)
     assert len(by_day) == 1 and by_day[0]["cost_usd"] == 0.125
     assert json.loads(fleet.cli("runs", "running", "--json").stdout) == []

@@ -91,6 +91,30 @@ def test_an_agent_with_only_the_url_reports_over_http(fleet):
         fleet, "/metrics").text
 
 
+def test_runs_of_unknown_cost_are_never_summed_as_zero_in_any_door(fleet):
+    """Five command runs that report no cost: every sum says so instead of $0."""
+    fleet.up()
+    fleet.wait_until(lambda: _answers(fleet), what="the API to listen")
+    tasks = [fleet.add(f"unpriced {n}") for n in range(5)]
+    for task in tasks:
+        assert fleet.wait_final(task.id, timeout=60).state.value == "completed"
+    status = fleet.cli("status").stdout
+    assert "unknown (5 runs)" in status and "$0.0000" not in status
+    assert "unknown (5 runs)" in fleet.cli("runs", "cost").stdout
+    for rows in (json.loads(fleet.cli("runs", "cost", "--json").stdout),
+                 get(fleet, "/v1/cost").json()):
+        assert [(r["role"], r["runs"], r["cost_usd"], r["unpriced_runs"]) for r in rows] == [
+            ("worker", 5, None, 5)]
+    by_day = get(fleet, "/v1/cost?by=day").json()
+    assert [(r["runs"], r["cost_usd"], r["unpriced_runs"]) for r in by_day] == [(5, None, 5)]
+    board = json.loads(fleet.cli("status", "--json").stdout)["cost"]
+    assert [(r["cost_today"], r["unpriced_today"]) for r in board] == [(None, 5)]
+    shown = get(fleet, f"/v1/tasks/{tasks[0].id}").json()
+    assert (shown["cost_usd"], shown["unpriced_runs"]) == (None, 1)
+    metrics = get(fleet, "/metrics").text
+    assert 'taskherd_unpriced_runs_total{role="worker"} 5.0' in metrics
+
+
 def test_the_event_stream_shows_a_task_the_cli_adds(fleet):
     fleet.up()
     fleet.wait_until(lambda: _answers(fleet), what="the API to listen")

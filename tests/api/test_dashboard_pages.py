@@ -51,7 +51,7 @@ def test_every_page_renders_and_escapes_what_others_wrote(api):
         assert "default-src 'self'" in answer.headers["content-security-policy"]
     board = client.get("/").text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in board  # the P0 list shows it, escaped
-    assert "a running node that defines role coder" in board  # what the P0 task waits for
+    assert "no node that is up runs role coder" in board  # why the P0 task waits
     assert client.get("/tasks/99").status_code == 404
 
 
@@ -67,7 +67,7 @@ def test_the_board_says_which_node_starts_nothing_new_and_why(api):
     board = client.get("/").text
     assert "Node n1 starts nothing new since" in board
     assert "0 B free at /data/&lt;logs&gt;, below min_free_disk 512 MiB" in board
-    assert "a node with room on its disk" in board  # what the P0 task waits for
+    assert "node n1 starts nothing new: 0 B free" in board  # why the P0 task waits
     store.resume_node("n1", [], time.time())
     assert 'id="paused"' not in client.get("/").text
 
@@ -85,7 +85,7 @@ def test_the_board_says_whose_endpoint_is_down_since_when(api):
     board = client.get("/").text
     assert f"Runtime {runtime}: endpoint down since " in board and ", next probe " in board
     assert "HTTP 502 &lt;bad gateway&gt;" in board
-    assert f"the {runtime} endpoint, down since " in board  # what the P0 task waits for
+    assert f"runtime {runtime}&#x27;s endpoint is down since " in board  # why the P0 waits
     store.clear_cooldown(runtime)
     assert 'id="paused"' not in client.get("/").text
 
@@ -145,6 +145,31 @@ def test_the_cost_page_charts_each_roles_spend_by_day(api):
     page = logged_in(api).get("/cost").text
     assert page.count("<rect") == 2  # a bar part per role, today
     assert "coder" in page and "0.5000" in page and "0.2500" in page
+
+
+def test_the_cost_page_and_a_task_page_name_the_runs_of_unknown_cost(api):
+    import time
+
+    from taskherd.model import Outcome, RunResult
+    from taskherd.queue import RetryPolicy
+
+    store, now = api.queue.store, time.time()
+    tasks = []
+    for role, dollars in (("coder", None), ("coder", None), ("qa", 0.25), ("qa", None)):
+        tasks.append(store.enqueue(NewTask(role=role, title=f"{role} work"), now - 60).task)
+        claim = store.claim("n1", now - 60, 60, roles=[role])
+        store.mark_spawned(claim.run.id, now - 60, 60, pid=1, pid_started_at=1.0,
+                           log_path=None)
+        store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=dollars),
+                         RetryPolicy(), now - 30)
+    client = logged_in(api)
+    page = client.get("/cost").text
+    rows = {cells[0]: cells[-2:] for cells in (re.findall(r"<td>(.*?)</td>", row)
+                                               for row in re.findall(r"<tr>(<td>.*?)</tr>", page))}
+    # Today's cell and the total: never $0 for runs of unknown cost.
+    assert rows["coder"] == ["unknown (2 runs)", "unknown (2 runs)"]
+    assert rows["qa"] == ["$0.2500 + 1 run of unknown cost"] * 2
+    assert "unknown (1 run)" in client.get(f"/tasks/{tasks[0].id}").text
 
 
 def test_the_board_lists_p0_tasks_ready_then_pending_each_bounded(api):

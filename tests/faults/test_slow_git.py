@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -305,8 +306,9 @@ def test_runs_whose_worktree_is_being_made_hold_their_slots(fleet, hook, repo):
     node.wait_until(lambda: len(hook_starts(hook)) == 2, 30, "the second checkout to hang")
     # The node's two slots are theirs, though no agent runs yet: another role's P0 waits.
     urgent = node.add("urgent", role="writer", priority="P0")
-    node.wait_until(lambda: f"P0 task {urgent.id} (writer) waits: node at max_concurrent 2"
-                    in node.daemon_log.read_text(), 30, "the P0 to be held back")
+    node.wait_until(lambda: re.search(rf"P0 task {urgent.id} \(writer\) waits: node \S+ is at "
+                                      "max_concurrent 2", node.daemon_log.read_text()),
+                    30, "the P0 to be held back")
     assert node.store.get_task(urgent.id).state is TaskState.READY
     assert node.stop() == 0  # stops both hooks (see below)
     for task in (first, second):

@@ -46,10 +46,15 @@ def test_cost_per_day_in_the_fleets_zone_across_the_autumn_change(tmp_path, data
         by_role = cost(Queue(config, store), "role", None, at("2026-10-26T12:00:00"))
     finally:
         store.close()
-    assert [(r["day"], r["runs"], r["cost_usd"], r["input_tokens"]) for r in rows] == [
-        ("2026-10-24", 1, 1.0, 1000), ("2026-10-25", 2, 0.75, 300), ("2026-10-26", 1, 0.0, 0)]
+    # The run of unknown cost is counted apart, never as $0: a day of only such runs has no
+    # known cost (None), and the role's sum names it beside the dollars it knows.
+    assert [(r["day"], r["runs"], r["cost_usd"], r["unpriced_runs"], r["input_tokens"])
+            for r in rows] == [
+        ("2026-10-24", 1, 1.0, 0, 1000), ("2026-10-25", 2, 0.75, 0, 300),
+        ("2026-10-26", 1, None, 1, 0)]
     assert everything == rows
-    assert [(r["role"], r["runs"], r["cost_usd"]) for r in by_role] == [("coder", 4, 1.75)]
+    assert [(r["role"], r["runs"], r["cost_usd"], r["unpriced_runs"]) for r in by_role] == [
+        ("coder", 4, 1.75, 1)]
 
 
 def test_day_starts_follow_the_calendar_not_86400_seconds():

@@ -169,3 +169,26 @@ def test_rebuilding_runs_for_the_liveness_outcomes_keeps_runs_and_credentials(tm
     db = sqlite3.connect(path)
     assert db.execute("SELECT run_id FROM run_credentials").fetchall() == [(7,)]
     db.close()
+
+
+def test_counting_unpriced_runs_counts_those_already_rolled_up(tmp_path):
+    """0032 adds the count of runs of unknown cost to the hourly sums: the runs the monitor
+    rolled up before it are counted too, so an old fleet's week does not read as $0."""
+    path = tmp_path / "old.db"
+    before = next(m.version for m in MIGRATIONS if m.name.endswith("unpriced_runs")) - 1
+    old_database(path, before)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("INSERT INTO tasks (id, role, title, prompt, priority, state, run_after, "
+               "created_at, updated_at, finished_at) VALUES "
+               "(1, 'qa', 't', '', 2, 'completed', ?, ?, ?, ?)", (NOW, NOW, NOW, NOW + 9))
+    for run, cost in ((1, None), (2, None), (3, 0.5)):
+        db.execute("INSERT INTO runs (id, task_id, attempt, node, role, claimed_at, spawned_at, "
+                   "ended_at, outcome, cost_usd) VALUES (?, 1, ?, 'n1', 'qa', ?, ?, ?, "
+                   "'succeeded', ?)", (run, run, NOW + run, NOW + run, NOW + run + 1, cost))
+    # As the monitor left them: the three runs rolled up into their hour, the mark past them.
+    db.execute("INSERT INTO spend_hours VALUES ('qa', ?, 3, 0.5, 0, 0)", (NOW // 3600 * 3600,))
+    db.execute("UPDATE rollup_marks SET runs_through = 3")
+    db.close()
+    with SQLiteStore(path) as store:
+        [row] = store.spend_by_role(NOW - 86400, NOW - 86400)
+    assert (row["runs_week"], row["cost_week"], row["unpriced_week"]) == (3, 0.5, 2)

@@ -231,9 +231,10 @@ WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS N
 -- added to pruned_run_totals (migration 0027), so /metrics' counters lose nothing. A run
 -- still open (an agent stopping on a task cancelled long ago) was never counted, so it is
 -- not added either.
-INSERT INTO pruned_run_totals (role, outcome, runs, cost_usd, input_tokens, output_tokens)
+INSERT INTO pruned_run_totals (role, outcome, runs, cost_usd, input_tokens, output_tokens,
+                               unpriced)
 SELECT role, outcome, count(*), coalesce(sum(cost_usd), 0), coalesce(sum(input_tokens), 0),
-       coalesce(sum(output_tokens), 0)
+       coalesce(sum(output_tokens), 0), sum(CASE WHEN cost_usd IS NULL AND spawned_at IS NOT NULL AND outcome <> 'rate_limited' THEN 1 ELSE 0 END)
 FROM runs
 WHERE ended_at IS NOT NULL AND task_id IN ({tasks_to_prune})
 GROUP BY role, outcome
@@ -241,7 +242,8 @@ ON CONFLICT (role, outcome) DO UPDATE
 SET runs = pruned_run_totals.runs + excluded.runs,
     cost_usd = pruned_run_totals.cost_usd + excluded.cost_usd,
     input_tokens = pruned_run_totals.input_tokens + excluded.input_tokens,
-    output_tokens = pruned_run_totals.output_tokens + excluded.output_tokens;
+    output_tokens = pruned_run_totals.output_tokens + excluded.output_tokens,
+    unpriced = pruned_run_totals.unpriced + excluded.unpriced;
 
 -- name: prune_finished_tasks
 -- Their runs go with them (ON DELETE CASCADE), after fold_pruned_runs counted them.

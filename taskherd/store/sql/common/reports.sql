@@ -6,13 +6,16 @@
 -- (migration 0012), plus the ended runs past the mark one by one: the mark follows the
 -- oldest open run, so those are few; summing every run read a week of rows. The caller reads
 -- the mark, :runs_through: one read in the statement leaves PostgreSQL planning the range blind.
+-- `unpriced_*` counts the runs whose cost is unknown (migration 0032): not in the dollars.
 WITH spend AS (
-    SELECT role, hour AS at, runs, cost_usd, input_tokens, output_tokens
+    SELECT role, hour AS at, runs, cost_usd, input_tokens, output_tokens, unpriced
     FROM spend_hours
     WHERE hour >= :week_from AND runs > 0
     UNION ALL
     SELECT role, claimed_at, 1, coalesce(cost_usd, 0), coalesce(input_tokens, 0),
-           coalesce(output_tokens, 0)
+           coalesce(output_tokens, 0),
+           CASE WHEN cost_usd IS NULL AND spawned_at IS NOT NULL AND outcome <> 'rate_limited'
+                THEN 1 ELSE 0 END
     FROM runs
     WHERE id > :runs_through AND ended_at IS NOT NULL
       AND claimed_at >= :week_from
@@ -22,11 +25,13 @@ SELECT role,
        sum(cost_usd) AS cost_week,
        sum(input_tokens) AS input_tokens_week,
        sum(output_tokens) AS output_tokens_week,
+       sum(unpriced) AS unpriced_week,
        coalesce(sum(CASE WHEN at >= :day_from THEN runs END), 0) AS runs_today,
        coalesce(sum(CASE WHEN at >= :day_from THEN cost_usd END), 0) AS cost_today,
        coalesce(sum(CASE WHEN at >= :day_from THEN input_tokens END), 0) AS input_tokens_today,
        coalesce(sum(CASE WHEN at >= :day_from THEN output_tokens END), 0)
-           AS output_tokens_today
+           AS output_tokens_today,
+       coalesce(sum(CASE WHEN at >= :day_from THEN unpriced END), 0) AS unpriced_today
 FROM spend
 GROUP BY role
 ORDER BY role;
@@ -58,14 +63,18 @@ WHERE runs.id = :id;
 -- pruned_run_totals, and those kept) with what it cost; and the runs open now (outcome NULL).
 -- One statement, so a prune committing meanwhile is seen whole or not at all: its runs are
 -- counted once, from the table or from the runs, and a counter never goes down.
+-- `unpriced` counts the ended runs whose cost is unknown (migration 0032).
 SELECT role, outcome, sum(runs) AS runs, sum(cost_usd) AS cost_usd,
-       sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens
+       sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
+       sum(unpriced) AS unpriced
 FROM (
-    SELECT role, outcome, runs, cost_usd, input_tokens, output_tokens
+    SELECT role, outcome, runs, cost_usd, input_tokens, output_tokens, unpriced
     FROM pruned_run_totals
     UNION ALL
     SELECT role, outcome, count(*), coalesce(sum(cost_usd), 0),
-           coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0)
+           coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),
+           coalesce(sum(CASE WHEN cost_usd IS NULL AND spawned_at IS NOT NULL
+                              AND outcome <> 'rate_limited' THEN 1 ELSE 0 END), 0)
     FROM runs
     GROUP BY role, outcome
 ) AS every_run
@@ -76,10 +85,12 @@ ORDER BY role, outcome;
 -- The dashboard's cost chart: each role's spend since :since, grouped into the fleet's days
 -- by the caller (which knows the zone): the hours the monitor rolled up (`at` is the hour's
 -- start), plus the ended runs past its mark, one by one (`at` is the claim; they are few).
-SELECT role, hour AS at, runs, cost_usd FROM spend_hours
+SELECT role, hour AS at, runs, cost_usd, unpriced FROM spend_hours
 WHERE hour >= :since AND runs > 0
 UNION ALL
-SELECT role, claimed_at, 1, coalesce(cost_usd, 0)
+SELECT role, claimed_at, 1, coalesce(cost_usd, 0),
+       CASE WHEN cost_usd IS NULL AND spawned_at IS NOT NULL AND outcome <> 'rate_limited'
+                THEN 1 ELSE 0 END
 FROM runs
 WHERE id > (SELECT runs_through FROM rollup_marks) AND ended_at IS NOT NULL
   AND claimed_at >= :since

@@ -108,12 +108,14 @@ SELECT day_start,
        count(*) AS runs,
        coalesce(sum(cost_usd), 0) AS cost_usd,
        coalesce(sum(input_tokens), 0) AS input_tokens,
-       coalesce(sum(output_tokens), 0) AS output_tokens
+       coalesce(sum(output_tokens), 0) AS output_tokens,
+       coalesce(sum(CASE WHEN ended_at IS NOT NULL THEN CASE WHEN cost_usd IS NULL AND spawned_at IS NOT NULL AND outcome <> 'rate_limited' THEN 1 ELSE 0 END END), 0)
+           AS unpriced_runs
 FROM (
     SELECT (SELECT max(value::double precision)
             FROM jsonb_array_elements_text(CAST(:starts AS jsonb)) AS day(value)
             WHERE value::double precision <= runs.claimed_at) AS day_start,
-           cost_usd, input_tokens, output_tokens
+           cost_usd, input_tokens, output_tokens, ended_at, spawned_at, outcome
     FROM runs
     WHERE claimed_at >= :since
 ) AS dated
@@ -154,16 +156,18 @@ LOCK TABLE runs IN EXCLUSIVE MODE;
 
 -- name: roll_up_runs
 -- Adds the ended runs between the mark and :through to their hour's sums.
-INSERT INTO spend_hours (role, hour, runs, cost_usd, input_tokens, output_tokens)
+INSERT INTO spend_hours (role, hour, runs, cost_usd, input_tokens, output_tokens, unpriced)
 SELECT role, floor(claimed_at / 3600) * 3600, count(*), coalesce(sum(cost_usd), 0),
-       coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0)
+       coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),
+       sum(CASE WHEN cost_usd IS NULL AND spawned_at IS NOT NULL AND outcome <> 'rate_limited' THEN 1 ELSE 0 END)
 FROM runs
 WHERE id > (SELECT runs_through FROM rollup_marks) AND id <= :through AND ended_at IS NOT NULL
 GROUP BY 1, 2
 ON CONFLICT (role, hour) DO UPDATE
 SET runs = spend_hours.runs + excluded.runs, cost_usd = spend_hours.cost_usd + excluded.cost_usd,
     input_tokens = spend_hours.input_tokens + excluded.input_tokens,
-    output_tokens = spend_hours.output_tokens + excluded.output_tokens;
+    output_tokens = spend_hours.output_tokens + excluded.output_tokens,
+    unpriced = spend_hours.unpriced + excluded.unpriced;
 
 -- name: lock_spawning_task
 -- Two additions of one run at once (an agent's parallel calls) are counted one after the

@@ -1,0 +1,51 @@
+"""Times for machines and people: ISO 8601 with its offset beside the unix seconds.
+
+The CLI's --json shows `created_at` as ISO 8601 and keeps the number as `created_at_epoch`.
+The HTTP API and its event stream always gave the number as `created_at`; clients read it,
+so it keeps that meaning there and the ISO form is added beside it as `created_at_iso`, in
+the fleet's zone ([daemon] timezone; the machine's when unset).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, tzinfo
+from typing import Any
+
+# Times whose name does not end in `_at`.
+TIME_FIELDS = frozenset({"at", "until", "run_after", "scheduled_for", "last_seen", "up_since"})
+
+
+def is_time(key: str, value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and (key.endswith("_at") or key in TIME_FIELDS))
+
+
+def iso_time(timestamp: float, zone: tzinfo | None = None) -> str:
+    """ISO 8601 with its offset, to the millisecond, in `zone` (None: the machine's)."""
+    moment = datetime.fromtimestamp(timestamp, zone) if zone else (
+        datetime.fromtimestamp(timestamp).astimezone())
+    return moment.isoformat(timespec="milliseconds")
+
+
+def zone_named(name: str | None) -> tzinfo | None:
+    """The zone of [daemon] timezone (validated by the config), None when unset."""
+    if not name:
+        return None
+    from zoneinfo import ZoneInfo
+
+    return ZoneInfo(name)
+
+
+def with_iso(data: Any, zone: tzinfo | None = None) -> Any:
+    """`data` (JSON-ready) with `<name>_iso` beside every time `<name>` (unix seconds), at
+    any depth; everything else, and the numbers themselves, as they were."""
+    if isinstance(data, list):
+        return [with_iso(item, zone) for item in data]
+    if not isinstance(data, dict):
+        return data
+    shown: dict[str, Any] = {}
+    for key, value in data.items():
+        shown[key] = with_iso(value, zone)
+        if is_time(key, value):
+            shown[f"{key}_iso"] = iso_time(value, zone)
+    return shown
