@@ -7,7 +7,7 @@ import pytest
 
 from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
 from taskherd.queue import RetryPolicy
-from taskherd.store import TaskNotFound, TransitionRefused, StoreError
+from taskherd.store import StoreError, TaskNotFound, TransitionRefused
 from taskherd.store.errors import ReportRefused
 
 POLICY = RetryPolicy()
