@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,9 +49,9 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon import NOOP, Node, ms, percentile, printed_time, pss_kib, row  # bench/daemon.py
+from daemon import NOOP, Node, percentile, printed_time, pss_kib, row  # bench/daemon.py
 
-from taskherd import cgroups, procs
+from taskherd import cgroups, procs, sandbox
 from taskherd.config import load_config
 from taskherd.model import NewTask, TaskState
 from taskherd.services.launch import Launch, agent_path
@@ -153,7 +152,7 @@ def boxed_argv(node: Node, floors: Path) -> list[str]:
     log_path.touch()
     box = Launch(config, None, time.time).box(role, (log_path,), None)  # type: ignore[arg-type]
     env = procs.agent_env(agent_path(config, role), {}, {})
-    return box.wrap(NOOP, env, shutil.which("bwrap") or "bwrap")
+    return box.wrap(NOOP, env, sandbox.probe()[0] or "bwrap")
 
 
 def bare_popen(argvs: dict[str, list[str]], count: int, folder: Path,
@@ -291,6 +290,80 @@ def idle_fleet(root: Path, name: str, agents: int, window: float,
 
 # -- report --------------------------------------------------------------------------------
 
+Result = tuple[str, str, str, bool]  # measure, value, target, met
+
+
+def report_ready(root: Path, names: list[str], args: argparse.Namespace) -> list[Result]:
+    print(f"\na. ready → exec: {args.tasks} tasks of `{' '.join(NOOP)}` per role "
+          f"({', '.join(names)}), in rotation one every {args.interval * 1e3:g} ms, "
+          "max_concurrent 8")
+    latencies, phases, box_argv = ready_to_exec(root, names, args.tasks, args.interval,
+                                                args.durability)
+    floors = bare_popen({"no-op": NOOP, "no-op in the box": box_argv}, args.tasks,
+                        root / "floors", root / "work")
+    for name in names:
+        print(row(f"{name} (enqueue → exec)", latencies[name]))
+        for phase, values in phases[name].items():
+            print(row(f"  {phase}", values))
+    for name, values in floors.items():
+        print(row(f"bare Popen: {name}", values))
+    bare = percentile(floors["no-op in the box"], .5) - percentile(floors["no-op"], .5)
+    print(f"the box alone (bare Popen, p50): {bare * 1e3:+.1f} ms; its bwrap argv: "
+          f"{len(box_argv) - len(NOOP) - 2} words before `--`")
+    plain50, plain99 = percentile(latencies["plain"], .5), percentile(latencies["plain"], .99)
+    results = []
+    for name in names[1:]:
+        p50, p99 = percentile(latencies[name], .5), percentile(latencies[name], .99)
+        print(f"{name} vs plain: p50 {(p50 - plain50) * 1e3:+.1f} ms, p99 "
+              f"{(p99 - plain99) * 1e3:+.1f} ms")
+        results.append((f"ready→exec p50, {name} − plain", f"{(p50 - plain50) * 1e3:+.1f} ms",
+                        f"≤ +{P50_EXTRA * 1e3:g} ms", p50 - plain50 <= P50_EXTRA))
+    return results
+
+
+def report_fleets(root: Path, fleets: list[str], args: argparse.Namespace) -> list[Result]:
+    limits = check_limits(args.agents)
+    print(f"\nb. {args.agents} idle agents (`sleep 600`) per fleet ({', '.join(fleets)}), each "
+          f"on a daemon of its own; CPU window {args.window:g} s; {limits}")
+    figures = {name: report_fleet(root, name, args) for name in fleets}
+    results = []
+    for name, use in figures.items():
+        if name == "plain":
+            continue
+        label = f"{name}, {args.agents} idle"
+        if "plain" in figures:
+            plain = figures["plain"]
+            print(f"{name} per agent: {use['cost']:.0f} KiB, {use['with agent']:.0f} KiB with "
+                  f"the agent; plain {plain['cost']:.0f} KiB, {plain['with agent']:.0f} KiB: "
+                  f"the box adds {use['with agent'] - plain['with agent']:+.0f} KiB")
+        results += [
+            (f"Pss per agent, {label}", f"{use['cost']:.0f} KiB", f"≤ {PSS_TARGET_KIB} KiB",
+             use["cost"] <= PSS_TARGET_KIB),
+            ("  with the agent itself", f"{use['with agent']:.0f} KiB",
+             f"≤ {PSS_TARGET_KIB} KiB", use["with agent"] <= PSS_TARGET_KIB),
+            (f"daemon CPU, {label}", f"{use['cpu_percent']:.2f} %", f"≤ {CPU_TARGET:g} %",
+             use["cpu_percent"] <= CPU_TARGET)]
+    return results
+
+
+def report_fleet(root: Path, name: str, args: argparse.Namespace) -> dict[str, float]:
+    use = idle_fleet(root / f"fleet-{name}", name, args.agents, args.window, args.durability)
+    alive = max(use["alive"], 1)
+    cost = use["daemon"] + use["helpers"] + use["shims"] + use["bwrap"]
+    use["cost"], use["with agent"] = cost / alive, (cost + use["agents"]) / alive
+    print(f"{name}: {use['alive']} agents exec'd in {use['started_in']:.1f} s, "
+          f"{use['processes']} processes in the shims' trees; daemon CPU "
+          f"{use['cpu_percent']:.2f} % of one core over {use['window']:.1f} s")
+    print(f"  Pss: daemon {use['daemon'] / 1024:.1f} MB, helpers {use['helpers'] / 1024:.1f} MB, "
+          f"shims {use['shims'] / 1024:.1f} MB, bwrap {use['bwrap'] / 1024:.1f} MB, agents "
+          f"{use['agents'] / 1024:.1f} MB")
+    print(f"  per agent: daemon + helpers + shims + bwrap {use['cost']:.0f} KiB (shim "
+          f"{use['shims'] / alive:.0f}, bwrap {use['bwrap'] / alive:.0f}), with the agent "
+          f"{use['with agent']:.0f} KiB; kernel slab {use['slab'] / alive:+.0f} KiB per agent "
+          "(machine-wide)")
+    return use
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=300, help="no-op tasks per role (a)")
@@ -301,7 +374,7 @@ def main() -> int:
     parser.add_argument("--fleets", default="plain,boxed,capped",
                         help="comma list of the roles whose idle fleet is measured (b)")
     parser.add_argument("--roles", default="plain,boxed,capped",
-                        help="comma list of the roles timed in a (plain is always)")
+                        help="comma list of the roles timed in a (plain always is)")
     parser.add_argument("--dir", default="/var/tmp",
                         help="where the bench's files go (not /tmp: a box's /tmp is private)")
     parser.add_argument("--durability", choices=["full", "normal"], default="full")
@@ -313,82 +386,25 @@ def main() -> int:
     for name in names + fleets:
         if name not in ISOLATION:
             parser.error(f"unknown role {name!r}: choose from {', '.join(ISOLATION)}")
+    bwrap, problem = sandbox.probe()
+    if problem is not None:
+        raise SystemExit(f"no sandbox to measure: {problem}")
     began = time.monotonic()
-    bwrap = shutil.which("bwrap")
     version = subprocess.run([bwrap, "--version"], capture_output=True, text=True,
-                             check=False).stdout.strip() if bwrap else "missing"
+                             check=False).stdout.strip()
     print(f"taskherd sandbox bench: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
-          f"{version}, {'root' if os.geteuid() == 0 else 'unprivileged'}, cgroup "
+          f"{version}, {'root' if os.geteuid() == 0 else 'unprivileged'}, "
           f"{cgroups.host().how()}, durability {args.durability}, load average "
           f"{os.getloadavg()[0]:.2f} at start")
     print("roles: " + "; ".join(f"{name}: isolation = {ISOLATION[name] or '(none)'}"
                                 for name in ISOLATION))
-    results: list[tuple[str, str, str, bool]] = []
+    results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="taskherd-sandbox-bench-", dir=args.dir) as tmp_dir:
         tmp = Path(tmp_dir)
         if "a" not in skip:
-            print(f"\na. ready → exec: {args.tasks} tasks of `{' '.join(NOOP)}` per role "
-                  f"({', '.join(names)}), in rotation one every {args.interval * 1e3:g} ms, "
-                  "max_concurrent 8")
-            latencies, phases, box_argv = ready_to_exec(tmp / "ready", names, args.tasks,
-                                                        args.interval, args.durability)
-            floors = bare_popen({"no-op": NOOP, "no-op in the box": box_argv}, args.tasks,
-                                tmp / "ready" / "floors", tmp / "ready" / "work")
-            for name in names:
-                print(row(f"{name} (enqueue → exec)", latencies[name]))
-                for phase, values in phases[name].items():
-                    print(row(f"  {phase}", values))
-            for name, values in floors.items():
-                print(row(f"bare Popen: {name}", values))
-            plain50 = percentile(latencies["plain"], .5)
-            print(f"bwrap alone (bare Popen, p50): +{(percentile(floors['no-op in the box'], .5) - percentile(floors['no-op'], .5)) * 1e3:.1f} ms; "
-                  f"the box's argv has {len(box_argv) - len(NOOP) - 2} options and operands")
-            for name in names[1:]:
-                p50, p99 = percentile(latencies[name], .5), percentile(latencies[name], .99)
-                print(f"{name} vs plain: p50 +{(p50 - plain50) * 1e3:.1f} ms, p99 "
-                      f"+{(p99 - percentile(latencies['plain'], .99)) * 1e3:.1f} ms")
-                results.append((f"ready→exec p50, {name} − plain", f"{(p50 - plain50) * 1e3:+.1f} ms",
-                                f"≤ +{P50_EXTRA * 1e3:g} ms", p50 - plain50 <= P50_EXTRA))
+            results += report_ready(tmp / "ready", names, args)
         if "b" not in skip and fleets:
-            limits = check_limits(args.agents)
-            print(f"\nb. {args.agents} idle agents (`sleep 600`) per fleet ({', '.join(fleets)}), "
-                  f"each on a daemon of its own; CPU window {args.window:g} s; {limits}")
-            figures = {}
-            for name in fleets:
-                use = idle_fleet(tmp / f"fleet-{name}", name, args.agents, args.window,
-                                 args.durability)
-                figures[name] = use
-                alive = max(use["alive"], 1)
-                cost = use["daemon"] + use["helpers"] + use["shims"] + use["bwrap"]
-                print(f"{name}: {use['alive']} agents exec'd in {use['started_in']:.1f} s, "
-                      f"{use['processes']} processes in the shims' trees; daemon CPU "
-                      f"{use['cpu_percent']:.2f} % of one core over {use['window']:.1f} s")
-                print(f"  Pss: daemon {use['daemon'] / 1024:.1f} MB, helpers "
-                      f"{use['helpers'] / 1024:.1f} MB, shims {use['shims'] / 1024:.1f} MB, "
-                      f"bwrap {use['bwrap'] / 1024:.1f} MB, agents {use['agents'] / 1024:.1f} MB")
-                print(f"  per agent: daemon + helpers + shims + bwrap {cost / alive:.0f} KiB "
-                      f"(shim {use['shims'] / alive:.0f}, bwrap {use['bwrap'] / alive:.0f}), "
-                      f"with the agent {(cost + use['agents']) / alive:.0f} KiB; kernel slab "
-                      f"{use['slab'] / alive:+.0f} KiB per agent (machine-wide)")
-                figures[name]["cost"] = cost / alive
-                figures[name]["with agent"] = (cost + use["agents"]) / alive
-            for name in fleets:
-                if name == "plain":
-                    continue
-                use, label = figures[name], f"{name}, {args.agents} idle"
-                beside = ""
-                if "plain" in figures:
-                    beside = (f" (plain {figures['plain']['cost']:.0f} / "
-                              f"{figures['plain']['with agent']:.0f} KiB)")
-                print(f"{name} per agent: {use['cost']:.0f} KiB / {use['with agent']:.0f} KiB "
-                      f"with the agent{beside}")
-                results += [
-                    (f"Pss per agent, {label}", f"{use['cost']:.0f} KiB",
-                     f"≤ {PSS_TARGET_KIB} KiB", use["cost"] <= PSS_TARGET_KIB),
-                    (f"  with the agent itself", f"{use['with agent']:.0f} KiB",
-                     f"≤ {PSS_TARGET_KIB} KiB", use["with agent"] <= PSS_TARGET_KIB),
-                    (f"daemon CPU, {label}", f"{use['cpu_percent']:.2f} %",
-                     f"≤ {CPU_TARGET:g} %", use["cpu_percent"] <= CPU_TARGET)]
+            results += report_fleets(tmp, fleets, args)
     print(f"\n(bench took {time.monotonic() - began:.0f} s; load average "
           f"{os.getloadavg()[0]:.2f} at the end)")
     print(f"\n{'measure':<40} {'value':>12}  {'target':<10} result")
