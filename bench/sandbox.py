@@ -273,15 +273,22 @@ def idle_fleet(root: Path, name: str, agents: int, window: float,
         pss = {"daemon": pss_kib(daemon.pid), "shims": 0, "bwrap": 0, "agents": 0}
         pss["helpers"] = sum(pss_kib(child.pid) for child in daemon.children()
                              if child.pid not in trees)
+        boxes = []  # the Pss of each box's bwrap processes
         for shim, tree in trees.items():
+            box = 0
             for process in tree:
                 kind = ("shims" if process.pid == shim else
                         "bwrap" if process.info["name"] == "bwrap" else "agents")
-                pss[kind] += pss_kib(process.pid)
+                kib = pss_kib(process.pid)
+                pss[kind] += kib
+                box += kib if kind == "bwrap" else 0
+            boxes.append(box)
         slab = slab_kib() - slab_before
         processes = sum(len(tree) for tree in trees.values())
         return {**pss, "cpu_percent": cpu * 100, "window": wall, "alive": len(trees),
-                "processes": processes, "started_in": started_in, "slab": slab}
+                "processes": processes, "started_in": started_in, "slab": slab,
+                "box_min": min(boxes, default=0), "box_median": percentile(boxes, .5) if boxes
+                else 0, "box_max": max(boxes, default=0)}
     finally:
         node.down()
         psutil.wait_procs([p for tree in trees.values() for p in tree], timeout=30)
@@ -361,6 +368,10 @@ def report_fleet(root: Path, name: str, args: argparse.Namespace) -> dict[str, f
           f"{use['shims'] / alive:.0f}, bwrap {use['bwrap'] / alive:.0f}), with the agent "
           f"{use['with agent']:.0f} KiB; kernel slab {use['slab'] / alive:+.0f} KiB per agent "
           "(machine-wide)")
+    if use["bwrap"]:
+        # Not one figure: the box's PID 1 keeps more heap the more boxes started before it.
+        print(f"  one box's bwrap processes: Pss min {use['box_min']:.0f}, median "
+              f"{use['box_median']:.0f}, max {use['box_max']:.0f} KiB")
     return use
 
 
