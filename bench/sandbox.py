@@ -84,22 +84,32 @@ def make_node(root: Path, max_concurrent: int, roles: dict[str, dict[str, str]],
     return Node(root, max_concurrent, roles, durability)
 
 
-def release_cgroups(node: Node) -> None:
-    """The capped runs' cgroups, which a killed daemon leaves behind: emptied and removed."""
+def release_cgroups(node: Node, timeout: float = 60.0) -> None:
+    """The capped runs' cgroups, which a killed daemon leaves behind: emptied and removed,
+    with their parent. A thousand killed at once take a while to exit, and a cgroup is busy
+    until its last member has, so this asks again until all are gone."""
     where = cgroups.host()
     data_dir = node.data_dir.resolve()
-    cgroups.release_stale(data_dir, set(), where)
-    for base in dict.fromkeys(where.bases.values()):
-        try:
-            (base / cgroups.group_name(data_dir)).rmdir()
-        except OSError:
-            pass
+    parents = [base / cgroups.group_name(data_dir) for base in dict.fromkeys(where.bases.values())]
+    deadline = time.monotonic() + timeout
+    while any(parent.exists() for parent in parents) and time.monotonic() < deadline:
+        cgroups.release_stale(data_dir, set(), where)
+        for parent in parents:
+            try:
+                parent.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                time.sleep(0.1)
+    left = [str(parent) for parent in parents if parent.exists()]
+    if left:
+        print(f"(could not remove the cgroups {', '.join(left)}: remove them by hand)")
 
 
 # -- a. ready → exec -----------------------------------------------------------------------
 
 def ready_to_exec(root: Path, names: list[str], per_role: int, interval: float,
-                  durability: str) -> tuple[dict[str, list[float]], dict, list[str]]:
+                  durability: str) -> tuple[dict[str, list[float]], dict, list[str] | None]:
     node = make_node(root, 8, roles_for(names, root / "work", NOOP), durability)
     node.up()
     ready: dict[int, tuple[str, float]] = {}
@@ -140,13 +150,14 @@ def ready_to_exec(root: Path, names: list[str], per_role: int, interval: float,
         release_cgroups(node)
     # Built once the daemon is down: the box hides the files that exist when it is made (a
     # database's -wal file would be gone by the time the floor runs).
-    return latencies, phases, boxed_argv(node, root / "floors")
+    boxed = next((name for name in names if ISOLATION[name] is not None), None)
+    return latencies, phases, boxed_argv(node, boxed, root / "floors") if boxed else None
 
 
-def boxed_argv(node: Node, floors: Path) -> list[str]:
-    """The no-op as the daemon starts it for the boxed role: in the box its Launch builds."""
+def boxed_argv(node: Node, name: str, floors: Path) -> list[str]:
+    """The no-op as the daemon starts it for role `name`: in the box its Launch builds."""
     config = load_config(node.config_path)
-    role = config.roles["boxed"]
+    role = config.roles[name]
     floors.mkdir()
     log_path = floors / "boxed-run.log"
     log_path.touch()
@@ -160,6 +171,7 @@ def bare_popen(argvs: dict[str, list[str]], count: int, folder: Path,
     """The floors: each argv started `count` times by a bare Popen, one at a time, in
     rotation."""
     env = procs.agent_env("/usr/bin:/bin", {}, {})
+    folder.mkdir(exist_ok=True)
     latencies: dict[str, list[float]] = {name: [] for name in argvs}
     for index in range(count):
         for name, argv in argvs.items():
@@ -306,17 +318,18 @@ def report_ready(root: Path, names: list[str], args: argparse.Namespace) -> list
           "max_concurrent 8")
     latencies, phases, box_argv = ready_to_exec(root, names, args.tasks, args.interval,
                                                 args.durability)
-    floors = bare_popen({"no-op": NOOP, "no-op in the box": box_argv}, args.tasks,
-                        root / "floors", root / "work")
+    floor_argvs = {"no-op": NOOP, "no-op in the box": box_argv} if box_argv else {"no-op": NOOP}
+    floors = bare_popen(floor_argvs, args.tasks, root / "floors", root / "work")
     for name in names:
         print(row(f"{name} (enqueue → exec)", latencies[name]))
         for phase, values in phases[name].items():
             print(row(f"  {phase}", values))
     for name, values in floors.items():
         print(row(f"bare Popen: {name}", values))
-    bare = percentile(floors["no-op in the box"], .5) - percentile(floors["no-op"], .5)
-    print(f"the box alone (bare Popen, p50): {bare * 1e3:+.1f} ms; its bwrap argv: "
-          f"{len(box_argv) - len(NOOP) - 2} words before `--`")
+    if box_argv:
+        bare = percentile(floors["no-op in the box"], .5) - percentile(floors["no-op"], .5)
+        print(f"the box alone (bare Popen, p50): {bare * 1e3:+.1f} ms; its bwrap argv: "
+              f"{len(box_argv) - len(NOOP) - 2} words before `--`")
     plain50, plain99 = percentile(latencies["plain"], .5), percentile(latencies["plain"], .99)
     results = []
     for name in names[1:]:
