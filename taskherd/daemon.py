@@ -222,10 +222,9 @@ class Daemon:
         """The HTTP API and dashboard, when [api] listen is set: a process of its own."""
         if not self.config.api.listen:
             return None
-        import importlib.util
+        from taskherd.api import missing_packages
 
-        missing = [name for name in ("starlette", "uvicorn", "prometheus_client")
-                   if importlib.util.find_spec(name) is None]
+        missing = missing_packages()
         if missing:
             # The starter config sets `listen`: a fleet installed without the extra still
             # runs its agents, and says what it is missing.

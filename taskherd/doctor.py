@@ -58,6 +58,8 @@ def run_checks(config_file: str | None) -> list[Check]:
     checks += check_sandboxes(config)
     checks.append(check_caps(config))
     checks += [check_timezone(config), check_disk(config), check_backup(config)]
+    api = check_api(config)
+    checks += [api] if api else []
     checks += check_endpoints(config)
     deliveries = check_deliveries(config)
     checks += [deliveries] if deliveries else []
@@ -224,6 +226,20 @@ def check_sandboxes(config: Config) -> list[Check]:
             checks.append(Check(OK, f"{what}: in a sandbox (bwrap, network "
                                 f"{isolation.network})"))
     return checks
+
+
+def check_api(config: Config) -> Check | None:
+    """[api] listen set: whether this installation can serve it."""
+    if not config.api.listen:
+        return None
+    from taskherd.api import missing_packages
+
+    missing = missing_packages()
+    if missing:
+        return Check(WARN, f"api {config.api.listen}", f"not served: the api extra is not "
+                     f"installed ({', '.join(missing)} missing)",
+                     "pip install 'taskherd[api]', or remove [api] listen")
+    return Check(OK, f"api {config.api.listen}: its packages are installed")
 
 
 def check_caps(config: Config) -> Check:
