@@ -67,7 +67,8 @@ class LazyGroup(click.Group):
 @click.option(
     "--config",
     type=click.Path(dir_okay=False),
-    help="Config file (default: $TASKHERD_CONFIG, else ./taskherd.toml).",
+    help="Config file (default: $TASKHERD_CONFIG, else taskherd.toml here or in the nearest "
+         "folder above).",
 )
 @click.option(
     "--busy-timeout",
