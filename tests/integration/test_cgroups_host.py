@@ -73,11 +73,9 @@ def data_dir(tmp_path):
 def joined(group: cgroups.RunCgroup, program: str, **popen) -> subprocess.Popen:
     """`program` started inside `group`, as the shim starts an agent: it joins before its
     exec, so it is counted from its first instruction."""
-    def join() -> None:
-        for path in group.join_files:
-            with open(path, "w") as file:
-                file.write("0")
-    return subprocess.Popen([sys.executable, "-S", "-c", program], preexec_fn=join,
+    join_then_exec = 'for f; do echo 0 > "$f" || exit 97; done; exec "$PY" -S -c "$PROGRAM"'
+    return subprocess.Popen(["/bin/sh", "-c", join_then_exec, "sh", *group.join_files],
+                            env={**os.environ, "PY": sys.executable, "PROGRAM": program},
                             stdout=subprocess.PIPE, text=True, **popen)
 
 
