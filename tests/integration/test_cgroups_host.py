@@ -127,7 +127,9 @@ def test_two_data_dirs_never_share_a_cgroup(tmp_path):
         one = cgroups.create(first, 1, Caps(pids=8), HOST)
         other = cgroups.create(second, 1, Caps(pids=8), HOST)
         assert set(one.join_files).isdisjoint(other.join_files)
-        sleeper = joined(one, "import sys; sys.stdin.read()", stdin=subprocess.PIPE)
+        sleeper = joined(one, "import sys; print('in'); sys.stdin.read()",
+                         stdin=subprocess.PIPE)
+        assert sleeper.stdout.readline() == "in\n"  # joined before its exec: inside by now
         [folder] = cgroups.run_folders(first, 1, HOST)
         [elsewhere] = cgroups.run_folders(second, 1, HOST)
         assert sleeper.pid in members(folder) and members(elsewhere) == []
