@@ -165,11 +165,16 @@ def _create_v1(where: Host, group: str, run_id: int, caps: Caps) -> RunCgroup:
     for name in caps.controllers:
         folder = where.bases[name] / group / f"run-{run_id}"
         folder.mkdir(parents=True, exist_ok=True)
-        _kill_members(folder)  # a leftover of a reused id: nothing of it joins this run
+        _empty(folder)  # a leftover of a reused id: nothing of it joins this run
         if name == "memory":
+            memsw = folder / "memory.memsw.limit_in_bytes"
+            if memsw.exists():
+                # The kernel refuses a memory limit above memory+swap's: a leftover's lower
+                # memsw is lifted first, or a cap that grew could not be written at all.
+                _write(memsw, -1)
             _write(folder / "memory.limit_in_bytes", caps.memory)
-            if (folder / "memory.memsw.limit_in_bytes").exists():
-                _write(folder / "memory.memsw.limit_in_bytes", caps.memory)
+            if memsw.exists():
+                _write(memsw, caps.memory)
         elif name == "pids":
             _write(folder / "pids.max", caps.pids)
         else:
@@ -196,7 +201,7 @@ def _create_v2(where: Host, group: str, run_id: int, caps: Caps) -> RunCgroup:
                     "with Delegate=yes does)") from error
             raise
     folder.mkdir(exist_ok=True)
-    _kill_members(folder)
+    _empty(folder)
     if caps.memory is not None:
         _write(folder / "memory.max", caps.memory)
         if (folder / "memory.swap.max").exists():
@@ -277,16 +282,27 @@ def _remove(folder: Path) -> None:
         time.sleep(0.01)  # the killed are still exiting: their cgroup is busy until then
 
 
-def _kill_members(folder: Path) -> None:
+def _empty(folder: Path) -> None:
+    """Kill what is in `folder` and wait for it to be gone: a lower limit written while the
+    killed still hold their memory could be refused as busy."""
+    for _ in range(RELEASE_TRIES):
+        if not _kill_members(folder):
+            return
+        time.sleep(0.01)
+
+
+def _kill_members(folder: Path) -> int:
+    """SIGKILL each process in `folder`; how many there were."""
     try:
         members = _read(folder / "cgroup.procs").split()
     except OSError:
-        return
+        return 0
     for pid in members:
         try:
             os.kill(int(pid), signal.SIGKILL)
         except (ProcessLookupError, ValueError):
             pass
+    return len(members)
 
 
 def _own_cgroups(path: Path) -> dict[str, str]:

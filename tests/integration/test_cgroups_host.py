@@ -120,6 +120,22 @@ def test_a_cpu_cap_bounds_a_busy_loop(data_dir):
     assert share < 0.5 and int(stat["nr_throttled"]) > 0
 
 
+def test_a_reused_run_cgroup_is_emptied_and_takes_its_new_caps(data_dir):
+    needs("memory", "pids")
+    first = cgroups.create(data_dir, 4, Caps(memory=32 << 20, pids=8), HOST)
+    leftover = joined(first, FORK_100, stdin=subprocess.PIPE)
+    leftover.stdout.readline()
+    # A restarted daemon, whose role's caps grew meanwhile, makes the same run's cgroup.
+    again = cgroups.create(data_dir, 4, Caps(memory=64 << 20, pids=32), HOST)
+    assert again.join_files == first.join_files
+    assert leftover.wait(timeout=10) == -9
+    memory, pids = cgroups.run_folders(data_dir, 4, HOST)
+    assert int((memory / "memory.limit_in_bytes").read_text()) == 64 << 20
+    if (memory / "memory.memsw.limit_in_bytes").exists():  # swap cannot stretch it either
+        assert int((memory / "memory.memsw.limit_in_bytes").read_text()) == 64 << 20
+    assert (pids / "pids.max").read_text().strip() == "32"
+
+
 def test_two_data_dirs_never_share_a_cgroup(tmp_path):
     needs("pids")
     first, second = tmp_path / "a", tmp_path / "b"
