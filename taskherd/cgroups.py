@@ -152,12 +152,18 @@ def create(data_dir: Path, run_id: int, caps: Caps, where: Host | None = None) -
         if name not in where.bases:
             raise CgroupUnavailable(f"its {name} cap cannot be enforced here: "
                                     f"{where.missing.get(name, 'unknown reason')}")
-    try:
-        if where.version == 2:
-            return _create_v2(where, group_name(data_dir), run_id, caps)
-        return _create_v1(where, group_name(data_dir), run_id, caps)
-    except OSError as error:
-        raise CgroupUnavailable(f"its cgroup could not be made: {error}") from error
+    make = _create_v2 if where.version == 2 else _create_v1
+    for attempt in range(3):
+        try:
+            return make(where, group_name(data_dir), run_id, caps)
+        except FileNotFoundError as error:
+            # The data dir's folder went between its mkdir and the run's: the last run of
+            # it was released meanwhile (release removes it once empty). Make it again.
+            if attempt == 2:
+                raise CgroupUnavailable(f"its cgroup could not be made: {error}") from error
+        except OSError as error:
+            raise CgroupUnavailable(f"its cgroup could not be made: {error}") from error
+    raise AssertionError("unreachable")
 
 
 def _create_v1(where: Host, group: str, run_id: int, caps: Caps) -> RunCgroup:
@@ -243,6 +249,7 @@ def release(data_dir: Path, run_id: int, where: Host | None = None) -> None:
     """Kill what is left in the run's cgroups and remove them; quiet when already gone."""
     for folder in run_folders(data_dir, run_id, where):
         _remove(folder)
+        _remove_if_empty(folder.parent)
 
 
 def release_stale(data_dir: Path, keep: set[int], where: Host | None = None) -> int:
@@ -259,7 +266,17 @@ def release_stale(data_dir: Path, keep: set[int], where: Host | None = None) -> 
             if folder.is_dir() and run_id.isdigit() and int(run_id) not in keep:
                 _remove(folder)
                 removed += 1
+        _remove_if_empty(parent)
     return removed
+
+
+def _remove_if_empty(parent: Path) -> None:
+    """The data dir's folder, once it holds no run: a host that runs many daemons (a test
+    suite) would otherwise gather one empty folder per data dir in every hierarchy."""
+    try:
+        parent.rmdir()
+    except OSError:  # runs still in it (EBUSY on cgroupfs), or already gone
+        pass
 
 
 def _remove(folder: Path) -> None:

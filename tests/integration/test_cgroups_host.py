@@ -105,6 +105,7 @@ def test_a_fork_bomb_stops_at_its_pids_cap_and_release_stops_what_is_left(data_d
     cgroups.release(data_dir, 2, HOST)
     assert forker.wait(timeout=10) == -9
     assert cgroups.run_folders(data_dir, 2, HOST) == [] and not folder.exists()
+    assert not folder.parent.exists()  # the data dir's folder goes with its last run
     cgroups.release(data_dir, 2, HOST)  # already gone: quiet
 
 
@@ -150,7 +151,7 @@ def test_two_data_dirs_never_share_a_cgroup(tmp_path):
         [elsewhere] = cgroups.run_folders(second, 1, HOST)
         assert sleeper.pid in members(folder) and members(elsewhere) == []
         cgroups.release(second, 1, HOST)  # the other daemon's run ends: this one's runs on
-        assert sleeper.poll() is None and folder.exists()
+        assert sleeper.poll() is None and folder.exists() and not elsewhere.parent.exists()
         cgroups.release(first, 1, HOST)
         assert sleeper.wait(timeout=10) == -9
     finally:
