@@ -12,7 +12,9 @@ Two layouts, as the host has them:
 - cgroup v2 (one unified hierarchy): the run's cgroup lies under the daemon's own cgroup when
   that is delegated to the daemon's user (a systemd unit with ``Delegate=yes``) or under the
   root when the daemon runs as root; the controllers are enabled in ``cgroup.subtree_control``
-  of each folder on the way down. Limits: memory.max, memory.swap.max, pids.max, cpu.max.
+  of each folder on the way down, after the daemon's own processes moved out of its cgroup
+  into a leaf, ``taskherd-daemon`` (v2 lets no cgroup but the root hold processes and give
+  children a controller). Limits: memory.max, memory.swap.max, pids.max, cpu.max.
 - cgroup v1 (a hierarchy per controller): a folder of the same name in each of the memory,
   pids and cpu hierarchies, under the daemon's own cgroup there when it may write it, else
   under the hierarchy's root. Limits: memory.limit_in_bytes (and memory.memsw.limit_in_bytes,
@@ -37,6 +39,7 @@ from taskherd.sizes import format_size
 ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
+DAEMON_LEAF = "taskherd-daemon"  # v2: where the daemon's own processes go (see _give_controllers)
 RELEASE_TRIES = 50  # kill-and-look rounds before a cgroup's removal is given up (a D-state task)
 
 
@@ -195,17 +198,9 @@ def _create_v2(where: Host, group: str, run_id: int, caps: Caps) -> RunCgroup:
     base = next(iter(where.bases.values()))
     parent, folder = base / group, base / group / f"run-{run_id}"
     enable = " ".join(f"+{name}" for name in caps.controllers)
-    for level in (base, parent):
-        level.mkdir(exist_ok=True)
-        try:
-            _write(level / "cgroup.subtree_control", enable)
-        except OSError as error:
-            if error.errno == errno.EBUSY:  # "no internal processes": the daemon sits there
-                raise CgroupUnavailable(
-                    f"{level} holds processes, so it cannot give its controllers to the "
-                    "runs' cgroups: start the daemon in a cgroup of its own (a systemd unit "
-                    "with Delegate=yes does)") from error
-            raise
+    _give_controllers(base, enable)
+    parent.mkdir(exist_ok=True)
+    _give_controllers(parent, enable)
     folder.mkdir(exist_ok=True)
     _empty(folder)
     if caps.memory is not None:
@@ -217,6 +212,40 @@ def _create_v2(where: Host, group: str, run_id: int, caps: Caps) -> RunCgroup:
     if caps.cpu is not None:
         _write(folder / "cpu.max", f"{round(caps.cpu * CPU_PERIOD_US)} {CPU_PERIOD_US}")
     return RunCgroup((folder,))
+
+
+def _give_controllers(level: Path, enable: str) -> None:
+    """Enable `enable` for the cgroups under `level`. v2 lets no cgroup but the root both
+    hold processes and give its children a domain controller (memory), and the daemon's own
+    cgroup holds it, its fork server and shims (a systemd unit with Delegate=yes puts them
+    there): they move into a leaf of their own, DAEMON_LEAF, as systemd asks of a delegated
+    unit, and the controllers go to the runs' side."""
+    for _ in range(RELEASE_TRIES):  # a process forked meanwhile lands in `level`: again
+        try:
+            _write(level / "cgroup.subtree_control", enable)
+            return
+        except OSError as error:
+            if error.errno != errno.EBUSY:
+                raise
+        try:
+            _move_members(level, level / DAEMON_LEAF)
+        except OSError as error:
+            raise CgroupUnavailable(
+                f"{level} holds processes that could not be moved into a cgroup of their own "
+                f"({error}), so it cannot give its controllers to the runs' cgroups: start "
+                "the daemon in a cgroup of its own (systemd-run --user --scope -p "
+                "Delegate=yes taskherd up)") from error
+    raise CgroupUnavailable(f"{level} kept gaining processes while they were being moved "
+                            "out of it; its controllers could not be given to the runs")
+
+
+def _move_members(level: Path, leaf: Path) -> None:
+    leaf.mkdir(exist_ok=True)
+    for pid in _read(level / "cgroup.procs").split():
+        try:
+            _write(leaf / "cgroup.procs", pid)
+        except ProcessLookupError:  # it exited meanwhile
+            pass
 
 
 def run_folders(data_dir: Path, run_id: int, where: Host | None = None) -> list[Path]:

@@ -3,6 +3,9 @@ v1 and v2 hosts lay theirs (the real cgroups are exercised in tests/acceptance/t
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 
 from taskherd import cgroups
@@ -43,6 +46,42 @@ def test_v2_caps_go_under_the_daemons_delegated_cgroup(tmp_path):
     assert (run / "memory.max").read_text() == str(64 << 20)
     assert (run / "pids.max").read_text() == "32"
     assert (run / "cpu.max").read_text() == "150000 100000"
+
+
+def test_v2_daemon_in_its_delegated_cgroup_moves_into_a_leaf_of_its_own(tmp_path,
+                                                                         monkeypatch):
+    root, host = v2_host(tmp_path)
+    base = root / "system.slice" / "taskherd.service"
+    # Where a Delegate=yes unit starts the daemon, its fork server and shims: its own cgroup.
+    (base / "cgroup.procs").write_text("100\n101\n")
+    write = cgroups._write
+
+    def kernel(path, value):
+        """The two rules of v2 this needs: no domain controller given below a cgroup (but
+        the root) that holds processes, and a process is in one cgroup at a time."""
+        if path.name == "cgroup.subtree_control" and path.parent != root and "+memory" in \
+                str(value) and procs(path.parent):
+            raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
+        if path.name == "cgroup.procs":
+            for other in root.rglob("cgroup.procs"):
+                other.write_text("".join(f"{p}\n" for p in procs(other.parent)
+                                         if p != str(value)))
+            path.write_text("".join(f"{p}\n" for p in [*procs(path.parent), str(value)]))
+            return
+        write(path, value)
+
+    monkeypatch.setattr(cgroups, "_write", kernel)
+    group = cgroups.create(tmp_path / "data", 7, CAPS, host)
+    assert procs(base) == [] and procs(base / "taskherd-daemon") == ["100", "101"]
+    assert (base / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    run = base / cgroups.group_name(tmp_path / "data") / "run-7"
+    assert group.join_files == [str(run / "cgroup.procs")]
+    assert (run / "memory.max").read_text() == str(64 << 20)
+
+
+def procs(folder):
+    path = folder / "cgroup.procs"
+    return path.read_text().split() if path.exists() else []
 
 
 def test_v1_caps_go_in_each_controllers_hierarchy(tmp_path):
