@@ -10,8 +10,8 @@ agent and all it forks are counted from their first instruction, the shim never.
 Two layouts, as the host has them:
 
 - cgroup v2 (one unified hierarchy): the run's cgroup lies under the daemon's own cgroup when
-  that is delegated to the daemon's user (a systemd unit with ``Delegate=yes``) or under the
-  root when the daemon runs as root; the controllers are enabled in ``cgroup.subtree_control``
+  that is delegated to the daemon's user (a systemd unit with ``Delegate=yes``) or else under
+  the root when the daemon runs as root; the controllers are enabled in ``cgroup.subtree_control``
   of each folder on the way down, after the daemon's own processes moved out of its cgroup
   into a leaf, ``taskherd-daemon`` (v2 lets no cgroup but the root hold processes and give
   children a controller). Limits: memory.max, memory.swap.max, pids.max, cpu.max.
@@ -126,7 +126,9 @@ def host(root: Path = ROOT, self_cgroup: Path = Path("/proc/self/cgroup")) -> Ho
 def _host_v2(root: Path, own: str) -> Host:
     available = set(_read(root / "cgroup.controllers").split())
     base = root / own.lstrip("/")
-    if os.geteuid() == 0 and not os.access(base, os.W_OK):
+    if os.geteuid() == 0 and not _delegated(base):
+        # Root may write any cgroup, but one systemd did not hand over (a login session, a
+        # plain service) is systemd's to arrange: the runs go under the root cgroup.
         base = root
     if not os.access(base, os.W_OK):
         why = (f"the daemon's cgroup {base} is not delegated to it: run it as a systemd "
@@ -140,6 +142,17 @@ def _host_v2(root: Path, own: str) -> Host:
         else:
             missing[name] = f"the {name} controller is not enabled on this host's cgroup v2"
     return Host(2, bases, missing)
+
+
+def _delegated(cgroup: Path) -> bool:
+    """Whether systemd delegated `cgroup` (Delegate=yes; systemd 251+ marks it so)."""
+    for name in ("trusted.delegate", "user.delegate"):
+        try:
+            if os.getxattr(cgroup, name) == b"1":
+                return True
+        except OSError:  # not marked, or a filesystem without extended attributes
+            pass
+    return False
 
 
 def group_name(data_dir: Path) -> str:

@@ -14,9 +14,11 @@ from taskherd.cgroups import Caps, CgroupUnavailable
 CAPS = Caps(memory=64 << 20, pids=32, cpu=1.5)
 
 
-def v2_host(tmp_path, own="/system.slice/taskherd.service"):
+def v2_host(tmp_path, own="/system.slice/taskherd.service", delegated=True):
     root = tmp_path / "cgroup"
     (root / own.lstrip("/")).mkdir(parents=True)
+    if delegated:  # as systemd marks a Delegate=yes unit's cgroup
+        os.setxattr(root / own.lstrip("/"), "user.delegate", b"1")
     (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     self_cgroup = tmp_path / "self"
     self_cgroup.write_text(f"0::{own}\n")
@@ -82,6 +84,20 @@ def test_v2_daemon_in_its_delegated_cgroup_moves_into_a_leaf_of_its_own(tmp_path
 def procs(folder):
     path = folder / "cgroup.procs"
     return path.read_text().split() if path.exists() else []
+
+
+def test_v2_root_daemon_in_a_cgroup_systemd_did_not_delegate_uses_the_root(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setattr(cgroups.os, "geteuid", lambda: 0)
+    # Started by root from a login session: its scope is systemd's, though root may write it.
+    root, host = v2_host(tmp_path, own="/user.slice/user-0.slice/session-4.scope",
+                         delegated=False)
+    assert set(host.bases.values()) == {root}
+    group = cgroups.create(tmp_path / "data", 2, CAPS, host)
+    assert group.join_files == [str(root / cgroups.group_name(tmp_path / "data") / "run-2" /
+                                    "cgroup.procs")]
+    assert not (root / "user.slice" / "user-0.slice" / "session-4.scope" /
+                "cgroup.subtree_control").exists()
 
 
 def test_v1_caps_go_in_each_controllers_hierarchy(tmp_path):
