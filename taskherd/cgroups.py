@@ -84,8 +84,10 @@ class Host:
 
     def how(self) -> str:
         where = sorted({str(path) for path in self.bases.values()})
-        return f"cgroup v{self.version} under {', '.join(where)}" if where else \
-            f"cgroup v{self.version}"
+        if not where:
+            return f"cgroup v{self.version}"
+        who = "as root" if os.geteuid() == 0 else "delegated to this user"
+        return f"cgroup v{self.version}, {who}, under {', '.join(where)}"
 
 
 @dataclass(frozen=True)
