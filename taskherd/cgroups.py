@@ -137,10 +137,18 @@ def _host_v2(root: Path, own: str) -> Host:
                "user service with Delegate=yes (taskherd service install writes it), or "
                "under systemd-run --user --scope -p Delegate=yes")
         return Host(2, {}, dict.fromkeys(CONTROLLERS, why))
+    # What the daemon's cgroup was given, which may be less than the host has: systemd's
+    # user manager is delegated only some controllers (memory and pids, on older ones).
+    given = (set(_read(base / "cgroup.controllers").split())
+             if (base / "cgroup.controllers").exists() else available)
     bases, missing = {}, {}
     for name in CONTROLLERS:
-        if name in available:
+        if name in given:
             bases[name] = base
+        elif name in available:
+            missing[name] = (f"the {name} controller is not delegated to {base}: give it to "
+                             "the user's systemd (systemctl edit user@.service: [Service] "
+                             f"Delegate=memory pids cpu), or run the daemon as root")
         else:
             missing[name] = f"the {name} controller is not enabled on this host's cgroup v2"
     return Host(2, bases, missing)

@@ -139,6 +139,19 @@ def test_a_v2_cgroup_not_delegated_to_the_daemon_is_refused(tmp_path, monkeypatc
         cgroups.create(tmp_path / "data", 1, CAPS, host)
 
 
+def test_v2_a_controller_not_delegated_to_the_daemon_is_refused_saying_how(tmp_path):
+    root, _ = v2_host(tmp_path)
+    # An older systemd's user manager: the host has cpu, the daemon's cgroup was not given it.
+    (root / "system.slice" / "taskherd.service" / "cgroup.controllers").write_text(
+        "memory pids\n")
+    host = cgroups.host(root, tmp_path / "self")
+    assert set(host.bases) == {"memory", "pids"}
+    with pytest.raises(CgroupUnavailable, match="its cpu cap cannot be enforced here: the cpu "
+                                                "controller is not delegated to .*Delegate="):
+        cgroups.create(tmp_path / "data", 1, CAPS, host)
+    cgroups.create(tmp_path / "data", 1, Caps(memory=64 << 20, pids=32), host)
+
+
 def test_two_data_dirs_never_share_a_cgroup(tmp_path):
     assert cgroups.group_name(tmp_path / "a") != cgroups.group_name(tmp_path / "b")
     assert cgroups.group_name(tmp_path / "a") == cgroups.group_name(tmp_path / "a" / ".")
