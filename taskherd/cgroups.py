@@ -10,11 +10,12 @@ agent and all it forks are counted from their first instruction, the shim never.
 Two layouts, as the host has them:
 
 - cgroup v2 (one unified hierarchy): the run's cgroup lies under the daemon's own cgroup when
-  that is delegated to the daemon's user (a systemd unit with ``Delegate=yes``) or else under
-  the root when the daemon runs as root; the controllers are enabled in ``cgroup.subtree_control``
-  of each folder on the way down, after the daemon's own processes moved out of its cgroup
-  into a leaf, ``taskherd-daemon`` (v2 lets no cgroup but the root hold processes and give
-  children a controller). Limits: memory.max, memory.swap.max, pids.max, cpu.max.
+  that is delegated to the daemon's user (a systemd unit with ``Delegate=yes``), else under
+  the root when the daemon runs as root; the controllers are enabled in
+  ``cgroup.subtree_control`` of each folder on the way down, after the daemon's own
+  processes moved out of its cgroup into a leaf, ``taskherd-daemon`` (v2 lets no cgroup but
+  the root hold processes and give children a controller). Limits: memory.max,
+  memory.swap.max, pids.max, cpu.max.
 - cgroup v1 (a hierarchy per controller): a folder of the same name in each of the memory,
   pids and cpu hierarchies, under the daemon's own cgroup there when it may write it, else
   under the hierarchy's root. Limits: memory.limit_in_bytes (and memory.memsw.limit_in_bytes,
@@ -179,17 +180,17 @@ def create(data_dir: Path, run_id: int, caps: Caps, where: Host | None = None) -
             raise CgroupUnavailable(f"its {name} cap cannot be enforced here: "
                                     f"{where.missing.get(name, 'unknown reason')}")
     make = _create_v2 if where.version == 2 else _create_v1
-    for attempt in range(3):
-        try:
-            return make(where, group_name(data_dir), run_id, caps)
-        except FileNotFoundError as error:
-            # The data dir's folder went between its mkdir and the run's: the last run of
-            # it was released meanwhile (release removes it once empty). Make it again.
-            if attempt == 2:
-                raise CgroupUnavailable(f"its cgroup could not be made: {error}") from error
-        except OSError as error:
-            raise CgroupUnavailable(f"its cgroup could not be made: {error}") from error
-    raise AssertionError("unreachable")
+    try:
+        for _ in range(2):
+            try:
+                return make(where, group_name(data_dir), run_id, caps)
+            except FileNotFoundError:
+                # The data dir's folder went between its mkdir and the run's: its last other
+                # run was released meanwhile (release removes it once empty). Again.
+                continue
+        return make(where, group_name(data_dir), run_id, caps)
+    except OSError as error:
+        raise CgroupUnavailable(f"its cgroup could not be made: {error}") from error
 
 
 def _create_v1(where: Host, group: str, run_id: int, caps: Caps) -> RunCgroup:
