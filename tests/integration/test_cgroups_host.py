@@ -161,6 +161,8 @@ def test_two_data_dirs_never_share_a_cgroup(tmp_path):
 
 def test_a_daemon_that_may_not_write_the_cgroups_is_refused_saying_what_to_do(tmp_path):
     needs("memory", "pids", "cpu")
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to act as an ordinary user")
     # A daemon run by an ordinary user on this host: the real hierarchies are root's.
     read, write = os.pipe()
     pid = os.fork()
