@@ -260,10 +260,13 @@ def check_caps(config: Config) -> Check:
         roles = ", ".join(f"{name} ({', '.join(c)})" for name, c in refused.items())
         return Check(PROBLEM, "agent caps", f"not enforceable here for role(s) {roles}: their "
                      "tasks are blocked", "; ".join(where.missing[c] for c in lacking))
+    # No role asks for what is missing: said, for whoever adds a cap, but no problem.
+    lacking = "; ".join(sorted(set(where.missing.values())))
     if not can:
-        return Check(WARN if any(asked.values()) else OK, "agent caps: none enforceable "
-                     "on this host", "; ".join(sorted(set(where.missing.values()))))
-    return Check(OK, f"agent caps: {', '.join(can)} enforced ({where.how()})")
+        return Check(OK, "agent caps: none enforceable on this host", lacking)
+    cannot = [name for name in cgroups.CONTROLLERS if name not in can]
+    return Check(OK, f"agent caps: {', '.join(can)} enforced ({where.how()})",
+                 f"{', '.join(cannot)} cannot be: {lacking}" if cannot else "")
 
 
 def _check_env_key(role: RoleConfig) -> Check:
