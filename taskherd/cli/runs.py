@@ -44,6 +44,7 @@ def list_command(ctx: click.Context, job: str | None, role: str | None, since: s
     with queue_for(ctx) as queue:
         store = queue.store
         if job is not None:
+            _check_job(queue, job)
             runs = store.runs_of_job(job, since=since_moment(since, started), limit=limit)
             runs = [run for run in runs if role is None or run.role == role]
         else:
@@ -138,6 +139,21 @@ def cost_command(ctx: click.Context, by: str, since: str, as_json: bool) -> None
                 [[r[by], r["runs"], cost_text(r["cost_usd"], r["unpriced_runs"]), r["input_tokens"],
                   r["output_tokens"]]
                  for r in rows])
+
+
+def _check_job(queue, name: str) -> None:
+    """JOB names a job: a role's name, or a name no job has, is said so (not an empty
+    table)."""
+    from taskherd.store.jobs import JobNotFound
+
+    try:
+        queue.store.get_job(name)
+    except JobNotFound:
+        if name in queue.config.roles:
+            raise BadInput(f"{name!r} is a role, not a job: `taskherd runs list --role {name}`"
+                           ) from None
+        raise BadInput(f"no job named {name!r} (`taskherd jobs list` names them; "
+                       "`--role NAME` lists a role's runs)") from None
 
 
 def _duration(run: Run, started: float) -> float:

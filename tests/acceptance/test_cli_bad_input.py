@@ -249,3 +249,16 @@ def test_init_writes_a_valid_file_whatever_the_path_holds(tmp_path):
     assert result.returncode == 0, result.stderr
     daemon = tomllib.loads((tmp_path / "taskherd.toml").read_text())["daemon"]
     assert daemon["path"].startswith('/odd"dir\\with:')
+
+
+def test_runs_list_of_a_role_or_an_unknown_job_says_so(tmp_path):
+    config = tmp_path / "taskherd.toml"
+    config.write_text('[daemon]\ndatabase = "q.db"\n[roles.coder]\ncommand = ["true"]\n')
+    env = {**os.environ, "TASKHERD_HOME": str(tmp_path / "home")}
+    for name, said in (("coder", "'coder' is a role, not a job: `taskherd runs list --role "
+                                 "coder`"),
+                       ("nightly", "no job named 'nightly'")):
+        result = subprocess.run([sys.executable, "-m", "taskherd", "--config", str(config),
+                                 "runs", "list", name], capture_output=True, text=True,
+                                env=env, timeout=60)
+        assert result.returncode == 2 and said in result.stderr and result.stdout == ""
