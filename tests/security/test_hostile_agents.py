@@ -3,9 +3,12 @@ box. With the sandbox on (`[roles.NAME.isolation] mode = "bwrap"`, caps, `networ
 every attempt fails and the fleet goes on; with the sandbox off the same attempts succeed,
 so each test would catch an escape.
 
-One fleet per mode runs every attempt at once (a role per attempt, each in a workdir of its
-own, where it writes what it managed: its workdir is the one place a boxed agent may write).
-The fleet lives in /var/tmp, as a real user's files do: a box's /tmp is its own.
+One fleet per mode runs every attempt at once (a role per attempt), then, once they are all
+over, a harmless task of another role (the fleet goes on), then last the SIGTERM to the
+daemon and its fork server (unboxed it really stops the fleet). Each agent says what it
+managed in its own output (its run's log, which the daemon keeps), never through something
+the box would hide. The fleet lives in /var/tmp, as a real user's files do: a box's /tmp is
+its own.
 """
 
 from __future__ import annotations
@@ -30,17 +33,18 @@ pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None and not os.environ.get("CI"),
     reason="bubblewrap is not installed (apt install bubblewrap)")
 
+SAID = "HOSTILE-RESULT "  # the line an agent prints with what it managed
+
 HOSTILE = """
 import json, os, signal, socket, subprocess, sys, time
 
 attempt = sys.argv[1]
-given = json.load(open("given.json"))  # planted in its workdir by the test
+given = json.load(open(sys.argv[2]))  # planted by the test, readable in the box
 
 
-def report(escaped, detail=""):
-    with open("result.tmp", "w") as out:
-        json.dump({"escaped": escaped, "detail": str(detail)[:300]}, out)
-    os.replace("result.tmp", "result.json")
+def report(escaped, detail="", **more):
+    print(SAID + json.dumps({"escaped": escaped, "detail": str(detail)[:300], **more}),
+          flush=True)
 
 
 def tried(action):
@@ -54,8 +58,13 @@ if attempt == "read_database":
     ok, data = tried(lambda: open(given["database"], "rb").read(16))
     report(ok and data.startswith(b"SQLite format 3"), data)
 elif attempt == "list_data_dir":
-    ok, names = tried(lambda: os.listdir(given["data_dir"]))
-    report(ok and any(name.startswith("taskherd.db") for name in names), names)
+    def walk(top):
+        return sorted(os.path.relpath(os.path.join(folder, name), top)
+                      for folder, folders, files in os.walk(top) for name in files + folders)
+    ok, names = tried(lambda: walk(given["data_dir"]))
+    # The test judges what it saw (a box shows the door and the run's own files, no more).
+    report(ok and any(name.startswith(("taskherd.db", "worktrees")) for name in names),
+           names, names=names if ok else None)
 elif attempt == "read_sibling_worktree":
     ok, text = tried(lambda: open(given["sibling_file"]).read())
     report(ok and "sibling's secret" in text, text)
@@ -75,8 +84,9 @@ elif attempt == "write_outside":
     ok, said = tried(lambda: open(given["outside"], "w").write("escaped"))
     report(ok, said)
 elif attempt == "signal_daemon":
-    # SIGCONT: delivered, but harmless to a running process, so the unboxed run goes on.
-    results = [tried(lambda pid=pid: os.kill(pid, signal.SIGCONT)) for pid in given["pids"]]
+    # The fork server first: SIGTERM to the daemon ends the fleet (unboxed, it does).
+    results = [tried(lambda pid=pid: os.kill(pid, signal.SIGTERM))
+               for pid in (given["forkserver_pid"], given["daemon_pid"])]
     report(any(ok for ok, _ in results), results)
 elif attempt == "connect_sockets":
     def connect(path):
@@ -91,14 +101,15 @@ elif attempt == "connect_sockets":
     results = [tried(lambda path=path: connect(path)) for path in given["sockets"]]
     report(any(ok for ok, _ in results), results)
 elif attempt == "another_runs_door":
-    # Its own credential, another run's ids: the door knows runs by credential alone.
+    # Its own credential, another run's ids: what the door acts on is judged by the test.
     env = dict(os.environ, TASKHERD_RUN_ID=str(given["sibling_run"]),
                TASKHERD_TASK_ID=str(given["sibling_task"]))
     said = subprocess.run([sys.executable, "-m", "taskherd", "fail", "--summary", "hijacked"],
                           env=env, capture_output=True, text=True)
-    report(None, said.stdout + said.stderr)  # judged by the test: the sibling's run
+    report(None, said.stdout + said.stderr)
     sys.exit(0)
 elif attempt == "fork_bomb":
+    # Bounded for safety: at most 4 x pids sleepers, all killed before it exits.
     children, refused = [], 0
     for _ in range(4 * given["pids_cap"]):
         try:
@@ -112,15 +123,18 @@ elif attempt == "fork_bomb":
         children.append(pid)
     for pid in children:
         os.kill(pid, signal.SIGKILL)
-    report(len(children) >= 4 * given["pids_cap"], f"{len(children)} forked, {refused} refused")
+    for pid in children:
+        os.waitpid(pid, 0)
+    report(len(children) > given["pids_cap"], f"{len(children)} forked, {refused} refused",
+           forked=len(children))
 elif attempt == "eat_memory":
     eaten = [bytearray(4 << 20) for _ in range(64)]  # 256 MiB, every page touched
-    report(True, f"ate {len(eaten) * 4} MiB")  # never written when its cap holds
+    report(True, f"ate {len(eaten) * 4} MiB")  # never said when its cap holds
 elif attempt == "reach_the_network":
     ok, said = tried(lambda: socket.create_connection(("127.0.0.1", given["port"]), 2).close())
     report(ok, said)
 print("TASK_COMPLETE: tried")
-"""
+""".replace("SAID + ", f"{SAID!r} + ")
 
 VICTIM = """
 import os, time
@@ -130,10 +144,12 @@ while not os.path.exists("release"):  # its work, until the test lets it finish
 print("TASK_COMPLETE: done")
 """
 
+# All at once, in the fleet they try to escape; signal_daemon comes after them (see module doc).
 ATTEMPTS = ("read_database", "list_data_dir", "read_sibling_worktree", "read_ssh_key",
-            "read_env_file", "write_config", "write_bashrc", "write_outside", "signal_daemon",
-            "connect_sockets", "another_runs_door", "fork_bomb", "eat_memory",
-            "reach_the_network")
+            "read_env_file", "write_config", "write_bashrc", "write_outside", "connect_sockets",
+            "another_runs_door", "fork_bomb", "eat_memory", "reach_the_network")
+LAST = "signal_daemon"
+GIT_ROLES = ("read_sibling_worktree",)  # a worktree of its own, beside its sibling's
 PIDS, MEMORY = 32, "64M"
 IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
             "GIT_COMMITTER_EMAIL": "t@t"}
@@ -152,7 +168,7 @@ def isolation(attempt: str, boxed: bool) -> str:
     return table
 
 
-def hostile_fleet(root, boxed: bool) -> Fleet:
+def hostile_fleet(root: Path, boxed: bool) -> Fleet:
     (root / "home" / ".ssh").mkdir(parents=True)
     (root / "home" / ".ssh" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----")
     (root / "home" / ".bashrc").write_text("# the operator's\n")
@@ -165,12 +181,15 @@ def hostile_fleet(root, boxed: bool) -> Fleet:
         subprocess.run(["git", "-C", str(repo), *args], check=True,
                        env={"PATH": "/usr/bin:/bin", **IDENTITY})
     roles = ""
-    for attempt in ATTEMPTS:
-        (root / "work" / attempt).mkdir(parents=True)
+    for attempt in (*ATTEMPTS, LAST):
+        where = 'git = { repo = "repo" }'
+        if attempt not in GIT_ROLES:
+            (root / "work" / attempt).mkdir(parents=True)
+            where = f'workdir = "work/{attempt}"'
         roles += f"""
         [roles.{attempt}]
-        command = ["{PYTHON}", "-S", "{root / 'hostile.py'}", "{attempt}"]
-        workdir = "work/{attempt}"
+        command = ["{PYTHON}", "-S", "{root / 'hostile.py'}", "{attempt}", "{root / 'given.json'}"]
+        {where}
         max_attempts = 1
         isolation = {{ {isolation(attempt, boxed)} }}
         """
@@ -189,8 +208,18 @@ def hostile_fleet(root, boxed: bool) -> Fleet:
         [roles.bystander]
         command = ["echo", "TASK_COMPLETE: unharmed"]
     """)
-    fleet.env["HOME"] = str(root / "home")
+    fleet.env["HOME"] = str(root / "home")  # the daemon's: nothing real is touched
     return fleet
+
+
+def said(fleet: Fleet, task: Task) -> dict | None:
+    """What the task's agent printed it managed (None: it never said, killed first)."""
+    for run in fleet.store.runs_of_task(task.id):
+        if run.log_path and os.path.exists(run.log_path):
+            for line in Path(run.log_path).read_text(errors="replace").splitlines():
+                if line.startswith(SAID):
+                    return json.loads(line[len(SAID):])
+    return None
 
 
 @dataclass
@@ -198,18 +227,20 @@ class Trial:
     """One mode's attempts: what each agent said it managed, and the fleet they ran in."""
 
     boxed: bool
-    results: dict[str, dict | None]  # None: the agent never said (killed first)
+    results: dict[str, dict | None]
     fleet: Fleet
     tasks: dict[str, Task]
     victim: Task
     victim_run: int
-    bystander: Task
+    bystander: Task  # added once every attempt but the signal was over
+    after_signal: Task | None  # added after the SIGTERMs (boxed: the fleet still runs)
+    forkserver: psutil.Process
+    daemon_code: int | None  # the daemon's exit code after the SIGTERMs (None: runs on)
 
 
 @pytest.fixture(scope="module", params=["boxed", "unboxed"])
 def attempts(request):
-    """Every attempt's result in one mode: {attempt: {"escaped", "detail"}}, with the fleet
-    (one fleet per mode for the whole module)."""
+    """Every attempt of one mode, made in one fleet (see the module's doc)."""
     boxed = request.param == "boxed"
     host_dir = Path(tempfile.mkdtemp(prefix="taskherd-hostile-", dir="/var/tmp"))
     listener = socket.create_server(("127.0.0.1", 0))
@@ -222,33 +253,44 @@ def attempts(request):
         worktree = fleet.data_dir / "worktrees" / f"task-{victim.id}"
         fleet.wait_until((worktree / "secret.txt").exists, what="the victim's secret")
         daemon = psutil.Process(fleet.daemon.pid)
+        [forkserver] = fleet.wait_until(lambda: [
+            child for child in daemon.children() if "--serve" in child.cmdline()],
+            what="the fork server")
         # The daemon's other sockets (its store's event sockets): not the agent's own door.
+        # (The fork server has none: the daemon speaks to it through pipes.)
         sockets = [str(path) for path in host_dir.rglob("*.sock")
                    if path.is_socket() and path.resolve().parent.name != "door"]
         assert sockets
-        given = {
+        (host_dir / "given.json").write_text(json.dumps({
             "database": str(fleet.data_dir / "taskherd.db"), "data_dir": str(fleet.data_dir),
             "sibling_file": str(worktree / "secret.txt"),
             "ssh_key": str(host_dir / "home" / ".ssh" / "id_ed25519"),
             "env_file": str(host_dir / "taskherd.env"), "config": str(fleet.config_path),
             "bashrc": str(host_dir / "home" / ".bashrc"),
             "outside": str(host_dir / "outside.txt"),
-            "pids": [daemon.pid, *(child.pid for child in daemon.children())],
+            "daemon_pid": daemon.pid, "forkserver_pid": forkserver.pid,
             "sockets": sockets, "sibling_run": victim_run.id, "sibling_task": victim.id,
-            "pids_cap": PIDS, "port": listener.getsockname()[1]}
-        for attempt in ATTEMPTS:
-            (host_dir / "work" / attempt / "given.json").write_text(json.dumps(given))
+            "pids_cap": PIDS, "port": listener.getsockname()[1]}))
         tasks = {attempt: fleet.add(attempt, role=attempt) for attempt in ATTEMPTS}
-        bystander = fleet.add("unharmed", role="bystander")
         for task in tasks.values():
             fleet.wait_final(task.id, timeout=60)
+        bystander = fleet.add("unharmed", role="bystander")
+        fleet.wait_final(bystander.id)
         (worktree / "release").write_text("")
-        results = {}
-        for attempt, task in tasks.items():
-            found = host_dir / "work" / attempt / "result.json"
-            results[attempt] = json.loads(found.read_text()) if found.exists() else None
-        yield Trial(boxed, results, fleet, tasks, victim, victim_run.id, bystander)
-        assert fleet.daemon.poll() is None  # nothing stopped the daemon
+        fleet.wait_final(victim.id)
+        tasks[LAST] = fleet.add(LAST, role=LAST)
+        fleet.wait_until(lambda: said(fleet, tasks[LAST]), what="the signals sent")
+        after_signal, daemon_code = None, None
+        if boxed:
+            fleet.wait_final(tasks[LAST].id)
+            after_signal = fleet.add("unharmed after the signals", role="bystander")
+            fleet.wait_final(after_signal.id)
+        else:
+            daemon_code = fleet.daemon.wait(30)  # stopped by the agent's SIGTERM
+            forkserver.wait(10)
+        results = {attempt: said(fleet, task) for attempt, task in tasks.items()}
+        yield Trial(boxed, results, fleet, tasks, victim, victim_run.id, bystander,
+                    after_signal, forkserver, daemon_code)
     finally:
         listener.close()
         fleet.close()
@@ -257,7 +299,7 @@ def attempts(request):
 
 
 def test_every_escape_fails_in_the_box_and_succeeds_out_of_it(attempts):
-    judged = {attempt: attempts.results[attempt] for attempt in ATTEMPTS
+    judged = {attempt: attempts.results[attempt] for attempt in (*ATTEMPTS, LAST)
               if attempt not in ("another_runs_door", "eat_memory")}
     # Every attempt was made: an agent that never ran escapes nothing and proves nothing.
     assert all(judged.values()), {attempt: attempts.fleet.store.get_task(
@@ -273,15 +315,59 @@ def test_every_escape_fails_in_the_box_and_succeeds_out_of_it(attempts):
     assert (root / "outside.txt").exists() is not boxed
 
 
-def test_memory_past_the_cap_is_killed_naming_it(attempts):
+def test_the_data_dir_shows_a_boxed_agent_its_door_alone(attempts):
+    fleet = attempts.fleet
+    names = set(attempts.results["list_data_dir"]["names"])
+    if attempts.boxed:
+        [run] = fleet.store.runs_of_task(attempts.tasks["list_data_dir"].id)
+        logs = Path(run.log_path).parent.relative_to(fleet.data_dir)
+        # Its door and its own run's files (log, prompt; the folders on the way to them):
+        # nothing of the daemon's or of another run's.
+        own = {name for name in names if Path(name).parent == logs
+               and Path(name).name.startswith(f"run-{run.id}.")}
+        assert names - own <= {"agent.sock", "door", "door/agent.sock",
+                               *(str(folder) for folder in (logs, *logs.parents)
+                                 if folder != Path("."))}
+        assert "agent.sock" in names
+    else:
+        assert {"taskherd.db", "worktrees", "agent.sock"} <= names
+
+
+def test_a_fork_bomb_stops_at_the_pids_cap(attempts):
+    forked = attempts.results["fork_bomb"]["forked"]
+    if attempts.boxed:
+        assert 0 < forked <= PIDS
+    else:
+        assert forked == 4 * PIDS
+    assert attempts.fleet.store.get_task(
+        attempts.tasks["fork_bomb"].id).state is TaskState.COMPLETED
+
+
+def test_memory_past_the_cap_is_killed_naming_it_for_one_strike(attempts):
     task = attempts.fleet.store.get_task(attempts.tasks["eat_memory"].id)
     if attempts.boxed:
         assert attempts.results["eat_memory"] is None  # killed before it could say it ate
-        assert task.state is TaskState.DEAD
+        assert task.state is TaskState.DEAD and task.attempts == 1
         assert task.last_error.startswith("out of memory: 64.0 MiB cap")
+        [run] = attempts.fleet.store.runs_of_task(task.id)
+        assert "out of memory" in run.error and "64.0 MiB" in run.error
+        shown = attempts.fleet.cli("task", "show", str(task.id)).stdout
+        assert "out of memory: 64.0 MiB cap" in shown
     else:
         assert attempts.results["eat_memory"]["escaped"]
         assert task.state is TaskState.COMPLETED
+
+
+def test_signals_reach_neither_the_daemon_nor_its_fork_server(attempts):
+    if attempts.boxed:
+        # Its own PID namespace: neither pid exists in there (ESRCH), both run on, and a task
+        # added after the SIGTERMs completes.
+        assert attempts.results[LAST]["detail"].count("ProcessLookupError") == 2
+        assert attempts.fleet.daemon.poll() is None and attempts.forkserver.is_running()
+        assert attempts.fleet.store.get_task(
+            attempts.after_signal.id).state is TaskState.COMPLETED
+    else:
+        assert attempts.daemon_code is not None and not attempts.forkserver.is_running()
 
 
 def test_its_own_credential_acts_on_no_other_run_and_the_fleet_goes_on(attempts):
@@ -289,8 +375,8 @@ def test_its_own_credential_acts_on_no_other_run_and_the_fleet_goes_on(attempts)
     # The door knows a run by its credential: the 'fail' landed on the attempt's own run.
     own = fleet.store.runs_of_task(attempts.tasks["another_runs_door"].id)[-1]
     assert own.report == "fail" and own.report_summary == "hijacked"
-    done = fleet.wait_final(attempts.victim.id)
+    done = fleet.store.get_task(attempts.victim.id)
     assert done.state is TaskState.COMPLETED
     [run] = fleet.store.runs_of_task(attempts.victim.id)
     assert run.id == attempts.victim_run and run.report is None  # untouched by the other
-    assert fleet.wait_final(attempts.bystander.id).state is TaskState.COMPLETED
+    assert fleet.store.get_task(attempts.bystander.id).state is TaskState.COMPLETED
