@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from taskherd.model import Task, TaskState
+from taskherd.model import FINAL_STATES, Outcome, Task, TaskState
 from tests.fleet import PYTHON, Fleet
 
 pytestmark = pytest.mark.skipif(
@@ -108,7 +108,10 @@ elif attempt == "another_runs_door":
                           env=env, capture_output=True, text=True)
     report(None, said.stdout + said.stderr)
     sys.exit(0)
-elif attempt == "fork_bomb":
+elif attempt in ("fork_bomb", "leave_cgroup"):
+    moved = None
+    if attempt == "leave_cgroup":  # out of its run's cgroup, into the daemon's: no cap there
+        moved = tried(lambda: open(given["daemon_cgroup"], "w").write("0"))
     # Bounded for safety: at most 4 x pids sleepers, all killed before it exits.
     children, refused = [], 0
     for _ in range(4 * given["pids_cap"]):
@@ -125,8 +128,8 @@ elif attempt == "fork_bomb":
         os.kill(pid, signal.SIGKILL)
     for pid in children:
         os.waitpid(pid, 0)
-    report(len(children) > given["pids_cap"], f"{len(children)} forked, {refused} refused",
-           forked=len(children))
+    report(len(children) > given["pids_cap"],
+           f"moved: {moved}; {len(children)} forked, {refused} refused", forked=len(children))
 elif attempt == "eat_memory":
     eaten = [bytearray(4 << 20) for _ in range(64)]  # 256 MiB, every page touched
     report(True, f"ate {len(eaten) * 4} MiB")  # never said when its cap holds
@@ -147,7 +150,7 @@ print("TASK_COMPLETE: done")
 # All at once, in the fleet they try to escape; signal_daemon comes after them (see module doc).
 ATTEMPTS = ("read_database", "list_data_dir", "read_sibling_worktree", "read_ssh_key",
             "read_env_file", "write_config", "write_bashrc", "write_outside", "connect_sockets",
-            "another_runs_door", "fork_bomb", "eat_memory", "reach_the_network")
+            "another_runs_door", "fork_bomb", "leave_cgroup", "eat_memory", "reach_the_network")
 LAST = "signal_daemon"
 GIT_ROLES = ("read_sibling_worktree",)  # a worktree of its own, beside its sibling's
 PIDS, MEMORY = 32, "64M"
@@ -156,6 +159,8 @@ IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NA
 
 
 def isolation(attempt: str, boxed: bool) -> str:
+    if attempt == "leave_cgroup":  # capped either way: unboxed, the cap alone is escaped
+        return f'mode = "{"bwrap" if boxed else "off"}", pids = {PIDS}'
     if not boxed:
         return 'mode = "off"'
     table = 'mode = "bwrap"'
@@ -212,6 +217,16 @@ def hostile_fleet(root: Path, boxed: bool) -> Fleet:
     return fleet
 
 
+def over(fleet: Fleet, task: Task, timeout: float = 20.0) -> Task:
+    """`task` once its agent is done: final, or a git role's `merging`. Its merge concerns no
+    test here, and may wait for the merger's 30 s poll (the event that wakes the merger is a
+    hint, lost when a burst of them fills the listener's datagram queue)."""
+    return fleet.wait_until(
+        lambda: (now := fleet.store.get_task(task.id)).state in (*FINAL_STATES,
+                                                                  TaskState.MERGING) and now,
+        timeout, f"task {task.id} to be over")
+
+
 def said(fleet: Fleet, task: Task) -> dict | None:
     """What the task's agent printed it managed (None: it never said, killed first)."""
     for run in fleet.store.runs_of_task(task.id):
@@ -220,6 +235,18 @@ def said(fleet: Fleet, task: Task) -> dict | None:
                 if line.startswith(SAID):
                     return json.loads(line[len(SAID):])
     return None
+
+
+def pids_cgroup_procs(pid: int) -> str:
+    """The cgroup.procs file of the pids cgroup `pid` is in (cgroup v1 or v2): writing an
+    agent's pid there takes it out of its run's cgroup, and so out of its caps."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            return f"/sys/fs/cgroup/pids{path.rstrip('/')}/cgroup.procs"
+    [path] = [line.split("::", 1)[1] for line in Path(f"/proc/{pid}/cgroup").read_text()
+              .splitlines() if line.startswith("0::")]
+    return f"/sys/fs/cgroup{path.rstrip('/')}/cgroup.procs"
 
 
 @dataclass
@@ -270,14 +297,15 @@ def attempts(request):
             "outside": str(host_dir / "outside.txt"),
             "daemon_pid": daemon.pid, "forkserver_pid": forkserver.pid,
             "sockets": sockets, "sibling_run": victim_run.id, "sibling_task": victim.id,
-            "pids_cap": PIDS, "port": listener.getsockname()[1]}))
+            "pids_cap": PIDS, "daemon_cgroup": pids_cgroup_procs(daemon.pid),
+            "port": listener.getsockname()[1]}))
         tasks = {attempt: fleet.add(attempt, role=attempt) for attempt in ATTEMPTS}
         for task in tasks.values():
-            fleet.wait_final(task.id, timeout=60)
+            over(fleet, task, timeout=60)
         bystander = fleet.add("unharmed", role="bystander")
         fleet.wait_final(bystander.id)
         (worktree / "release").write_text("")
-        fleet.wait_final(victim.id)
+        over(fleet, victim)
         tasks[LAST] = fleet.add(LAST, role=LAST)
         fleet.wait_until(lambda: said(fleet, tasks[LAST]), what="the signals sent")
         after_signal, daemon_code = None, None
@@ -343,6 +371,16 @@ def test_a_fork_bomb_stops_at_the_pids_cap(attempts):
         attempts.tasks["fork_bomb"].id).state is TaskState.COMPLETED
 
 
+def test_a_capped_agent_cannot_leave_its_cgroup_in_the_box(attempts):
+    # Capped both ways; only the box keeps it in its run's cgroup (the cgroup files are
+    # read-only in there): out of the box it moves itself to the daemon's and forks past pids.
+    result = attempts.results["leave_cgroup"]
+    if attempts.boxed:
+        assert 0 < result["forked"] <= PIDS and "Read-only file system" in result["detail"]
+    else:
+        assert result["forked"] == 4 * PIDS
+
+
 def test_memory_past_the_cap_is_killed_naming_it_for_one_strike(attempts):
     task = attempts.fleet.store.get_task(attempts.tasks["eat_memory"].id)
     if attempts.boxed:
@@ -375,8 +413,11 @@ def test_its_own_credential_acts_on_no_other_run_and_the_fleet_goes_on(attempts)
     # The door knows a run by its credential: the 'fail' landed on the attempt's own run.
     own = fleet.store.runs_of_task(attempts.tasks["another_runs_door"].id)[-1]
     assert own.report == "fail" and own.report_summary == "hijacked"
+    # The victim's run ended as its agent said (merged then, or still merging: its merge
+    # waits for nothing of this test's), untouched by the other's report.
     done = fleet.store.get_task(attempts.victim.id)
-    assert done.state is TaskState.COMPLETED
+    assert done.state in (TaskState.MERGING, TaskState.COMPLETED)
     [run] = fleet.store.runs_of_task(attempts.victim.id)
-    assert run.id == attempts.victim_run and run.report is None  # untouched by the other
+    assert run.id == attempts.victim_run and run.report is None
+    assert run.outcome is Outcome.SUCCEEDED, run.outcome
     assert fleet.store.get_task(attempts.bystander.id).state is TaskState.COMPLETED
