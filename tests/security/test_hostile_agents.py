@@ -133,6 +133,26 @@ elif attempt in ("fork_bomb", "leave_cgroup"):
 elif attempt == "eat_memory":
     eaten = [bytearray(4 << 20) for _ in range(64)]  # 256 MiB, every page touched
     report(True, f"ate {len(eaten) * 4} MiB")  # never said when its cap holds
+elif attempt == "hijack_door":
+    # The door's socket is one for every run: put its own in its place, and read what the
+    # next agent to report sends (its credential).
+    def take():
+        os.unlink(given["door"])
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(given["door"])
+        server.listen()
+        server.settimeout(30)
+        return server
+    ok, server = tried(take)
+    if not ok:
+        report(False, server)
+    else:
+        print("HOSTILE-LISTENING", flush=True)  # the test starts an agent that reports
+        ok, line = tried(lambda: server.accept()[0].makefile().readline())
+        request = json.loads(line) if ok and line else {}
+        theirs = request.get("token")
+        report(bool(theirs) and theirs != os.environ["TASKHERD_RUN_TOKEN"],
+               f"took {request.get('op')!r} of another run" if theirs else line)
 elif attempt == "reach_the_network":
     ok, said = tried(lambda: socket.create_connection(("127.0.0.1", given["port"]), 2).close())
     report(ok, said)
@@ -151,7 +171,8 @@ print("TASK_COMPLETE: done")
 ATTEMPTS = ("read_database", "list_data_dir", "read_sibling_worktree", "read_ssh_key",
             "read_env_file", "write_config", "write_bashrc", "write_outside", "connect_sockets",
             "another_runs_door", "fork_bomb", "leave_cgroup", "eat_memory", "reach_the_network")
-LAST = "signal_daemon"
+# After them, one at a time: each would break the fleet it escapes from.
+DOOR, LAST = "hijack_door", "signal_daemon"
 GIT_ROLES = ("read_sibling_worktree",)  # a worktree of its own, beside its sibling's
 PIDS, MEMORY = 32, "64M"
 IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
@@ -186,7 +207,7 @@ def hostile_fleet(root: Path, boxed: bool) -> Fleet:
         subprocess.run(["git", "-C", str(repo), *args], check=True,
                        env={"PATH": "/usr/bin:/bin", **IDENTITY})
     roles = ""
-    for attempt in (*ATTEMPTS, LAST):
+    for attempt in (*ATTEMPTS, DOOR, LAST):
         where = 'git = { repo = "repo" }'
         if attempt not in GIT_ROLES:
             (root / "work" / attempt).mkdir(parents=True)
@@ -204,6 +225,7 @@ def hostile_fleet(root: Path, boxed: bool) -> Fleet:
         timezone = "UTC"
         path = "/usr/bin:/bin"
         max_concurrent = 20
+        agent_report_wait = "5s"  # the reporter's, whose door may have been taken
         {roles}
         [roles.victim]
         command = ["{PYTHON}", "-S", "{root / 'victim.py'}"]
@@ -212,6 +234,10 @@ def hostile_fleet(root: Path, boxed: bool) -> Fleet:
 
         [roles.bystander]
         command = ["echo", "TASK_COMPLETE: unharmed"]
+
+        [roles.reporter]
+        command = ["{PYTHON}", "-m", "taskherd", "heartbeat"]
+        max_attempts = 1
     """)
     fleet.env["HOME"] = str(root / "home")  # the daemon's: nothing real is touched
     return fleet
@@ -227,14 +253,20 @@ def over(fleet: Fleet, task: Task, timeout: float = 20.0) -> Task:
         timeout, f"task {task.id} to be over")
 
 
-def said(fleet: Fleet, task: Task) -> dict | None:
-    """What the task's agent printed it managed (None: it never said, killed first)."""
+def printed(fleet: Fleet, task: Task, start: str) -> str | None:
+    """The first line the task's agent printed that starts with `start`."""
     for run in fleet.store.runs_of_task(task.id):
         if run.log_path and os.path.exists(run.log_path):
             for line in Path(run.log_path).read_text(errors="replace").splitlines():
-                if line.startswith(SAID):
-                    return json.loads(line[len(SAID):])
+                if line.startswith(start):
+                    return line
     return None
+
+
+def said(fleet: Fleet, task: Task) -> dict | None:
+    """What the task's agent printed it managed (None: it never said, killed first)."""
+    line = printed(fleet, task, SAID)
+    return json.loads(line[len(SAID):]) if line else None
 
 
 def pids_cgroup_procs(pid: int) -> str:
@@ -260,6 +292,7 @@ class Trial:
     victim: Task
     victim_run: int
     bystander: Task  # added once every attempt but the signal was over
+    reporter: Task  # reports through the door once hijack_door took it (or could not)
     after_signal: Task | None  # added after the SIGTERMs (boxed: the fleet still runs)
     forkserver: psutil.Process
     daemon_code: int | None  # the daemon's exit code after the SIGTERMs (None: runs on)
@@ -296,6 +329,7 @@ def attempts(request):
             "bashrc": str(host_dir / "home" / ".bashrc"),
             "outside": str(host_dir / "outside.txt"),
             "daemon_pid": daemon.pid, "forkserver_pid": forkserver.pid,
+            "door": str(fleet.data_dir / "door" / "agent.sock"),
             "sockets": sockets, "sibling_run": victim_run.id, "sibling_task": victim.id,
             "pids_cap": PIDS, "daemon_cgroup": pids_cgroup_procs(daemon.pid),
             "port": listener.getsockname()[1]}))
@@ -306,6 +340,12 @@ def attempts(request):
         fleet.wait_final(bystander.id)
         (worktree / "release").write_text("")
         over(fleet, victim)
+        tasks[DOOR] = fleet.add(DOOR, role=DOOR)
+        fleet.wait_until(lambda: said(fleet, tasks[DOOR]) or printed(
+            fleet, tasks[DOOR], "HOSTILE-LISTENING"), what="the door taken, or not")
+        reporter = fleet.add("report through the door", role="reporter")
+        over(fleet, tasks[DOOR], timeout=40)
+        over(fleet, reporter)
         tasks[LAST] = fleet.add(LAST, role=LAST)
         fleet.wait_until(lambda: said(fleet, tasks[LAST]), what="the signals sent")
         after_signal, daemon_code = None, None
@@ -317,7 +357,7 @@ def attempts(request):
             daemon_code = fleet.daemon.wait(30)  # stopped by the agent's SIGTERM
             forkserver.wait(10)
         results = {attempt: said(fleet, task) for attempt, task in tasks.items()}
-        yield Trial(boxed, results, fleet, tasks, victim, victim_run.id, bystander,
+        yield Trial(boxed, results, fleet, tasks, victim, victim_run.id, bystander, reporter,
                     after_signal, forkserver, daemon_code)
     finally:
         listener.close()
@@ -327,7 +367,7 @@ def attempts(request):
 
 
 def test_every_escape_fails_in_the_box_and_succeeds_out_of_it(attempts):
-    judged = {attempt: attempts.results[attempt] for attempt in (*ATTEMPTS, LAST)
+    judged = {attempt: attempts.results[attempt] for attempt in (*ATTEMPTS, DOOR, LAST)
               if attempt not in ("another_runs_door", "eat_memory")}
     # Every attempt was made: an agent that never ran escapes nothing and proves nothing.
     assert all(judged.values()), {attempt: attempts.fleet.store.get_task(
@@ -406,6 +446,16 @@ def test_signals_reach_neither_the_daemon_nor_its_fork_server(attempts):
             attempts.after_signal.id).state is TaskState.COMPLETED
     else:
         assert attempts.daemon_code is not None and not attempts.forkserver.is_running()
+
+
+def test_the_door_cannot_be_taken_from_the_other_runs(attempts):
+    reporter = attempts.fleet.store.get_task(attempts.reporter.id)
+    if attempts.boxed:
+        # The door stays the daemon's: the next agent's heartbeat reached it.
+        assert not attempts.results[DOOR]["escaped"]
+        assert reporter.state is TaskState.COMPLETED, reporter.last_error
+    else:
+        assert attempts.results[DOOR]["escaped"]  # another run's credential, taken
 
 
 def test_its_own_credential_acts_on_no_other_run_and_the_fleet_goes_on(attempts):
