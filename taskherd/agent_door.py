@@ -351,6 +351,12 @@ def call(op: str, args: dict[str, Any], env: Any = None) -> dict[str, Any]:
     # One id for every try: a daemon that applied a try it could not answer (it died) makes
     # nothing again for the next one, and answers it from what the first made.
     request = {"token": token, "op": op, "args": args, "request_id": os.urandom(12).hex()}
+    size = len(json.dumps(request).encode()) + 1
+    if size > MAX_REQUEST:
+        # Refused here: the door stops reading past its limit, and the writer would be told
+        # only "Broken pipe".
+        raise DoorError(f"the {op} request is {size} bytes: at most {MAX_REQUEST} are accepted "
+                        "(put a text this large in a file and name the file)", "bad_input")
     deadline = time.monotonic() + wait
     pause, told = FIRST_PAUSE, False
     while True:

@@ -8,12 +8,13 @@ everywhere. A `claude` role with `mcp = true` gets this server in its `--mcp-con
 The `mcp` package is an optional extra (`pip install 'taskherd[mcp]'`), imported here only.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the tools' annotations name types made inside
+# `_add_tools` (the mcp package reads them when a tool is added), so they are evaluated there.
 import os
+from collections.abc import Callable
 from typing import Any
 
-from taskherd import agent_door
+from taskherd import __version__, agent_door
 
 SERVER_NAME = "taskherd"
 INSTRUCTIONS = (
@@ -47,68 +48,99 @@ def build_server() -> Any:
         except agent_door.DoorError as error:
             raise ToolError(f"{error.kind}: {error}") from error
 
-    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
+    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version=__version__)
+    _add_tools(server, ask)
+    for tool in server._tool_manager.list_tools():
+        # An argument a tool does not take is refused, never dropped without a word (the
+        # package's argument models ignore extras, and its schemas allow them).
+        arguments = tool.fn_metadata.arg_model
+        arguments.model_config["extra"] = "forbid"
+        arguments.model_rebuild(force=True)
+        tool.parameters = arguments.model_json_schema(by_alias=True)
+    return server
+
+
+def _add_tools(server: Any, ask: Callable[[str, dict[str, Any]], dict[str, Any]]) -> None:
+    """Every tool, its arguments bounded as the daemon bounds them (`ops`)."""
+    from typing import Annotated, Literal
+
+    from pydantic import Field
+
+    from taskherd.memory_file import SECTIONS
+    from taskherd.ops.agent import MAX_NOTE
+    from taskherd.ops.memory import MAX_TEXT
+    from taskherd.ops.messages import KINDS, MAX_BODY, MAX_LIST, PRIORITY_NAMES
+    from taskherd.taskspec import TITLE_LIMIT
+
+    Note = Annotated[str | None, Field(max_length=MAX_NOTE)]
+    # system is taskherd's own; spawn has its own tool (add_task).
+    Kind = Literal[tuple(k for k in KINDS if k not in ("system", "spawn"))]  # type: ignore[valid-type]
+    Priority = Literal[tuple(PRIORITY_NAMES)]  # type: ignore[valid-type]
+    Section = Literal[SECTIONS]  # type: ignore[valid-type]
 
     @server.tool(description="Tell taskherd this run is alive, with a short progress note.")
-    def heartbeat(progress: str | None = None) -> dict[str, Any]:
+    def heartbeat(progress: Note = None) -> dict[str, Any]:
         return ask("heartbeat", {"progress": progress})
 
     def report(verdict: str, summary: str | None) -> dict[str, Any]:
         return ask("report", {"verdict": verdict, "summary": summary})
 
     @server.tool(description="Report this task as done, with a summary of what was done. "
-                             "The run settles when you exit.")
-    def done(summary: str | None = None) -> dict[str, Any]:
+                             "The run settles when you exit. The first report of a run "
+                             "stands: a later done, fail or block is refused.")
+    def done(summary: Note = None) -> dict[str, Any]:
         return report("done", summary)
 
     @server.tool(description="Report that this task failed (it may be retried), saying why.")
-    def fail(summary: str | None = None) -> dict[str, Any]:
+    def fail(summary: Note = None) -> dict[str, Any]:
         return report("fail", summary)
 
     @server.tool(description="Report that this task needs a person before it can go on, "
                              "saying what they must decide.")
-    def block(summary: str | None = None) -> dict[str, Any]:
+    def block(summary: Note = None) -> dict[str, Any]:
         return report("block", summary)
 
     @server.tool(description="Add a follow-up task (a child of this one) for a role.")
-    def add_task(title: str, role: str, prompt: str | None = None,
-                 priority: str | None = None) -> dict[str, Any]:
+    def add_task(title: Annotated[str, Field(min_length=1, max_length=TITLE_LIMIT)],
+                 role: Annotated[str, Field(min_length=1)], prompt: str | None = None,
+                 priority: Literal["P0", "P1", "P2", "P3"] | None = None) -> dict[str, Any]:
         task = {"title": title, "role": role, "prompt": prompt, "priority": priority}
         return ask("add_child_task", {"task": {k: v for k, v in task.items() if v is not None}})
 
     @server.tool(description="Send a message to a role, to one task (task:ID) or to @all. "
-                             "kind: text, task, result, status; priority: normal, high, "
-                             "urgent; reply_to: the id of the message this answers.")
-    def msg_send(to: str, body: str, kind: str = "text", priority: str = "normal",
-                 reply_to: int | None = None) -> dict[str, Any]:
+                             "reply_to: the id of the message this answers.")
+    def msg_send(to: Annotated[str, Field(min_length=1)],
+                 body: Annotated[str, Field(min_length=1, max_length=MAX_BODY)],
+                 kind: Kind = "text", priority: Priority = "normal",
+                 reply_to: Annotated[int, Field(ge=1)] | None = None) -> dict[str, Any]:
         return ask("msg_send", {"to": to, "body": body, "kind": kind, "priority": priority,
                                 "reply_to": reply_to})
 
     @server.tool(description="Unread messages to this role and this task, urgent first.")
-    def msg_inbox(limit: int = 20) -> dict[str, Any]:
+    def msg_inbox(limit: Annotated[int, Field(ge=1, le=MAX_LIST)] = 20) -> dict[str, Any]:
         return ask("msg_inbox", {"limit": limit})
 
     @server.tool(description="Mark messages read, by id.")
-    def msg_read(ids: list[int]) -> dict[str, Any]:
+    def msg_read(ids: Annotated[list[Annotated[int, Field(ge=1)]],
+                                Field(min_length=1, max_length=MAX_LIST)]) -> dict[str, Any]:
         return ask("msg_read", {"ids": ids})
 
     @server.tool(description="Search this role's long-term memory (and the shared one) "
                              "for what earlier runs learnt. Do it before acting.")
-    def memory_search(query: str, limit: int = 5) -> dict[str, Any]:
+    def memory_search(query: Annotated[str, Field(min_length=1)],
+                      limit: Annotated[int, Field(ge=1, le=100)] = 5) -> dict[str, Any]:
         return ask("memory_search", {"query": query, "limit": limit})
 
     @server.tool(description="Remember something for this role's later runs (shared: for "
-                             "every role).")
-    def memory_add(text: str, shared: bool = False,
-                   section: str | None = None) -> dict[str, Any]:
+                             "every role), in one of the memory's sections.")
+    def memory_add(text: Annotated[str, Field(min_length=1, max_length=MAX_TEXT)],
+                   shared: bool = False, section: Section | None = None) -> dict[str, Any]:
         return ask("memory_add", {"text": text, "shared": shared or None, "section": section})
 
     @server.tool(description="This run's task (title, prompt, attempts) and its parent "
                              "task's title, state and summary.")
     def task_get() -> dict[str, Any]:
         return ask("task_context", {})
-
-    return server
 
 
 def serve() -> None:

@@ -127,7 +127,7 @@ class AgentBox:
                 raise SandboxUnavailable(
                     f"the sandbox's writable path {path} does not exist: create it, or take "
                     "it out of the role's [isolation] writable list")
-        return [bwrap, *self.options(env), "--", *argv]
+        return [bwrap, *self.options(env, argv[0]), "--", *argv]
 
     @property
     def open_files(self) -> tuple[Path, ...]:
@@ -136,7 +136,7 @@ class AgentBox:
             return ()
         return (self.data_dir / f"no-network-{os.uname().machine}.bpf",)
 
-    def options(self, env: dict[str, str]) -> list[str]:
+    def options(self, env: dict[str, str], program: str | None = None) -> list[str]:
         # No capabilities, even for a daemon run as root: with CAP_SYS_ADMIN an agent would
         # unmount what hides the data dir. (bwrap also sets no_new_privs: no setuid program
         # gives them back.)
@@ -152,6 +152,11 @@ class AgentBox:
         tmpdir = env.get("TMPDIR")
         if tmpdir and os.path.isabs(tmpdir) and not within(Path(tmpdir), Path("/tmp")):
             options += ["--tmpfs", tmpdir]
+        # The agent's own program, should it be installed in /tmp (a checkout there): its
+        # folder there stays readable, or the box could not even start it.
+        installed = _folder_in_tmp(program, env)
+        if installed is not None:
+            options += ["--ro-bind", str(installed), str(installed)]
         writable = self._writable(env)
         for path in writable:
             options += ["--bind", str(path), str(path)]
@@ -235,6 +240,19 @@ class AgentBox:
         if hooks.is_dir():
             return options + ["--ro-bind", str(hooks), str(hooks)]
         return options + ["--tmpfs", str(hooks), "--remount-ro", str(hooks)]
+
+
+def _folder_in_tmp(program: str | None, env: dict[str, str]) -> Path | None:
+    """The folder right under /tmp holding `program` (found on the agent's PATH), if any."""
+    if program is None:
+        return None
+    found = program if "/" in program else shutil.which(program, path=env.get("PATH"))
+    if found is None:
+        return None
+    path = Path(os.path.realpath(found))
+    if not within(path, Path("/tmp")) or len(path.parts) < 4:
+        return None
+    return Path(*path.parts[:3])
 
 
 def _agent_home(env: dict[str, str], home: Path) -> Path:

@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import Any
@@ -113,7 +113,8 @@ class Session:
 
 @dataclass
 class Call:
-    """What a route handler gets: the caller, path and query parameters, the JSON body."""
+    """What a route handler gets: the caller, path and query parameters, the JSON body, and
+    the schemas its route declares for its query parameters (`RouteSpec.query`)."""
 
     api: Api
     caller: Caller
@@ -121,32 +122,50 @@ class Call:
     query: dict[str, str]
     body: Any
     now: float
+    declared: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def queue(self) -> Queue:
         return self.api.queue
 
-    def int_query(self, name: str, default: int | None, low: int = 0,
-                  high: int = 1_000_000) -> int | None:
+    def int_query(self, name: str) -> int | None:
+        """A whole number within the bounds its route declares (absent: its default)."""
+        schema = self.declared[name]
         text = self.query.get(name)
-        if text is None or text == "":
-            return default
-        if not re.fullmatch(r"\d{1,12}", text) or not low <= int(text) <= high:
+        if text is None:
+            return schema.get("default")
+        low, high = schema["minimum"], schema["maximum"]
+        if not re.fullmatch(r"\d{1,19}", text) or not low <= int(text) <= high:
             raise ApiError(400, f"{name} = {text!r}: expected a whole number from {low} to "
                            f"{high}", name)
         return int(text)
 
     def float_query(self, name: str) -> float | None:
+        """A moment in unix seconds, within the range its route declares."""
+        schema = self.declared[name]
         text = self.query.get(name)
-        if text is None or text == "":
+        if text is None:
             return None
         try:
             value = float(text)
         except ValueError:
             value = float("nan")
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ApiError(400, f"{name} = {text!r}: expected a number (unix seconds)", name)
+        low, high = schema["minimum"], schema["maximum"]
+        if not low <= value <= high:  # NaN and infinities fail this too
+            raise ApiError(400, f"{name} = {text!r}: expected unix seconds from {low} to "
+                           f"{high}", name)
         return value
+
+    def choice_query(self, name: str) -> str | None:
+        """One of the values its route declares (absent: its default, or None)."""
+        schema = self.declared[name]
+        text = self.query.get(name)
+        if text is None:
+            return schema.get("default")
+        if text not in schema["enum"]:  # 422, as the operations refuse a value they don't take
+            raise ApiError(422, f"{name} = {text!r}: expected one of "
+                           f"{', '.join(schema['enum'])}", name)
+        return text
 
     def task_id(self) -> int:
         return path_int(self.params, "task_id")
@@ -155,6 +174,23 @@ class Call:
         if not isinstance(self.body, dict):
             raise ApiError(422, "the body must be a JSON object", "body")
         return self.body
+
+
+def integer(low: int, high: int, default: int | None = None) -> dict[str, Any]:
+    """The schema of a whole-number query parameter."""
+    return {"type": "integer", "minimum": low, "maximum": high} | (
+        {} if default is None else {"default": default})
+
+
+def choice(values: Iterable[str], default: str | None = None) -> dict[str, Any]:
+    """The schema of a query parameter that takes one of `values`."""
+    return {"type": "string", "enum": list(values)} | (
+        {} if default is None else {"default": default})
+
+
+TEXT: dict[str, Any] = {"type": "string"}
+# A moment in unix seconds, from 1970 to the end of year 9999 (what a date can show).
+UNIX_SECONDS: dict[str, Any] = {"type": "number", "minimum": 0, "maximum": 253402300799}
 
 
 def path_int(params: dict[str, str], name: str) -> int:
@@ -174,7 +210,9 @@ class RouteSpec:
     response: str  # the name of its schema in openapi.SCHEMAS
     status: int = 200
     body: str | None = None  # the schema of its body, if it takes one
-    query: tuple[str, ...] = ()
+    # Its query parameters' JSON schemas, {name: schema}: the document shows them, and
+    # `Call.int_query` and `choice_query` hold a request to them.
+    query: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 ROUTES: list[RouteSpec] = []
@@ -182,10 +220,10 @@ ROUTES: list[RouteSpec] = []
 
 def route(method: str, path: str, need: str | None, summary: str, response: str, *,
           status: int = 200, body: str | None = None,
-          query: tuple[str, ...] = ()) -> Callable[[Callable[[Call], Any]], Callable[[Call], Any]]:
+          query: dict[str, dict[str, Any]] | None = None) -> Callable[[Callable[[Call], Any]], Callable[[Call], Any]]:
     def register(handler: Callable[[Call], Any]) -> Callable[[Call], Any]:
         ROUTES.append(RouteSpec(method, path, handler, need, summary, response, status, body,
-                                query))
+                                query or {}))
         return handler
 
     return register
@@ -278,7 +316,7 @@ class Api:
         self.check(caller, spec.need)
         body = parse_body(request, data) if data is not None else None
         call = Call(self, caller, dict(request.path_params), dict(request.query_params), body,
-                    self.clock())
+                    self.clock(), spec.query)
         return spec.handler(call)
 
     def _caller(self, request: Request, need: str, now: float) -> Caller:

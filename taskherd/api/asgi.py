@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from taskherd.api import rest  # noqa: F401 - registers the REST routes
@@ -53,7 +56,7 @@ SECURITY_HEADERS = {
        "An agent's report on its own run (op: heartbeat, report, add_child_task), "
        "authenticated by its run credential; ?request_id= (the same on every try of one "
        "request) makes a repeated try make nothing twice", "AgentAnswer", body="AgentArgs",
-       query=("request_id",))
+       query={"request_id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}})
 def agent_op(call: Call) -> Any:
     from taskherd.agent_door import perform
 
@@ -78,6 +81,73 @@ def endpoint(api: Api, spec: RouteSpec) -> Callable[[Request], Awaitable[Respons
         return json_response(result, spec.status, zone_named(api.config.daemon.timezone))
 
     return handle
+
+
+def declared_routes(api: Api) -> list[Route]:
+    """One route a path, whatever its methods: a method the path does not take is answered
+    405 with every method it does take in Allow, and OPTIONS with that list."""
+    by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
+    for spec in ROUTES:
+        by_path.setdefault(spec.path, {})[spec.method] = endpoint(api, spec)
+    return [Route(_digits(path), _by_method(handlers), methods=[*handlers, "OPTIONS"])
+            for path, handlers in by_path.items()]
+
+
+class _Digits(Convertor):
+    """An id in a path: digits, kept as text (`app.path_int` reads it). A path whose id is
+    not digits matches no id route: /v1/tasks/import is that route's, never task 'import'."""
+
+    regex = "[0-9]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return str(value)
+
+
+register_url_convertor("digits", _Digits())
+
+
+def _check_ids(path: str) -> None:
+    """Raise `path_int`'s 404 when `path` is a declared route's but for an id not digits."""
+    for template in {spec.path for spec in ROUTES} | {"/v1/runs/{run_id}/log/stream"}:
+        pattern = re.sub(r"{(task_id|run_id)}", r"(?P<\1>[^/]+)", template)
+        found = re.fullmatch(re.sub(r"{\w+}", "[^/]+", pattern), path)
+        if found:
+            for name, text in found.groupdict().items():
+                path_int({name: text}, name)
+
+
+def _digits(path: str) -> str:
+    return re.sub(r"{(task_id|run_id)}", r"{\1:digits}", path)
+
+
+def _by_method(handlers: dict[str, Callable[[Request], Awaitable[Response]]]
+               ) -> Callable[[Request], Awaitable[Response]]:
+    allowed = ", ".join([*handlers, *(["HEAD"] if "GET" in handlers else []), "OPTIONS"])
+
+    async def dispatch(request: Request) -> Response:
+        if request.method == "OPTIONS":
+            return Response(status_code=204, headers={"Allow": allowed})
+        return await handlers["GET" if request.method == "HEAD" else request.method](request)
+
+    return dispatch
+
+
+async def _http_exception(request: Request, error: Exception) -> Response:
+    """The router's own refusals (no such path: 404; a method the path does not take: 405
+    with Allow) as JSON errors under /v1/, as every other answer there."""
+    assert isinstance(error, HTTPException)
+    if not request.url.path.startswith("/v1/"):
+        return PlainTextResponse(error.detail, error.status_code, headers=error.headers)
+    if error.status_code == 404:
+        try:
+            _check_ids(request.url.path)  # /v1/tasks/abc: say it is the id that is wrong
+        except ApiError as wrong_id:
+            return wrong_id.response()
+    return ApiError(error.status_code, f"{request.method} {request.url.path}: {error.detail}",
+                    headers=dict(error.headers or {})).response()
 
 
 def _failure(error: Exception, request: Request) -> Response:
@@ -109,10 +179,10 @@ def stream(api: Api, make: Callable[[Request, Caller], AsyncIterator[bytes]],
 def build_app(api: Api) -> Starlette:
     from taskherd.api import dashboard, metrics, openapi
 
-    routes = [Route(spec.path, endpoint(api, spec), methods=[spec.method]) for spec in ROUTES]
+    routes = declared_routes(api)
     routes += [
         Route("/v1/events", stream(api, lambda request, caller: _events(api, request))),
-        Route("/v1/runs/{run_id}/log/stream", stream(api, lambda request, caller: log_stream(
+        Route(_digits("/v1/runs/{run_id}/log/stream"), stream(api, lambda request, caller: log_stream(
             api, path_int(dict(request.path_params), "run_id"),
             _lines(request)))),
         Route("/v1/openapi.json", lambda request: JSONResponse(openapi.document())),
@@ -130,7 +200,8 @@ def build_app(api: Api) -> Starlette:
             await api.metrics.stop()
             await api.hub.stop()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_exception})
     app.add_middleware(_SecurityHeaders)
     return app
 

@@ -1,7 +1,10 @@
 """The OpenAPI 3.1 document at /v1/openapi.json, built from the declared routes.
 
-The paths come from `app.ROUTES` (the routes the app serves), the shapes from SCHEMAS; a
-test calls every route and validates each answer against this document.
+The paths come from `app.ROUTES` (the routes the app serves, with the schemas of their query
+parameters), the shapes from SCHEMAS, built from the lists the server checks against (task
+fields, job keys, states): a request the document calls invalid is refused. Tests validate
+the document (openapi-spec-validator), call every route and validate each answer, and run
+schemathesis against a real daemon.
 """
 
 from __future__ import annotations
@@ -11,7 +14,12 @@ import re
 from typing import Any
 
 from taskherd import __version__
+from taskherd.agent_door import OPS as AGENT_OPS
+from taskherd.jobs import JOB_KEYS
 from taskherd.model import Outcome, TaskState
+from taskherd.ops.jobs import CLEARABLE
+from taskherd.store.delivery import EVENTS
+from taskherd.taskspec import ALIAS_NAME, TITLE_LIMIT
 from taskherd.timefmt import is_time
 
 NUM = {"type": "number"}
@@ -30,12 +38,23 @@ def ref(name: str) -> dict[str, Any]:
 
 
 def obj(required: dict[str, Any], closed: bool = True, **optional: Any) -> dict[str, Any]:
-    properties = required | optional
-    # Every time (unix seconds) is answered with its ISO 8601 form beside it (timefmt.with_iso).
-    properties |= {f"{name}_iso": ISO for name, schema in properties.items()
-                   if schema in (NUM, nullable(NUM)) and is_time(name, 0.0)}
+    """An object the server answers: every time (unix seconds) comes with its ISO 8601 form
+    beside it (timefmt.with_iso)."""
+    answer = body(required, closed, **optional)
+    answer["properties"] |= {f"{name}_iso": ISO for name, schema in answer["properties"].items()
+                             if schema in (NUM, nullable(NUM)) and is_time(name, 0.0)}
+    # Never required: a time that is null has no ISO twin (a schema built on another's
+    # properties would otherwise require them).
+    answer["required"] = [name for name in answer["required"]
+                          if not (name.endswith("_iso") and name[:-4] in answer["properties"])]
+    return answer
+
+
+def body(required: dict[str, Any], closed: bool = True, **optional: Any) -> dict[str, Any]:
+    """An object a client sends: exactly its fields (no `_iso` twins, which the server would
+    refuse as unknown)."""
     return {"type": "object", "required": sorted(required),
-            "properties": properties, "additionalProperties": not closed}
+            "properties": required | optional, "additionalProperties": not closed}
 
 
 def array(item: dict[str, Any]) -> dict[str, Any]:
@@ -80,6 +99,25 @@ COOLDOWN = obj({"runtime": STR, "until": NUM, "reason": STR, "created_at": NUM,
 # A runtime whose endpoint is down (ops/board.py endpoints_down).
 ENDPOINT_DOWN = obj({"runtime": STR, "since": NUM, "reason": STR, "next_probe": NUM,
                      "probing": BOOL})
+# A task as a client adds it: every field `taskspec.new_task_from` takes (absent or null for
+# the optional ones, but for the flags and meta), and no other.
+NEW_TASK = body(
+    {"role": {"type": "string", "minLength": 1},
+     "title": {"type": "string", "minLength": 1, "maxLength": TITLE_LIMIT}},
+    prompt=nullable(STR),
+    priority={"anyOf": [{"type": "string", "pattern": r"^\s*[Pp]?[0-3]\s*$"},
+                        {"type": "integer", "minimum": 0, "maximum": 3}]},
+    pool=nullable(STR), dedup_key=nullable(STR),
+    max_attempts=nullable({"type": "integer", "minimum": 1}),
+    review=BOOL, pending=BOOL, run_after=nullable(NUM),
+    parent_id=nullable({"type": "integer", "minimum": 1}), meta={"type": "object"},
+    deliver_to=nullable(array({"type": "string", "pattern": ALIAS_NAME.pattern})),
+    on=nullable({"type": "array", "minItems": 1, "items": {"type": "string", "enum": list(EVENTS)}}),
+    chain=nullable(array({"type": "object"})),
+)
+# A job's keys as `[[jobs]]` takes them (`jobs.parse_job` checks their values).
+JOB_FIELDS: dict[str, Any] = {key: {} for key in JOB_KEYS if key not in ("name", "role")}
+SCOPE = {"type": "string", "enum": ["admin", "operator", "read", "intake"]}
 COUNTS = {"type": "object", "additionalProperties": INT,
           "required": [state.value for state in TaskState]}
 
@@ -118,20 +156,44 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "AgentAnswer": obj({"run_id": INT}, closed=False, verdict=STR, task=ref("Task"),
                        created=BOOL),
     # Bodies
-    "NewTask": obj({"role": STR, "title": STR}, closed=False, prompt=STR,
-                   priority={"anyOf": [STR, INT]}, pool=STR, dedup_key=STR),
-    "TaskImport": obj({"tasks": array(ref("NewTask"))}),
-    "Reason": obj({}, reason=STR),
-    "JobTable": obj({"name": STR}, closed=False),
-    "JobChanges": obj({}, closed=False, clear=array(STR)),
-    "TokenRequest": obj({"name": STR, "scope": STR}, expires=STR, roles=array(STR),
-                        rate_per_minute=INT),
+    "NewTask": NEW_TASK,
+    "TaskImport": body({"tasks": array(ref("NewTask"))}),
+    "Reason": body({}, reason=nullable(STR)),
+    "JobTable": body({"name": STR, "role": STR}, **JOB_FIELDS),
+    "JobChanges": body({}, clear=array({"type": "string", "enum": list(CLEARABLE)}),
+                       name=STR, role=STR, **JOB_FIELDS),
+    "TokenRequest": body({"name": STR, "scope": SCOPE}, expires=nullable(STR),
+                         roles=nullable(array(STR)), rate_per_minute=nullable(INT)),
+    # Each op's arguments: the agent door refuses an argument its op does not take.
     "AgentArgs": {"type": "object"},
+    # One message of a server-sent event stream, as a client's parser gives it.
+    "ServerSentEvent": obj({}, event=STR, data=STR, id=STR, retry=INT),
 }
 ERRORS = {"400": "Malformed request", "401": "No valid token", "403": "Not allowed for this scope",
           "404": "No such thing", "409": "Refused by the queue's state",
           "413": "Body too large", "422": "A field is not accepted", "429": "Slow down",
           "503": "The database is locked, full or out of reach: try again (Retry-After)"}
+
+
+# Path parameters by name: ids are whole numbers (`app.path_int`), names are text.
+ID = {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}
+PATH_PARAMETERS: dict[str, dict[str, Any]] = {
+    "task_id": ID, "run_id": ID, "name": {"type": "string", "minLength": 1},
+    "op": {"type": "string", "enum": list(AGENT_OPS)},
+}
+# The streams, served beside the declared routes (`asgi.build_app`).
+STREAMS = (
+    ("/v1/events", "stream_events", "Every committed change, as server-sent events",
+     {"gather": {"type": "number", "minimum": 0.1, "maximum": 60,
+                 "description": "Instead of every event, `changed` at most once every this "
+                                "many seconds (0.1 to 60), naming the kinds of the changes "
+                                "gathered"}}),
+    ("/v1/runs/{run_id}/log/stream", "stream_run_log", "A run's log as it grows (SSE)",
+     {"lines": {"type": "integer", "minimum": 0, "maximum": 10_000, "default": 100,
+                "description": "How many of the log's last lines to send first"}}),
+)
+# The routes that take a body it cannot do without.
+BODY_OPTIONAL = {"Reason", "AgentArgs"}
 
 
 @functools.cache
@@ -143,29 +205,26 @@ def document() -> dict[str, Any]:
         operation: dict[str, Any] = {
             "summary": spec.summary,
             "operationId": spec.handler.__name__,
-            "parameters": [{"name": name, "in": "path", "required": True, "schema": STR}
-                           for name in re.findall(r"{(\w+)}", spec.path)]
-            + [{"name": name, "in": "query", "required": False, "schema": STR}
-               for name in spec.query],
+            "parameters": _parameters(spec.path, spec.query),
             "responses": {str(spec.status): _json(ref(spec.response), spec.summary)}
-            | {code: _json(ref("Error"), why) for code, why in ERRORS.items()},
+            | _errors(),
         }
         if spec.body:
-            operation["requestBody"] = {"required": False, "content": {
-                "application/json": {"schema": ref(spec.body)}}}
+            content = {"application/json": {"schema": ref(spec.body)}}
+            if spec.body == "TaskImport":
+                content["application/x-ndjson"] = {"schema": {
+                    "type": "string", "description": "One task (a NewTask) a line"}}
+            operation["requestBody"] = {"required": spec.body not in BODY_OPTIONAL,
+                                        "content": content}
         if spec.need is not None:
             operation["security"] = [{"bearer": []}]
         paths.setdefault(spec.path, {})[spec.method.lower()] = operation
-    for path, summary in (("/v1/events", "Every committed change, as server-sent events"),
-                          ("/v1/runs/{run_id}/log/stream", "A run's log as it grows (SSE)")):
-        paths[path] = {"get": {"summary": summary, "security": [{"bearer": []}],
-                               "responses": {"200": {"description": summary, "content": {
-                                   "text/event-stream": {"schema": STR}}}}}}
-    paths["/v1/events"]["get"]["parameters"] = [{
-        "name": "gather", "in": "query", "required": False,
-        "description": "Instead of every event, `changed` at most once every this many "
-                       "seconds (0.1 to 60), naming the kinds of the changes gathered",
-        "schema": {"type": "number", "minimum": 0.1, "maximum": 60}}]
+    for path, operation_id, summary, query in STREAMS:
+        paths[path] = {"get": {
+            "summary": summary, "operationId": operation_id, "security": [{"bearer": []}],
+            "parameters": _parameters(path, query),
+            "responses": {"200": {"description": summary, "content": {
+                "text/event-stream": {"schema": ref("ServerSentEvent")}}}} | _errors()}}
     return {
         "openapi": "3.1.0",
         "info": {"title": "taskherd", "version": __version__},
@@ -173,6 +232,17 @@ def document() -> dict[str, Any]:
         "components": {"schemas": SCHEMAS, "securitySchemes": {
             "bearer": {"type": "http", "scheme": "bearer"}}},
     }
+
+
+def _parameters(path: str, query: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    return ([{"name": name, "in": "path", "required": True, "schema": PATH_PARAMETERS[name]}
+             for name in re.findall(r"{(\w+)}", path)]
+            + [{"name": name, "in": "query", "required": False, "schema": schema}
+               for name, schema in query.items()])
+
+
+def _errors() -> dict[str, Any]:
+    return {code: _json(ref("Error"), why) for code, why in ERRORS.items()}
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:

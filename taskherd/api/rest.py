@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskherd.api.app import ApiError, Call, path_int, route
+from taskherd.api.app import TEXT, UNIX_SECONDS, ApiError, Call, choice, integer, path_int, route
+from taskherd.model import TaskState
 from taskherd.ops import BadInput, board, tasks
 from taskherd.ops import jobs as job_ops
 from taskherd.ops import logs as log_ops
@@ -22,12 +23,12 @@ MAX_TAIL_LINES = 10_000
 
 
 @route("GET", "/v1/tasks", READ, "Tasks, newest first, a page at a time", "TaskPage",
-       query=("state", "role", "limit", "cursor"))
+       query={"state": choice(state.value for state in TaskState), "role": TEXT,
+              "limit": integer(1, tasks.MAX_PAGE, 100), "cursor": integer(1, 2**62)})
 def list_tasks(call: Call) -> Any:
-    return tasks.page_tasks(call.queue, state=call.query.get("state") or None,
+    return tasks.page_tasks(call.queue, state=call.choice_query("state"),
                             role=call.query.get("role") or None,
-                            cursor=call.int_query("cursor", None, 1, 2**62),
-                            limit=call.int_query("limit", 100, 1, tasks.MAX_PAGE))
+                            cursor=call.int_query("cursor"), limit=call.int_query("limit"))
 
 
 @route("POST", "/v1/tasks", ADD, "Add a task (an open task with its dedup_key is returned)",
@@ -44,7 +45,11 @@ def import_tasks(call: Call) -> Any:
         lines = call.body.splitlines()
         result = tasks.import_json_lines(call.queue, lines, call.now, allowed_roles(call))
     else:
-        items = call.body_object().get("tasks")
+        body = call.body_object()
+        unknown = sorted(set(body) - {"tasks"})
+        if unknown:
+            raise ApiError(422, f"unknown field {unknown[0]!r} (accepted: tasks)", unknown[0])
+        items = body.get("tasks")
         if not isinstance(items, list):
             raise ApiError(422, "tasks: expected a list of task objects", "tasks")
         result = tasks.import_tasks(call.queue, items, call.now, allowed_roles(call))
@@ -87,11 +92,11 @@ for _name in tasks.TRANSITIONS:
 # -- runs -------------------------------------------------------------------------------
 
 
-@route("GET", "/v1/runs", READ, "Runs, newest first", "RunList", query=("role", "since", "limit"))
+@route("GET", "/v1/runs", READ, "Runs, newest first", "RunList",
+       query={"role": TEXT, "since": UNIX_SECONDS, "limit": integer(1, 1000, 100)})
 def list_runs(call: Call) -> Any:
     return run_ops.list_runs(call.queue, role=call.query.get("role") or None,
-                             since=call.float_query("since"),
-                             limit=call.int_query("limit", 100, 1, 1000))
+                             since=call.float_query("since"), limit=call.int_query("limit"))
 
 
 @route("GET", "/v1/runs/{run_id}", READ, "One run", "Run")
@@ -100,10 +105,10 @@ def get_run(call: Call) -> Any:
 
 
 @route("GET", "/v1/runs/{run_id}/log", READ, "The last lines of a run's log", "LogTail",
-       query=("lines",))
+       query={"lines": integer(0, MAX_TAIL_LINES, 100)})
 def log_tail(call: Call) -> Any:
     run = run_ops.get_run(call.queue, run_id(call))
-    lines = call.int_query("lines", 100, 0, MAX_TAIL_LINES)
+    lines = call.int_query("lines")
     with log_ops.open_log(call.queue, run) as log_file:
         text = log_ops.tail(log_file, lines)
     return {"run_id": run.id, "task_id": run.task_id, "ended": run.ended_at is not None,
@@ -123,15 +128,15 @@ def list_jobs(call: Call) -> Any:
 
 
 @route("GET", "/v1/jobs/{name}", READ, "A job with its recent fires", "JobDetail",
-       query=("fires",))
+       query={"fires": integer(0, 1000, 10)})
 def get_job(call: Call) -> Any:
-    return job_ops.get_job(call.queue, call.params["name"], call.int_query("fires", 10, 0, 1000))
+    return job_ops.get_job(call.queue, call.params["name"], call.int_query("fires"))
 
 
 @route("GET", "/v1/jobs/{name}/next", READ, "A job's next fire times", "FireTimes",
-       query=("count",))
+       query={"count": integer(1, 1000, 5)})
 def next_fires(call: Call) -> Any:
-    count = call.int_query("count", 5, 1, 1000)
+    count = call.int_query("count")
     return {"name": call.params["name"],
             "fires": job_ops.next_fire_times(call.queue, call.params["name"], call.now, count)}
 
@@ -178,9 +183,9 @@ def status(call: Call) -> Any:
 
 
 @route("GET", "/v1/cost", READ, "Runs, cost and tokens by role or by day", "CostRows",
-       query=("by", "since"))
+       query={"by": choice(run_ops.COST_KEYS, "role"), "since": UNIX_SECONDS})
 def cost(call: Call) -> Any:
-    return run_ops.cost(call.queue, call.query.get("by", "role"), call.float_query("since"),
+    return run_ops.cost(call.queue, call.choice_query("by"), call.float_query("since"),
                         call.now)
 
 

@@ -19,7 +19,12 @@ from typing import Any
 from taskherd.model import NewTask, Run, Task
 from taskherd.ops import BadInput, Queue
 from taskherd.store import Enqueued, StoreError, TaskNotFound
-from taskherd.store.errors import SpawnAllowance, SpawnLimitReached, max_spawn_reached
+from taskherd.store.errors import (
+    ReportRefused,
+    SpawnAllowance,
+    SpawnLimitReached,
+    max_spawn_reached,
+)
 from taskherd.store.requests import RequestKey
 from taskherd.taskspec import TaskSpecError, new_task_from
 
@@ -60,9 +65,12 @@ def report(queue: Queue, run: Run, now: float, verdict: str, summary: str | None
              "input_tokens": _count("input_tokens", input_tokens),
              "output_tokens": _count("output_tokens", output_tokens)}
     summary = _note("summary", summary)
+    # The first report stands (the store refuses another): the usage a refused one carried
+    # is not recorded either.
+    reported = queue.store.report(run.id, verdict, now, summary)
     if any(value is not None for value in usage.values()):
         queue.store.record_reported_usage(run.id, **usage)
-    return queue.store.report(run.id, verdict, now, summary)
+    return reported
 
 
 class SpawnRefused(StoreError):
@@ -155,12 +163,19 @@ def review(queue: Queue, run: Run, now: float, verdict: str, reason: str | None 
     if reviewed is None:
         raise BadInput(f"task {review_task.id} is not a review: `taskherd {verdict}` is for a "
                        "reviewer's run (a person uses `taskherd task approve|reject ID`)")
+    summary = (f"approved task {reviewed}" if verdict == "approve"
+               else f"rejected task {reviewed}: {reason}")
+    reported = queue.store.get_run(run.id)
+    if reported.report is not None and (reported.report, reported.report_summary) != (
+            "done", summary):
+        # The verdict is this run's report: after another, it would move the reviewed task
+        # on a run whose first word stands otherwise.
+        raise ReportRefused(f"run {run.id} already reported {reported.report!r}: the first "
+                            "report of a run stands (no verdict recorded)")
     if (made := made_before(queue, once)) is not None:
         moved = queue.store.get_task(made["task"])
     else:
         moved = queue.store.review_verdict(review_task.id, verdict, reason, now, once=once)
-    summary = (f"approved task {reviewed}" if verdict == "approve"
-               else f"rejected task {reviewed}: {reason}")
     # After the verdict, in a transaction of its own: a daemon that died between the two
     # left the report to the second try, which comes here again.
     queue.store.report(run.id, "done", now, summary)

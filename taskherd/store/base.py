@@ -188,7 +188,9 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
 
     @abc.abstractmethod
     def report(self, run_id: int, verdict: str, now: float, summary: str | None = None) -> Run:
-        """Record the agent's own word on its run (done, fail, block); settled at exit."""
+        """Record the agent's own word on its run (done, fail, block); settled at exit. The
+        first report stands: the same one again is answered with the run, another refused
+        (`ReportRefused`)."""
 
     @abc.abstractmethod
     def open_runs_of_final_tasks(self, node: str) -> list[Run]:

@@ -69,6 +69,10 @@ class SpawnLimitReached(StoreError):
         self.added, self.max_spawn = added, max_spawn
 
 
+class ReportRefused(StoreError):
+    """The run was reported already, otherwise: the first report of a run stands."""
+
+
 class TransitionRefused(StoreError):
     """The task is not in a state the transition may leave."""
 

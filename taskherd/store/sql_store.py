@@ -50,7 +50,7 @@ from taskherd.store.base import (
     TransitionRefused,
 )
 from taskherd.store.connection import Connection
-from taskherd.store.errors import SpawnAllowance, SpawnLimitReached
+from taskherd.store.errors import ReportRefused, SpawnAllowance, SpawnLimitReached
 from taskherd.store.messages import InboxLimit
 from taskherd.store.requests import RequestKey
 from taskherd.store.sql_agents import SQLAgents
@@ -413,10 +413,15 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
                   "now": now}
         with self._write() as db:
             row = _one(db.execute(self.q["report_run"], params))
-            if row is None:
-                run = self._get_run(db, run_id)
+            if row is not None:
+                return Run.from_row(row)
+            run = self._get_run(db, run_id)
+            if run.ended_at is not None:
                 raise StoreError(f"run {run_id} already ended ({run.outcome.value})")
-            return Run.from_row(row)
+            if (run.report, run.report_summary) == (params["report"], summary):
+                return run  # the same report again (a retry): it stands, as it was
+            raise ReportRefused(f"run {run_id} already reported {run.report!r}: the first "
+                                f"report of a run stands (this {verdict!r} is not recorded)")
 
     def open_runs_of_final_tasks(self, node: str) -> list[Run]:
         return [Run.from_row(row) for row in self._all("open_runs_of_final_tasks", {"node": node})]

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -347,3 +348,41 @@ def test_a_boxed_agent_is_capped_too(host_dir):
         assert done.last_error.startswith("out of memory: 64.0 MiB cap")
     finally:
         fleet.close()
+
+
+def test_a_program_installed_in_tmp_still_runs_in_the_box(host_dir, tmp_path):
+    """A checkout in /tmp (a CI's): the box's /tmp is private, but the agent's own program's
+    folder there is given back, read-only; the rest of /tmp stays out of sight."""
+    import tempfile
+
+    installed = Path(tempfile.mkdtemp(prefix="taskherd-installed-", dir="/tmp"))
+    try:
+        program = installed / "bin" / "agent"
+        program.parent.mkdir()
+        program.write_text(f"#!/bin/sh\nls {tmp_path} 2>&1\necho 'TASK_COMPLETE: ran'\n")
+        program.chmod(0o755)
+        (tmp_path / "elsewhere-in-tmp").write_text("not for the agent")
+        (host_dir / "work").mkdir()
+        fleet = Fleet(host_dir, f"""
+            [daemon]
+            data_dir = "data"
+            timezone = "UTC"
+            path = "/usr/bin:/bin"
+
+            [roles.worker]
+            command = ["{program}"]
+            workdir = "work"
+            isolation = {{ mode = "bwrap" }}
+        """)
+        try:
+            fleet.up()
+            task = fleet.add("run from /tmp")
+            done = fleet.wait_final(task.id)
+            assert done.state is TaskState.COMPLETED and done.summary == "ran"
+            [run] = fleet.store.runs_of_task(task.id)
+            log = Path(run.log_path).read_text()
+            assert "elsewhere-in-tmp" not in log and "No such file or directory" in log
+        finally:
+            fleet.close()
+    finally:
+        shutil.rmtree(installed, ignore_errors=True)

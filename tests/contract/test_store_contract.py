@@ -7,7 +7,8 @@ import pytest
 
 from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
 from taskherd.queue import RetryPolicy
-from taskherd.store import TaskNotFound, TransitionRefused, StoreError
+from taskherd.store import StoreError, TaskNotFound, TransitionRefused
+from taskherd.store.errors import ReportRefused
 
 POLICY = RetryPolicy()
 LEASE = 60.0
@@ -283,6 +284,20 @@ def test_an_agent_report_is_kept_on_its_open_run(store):
     assert (run.report, run.report_summary, run.heartbeat_at) == ("done", "shipped", 1001.0)
     with pytest.raises(StoreError, match="'maybe' is not one of"):
         store.report(claimed.run.id, "maybe", 1002.0)
+
+
+def test_the_first_report_of_a_run_stands(store):
+    add(store)
+    claimed = claim(store)
+    store.report(claimed.run.id, "done", 1001.0, summary="shipped")
+    # The same report again (an agent's retry) is answered with the run, as it was.
+    again = store.report(claimed.run.id, "done", 1002.0, summary="shipped")
+    assert (again.report, again.report_summary, again.heartbeat_at) == ("done", "shipped", 1001.0)
+    for verdict, summary in (("fail", "it broke"), ("block", None), ("done", "other words")):
+        with pytest.raises(ReportRefused, match="already reported 'done'"):
+            store.report(claimed.run.id, verdict, 1003.0, summary=summary)
+    run = store.get_run(claimed.run.id)
+    assert (run.report, run.report_summary) == ("done", "shipped")
 
 
 def test_cooldowns_take_the_later_reset_and_expire(store):

@@ -143,9 +143,10 @@ SELECT count(*) AS n FROM runs
 WHERE task_id = :task_id AND outcome = 'rate_limited' AND ended_at >= :since;
 
 -- name: report_run
+-- The first report stands: a run already reported is left as it is (`SqlStore.report`).
 UPDATE runs
 SET report = :report, report_summary = :summary, heartbeat_at = :now
-WHERE id = :run_id AND ended_at IS NULL
+WHERE id = :run_id AND ended_at IS NULL AND report IS NULL
 RETURNING *;
 
 -- name: active_cooldowns
