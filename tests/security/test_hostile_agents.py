@@ -4,8 +4,10 @@ every attempt fails and the fleet goes on; with the sandbox off the same attempt
 so each test would catch an escape.
 
 One fleet per mode runs every attempt at once (a role per attempt), then, once they are all
-over, a harmless task of another role (the fleet goes on), then last the SIGTERM to the
-daemon and its fork server (unboxed it really stops the fleet). Each agent says what it
+over, a harmless task of another role (the fleet goes on); then, each after the other since
+each would break the fleet it escapes from, the git roles whose merge runs the daemon's git
+in their worktree, the agent that takes the door, and last the SIGTERM to the daemon and its
+fork server (unboxed it really stops the fleet). Each agent says what it
 managed in its own output (its run's log, which the daemon keeps), never through something
 the box would hide. The fleet lives in /var/tmp, as a real user's files do: a box's /tmp is
 its own.
@@ -133,6 +135,28 @@ elif attempt in ("fork_bomb", "leave_cgroup"):
 elif attempt == "eat_memory":
     eaten = [bytearray(4 << 20) for _ in range(64)]  # 256 MiB, every page touched
     report(True, f"ate {len(eaten) * 4} MiB")  # never said when its cap holds
+elif attempt in ("run_at_merge", "redirect_commondir"):
+    # The daemon's git commits the worktree's leftovers at the merge, outside the box, and
+    # finds the repository where the worktree says: its .git file (run_at_merge), or the
+    # commondir file of the worktree's own folder in the repository's .git, which the box
+    # leaves writable (redirect_commondir). Either may name a repository of the agent's own,
+    # whose config runs a command (core.fsmonitor) at `git status`.
+    def plant():
+        subprocess.run(["git", "init", "-q", "elsewhere"], check=True, capture_output=True)
+        with open("elsewhere/.git/config", "a") as config:
+            config.write('[core]\\n\\tfsmonitor = "echo ran > %s-%s; false"\\n'
+                         % (given["ran"], attempt))
+        if attempt == "run_at_merge":
+            with open(".git", "w") as pointer:
+                pointer.write("gitdir: " + os.path.abspath("elsewhere/.git") + "\\n")
+        else:
+            own = open(".git").read().split("gitdir: ", 1)[1].strip()
+            with open(os.path.join(own, "commondir"), "w") as common:
+                common.write(os.path.abspath("elsewhere/.git") + "\\n")
+        with open("leftover.txt", "w") as leftover:  # work the daemon must commit
+            leftover.write("done")
+    ok, said = tried(plant)
+    report(None if ok else False, said)  # whether it ran outside: judged by the test
 elif attempt == "hijack_door":
     # The door's socket is one for every run: put its own in its place, and read what the
     # next agent to report sends (its credential).
@@ -172,8 +196,8 @@ ATTEMPTS = ("read_database", "list_data_dir", "read_sibling_worktree", "read_ssh
             "read_env_file", "write_config", "write_bashrc", "write_outside", "connect_sockets",
             "another_runs_door", "fork_bomb", "leave_cgroup", "eat_memory", "reach_the_network")
 # After them, one at a time: each would break the fleet it escapes from.
-DOOR, LAST = "hijack_door", "signal_daemon"
-GIT_ROLES = ("read_sibling_worktree",)  # a worktree of its own, beside its sibling's
+MERGES, DOOR, LAST = ("run_at_merge", "redirect_commondir"), "hijack_door", "signal_daemon"
+GIT_ROLES = ("read_sibling_worktree", *MERGES)  # a worktree of its own, beside its sibling's
 PIDS, MEMORY = 32, "64M"
 IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
             "GIT_COMMITTER_EMAIL": "t@t"}
@@ -207,7 +231,7 @@ def hostile_fleet(root: Path, boxed: bool) -> Fleet:
         subprocess.run(["git", "-C", str(repo), *args], check=True,
                        env={"PATH": "/usr/bin:/bin", **IDENTITY})
     roles = ""
-    for attempt in (*ATTEMPTS, DOOR, LAST):
+    for attempt in (*ATTEMPTS, *MERGES, DOOR, LAST):
         where = 'git = { repo = "repo" }'
         if attempt not in GIT_ROLES:
             (root / "work" / attempt).mkdir(parents=True)
@@ -330,6 +354,7 @@ def attempts(request):
             "outside": str(host_dir / "outside.txt"),
             "daemon_pid": daemon.pid, "forkserver_pid": forkserver.pid,
             "door": str(fleet.data_dir / "door" / "agent.sock"),
+            "ran": str(host_dir / "ran"),
             "sockets": sockets, "sibling_run": victim_run.id, "sibling_task": victim.id,
             "pids_cap": PIDS, "daemon_cgroup": pids_cgroup_procs(daemon.pid),
             "port": listener.getsockname()[1]}))
@@ -338,8 +363,15 @@ def attempts(request):
             over(fleet, task, timeout=60)
         bystander = fleet.add("unharmed", role="bystander")
         fleet.wait_final(bystander.id)
+        for attempt in MERGES:
+            tasks[attempt] = fleet.add(attempt, role=attempt)
         (worktree / "release").write_text("")
         over(fleet, victim)
+        # Merged, or blocked by a merge that failed: the daemon's git has looked at its
+        # worktree (after the merger's poll, at worst, should the event that wakes it be lost).
+        for attempt in MERGES:
+            fleet.wait_until(lambda task=tasks[attempt]: fleet.store.get_task(task.id).state in (
+                *FINAL_STATES, TaskState.BLOCKED), 45, f"{attempt} merged")
         tasks[DOOR] = fleet.add(DOOR, role=DOOR)
         fleet.wait_until(lambda: said(fleet, tasks[DOOR]) or printed(
             fleet, tasks[DOOR], "HOSTILE-LISTENING"), what="the door taken, or not")
@@ -368,7 +400,7 @@ def attempts(request):
 
 def test_every_escape_fails_in_the_box_and_succeeds_out_of_it(attempts):
     judged = {attempt: attempts.results[attempt] for attempt in (*ATTEMPTS, DOOR, LAST)
-              if attempt not in ("another_runs_door", "eat_memory")}
+              if attempt not in ("another_runs_door", "eat_memory", *MERGES)}
     # Every attempt was made: an agent that never ran escapes nothing and proves nothing.
     assert all(judged.values()), {attempt: attempts.fleet.store.get_task(
         attempts.tasks[attempt].id).last_error for attempt, r in judged.items() if r is None}
@@ -446,6 +478,12 @@ def test_signals_reach_neither_the_daemon_nor_its_fork_server(attempts):
             attempts.after_signal.id).state is TaskState.COMPLETED
     else:
         assert attempts.daemon_code is not None and not attempts.forkserver.is_running()
+
+
+@pytest.mark.parametrize("attempt", MERGES)
+def test_the_daemons_git_runs_nothing_an_agent_planted(attempts, attempt):
+    assert attempts.results[attempt] == {"escaped": None, "detail": "None"}  # it planted
+    assert (attempts.fleet.root / f"ran-{attempt}").exists() is not attempts.boxed
 
 
 def test_the_door_cannot_be_taken_from_the_other_runs(attempts):
