@@ -10,9 +10,12 @@ agent and all it forks are counted from their first instruction, the shim never.
 Two layouts, as the host has them:
 
 - cgroup v2 (one unified hierarchy): the run's cgroup lies under the daemon's own cgroup when
-  that is delegated to the daemon's user (a systemd unit with ``Delegate=yes``) or under the
-  root when the daemon runs as root; the controllers are enabled in ``cgroup.subtree_control``
-  of each folder on the way down. Limits: memory.max, memory.swap.max, pids.max, cpu.max.
+  that is delegated to the daemon's user (a systemd unit with ``Delegate=yes``), else under
+  the root when the daemon runs as root; the controllers are enabled in
+  ``cgroup.subtree_control`` of each folder on the way down, after the daemon's own
+  processes moved out of its cgroup into a leaf, ``taskherd-daemon`` (v2 lets no cgroup but
+  the root hold processes and give children a controller). Limits: memory.max,
+  memory.swap.max, pids.max, cpu.max.
 - cgroup v1 (a hierarchy per controller): a folder of the same name in each of the memory,
   pids and cpu hierarchies, under the daemon's own cgroup there when it may write it, else
   under the hierarchy's root. Limits: memory.limit_in_bytes (and memory.memsw.limit_in_bytes,
@@ -37,6 +40,7 @@ from taskherd.sizes import format_size
 ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
+DAEMON_LEAF = "taskherd-daemon"  # v2: where the daemon's own processes go (see _give_controllers)
 RELEASE_TRIES = 50  # kill-and-look rounds before a cgroup's removal is given up (a D-state task)
 
 
@@ -81,8 +85,10 @@ class Host:
 
     def how(self) -> str:
         where = sorted({str(path) for path in self.bases.values()})
-        return f"cgroup v{self.version} under {', '.join(where)}" if where else \
-            f"cgroup v{self.version}"
+        if not where:
+            return f"cgroup v{self.version}"
+        who = "as root" if os.geteuid() == 0 else "delegated to this user"
+        return f"cgroup v{self.version}, {who}, under {', '.join(where)}"
 
 
 @dataclass(frozen=True)
@@ -123,20 +129,41 @@ def host(root: Path = ROOT, self_cgroup: Path = Path("/proc/self/cgroup")) -> Ho
 def _host_v2(root: Path, own: str) -> Host:
     available = set(_read(root / "cgroup.controllers").split())
     base = root / own.lstrip("/")
-    if os.geteuid() == 0 and not os.access(base, os.W_OK):
+    if os.geteuid() == 0 and not _delegated(base):
+        # Root may write any cgroup, but one systemd did not hand over (a login session, a
+        # plain service) is systemd's to arrange: the runs go under the root cgroup.
         base = root
     if not os.access(base, os.W_OK):
         why = (f"the daemon's cgroup {base} is not delegated to it: run it as a systemd "
                "user service with Delegate=yes (taskherd service install writes it), or "
                "under systemd-run --user --scope -p Delegate=yes")
         return Host(2, {}, dict.fromkeys(CONTROLLERS, why))
+    # What the daemon's cgroup was given, which may be less than the host has: systemd's
+    # user manager is delegated only some controllers (memory and pids, on older ones).
+    given = (set(_read(base / "cgroup.controllers").split())
+             if (base / "cgroup.controllers").exists() else available)
     bases, missing = {}, {}
     for name in CONTROLLERS:
-        if name in available:
+        if name in given:
             bases[name] = base
+        elif name in available:
+            missing[name] = (f"the {name} controller is not delegated to {base}: give it to "
+                             "the user's systemd (systemctl edit user@.service: [Service] "
+                             f"Delegate=memory pids cpu), or run the daemon as root")
         else:
             missing[name] = f"the {name} controller is not enabled on this host's cgroup v2"
     return Host(2, bases, missing)
+
+
+def _delegated(cgroup: Path) -> bool:
+    """Whether systemd delegated `cgroup` (Delegate=yes; systemd 251+ marks it so)."""
+    for name in ("trusted.delegate", "user.delegate"):
+        try:
+            if os.getxattr(cgroup, name) == b"1":
+                return True
+        except OSError:  # not marked, or a filesystem without extended attributes
+            pass
+    return False
 
 
 def group_name(data_dir: Path) -> str:
@@ -152,10 +179,16 @@ def create(data_dir: Path, run_id: int, caps: Caps, where: Host | None = None) -
         if name not in where.bases:
             raise CgroupUnavailable(f"its {name} cap cannot be enforced here: "
                                     f"{where.missing.get(name, 'unknown reason')}")
+    make = _create_v2 if where.version == 2 else _create_v1
     try:
-        if where.version == 2:
-            return _create_v2(where, group_name(data_dir), run_id, caps)
-        return _create_v1(where, group_name(data_dir), run_id, caps)
+        for _ in range(2):
+            try:
+                return make(where, group_name(data_dir), run_id, caps)
+            except FileNotFoundError:
+                # The data dir's folder went between its mkdir and the run's: its last other
+                # run was released meanwhile (release removes it once empty). Again.
+                continue
+        return make(where, group_name(data_dir), run_id, caps)
     except OSError as error:
         raise CgroupUnavailable(f"its cgroup could not be made: {error}") from error
 
@@ -165,11 +198,16 @@ def _create_v1(where: Host, group: str, run_id: int, caps: Caps) -> RunCgroup:
     for name in caps.controllers:
         folder = where.bases[name] / group / f"run-{run_id}"
         folder.mkdir(parents=True, exist_ok=True)
-        _kill_members(folder)  # a leftover of a reused id: nothing of it joins this run
+        _empty(folder)  # a leftover of a reused id: nothing of it joins this run
         if name == "memory":
+            memsw = folder / "memory.memsw.limit_in_bytes"
+            if memsw.exists():
+                # The kernel refuses a memory limit above memory+swap's: a leftover's lower
+                # memsw is lifted first, or a cap that grew could not be written at all.
+                _write(memsw, -1)
             _write(folder / "memory.limit_in_bytes", caps.memory)
-            if (folder / "memory.memsw.limit_in_bytes").exists():
-                _write(folder / "memory.memsw.limit_in_bytes", caps.memory)
+            if memsw.exists():
+                _write(memsw, caps.memory)
         elif name == "pids":
             _write(folder / "pids.max", caps.pids)
         else:
@@ -184,19 +222,11 @@ def _create_v2(where: Host, group: str, run_id: int, caps: Caps) -> RunCgroup:
     base = next(iter(where.bases.values()))
     parent, folder = base / group, base / group / f"run-{run_id}"
     enable = " ".join(f"+{name}" for name in caps.controllers)
-    for level in (base, parent):
-        level.mkdir(exist_ok=True)
-        try:
-            _write(level / "cgroup.subtree_control", enable)
-        except OSError as error:
-            if error.errno == errno.EBUSY:  # "no internal processes": the daemon sits there
-                raise CgroupUnavailable(
-                    f"{level} holds processes, so it cannot give its controllers to the "
-                    "runs' cgroups: start the daemon in a cgroup of its own (a systemd unit "
-                    "with Delegate=yes does)") from error
-            raise
+    _give_controllers(base, enable)
+    parent.mkdir(exist_ok=True)
+    _give_controllers(parent, enable)
     folder.mkdir(exist_ok=True)
-    _kill_members(folder)
+    _empty(folder)
     if caps.memory is not None:
         _write(folder / "memory.max", caps.memory)
         if (folder / "memory.swap.max").exists():
@@ -206,6 +236,40 @@ def _create_v2(where: Host, group: str, run_id: int, caps: Caps) -> RunCgroup:
     if caps.cpu is not None:
         _write(folder / "cpu.max", f"{round(caps.cpu * CPU_PERIOD_US)} {CPU_PERIOD_US}")
     return RunCgroup((folder,))
+
+
+def _give_controllers(level: Path, enable: str) -> None:
+    """Enable `enable` for the cgroups under `level`. v2 lets no cgroup but the root both
+    hold processes and give its children a domain controller (memory), and the daemon's own
+    cgroup holds it, its fork server and shims (a systemd unit with Delegate=yes puts them
+    there): they move into a leaf of their own, DAEMON_LEAF, as systemd asks of a delegated
+    unit, and the controllers go to the runs' side."""
+    for _ in range(RELEASE_TRIES):  # a process forked meanwhile lands in `level`: again
+        try:
+            _write(level / "cgroup.subtree_control", enable)
+            return
+        except OSError as error:
+            if error.errno != errno.EBUSY:
+                raise
+        try:
+            _move_members(level, level / DAEMON_LEAF)
+        except OSError as error:
+            raise CgroupUnavailable(
+                f"{level} holds processes that could not be moved into a cgroup of their own "
+                f"({error}), so it cannot give its controllers to the runs' cgroups: start "
+                "the daemon in a cgroup of its own (systemd-run --user --scope -p "
+                "Delegate=yes taskherd up)") from error
+    raise CgroupUnavailable(f"{level} kept gaining processes while they were being moved "
+                            "out of it; its controllers could not be given to the runs")
+
+
+def _move_members(level: Path, leaf: Path) -> None:
+    leaf.mkdir(exist_ok=True)
+    for pid in _read(level / "cgroup.procs").split():
+        try:
+            _write(leaf / "cgroup.procs", pid)
+        except ProcessLookupError:  # it exited meanwhile
+            pass
 
 
 def run_folders(data_dir: Path, run_id: int, where: Host | None = None) -> list[Path]:
@@ -238,6 +302,7 @@ def release(data_dir: Path, run_id: int, where: Host | None = None) -> None:
     """Kill what is left in the run's cgroups and remove them; quiet when already gone."""
     for folder in run_folders(data_dir, run_id, where):
         _remove(folder)
+        _remove_if_empty(folder.parent)
 
 
 def release_stale(data_dir: Path, keep: set[int], where: Host | None = None) -> int:
@@ -254,7 +319,17 @@ def release_stale(data_dir: Path, keep: set[int], where: Host | None = None) -> 
             if folder.is_dir() and run_id.isdigit() and int(run_id) not in keep:
                 _remove(folder)
                 removed += 1
+        _remove_if_empty(parent)
     return removed
+
+
+def _remove_if_empty(parent: Path) -> None:
+    """The data dir's folder, once it holds no run: a host that runs many daemons (a test
+    suite) would otherwise gather one empty folder per data dir in every hierarchy."""
+    try:
+        parent.rmdir()
+    except OSError:  # runs still in it (EBUSY on cgroupfs), or already gone
+        pass
 
 
 def _remove(folder: Path) -> None:
@@ -277,16 +352,27 @@ def _remove(folder: Path) -> None:
         time.sleep(0.01)  # the killed are still exiting: their cgroup is busy until then
 
 
-def _kill_members(folder: Path) -> None:
+def _empty(folder: Path) -> None:
+    """Kill what is in `folder` and wait for it to be gone: a lower limit written while the
+    killed still hold their memory could be refused as busy."""
+    for _ in range(RELEASE_TRIES):
+        if not _kill_members(folder):
+            return
+        time.sleep(0.01)
+
+
+def _kill_members(folder: Path) -> int:
+    """SIGKILL each process in `folder`; how many there were."""
     try:
         members = _read(folder / "cgroup.procs").split()
     except OSError:
-        return
+        return 0
     for pid in members:
         try:
             os.kill(int(pid), signal.SIGKILL)
         except (ProcessLookupError, ValueError):
             pass
+    return len(members)
 
 
 def _own_cgroups(path: Path) -> dict[str, str]:

@@ -55,6 +55,16 @@ class DaemonError(Exception):
     pass
 
 
+def _holder_words(recorded: str) -> str:
+    """The lock's record (`{"pid", "started_at"}`) as a person reads it."""
+    try:
+        holder = json.loads(recorded)
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder["started_at"]))
+        return f"pid {int(holder['pid'])}, up since {started}"
+    except (ValueError, KeyError, TypeError):
+        return "pid unknown"
+
+
 class NodeLock:
     """One daemon per database and node name on this host: an flock the kernel drops even on
     kill -9. Beside a SQLite file; in the data dir for a PostgreSQL URL, where the store's
@@ -75,7 +85,7 @@ class NodeLock:
             os.close(fd)
             raise DaemonError(
                 f"another taskherd daemon already runs for this database as node "
-                f"{self.node!r} ({holder or 'pid unknown'}); "
+                f"{self.node!r} ({_holder_words(holder)}); "
                 "stop it first (`taskherd stop`) or give this one another [daemon] node"
             ) from None
         os.ftruncate(fd, 0)
@@ -212,10 +222,9 @@ class Daemon:
         """The HTTP API and dashboard, when [api] listen is set: a process of its own."""
         if not self.config.api.listen:
             return None
-        import importlib.util
+        from taskherd.api import missing_packages
 
-        missing = [name for name in ("starlette", "uvicorn", "prometheus_client")
-                   if importlib.util.find_spec(name) is None]
+        missing = missing_packages()
         if missing:
             # The starter config sets `listen`: a fleet installed without the extra still
             # runs its agents, and says what it is missing.

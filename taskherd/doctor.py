@@ -58,6 +58,8 @@ def run_checks(config_file: str | None) -> list[Check]:
     checks += check_sandboxes(config)
     checks.append(check_caps(config))
     checks += [check_timezone(config), check_disk(config), check_backup(config)]
+    api = check_api(config)
+    checks += [api] if api else []
     checks += check_endpoints(config)
     deliveries = check_deliveries(config)
     checks += [deliveries] if deliveries else []
@@ -226,6 +228,20 @@ def check_sandboxes(config: Config) -> list[Check]:
     return checks
 
 
+def check_api(config: Config) -> Check | None:
+    """[api] listen set: whether this installation can serve it."""
+    if not config.api.listen:
+        return None
+    from taskherd.api import missing_packages
+
+    missing = missing_packages()
+    if missing:
+        return Check(WARN, f"api {config.api.listen}", f"not served: the api extra is not "
+                     f"installed ({', '.join(missing)} missing)",
+                     "pip install 'taskherd[api]', or remove [api] listen")
+    return Check(OK, f"api {config.api.listen}: its packages are installed")
+
+
 def check_caps(config: Config) -> Check:
     """Which of the memory, pids and cpu caps this host enforces for this daemon, and how;
     a problem only when a role asks for one it cannot."""
@@ -244,10 +260,13 @@ def check_caps(config: Config) -> Check:
         roles = ", ".join(f"{name} ({', '.join(c)})" for name, c in refused.items())
         return Check(PROBLEM, "agent caps", f"not enforceable here for role(s) {roles}: their "
                      "tasks are blocked", "; ".join(where.missing[c] for c in lacking))
+    # No role asks for what is missing: said, for whoever adds a cap, but no problem.
+    lacking = "; ".join(sorted(set(where.missing.values())))
     if not can:
-        return Check(WARN if any(asked.values()) else OK, "agent caps: none enforceable "
-                     "on this host", "; ".join(sorted(set(where.missing.values()))))
-    return Check(OK, f"agent caps: {', '.join(can)} enforced ({where.how()})")
+        return Check(OK, "agent caps: none enforceable on this host", lacking)
+    cannot = [name for name in cgroups.CONTROLLERS if name not in can]
+    return Check(OK, f"agent caps: {', '.join(can)} enforced ({where.how()})",
+                 f"{', '.join(cannot)} cannot be: {lacking}" if cannot else "")
 
 
 def _check_env_key(role: RoleConfig) -> Check:

@@ -47,11 +47,13 @@ class Section:
 
 
 def build_prompt(task: Task, context: PromptContext = PromptContext()) -> str:
-    """What the agent of `task` is given."""
+    """What the agent of `task` is given: its prompt, or its title when it has none (a task
+    added without --prompt must not start its agent on nothing)."""
+    prompt = task.prompt if task.prompt.strip() else task.title
     sections = [s for s in context_sections(task, context) if s.text.strip()]
     if not sections:
-        return task.prompt
-    return "\n\n".join([task.prompt.rstrip("\n"), *(s.render() for s in sections)]) + "\n"
+        return prompt
+    return "\n\n".join([prompt.rstrip("\n"), *(s.render() for s in sections)]) + "\n"
 
 
 def context_sections(task: Task, context: PromptContext = PromptContext()) -> Iterable[Section]:

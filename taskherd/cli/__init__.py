@@ -47,11 +47,28 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# What an agent runs about its own run (with its run's credential), apart in --help.
+AGENT_COMMANDS = ("done", "fail", "block", "heartbeat", "approve", "reject", "mcp")
+
+
 class LazyGroup(click.Group):
     """A group whose commands are imported when invoked (or listed), not at start."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The operator's commands, then the agent's (run inside a run), each with its whole
+        first sentence: the terminal's width wraps it, never cuts it."""
+        rows = {name: command for name in self.list_commands(ctx)
+                if (command := self.get_command(ctx, name)) is not None and not command.hidden}
+        for title, names in (("Commands", [n for n in rows if n not in AGENT_COMMANDS]),
+                             ("Agent commands (inside a run)",
+                              [n for n in rows if n in AGENT_COMMANDS])):
+            if names:
+                with formatter.section(title):
+                    formatter.write_dl([(name, rows[name].get_short_help_str(limit=1000))
+                                        for name in names])
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         where = COMMANDS.get(cmd_name)
@@ -67,7 +84,8 @@ class LazyGroup(click.Group):
 @click.option(
     "--config",
     type=click.Path(dir_okay=False),
-    help="Config file (default: $TASKHERD_CONFIG, else ./taskherd.toml).",
+    help="Config file (default: $TASKHERD_CONFIG, else taskherd.toml here or in the nearest "
+         "folder above).",
 )
 @click.option(
     "--busy-timeout",

@@ -142,7 +142,9 @@ def cost_command(ctx: click.Context, by: str, since: str, as_json: bool) -> None
 
 def _duration(run: Run, started: float) -> float:
     begin = run.spawned_at or run.claimed_at
-    return round((run.ended_at if run.ended_at is not None else started) - begin, 3)
+    # Never below 0: a run spawned on another node whose clock runs a little ahead, or just
+    # after this command read the time, printed "-0.0s".
+    return max(0.0, round((run.ended_at if run.ended_at is not None else started) - begin, 3))
 
 
 def _took(seconds: float) -> str:

@@ -14,8 +14,9 @@ from taskherd.config import CONFIG_FILE
 from taskherd.walltime import local_timezone
 
 STARTER = """\
-# taskherd configuration. Durations read as "90s", "10m", "1h". Every setting shown with
-# its default; `taskherd doctor` checks this file against the service's environment.
+# taskherd configuration. Durations read as "90s", "10m", "1h". The main settings, each with
+# a comment (a commented-out line shows another choice); every key and its default is in
+# docs/configuration.md. `taskherd doctor` checks this file against the service's environment.
 
 [daemon]
 # Where the queue lives. A relative path is relative to this file. Several machines

@@ -119,3 +119,114 @@ def test_json_and_a_missing_timezone_warns(tmp_path: Path, tool: Path) -> None:
     assert report["ok"] is True
     zone = next(check for check in report["checks"] if check["what"] == "timezone")
     assert zone["status"] == "warn" and "daemon.timezone" in zone["fix"]
+
+
+CAPPED_ROLE = """\
+[daemon]
+data_dir = "data"
+timezone = "UTC"
+path = "/usr/bin:/bin"
+
+[roles.coder]
+command = ["echo", "TASK_COMPLETE: ok"]
+"""
+NOBODY = 65534
+
+
+@pytest.fixture
+def nobodys_dir():
+    """A folder an ordinary user (nobody) owns, outside pytest's root-only tmp folders."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to run doctor as another user")
+    path = Path(tempfile.mkdtemp(prefix="taskherd-test-", dir="/var/tmp"))
+    os.chown(path, NOBODY, NOBODY)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_doctor_names_the_caps_this_host_enforces_and_how(tmp_path: Path) -> None:
+    from taskherd import cgroups
+
+    host = cgroups.host()
+    if not host.bases and not os.environ.get("CI"):
+        pytest.skip(f"this host enforces no caps: {host.missing}")
+    config = tmp_path / "taskherd.toml"
+    config.write_text(CAPPED_ROLE + 'isolation = { memory = "64M", pids = 32, cpu = 1 }\n')
+    result = doctor(config)
+    line = next(line for line in result.stdout.splitlines() if "agent caps" in line)
+    enforced = ", ".join(name for name in cgroups.CONTROLLERS if name in host.bases)
+    assert line.startswith(f"ok      agent caps: {enforced} enforced (cgroup v{host.version}, ")
+    assert "as root" in line if os.geteuid() == 0 else "delegated to this user" in line
+
+
+def doctor_as(user: int, config: Path, warm_up: Path) -> list[str]:
+    """doctor's lines for `config`, checked by a process of `user`: forked, since that user
+    may not run this interpreter (it lies in root's home); every module doctor loads is
+    loaded first, by a run on `warm_up`, for the same reason."""
+    from taskherd import doctor as doctor_module
+
+    doctor_module.run_checks(str(warm_up))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(user)
+            os.setuid(user)
+            os.environ.update(HOME=str(config.parent), TASKHERD_HOME=str(config.parent))
+            lines = [check.line() for check in doctor_module.run_checks(str(config))]
+        except BaseException as error:  # noqa: BLE001 - said to the test, which fails on it
+            lines = [f"error {type(error).__name__}: {error}"]
+        os.write(write, json.dumps(lines).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        lines = json.loads(answer.read())
+    os.waitpid(pid, 0)
+    return lines
+
+
+def test_caps_a_role_asks_for_that_this_user_cannot_enforce_are_a_problem(
+        tmp_path: Path, nobodys_dir: Path) -> None:
+    # An ordinary user on a host whose cgroups only root may write (v1, or v2 undelegated).
+    capped = CAPPED_ROLE + 'isolation = { memory = "64M" }\n'
+    (tmp_path / "taskherd.toml").write_text(capped)
+    config = nobodys_dir / "taskherd.toml"
+    config.write_text(capped)
+    lines = doctor_as(NOBODY, config, warm_up=tmp_path / "taskherd.toml")
+    line = next(line for line in lines if "agent caps" in line)
+    assert line.startswith("problem agent caps: not enforceable here for role(s) coder "
+                           "(memory): their tasks are blocked → "), lines
+    assert "run the daemon as root" in line or "Delegate=yes" in line  # what to do
+
+    # Asked by no role, the same lack is said, but is no problem.
+    config.write_text(CAPPED_ROLE)
+    line = next(line for line in doctor_as(NOBODY, config, warm_up=tmp_path / "taskherd.toml")
+                if "agent caps" in line)
+    assert line.startswith("ok      agent caps: none enforceable on this host: "), line
+
+
+def test_a_controller_this_host_lacks_is_said_and_a_problem_only_when_asked_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from taskherd import cgroups
+    from taskherd import doctor as doctor_module
+    from taskherd.config import load_config
+    from tests.unit.test_cgroups import v1_host
+
+    _, host = v1_host(tmp_path, controllers=("memory", "pids"))  # no cpu mounted
+    monkeypatch.setattr(cgroups, "host", lambda: host)
+    config = tmp_path / "taskherd.toml"
+    config.write_text(CAPPED_ROLE + 'isolation = { memory = "64M" }\n')
+    check = doctor_module.check_caps(load_config(str(config)))
+    assert check.status == "ok" and check.line().startswith(
+        "ok      agent caps: memory, pids enforced (cgroup v1, ")
+    assert check.why.startswith("cpu cannot be: the cpu controller is not mounted at ")
+
+    config.write_text(CAPPED_ROLE + "isolation = { cpu = 0.5 }\n")
+    check = doctor_module.check_caps(load_config(str(config)))
+    assert check.status == "problem" and "role(s) coder (cpu)" in check.why
+    assert "mount cgroup v1 cpu" in check.fix

@@ -246,6 +246,8 @@ def test_a_second_daemon_on_the_same_node_refuses(fleet):
     f.wait_until(lambda: "taskherd up: node" in f.daemon_log.read_text(), what="daemon start")
     second = f.cli("up", check=False)
     assert second.returncode == 1 and "another taskherd daemon already runs" in second.stderr
+    # The first named as a person reads it, not as the lock file's JSON.
+    assert f"(pid {f.daemon.pid}, up since " in second.stderr and "{" not in second.stderr
 
 
 def test_on_shutdown_kill_returns_tasks_to_ready_without_a_strike(fleet):

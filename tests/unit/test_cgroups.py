@@ -3,6 +3,9 @@ v1 and v2 hosts lay theirs (the real cgroups are exercised in tests/acceptance/t
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 
 from taskherd import cgroups
@@ -11,9 +14,11 @@ from taskherd.cgroups import Caps, CgroupUnavailable
 CAPS = Caps(memory=64 << 20, pids=32, cpu=1.5)
 
 
-def v2_host(tmp_path, own="/system.slice/taskherd.service"):
+def v2_host(tmp_path, own="/system.slice/taskherd.service", delegated=True):
     root = tmp_path / "cgroup"
     (root / own.lstrip("/")).mkdir(parents=True)
+    if delegated:  # as systemd marks a Delegate=yes unit's cgroup
+        os.setxattr(root / own.lstrip("/"), "user.delegate", b"1")
     (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     self_cgroup = tmp_path / "self"
     self_cgroup.write_text(f"0::{own}\n")
@@ -43,6 +48,56 @@ def test_v2_caps_go_under_the_daemons_delegated_cgroup(tmp_path):
     assert (run / "memory.max").read_text() == str(64 << 20)
     assert (run / "pids.max").read_text() == "32"
     assert (run / "cpu.max").read_text() == "150000 100000"
+
+
+def test_v2_daemon_in_its_delegated_cgroup_moves_into_a_leaf_of_its_own(tmp_path,
+                                                                         monkeypatch):
+    root, host = v2_host(tmp_path)
+    base = root / "system.slice" / "taskherd.service"
+    # Where a Delegate=yes unit starts the daemon, its fork server and shims: its own cgroup.
+    (base / "cgroup.procs").write_text("100\n101\n")
+    write = cgroups._write
+
+    def kernel(path, value):
+        """The two rules of v2 this needs: no domain controller given below a cgroup (but
+        the root) that holds processes, and a process is in one cgroup at a time."""
+        if path.name == "cgroup.subtree_control" and path.parent != root and "+memory" in \
+                str(value) and procs(path.parent):
+            raise OSError(errno.EBUSY, os.strerror(errno.EBUSY))
+        if path.name == "cgroup.procs":
+            for other in root.rglob("cgroup.procs"):
+                other.write_text("".join(f"{p}\n" for p in procs(other.parent)
+                                         if p != str(value)))
+            path.write_text("".join(f"{p}\n" for p in [*procs(path.parent), str(value)]))
+            return
+        write(path, value)
+
+    monkeypatch.setattr(cgroups, "_write", kernel)
+    group = cgroups.create(tmp_path / "data", 7, CAPS, host)
+    assert procs(base) == [] and procs(base / "taskherd-daemon") == ["100", "101"]
+    assert (base / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    run = base / cgroups.group_name(tmp_path / "data") / "run-7"
+    assert group.join_files == [str(run / "cgroup.procs")]
+    assert (run / "memory.max").read_text() == str(64 << 20)
+
+
+def procs(folder):
+    path = folder / "cgroup.procs"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_v2_root_daemon_in_a_cgroup_systemd_did_not_delegate_uses_the_root(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setattr(cgroups.os, "geteuid", lambda: 0)
+    # Started by root from a login session: its scope is systemd's, though root may write it.
+    root, host = v2_host(tmp_path, own="/user.slice/user-0.slice/session-4.scope",
+                         delegated=False)
+    assert set(host.bases.values()) == {root}
+    group = cgroups.create(tmp_path / "data", 2, CAPS, host)
+    assert group.join_files == [str(root / cgroups.group_name(tmp_path / "data") / "run-2" /
+                                    "cgroup.procs")]
+    assert not (root / "user.slice" / "user-0.slice" / "session-4.scope" /
+                "cgroup.subtree_control").exists()
 
 
 def test_v1_caps_go_in_each_controllers_hierarchy(tmp_path):
@@ -82,6 +137,19 @@ def test_a_v2_cgroup_not_delegated_to_the_daemon_is_refused(tmp_path, monkeypatc
     with pytest.raises(CgroupUnavailable, match="not delegated to it: run it as a systemd user "
                                                 "service with Delegate=yes"):
         cgroups.create(tmp_path / "data", 1, CAPS, host)
+
+
+def test_v2_a_controller_not_delegated_to_the_daemon_is_refused_saying_how(tmp_path):
+    root, _ = v2_host(tmp_path)
+    # An older systemd's user manager: the host has cpu, the daemon's cgroup was not given it.
+    (root / "system.slice" / "taskherd.service" / "cgroup.controllers").write_text(
+        "memory pids\n")
+    host = cgroups.host(root, tmp_path / "self")
+    assert set(host.bases) == {"memory", "pids"}
+    with pytest.raises(CgroupUnavailable, match="its cpu cap cannot be enforced here: the cpu "
+                                                "controller is not delegated to .*Delegate="):
+        cgroups.create(tmp_path / "data", 1, CAPS, host)
+    cgroups.create(tmp_path / "data", 1, Caps(memory=64 << 20, pids=32), host)
 
 
 def test_two_data_dirs_never_share_a_cgroup(tmp_path):

@@ -19,7 +19,13 @@ TASK = Task(
 
 def test_a_first_attempt_gets_its_prompt_byte_for_byte():
     assert build_prompt(TASK) == TASK.prompt
-    assert build_prompt(replace(TASK, prompt="")) == ""
+
+
+def test_a_task_without_a_prompt_gives_its_agent_its_title():
+    assert build_prompt(replace(TASK, prompt="")) == "fix"
+    assert build_prompt(replace(TASK, prompt=" \n")) == "fix"
+    retried = build_prompt(replace(TASK, prompt="", attempts=1, last_error="exited 1"))
+    assert retried.startswith("fix\n\n")
 
 
 def test_a_retry_is_told_how_the_last_attempt_failed_with_its_log_tail():
