@@ -175,12 +175,14 @@ class AgentBox:
         for path in writable:
             if any(within(Path(os.path.realpath(path)), hide) for hide in hidden):
                 options += ["--bind", str(path), str(path)]
-        # The door's folder, and the link agents connect through (see agent_door.door_dir).
         # taskherd's own installation (the agent's `taskherd done`), should it lie in /tmp.
         for path in {Path(os.path.realpath(sys.prefix)), Path(os.path.realpath(sys.base_prefix))}:
             if within(path, Path("/tmp")) or any(within(path, hide) for hide in hidden):
                 options += ["--ro-bind", str(path), str(path)]
-        options += ["--bind", str(self.door.parent), str(self.door.parent),
+        # The door's folder, and the link agents connect through (see agent_door.door_dir).
+        # Read-only: connecting needs no write, and an agent that could write there would
+        # put a socket of its own in the door's place and take the next agent's token.
+        options += ["--ro-bind", str(self.door.parent), str(self.door.parent),
                     "--symlink", f"{self.door.parent.name}/{self.door.name}",
                     str(self.data_dir / self.door.name)]
         for path in self.run_files:

@@ -279,22 +279,57 @@ def made_worktree(repo: Path, task_id: int, root: Path) -> Path | None:
     return path
 
 
-def commit_leftovers(path: Path, message: str, hooks: bool = False) -> str | None:
+def commit_leftovers(path: Path, message: str, hooks: bool = False,
+                     repo: Path | None = None) -> str | None:
     """Commit what the agent changed in its worktree but did not commit (an agent that edits
     and never runs `git commit`): the work must reach the branch, never be removed with the
     worktree. The commit's id, or None when the tree was clean (or is gone). Without `hooks`
     the repository's hooks do not run: a pre-commit check refusing the agent's leftovers
-    would leave them out of the branch."""
+    would leave them out of the branch.
+
+    With `repo` (always, from the daemon), git is told where the worktree's repository is
+    instead of reading it from the worktree: the agent owns the worktree's `.git` file and
+    the admin folder's `commondir`, and either, pointed at a repository it made, would have
+    this git, run outside any sandbox, load that repository's config (a `core.fsmonitor`
+    command, say) and run it."""
     if not path.is_dir():
         return None
-    if not git(path, "status", "--porcelain", "--untracked-files=all").stdout.strip():
+    env = _trusted_worktree_env(repo, path) if repo is not None else {}
+    if not git(path, "status", "--porcelain", "--untracked-files=all", env=env).stdout.strip():
         return None
-    git(path, "add", "-A")
+    git(path, "add", "-A", env=env)
     if hooks:
-        git(path, "commit", "-q", "-m", message, env=GIT_IDENTITY)
+        git(path, "commit", "-q", "-m", message, env=GIT_IDENTITY | env)
     else:
-        git(path, *NO_HOOKS, "commit", "-q", "--no-verify", "-m", message, env=GIT_IDENTITY)
-    return git(path, "rev-parse", "HEAD").stdout.strip()
+        git(path, *NO_HOOKS, "commit", "-q", "--no-verify", "-m", message,
+            env=GIT_IDENTITY | env)
+    return git(path, "rev-parse", "HEAD", env=env).stdout.strip()
+
+
+def _trusted_worktree_env(repo: Path, path: Path) -> dict[str, str]:
+    """GIT_DIR, GIT_COMMON_DIR and GIT_WORK_TREE of the worktree at `path`, read from the
+    repository (whose config and hooks no agent can write), never from the worktree; and the
+    links git would otherwise follow written back as they were made (the worktree's `.git`,
+    the admin folder's `commondir`, `gitdir` and `HEAD`, its task's branch): git still reads
+    `commondir` for the refs, whatever GIT_COMMON_DIR says."""
+    common = Path(git(repo, "rev-parse", "--path-format=absolute",
+                      "--git-common-dir").stdout.strip())
+    admin = common / "worktrees" / path.name  # as ensure_worktree names it: task-ID
+    task_id = path.name.removeprefix("task-")
+    if not admin.is_dir() or not task_id.isdigit():
+        raise GitError(f"{path}: no worktree of {repo} is registered as {path.name}")
+    for link, text in ((path / ".git", f"gitdir: {admin}"), (admin / "commondir", "../.."),
+                       (admin / "gitdir", str(path / ".git")),
+                       (admin / "HEAD", f"ref: refs/heads/{branch_for(int(task_id))}")):
+        try:  # never through a symlink the agent put there: this runs outside its box
+            fd = os.open(link, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        except OSError as error:
+            raise GitError(f"{link}: not a file as git made it: {error}") from error
+        try:
+            os.write(fd, (text + "\n").encode())
+        finally:
+            os.close(fd)
+    return {"GIT_DIR": str(admin), "GIT_COMMON_DIR": str(common), "GIT_WORK_TREE": str(path)}
 
 
 def merge_branch(repo: Path, base: str, branch: str, mode: str, message: str) -> MergeResult:

@@ -111,7 +111,8 @@ class Launch:
             # and one an earlier daemon left hanging (killed mid-commit) first.
             worktrees.stop_left_running(running)
             with worktrees.time_limit(role.git.merge_timeout, record=running):
-                worktrees.commit_leftovers(path, message, hooks=role.git.hooks)
+                worktrees.commit_leftovers(path, message, hooks=role.git.hooks,
+                                           repo=role.git.repo)
         except worktrees.GitError as error:
             log.warning("run %s: could not commit what it left in %s: %s", run.id, path, error)
 

@@ -155,7 +155,7 @@ class Merger:
             with worktrees.time_limit(git.merge_timeout, record=running):
                 worktrees.commit_leftovers(
                     Path(record.path), f"Uncommitted work of task {task.id}: {task.title}"[:500],
-                    hooks=git.hooks)
+                    hooks=git.hooks, repo=Path(record.repo))
                 result = worktrees.merge_branch(
                     Path(record.repo), record.base, record.branch, record.merge_mode,
                     f"Merge {record.branch}: {task.title}"[:500])

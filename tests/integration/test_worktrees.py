@@ -305,3 +305,41 @@ def test_worktrees_made_at_once_in_one_repository_are_all_made(repo, tmp_path):
         assert (path / "shared.txt").read_text() == "one\ntwo\nthree\n"
     listed = git(repo, "worktree", "list", "--porcelain")
     assert all(str(path) in listed for path in made)
+
+
+@pytest.mark.parametrize("plant", ["dot_git_file", "commondir"])
+def test_committing_an_agents_leftovers_runs_no_command_it_planted(repo, tmp_path, plant):
+    """The worktree is the agent's: its `.git` file, or its admin folder's `commondir`,
+    pointed at a repository the agent made, whose config names a command (core.fsmonitor),
+    would have the daemon's git, outside any sandbox, run it. Told the repository by the
+    daemon, git runs nothing of the agent's; trusting the worktree (no `repo`), it does."""
+    from taskherd import worktrees
+
+    path = worktrees.ensure_worktree(repo, "main", 9, tmp_path / "worktrees")
+    (path / "left.txt").write_text("uncommitted work\n")
+    ran = tmp_path / "ran"
+    fake = tmp_path / "fake"
+    subprocess.run(["git", "init", "-q", str(fake)], check=True)
+    hook = tmp_path / "fsmonitor.sh"
+    hook.write_text(f"#!/bin/sh\ntouch {ran}\nexit 1\n")
+    hook.chmod(0o755)
+    subprocess.run(["git", "-C", str(fake), "config", "core.fsmonitor", str(hook)], check=True)
+    admin = repo / ".git" / "worktrees" / path.name
+    if plant == "dot_git_file":
+        (path / ".git").write_text(f"gitdir: {fake / '.git'}\n")
+    else:
+        (admin / "commondir").write_text(str(fake / ".git") + "\n")
+
+    trusting = worktrees.commit_leftovers  # as it was: the repository read from the worktree
+    try:
+        trusting(path, "leftovers")
+    except worktrees.GitError:
+        pass  # the planted repository may not take the commit: the command ran before
+    assert ran.exists()  # so this test would catch a git that trusts the worktree
+    ran.unlink()
+    # The plant stays, and the other one is added: told the repository, git reads neither.
+    (path / ".git").write_text(f"gitdir: {fake / '.git'}\n")
+    (admin / "commondir").write_text(str(fake / ".git") + "\n")
+    commit = worktrees.commit_leftovers(path, "leftovers", repo=repo)
+    assert not ran.exists()
+    assert commit and "left.txt" in git(repo, "show", "--name-only", "--format=", commit)

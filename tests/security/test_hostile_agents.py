@@ -482,8 +482,11 @@ def test_signals_reach_neither_the_daemon_nor_its_fork_server(attempts):
 
 @pytest.mark.parametrize("attempt", MERGES)
 def test_the_daemons_git_runs_nothing_an_agent_planted(attempts, attempt):
+    # Boxed or not: the daemon's own git reads the worktree's repository from the repository,
+    # never from what the agent wrote (tests/integration/test_worktrees.py shows the same
+    # plants run a command through a git that trusts the worktree).
     assert attempts.results[attempt] == {"escaped": None, "detail": "None"}  # it planted
-    assert (attempts.fleet.root / f"ran-{attempt}").exists() is not attempts.boxed
+    assert not (attempts.fleet.root / f"ran-{attempt}").exists()
 
 
 def test_the_door_cannot_be_taken_from_the_other_runs(attempts):
