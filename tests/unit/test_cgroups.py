@@ -104,7 +104,8 @@ def test_v1_caps_go_in_each_controllers_hierarchy(tmp_path):
     root, host = v1_host(tmp_path)
     group = cgroups.create(tmp_path / "data", 3, CAPS, host)
     name = cgroups.group_name(tmp_path / "data")
-    assert group.join_files == [str(root / c / name / "run-3" / "cgroup.procs")
+    # `tasks`: the starter moves itself as one thread, without the whole-group lock
+    assert group.join_files == [str(root / c / name / "run-3" / "tasks")
                                 for c in ("memory", "pids", "cpu")]
     assert (root / "memory" / name / "run-3" / "memory.limit_in_bytes").read_text() == str(
         64 << 20)
@@ -117,7 +118,7 @@ def test_only_the_controllers_a_role_asks_for_are_used(tmp_path):
     root, host = v1_host(tmp_path)
     group = cgroups.create(tmp_path / "data", 1, Caps(pids=10), host)
     assert group.join_files == [str(root / "pids" / cgroups.group_name(tmp_path / "data") /
-                                    "run-1" / "cgroup.procs")]
+                                    "run-1" / "tasks")]
 
 
 def test_a_cap_this_host_cannot_enforce_is_refused_naming_what_to_do(tmp_path):
