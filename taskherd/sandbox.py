@@ -315,7 +315,8 @@ def _write_once(path: Path, data: bytes) -> None:
 
 def within(path: Path, folder: Path) -> bool:
     """Whether `path` is `folder` or lies in it (both absolute, as given: no symlinks read)."""
-    return path == folder or folder in path.parents
+    inside, outer = str(path), str(folder).rstrip("/")
+    return inside == outer or inside.startswith(outer + "/") or outer == ""
 
 
 class Bubblewrap:
