@@ -152,11 +152,13 @@ class AgentBox:
         tmpdir = env.get("TMPDIR")
         if tmpdir and os.path.isabs(tmpdir) and not within(Path(tmpdir), Path("/tmp")):
             options += ["--tmpfs", tmpdir]
-        # The agent's own program, should it be installed in /tmp (a checkout there): its
-        # folder there stays readable, or the box could not even start it.
-        installed = _folder_in_tmp(program, env)
-        if installed is not None:
-            options += ["--ro-bind", str(installed), str(installed)]
+        # What must run in the box even when installed in /tmp (a checkout there, a CI's):
+        # taskherd itself (the agent's `taskherd done`: its interpreter's prefixes, and its
+        # package, which an editable install keeps in the checkout) and the agent's own
+        # program (the folder right under /tmp that holds it), read-only. Mounted before
+        # what is hidden, which a checkout holding the data dir must not show again.
+        for path in _installed_in_tmp(program, env):
+            options += ["--ro-bind", str(path), str(path)]
         writable = self._writable(env)
         for path in writable:
             options += ["--bind", str(path), str(path)]
@@ -175,10 +177,6 @@ class AgentBox:
         for path in writable:
             if any(within(Path(os.path.realpath(path)), hide) for hide in hidden):
                 options += ["--bind", str(path), str(path)]
-        # taskherd's own installation (the agent's `taskherd done`), should it lie in /tmp.
-        for path in {Path(os.path.realpath(sys.prefix)), Path(os.path.realpath(sys.base_prefix))}:
-            if within(path, Path("/tmp")) or any(within(path, hide) for hide in hidden):
-                options += ["--ro-bind", str(path), str(path)]
         # The door's folder, and the link agents connect through (see agent_door.door_dir).
         # Read-only: connecting needs no write, and an agent that could write there would
         # put a socket of its own in the door's place and take the next agent's token.
@@ -242,6 +240,14 @@ class AgentBox:
         if hooks.is_dir():
             return options + ["--ro-bind", str(hooks), str(hooks)]
         return options + ["--tmpfs", str(hooks), "--remount-ro", str(hooks)]
+
+
+def _installed_in_tmp(program: str | None, env: dict[str, str]) -> list[Path]:
+    own = (Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parent.parent)
+    paths = [Path(os.path.realpath(path)) for path in own]
+    found = [path for path in paths if within(path, Path("/tmp"))]
+    folder = _folder_in_tmp(program, env)
+    return list(dict.fromkeys([*found, *([folder] if folder is not None else [])]))
 
 
 def _folder_in_tmp(program: str | None, env: dict[str, str]) -> Path | None:
