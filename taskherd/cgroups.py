@@ -39,7 +39,11 @@ from taskherd.sizes import format_size
 
 ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")
-CPU_PERIOD_US = 100_000
+# The cpu cap's accounting period. The kernel's default, 100 ms, lets a capped tree run on
+# every core for its whole quota and then stop: a chatty agent capped at 0.5 took both cores
+# for 25 ms at a time, and other roles' starts waited behind it (their p99 ×3.2 quiet in
+# bench/logs.py); over 10 ms it takes its share in slices too short to starve anyone (×1.4–1.8).
+CPU_PERIOD_US = 10_000
 DAEMON_LEAF = "taskherd-daemon"  # v2: where the daemon's own processes go (see _give_controllers)
 RELEASE_TRIES = 50  # kill-and-look rounds before a cgroup's removal is given up (a D-state task)
 
@@ -95,6 +99,7 @@ class Host:
 class RunCgroup:
     folders: tuple[Path, ...]  # one per controller used (v1), or one (v2)
     version: int = 2
+    controllers: tuple[str, ...] = ()  # v1: each folder's controller, in the same order
 
     @property
     def join_files(self) -> list[str]:
@@ -104,6 +109,16 @@ class RunCgroup:
         on a loaded host; `cgroup.procs` takes it)."""
         name = "tasks" if self.version == 1 else "cgroup.procs"
         return [str(folder / name) for folder in self.folders]
+
+    @property
+    def copier_files(self) -> list[str]:
+        """Where the run's shim moves itself while it copies the agent's output: the cpu
+        cap's cgroup alone (v1, a hierarchy per controller), so the copying of a chatty
+        agent's output counts against the role's cores, while no memory cap ever kills the
+        shim. On v2 one cgroup holds every cap: the shim stays out."""
+        if self.version != 1 or "cpu" not in self.controllers:
+            return []
+        return [str(self.folders[self.controllers.index("cpu")] / "tasks")]
 
 
 def host(root: Path = ROOT, self_cgroup: Path = Path("/proc/self/cgroup")) -> Host:
@@ -221,7 +236,7 @@ def _create_v1(where: Host, group: str, run_id: int, caps: Caps) -> RunCgroup:
             _write(folder / "cpu.cfs_period_us", CPU_PERIOD_US)
             _write(folder / "cpu.cfs_quota_us", round(caps.cpu * CPU_PERIOD_US))
         folders.append(folder)
-    return RunCgroup(tuple(folders), version=1)
+    return RunCgroup(tuple(folders), version=1, controllers=caps.controllers)
 
 
 def _create_v2(where: Host, group: str, run_id: int, caps: Caps) -> RunCgroup:

@@ -238,7 +238,8 @@ def exit_path_for(log_path: Path) -> Path:
 def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Path,
           stdin_path: Path | None = None, header: Mapping | None = None,
           keep_input_open: bool = False, max_log_bytes: int | None = None,
-          cgroups: Sequence[str] = (), open_files: Sequence[str] = ()) -> SpawnedProcess:
+          cgroups: Sequence[str] = (), open_files: Sequence[str] = (),
+          copier_cgroups: Sequence[str] = ()) -> SpawnedProcess:
     """Start `argv` under the shim in a new session, output appended to `log_path`.
 
     With `max_log_bytes` the output reaches the log through the shim, which keeps its head and
@@ -250,7 +251,8 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
 
     `cgroups`: the `cgroup.procs` files the agent joins before its exec (its caps; the shim
     itself stays out of them). `open_files`: opened read-only on the agent's fds 3, 4, … (its
-    sandbox's seccomp filter).
+    sandbox's seccomp filter). `copier_cgroups`: where the shim moves itself while it copies
+    a capped log (the role's cpu cap: a chatty agent's output is copied on its cores).
 
     Raises FileNotFoundError naming the program when it cannot be found on the
     env's PATH, before anything is started. Returns once the shim has been
@@ -281,13 +283,14 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
                    "stdin": str(stdin_path) if stdin_path else None,
                    "input": str(input_path) if input_path else None,
                    "log_head": head, "log_tail": tail, "cgroups": list(cgroups),
-                   "files": list(open_files)}
+                   "files": list(open_files), "copier_cgroups": list(copier_cgroups)}
             # A missing cwd goes the cold way, where Popen raises for it; a forked shim
             # would only report it as the run's exit 127.
             forked = forkserver.fork_shim(run) if cwd is None or os.path.isdir(cwd) else None
             if forked is None:
                 joins = [arg for path in cgroups for arg in ("--cgroup", path)]
                 joins += [arg for path in open_files for arg in ("--file", path)]
+                joins += [arg for path in copier_cgroups for arg in ("--copier-cgroup", path)]
                 shim_argv = forkserver.shim_command(str(exit_path), header_prefix,
                                                     str(log_path), str(head), str(tail),
                                                     *joins, "--", *argv)

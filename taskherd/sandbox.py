@@ -76,6 +76,7 @@ class Confinement:
     wrap: Callable[[list[str], dict[str, str]], list[str]] | None = None  # argv, env → boxed
     open_files: tuple[str, ...] = ()
     cgroups: tuple[str, ...] = ()  # the cgroup.procs files it joins before its exec
+    copier_cgroups: tuple[str, ...] = ()  # where its shim copies its output (its cpu cap)
 
     def argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
         return argv if self.wrap is None else self.wrap(argv, env)

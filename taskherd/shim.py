@@ -2,8 +2,9 @@
 
 Forked for each run by the daemon's fork server (``shim.py --serve``, see `serve` and
 ``taskherd.forkserver``), or, when none is up, started cold by ``taskherd.procs.spawn`` as
-``python -I -S .../shim.py EXIT_PATH HEADER LOG HEAD TAIL [--cgroup|--file PATH]... -- ARGV``
-with stdout/stderr already pointing at the run's log. Either way it writes the log header,
+``python -I -S .../shim.py EXIT_PATH HEADER LOG HEAD TAIL [OPTION PATH]... -- ARGV...`` (the
+options: `--cgroup`, `--file`, `--copier-cgroup`, see `main`) with stdout/stderr already
+pointing at the run's log. Either way it writes the log header,
 starts the agent as its child (same process group; inside the run's cgroups when given), waits
 for it, and writes the agent's exit status to EXIT_PATH atomically before exiting.
 
@@ -173,11 +174,13 @@ def main(args, env=None):
     """Run ARGV (after EXIT_PATH HEADER LOG HEAD TAIL --) with `env` (default: ours) and
     record its end; with HEAD > 0 the agent's output reaches LOG through the shim, capped."""
     global _agent_pid
-    cgroups, files = [], []
-    while len(args) > 6 and args[5] in ("--cgroup", "--file"):
-        # --cgroup: a cgroup.procs file to join; --file: one to open on the next fd from 3
-        (cgroups if args[5] == "--cgroup" else files).append(args[6])
+    given = {"--cgroup": [], "--file": [], "--copier-cgroup": []}
+    while len(args) > 6 and args[5] in given:
+        # --cgroup: a file the agent's starter writes 0 to, to join its cgroup; --file: one to
+        # open on its next fd from 3; --copier-cgroup: one this shim joins to copy the output
+        given[args[5]].append(args[6])
         args = args[:5] + args[7:]
+    cgroups, files = given["--cgroup"], given["--file"]
     if len(args) < 7 or args[5] != "--":
         os.write(2, b"usage: shim.py EXIT_PATH HEADER LOG HEAD TAIL [--cgroup PROCS]... "
                     b"[--file PATH]... -- ARGV...\n")
@@ -204,6 +207,7 @@ def main(args, env=None):
     for signum in _pending_signals:
         _broadcast_to_group(signum)
     if output_read is not None:
+        _join(given["--copier-cgroup"])
         _copy_output(output_read, _CappedLog(log_path, head, tail), agent_pid)
     _, wait_status = os.waitpid(agent_pid, 0)  # retried on EINTR (PEP 475)
     if os.WIFSIGNALED(wait_status):
@@ -213,6 +217,20 @@ def main(args, env=None):
     code = os.waitstatus_to_exitcode(wait_status)
     _write_exit_file(exit_path, code, None, agent_pid)
     return code
+
+
+def _join(cgroup_files):
+    """Move this shim (one thread) into the given cgroups; a cgroup that refuses leaves the
+    shim where it was (its copying merely uncapped), never the run unrecorded."""
+    for path in cgroup_files:
+        try:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
 
 
 class _CappedLog:
@@ -407,6 +425,8 @@ def take_run(run):
         args += ["--cgroup", path]
     for path in run.get("files", ()):
         args += ["--file", path]
+    for path in run.get("copier_cgroups", ()):
+        args += ["--copier-cgroup", path]
     args += ["--"] + run["argv"]
     if run["cwd"]:
         try:

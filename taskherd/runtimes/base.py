@@ -235,7 +235,8 @@ class CommandLineRuntime(Runtime):
                               log_path=files.log, stdin_path=launch.stdin_path, header=header,
                               keep_input_open=role.on_input == "wait",
                               max_log_bytes=role.max_log_bytes, cgroups=confined.cgroups,
-                              open_files=confined.open_files)
+                              open_files=confined.open_files,
+                              copier_cgroups=confined.copier_cgroups)
         return spawned.handle
 
 

@@ -131,7 +131,8 @@ class GateRunner:
             spawned = procs.spawn(confined.argv(argv, env), env=env, cwd=cwd, log_path=log_path,
                                   header={"run": run.id, "task": run.task_id, "gate": gate.name},
                                   max_log_bytes=role.max_log_bytes,
-                                  open_files=confined.open_files, cgroups=confined.cgroups)
+                                  open_files=confined.open_files, cgroups=confined.cgroups,
+                                  copier_cgroups=confined.copier_cgroups)
         except SandboxUnavailable as error:
             error_text = f"gate {gate.name!r} not run: its role's sandbox cannot be made: {error}"
             gate_id = self._record(lambda: self.store.gate_started(

@@ -154,19 +154,20 @@ class Launch:
             return None
         caps = cgroups.Caps(isolation.memory, isolation.pids, isolation.cpu)
         joins: tuple[str, ...] = ()
+        copier: tuple[str, ...] = ()
         if caps.any:
             try:
                 group = cgroups.create(self.config.daemon.data_dir, run_id, caps,
                                        self.cgroup_host())
             except cgroups.CgroupUnavailable as error:
                 raise SandboxUnavailable(f"its caps ({caps.describe()}): {error}") from error
-            joins = tuple(group.join_files)
+            joins, copier = tuple(group.join_files), tuple(group.copier_files)
         if not isolation.confined:
-            return Confinement(cgroups=joins) if joins else None
+            return Confinement(cgroups=joins, copier_cgroups=copier) if joins else None
         box = self.box(role, run_files, memory_file)
         bwrap = self.bubblewrap.path()
         return Confinement(functools.partial(box.wrap, bwrap=bwrap),
-                           tuple(str(path) for path in box.open_files), joins)
+                           tuple(str(path) for path in box.open_files), joins, copier)
 
     def cgroup_host(self) -> cgroups.Host:
         """Where this daemon's run cgroups go (read once: the host does not change under

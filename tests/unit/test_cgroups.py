@@ -47,7 +47,7 @@ def test_v2_caps_go_under_the_daemons_delegated_cgroup(tmp_path):
     assert (run.parent / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
     assert (run / "memory.max").read_text() == str(64 << 20)
     assert (run / "pids.max").read_text() == "32"
-    assert (run / "cpu.max").read_text() == "150000 100000"
+    assert (run / "cpu.max").read_text() == "15000 10000"
 
 
 def test_v2_daemon_in_its_delegated_cgroup_moves_into_a_leaf_of_its_own(tmp_path,
@@ -110,8 +110,9 @@ def test_v1_caps_go_in_each_controllers_hierarchy(tmp_path):
     assert (root / "memory" / name / "run-3" / "memory.limit_in_bytes").read_text() == str(
         64 << 20)
     assert (root / "pids" / name / "run-3" / "pids.max").read_text() == "32"
-    assert (root / "cpu" / name / "run-3" / "cpu.cfs_quota_us").read_text() == "150000"
-    assert (root / "cpu" / name / "run-3" / "cpu.cfs_period_us").read_text() == "100000"
+    # 1.5 cores over a 10 ms period (see CPU_PERIOD_US)
+    assert (root / "cpu" / name / "run-3" / "cpu.cfs_quota_us").read_text() == "15000"
+    assert (root / "cpu" / name / "run-3" / "cpu.cfs_period_us").read_text() == "10000"
 
 
 def test_only_the_controllers_a_role_asks_for_are_used(tmp_path):
@@ -169,3 +170,14 @@ def test_stale_run_cgroups_are_removed_and_open_ones_kept(tmp_path):
     assert cgroups.release_stale(tmp_path / "data", keep={2}, where=host) == 1
     assert not stale.exists()
     assert cgroups.run_folders(tmp_path / "data", 2, host)
+
+
+def test_the_shim_copies_a_capped_agents_output_under_its_cpu_cap_alone(tmp_path):
+    root, host = v1_host(tmp_path)
+    group = cgroups.create(tmp_path / "data", 4, CAPS, host)
+    name = cgroups.group_name(tmp_path / "data")
+    # v1: the cpu cgroup only, never the memory one (a cap that kills must spare the shim)
+    assert group.copier_files == [str(root / "cpu" / name / "run-4" / "tasks")]
+    assert cgroups.create(tmp_path / "data", 5, Caps(memory=64 << 20), host).copier_files == []
+    _, v2 = v2_host(tmp_path / "v2")
+    assert cgroups.create(tmp_path / "data", 6, CAPS, v2).copier_files == []  # one cgroup
