@@ -6,7 +6,9 @@ database's folder, or after a disk fault met while starting, watching or settlin
 `check` at each pass, so the pause lifts by itself in the first pass that finds room again;
 a pause begun by a fault lifts once a probe write goes through, and not before a hold that
 doubles with each fault in a row, so a fault met where no probe reaches (an agent's workdir
-on another disk) cannot make the node claim and release in a loop.
+on another disk) cannot make the node claim and release in a loop. A fault the free-space
+readings explained (they found the disk short since) holds no longer than the shortage: once
+they find room, the probe is tried at once.
 
 The pause is on the node's record (`paused_at`, `paused_reason`), where `taskherd status`,
 `doctor` and the board read it from any process, and its start and end tell every role's
@@ -51,6 +53,7 @@ class DiskPause:
         self._hold_until = -math.inf
         self._faults_in_row = 0
         self._last_fault_at = -math.inf
+        self._fault_explained = False  # the readings found the disk short since the fault
         self._recorded: bool | None = None  # the store holds the pause (None: not known yet)
         self._unrecorded_said = False
         self._folders: tuple[DaemonConfig, list[Path]] | None = None
@@ -71,6 +74,8 @@ class DiskPause:
         fault met and not yet probed away. None when it has room."""
         floor = self.config_of().daemon.min_free_disk
         reason = faults.disk_short(self.space.readings(self.folders(), now), floor)
+        if reason is not None and self._fault is not None:
+            self._fault_explained = True
         if reason is None and self._fault is not None:
             reason = self._probed(now)
         return reason
@@ -99,6 +104,7 @@ class DiskPause:
         self._last_fault_at = now
         hold = min(FAULT_HOLD * 2 ** (self._faults_in_row - 1), FAULT_HOLD_CAP)
         self._hold_until = now + hold
+        self._fault_explained = False
         if self._fault is None:
             log.warning("node %s met a disk fault: %s; starting nothing new until a probe "
                         "write goes through", self.config_of().daemon.node, text)
@@ -119,7 +125,7 @@ class DiskPause:
         return replace(result, error=error, fault=fault)
 
     def _probed(self, now: float) -> str | None:
-        if now < self._hold_until:
+        if now < self._hold_until and not self._fault_explained:
             return self._fault
         said = probe(self.folders())
         if said is None:

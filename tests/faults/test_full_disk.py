@@ -73,6 +73,20 @@ def fill(path: Path, leave: int = 0) -> None:
         file.truncate(file.tell() - leave)
 
 
+def disk_filled(fleet: Fleet, flags: Path, fillers: list[str]) -> bool:
+    """An agent filled the disk, the node paused on it, and every filler that started has
+    finished filling. The first filler may fill the disk before the second is started: the
+    pause then keeps the second waiting, which is what a full disk must do."""
+    if not any((flags / f"full-{t}").exists() for t in fillers):
+        return False
+    if "dispatch pass: paused" not in fleet.daemon_log.read_text():
+        return False
+    return all((flags / f"full-{t}").exists()
+               or (not (flags / f"filled-{t}").exists()
+                   and fleet.store.get_task(t).state is TaskState.READY)
+               for t in fillers)
+
+
 def dispatch_passes(log: str) -> list[str]:
     return [line for line in log.splitlines() if "dispatch pass:" in line]
 
@@ -102,7 +116,7 @@ def test_agents_fill_the_disk_and_nothing_is_lost(tmp_path: Path, small_disk: Pa
     try:
         fillers = [fleet.add(f"fill {n}", prompt="fill the disk").id for n in (1, 2)]
         fleet.up()
-        fleet.wait_until(lambda: all((flags / f"full-{t}").exists() for t in fillers),
+        fleet.wait_until(lambda: disk_filled(fleet, flags, fillers),
                          what="the agents to fill the disk")
         ballast.unlink()  # the database can write again; the disk stays below its floor
         node = fleet.wait_until(

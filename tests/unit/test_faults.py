@@ -196,3 +196,17 @@ def test_a_fault_holds_the_node_until_a_probe_write_goes_through(node, tmp_path:
     pause.met(disk_error(errno.ENOSPC), NOW + 3)  # the third in a row: held 4 s
     assert pause.check(NOW + 6.9) is not None
     assert pause.check(NOW + 7.1) is None
+
+
+def test_a_fault_the_readings_explained_lifts_as_soon_as_they_find_room(node, tmp_path: Path):
+    """Faults in a row while the disk was full hold the node for seconds; once the readings
+    found the disk short, the shortage is the fault's cause: the first pass that finds room
+    again tries the probe, whatever is left of the hold."""
+    pause, disk = node.pause, node.disk
+    (tmp_path / "data" / "logs").mkdir(parents=True)
+    for n in range(4):  # the fourth in a row: held 8 s
+        pause.met(disk_error(errno.ENOSPC), NOW + n * 0.1)
+    disk.free = 0
+    assert pause.check(NOW + 1).startswith("0 B free at ")
+    disk.free = 600 * MIB
+    assert pause.check(NOW + 2) is None
