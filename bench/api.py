@@ -126,7 +126,7 @@ command = ["true"]
 def serve(config_path: str) -> None:
     """The API (its own process) and the agent socket (on this loop), as `taskherd up` runs
     them, without the services that would run the tasks."""
-    from taskherd.agent_door import AgentDoor
+    from taskherd.agent.door import AgentDoor
     from taskherd.api.process import ApiProcess
     from taskherd.config import load_config, make_private_dir
     from taskherd.ops import Queue

@@ -45,7 +45,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from taskherd import procs
+from taskherd.host import procs
 from taskherd.model import FINAL_STATES, NewTask
 from taskherd.store.events import listening
 from taskherd.store.sqlite import SQLiteStore

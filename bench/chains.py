@@ -34,9 +34,9 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 
-from taskherd.chains import FollowUp, Workflow
+from taskherd.policy.chains import FollowUp, Workflow
 from taskherd.model import EventKind, NewTask, Outcome, RunResult
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.store import open_store
 
 TARGET_P99 = 0.020
@@ -45,9 +45,9 @@ LEASE = 60.0
 
 SETTLER = """
 import json, sys, time
-from taskherd.chains import FollowUp, RoleFlow, Workflow
+from taskherd.policy.chains import FollowUp, RoleFlow, Workflow
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.store import open_store
 
 database, count, gap, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
@@ -74,13 +74,13 @@ with open(out, "w") as f:
 THROUGHPUT = """
 import gc, os, sys, time
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.store import open_store
 
 database, rounds, chained = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "chained"
 store = open_store(database, durability="normal")
 if chained:
-    from taskherd.chains import FollowUp, RoleFlow, Workflow
+    from taskherd.policy.chains import FollowUp, RoleFlow, Workflow
     store.workflow = Workflow({"bench": RoleFlow(chain=(FollowUp("done", "after {parent_id}"),))})
 store.enqueue_many([NewTask(role="bench", title=f"t{i}") for i in range(rounds)], 1.0)
 policy, result = RetryPolicy(), RunResult(Outcome.SUCCEEDED)

@@ -35,7 +35,7 @@ CYCLES = r"""
 import os, sys, tempfile
 sys.path.insert(0, sys.argv[1])
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.store.sqlite import SQLiteStore
 tasks, cycles = int(sys.argv[2]), int(sys.argv[3])
 folder = tempfile.mkdtemp()

@@ -60,7 +60,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from taskherd import procs
+from taskherd.host import procs
 from taskherd.model import NewTask, Outcome, TaskState
 from taskherd.store.events import listening
 from taskherd.store.sqlite import SQLiteStore

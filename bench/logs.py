@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from daemon import NOOP, Node, ms, percentile, printed_time, steady_noops  # bench/daemon.py
 
-from taskherd import procs
+from taskherd.host import procs
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 
 CAP = 64 << 20  # the default max_log_bytes
 RSS_GROWTH_MB = 50.0

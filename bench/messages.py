@@ -30,7 +30,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 
 from taskherd.model import NewTask
-from taskherd.prompt import PromptContext, build_prompt
+from taskherd.policy.prompt import PromptContext, build_prompt
 from taskherd.store.messages import InboxLimit, NewMessage
 from taskherd.store.sqlite import SQLiteStore
 

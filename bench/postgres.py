@@ -85,9 +85,9 @@ sys.path.insert(0, str(BENCH_DIR.parent))
 
 from queue import Empty  # the standard library's, now that bench/ is off the path
 
-from taskherd.limits import ClaimLimits, PoolLimit, RoleLimit
+from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.store import Store, open_store
 from tests.pg import PgServer, start_server, stop_server
 

@@ -34,8 +34,8 @@ from apscheduler.triggers.cron import CronTrigger as APSCronTrigger
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from taskherd import schedules
-from taskherd.schedules import CronTrigger
+from taskherd.policy import schedules
+from taskherd.policy.schedules import CronTrigger
 
 ZONES = [
     "UTC",

@@ -1,4 +1,4 @@
-"""Spawn latency: taskherd.procs.spawn (agent under the shim) vs bare Popen.
+"""Spawn latency: taskherd.host.procs.spawn (agent under the shim) vs bare Popen.
 
 Latency is measured from the call to the moment the agent runs: the agent is
 `date +%s.%N`, which prints its own start time into the log, and the bench
@@ -8,7 +8,7 @@ floor; the ratio shows what the shim costs.
 
 --concurrency spawns at a time, back to back (the next batch starts as soon as the last
 one exited), two ways: with shims forked by the fork server, as the daemon spawns them
-(`taskherd.forkserver`), and with cold-started shims, its fallback when no server is up.
+(`taskherd.host.forkserver`), and with cold-started shims, its fallback when no server is up.
 
     .venv/bin/python bench/spawn.py [--count 1000] [--concurrency 4] [--shim-flags=-I]
                                     [--max-log-bytes 0]
@@ -29,7 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from taskherd import forkserver, procs
+from taskherd.host import forkserver
+
+from taskherd.host import procs
 
 AGENT = ["date", "+%s.%N"]
 MAX_LOG_BYTES = 64 << 20  # a role's default; set by --max-log-bytes

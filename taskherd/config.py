@@ -18,8 +18,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 
-from taskherd.budgets import Budgets, Limits
-from taskherd.chains import (
+from taskherd.policy.budgets import Budgets, Limits
+from taskherd.policy.chains import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_REVIEWS,
     ChainError,
@@ -29,16 +29,16 @@ from taskherd.chains import (
     find_cycle,
     parse_chain,
 )
-from taskherd.durations import parse_duration
-from taskherd.gates import Gate, GateError, parse_gates
-from taskherd.limits import NODE, SCOPES
-from taskherd.pricing import Price
-from taskherd.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
-from taskherd.sandbox import MODES as ISOLATION_MODES
-from taskherd.sandbox import NETWORKS, IsolationSettings
-from taskherd.sizes import ACCEPTED as SIZE_ACCEPTED
-from taskherd.sizes import format_size, parse_size
-from taskherd.worktrees import MERGE_MODES, GitSettings
+from taskherd.policy.durations import parse_duration
+from taskherd.policy.gates import Gate, GateError, parse_gates
+from taskherd.policy.limits import NODE, SCOPES
+from taskherd.policy.pricing import Price
+from taskherd.policy.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
+from taskherd.host.sandbox import MODES as ISOLATION_MODES
+from taskherd.host.sandbox import NETWORKS, IsolationSettings
+from taskherd.policy.sizes import ACCEPTED as SIZE_ACCEPTED
+from taskherd.policy.sizes import format_size, parse_size
+from taskherd.host.worktrees import MERGE_MODES, GitSettings
 
 CONFIG_FILE = "taskherd.toml"
 CONFIG_ENV = "TASKHERD_CONFIG"
@@ -434,7 +434,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
         # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
-        from taskherd.jobs import JobError, parse_jobs
+        from taskherd.policy.jobs import JobError, parse_jobs
 
         try:
             parse_jobs(config)
@@ -757,7 +757,7 @@ def _parse_delivery(raw: Mapping[str, Any], problems: list[str]) -> DeliveryConf
 
 def _check_delivery(role: RoleConfig, where: str) -> None:
     from taskherd.store.delivery import ROLE_EVENTS
-    from taskherd.taskspec import ALIAS_NAME
+    from taskherd.policy.taskspec import ALIAS_NAME
 
     bad = [target for target in role.deliver_to if not ALIAS_NAME.match(target)]
     if bad:

@@ -20,8 +20,12 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING
 from pathlib import Path
 
-from taskherd import __version__, forkserver, procs
-from taskherd.agent_door import AgentDoor
+from taskherd import __version__
+
+from taskherd.host import forkserver
+
+from taskherd.host import procs
+from taskherd.agent.door import AgentDoor
 from taskherd.config import (
     Config,
     ConfigError,
@@ -30,7 +34,7 @@ from taskherd.config import (
     load_config,
     make_private_dir,
 )
-from taskherd.jobs import JobError
+from taskherd.policy.jobs import JobError
 from taskherd.model import LEASED_STATES, Event, EventKind, TaskState
 from taskherd.ops import Queue
 from taskherd.services.backups import Backups

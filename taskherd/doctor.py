@@ -17,7 +17,7 @@ from pathlib import Path
 
 from taskherd.config import Config, ConfigError, RoleConfig, load_config, make_private_dir
 from taskherd.runtimes.claude import CLAUDE_AUTH_ENV
-from taskherd.service import ENV_FILE
+from taskherd.host.service import ENV_FILE
 from taskherd.store import StoreError, advice, open_store, shown
 
 OK, WARN, PROBLEM = "ok", "warn", "problem"
@@ -108,7 +108,7 @@ def check_endpoints(config: Config) -> list[Check]:
             down = [c for c in store.all_cooldowns() if c.down_since is not None]
     except (StoreError, OSError):
         return []  # check_database said why
-    from taskherd.webhook_urls import redacted  # (a base_url may carry a key)
+    from taskherd.host.webhook_urls import redacted  # (a base_url may carry a key)
 
     urls = {role.runtime: redacted(role.base_url) for role in config.roles.values()
             if role.base_url}
@@ -202,7 +202,7 @@ def check_role(config: Config, role: RoleConfig) -> Check:
 def check_sandboxes(config: Config) -> list[Check]:
     """Each role that starts a program: in its sandbox (and whether this host can make it),
     or unconfined, named so."""
-    from taskherd import sandbox
+    from taskherd.host import sandbox
 
     checks, problem = [], None
     roles = [role for role in config.roles.values() if role_program(role) is not None]
@@ -245,7 +245,7 @@ def check_api(config: Config) -> Check | None:
 def check_caps(config: Config) -> Check:
     """Which of the memory, pids and cpu caps this host enforces for this daemon, and how;
     a problem only when a role asks for one it cannot."""
-    from taskherd import cgroups
+    from taskherd.host import cgroups
 
     where = cgroups.host()
     can = [name for name in cgroups.CONTROLLERS if name in where.bases]
@@ -320,7 +320,7 @@ def check_worktrees(config: Config, role: RoleConfig) -> Check:
     """The role's repository is a git repository with its base branch, and no worktree of
     taskherd's is left behind: one whose task is gone, merged or removed, or one git no
     longer knows although its folder is still there."""
-    from taskherd import worktrees
+    from taskherd.host import worktrees
 
     git = role.git
     what = f"role {role.name}: git {git.repo} ({git.base})"
@@ -378,10 +378,10 @@ def check_disk(config: Config, now: float | None = None) -> Check:
     (a disk fault met by a running daemon, which no statvfs may show: a quota)."""
     import time
 
-    from taskherd.diskspace import FreeSpace
-    from taskherd.faults import disk_short
+    from taskherd.host.diskspace import FreeSpace
+    from taskherd.policy.faults import disk_short
     from taskherd.services.disk_pause import node_folders
-    from taskherd.sizes import format_size
+    from taskherd.policy.sizes import format_size
 
     floor = config.daemon.min_free_disk
     now = time.time() if now is None else now

@@ -56,7 +56,7 @@ KILL_OUTCOMES = frozenset({Outcome.TIMED_OUT, Outcome.STALLED, Outcome.NEEDS_INP
 
 
 class Fault(enum.StrEnum):
-    """A failure that is the machine's, not the agent's (`taskherd/faults.py` says which):
+    """A failure that is the machine's, not the agent's (`taskherd/policy/faults.py` says which):
     no strike and no attempt; the node pauses, with the reason shown, until a probe passes."""
 
     DISK = "disk"  # the disk is full, over quota or read-only (ENOSPC, EDQUOT, EROFS)

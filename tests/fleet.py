@@ -20,7 +20,7 @@ from typing import Any
 from taskherd.config import load_config
 from taskherd.model import FINAL_STATES, Task
 from taskherd.store import open_store
-from taskherd.taskspec import new_task_from
+from taskherd.policy.taskspec import new_task_from
 
 PYTHON = sys.executable
 

@@ -32,7 +32,7 @@ from taskherd.store import JobNotFound, JobRefused, RunNotFound, StoreError, Tas
 from taskherd.store.errors import environment_fault
 from taskherd.store import Store, TransitionRefused
 from taskherd.store.tokens import ApiToken, TokenNotFound, TokenRefused
-from taskherd.timefmt import with_iso
+from taskherd.policy.timefmt import with_iso
 
 log = logging.getLogger("taskherd.api")
 
@@ -437,7 +437,7 @@ def jsonable(value: Any) -> Any:
 
 def json_response(data: Any, status: int = 200, zone: tzinfo | None = None) -> Response:
     """`data` as JSON; every time (unix seconds, as ever) with its ISO 8601 form beside it as
-    `<name>_iso`, in `zone` (the fleet's; taskherd.timefmt)."""
+    `<name>_iso`, in `zone` (the fleet's; taskherd.policy.timefmt)."""
     body = json.dumps(with_iso(jsonable(data), zone), separators=(",", ":"), allow_nan=False,
                       default=str)
     return Response(body, status_code=status, media_type="application/json")

@@ -37,7 +37,7 @@ from taskherd.api.app import (
 )
 from taskherd.api.events import event_stream, gather_seconds, gathered_stream, log_stream
 from taskherd.ops.tokens import READ
-from taskherd.timefmt import zone_named
+from taskherd.policy.timefmt import zone_named
 
 log = logging.getLogger("taskherd.api")
 
@@ -58,7 +58,7 @@ SECURITY_HEADERS = {
        "request) makes a repeated try make nothing twice", "AgentAnswer", body="AgentArgs",
        query={"request_id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}})
 def agent_op(call: Call) -> Any:
-    from taskherd.agent_door import perform
+    from taskherd.agent.door import perform
 
     assert call.caller.run is not None
     body = call.body if call.body is not None else {}

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskherd.api.app import ApiError
 from taskherd.model import Event
-from taskherd.timefmt import with_iso
+from taskherd.policy.timefmt import with_iso
 
 if TYPE_CHECKING:
     from taskherd.api.app import Api
@@ -145,7 +145,7 @@ def sse(event: str, data: Any, event_id: int | None = None) -> bytes:
 def encoded(event: Event, zone: tzinfo | None = None) -> bytes:
     """An event as its message, made once for every stream that sends it (twenty streams
     open: one JSON encoding, not twenty). `at` stays unix seconds; `at_iso` is beside it, in
-    `zone` (the fleet's; taskherd.timefmt)."""
+    `zone` (the fleet's; taskherd.policy.timefmt)."""
     return sse(event.kind.value, with_iso(json.loads(event.to_json()), zone))
 
 
@@ -218,7 +218,7 @@ def gather_seconds(text: str | None) -> float | None:
 async def log_stream(api: Api, run_id: int, lines: int) -> AsyncIterator[bytes]:
     """The last `lines` lines of a run's log, then what is appended, as `event: log`
     messages, until the run has ended and everything it wrote was sent (`event: end`)."""
-    from taskherd.logfile import LogCursor
+    from taskherd.host.logfile import LogCursor
     from taskherd.ops import logs as log_ops
     from taskherd.ops import runs as run_ops
 

@@ -14,13 +14,13 @@ import re
 from typing import Any
 
 from taskherd import __version__
-from taskherd.agent_door import OPS as AGENT_OPS
-from taskherd.jobs import JOB_KEYS
+from taskherd.agent.door import OPS as AGENT_OPS
+from taskherd.policy.jobs import JOB_KEYS
 from taskherd.model import Outcome, TaskState
 from taskherd.ops.jobs import CLEARABLE
 from taskherd.store.delivery import EVENTS
-from taskherd.taskspec import ALIAS_NAME, TITLE_LIMIT
-from taskherd.timefmt import is_time
+from taskherd.policy.taskspec import ALIAS_NAME, TITLE_LIMIT
+from taskherd.policy.timefmt import is_time
 
 NUM = {"type": "number"}
 INT = {"type": "integer"}

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from taskherd.costs import cost_text
+from taskherd.policy.costs import cost_text
 from taskherd.model import TaskState
 from taskherd.ops import Queue, tasks
 from taskherd.ops import board as board_ops
 from taskherd.ops import jobs as job_ops
 from taskherd.ops import runs as run_ops
 from taskherd.store.tokens import ApiToken
-from taskherd.timefmt import zone_named
+from taskherd.policy.timefmt import zone_named
 
 TITLES = {"/": "Board", "/dead": "Dead letters", "/review": "Needs review",
           "/blocked": "Blocked", "/jobs": "Jobs", "/cooldowns": "Cooldowns", "/cost": "Cost"}

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from taskherd import agent_door
+from taskherd.agent import door as agent_door
 from taskherd.cli.common import EXIT_BAD_INPUT, EXIT_REFUSED
 
 
@@ -60,7 +60,7 @@ _report("block", "Report that this task needs a human; it settles when the agent
 def mcp_command() -> None:
     """Serve this agent's run as MCP tools over stdio (started inside a run, e.g. by Claude
     Code through --mcp-config)."""
-    from taskherd.mcp_server import McpUnavailable, serve
+    from taskherd.agent.mcp import McpUnavailable, serve
 
     try:
         serve()

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from taskherd.cli.common import format_time, json_option, now, print_json, print_table, queue_for
-from taskherd.costs import cost_text
+from taskherd.policy.costs import cost_text
 from taskherd.ops import registry
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from taskherd.timefmt import is_time, iso_time
+from taskherd.policy.timefmt import is_time, iso_time
 
 # The config, the store and their drivers are imported where used, not here: an agent's
 # `taskherd heartbeat` runs many times a run and should cost little more than Python's start.
@@ -150,7 +150,7 @@ def since_moment(text: str | None, started: float) -> float | None:
     """A `--since` duration ('7d') as the moment that long before `started`."""
     if text is None:
         return None
-    from taskherd.durations import parse_duration
+    from taskherd.policy.durations import parse_duration
 
     try:
         return started - parse_duration(text, field="--since")
@@ -163,7 +163,7 @@ def now() -> float:
     return time.time()
 
 
-# Fields that hold a moment (unix seconds in the store, taskherd.timefmt): JSON shows them as
+# Fields that hold a moment (unix seconds in the store, taskherd.policy.timefmt): JSON shows them as
 # ISO 8601 with the offset, which every language parses and a person reads; `<name>_epoch`
 # keeps the number.
 MONEY_DIGITS = 5  # dollars to a thousandth of a cent: per-call costs are fractions of a cent
@@ -211,6 +211,6 @@ def liveness_words(liveness: dict[str, Any]) -> str:
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A plain aligned table (shared with the demo, so it lives in views; imported here when
     used, as views loads the process layer an agent's `taskherd done` does not need)."""
-    from taskherd.views import print_table as table
+    from taskherd.ops.views import print_table as table
 
     table(headers, rows)

@@ -70,7 +70,7 @@ def _read(name: str) -> tuple[str, bytes]:
 
 
 def _print_plan(plan: Any, moment: float, applied: bool) -> None:
-    from taskherd import tomlout
+    from taskherd.cli import tomlout
     from taskherd.ops.imports import job_view
 
     out: list[str] = ["# Roles and jobs imported from " + plan.source
@@ -129,7 +129,7 @@ def _source_lines(view: dict[str, Any]) -> list[str]:
 @click.pass_context
 def export_command(ctx: click.Context, fmt: str) -> None:
     """Every job, and the roles they use, as TOML for taskherd.toml (or JSON)."""
-    from taskherd import tomlout
+    from taskherd.cli import tomlout
     from taskherd.ops import imports
 
     with queue_for(ctx) as queue:
@@ -147,7 +147,7 @@ def export_command(ctx: click.Context, fmt: str) -> None:
 
 def _nested(path: str, table: dict[str, Any]) -> list[str]:
     """A table, its sub-tables as [path.sub] sections after its own keys."""
-    from taskherd import tomlout
+    from taskherd.cli import tomlout
 
     plain = {k: v for k, v in table.items() if not isinstance(v, dict)}
     lines = tomlout.table(f"[{path}]", plain)

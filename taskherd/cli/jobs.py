@@ -29,12 +29,12 @@ from taskherd.cli.common import (
     store_for,
 )
 from taskherd.config import ConfigError, load_config
-from taskherd.jobs import (
+from taskherd.policy.jobs import (
     describe_trigger,
     trigger_of,
 )
 from taskherd.ops import jobs as job_ops
-from taskherd.schedules import ScheduleError, next_fires, parse_trigger
+from taskherd.policy.schedules import ScheduleError, next_fires, parse_trigger
 from taskherd.store import Store
 from taskherd.store.jobs import Job, JobNotFound, JobRefused
 

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 import click
 
 from taskherd.cli.common import BadInput, Refused, for_json, json_option
-from taskherd.logfile import Chunk, LogCursor, tail
+from taskherd.host.logfile import Chunk, LogCursor, tail
 from taskherd.model import Run
 from taskherd.ops.logs import tail as _tail
 from taskherd.runtimes.claude_render import StreamRenderer, looks_like_stream_json, render_text

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from taskherd import agent_door
+from taskherd.agent import door as agent_door
 from taskherd.cli.agent import call_door
 from taskherd.cli.common import (
     BadInput,

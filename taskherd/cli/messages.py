@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from taskherd import agent_door
+from taskherd.agent import door as agent_door
 from taskherd.cli.agent import call_door
 from taskherd.cli.common import (
     BadInput,
@@ -161,7 +161,7 @@ def unread_command(ctx: click.Context, recipient: str, as_json: bool) -> None:
 def _duration(text: str | None) -> float | None:
     if text is None:
         return None
-    from taskherd.durations import parse_duration
+    from taskherd.policy.durations import parse_duration
 
     try:
         return parse_duration(text, field="--ttl")

@@ -18,9 +18,9 @@ from taskherd.cli.common import (
     store_for,
 )
 from taskherd.cli.logs import check_log_options, log_options, show_log
-from taskherd.costs import cost_text
-from taskherd.durations import parse_duration
-from taskherd.liveness import last_activity
+from taskherd.policy.costs import cost_text
+from taskherd.policy.durations import parse_duration
+from taskherd.policy.liveness import last_activity
 from taskherd.model import Run
 from taskherd.ops import runs as run_ops
 

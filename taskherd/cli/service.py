@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import click
 
-from taskherd import service
+from taskherd.host import service
 from taskherd.cli.common import BadInput, Refused, get_config
 from taskherd.daemon import NodeLock
 from taskherd.store import shown

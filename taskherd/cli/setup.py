@@ -11,7 +11,7 @@ import click
 
 from taskherd.cli.common import BadInput
 from taskherd.config import CONFIG_FILE
-from taskherd.walltime import local_timezone
+from taskherd.policy.walltime import local_timezone
 
 STARTER = """\
 # taskherd configuration. Durations read as "90s", "10m", "1h". The main settings, each with

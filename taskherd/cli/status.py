@@ -18,8 +18,8 @@ from taskherd.cli.common import (
     queue_for,
     store_for,
 )
-from taskherd.costs import cost_text
-from taskherd.durations import parse_duration
+from taskherd.policy.costs import cost_text
+from taskherd.policy.durations import parse_duration
 from taskherd.model import TaskState
 from taskherd.ops.board import node_rows, status_board
 
@@ -129,7 +129,7 @@ def _watch(ctx: click.Context, as_json: bool, interval: str) -> None:
         raise BadInput(str(error)) from error
     if seconds <= 0:
         raise BadInput(f"--interval {interval!r}: must be more than 0")
-    from taskherd.views import Screen, board_lines, read_board
+    from taskherd.ops.views import Screen, board_lines, read_board
 
     screen = Screen(sys.stdout.isatty())
     started = time.monotonic()

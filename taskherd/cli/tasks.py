@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from taskherd import agent_door
+from taskherd.agent import door as agent_door
 from taskherd.cli.agent import call_door
 from taskherd.cli.common import (
     BadInput,
@@ -24,7 +24,7 @@ from taskherd.cli.common import (
     store_for,
 )
 from taskherd.cli.logs import check_log_options, log_options, show_log
-from taskherd.durations import parse_duration
+from taskherd.policy.durations import parse_duration
 from taskherd.model import Run, Task, TaskState
 from taskherd.ops import board as board_ops
 from taskherd.ops import runs as run_ops

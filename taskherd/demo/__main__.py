@@ -19,15 +19,15 @@ from pathlib import Path
 from string import Template
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from taskherd import procs
+from taskherd.host import procs
 from taskherd.config import DEFAULT_PATH, Config, load_config
 from taskherd.daemon import NodeLock
 from taskherd.model import FINAL_STATES, TaskState
 from taskherd.ops import Queue
 from taskherd.ops.tasks import add_task
-from taskherd.service import taskherd_argv
+from taskherd.host.service import taskherd_argv
 from taskherd.store import Store, open_store
-from taskherd.views import (
+from taskherd.ops.views import (
     HISTORY_HEADERS,
     Screen,
     board_lines,
@@ -35,7 +35,7 @@ from taskherd.views import (
     print_table,
     read_board,
 )
-from taskherd.walltime import local_timezone
+from taskherd.policy.walltime import local_timezone
 
 HERE = Path(__file__).resolve().parent
 DEADLINE = 90.0  # seconds to settle; with start and stop the demo stays under 2 minutes

@@ -26,7 +26,7 @@ from taskherd.importers.model import (
     job_name,
     role_name,
 )
-from taskherd.schedules import ScheduleError, parse_zone
+from taskherd.policy.schedules import ScheduleError, parse_zone
 
 _VARIABLE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)")
 _ZONE_VARIABLES = ("CRON_TZ", "TZ")

@@ -42,8 +42,8 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-from taskherd.schedules import CRON_ALIASES, Trigger, next_fires
-from taskherd.walltime import gap_end
+from taskherd.policy.schedules import CRON_ALIASES, Trigger, next_fires
+from taskherd.policy.walltime import gap_end
 
 _STEP = timedelta(hours=6)  # no zone changes its offset twice within 6 hours
 _AROUND = timedelta(hours=3)  # a DST change moves a fire by at most this much

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taskherd.importers.fires import SourceRule
-from taskherd.schedules import ScheduleError, Trigger, parse_trigger
+from taskherd.policy.schedules import ScheduleError, Trigger, parse_trigger
 
 TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual", "timezone", "dst_gap")
 

@@ -26,7 +26,7 @@ from taskherd.store.errors import (
     max_spawn_reached,
 )
 from taskherd.store.requests import RequestKey
-from taskherd.taskspec import TaskSpecError, new_task_from
+from taskherd.policy.taskspec import TaskSpecError, new_task_from
 
 VERDICTS = ("done", "fail", "block")
 MAX_NOTE = 10_000  # a progress note or summary is a line or a paragraph, not a log
@@ -156,7 +156,7 @@ def review(queue: Queue, run: Run, now: float, verdict: str, reason: str | None 
     reason = _note("reason", reason)
     if verdict == "reject" and not (reason and reason.strip()):
         raise BadInput("a rejection needs --reason: it is what the next attempt is told")
-    from taskherd.chains import review_of
+    from taskherd.policy.chains import review_of
 
     review_task = queue.store.get_task(run.task_id)
     reviewed = review_of(review_task)

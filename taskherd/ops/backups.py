@@ -27,7 +27,7 @@ from taskherd.backups.restore import (
 from taskherd.backups.state import read_state
 from taskherd.backups.targets import BackupError, DamagedBackup, Target, open_target
 from taskherd.config import Config
-from taskherd.durations import parse_duration
+from taskherd.policy.durations import parse_duration
 from taskherd.ops import BadInput
 from taskherd.store import Store
 from taskherd.store.urls import is_postgres_url

@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from taskherd import waits
-from taskherd.budgets import COOLDOWN_PREFIX
-from taskherd.costs import known_cost
+from taskherd.policy import waits
+from taskherd.policy.budgets import COOLDOWN_PREFIX
+from taskherd.policy.costs import known_cost
 from taskherd.model import Priority, Run, Task, TaskState
 from taskherd.ops import Queue
 from taskherd.store import StoreError
@@ -134,7 +134,7 @@ def running_agents(queue: Queue, now: float, limit: int = BOARD_ROWS
     """The agents running now, the longest-running first, at most `limit` of them: their
     task, how long they have run, their last line; and how many run in all."""
     from taskherd.ops.logs import served_path
-    from taskherd.views import last_line
+    from taskherd.ops.views import last_line
 
     runs = queue.store.open_runs()
     rows = []
@@ -151,7 +151,7 @@ def running_agents(queue: Queue, now: float, limit: int = BOARD_ROWS
 
 
 def p0_waits(queue: Queue, now: float, limit: int = BOARD_ROWS) -> list[dict[str, Any]]:
-    """P0 tasks not yet running, each with why it waits (taskherd/waits.py): the ready ones in
+    """P0 tasks not yet running, each with why it waits (taskherd/policy/waits.py): the ready ones in
     claim order, then those pending approval, at most `limit` of each (both read through
     indexes)."""
     waiting = queue.store.waiting_at_priority(Priority.P0, limit=limit)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from taskherd import budgets
+from taskherd.policy import budgets
 from taskherd.config import Config
 from taskherd.model import Cooldown
 from taskherd.runtimes.ratelimit import reading_zone

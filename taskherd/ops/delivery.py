@@ -13,7 +13,7 @@ from typing import Any
 from taskherd.ops import BadInput, Queue
 from taskherd.store import StoreError
 from taskherd.store.delivery import CHANNELS, FORMATS, Alias, Delivery
-from taskherd.webhook_urls import RefusedTarget, check_url, redacted
+from taskherd.host.webhook_urls import RefusedTarget, check_url, redacted
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 STATES = ("pending", "sent", "failed")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from taskherd.job_chains import AFTER, JobChainError, check_links, link_table, parent_of
-from taskherd.jobs import JobError, parse_job, parse_jobs, trigger_of
+from taskherd.policy.job_chains import AFTER, JobChainError, check_links, link_table, parent_of
+from taskherd.policy.jobs import JobError, parse_job, parse_jobs, trigger_of
 from taskherd.ops import BadInput, Queue
 from taskherd.services.scheduler import schedule_start
 from taskherd.store.jobs import Job, JobDefinition, JobNotFound, JobRefused
@@ -239,7 +239,7 @@ def next_fire_times(queue: Queue, name: str, now: float, count: int = 5) -> list
     """When the job would fire next (unix seconds), `count` times at most."""
     from datetime import UTC, datetime
 
-    from taskherd.schedules import next_fires
+    from taskherd.policy.schedules import next_fires
 
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1000:
         raise BadInput(f"count = {count!r}: expected a whole number from 1 to 1000")

@@ -12,7 +12,7 @@ import os
 import stat
 from typing import BinaryIO
 
-from taskherd import logfile
+from taskherd.host import logfile
 from taskherd.model import Run
 from taskherd.ops import Queue
 from taskherd.store import StoreError
@@ -52,6 +52,6 @@ def served_path(queue: Queue, path: str) -> str | None:
 
 
 def tail(log_file: BinaryIO, lines: int) -> bytes:
-    """The last `lines` lines, read from a bounded window at the end (`taskherd.logfile.tail`:
+    """The last `lines` lines, read from a bounded window at the end (`taskherd.host.logfile.tail`:
     a long line is cut, with a marker); the file is left at its end, where a follow goes on."""
     return logfile.tail(log_file, lines)

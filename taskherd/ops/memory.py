@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from taskherd import memory_file
+from taskherd.policy import memory_file
 from taskherd.config import Config, make_private_dir
 from taskherd.ops import BadInput, Queue
 from taskherd.ops.agent import made_before
@@ -72,7 +72,7 @@ def search(queue: Queue, scope: str, text: object, *, limit: int = 5) -> list[Me
     if settings is None:
         return queue.store.search_memories(scope, words, limit)
     by_text = queue.store.search_memories(scope, words, CANDIDATES)
-    from taskherd.embeddings import EmbeddingsUnavailable
+    from taskherd.host.embeddings import EmbeddingsUnavailable
 
     try:
         by_meaning = _nearest(queue, scope, text, CANDIDATES)
@@ -139,7 +139,7 @@ def _store(queue: Queue, batch: list[NewMemory], now: float,
     kept without them (full-text search still finds them): memory is never dropped for it."""
     settings = queue.config.memory.embeddings
     if settings is not None:
-        from taskherd.embeddings import EmbeddingsUnavailable, embed
+        from taskherd.host.embeddings import EmbeddingsUnavailable, embed
 
         try:
             vectors = embed(settings, [new.text for new in batch])
@@ -152,7 +152,7 @@ def _store(queue: Queue, batch: list[NewMemory], now: float,
 
 
 def _nearest(queue: Queue, scope: str, text: str, count: int) -> list[int]:
-    from taskherd.embeddings import embed, similarity, unit
+    from taskherd.host.embeddings import embed, similarity, unit
 
     settings = queue.config.memory.embeddings
     assert settings is not None

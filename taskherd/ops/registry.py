@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from taskherd.costs import known_cost
+from taskherd.policy.costs import known_cost
 from taskherd.model import ANY_ROLE, EVERYONE, PERSON, TASK_ADDRESS
 from taskherd.ops import BadInput, Queue
 from taskherd.ops.board import midnight

@@ -6,8 +6,8 @@ from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from taskherd.costs import known_cost
-from taskherd.liveness import next_threshold, node_down_reason, stale_reason, verdict_text
+from taskherd.policy.costs import known_cost
+from taskherd.policy.liveness import next_threshold, node_down_reason, stale_reason, verdict_text
 from taskherd.model import Run
 from taskherd.ops import BadInput, Queue
 
@@ -51,7 +51,7 @@ def liveness(queue: Queue, run: Run, now: float) -> dict[str, Any] | None:
 def cost(queue: Queue, by: str, since: float | None, now: float) -> list[dict[str, Any]]:
     """Runs, cost and tokens summed by the database per role or per day (days of the fleet's
     zone, else the machine's) for the runs started since `since` (all when None). The runs of
-    unknown cost are counted apart (`unpriced_runs`), never as $0 (see taskherd.costs)."""
+    unknown cost are counted apart (`unpriced_runs`), never as $0 (see taskherd.policy.costs)."""
     if by not in COST_KEYS:
         raise BadInput(f"by = {by!r}: expected one of {', '.join(COST_KEYS)}")
     store = queue.store

@@ -6,12 +6,12 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from taskherd import procs
-from taskherd.costs import is_unpriced
+from taskherd.host import procs
+from taskherd.policy.costs import is_unpriced
 from taskherd.model import NewTask, Run, Task, TaskState
 from taskherd.ops import BadInput, Queue
 from taskherd.store import Enqueued, StoreError, TransitionRefused
-from taskherd.taskspec import TaskSpecError, new_task_from
+from taskherd.policy.taskspec import TaskSpecError, new_task_from
 
 STATE_NAMES = tuple(state.value for state in TaskState)
 
@@ -255,7 +255,7 @@ def page_tasks(queue: Queue, *, state: str | TaskState | None = None, role: str 
 
 def task_with_runs(queue: Queue, task_id: int) -> dict[str, Any]:
     """A task and its runs, oldest first, with what they cost together: the known dollars
-    (None if no run was priced) and the runs of unknown cost (taskherd.costs)."""
+    (None if no run was priced) and the runs of unknown cost (taskherd.policy.costs)."""
     task = queue.store.get_task(task_id)
     runs = queue.store.runs_of_task(task_id)
     costs = [run.cost_usd for run in runs if run.cost_usd is not None]

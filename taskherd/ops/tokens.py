@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from taskherd.durations import DurationError, parse_duration
+from taskherd.policy.durations import DurationError, parse_duration
 from taskherd.model import Run
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops

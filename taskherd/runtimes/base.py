@@ -17,12 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from taskherd import procs
+from taskherd.host import procs
 from taskherd.config import RoleConfig
-from taskherd.loops import RepeatedLines
+from taskherd.policy.loops import RepeatedLines
 from taskherd.model import Outcome, Run, RunResult, Task
-from taskherd.procs import ExitStatus
-from taskherd.prompt import PromptContext, build_prompt
+from taskherd.host.procs import ExitStatus
+from taskherd.policy.prompt import PromptContext, build_prompt
 from taskherd.runtimes.ratelimit import (
     RateLimitSignal,
     detect_rate_limit,
@@ -30,7 +30,7 @@ from taskherd.runtimes.ratelimit import (
     reading_zone,
 )
 from taskherd.runtimes.sessions import shown, valid_session_id
-from taskherd.sandbox import Confinement
+from taskherd.host.sandbox import Confinement
 
 log = logging.getLogger("taskherd.supervisor")
 TASK_COMPLETE = re.compile(r"^\s*TASK_COMPLETE:\s*(?P<summary>.*?)\s*$")
@@ -63,7 +63,7 @@ class AgentEnv:
     resume_session: str | None = None
     # What the prompt builder adds to the task's prompt: delivered messages, role memory.
     context: PromptContext = PromptContext()
-    # Its role's sandbox and caps (see taskherd.sandbox); None: unconfined.
+    # Its role's sandbox and caps (see taskherd.host.sandbox); None: unconfined.
     confinement: Confinement | None = None
 
 

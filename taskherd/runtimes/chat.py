@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 
 from taskherd.config import RoleConfig
-from taskherd.faults import endpoint_fault
+from taskherd.policy.faults import endpoint_fault
 from taskherd.model import Outcome, Run, RunResult, Task
-from taskherd.procs import ExitStatus
-from taskherd.prompt import build_prompt
+from taskherd.host.procs import ExitStatus
+from taskherd.policy.prompt import build_prompt
 from taskherd.runtimes.base import AgentEnv, OutputReader, RunFiles, Runtime, failure
 from taskherd.runtimes.ratelimit import (
     RateLimitSignal,

@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from taskherd.config import RoleConfig
-from taskherd.loops import RepeatedCalls
+from taskherd.policy.loops import RepeatedCalls
 from taskherd.model import Outcome, Run, RunResult, Task
-from taskherd.procs import ExitStatus
+from taskherd.host.procs import ExitStatus
 from taskherd.runtimes.base import CommandLineRuntime, Launch, OutputReader, RunFiles
 from taskherd.runtimes.claude_stream import (
     ClaudeEvent,

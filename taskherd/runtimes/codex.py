@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from taskherd.config import RoleConfig
 from taskherd.model import Outcome, Run, RunResult, Task
-from taskherd.procs import ExitStatus
+from taskherd.host.procs import ExitStatus
 from taskherd.runtimes.base import CommandLineRuntime, Launch, OutputReader, RunFiles, failure
 from taskherd.runtimes.codex_stream import CodexStreamReader, CodexStreamState
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset, reading_zone

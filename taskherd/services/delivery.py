@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from taskherd.config import DeliveryConfig
-from taskherd.delivery import DeliveryFailed, direct_client, send
+from taskherd.host.senders import DeliveryFailed, direct_client, send
 from taskherd.store import Store
 from taskherd.store.delivery import Delivery
-from taskherd.webhook_urls import redact_in
+from taskherd.host.webhook_urls import redact_in
 
 log = logging.getLogger("taskherd.delivery")
 

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from taskherd import faults
-from taskherd.budgets import FLEET
+from taskherd.policy import faults
+from taskherd.policy.budgets import FLEET
 from taskherd.config import Config, DaemonConfig
-from taskherd.diskspace import FreeSpace, probe
+from taskherd.host.diskspace import FreeSpace, probe
 from taskherd.model import RunResult
 from taskherd.store import Store, StoreError
 from taskherd.store.delivery import NODE_PAUSED, NODE_RESUMED

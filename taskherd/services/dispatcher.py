@@ -4,7 +4,7 @@ Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools
 cooldowns, and budgets (a role, or the fleet, whose next run would spend past a limit waits
 for the period to reset). The store picks the task (P0 first, FIFO within a priority) and
 checks the role's and pools' limits and its budgets across every node in the claim's
-transaction (taskherd/limits.py); the dispatcher says which roles this node may run (its
+transaction (taskherd/policy/limits.py); the dispatcher says which roles this node may run (its
 tags) and skips at once those its own runs already fill, and learns from the store why the
 others were passed by.
 
@@ -19,10 +19,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taskherd import waits
-from taskherd.budgets import COOLDOWN_PREFIX
+from taskherd.policy import waits
+from taskherd.policy.budgets import COOLDOWN_PREFIX
 from taskherd.config import Config, RoleConfig
-from taskherd.limits import ClaimLimits, Refusal
+from taskherd.policy.limits import ClaimLimits, Refusal
 from taskherd.model import Cooldown, Priority, TaskState
 from taskherd.services.disk_pause import DiskPause
 from taskherd.services.live_runs import LiveRuns
@@ -205,7 +205,7 @@ class Dispatcher:
         return Room(slots, tuple(open_roles), tuple(sorted(counts.full_pools)), blocked_by)
 
     def _counts(self, cooled: dict[str, str]) -> waits.Counts:
-        """What this node counts for why a role or task waits (taskherd/waits.py): its own
+        """What this node counts for why a role or task waits (taskherd/policy/waits.py): its own
         runs, and what the store's claims refused on the last pass (they counted every node's
         runs): a role full on other nodes is not tried again this pass."""
         pool_use = self.live.pools_in_use()

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from taskherd import procs
+from taskherd.host import procs
 from taskherd.config import RoleConfig
-from taskherd.gates import Gate, failure_text
+from taskherd.policy.gates import Gate, failure_text
 from taskherd.model import GateCheck, Outcome, Run, RunResult
-from taskherd.sandbox import Confinement, SandboxUnavailable
+from taskherd.host.sandbox import Confinement, SandboxUnavailable
 from taskherd.store import Store, StoreError
 
 log = logging.getLogger("taskherd.gates")

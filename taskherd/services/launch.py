@@ -15,18 +15,18 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from taskherd import cgroups
-from taskherd.agent_door import SOCKET_NAME, door_dir
+from taskherd.host import cgroups
+from taskherd.agent.door import SOCKET_NAME, door_dir
 from taskherd.config import Config, RoleConfig
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
 from taskherd.ops import Queue
 from taskherd.ops import memory as memory_ops
-from taskherd.prompt import PromptContext
+from taskherd.policy.prompt import PromptContext
 from taskherd.runtimes.base import AgentEnv, CommandLineRuntime, Execution, RunFiles, Runtime
 from taskherd.runtimes.sessions import shown, valid_session_id
-from taskherd.sandbox import AgentBox, Bubblewrap, Confinement, SandboxUnavailable, within
-from taskherd.service import ENV_FILE
-from taskherd.sizes import format_size
+from taskherd.host.sandbox import AgentBox, Bubblewrap, Confinement, SandboxUnavailable, within
+from taskherd.host.service import ENV_FILE
+from taskherd.policy.sizes import format_size
 from taskherd.store import Store, StoreError
 from taskherd.store.events import socket_dir
 
@@ -61,7 +61,7 @@ class Launch:
 
     def made_worktree(self, role: RoleConfig, task: Task) -> Path | None:
         """The task's worktree if an earlier run made it, told without git (on the loop)."""
-        from taskherd import worktrees
+        from taskherd.host import worktrees
 
         assert role.git is not None
         return worktrees.made_worktree(role.git.repo, task.id, self.worktree_root)
@@ -71,7 +71,7 @@ class Launch:
         merge_timeout: `git worktree add` runs the repository's post-checkout hook, and one
         that hangs is stopped with its process group (GitTimeout). Blocking: called off the
         loop. A git an earlier daemon left working for the task is stopped first."""
-        from taskherd import worktrees
+        from taskherd.host import worktrees
 
         git = role.git
         assert git is not None
@@ -85,7 +85,7 @@ class Launch:
     def in_worktree(self, role: RoleConfig, task: Task, path: Path, now: float) -> RoleConfig:
         """The role as it runs this task: in the task's worktree `path`, recorded (for its
         merge and its removal)."""
-        from taskherd import worktrees
+        from taskherd.host import worktrees
 
         git = role.git
         assert git is not None
@@ -99,7 +99,7 @@ class Launch:
         the task's branch, where a reviewer sees it and the next attempt continues from it."""
         if role.git is None:
             return
-        from taskherd import worktrees
+        from taskherd.host import worktrees
 
         # From the task's id, not the role's workdir: a run adopted after a restart has the
         # role as configured, whose workdir is not the worktree.
@@ -218,7 +218,7 @@ class Launch:
 
     def box(self, role: RoleConfig, run_files: tuple[Path, ...],
             memory_file: str | None) -> AgentBox:
-        """The sandbox of one run of `role` (see taskherd.sandbox): what it may write, what it
+        """The sandbox of one run of `role` (see taskherd.host.sandbox): what it may write, what it
         must not see, and its own door and files."""
         assert role.isolation is not None
         config, data_dir = self.config, self.config.daemon.data_dir.resolve()

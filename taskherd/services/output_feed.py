@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskherd.logfile import LogCursor
+from taskherd.host.logfile import LogCursor
 
 READ_BYTES_PER_SECOND = 1 << 20
 READ_LINES_PER_SECOND = 1000  # about 3 ms of a reader's time

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from taskherd.config import Config
 from taskherd.model import NewTask, Priority
-from taskherd.prompt import planner_prompt
+from taskherd.policy.prompt import planner_prompt
 from taskherd.store import Store
 
 log = logging.getLogger("taskherd.planner")

@@ -96,7 +96,7 @@ class Preparations:
         """Stop the git of a preparation (its task was cancelled): its thread ends with a
         GitError, and `then` finds the task cancelled. Stopping waits up to the stop's grace,
         so it is done in a thread too."""
-        from taskherd import worktrees
+        from taskherd.host import worktrees
 
         preparation = self._under_way.get(run_id)
         if preparation is not None:
@@ -106,7 +106,7 @@ class Preparations:
     async def stop_all(self) -> list[Preparation]:
         """On daemon stop: the preparations are given up and their git stopped (a hook
         left hanging would outlive the daemon); returned for their runs to be settled."""
-        from taskherd import worktrees
+        from taskherd.host import worktrees
 
         stopped = list(self._under_way.values())
         for preparation in stopped:

@@ -26,9 +26,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from taskherd.config import Config, ConfigError
-from taskherd.jobs import JobSpec, parse_jobs, pick_variant, task_for_fire, trigger_of
+from taskherd.policy.jobs import JobSpec, parse_jobs, pick_variant, task_for_fire, trigger_of
 from taskherd.model import FireStatus, OverlapPolicy
-from taskherd.schedules import MissedFire, ScheduleError, Trigger, due_fires
+from taskherd.policy.schedules import MissedFire, ScheduleError, Trigger, due_fires
 from taskherd.store import Store
 from taskherd.store.jobs import (
     FireClaim,
@@ -38,7 +38,7 @@ from taskherd.store.jobs import (
     PlannedFire,
     wake_time,
 )
-from taskherd.taskspec import TaskSpecError
+from taskherd.policy.taskspec import TaskSpecError
 
 log = logging.getLogger("taskherd.scheduler")
 

@@ -31,10 +31,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from taskherd import faults, procs
+from taskherd.policy import faults
+
+from taskherd.host import procs
 from taskherd.config import Config, RoleConfig, make_private_dir
-from taskherd.gates import Gate
-from taskherd.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD, WAITING_LOOK
+from taskherd.policy.gates import Gate
+from taskherd.policy.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD, WAITING_LOOK
 from taskherd.model import (
     FINAL_STATES,
     LEASED_STATES,
@@ -48,11 +50,11 @@ from taskherd.model import (
     RunResult,
     Task,
 )
-from taskherd.questions import question_in
+from taskherd.policy.questions import question_in
 from taskherd.runtimes.base import Execution, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
 from taskherd.runtimes.registry import runtime_for
-from taskherd.sandbox import SandboxUnavailable
+from taskherd.host.sandbox import SandboxUnavailable
 from taskherd.services.disk_pause import DiskPause
 from taskherd.services.gates import GateRunner
 from taskherd.services.launch import Launch, agent_path, create_private
@@ -61,10 +63,10 @@ from taskherd.services.output_feed import READ_BYTES_PER_SECOND, OutputFeed
 from taskherd.services.pauses import RuntimePauses
 from taskherd.services.preparations import Preparation, Preparations
 from taskherd.services.settles import PendingSettles
-from taskherd.sizes import format_size
+from taskherd.policy.sizes import format_size
 from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.store.watch import VerdictChange
-from taskherd.worktrees import GitTimeout
+from taskherd.host.worktrees import GitTimeout
 
 log = logging.getLogger("taskherd.supervisor")
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
@@ -215,7 +217,7 @@ class Supervisor:
         """Make the task's worktree in a thread and spawn the run when it is ready: `git
         worktree add` runs the repository's post-checkout hook, which may take minutes (up to
         merge_timeout), while the loop goes on dispatching and watching every other run."""
-        from taskherd import worktrees
+        from taskherd.host import worktrees
 
         preparation = Preparation(
             claim, role, frozenset(p for p in (role.pool, claim.task.pool) if p), probe,

@@ -31,7 +31,7 @@ from taskherd.config import Config
 from taskherd.model import Task
 from taskherd.store import Store, StoreError
 from taskherd.store.sql_worktrees import WorktreeRecord
-from taskherd.worktrees import GitSettings
+from taskherd.host.worktrees import GitSettings
 
 log = logging.getLogger("taskherd.worktrees")
 
@@ -145,7 +145,7 @@ class Merger:
                    git: GitSettings) -> tuple[str | None, tuple[str, ...], str | None]:
         """Commit the worktree's leftovers and merge the branch, within the role's limit:
         the base's new commit, the conflicting files, and why the task must be blocked."""
-        from taskherd import worktrees
+        from taskherd.host import worktrees
 
         running = worktrees.running_record(self.config.daemon.data_dir / "worktrees", task.id)
         if worktrees.stop_left_running(running):
@@ -188,7 +188,7 @@ class WorktreeJanitor:
         counts = {"removed": 0, "failed": 0}
         if not any(role.git for role in self.config.roles.values()):
             return counts
-        from taskherd import worktrees
+        from taskherd.host import worktrees
 
         keep = min(role.git.keep for role in self.config.roles.values() if role.git)
         for record in self.store.worktrees_to_remove(now - keep):

@@ -21,7 +21,7 @@ from taskherd.store.base import (
 from taskherd.store.errors import StoreDiskFull
 
 if TYPE_CHECKING:
-    from taskherd.chains import Workflow
+    from taskherd.policy.chains import Workflow
 from taskherd.store.jobs import Job, JobDefinition, JobFire, JobNotFound, JobRefused, JobStore
 
 __all__ = [

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskherd.limits import ClaimLimits, Refusal
+from taskherd.policy.limits import ClaimLimits, Refusal
 from taskherd.model import (
     Claim,
     Cooldown,
@@ -23,7 +23,7 @@ from taskherd.model import (
     Task,
     TaskState,
 )
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.store.agents import AgentStore
 from taskherd.store.delivery import DeliveryStore
 from taskherd.store.errors import (

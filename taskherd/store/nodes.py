@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from taskherd.model import ANY_ROLE, Run, row_fields
 
 if TYPE_CHECKING:
-    from taskherd.queue import RetryPolicy
+    from taskherd.policy.queue import RetryPolicy
     from taskherd.store.base import Finished
 
 DOWN_AFTER_LEASES = 3

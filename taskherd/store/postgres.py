@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from taskherd import __version__
-from taskherd.limits import NODE, ClaimLimits, Refusal
+from taskherd.policy.limits import NODE, ClaimLimits, Refusal
 from taskherd.model import TASK_ADDRESS, Claim, Event, EventKind, Message, Run, Task, TaskState
 from taskherd.store.base import StoreError, StoreUnavailable
 from taskherd.store.errors import StoreDiskFull

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from taskherd.budgets import COOLDOWN_PREFIX
+from taskherd.policy.budgets import COOLDOWN_PREFIX
 from taskherd.model import EventKind
 from taskherd.store.delivery import BUDGET_PAUSED, BUDGET_RESUMED
 

@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from taskherd.job_chains import AFTER, fires_after, parent_of
+from taskherd.policy.job_chains import AFTER, fires_after, parent_of
 from taskherd.model import FINAL_FIRE_STATUSES, EventKind, FireStatus, NewTask, Run
-from taskherd.queue import settle_fire
+from taskherd.policy.queue import settle_fire
 from taskherd.store.connection import Connection
 from taskherd.store.jobs import (
     STATE_COLUMNS,

@@ -14,7 +14,7 @@ from taskherd.store.delivery import NODE_PAUSED, NODE_RESUMED
 from taskherd.store.nodes import DownNode, Node, NodeStore
 
 if TYPE_CHECKING:
-    from taskherd.queue import RetryPolicy
+    from taskherd.policy.queue import RetryPolicy
     from taskherd.store.base import Finished
     from taskherd.store.connection import Connection
 

@@ -17,9 +17,9 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
 from typing import Any
 
-from taskherd import budgets
-from taskherd.chains import encode_chain, review_of, review_verdict
-from taskherd.limits import NODE, ClaimLimits, Refusal, Usage
+from taskherd.policy import budgets
+from taskherd.policy.chains import encode_chain, review_of, review_verdict
+from taskherd.policy.limits import NODE, ClaimLimits, Refusal, Usage
 from taskherd.model import (
     ANY_ROLE,
     FINAL_STATES,
@@ -36,7 +36,7 @@ from taskherd.model import (
     TaskState,
     Verdict,
 )
-from taskherd.queue import RetryPolicy, rescued_result, settle
+from taskherd.policy.queue import RetryPolicy, rescued_result, settle
 from taskherd.store.base import (
     Enqueued,
     Finished,

@@ -3,7 +3,7 @@ that follow a chain down, the chain's tree, and the records of quality gates.
 
 Everything here runs inside the transaction of the settle that caused it (`_settle_workflow`
 is called from `SQLStore._finalize`): a parent is never completed while its children, or its
-review task, are missing. The decisions are `taskherd.chains`'s; this module only writes them.
+review task, are missing. The decisions are `taskherd.policy.chains`'s; this module only writes them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from taskherd.chains import NO_WORKFLOW, Workflow, review_of, review_verdict
+from taskherd.policy.chains import NO_WORKFLOW, Workflow, review_of, review_verdict
 from taskherd.model import (
     FINAL_STATES,
     OPEN_STATES,
@@ -23,7 +23,7 @@ from taskherd.model import (
     Task,
     TaskState,
 )
-from taskherd.prompt import review_prompt
+from taskherd.policy.prompt import review_prompt
 from taskherd.store.connection import Connection
 from taskherd.store.errors import TransitionRefused
 

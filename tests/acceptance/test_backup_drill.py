@@ -16,7 +16,7 @@ import signal
 import sqlite3
 from pathlib import Path
 
-from taskherd import procs
+from taskherd.host import procs
 from taskherd.config import load_config
 from taskherd.model import Outcome, TaskState
 from taskherd.store import open_store

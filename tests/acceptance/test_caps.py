@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from taskherd import cgroups
+from taskherd.host import cgroups
 from taskherd.model import Outcome, TaskState
 from tests.fleet import PYTHON, Fleet, agent
 

@@ -148,7 +148,7 @@ def nobodys_dir():
 
 
 def test_doctor_names_the_caps_this_host_enforces_and_how(tmp_path: Path) -> None:
-    from taskherd import cgroups
+    from taskherd.host import cgroups
 
     host = cgroups.host()
     if not host.bases and not os.environ.get("CI"):
@@ -212,7 +212,7 @@ def test_caps_a_role_asks_for_that_this_user_cannot_enforce_are_a_problem(
 
 def test_a_controller_this_host_lacks_is_said_and_a_problem_only_when_asked_for(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from taskherd import cgroups
+    from taskherd.host import cgroups
     from taskherd import doctor as doctor_module
     from taskherd.config import load_config
     from tests.unit.test_cgroups import v1_host

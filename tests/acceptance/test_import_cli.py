@@ -12,7 +12,7 @@ import tomllib
 import pytest
 
 from taskherd.config import load_config
-from taskherd.jobs import parse_job
+from taskherd.policy.jobs import parse_job
 from tests.fleet import Fleet
 
 CONFIG = """

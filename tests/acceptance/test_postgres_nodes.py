@@ -16,7 +16,7 @@ from collections import Counter
 import psycopg
 import pytest
 
-from taskherd import procs
+from taskherd.host import procs
 from taskherd.model import NewTask, Outcome, TaskState
 from taskherd.store import open_store
 from tests.fleet import PYTHON, Fleet, agent

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from taskherd import procs
+from taskherd.host import procs
 from taskherd.model import Outcome, TaskState
 from tests.fleet import PYTHON, Fleet, agent
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.queue import RetryPolicy, failure_backoff
+from taskherd.policy.queue import RetryPolicy, failure_backoff
 from taskherd.store.jobs import (
     FireClaim,
     JobDefinition,

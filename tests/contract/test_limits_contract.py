@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from taskherd.limits import ClaimLimits, PoolLimit, RoleLimit
+from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.store.messages import InboxLimit, NewMessage
 from taskherd.store.postgres import PostgresStore
 from taskherd.store.sqlite import SQLiteStore

@@ -4,9 +4,9 @@ one merge at a time holds a pool, and a task cancelled meanwhile stays cancelled
 
 from __future__ import annotations
 
-from taskherd.chains import FollowUp, RoleFlow, Workflow
+from taskherd.policy.chains import FollowUp, RoleFlow, Workflow
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 
 S = TaskState
 NOW = 1000.0
@@ -88,7 +88,7 @@ def test_a_task_cancelled_while_merging_stays_cancelled(store):
 def test_a_reviewers_verdict_counts_though_its_own_branch_waits_to_merge(store):
     """A reviewer with a worktree (it fixed a nit as it approved): its task waits in
     `merging`, and its APPROVED sends the reviewed task to its own merge meanwhile."""
-    from taskherd.chains import RoleFlow, Workflow
+    from taskherd.policy.chains import RoleFlow, Workflow
 
     store.workflow = Workflow({"coder": RoleFlow(review_by="qa"), "qa": RoleFlow()})
     task = merging_task(store)

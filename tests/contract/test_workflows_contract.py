@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from taskherd.chains import FollowUp, RoleFlow, Workflow, parse_chain
+from taskherd.policy.chains import FollowUp, RoleFlow, Workflow, parse_chain
 from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.store import TransitionRefused
 
 POLICY = RetryPolicy()

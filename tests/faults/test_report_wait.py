@@ -21,8 +21,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from taskherd import agent_door
-from taskherd.agent_door import DoorError
+from taskherd.agent import door as agent_door
+from taskherd.agent.door import DoorError
 from taskherd.model import Outcome, TaskState
 from tests.fleet import PYTHON, Fleet, agent
 

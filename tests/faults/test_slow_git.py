@@ -227,7 +227,7 @@ def test_a_hanging_post_commit_hook_on_leftovers_holds_up_its_own_task_only(
 
 
 def test_leftover_commits_skip_the_repositorys_hooks_unless_the_role_opts_in(repo, tmp_path):
-    from taskherd import worktrees
+    from taskherd.host import worktrees
 
     script = repo / ".git" / "hooks" / "post-commit"
     script.write_text(f"#!/bin/sh\necho ran >> {tmp_path / 'post-commit-ran'}\n")
@@ -364,7 +364,7 @@ def test_a_daemon_stopped_while_a_worktree_is_made_releases_the_run_and_stops_th
 
 def test_a_made_worktree_is_found_without_git_unless_a_git_was_left_working_on_it(
         repo, tmp_path):
-    from taskherd import worktrees
+    from taskherd.host import worktrees
 
     root = tmp_path / "trees"
     assert worktrees.made_worktree(repo, 1, root) is None

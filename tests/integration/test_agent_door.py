@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import stat
 
-from taskherd import agent_door
-from taskherd.agent_door import AgentDoor, DoorError
+from taskherd.agent import door as agent_door
+from taskherd.agent.door import AgentDoor, DoorError
 from taskherd.config import load_config
 from taskherd.model import NewTask
 from taskherd.ops import Queue

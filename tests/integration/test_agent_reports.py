@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from taskherd import __version__, agent_door
-from taskherd.agent_door import AgentDoor
+from taskherd import __version__
+
+from taskherd.agent import door as agent_door
+from taskherd.agent.door import AgentDoor
 from taskherd.config import load_config
 from taskherd.model import NewTask
 from taskherd.ops import Queue

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from taskherd.agent_door import AgentDoor
+from taskherd.agent.door import AgentDoor
 from taskherd.config import load_config
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.ops import Queue

@@ -26,11 +26,11 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from taskherd.config import parse_config
-from taskherd.limits import ClaimLimits
+from taskherd.policy.limits import ClaimLimits
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.ops import Queue
 from taskherd.ops import delivery as delivery_ops
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.services.delivery import Deliverer
 from taskherd.services.dispatcher import Dispatcher
 from taskherd.services.supervisor import LiveRuns

@@ -1,4 +1,4 @@
-"""taskherd.cgroups on this host's real cgroups, without a daemon: a process that joins a run's
+"""taskherd.host.cgroups on this host's real cgroups, without a daemon: a process that joins a run's
 cgroup the way the shim's child does (writing 0 to each join file before its exec) is held by
 the caps written there, and `release` stops what is left and removes the cgroup. The layouts
 of hosts this one is not (v2, a controller missing) are in tests/unit/test_cgroups.py.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from taskherd import cgroups
-from taskherd.cgroups import Caps, CgroupUnavailable
+from taskherd.host import cgroups
+from taskherd.host.cgroups import Caps, CgroupUnavailable
 
 HOST = cgroups.host()
 pytestmark = pytest.mark.skipif(

@@ -14,7 +14,7 @@ import pytest
 
 from taskherd.config import ConfigError, parse_config
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.runtimes.base import AgentEnv, Launch, RunFiles
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.services.supervisor import Supervisor

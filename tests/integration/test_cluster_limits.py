@@ -14,9 +14,9 @@ import multiprocessing
 import time
 import traceback
 
-from taskherd.limits import ClaimLimits, PoolLimit, RoleLimit
+from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.store import open_store
 
 WORKERS = 4

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from taskherd.model import Event, EventKind, NewTask, Outcome, RunResult, TaskState
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.store import open_store
 
 NOW = 1_700_000_000.0
@@ -120,7 +120,7 @@ def test_each_transition_tells_what_it_did(store):
 def test_a_claim_within_limits_tells_its_run_and_a_refused_one_tells_nothing(store):
     # A daemon's claim counts its limits: on PostgreSQL its event is sent by the claim's own
     # statements, with the run's id, and only if the limits left room.
-    from taskherd.limits import ClaimLimits, RoleLimit
+    from taskherd.policy.limits import ClaimLimits, RoleLimit
     from taskherd.store.messages import InboxLimit
 
     limits = ClaimLimits({"coder": RoleLimit(max_concurrent=1)})

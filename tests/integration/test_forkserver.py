@@ -1,4 +1,4 @@
-"""The shim fork server in taskherd.forkserver, against real processes.
+"""The shim fork server in taskherd.host.forkserver, against real processes.
 
 Processes are waited for with events (pidfds, the server's condition), never by sleeping.
 """
@@ -17,7 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from taskherd import forkserver, procs
+from taskherd.host import forkserver
+
+from taskherd.host import procs
 from tests.integration.fifo_gate import release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -209,7 +211,8 @@ OWNER = """
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from taskherd import forkserver, procs
+from taskherd.host import forkserver
+from taskherd.host import procs
 forkserver.start()
 assert forkserver.wait_until_up(10)
 env = procs.agent_env(os.environ["PATH"], {}, {})

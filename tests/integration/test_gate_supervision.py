@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from taskherd import procs
+from taskherd.host import procs
 from taskherd.model import Outcome, TaskState
 from tests.fleet import PYTHON, Fleet, agent
 

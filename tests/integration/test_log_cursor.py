@@ -10,8 +10,8 @@ import re
 import sys
 import time
 
-from taskherd import procs
-from taskherd.logfile import CUT_LINE_SIZE, LogCursor, log_head, parse_cut_line, tail
+from taskherd.host import procs
+from taskherd.host.logfile import CUT_LINE_SIZE, LogCursor, log_head, parse_cut_line, tail
 from tests.integration.fifo_gate import release
 
 LINES = 300_000
@@ -95,7 +95,7 @@ def test_a_cursor_reads_a_log_the_shim_cuts_under_it_in_order_with_its_gaps(tmp_
 
 
 def test_a_cursor_that_looked_before_the_header_was_written_still_sees_the_cut(tmp_path):
-    from taskherd import shim
+    from taskherd.host import shim
 
     path = tmp_path / "run.log"
     path.touch()  # the daemon makes the file; the shim writes its header a moment later

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from taskherd.config import load_config
 from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.services.planner import Planner
 from taskherd.store import open_store
 

@@ -1,4 +1,4 @@
-"""taskherd.procs against real processes: spawn, exit capture, adopt, activity, kill."""
+"""taskherd.host.procs against real processes: spawn, exit capture, adopt, activity, kill."""
 
 import asyncio
 import json
@@ -13,7 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from taskherd import forkserver, procs
+from taskherd.host import forkserver
+
+from taskherd.host import procs
 from tests.integration.fifo_gate import release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -163,7 +165,8 @@ SPAWNER = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from taskherd import forkserver, procs
+from taskherd.host import forkserver
+from taskherd.host import procs
 forkserver.start()  # as the daemon does: its shims are forked by its server
 assert forkserver.wait_until_up(10)
 args = json.loads(sys.argv[2])

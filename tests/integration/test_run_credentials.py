@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from taskherd import agent_door
+from taskherd.agent import door as agent_door
 from taskherd.model import Outcome, TaskState
 from tests.fleet import PYTHON, Fleet, agent
 

@@ -15,9 +15,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from taskherd.config import parse_config
-from taskherd.jobs import parse_job
+from taskherd.policy.jobs import parse_job
 from taskherd.model import Outcome, RunResult, TaskState
-from taskherd.queue import RetryPolicy
+from taskherd.policy.queue import RetryPolicy
 from taskherd.services.scheduler import Scheduler, schedule_start
 from taskherd.store import JobNotFound, open_store
 from tests.interleave import pause_before, wait_for_lock_wait_or

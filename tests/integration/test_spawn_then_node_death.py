@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from taskherd import procs
-from taskherd.agent_door import AgentDoor
+from taskherd.host import procs
+from taskherd.agent.door import AgentDoor
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, TaskState
 from taskherd.ops import Queue

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from taskherd.config import parse_config
-from taskherd.liveness import QUIET_LOOK
+from taskherd.policy.liveness import QUIET_LOOK
 from taskherd.model import Event, EventKind, NewTask, Outcome, TaskState
 from taskherd.services.supervisor import SWEEP_EVERY, Supervisor, SupervisorSettings
 from taskherd.store import open_store

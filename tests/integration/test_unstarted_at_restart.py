@@ -10,7 +10,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from taskherd import procs
+from taskherd.host import procs
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, TaskState
 from taskherd.services.supervisor import SHIM_GRACE, Supervisor

@@ -1,4 +1,4 @@
-"""Why a task waits is said once (taskherd/waits.py) and every door says the same: the
+"""Why a task waits is said once (taskherd/policy/waits.py) and every door says the same: the
 daemon's log, `status`, `task show` and the dashboard's board and task page. The case an
 operator met: a role at max_concurrent 2 on a node running 2 of 3, where the board said "a
 free slot on a node" while the daemon said the role was full."""

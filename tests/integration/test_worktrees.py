@@ -171,7 +171,7 @@ def test_a_rejected_attempt_continues_in_the_same_worktree(git_fleet, repo):
 
 
 def test_abandoned_worktrees_go_after_keep_and_doctor_names_stray_ones(tmp_path, repo):
-    from taskherd import worktrees
+    from taskherd.host import worktrees
     from taskherd.config import parse_config
     from taskherd.doctor import check_worktrees
     from taskherd.model import NewTask
@@ -205,7 +205,7 @@ def test_abandoned_worktrees_go_after_keep_and_doctor_names_stray_ones(tmp_path,
 
 
 def test_fast_forward_mode_and_a_checkout_with_local_edits_is_never_overwritten(repo):
-    from taskherd import worktrees
+    from taskherd.host import worktrees
 
     root = repo.parent / "trees"
     path = worktrees.ensure_worktree(repo, "main", 1, root)
@@ -234,10 +234,10 @@ def test_merges_settling_at_the_same_moment_run_one_at_a_time(tmp_path, repo, da
     lose the compare-and-swap of the base, and one task would be blocked."""
     import threading
 
-    from taskherd import worktrees
+    from taskherd.host import worktrees
     from taskherd.config import parse_config
     from taskherd.model import NewTask, Outcome, RunResult
-    from taskherd.queue import RetryPolicy
+    from taskherd.policy.queue import RetryPolicy
     from taskherd.services.worktrees import Merger
     from taskherd.store import open_store
 
@@ -293,7 +293,7 @@ def test_worktrees_made_at_once_in_one_repository_are_all_made(repo, tmp_path):
     repository may be made at once: neither may fail for the other's half-written entry."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from taskherd import worktrees
+    from taskherd.host import worktrees
 
     root = tmp_path / "worktrees"
     task_ids = range(1, 9)
@@ -313,7 +313,7 @@ def test_committing_an_agents_leftovers_runs_no_command_it_planted(repo, tmp_pat
     pointed at a repository the agent made, whose config names a command (core.fsmonitor),
     would have the daemon's git, outside any sandbox, run it. Told the repository by the
     daemon, git runs nothing of the agent's; trusting the worktree (no `repo`), it does."""
-    from taskherd import worktrees
+    from taskherd.host import worktrees
 
     path = worktrees.ensure_worktree(repo, "main", 9, tmp_path / "worktrees")
     (path / "left.txt").write_text("uncommitted work\n")

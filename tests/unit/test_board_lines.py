@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from taskherd.views import Board, RunningAgent, board_lines, last_line
+from taskherd.ops.views import Board, RunningAgent, board_lines, last_line
 
 
 def test_a_claude_runs_last_line_is_its_text(tmp_path):

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from taskherd.config import ConfigError, parse_config
-from taskherd.delivery import one_line
+from taskherd.host.senders import one_line
 from taskherd.ops.budget import budget_targets
-from taskherd.taskspec import new_task_from
+from taskherd.policy.taskspec import new_task_from
 
 
 def config(tmp_path, **roles):

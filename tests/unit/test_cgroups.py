@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from taskherd import cgroups
-from taskherd.cgroups import Caps, CgroupUnavailable
+from taskherd.host import cgroups
+from taskherd.host.cgroups import Caps, CgroupUnavailable
 
 CAPS = Caps(memory=64 << 20, pids=32, cpu=1.5)
 

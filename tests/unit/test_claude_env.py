@@ -7,7 +7,7 @@ from taskherd.config import RoleConfig, parse_config
 from taskherd.model import Priority, Run, Task, TaskState
 from taskherd.runtimes.base import RunFiles
 from taskherd.runtimes.claude import ClaudeRuntime
-from taskherd.service import render_systemd, service_spec
+from taskherd.host.service import render_systemd, service_spec
 
 
 def record(cls, **values):

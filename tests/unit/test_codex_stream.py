@@ -5,8 +5,8 @@ from zoneinfo import ZoneInfo
 
 from taskherd.config import RoleConfig
 from taskherd.model import Outcome, Run
-from taskherd.pricing import Price
-from taskherd.procs import ExitStatus
+from taskherd.policy.pricing import Price
+from taskherd.host.procs import ExitStatus
 from taskherd.runtimes.codex import CodexRuntime
 from taskherd.runtimes.codex_stream import CodexStreamReader
 from taskherd.runtimes.ratelimit import detect_rate_limit

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from taskherd.costs import cost_text, known_cost
+from taskherd.policy.costs import cost_text, known_cost
 
 
 def test_a_sum_names_the_runs_it_could_not_price():

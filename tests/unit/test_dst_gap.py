@@ -11,8 +11,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from taskherd.config import load_config
-from taskherd.jobs import JobError, parse_job
-from taskherd.schedules import DstGap, ScheduleError, next_fires, parse_trigger
+from taskherd.policy.jobs import JobError, parse_job
+from taskherd.policy.schedules import DstGap, ScheduleError, next_fires, parse_trigger
 
 # 2026: Paris jumps 29 Mar 02:00 CET → 03:00 CEST and goes back 25 Oct 03:00 → 02:00;
 # New York jumps 8 Mar 02:00 EST → 03:00 EDT and goes back 1 Nov 02:00 → 01:00.

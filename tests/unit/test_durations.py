@@ -1,6 +1,6 @@
 import pytest
 
-from taskherd.durations import DurationError, parse_duration
+from taskherd.policy.durations import DurationError, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from taskherd.embeddings import cosine, similarity, unit
+from taskherd.host.embeddings import cosine, similarity, unit
 
 
 def test_cosine_is_the_angle_not_the_length():

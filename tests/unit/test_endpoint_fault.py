@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from taskherd.delivery import one_line
-from taskherd.faults import endpoint_fault
+from taskherd.host.senders import one_line
+from taskherd.policy.faults import endpoint_fault
 from taskherd.model import Fault, Outcome, RunResult, TaskState
-from taskherd.queue import RetryPolicy, Settlement, settle
+from taskherd.policy.queue import RetryPolicy, Settlement, settle
 
 NOW = 1_800_000_000.0
 

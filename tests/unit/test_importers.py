@@ -17,7 +17,7 @@ import pytest
 from croniter import croniter
 
 from taskherd.importers import ImportError_, crontab, launchd, openclaw, systemd
-from taskherd.schedules import next_fires
+from taskherd.policy.schedules import next_fires
 
 START = datetime(2026, 10, 20, 12, 0, tzinfo=UTC)  # 20 daily fires cross the US fall-back
 NY, BERLIN = ZoneInfo("America/New_York"), ZoneInfo("Europe/Berlin")
@@ -296,7 +296,7 @@ def with_gap(job, policy):
     from dataclasses import replace
 
     from taskherd.importers.model import TRIGGER_KEYS
-    from taskherd.schedules import parse_trigger
+    from taskherd.policy.schedules import parse_trigger
 
     table = {k: job.table[k] for k in TRIGGER_KEYS if k in job.table} | {"dst_gap": policy}
     return replace(job, trigger=parse_trigger(table, job.trigger.tz.key))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from taskherd.config import ConfigError, parse_config
-from taskherd.jobs import JobError, describe_trigger, parse_job, parse_jobs
+from taskherd.policy.jobs import JobError, describe_trigger, parse_job, parse_jobs
 
 BASE = {"daemon": {"timezone": "Europe/Berlin", "database": "q.db"},
         "roles": {"worker": {"command": ["true"]}}, "pools": {"gpu": 1}}

@@ -11,7 +11,7 @@ import pytest
 
 from taskherd.config import ConfigError, RoleConfig, parse_config
 from taskherd.model import Outcome, Run
-from taskherd.procs import ExitStatus
+from taskherd.host.procs import ExitStatus
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.runtimes.codex import CodexRuntime
 from taskherd.runtimes.command import CommandRuntime

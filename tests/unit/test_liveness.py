@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from taskherd.liveness import last_activity, next_threshold, stale_reason, verdict_text
+from taskherd.policy.liveness import last_activity, next_threshold, stale_reason, verdict_text
 from taskherd.model import Run
 
 NOW = 1_800_000_000.0

@@ -7,7 +7,7 @@ import io
 import pytest
 
 from taskherd.cli.logs import CHUNK, _tail
-from taskherd.logfile import MAX_LINE
+from taskherd.host.logfile import MAX_LINE
 
 
 @pytest.mark.parametrize(("text", "lines", "expected"), [

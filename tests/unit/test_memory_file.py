@@ -3,7 +3,7 @@ never drops a line: what leaves the file is exactly what the caller must store."
 
 from __future__ import annotations
 
-from taskherd.memory_file import SECTIONS, template, trim
+from taskherd.policy.memory_file import SECTIONS, template, trim
 
 
 def file_with(**entries: list[str]) -> str:

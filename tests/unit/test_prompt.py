@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from taskherd.model import Priority, Task, TaskState
-from taskherd.prompt import SECTION_LIMIT, build_prompt
+from taskherd.policy.prompt import SECTION_LIMIT, build_prompt
 
 TASK = Task(
     id=7, role="coder", title="fix", prompt="Fix the flaky test.\n", priority=Priority.P2,
@@ -64,7 +64,7 @@ def test_a_huge_log_tail_is_cut_to_its_end():
 
 def test_delivered_messages_and_role_memory_follow_the_task_in_order():
     from taskherd.model import Message
-    from taskherd.prompt import PromptContext
+    from taskherd.policy.prompt import PromptContext
 
     message = Message(id=7, sender="task:3", sender_role="qa", sender_run_id=2,
                       recipient="coder", kind="status", priority=2, body="```the build``` is red",
@@ -82,7 +82,7 @@ def test_delivered_messages_and_role_memory_follow_the_task_in_order():
 
 
 def test_a_failed_gate_has_its_own_section_with_the_gate_output():
-    from taskherd.gates import Gate, failure_text
+    from taskherd.policy.gates import Gate, failure_text
 
     gate = Gate("compile", ("python", "-m", "py_compile", "app.py"))
     after_gate = replace(TASK, attempts=1, last_error=failure_text(gate, 1, False),
@@ -94,7 +94,7 @@ def test_a_failed_gate_has_its_own_section_with_the_gate_output():
 
 
 def test_the_review_and_planner_prompts_carry_their_context_fenced():
-    from taskherd.prompt import planner_prompt, review_prompt
+    from taskherd.policy.prompt import planner_prompt, review_prompt
 
     done = replace(TASK, state=TaskState.NEEDS_REVIEW, summary="tests: passed ```")
     prompt = review_prompt(done, "/data/logs/run-3.log")

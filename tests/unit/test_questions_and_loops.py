@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from taskherd.loops import RepeatedCalls, RepeatedLines
-from taskherd.questions import question_in
+from taskherd.policy.loops import RepeatedCalls, RepeatedLines
+from taskherd.policy.questions import question_in
 
 
 @pytest.mark.parametrize("output, question", [

@@ -1,5 +1,5 @@
 from taskherd.model import Outcome, Run, RunResult
-from taskherd.queue import RetryPolicy, rescued_result
+from taskherd.policy.queue import RetryPolicy, rescued_result
 
 
 def test_backoff_doubles_from_the_base_and_stops_at_the_cap():

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from taskherd.agent_door import DEFAULT_REPORT_WAIT, report_wait
+from taskherd.agent.door import DEFAULT_REPORT_WAIT, report_wait
 from taskherd.config import ConfigError, parse_config
 
 

@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 from taskherd.config import RoleConfig, parse_config
 from taskherd.model import Outcome
-from taskherd.procs import ExitStatus
+from taskherd.host.procs import ExitStatus
 from taskherd.runtimes.base import OutputReader
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.runtimes.command import CommandRuntime

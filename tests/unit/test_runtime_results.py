@@ -8,7 +8,7 @@ import pytest
 
 from taskherd.config import RoleConfig
 from taskherd.model import Outcome, Run
-from taskherd.procs import ExitStatus
+from taskherd.host.procs import ExitStatus
 from taskherd.runtimes.chat import completions_url
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.runtimes.command import CommandRuntime, TemplateError, fill_argv

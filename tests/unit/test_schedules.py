@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from croniter import croniter
 
-from taskherd.schedules import (
+from taskherd.policy.schedules import (
     CRON_ALIASES,
     TIMEZONE_REQUIRED,
     AtTrigger,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from taskherd.config import load_config
-from taskherd.service import (
+from taskherd.host.service import (
     LABEL,
     ServiceError,
     render_launchd,

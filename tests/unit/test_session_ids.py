@@ -11,7 +11,7 @@ import pytest
 
 from taskherd.config import RoleConfig
 from taskherd.model import Run
-from taskherd.procs import ExitStatus
+from taskherd.host.procs import ExitStatus
 from taskherd.runtimes.base import Launch
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.runtimes.claude_stream import ClaudeStreamReader

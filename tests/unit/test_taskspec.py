@@ -4,7 +4,7 @@ import pytest
 
 from taskherd.config import parse_config
 from taskherd.model import Priority
-from taskherd.taskspec import TaskSpecError, new_task_from
+from taskherd.policy.taskspec import TaskSpecError, new_task_from
 
 CONFIG = parse_config(
     {"roles": {"coder": {"command": ["x"], "max_attempts": 5, "review": True}},

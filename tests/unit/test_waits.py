@@ -1,4 +1,4 @@
-"""One statement of why a ready task is not running (taskherd/waits.py), from counts."""
+"""One statement of why a ready task is not running (taskherd/policy/waits.py), from counts."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 from taskherd.config import parse_config
 from taskherd.model import Cooldown, Priority, Task, TaskState
-from taskherd.waits import Counts, NodeRoom, cooldown_wait, task_wait
+from taskherd.policy.waits import Counts, NodeRoom, cooldown_wait, task_wait
 
 NOW = 1_800_000_000.0
 CONFIG = parse_config({"daemon": {"database": "q.db", "max_concurrent": 3},

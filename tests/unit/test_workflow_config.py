@@ -1,11 +1,11 @@
 """Workflows in taskherd.toml: chains, reviewers, gates and the monitor, validated at load
-with every problem named at once; and the pure decisions of taskherd.chains."""
+with every problem named at once; and the pure decisions of taskherd.policy.chains."""
 
 from pathlib import Path
 
 import pytest
 
-from taskherd.chains import FollowUp, condition_holds, one_line_title, review_verdict
+from taskherd.policy.chains import FollowUp, condition_holds, one_line_title, review_verdict
 from taskherd.config import ConfigError, parse_config
 from taskherd.model import Priority, TaskState
 

@@ -1,4 +1,4 @@
--- Named SQL blocks of a claim within limits counted across every node (taskherd/limits.py).
+-- Named SQL blocks of a claim within limits counted across every node (taskherd/policy/limits.py).
 -- The claim runs them in one transaction: pick a candidate, order the claims (PostgreSQL's
 -- advisory lock; SQLite's write lock is already held), count, then claim it or pass it by.
 -- claim_candidate differs by dialect as claim_next does, and lives beside it.

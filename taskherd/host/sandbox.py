@@ -244,7 +244,7 @@ class AgentBox:
 
 
 def _installed_in_tmp(program: str | None, env: dict[str, str]) -> list[Path]:
-    own = (Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parent.parent)
+    own = (Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[2])
     paths = [Path(os.path.realpath(path)) for path in own]
     found = [path for path in paths if within(path, Path("/tmp"))]
     folder = _folder_in_tmp(program, env)

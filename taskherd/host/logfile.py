@@ -1,6 +1,6 @@
 """A run's log as readers see it: capped by its shim, read from its end or followed as it grows.
 
-A capped log (a role's ``max_log_bytes``, see `taskherd.shim`) is its header line and the
+A capped log (a role's ``max_log_bytes``, see `taskherd.host.shim`) is its header line and the
 first `head` bytes of output, a cut line of fixed size saying how many bytes were left out,
 and the latest output. Its header names `head` (``"log_head"``). The shim rewrites the log in
 place when it cuts, so a reader that follows one counts in *output offsets* (bytes the agent
@@ -22,11 +22,11 @@ from typing import BinaryIO
 
 HEADER_PREFIX = b"# taskherd "
 HEADER_READ = 1 << 16  # a header line is at most this long (argv items are abbreviated)
-# As the shim writes it (taskherd/shim.py: CUT_LINE_SIZE, CUT_LINE_PREFIX, CUTTING).
+# As the shim writes it (taskherd/host/shim.py: CUT_LINE_SIZE, CUT_LINE_PREFIX, CUTTING).
 CUT_LINE_SIZE = 128
 CUT_LINE_PREFIX = b"\n# taskherd cut "
 CUTTING = -1
-TAIL_ROOM = 4  # (taskherd/shim.py: TAIL_ROOM) the room past the head, in kept tails
+TAIL_ROOM = 4  # (taskherd/host/shim.py: TAIL_ROOM) the room past the head, in kept tails
 TAIL_CHUNK = 1 << 16
 MAX_LINE = 1 << 14  # `tail` shows a longer line by its last MAX_LINE bytes
 TAIL_WINDOW = 8 << 20  # `tail` reads at most this much of a log's end, whatever it is asked

@@ -22,7 +22,9 @@ from datetime import tzinfo
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from taskherd import budgets, waits
+from taskherd.policy import budgets
+
+from taskherd.policy import waits
 
 if TYPE_CHECKING:
     from taskherd.config import Config
@@ -148,7 +150,7 @@ class ClaimLimits:
         """None when a run of `role` for a task in `task_pool` fits, else why not."""
         limit = self.role(role)
         where = " on this node" if limit.scope == NODE else ""
-        # The words are taskherd/waits.py's, so the board and the log say what a claim said.
+        # The words are taskherd/policy/waits.py's, so the board and the log say what a claim said.
         if usage.cooldown_until is not None and usage.cooldown_until > now:
             return Refusal(role, waits.rate_limited(limit.runtime, usage.cooldown_until))
         if limit.max_concurrent is not None and usage.role_running >= limit.max_concurrent:

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from taskherd.model import Fault, Outcome
-from taskherd.sizes import format_size
+from taskherd.policy.sizes import format_size
 
 # What a disk answers when it takes no more: full, over the user's quota, mounted read-only.
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})

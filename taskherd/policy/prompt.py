@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from taskherd.gates import is_gate_failure
+from taskherd.policy.gates import is_gate_failure
 from taskherd.model import Message, MessagePriority, Task
 
 SECTION_LIMIT = 8000  # characters of one section's text: a log tail must not drown the task

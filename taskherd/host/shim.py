@@ -1,7 +1,7 @@
 """Supervisor shim: the session leader that outlives nobody and remembers the exit.
 
 Forked for each run by the daemon's fork server (``shim.py --serve``, see `serve` and
-``taskherd.forkserver``), or, when none is up, started cold by ``taskherd.procs.spawn`` as
+``taskherd.host.forkserver``), or, when none is up, started cold by ``taskherd.host.procs.spawn`` as
 ``python -I -S .../shim.py EXIT_PATH HEADER LOG HEAD TAIL [OPTION PATH]... -- ARGV...`` (the
 options: `--cgroup`, `--file`, `--copier-cgroup`, see `main`) with stdout/stderr already
 pointing at the run's log. Either way it writes the log header,
@@ -14,7 +14,7 @@ HEAD bytes and from TAIL to TAIL_ROOM x TAIL of the latest. When the log reaches
 TAIL_ROOM x TAIL bytes, the latest TAIL (from a line's start) is moved down after the head, behind
 a line of fixed width saying how many bytes were cut (`_cut_line`), and the file truncated
 there: nothing else writes the log, so nothing races with that. A reader that follows the log
-(`taskherd.logfile.LogCursor`) reads the cut line before and after each read and reads again
+(`taskherd.host.logfile.LogCursor`) reads the cut line before and after each read and reads again
 when it changed; the line says "cutting" while the move is under way. When the agent ends,
 what it left in the pipe is copied before the exit file is written; should a process it left
 behind still hold the pipe, a child of the shim copies on to the end of the output (the
@@ -49,7 +49,7 @@ FORWARDED_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
 RESET_IN_CHILD = (_signal.SIGPIPE, _signal.SIGXFSZ)
 EXEC_FAILED_CODE = 127  # the shell's convention for "command not found"
 # The line a capped log holds between its head and its tail: one size whatever it says, so
-# that it is rewritten in place. taskherd.logfile reads it (CUT_LINE_SIZE, CUT_LINE_PREFIX).
+# that it is rewritten in place. taskherd.host.logfile reads it (CUT_LINE_SIZE, CUT_LINE_PREFIX).
 CUT_LINE_SIZE = 128
 CUT_LINE_PREFIX = b"\n# taskherd cut "
 CUTTING = b"(cutting)"
@@ -288,7 +288,7 @@ class _CappedLog:
         if start >= 0:
             keep_from += start + 1  # the kept tail begins with a whole line
         kept = self.size - keep_from
-        # Order matters to a reader (taskherd.logfile): the line says "cutting" before a byte
+        # Order matters to a reader (taskherd.host.logfile): the line says "cutting" before a byte
         # moves, and its new count is written only once the file is whole again.
         os.pwrite(self.fd, _cut_line(CUTTING), self.head)
         _copy_within(self.fd, keep_from, self.head + CUT_LINE_SIZE, kept)

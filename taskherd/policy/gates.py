@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from taskherd.durations import parse_duration
+from taskherd.policy.durations import parse_duration
 
 DEFAULT_TIMEOUT = 10 * 60.0
 GATE_KEYS = {

@@ -17,9 +17,9 @@ from datetime import UTC, datetime, time
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from taskherd.job_chains import AFTER, LINK_KEYS, JobChainError, check_links, parent_of, parse_link
+from taskherd.policy.job_chains import AFTER, LINK_KEYS, JobChainError, check_links, parent_of, parse_link
 from taskherd.model import NewTask
-from taskherd.schedules import (
+from taskherd.policy.schedules import (
     MissedFire,
     OverlapPolicy,
     ScheduleError,
@@ -27,7 +27,7 @@ from taskherd.schedules import (
     parse_trigger,
 )
 from taskherd.store.jobs import Job, JobDefinition
-from taskherd.taskspec import TaskSpecError, new_task_from
+from taskherd.policy.taskspec import TaskSpecError, new_task_from
 
 if TYPE_CHECKING:  # the config imports this module (to check [[jobs]]) at load, not the reverse
     from taskherd.config import Config

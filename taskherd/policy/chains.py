@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskherd.durations import parse_duration
+from taskherd.policy.durations import parse_duration
 from taskherd.model import NewTask, Priority, Task, TaskState
 
 ON_CHOICES = ("success", "failure", "complete")

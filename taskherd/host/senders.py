@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from taskherd.store.delivery import Alias, Delivery
-from taskherd.webhook_urls import RefusedTarget, pinned, redact_in, redacted
+from taskherd.host.webhook_urls import RefusedTarget, pinned, redact_in, redacted
 
 TIMEOUT = 10.0
 

@@ -43,10 +43,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
-from taskherd import walltime
-from taskherd.durations import DurationError, parse_duration
+from taskherd.policy import walltime
+from taskherd.policy.durations import DurationError, parse_duration
 from taskherd.model import OverlapPolicy
-from taskherd.walltime import (
+from taskherd.policy.walltime import (
     DAY,
     MINUTE,
     CroniterWalls,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from taskherd.budgets import FLEET
+from taskherd.policy.budgets import FLEET
 from taskherd.model import Cooldown, Task, TaskState
 
 if TYPE_CHECKING:

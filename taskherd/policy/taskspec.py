@@ -108,7 +108,7 @@ def _with_delivery(meta: dict[str, Any], data: Mapping[str, Any], role: Any) -> 
 
 
 def _chain(data: Mapping[str, Any], config: Config) -> tuple[Any, ...]:
-    from taskherd.chains import ChainError, parse_chain
+    from taskherd.policy.chains import ChainError, parse_chain
 
     if data.get("chain") is None:
         return ()

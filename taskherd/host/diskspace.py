@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from taskherd.faults import DiskReading, fault_of, fault_text
+from taskherd.policy.faults import DiskReading, fault_of, fault_text
 
 PROBE_BYTES = 64 << 10  # what a probe writes: a log's few next lines, a small settle
 

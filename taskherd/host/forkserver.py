@@ -1,6 +1,6 @@
 """The shim fork server: one interpreter per daemon that forks every run's shim.
 
-Every agent runs under `taskherd/shim.py` (why: see `taskherd.procs`). A shim started as an
+Every agent runs under `taskherd/host/shim.py` (why: see `taskherd.host.procs`). A shim started as an
 interpreter of its own costs ~10 ms of start-up before the agent can start, and ~3 MB of
 memory (Pss) for the run's whole life: 3 GB for a thousand agents. The fork server
 (``shim.py --serve``) is started once; for each run it forks a shim that shares the

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from taskherd.chains import ON_CHOICES, ChainError, check_condition, condition_holds
-from taskherd.durations import parse_duration
+from taskherd.policy.chains import ON_CHOICES, ChainError, check_condition, condition_holds
+from taskherd.policy.durations import parse_duration
 from taskherd.model import FireStatus
 
 LINK_KEYS = ("parent", "on", "when", "delay")

@@ -3,12 +3,12 @@
 No database code: callers record what these functions return (pid, start time,
 log path) and feed it back to `adopt` after a daemon restart.
 
-Every agent runs under `taskherd/shim.py`, a tiny Python process that is the
+Every agent runs under `taskherd/host/shim.py`, a tiny Python process that is the
 session leader and process-group leader (pgid == shim pid), starts the agent
 as its child, waits for it and writes its exit status to ``<log>.exit``. The
 shim exists because a restarted daemon is not the agent's parent and could
 never learn the exit status by waitpid(). A spawn has the daemon's fork server
-fork the shim when one is up (`taskherd.forkserver`: ~0.2 MB a shim instead of
+fork the shim when one is up (`taskherd.host.forkserver`: ~0.2 MB a shim instead of
 an interpreter's ~3 MB), and starts a cold one otherwise.
 """
 
@@ -31,7 +31,9 @@ from pathlib import Path
 
 import psutil
 
-from taskherd import forkserver, logfile
+from taskherd.host import forkserver
+
+from taskherd.host import logfile
 
 HEADER_PREFIX = "# taskherd "
 # psutil's create_time comes from boot-relative ticks plus the wall-clock boot
@@ -243,7 +245,7 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
     """Start `argv` under the shim in a new session, output appended to `log_path`.
 
     With `max_log_bytes` the output reaches the log through the shim, which keeps its head and
-    its tail within that size (see `taskherd.shim`); without, the agent writes the log itself.
+    its tail within that size (see `taskherd.host.shim`); without, the agent writes the log itself.
 
     With `keep_input_open` the agent's standard input is a FIFO beside the log
     (`input_path_for`) that the shim holds open for the run's life, so the agent never reads
