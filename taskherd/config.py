@@ -756,7 +756,7 @@ def _parse_delivery(raw: Mapping[str, Any], problems: list[str]) -> DeliveryConf
 
 
 def _check_delivery(role: RoleConfig, where: str) -> None:
-    from taskherd.store.delivery import ROLE_EVENTS
+    from taskherd.model.delivery import ROLE_EVENTS
     from taskherd.policy.taskspec import ALIAS_NAME
 
     bad = [target for target in role.deliver_to if not ALIAS_NAME.match(target)]

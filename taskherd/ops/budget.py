@@ -11,7 +11,7 @@ from taskherd.config import Config
 from taskherd.model import Cooldown
 from taskherd.runtimes.ratelimit import reading_zone
 from taskherd.store import Store
-from taskherd.store.delivery import BUDGET_PAUSED, BUDGET_RESUMED, DEFAULT_ROLE_EVENTS
+from taskherd.model.delivery import BUDGET_PAUSED, BUDGET_RESUMED, DEFAULT_ROLE_EVENTS
 
 log = logging.getLogger("taskherd.budgets")
 

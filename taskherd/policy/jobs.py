@@ -26,7 +26,7 @@ from taskherd.policy.schedules import (
     Trigger,
     parse_trigger,
 )
-from taskherd.store.jobs import Job, JobDefinition
+from taskherd.model.jobs import Job, JobDefinition
 from taskherd.policy.taskspec import TaskSpecError, new_task_from
 
 if TYPE_CHECKING:  # the config imports this module (to check [[jobs]]) at load, not the reverse

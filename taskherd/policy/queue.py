@@ -21,7 +21,7 @@ from taskherd.model import (
 )
 
 if TYPE_CHECKING:  # the store imports this module: its records are only named here
-    from taskherd.store.jobs import Job, JobFire
+    from taskherd.model.jobs import Job, JobFire
 
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BACKOFF_BASE = 15.0  # seconds before the first retry

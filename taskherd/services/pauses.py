@@ -27,7 +27,7 @@ from taskherd.model import Outcome, RunResult
 from taskherd.runtimes.ratelimit import guessed_cooldown
 from taskherd.services.live_runs import LiveRun
 from taskherd.store import Store, StoreError
-from taskherd.store.delivery import ENDPOINT_DOWN, ENDPOINT_UP
+from taskherd.model.delivery import ENDPOINT_DOWN, ENDPOINT_UP
 
 log = logging.getLogger("taskherd.supervisor")
 

@@ -30,14 +30,8 @@ from taskherd.policy.jobs import JobSpec, parse_jobs, pick_variant, task_for_fir
 from taskherd.model import FireStatus, OverlapPolicy
 from taskherd.policy.schedules import MissedFire, ScheduleError, Trigger, due_fires
 from taskherd.store import Store
-from taskherd.store.jobs import (
-    FireClaim,
-    Job,
-    JobNotFound,
-    JobRefused,
-    PlannedFire,
-    wake_time,
-)
+from taskherd.store.jobs import JobNotFound, JobRefused
+from taskherd.model.jobs import FireClaim, Job, PlannedFire, wake_time
 from taskherd.policy.taskspec import TaskSpecError
 
 log = logging.getLogger("taskherd.scheduler")

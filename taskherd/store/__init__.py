@@ -22,7 +22,8 @@ from taskherd.store.errors import StoreDiskFull
 
 if TYPE_CHECKING:
     from taskherd.policy.chains import Workflow
-from taskherd.store.jobs import Job, JobDefinition, JobFire, JobNotFound, JobRefused, JobStore
+from taskherd.store.jobs import JobNotFound, JobRefused, JobStore
+from taskherd.model.jobs import Job, JobDefinition, JobFire
 
 __all__ = [
     "Enqueued",

@@ -7,13 +7,8 @@ import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.policy.queue import RetryPolicy, failure_backoff
-from taskherd.store.jobs import (
-    FireClaim,
-    JobDefinition,
-    JobNotFound,
-    JobRefused,
-    PlannedFire,
-)
+from taskherd.store.jobs import JobNotFound, JobRefused
+from taskherd.model.jobs import FireClaim, JobDefinition, PlannedFire
 
 NOW = 1_000_000.0
 
