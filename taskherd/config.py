@@ -8,37 +8,46 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 
-from taskherd.policy.budgets import Budgets, Limits
-from taskherd.policy.chains import (
-    DEFAULT_MAX_DEPTH,
-    DEFAULT_MAX_REVIEWS,
-    ChainError,
+from taskherd.model.settings import (
+    MERGE_MODES,
+    NETWORKS,
+    S3_SCHEME,
+    ApiConfig,
+    BackupConfig,
+    Budgets,
+    Config,
+    ConfigError,
+    DaemonConfig,
+    DeliveryConfig,
+    EmbeddingsConfig,
     FollowUp,
-    RoleFlow,
-    Workflow,
-    find_cycle,
-    parse_chain,
+    Gate,
+    GitSettings,
+    IsolationSettings,
+    Limits,
+    MemoryConfig,
+    MessagesConfig,
+    MonitorConfig,
+    Price,
+    RoleConfig,
+    split_listen,
 )
+from taskherd.model.settings import MODES as ISOLATION_MODES
+from taskherd.policy.chains import ChainError, find_cycle, parse_chain
 from taskherd.policy.durations import parse_duration
-from taskherd.policy.gates import Gate, GateError, parse_gates
+from taskherd.policy.gates import GateError, parse_gates
 from taskherd.policy.limits import NODE, SCOPES
-from taskherd.policy.pricing import Price
-from taskherd.policy.queue import DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_CAP, RetryPolicy
-from taskherd.host.sandbox import MODES as ISOLATION_MODES
-from taskherd.host.sandbox import NETWORKS, IsolationSettings
 from taskherd.policy.sizes import ACCEPTED as SIZE_ACCEPTED
 from taskherd.policy.sizes import format_size, parse_size
-from taskherd.host.worktrees import MERGE_MODES, GitSettings
 
 CONFIG_FILE = "taskherd.toml"
 CONFIG_ENV = "TASKHERD_CONFIG"
@@ -51,20 +60,13 @@ PROMPT_VIA = ("stdin", "file", "arg")
 ON_INPUT = ("kill", "wait")  # what to do with an agent waiting at a question
 TOP_LEVEL_KEYS = ("daemon", "roles", "pools", "jobs", "monitor", "api", "backup", "messages",
                   "memory", "delivery", "prices", "budgets")
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-DEFAULT_MAX_LOG_BYTES = 64 << 20
 MIN_LOG_BYTES = 16 << 10  # room for the header line, the head, the cut line and a tail
-S3_SCHEME = "s3://"
 # Keys people put in [backup] that must come from the environment or the AWS credential chain:
 # a secret in the config file ends up in backups of the file, in its repository, in logs.
 CREDENTIAL_KEYS = frozenset({"access_key", "secret_key", "access_key_id", "secret_access_key",
                              "aws_access_key_id", "aws_secret_access_key", "session_token",
                              "aws_session_token", "password", "secret"})
 _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-
-
-class ConfigError(ValueError):
-    """A configuration problem, worded for the person who wrote the file."""
 
 
 # A role's keys: those every runtime reads, plus its runtime's own.
@@ -93,272 +95,6 @@ def did_you_mean(key: str, accepted: set[str] | frozenset[str]) -> str:
         close = difflib.get_close_matches(key.lower(), sorted(accepted), n=1, cutoff=0.6)
         guess = close[0] if close else None
     return f" (did you mean {guess!r}?)" if guess else ""
-
-
-@dataclass(frozen=True)
-class DaemonConfig:
-    data_dir: Path
-    database: str  # a SQLite file path, or a postgres:// URL for several nodes
-    durability: str = "full"
-    max_concurrent: int = 3
-    timezone: str | None = None  # IANA name; required once jobs exist (never silently UTC)
-    node: str = field(default_factory=socket.gethostname)
-    lease: float = 60.0
-    poll_interval: float = 1.0  # fallback poll; the dispatcher mostly wakes on events
-    on_shutdown: str = "detach"
-    shutdown_grace: float = 30.0
-    path: str = DEFAULT_PATH  # PATH agents run with, unless the role names one
-    retention: float = 30 * 86400.0
-    max_prompt_bytes: int = 1 << 20  # a larger prompt is refused where it enters the queue
-    max_depth: int = DEFAULT_MAX_DEPTH  # a chain stops here: no child deeper than this
-    # A node silent this long is declared down by any other node, and its tasks rescued.
-    node_timeout: float = 15.0
-    tags: tuple[str, ...] = ()  # what this node offers (a GPU, a Mac): roles may require them
-    # The longest a rate limit pauses a runtime, whatever reset its text names: longer than
-    # the 5-hour windows of Claude's and Codex's plans, so their resets are kept as said; a
-    # reset misread (an epoch in 2030) costs a few hours, and a probe finds a limit still on.
-    max_rate_limit_pause: float = 6 * 3600.0
-    # Below this much free space where the node writes (data dir, logs, SQLite database), it
-    # starts nothing new: a full disk is the machine's fault, never an agent's strike.
-    min_free_disk: int = 512 << 20
-    # How long an agent's `taskherd done|heartbeat|…` waits for a daemon that is away (a
-    # restart) before failing; 0: not at all.
-    agent_report_wait: float = 60.0
-
-    @property
-    def log_dir(self) -> Path:
-        return self.data_dir / "logs"
-
-
-@dataclass(frozen=True)
-class RoleConfig:
-    name: str
-    runtime: str = "command"
-    command: tuple[str, ...] = ()  # argv template for the command runtime
-    workdir: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    path: str | None = None
-    prompt_via: str = "stdin"
-    max_concurrent: int | None = None
-    stagger: float = 0.0
-    pool: str | None = None
-    scope: str = "cluster"  # "node": max_concurrent and stagger count each node's runs alone
-    nodes: tuple[str, ...] = ()  # tags a node must have to run this role
-    max_attempts: int = 3
-    backoff: float = DEFAULT_BACKOFF_BASE
-    backoff_cap: float = DEFAULT_BACKOFF_CAP
-    timeout: float = 30 * 60.0
-    idle_timeout: float = 10 * 60.0
-    spawn_timeout: float = 30.0  # claimed but never spawned: rescued after this, no strike
-    # Idle this long with a question as its last output: the agent waits for input.
-    input_timeout: float = 60.0
-    on_input: str = "kill"  # kill: end it as needs_input; wait: keep it for `task answer`
-    input_patterns: tuple[str, ...] = ()  # the role's own prompts, besides the known ones
-    loop_repeats: int = 20  # the same output block (or tool call) this often in a row: looping
-    loop_window: float = 120.0  # ...within this span
-    review: bool = False
-    require_marker: bool = False
-    wake_on_urgent: bool = False  # an urgent message adds a task when none is ready
-    capabilities: tuple[str, ...] = ()  # what the role's agents can do (the agents registry)
-    memory: bool = False  # a short-term memory file, in the prompt and TASKHERD_MEMORY_FILE
-    deliver_to: tuple[str, ...] = ()  # delivery aliases its tasks tell when they settle
-    deliver_on: tuple[str, ...] = ()  # which settles (the role key is `on`); () = defaults
-    description: str | None = None
-    budget: Limits = field(default_factory=Limits)  # its spend per day and month
-    git: GitSettings | None = None  # each task in its own git worktree and branch
-    # Its agents' sandbox and caps; None (no table): unconfined, as the daemon's user.
-    isolation: IsolationSettings | None = None
-    # claude runtime
-    binary: str | None = None
-    agent: str | None = None
-    model: str | None = None
-    allowed_tools: tuple[str, ...] = ()
-    permission_mode: str | None = None
-    mcp_config: str | None = None
-    args: tuple[str, ...] = ()
-    resume: bool = False  # a retry continues the previous attempt's session (--resume)
-    mcp: bool = False  # `taskherd mcp` in --mcp-config: the run's tools over MCP
-    # workflows
-    chain: tuple[FollowUp, ...] = ()  # follow-ups every task of the role creates
-    review_by: str | None = None  # a role that reviews each successful task
-    max_reviews: int = DEFAULT_MAX_REVIEWS  # rejections before a person decides
-    gates: tuple[Gate, ...] = ()  # checks run after success, before the task completes
-    # codex runtime (binary, model, args and resume as for claude)
-    sandbox: str = "workspace-write"
-    approval: str = "never"  # `codex exec` runs unattended: nobody is there to approve
-    # chat runtime
-    base_url: str | None = None
-    api_key_env: str | None = None
-    rate_limit_patterns: tuple[str, ...] = ()
-    rate_limit_cooldown: float = 3600.0
-    # A run's log keeps the head and the tail of this many bytes of output, and a line saying
-    # how much was cut between them: one chatty agent must not fill the disk.
-    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
-    # Not role keys: the daemon's timezone, so a limit's "resets 3am" is read in it, and
-    # the price of the role's model from [prices], for runtimes that report tokens only.
-    timezone: str | None = None
-    price: Price | None = None
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        return RetryPolicy(
-            backoff_base=self.backoff,
-            backoff_cap=self.backoff_cap,
-            rate_limit_cooldown=self.rate_limit_cooldown,
-            rescue_trusts_done=not self.gates,
-        )
-
-
-DEFAULT_PLANNER_PROMPT = ("The queue is running low. Look at the state of the work below and "
-                          "add the next tasks with `taskherd task add`.")
-
-
-@dataclass(frozen=True)
-class MonitorConfig:
-    """[monitor]: the planner that keeps the queue fed, and what an agent may add."""
-
-    planner: str | None = None  # the planner's role; None: no planner is started
-    low_water: int = 5  # fewer ready tasks than this, and the planner is due
-    planner_every: float = 4 * 3600.0  # at most one planner task per this long
-    prompt: str = DEFAULT_PLANNER_PROMPT
-    max_spawn: int = 20  # tasks one run may add with `taskherd task add`
-
-
-@dataclass(frozen=True)
-class ApiConfig:
-    """The HTTP API, the dashboard and /metrics (`[api]`); off unless `listen` is set."""
-
-    listen: str | None = None  # "HOST:PORT"; the starter config sets 127.0.0.1:8765
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    # Serving on an address other machines reach without TLS sends tokens in the clear:
-    # refused unless written here on purpose.
-    allow_plain_http: bool = False
-    max_body_bytes: int = 4 << 20  # a request body larger than this is refused (413)
-    # Proxies whose X-Forwarded-For is believed (ipaddress networks): behind one, every
-    # client would otherwise share its address when wrong tokens are counted.
-    trusted_proxies: tuple[Any, ...] = ()
-
-    @property
-    def host(self) -> str:
-        assert self.listen is not None
-        return split_listen(self.listen)[0]
-
-    @property
-    def port(self) -> int:
-        assert self.listen is not None
-        return split_listen(self.listen)[1]
-
-
-@dataclass(frozen=True)
-class BackupConfig:
-    """Where and how often the daemon backs up its database (`[backup]`)."""
-
-    target: str | None = None  # a local folder, or s3://bucket/prefix; None: no backups
-    endpoint_url: str | None = None  # an S3-compatible server (MinIO …); None: AWS itself
-    region: str | None = None
-    snapshot_every: float = 300.0
-    snapshot_keep_for: float = 86400.0
-    snapshot_keep_count: int = 288  # 24 hours of 5-minute snapshots
-    rollup_every: float = 3600.0
-    rollup_keep_for: float = 7 * 86400.0
-    rollup_keep_count: int = 168  # 7 days of hourly rollups
-    compression_level: int = 3  # gzip 1 (fast) … 9 (small); 0 stores the pages as they are
-    # An S3 server that stops answering fails the attempt within about twice read_timeout
-    # (one retry), not minutes later; the service then retries with its own backoff.
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
-
-    @property
-    def is_s3(self) -> bool:
-        return self.target is not None and self.target.startswith(S3_SCHEME)
-
-
-@dataclass(frozen=True)
-class MessagesConfig:
-    """[messages]: how much of its inbox a starting run gets in its prompt."""
-
-    inbox_messages: int = 20  # the rest wait for the role's next run
-    inbox_bytes: int = 16_000
-
-
-@dataclass(frozen=True)
-class EmbeddingsConfig:
-    """An OpenAI-compatible embeddings endpoint: long-term memory ranks by meaning too."""
-
-    base_url: str  # e.g. http://127.0.0.1:8080/v1 (POST {base_url}/embeddings)
-    model: str
-    api_key_env: str | None = None  # the daemon's variable holding the key, never the key
-
-
-@dataclass(frozen=True)
-class MemoryConfig:
-    """[memory]: the short-term file's cap and the optional embeddings endpoint."""
-
-    short_term_lines: int = 80
-    embeddings: EmbeddingsConfig | None = None
-
-    def file_of(self, data_dir: Path, role: str) -> Path:
-        return data_dir / "memory" / f"{role}.md"
-
-
-@dataclass(frozen=True)
-class DeliveryConfig:
-    """[delivery]: how the outbox is sent to delivery aliases."""
-
-    timeout: float = 10.0  # of one send
-    max_attempts: int = 8  # then the delivery is kept as failed
-    backoff: float = 5.0  # before the second attempt, doubling after each failure
-    backoff_cap: float = 600.0
-
-
-@dataclass(frozen=True)
-class Config:
-    daemon: DaemonConfig
-    roles: Mapping[str, RoleConfig] = field(default_factory=dict)
-    pools: Mapping[str, int] = field(default_factory=dict)  # capacity of each pool
-    jobs: tuple[Mapping[str, Any], ...] = ()  # validated by the scheduler's job parser
-    source: Path | None = None  # the file it came from, if any
-    api: ApiConfig = field(default_factory=ApiConfig)
-    backup: BackupConfig = field(default_factory=BackupConfig)
-    messages: MessagesConfig = field(default_factory=MessagesConfig)
-    memory: MemoryConfig = field(default_factory=MemoryConfig)
-    delivery: DeliveryConfig = field(default_factory=DeliveryConfig)
-    monitor: MonitorConfig = field(default_factory=MonitorConfig)
-
-    @property
-    def workflow(self) -> Workflow:
-        """What the store applies when a task settles: default chains, reviewers, limits."""
-        flows = {name: RoleFlow(chain=role.chain, review_by=role.review_by,
-                                max_reviews=role.max_reviews, max_attempts=role.max_attempts,
-                                review=role.review)
-                 for name, role in self.roles.items()}
-        return Workflow(flows, max_depth=self.daemon.max_depth)
-    prices: Mapping[str, Price] = field(default_factory=dict)  # model → USD per Mtok
-    budgets: Budgets = field(default_factory=Budgets)
-    pool_scopes: Mapping[str, str] = field(default_factory=dict)  # a pool's, when not cluster
-
-    def role(self, name: str) -> RoleConfig:
-        """The role's config; a role the file does not define gets the defaults."""
-        return self.roles.get(name) or RoleConfig(name=name, timezone=self.daemon.timezone)
-
-    def policy_for(self, role: str) -> RetryPolicy:
-        return self.role(role).retry_policy
-
-    def runs_here(self, role: RoleConfig) -> bool:
-        """Whether this node has every tag the role requires."""
-        return set(role.nodes) <= set(self.daemon.tags)
-
-    @property
-    def runnable_roles(self) -> list[str]:
-        """The roles this node defines and may run (it has their tags)."""
-        return [name for name, role in self.roles.items() if self.runs_here(role)]
-
-    def check_role(self, name: str) -> None:
-        """Refuse a task role the config does not know (when it defines any roles)."""
-        if self.roles and name != "any" and name not in self.roles:
-            known = ", ".join(sorted(self.roles))
-            raise ConfigError(f"role {name!r} is not defined in the config (defined: {known}, any)")
 
 
 def find_config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
@@ -529,15 +265,6 @@ def _parse_api(raw: Mapping[str, Any], base_dir: Path, problems: list[str]) -> A
             "cross the network in the clear: set api.tls_cert and api.tls_key, or write "
             "api.allow_plain_http = true if the network is yours (default: 127.0.0.1:8765)")
     return api
-
-
-def split_listen(listen: str) -> tuple[str, int]:
-    """'HOST:PORT' (or '[v6]:PORT') as (host, port); ValueError when it is not one."""
-    host, sep, port = listen.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(listen)
-    return host, int(port)
 
 
 def is_loopback(host: str) -> bool:

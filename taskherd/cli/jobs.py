@@ -28,7 +28,8 @@ from taskherd.cli.common import (
     print_table,
     store_for,
 )
-from taskherd.config import ConfigError, load_config
+from taskherd.config import load_config
+from taskherd.model.settings import ConfigError
 from taskherd.policy.jobs import (
     describe_trigger,
     trigger_of,

@@ -26,7 +26,7 @@ from taskherd.backups.restore import (
 )
 from taskherd.backups.state import read_state
 from taskherd.backups.targets import BackupError, DamagedBackup, Target, open_target
-from taskherd.config import Config
+from taskherd.model.settings import Config
 from taskherd.policy.durations import parse_duration
 from taskherd.ops import BadInput
 from taskherd.store import Store

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from taskherd.model import NewTask, Priority
 
 if TYPE_CHECKING:  # the config imports this module (to check [[jobs]]) at load, not the reverse
-    from taskherd.config import Config
+    from taskherd.model.settings import Config
 
 TASK_FIELDS = {
     "role": "the role that runs it (required)",

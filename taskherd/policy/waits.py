@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from taskherd.policy.budgets import FLEET
+from taskherd.model.settings import FLEET
 from taskherd.model import Cooldown, Task, TaskState
 
 if TYPE_CHECKING:
-    from taskherd.config import Config, RoleConfig
+    from taskherd.model.settings import Config, RoleConfig
 
 
 @dataclass(frozen=True)

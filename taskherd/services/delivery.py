@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taskherd.config import DeliveryConfig
+from taskherd.model.settings import DeliveryConfig
 from taskherd.host.senders import DeliveryFailed, direct_client, send
 from taskherd.store import Store
 from taskherd.model.delivery import Delivery

@@ -25,8 +25,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from taskherd.policy import faults
-from taskherd.policy.budgets import FLEET
-from taskherd.config import Config, DaemonConfig
+from taskherd.model.settings import FLEET
+from taskherd.model.settings import Config, DaemonConfig
 from taskherd.host.diskspace import FreeSpace, probe
 from taskherd.model import RunResult
 from taskherd.store import Store, StoreError

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from taskherd.policy import waits
 from taskherd.policy.budgets import COOLDOWN_PREFIX
-from taskherd.config import Config, RoleConfig
+from taskherd.model.settings import Config, RoleConfig
 from taskherd.policy.limits import ClaimLimits, Refusal
 from taskherd.model import Cooldown, Priority, TaskState
 from taskherd.services.disk_pause import DiskPause

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from taskherd.config import Config, RoleConfig
+from taskherd.model.settings import Config, RoleConfig
 from taskherd.model import Outcome, RunResult
 from taskherd.runtimes.ratelimit import guessed_cooldown
 from taskherd.services.live_runs import LiveRun

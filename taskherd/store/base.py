@@ -23,7 +23,7 @@ from taskherd.model import (
     Task,
     TaskState,
 )
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store.agents import AgentStore
 from taskherd.store.delivery import DeliveryStore
 from taskherd.store.errors import (

@@ -18,7 +18,7 @@ from taskherd.model import Run
 from taskherd.model.nodes import Node
 
 if TYPE_CHECKING:
-    from taskherd.policy.queue import RetryPolicy
+    from taskherd.model.settings import RetryPolicy
     from taskherd.store.base import Finished
 
 

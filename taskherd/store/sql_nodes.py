@@ -15,7 +15,7 @@ from taskherd.store.nodes import DownNode, NodeStore
 from taskherd.model.nodes import Node
 
 if TYPE_CHECKING:
-    from taskherd.policy.queue import RetryPolicy
+    from taskherd.model.settings import RetryPolicy
     from taskherd.store.base import Finished
     from taskherd.store.connection import Connection
 

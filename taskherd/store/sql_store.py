@@ -17,7 +17,6 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
 from typing import Any
 
-from taskherd.policy import budgets
 from taskherd.policy.chains import encode_chain, review_of, review_verdict
 from taskherd.policy.limits import NODE, ClaimLimits, Refusal, Usage
 from taskherd.model import (
@@ -36,7 +35,8 @@ from taskherd.model import (
     TaskState,
     Verdict,
 )
-from taskherd.policy.queue import RetryPolicy, rescued_result, settle
+from taskherd.policy.queue import rescued_result, settle
+from taskherd.model.settings import RetryPolicy
 from taskherd.store.base import (
     Enqueued,
     Finished,
@@ -67,6 +67,7 @@ from taskherd.store.sql_tokens import SQLTokens
 from taskherd.store.sql_workflows import SQLWorkflows
 from taskherd.store.sql_worktrees import SQLWorktrees
 from taskherd.store.watch import SQLWatch
+from taskherd.model.settings import FLEET
 
 S = TaskState
 # An event a transition emitted, as (kind, now, fields); `built` makes the Events.
@@ -313,7 +314,7 @@ class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLToken
         (its cost, or its expected cost while it is open), so no node starts a run once the
         spend committed reaches the limit."""
         span = limits.budget_periods(now)
-        only = None if budgets.FLEET in limits.budget_scopes(role) else role
+        only = None if FLEET in limits.budget_scopes(role) else role
         params = {"month_start": span.month_start, "day_start": span.day_start, "role": only}
         rows = budget_rows(db.execute(self.q["budget_spend"], params).fetchall())
         return limits.budget_refusal(role, rows, span)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store.sql_store import ROLLUP_MARGIN
 
 ONE_TRY = RetryPolicy()
