@@ -31,7 +31,7 @@ from taskherd.model.settings import Config, ConfigError, DaemonConfig
 from taskherd.policy.jobs import JobError
 from taskherd.model import LEASED_STATES, Event, EventKind, TaskState
 from taskherd.ops import Queue
-from taskherd.services.backups import Backups
+from taskherd.backups.service import Backups
 from taskherd.services.checkpoints import Checkpoints
 from taskherd.services.delivery import Deliverer, DeliverySettings
 from taskherd.services.dispatcher import Dispatcher

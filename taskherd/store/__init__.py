@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from taskherd.model import Event, EventKind
 from taskherd.store.base import (
     Enqueued,
-    Finished,
     PolicyLookup,
     RunNotFound,
     StateCount,
@@ -18,6 +17,7 @@ from taskherd.store.base import (
     TaskNotFound,
     TransitionRefused,
 )
+from taskherd.model import Finished
 from taskherd.store.errors import StoreDiskFull
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from taskherd.model.nodes import Node
 
 if TYPE_CHECKING:
     from taskherd.model.settings import RetryPolicy
-    from taskherd.store.base import Finished
+    from taskherd.model import Finished
     from taskherd.store.connection import Connection
 
 

@@ -39,7 +39,6 @@ from taskherd.policy.queue import rescued_result, settle
 from taskherd.model.settings import RetryPolicy
 from taskherd.store.base import (
     Enqueued,
-    Finished,
     ParentNotFound,
     PolicyLookup,
     RunNotFound,
@@ -49,6 +48,7 @@ from taskherd.store.base import (
     TaskNotFound,
     TransitionRefused,
 )
+from taskherd.model import Finished
 from taskherd.store.connection import Connection
 from taskherd.store.errors import ReportRefused, SpawnAllowance, SpawnLimitReached
 from taskherd.store.messages import InboxLimit

@@ -20,7 +20,7 @@ from taskherd.config import parse_config
 from taskherd.model.settings import BackupConfig
 from taskherd.model import NewTask
 from taskherd.ops.backups import backup_status, list_backups, restore_backup, verify_backup
-from taskherd.services.backups import Backups, BackupSettings
+from taskherd.backups.service import Backups, BackupSettings
 from taskherd.store.sqlite import SQLiteStore
 
 T0 = 1_795_000_000.0 - (1_795_000_000.0 % 3600)  # on the hour, UTC
