@@ -42,6 +42,7 @@ from taskherd.store.memory import MemoryStore
 from taskherd.store.messages import InboxLimit, MessageStore
 from taskherd.store.nodes import NodeStore
 from taskherd.store.requests import RequestKey, RequestStore
+from taskherd.store.task_lists import TaskListStore
 from taskherd.store.watch import WatchStore
 from taskherd.store.tokens import TokenStore
 
@@ -68,7 +69,7 @@ class StateCount:
 
 
 class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStore,
-            MemoryStore, DeliveryStore, RequestStore, abc.ABC):
+            MemoryStore, DeliveryStore, RequestStore, TaskListStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # -- run credentials: what an agent holds instead of the database -------------------

@@ -63,6 +63,7 @@ from taskherd.store.sql_messages import SQLMessages
 from taskherd.store.sql_nodes import SQLNodes
 from taskherd.store.sql_reports import SQLReports, budget_rows
 from taskherd.store.sql_requests import SQLRequests
+from taskherd.store.sql_task_lists import SQLTaskLists
 from taskherd.store.sql_tokens import SQLTokens
 from taskherd.store.sql_workflows import SQLWorkflows
 from taskherd.store.sql_worktrees import SQLWorktrees
@@ -76,7 +77,7 @@ Emitted = tuple[EventKind, float, dict[str, Any]]
 
 class SQLStore(SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLTokens,
                SQLMessages, SQLAgents, SQLMemory, SQLDelivery, SQLWorkflows, SQLWorktrees,
-               SQLBudgets, SQLRequests, Store):
+               SQLBudgets, SQLRequests, SQLTaskLists, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------

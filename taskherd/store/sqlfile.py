@@ -34,10 +34,11 @@ def queries(dialect: str) -> dict[str, str]:
     A block both define is the dialect's override of the common one (its reason is written
     above it); a name defined twice within one folder is a mistake. `{other}` in a block
     stands for the block named `other` (a SELECT, put in as a subquery), so two queries over
-    the same rows write those rows' selection once.
+    the same rows write those rows' selection once (a block put in may name others in turn).
     """
     written = _blocks(SQL_ROOT / "common") | _blocks(SQL_ROOT / dialect)
-    found = {name: _SUBQUERY.sub(lambda used: written[used[1]].strip().rstrip(";"), sql)
+    found = {name: _SUBQUERY.sub(
+                 lambda used: _put_in(written[used[1]].strip().rstrip(";"), written), sql)
              for name, sql in written.items()}
     if dialect == "postgres":
         return {name: _psycopg_parameters(sql) for name, sql in found.items()}

@@ -1,0 +1,44 @@
+-- The dashboard's lists of tasks: any state, role, priority, node, job, text and finished
+-- range, a page at a time (limit/offset: a person pages a few pages deep, and sorts).
+
+-- name: filtered_tasks
+-- The candidates are the open tasks in :state through the indexes that hold them only
+-- (open_tasks_in_state), the finished ones in :state through the finished side of
+-- tasks_clock (from :finished_from on), or, with no :state, the whole table: an arm not asked
+-- for reads nothing (its parameter-only test fails before any row). The
+-- other filters are NULL-or-equal: they narrow the rows read, and the sort blocks below stop
+-- after :limit of them. A node is any node that ran the task; a job, any fire that made it.
+-- :pattern is lower-cased with %, _ and \ escaped by the caller; :text_id the text as an id.
+SELECT * FROM (
+    {open_tasks_in_state}
+    UNION ALL
+    SELECT * FROM tasks
+    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
+      AND coalesce(finished_at, lease_expires_at) >= coalesce(CAST(:finished_from AS DOUBLE PRECISION), 0)
+      AND CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled') AND state = :state
+    UNION ALL
+    SELECT * FROM tasks WHERE CAST(:state AS TEXT) IS NULL
+) AS candidates
+WHERE (CAST(:role AS TEXT) IS NULL OR role = :role)
+  AND (CAST(:priority AS INTEGER) IS NULL OR priority = :priority)
+  AND (CAST(:node AS TEXT) IS NULL OR id IN (SELECT task_id FROM runs WHERE node = :node))
+  AND (CAST(:job AS TEXT) IS NULL
+       OR id IN (SELECT task_id FROM job_fires WHERE job_name = :job AND task_id IS NOT NULL))
+  AND (CAST(:pattern AS TEXT) IS NULL OR id = CAST(:text_id AS BIGINT)
+       OR lower(title) LIKE :pattern ESCAPE '\' OR lower(prompt) LIKE :pattern ESCAPE '\')
+  AND (CAST(:finished_from AS DOUBLE PRECISION) IS NULL OR finished_at >= :finished_from)
+  AND (CAST(:finished_to AS DOUBLE PRECISION) IS NULL OR finished_at < :finished_to)
+
+-- name: filter_tasks_newest
+SELECT * FROM ({filtered_tasks}) AS found ORDER BY id DESC LIMIT :limit OFFSET :offset;
+
+-- name: filter_tasks_oldest
+SELECT * FROM ({filtered_tasks}) AS found ORDER BY id LIMIT :limit OFFSET :offset;
+
+-- name: filter_tasks_priority
+SELECT * FROM ({filtered_tasks}) AS found ORDER BY priority, id LIMIT :limit OFFSET :offset;
+
+-- name: count_filtered_tasks
+-- How many match, counted up to :cap: past it the page says "more than", rather than read a
+-- million rows to print one number.
+SELECT count(*) AS n FROM (SELECT id FROM ({filtered_tasks}) AS found LIMIT :cap) AS capped;
