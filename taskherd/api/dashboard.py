@@ -32,7 +32,7 @@ PAGES: dict[str, Callable[..., str]] = {
     "/": pages.board, "/dead": pages.dead, "/review": pages.review, "/blocked": pages.blocked,
     "/jobs": pages.jobs, "/cooldowns": pages.cooldowns, "/cost": pages.cost,
 }
-ACTIONS = ("approve", "reject", "unblock", "requeue", "cancel")
+ACTIONS = ("approve", "reject", "block", "unblock", "requeue", "cancel")
 
 
 class SharedBoard:
@@ -65,7 +65,9 @@ def routes(api: Api) -> list[Route]:
         Route("/ui/jobs/{name}/run", _run_job(api), methods=["POST"]),
         Route("/static/{name}", _static),
     ]
-    return found
+    from taskherd.api import dashboard_lists  # it reads this module's helpers
+
+    return dashboard_lists.routes(api) + found  # /tasks/new before /tasks/{task_id}
 
 
 def _page(api: Api, render: Callable[..., str]) -> Callable[[Request], Awaitable[Response]]:
@@ -77,7 +79,8 @@ def _page(api: Api, render: Callable[..., str]) -> Callable[[Request], Awaitable
             return RedirectResponse("/login", status_code=303)
         view = pages.View(api.queue, api.clock(), token, session.csrf,
                           may_act=ACT in GRANTS[token.scope], path=request.url.path,
-                          params=dict(request.path_params))
+                          params=dict(request.path_params),
+                          query=tuple(request.query_params.multi_items()))
         seen = request.query_params.get("seen", "")
         shared = render is pages.board and request.query_params.get("fragment")
         if shared and seen.isdigit() and api.board.serves(int(seen), view.now):
@@ -194,7 +197,8 @@ def _act(api: Api) -> Callable[[Request], Awaitable[Response]]:
                 raise ApiError(404, f"no action {action!r}")
             task_id = int(request.path_params["task_id"]) if \
                 request.path_params["task_id"].isdigit() else -1
-            reason = (form.get("reason") or None,) if action in ("reject", "cancel") else ()
+            reason = (form.get("reason") or None,) if action in ("reject", "cancel", "block") \
+                else ()
             await api.run(task_ops.TRANSITIONS[action], api.queue, task_id, api.clock(),
                           *reason)
         except Exception as error:  # noqa: BLE001
@@ -233,13 +237,18 @@ def _back(form: dict[str, str]) -> str:
 
 
 async def _form(request: Request) -> dict[str, str]:
+    fields = await _form_lists(request)
+    return {key: values[0] for key, values in fields.items()}
+
+
+async def _form_lists(request: Request, limit: int = MAX_FORM) -> dict[str, list[str]]:
+    """Every value of every field (a list's ticked tasks share one name)."""
     body = b""
     async for chunk in request.stream():
         body += chunk
-        if len(body) > MAX_FORM:
-            raise ApiError(413, "the form is too large")
-    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
-    return {key: values[0] for key, values in fields.items()}
+        if len(body) > limit:
+            raise ApiError(413, f"the form is too large (at most {limit:,} bytes)")
+    return parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
 
 
 STATIC_TYPES = {"live.js": "text/javascript", "style.css": "text/css"}

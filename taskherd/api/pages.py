@@ -21,7 +21,7 @@ from taskherd.ops import runs as run_ops
 from taskherd.store.tokens import ApiToken
 from taskherd.policy.timefmt import zone_named
 
-TITLES = {"/": "Board", "/dead": "Dead letters", "/review": "Needs review",
+TITLES = {"/": "Board", "/tasks": "Tasks", "/dead": "Dead letters", "/review": "Needs review",
           "/blocked": "Blocked", "/jobs": "Jobs", "/cooldowns": "Cooldowns", "/cost": "Cost"}
 LIST_LIMIT = 200
 
@@ -39,6 +39,7 @@ class View:
     may_act: bool
     path: str
     params: dict[str, str] = field(default_factory=dict)
+    query: tuple[tuple[str, str], ...] = ()  # the address's query string (a list's filter)
 
 
 def when(view: View, moment: float | None) -> str:
@@ -141,8 +142,9 @@ def board(view: View) -> str:
     through an index and every list bounded, so the page costs the same at a million tasks."""
     by_role, totals = board_ops.state_counts(view.queue)
     states = [s.value for s in TaskState]
-    rows = [[h(role)] + [_count(counts[s]) for s in states] for role, counts in by_role.items()]
-    rows.append(["<strong>all</strong>"] + [_count(totals[s]) for s in states])
+    rows = [[h(role)] + [_count(counts[s], s, role) for s in states]
+            for role, counts in by_role.items()]
+    rows.append(["<strong>all</strong>"] + [_count(totals[s], s) for s in states])
     counts = table(["role", *states], rows, "the queue is empty")
     limit = board_ops.BOARD_ROWS
     waiting = board_ops.p0_waits(view.queue, view.now, limit)
@@ -180,8 +182,13 @@ def _next_probe(view: View, down: dict) -> str:
         f", next probe {when(view, down['next_probe'])}"
 
 
-def _count(value: int) -> str:
-    return f'<span class="n">{value}</span>' if value else '<span class="muted">0</span>'
+def _count(value: int, state_name: str, role: str | None = None) -> str:
+    """A count, linked to the list of the tasks it counts."""
+    if not value:
+        return '<span class="muted">0</span>'
+    from taskherd.api.page_lists import list_href  # it imports this module
+
+    return f'<a href="{h(list_href(state=state_name, role=role))}" class="n">{value}</a>'
 
 
 def task(view: View) -> str:

@@ -37,13 +37,17 @@
     stale = false;
     fetching = true;
     lastStart = Date.now();
-    fetch(location.pathname + "?fragment=1&seen=" + seen, {credentials: "same-origin"})
+    // The query string is the list's filter: the fragment fetched is of the same list.
+    var query = location.search ? location.search + "&" : "?";
+    fetch(location.pathname + query + "fragment=1&seen=" + seen, {credentials: "same-origin"})
       .then(function (response) {
         if (response.status === 401) { location.href = "/login"; return null; }
         return response.ok ? response.text() : null;
       })
       .then(function (html) {
-        if (html !== null && html !== undefined) {
+        if (html !== null && html !== undefined && choosing()) {
+          stale = true;  // held while a person ticks tasks or types: swapped when done
+        } else if (html !== null && html !== undefined) {
           live.innerHTML = html;
           document.body.setAttribute("data-refreshed", String(Date.now()));
           followRunning();
@@ -53,6 +57,12 @@
         fetching = false;
         if (stale) { schedule(); }
       });
+  }
+
+  function choosing() {
+    return live.querySelector("input[type=checkbox]:checked") !== null ||
+      (document.activeElement !== null && live.contains(document.activeElement) &&
+       /^(INPUT|TEXTAREA|SELECT)$/.test(document.activeElement.tagName));
   }
 
   function followRunning() {
@@ -75,6 +85,17 @@
     events.addEventListener("changed", function (message) {
       seen = Math.max(seen, JSON.parse(message.data).seq);
       schedule();
+    });
+  }
+
+  // The add page's JSON Lines file is read here into the form's text, sent as a plain form.
+  var file = document.getElementById("import-file");
+  if (file) {
+    file.addEventListener("change", function () {
+      if (!file.files.length) { return; }
+      file.files[0].text().then(function (text) {
+        document.getElementById("import-lines").value = text;
+      });
     });
   }
 
