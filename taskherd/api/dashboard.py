@@ -57,7 +57,6 @@ class SharedBoard:
 def routes(api: Api) -> list[Route]:
     found = [Route(path, _page(api, render)) for path, render in PAGES.items()]
     found += [
-        Route("/tasks/{task_id}", _page(api, pages.task)),
         Route("/login", _login_form(api), methods=["GET"]),
         Route("/login", _login(api), methods=["POST"]),
         Route("/logout", _logout(api), methods=["POST"]),

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import Any
 from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from taskherd.api import dashboard, page_add, page_lists, pages
+from taskherd.api import dashboard, page_add, page_lists, page_task, pages
 from taskherd.api.app import Api, ApiError, answer_for
 from taskherd.ops import BadInput, task_lists
 from taskherd.ops import tasks as task_ops
@@ -27,10 +26,12 @@ def routes(api: Api) -> list[Route]:
     return [
         Route("/tasks", dashboard._page(api, page_lists.task_list)),
         Route("/tasks/new", dashboard._page(api, page_add.add_form)),
+        Route("/tasks/{task_id}", dashboard._page(api, page_task.task)),
         Route("/ui/bulk", _bulk(api), methods=["POST"]),
         Route("/ui/add", _add(api), methods=["POST"]),
         Route("/ui/import", _import(api), methods=["POST"]),
         Route("/ui/tasks/{task_id}/answer", _answer(api), methods=["POST"]),
+        Route("/ui/tasks/{task_id}/priority", _priority(api), methods=["POST"]),
     ]
 
 
@@ -144,3 +145,19 @@ def _answer(api: Api) -> Handler:
     return handle
 
 
+
+
+def _priority(api: Api) -> Handler:
+    async def handle(request: Request) -> Response:
+        raw = request.path_params["task_id"]
+        try:
+            form, _ = await _checked(api, request)
+            task_id = int(raw) if raw.isdigit() else -1
+            value = _one(form, "priority")
+            await api.run(task_ops.set_priority, api.queue, task_id,
+                          int(value) if value.isdigit() else value, api.clock())
+        except Exception as error:  # noqa: BLE001
+            return _refused(error, "the priority")
+        return RedirectResponse(f"/tasks/{raw}", status_code=303)
+
+    return handle

@@ -7,9 +7,8 @@ anyone who sends a link, so they are escaped in the form and the links as well.
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 from collections.abc import Iterable
+from urllib.parse import urlencode
 
 from taskherd.api.app import ApiError
 from taskherd.api.pages import View, h, state, table, when

@@ -191,52 +191,12 @@ def _count(value: int, state_name: str, role: str | None = None) -> str:
     return f'<a href="{h(list_href(state=state_name, role=role))}" class="n">{value}</a>'
 
 
-def task(view: View) -> str:
-    task_id = int(view.params["task_id"]) if view.params["task_id"].isdigit() else -1
-    data = tasks.task_with_runs(view.queue, task_id)
-    task, runs = data["task"], data["runs"]
-    actions = " ".join(button(view, task.id, name) for name in _actions_for(task.state))
-    facts = table(["field", "value"], [
-        ["state", state(task.state.value)], ["role", h(task.role)],
-        ["priority", f"P{int(task.priority)}"], ["attempts", f"{task.attempts} of "
-                                                             f"{task.max_attempts}"],
-        ["created", when(view, task.created_at)], ["finished", when(view, task.finished_at)],
-        ["summary", h(task.summary)], ["reason", h(task.reason)],
-        ["last error", f"<code>{h(task.last_error)}</code>"],
-        ["parent", f'<a href="/tasks/{task.parent_id}">#{task.parent_id}</a>'
-         if task.parent_id else "-"],
-        ["cost", h(cost_text(data["cost_usd"], data["unpriced_runs"]))
-         if data["cost_usd"] is not None or data["unpriced_runs"] else "-"],
-        ["waits", h(board_ops.why_waiting(view.queue, task, view.now) or "-")],
-    ])
-    run_rows = [[str(run.id), str(run.attempt), h(run.node), when(view, run.claimed_at),
-                 span((run.ended_at or view.now) - (run.spawned_at or run.claimed_at)),
-                 h(run.outcome.value if run.outcome else "running"), h(run.report),
-                 f"${run.cost_usd:.4f}" if run.cost_usd is not None else "-",
-                 h(run.summary or run.error or run.progress)] for run in runs]
-    tree = tasks.task_tree(view.queue, task.id)
-    chain = (f'<h2>Chain</h2><div class="tree" id="chain">{_branch(tree, task.id)}</div>'
-             if tree["children"] else "")
-    return (f'<h2 id="task-title">#{task.id} {h(task.title)}</h2><p>{actions}</p>{facts}'
-            f'<h2>Prompt</h2><pre>{h(task.prompt)}</pre>{chain}<h2>Runs</h2>'
-            + table(["run", "attempt", "node", "claimed", "took", "outcome", "report", "cost",
-                     "summary / error"], run_rows, "no run yet"))
-
-
 def _branch(node: dict[str, Any], current: int) -> str:
     task = node["task"]
     label = f"<strong>#{task.id} {h(task.title)}</strong>" if task.id == current \
         else task_link(task)
     children = "".join(_branch(child, current) for child in node["children"])
     return f"<ul><li>{label} {state(task.state.value)}{children}</li></ul>"
-
-
-def _actions_for(current: TaskState) -> list[str]:
-    return {TaskState.NEEDS_REVIEW: ["approve", "reject"], TaskState.PENDING: ["approve"],
-            TaskState.BLOCKED: ["unblock"], TaskState.DEAD: ["requeue"],
-            TaskState.CANCELLED: ["requeue"]}.get(current, []) + (
-        ["cancel"] if current not in (TaskState.COMPLETED, TaskState.DEAD,
-                                      TaskState.CANCELLED) else [])
 
 
 def _log_panel(view: View) -> str:

@@ -217,6 +217,22 @@ def answer_command(ctx: click.Context, task_id: int, text: str, as_json: bool) -
         click.echo(f"task {task_id}: answered its agent (run {run.id})")
 
 
+@task_group.command("priority")
+@click.argument("task_id", type=int)
+@click.argument("priority", type=click.IntRange(0, 3))
+@json_option
+@click.pass_context
+def priority_command(ctx: click.Context, task_id: int, priority: int, as_json: bool) -> None:
+    """Give an open task PRIORITY (0 is the most urgent, 3 the least): a ready task takes
+    its place in the claim order at once."""
+    with queue_for(ctx) as queue:
+        task = task_ops.set_priority(queue, task_id, priority, now())
+    if as_json:
+        print_json(task.to_dict())
+    else:
+        click.echo(f"task {task.id} is now P{int(task.priority)} ({task.state.value})")
+
+
 @task_group.command("log")
 @click.argument("task_id", type=int)
 @click.option("--run", "run_id", type=int, help="This run of the task rather than its latest.")

@@ -55,3 +55,21 @@ def tail(log_file: BinaryIO, lines: int) -> bytes:
     """The last `lines` lines, read from a bounded window at the end (`taskherd.host.logfile.tail`:
     a long line is cut, with a marker); the file is left at its end, where a follow goes on."""
     return logfile.tail(log_file, lines)
+
+
+def gate_log_tail(queue: Queue, log_path: str | None, lines: int = 40) -> str:
+    """The last `lines` lines of a quality gate's log, as text (undecodable bytes replaced);
+    a sentence saying why not when it has none, was pruned or lies outside the log folder."""
+    if log_path is None:
+        return "(no log)"
+    real = served_path(queue, log_path)
+    if real is None:
+        return "(its log lies outside the log folder: not served)"
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return "(its log is gone: logs are pruned with their finished tasks)"
+    with os.fdopen(fd, "rb") as log_file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO would never end
+            return "(its log is not a regular file)"
+        return tail(log_file, lines).decode("utf-8", "replace")

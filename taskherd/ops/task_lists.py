@@ -9,7 +9,7 @@ the board's own counts give it (state and role only) and counted up to COUNT_CAP
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any

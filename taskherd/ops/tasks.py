@@ -175,6 +175,14 @@ def requeue(queue: Queue, task_id: int, now: float) -> Task:
     return queue.store.requeue(task_id, now)
 
 
+def set_priority(queue: Queue, task_id: int, priority: object, now: float) -> Task:
+    """Give an open task another priority (0 is the most urgent): a ready one takes its
+    place in the claim order at once."""
+    if isinstance(priority, bool) or priority not in (0, 1, 2, 3):
+        raise BadInput(f"priority = {priority!r}: expected 0, 1, 2 or 3 (P0 is the most urgent)")
+    return queue.store.set_priority(task_id, int(priority), now)  # type: ignore[call-overload]
+
+
 def answer(queue: Queue, task_id: int, text: str, now: float) -> Run:
     """Type `text` (and Enter) into the standard input of the agent running task `task_id`,
     which waits at a question (its role sets on_input = "wait"). The text goes to the agent

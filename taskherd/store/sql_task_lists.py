@@ -4,15 +4,22 @@ into `SQLStore`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import Task
+from taskherd.model import OPEN_STATES, EventKind, Task
+from taskherd.store.errors import TransitionRefused
 from taskherd.store.task_lists import SORTS, TaskFilter, TaskListStore
 
 
 class SQLTaskLists(TaskListStore):
     if TYPE_CHECKING:
+        from taskherd.store.connection import Connection
+
         def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]: ...
+        def _write(self) -> AbstractContextManager[Connection]: ...
+        def _get_task(self, db: Connection, task_id: int) -> Task: ...
+        def _emit(self, kind: EventKind, now: float, **fields: Any) -> None: ...
 
     def filter_tasks(self, wanted: TaskFilter, *, sort: str = "newest", limit: int = 50,
                      offset: int = 0) -> list[Task]:
@@ -24,6 +31,19 @@ class SQLTaskLists(TaskListStore):
     def count_filtered_tasks(self, wanted: TaskFilter, cap: int) -> int:
         rows = self._all("count_filtered_tasks", _filter_params(wanted) | {"cap": cap})
         return int(rows[0]["n"])
+
+    def set_priority(self, task_id: int, priority: int, now: float) -> Task:
+        with self._write() as db:
+            task = self._get_task(db, task_id)
+            row = db.execute(self.q["set_task_priority"], {
+                "task_id": task_id, "priority": priority, "now": now}).fetchone()
+            if row is None:
+                raise TransitionRefused(task_id, "change the priority of", task.state, OPEN_STATES)
+            changed = Task.from_row(row)
+            # Told as a change like any other: open pages and dispatchers read it again.
+            self._emit(EventKind.TASK_CHANGED, now, task_id=task_id, state=changed.state,
+                       role=changed.role)
+            return changed
 
 
 def _filter_params(wanted: TaskFilter) -> dict[str, Any]:

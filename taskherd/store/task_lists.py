@@ -37,3 +37,7 @@ class TaskListStore(abc.ABC):
     @abc.abstractmethod
     def count_filtered_tasks(self, wanted: TaskFilter, cap: int) -> int:
         """How many tasks match `wanted`, counted up to `cap` (at most `cap` is returned)."""
+
+    @abc.abstractmethod
+    def set_priority(self, task_id: int, priority: int, now: float) -> Task:
+        """Give an open task `priority` (0-3); TransitionRefused for a finished task."""

@@ -158,3 +158,30 @@ def test_tasks_are_added_by_the_form_and_by_json_lines_all_or_nothing(api):
     assert good.status_code == 200 and "2 tasks read, 2 added" in good.text
     assert len(store.filter_tasks(__import__("taskherd.store.task_lists",
                                              fromlist=["TaskFilter"]).TaskFilter())) == before + 2
+
+
+def test_the_task_page_blocks_with_a_reason_changes_priority_and_refuses_what_it_cannot(api):
+    store = api.queue.store
+    task_id = seed(store, 1, priority=2)[0]
+    client = logged_in(api)
+    page = client.get(f"/tasks/{task_id}").text
+    assert "strikes" in page and f'id="priority-{task_id}"' in page
+    csrf = csrf_of(page)
+
+    moved = client.post(f"/ui/tasks/{task_id}/priority", data={"csrf": csrf, "priority": "0"},
+                        follow_redirects=False)
+    assert moved.status_code == 303 and store.get_task(task_id).priority == 0
+    wrong = client.post(f"/ui/tasks/{task_id}/priority", data={"csrf": csrf, "priority": "9"})
+    assert wrong.status_code == 422 and "expected 0, 1, 2 or 3" in wrong.text
+    assert store.get_task(task_id).priority == 0
+
+    client.post(f"/ui/tasks/{task_id}/block", data={"csrf": csrf, "reason": "wait for legal"})
+    held = store.get_task(task_id)
+    assert held.state is TaskState.BLOCKED and held.reason == "wait for legal"
+    assert f'id="unblock-{task_id}"' in client.get(f"/tasks/{task_id}").text
+
+    store.cancel(task_id, NOW)
+    late = client.post(f"/ui/tasks/{task_id}/priority", data={"csrf": csrf, "priority": "3"})
+    assert late.status_code == 409 and "it is cancelled" in late.text
+    not_running = client.post(f"/ui/tasks/{task_id}/answer", data={"csrf": csrf, "text": "y"})
+    assert not_running.status_code == 409 and store.get_task(task_id).priority == 0

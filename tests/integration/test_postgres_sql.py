@@ -155,7 +155,19 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "pool": "gpu", "role_node": None, "pool_a": "gpu", "pool_a_node": None, "pool_b": None,
     "pool_b_node": "node-a", "tags": '["gpu"]', "timeout": 15.0, "by": "node-b",
     "request_id": "3f1c9a", "made": '{"task_ids": [3]}',
+    "job": "nightly", "pattern": "%review%", "text_id": 3, "finished_from": NOW - 60,
+    "finished_to": NOW + 60, "offset": 0, "cap": 100,
 }
+# The task lists' filters one at a time, over the whole table and over each state's index.
+_ONE_FILTER = dict.fromkeys(("state", "role", "priority", "node", "job", "pattern",
+                             "finished_from", "finished_to"))
+TASK_LIST_VARIANTS = [
+    _ONE_FILTER, _ONE_FILTER | {"state": "cancelled"}, _ONE_FILTER | {"state": "ready"},
+    _ONE_FILTER | {"state": "running", "node": "node-a"}, _ONE_FILTER | {"job": "nightly"},
+    _ONE_FILTER | {"pattern": "%to\\_cancel%"}, _ONE_FILTER | {"pattern": "%cancel%"},
+    _ONE_FILTER | {"state": "cancelled", "finished_from": NOW - 1, "finished_to": NOW + 1},
+    _ONE_FILTER | {"offset": 1, "priority": 2},
+]
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {
     "budget_spend": [{"role": None}],
@@ -187,6 +199,8 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     "limit_usage": [{"role": "qa", "role_node": "node-a", "now": NOW - 10},
                     {"pool_a": None, "runtime": None}],
     "silent_nodes": [{"now": NOW + 1000, "node": "node-b"}],
+    **{name: TASK_LIST_VARIANTS for name in ("filter_tasks_newest", "filter_tasks_oldest",
+                                             "filter_tasks_priority", "count_filtered_tasks")},
 }
 
 

@@ -42,3 +42,10 @@ SELECT * FROM ({filtered_tasks}) AS found ORDER BY priority, id LIMIT :limit OFF
 -- How many match, counted up to :cap: past it the page says "more than", rather than read a
 -- million rows to print one number.
 SELECT count(*) AS n FROM (SELECT id FROM ({filtered_tasks}) AS found LIMIT :cap) AS capped;
+
+-- name: set_task_priority
+-- A person's change of an open task's priority (a finished one has no queue place left).
+-- The ready index is (priority, id): the task takes its place in the new priority at once.
+UPDATE tasks SET priority = :priority, updated_at = :now
+WHERE id = :task_id AND finished_at IS NULL
+RETURNING *;
