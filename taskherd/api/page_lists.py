@@ -91,8 +91,8 @@ def _filter_form(view: View, asked: ListQuery) -> str:
             + field("finished_to", "to", "datetime-local")
             + f'<label>sort <select name="sort" id="f-sort">{sorts}</select></label> '
             f'<button type="submit" id="apply">Show</button> <a href="/tasks">clear</a>'
-            f'{" · <a href=\"/tasks/new\" id=\"add-tasks\">add tasks</a>" if view.may_act else ""}'
-            f'</form>')
+            + (' · <a href="/tasks/new" id="add-tasks">add tasks</a>' if view.may_act else "")
+            + '</form>')
 
 
 def _chosen(yes: bool) -> str:
