@@ -29,15 +29,8 @@ from taskherd.store.errors import StoreDiskFull
 from taskherd.store.events import Listener
 from taskherd.store.messages import InboxLimit
 from taskherd.store.sql_messages import undelivered_params
-from taskherd.store.sql_store import (
-    Emitted,
-    SQLStore,
-    built,
-    one_row,
-    pass_by,
-    usage_of,
-    usage_params,
-)
+from taskherd.store.sql_claims import pass_by, usage_of, usage_params
+from taskherd.store.sql_store import Emitted, SQLStore, built, one_row
 from taskherd.store.sqlfile import (
     function_definition,
     machinery,

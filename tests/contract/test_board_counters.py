@@ -8,7 +8,7 @@ from collections import Counter
 
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.policy.queue import RetryPolicy
-from taskherd.store.sql_store import ROLLUP_MARGIN
+from taskherd.store.sql_history import ROLLUP_MARGIN
 
 ONE_TRY = RetryPolicy()
 LEASE = 60.0
