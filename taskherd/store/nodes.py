@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import ANY_ROLE, Run, row_fields
+from taskherd.model import Run, row_fields
+from taskherd.policy.admission import node_runs
 
 if TYPE_CHECKING:
     from taskherd.policy.queue import RetryPolicy
@@ -60,7 +61,7 @@ class Node:
         return self.timeout if self.timeout is not None else DOWN_AFTER_LEASES * self.lease
 
     def runs(self, role: str) -> bool:
-        return role == ANY_ROLE or role in self.roles
+        return node_runs(self.roles, role)
 
     def status(self, now: float) -> str:
         """`up`, `stopped` (said goodbye) or `down` (silent for too long: it died)."""

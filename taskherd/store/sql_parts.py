@@ -12,13 +12,21 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from taskherd.model import EventKind, Message, NewTask, Run, RunResult, Task, TaskState
+    from taskherd.model import (
+        EventKind,
+        InboxLimit,
+        Message,
+        NewTask,
+        Run,
+        RunResult,
+        Task,
+        TaskState,
+    )
     from taskherd.policy.chains import Workflow
     from taskherd.policy.queue import RetryPolicy
     from taskherd.store.base import Finished
     from taskherd.store.connection import Connection
     from taskherd.store.errors import SpawnAllowance
-    from taskherd.store.messages import InboxLimit
     from taskherd.store.requests import RequestKey
 
 

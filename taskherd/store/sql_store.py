@@ -35,7 +35,6 @@ from taskherd.store.sql_memory import SQLMemory
 from taskherd.store.sql_messages import SQLMessages
 from taskherd.store.sql_moves import SQLMoves
 from taskherd.store.sql_nodes import SQLNodes
-from taskherd.store.sql_parts import one_row
 from taskherd.store.sql_reads import SQLReads
 from taskherd.store.sql_reports import SQLReports
 from taskherd.store.sql_requests import SQLRequests
@@ -45,8 +44,6 @@ from taskherd.store.sql_tokens import SQLTokens
 from taskherd.store.sql_workflows import SQLWorkflows
 from taskherd.store.sql_worktrees import SQLWorktrees
 from taskherd.store.watch import SQLWatch
-
-__all__ = ["Emitted", "SQLStore", "built", "one_row"]
 
 # An event a transition emitted, as (kind, now, fields); `built` makes the Events.
 Emitted = tuple[EventKind, float, dict[str, Any]]
