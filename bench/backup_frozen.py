@@ -26,7 +26,7 @@ import time
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask
-from taskherd.services.backups import Backups, BackupSettings
+from taskherd.backups.service import Backups, BackupSettings
 from taskherd.store.sqlite import SQLiteStore
 from tests.s3 import CREDENTIALS, Relay, S3Server
 

@@ -34,9 +34,10 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 
-from taskherd.policy.chains import FollowUp, Workflow
+from taskherd.policy.chains import Workflow
+from taskherd.model.settings import FollowUp
 from taskherd.model import EventKind, NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store import open_store
 from taskherd.policy.admission import ClaimRequest
 

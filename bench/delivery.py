@@ -29,7 +29,7 @@ sys.path.insert(0, str(BENCH_DIR.parent))
 import httpx
 
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.services.delivery import Deliverer, DeliverySettings
 from taskherd.store.sqlite import SQLiteStore
 from taskherd.policy.admission import ClaimRequest

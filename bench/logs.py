@@ -44,7 +44,7 @@ from daemon import NOOP, Node, ms, percentile, printed_time, steady_noops  # ben
 
 from taskherd.host import procs
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
 
 CAP = 64 << 20  # the default max_log_bytes

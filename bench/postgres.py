@@ -87,7 +87,7 @@ from queue import Empty  # the standard library's, now that bench/ is off the pa
 
 from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store import Store, open_store
 from taskherd.policy.admission import ClaimRequest
 from tests.pg import PgServer, start_server, stop_server

@@ -111,7 +111,7 @@ def find_due_jobs_comparison(jobs: list[tuple[str, str]], now: datetime) -> tupl
     from apscheduler.job import Job as APSJob
     from apscheduler.jobstores.memory import MemoryJobStore
 
-    from taskherd.store.jobs import JobDefinition
+    from taskherd.model.jobs import JobDefinition
     from taskherd.store.sqlite import SQLiteStore
 
     since = now - timedelta(hours=1)

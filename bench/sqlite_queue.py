@@ -39,7 +39,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store.sqlite import Q, SQLiteStore
 from taskherd.policy.admission import ClaimRequest
 

@@ -26,18 +26,12 @@ from taskherd.host import forkserver
 
 from taskherd.host import procs
 from taskherd.agent.door import AgentDoor
-from taskherd.config import (
-    Config,
-    ConfigError,
-    DaemonConfig,
-    check_reloadable,
-    load_config,
-    make_private_dir,
-)
+from taskherd.config import check_reloadable, load_config, make_private_dir
+from taskherd.model.settings import Config, ConfigError, DaemonConfig
 from taskherd.policy.jobs import JobError
 from taskherd.model import LEASED_STATES, Event, EventKind, TaskState
 from taskherd.ops import Queue
-from taskherd.services.backups import Backups
+from taskherd.backups.service import Backups
 from taskherd.services.checkpoints import Checkpoints
 from taskherd.services.delivery import Deliverer, DeliverySettings
 from taskherd.services.dispatcher import Dispatcher
@@ -48,6 +42,7 @@ from taskherd.services.scheduler import Scheduler
 from taskherd.services.supervisor import KILL_GRACE, Supervisor
 from taskherd.services.worktrees import Merger, WorktreeJanitor
 from taskherd.store import Store, StoreError, node_lock_path, open_store, shown
+from taskherd.policy.chains import workflow_of
 
 if TYPE_CHECKING:
     from taskherd.api.process import ApiProcess
@@ -150,7 +145,7 @@ class Daemon:
         try:
             self.store = open_store(self.config.daemon.database,
                                     durability=self.config.daemon.durability,
-                                    autocheckpoint=False, workflow=self.config.workflow)
+                                    autocheckpoint=False, workflow=workflow_of(self.config))
             self.store.hold_node(self.config.daemon.node)
             await self._serve(self.store)
         finally:
@@ -367,7 +362,7 @@ class Daemon:
             return
         self.config = config
         if self.store is not None:
-            self.store.workflow = config.workflow  # type: ignore[attr-defined]
+            self.store.workflow = workflow_of(config)  # type: ignore[attr-defined]
         for loop in self.services.values():
             if hasattr(loop.service, "config"):
                 loop.service.config = config

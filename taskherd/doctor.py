@@ -15,7 +15,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from taskherd.config import Config, ConfigError, RoleConfig, load_config, make_private_dir
+from taskherd.config import load_config, make_private_dir
+from taskherd.model.settings import Config, ConfigError, RoleConfig
 from taskherd.runtimes.claude import CLAUDE_AUTH_ENV
 from taskherd.host.service import ENV_FILE
 from taskherd.store import StoreError, advice, open_store, shown

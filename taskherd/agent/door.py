@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskherd.model.settings import DOOR_DIR, SOCKET_NAME, door_dir
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SOCKET_NAME = "agent.sock"
 TOKEN_ENV = "TASKHERD_RUN_TOKEN"
 HOME_ENV = "TASKHERD_HOME"
 URL_ENV = "TASKHERD_URL"  # the daemon's HTTP API, for an agent that has no socket to it
@@ -54,19 +55,9 @@ OPS = ("heartbeat", "report", "add_child_task", "review", "msg_send", "msg_inbox
        "msg_read", "memory_add", "memory_search", "task_context")
 
 
-DOOR_DIR = "door"  # the socket's own folder: a sandbox mounts the folder, not the file
-
-
 def socket_path(data_dir: Path) -> Path:
     """Where agents connect: a link to the socket in `door_dir`."""
     return data_dir / SOCKET_NAME
-
-
-def door_dir(data_dir: Path) -> Path:
-    """The folder of the door's socket. A sandboxed agent is given this folder, never the
-    socket file alone: a restarted daemon binds a new socket (a new file), which a mount of
-    the old file would never show, and the agent's reports would wait for nothing."""
-    return data_dir / DOOR_DIR
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from taskherd.config import Config
+from taskherd.model.settings import Config
 from taskherd.model import Run
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops

@@ -18,7 +18,7 @@ from taskherd.agent.door import OPS as AGENT_OPS
 from taskherd.policy.jobs import JOB_KEYS
 from taskherd.model import Outcome, TaskState
 from taskherd.ops.jobs import CLEARABLE
-from taskherd.store.delivery import EVENTS
+from taskherd.model.delivery import EVENTS
 from taskherd.policy.taskspec import ALIAS_NAME, TITLE_LIMIT
 from taskherd.policy.timefmt import is_time
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from taskherd.config import Config
+from taskherd.model.settings import Config
 
 log = logging.getLogger("taskherd.api")
 

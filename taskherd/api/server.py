@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from taskherd.config import ApiConfig, Config, is_loopback
+from taskherd.config.tables import is_loopback
+from taskherd.model.settings import ApiConfig, Config
 
 log = logging.getLogger("taskherd.api")
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from taskherd.config import S3_SCHEME, BackupConfig, make_private_dir
+from taskherd.config import make_private_dir
+from taskherd.model.settings import S3_SCHEME, BackupConfig
 
 CHUNK = 1 << 20
 CHECKSUM_SUFFIX = ".sha256"

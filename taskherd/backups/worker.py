@@ -19,7 +19,7 @@ from typing import Any
 
 from taskherd.backups.archive import backup_key, make_archive
 from taskherd.backups.targets import BackupError, Progress, open_target
-from taskherd.config import BackupConfig
+from taskherd.model.settings import BackupConfig
 
 NICENESS = 10
 

@@ -11,21 +11,7 @@ from typing import Any
 import click
 
 from taskherd.agent import door as agent_door
-from taskherd.cli.common import EXIT_BAD_INPUT, EXIT_REFUSED
-
-
-class DoorFailure(click.ClickException):
-    def __init__(self, error: agent_door.DoorError):
-        super().__init__(str(error))
-        self.exit_code = EXIT_BAD_INPUT if error.kind == "bad_input" else EXIT_REFUSED
-
-
-def call_door(op: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Do `op` for this agent's run through its daemon; door errors become exit codes."""
-    try:
-        return agent_door.call(op, args)
-    except agent_door.DoorError as error:
-        raise DoorFailure(error) from error
+from taskherd.cli.door import call_door
 
 
 @click.command("heartbeat")

@@ -14,7 +14,7 @@ from taskherd.cli.common import (
     queue_for,
 )
 from taskherd.ops import delivery as delivery_ops
-from taskherd.store.delivery import CHANNELS, FORMATS
+from taskherd.model.delivery import CHANNELS, FORMATS
 
 
 @click.group("alias")

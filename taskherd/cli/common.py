@@ -18,7 +18,7 @@ from taskherd.policy.timefmt import is_time, iso_time
 # `taskherd heartbeat` runs many times a run and should cost little more than Python's start.
 if TYPE_CHECKING:
     from taskherd import ops
-    from taskherd.config import Config
+    from taskherd.model.settings import Config
     from taskherd.store import Store
 
 EXIT_OK = 0
@@ -45,7 +45,8 @@ def get_config(ctx: click.Context) -> Config:
     root = ctx.find_root()
     root.ensure_object(dict)
     if "config" not in root.obj:
-        from taskherd.config import CONFIG_FILE, ConfigError, load_config
+        from taskherd.config import CONFIG_FILE, load_config
+        from taskherd.model.settings import ConfigError
         from taskherd.store import shown
 
         try:
@@ -72,11 +73,12 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
         shown,
     )
     from taskherd.store.errors import environment_fault
+    from taskherd.policy.chains import workflow_of
 
     config = get_config(ctx)
     try:
         store = open_store(config.daemon.database, durability=config.daemon.durability,
-                           workflow=config.workflow, **_busy_timeout(ctx))
+                           workflow=workflow_of(config), **_busy_timeout(ctx))
     except (StoreError, OSError) as error:
         where = f"cannot open database {shown(config.daemon.database)}"
         fault = environment_fault(error)  # the machine's fault (exit 1), not the config's

@@ -28,7 +28,8 @@ from taskherd.cli.common import (
     print_table,
     store_for,
 )
-from taskherd.config import ConfigError, load_config
+from taskherd.config import load_config
+from taskherd.model.settings import ConfigError
 from taskherd.policy.jobs import (
     describe_trigger,
     trigger_of,
@@ -36,7 +37,8 @@ from taskherd.policy.jobs import (
 from taskherd.ops import jobs as job_ops
 from taskherd.policy.schedules import ScheduleError, next_fires, parse_trigger
 from taskherd.store import Store
-from taskherd.store.jobs import Job, JobNotFound, JobRefused
+from taskherd.store.jobs import JobNotFound, JobRefused
+from taskherd.model.jobs import Job
 
 TRIGGER_OPTIONS = job_ops.TRIGGER_KEYS
 # Fields `jobs update` can remove: (table key, the option that sets it, the flag that clears it).

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from taskherd.agent import door as agent_door
-from taskherd.cli.agent import call_door
+from taskherd.cli.door import call_door
 from taskherd.cli.common import (
     BadInput,
     format_time,

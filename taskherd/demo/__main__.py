@@ -20,7 +20,8 @@ from string import Template
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from taskherd.host import procs
-from taskherd.config import DEFAULT_PATH, Config, load_config
+from taskherd.config import load_config
+from taskherd.model.settings import DEFAULT_PATH, Config
 from taskherd.daemon import NodeLock
 from taskherd.model import FINAL_STATES, TaskState
 from taskherd.ops import Queue

@@ -17,7 +17,8 @@ from pathlib import Path
 from string import Template
 
 from taskherd.cli.tasks import tree_lines
-from taskherd.config import DEFAULT_PATH, load_config
+from taskherd.config import load_config
+from taskherd.model.settings import DEFAULT_PATH
 from taskherd.demo.__main__ import (
     _interrupt,
     _timezone,
@@ -29,6 +30,7 @@ from taskherd.model import FINAL_STATES, TaskState
 from taskherd.ops import Queue
 from taskherd.ops.tasks import tree
 from taskherd.store import Store, open_store
+from taskherd.policy.chains import workflow_of
 
 HERE = Path(__file__).resolve().parent
 DEADLINE = 90.0
@@ -43,7 +45,7 @@ def main() -> int:
     config_path = write_config(data_dir)
     config = load_config(config_path)
     print(f"taskherd workflow demo: data dir {data_dir}")
-    store = open_store(config.daemon.database, workflow=config.workflow)
+    store = open_store(config.daemon.database, workflow=workflow_of(config))
     daemon = start_daemon(config_path, data_dir)
     settled = False
     try:

@@ -8,7 +8,7 @@ import operator
 import os
 from collections.abc import Sequence
 
-from taskherd.config import EmbeddingsConfig
+from taskherd.model.settings import EmbeddingsConfig
 
 TIMEOUT = 30.0
 

@@ -36,8 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MODES = ("off", "bwrap")
-NETWORKS = ("host", "none", "loopback")
+from taskherd.model.settings import IsolationSettings
+
 # Hidden from every sandboxed agent unless its role says otherwise: the operator's keys, and
 # the sockets of services that would act for it outside the box (a read-only mount does not
 # stop a connect to a socket file).
@@ -84,23 +84,6 @@ class Confinement:
 
 class SandboxUnavailable(Exception):
     """The sandbox a role asks for cannot be made here; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class IsolationSettings:
-    """A role's ``[roles.NAME.isolation]``: its sandbox and the caps on its process tree."""
-
-    mode: str = "off"  # "bwrap": the agent runs in a sandbox; "off": as the daemon's user
-    network: str = "host"  # "none" / "loopback": a network namespace of its own
-    writable: tuple[Path, ...] = ()  # more paths the agent may write (must exist)
-    hidden: tuple[Path, ...] = ()  # more paths it must not see, besides HIDDEN
-    memory: int | None = None  # bytes: the whole tree is killed past this (cgroups)
-    pids: int | None = None  # processes and threads at once: a fork bomb stops here
-    cpu: float | None = None  # cores
-
-    @property
-    def confined(self) -> bool:
-        return self.mode == "bwrap"
 
 
 @dataclass(frozen=True)
@@ -178,7 +161,7 @@ class AgentBox:
         for path in writable:
             if any(within(Path(os.path.realpath(path)), hide) for hide in hidden):
                 options += ["--bind", str(path), str(path)]
-        # The door's folder, and the link agents connect through (see agent_door.door_dir).
+        # The door's folder, and the link agents connect through (see model.settings.door_dir).
         # Read-only: connecting needs no write, and an agent that could write there would
         # put a socket of its own in the door's place and take the next agent's token.
         options += ["--ro-bind", str(self.door.parent), str(self.door.parent),

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from taskherd.store.delivery import Alias, Delivery
+from taskherd.model.delivery import Alias, Delivery
 from taskherd.host.webhook_urls import RefusedTarget, pinned, redact_in, redacted
 
 TIMEOUT = 10.0

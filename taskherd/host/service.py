@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskherd.config import HOME_ENV, Config
+from taskherd.config.tables import HOME_ENV
+from taskherd.model.settings import Config
 
 SYSTEMD = "systemd"
 LAUNCHD = "launchd"

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BRANCH_PREFIX = "taskherd/task-"
-MERGE_MODES = ("merge-commit", "fast-forward")
 # Merge commits are taskherd's own: its name, whatever identity (or none) the host has.
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "taskherd", "GIT_AUTHOR_EMAIL": "taskherd@localhost",
                 "GIT_COMMITTER_NAME": "taskherd", "GIT_COMMITTER_EMAIL": "taskherd@localhost"}
@@ -39,21 +38,6 @@ STOP_GRACE = 5.0  # seconds between the SIGTERM and the SIGKILL of a git stopped
 # points git at an empty place, so not even post-commit or reference-transaction run.
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
 _limit = threading.local()  # this thread's deadline for its git commands (time.monotonic)
-
-
-@dataclass(frozen=True)
-class GitSettings:
-    """A role's `[roles.NAME.git]`: each task in a worktree of `repo` on its own branch."""
-
-    repo: Path
-    base: str = "main"
-    merge: str = "merge-commit"  # or "fast-forward" (when the base has not moved on)
-    pool: str = "git-main"  # merges through one pool happen one at a time
-    keep: float = 7 * 86400.0  # how long a dead or cancelled task's worktree is kept
-    # Git working for a task (making its worktree, a leftover commit, a merge), its hooks
-    # included, running longer is stopped.
-    merge_timeout: float = 300.0
-    hooks: bool = False  # whether the repository's hooks run for the leftover commits
 
 
 WORKTREE_ADD_TRIES = 5  # a `git worktree add` that met another add under way (see ensure_worktree)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
 if TYPE_CHECKING:
-    from taskherd.config import Config
+    from taskherd.model.settings import Config
     from taskherd.store import Store
 
 
@@ -45,8 +45,10 @@ def open_queue(config: Config | str | os.PathLike[str] | None = None) -> Queue:
     to find one as the CLI does ($TASKHERD_CONFIG, else the nearest taskherd.toml, else
     defaults). A config that does not load raises `BadInput`; a database that cannot be
     opened raises `StoreError`."""
-    from taskherd.config import Config, ConfigError, load_config
+    from taskherd.config import load_config
+    from taskherd.model.settings import Config, ConfigError
     from taskherd.store import open_store
+    from taskherd.policy.chains import workflow_of
 
     if not isinstance(config, Config):
         try:
@@ -54,5 +56,5 @@ def open_queue(config: Config | str | os.PathLike[str] | None = None) -> Queue:
         except ConfigError as error:
             raise BadInput(str(error)) from error
     store = open_store(config.daemon.database, durability=config.daemon.durability,
-                       workflow=config.workflow)
+                       workflow=workflow_of(config))
     return Queue(config, store)

@@ -26,7 +26,7 @@ from taskherd.backups.restore import (
 )
 from taskherd.backups.state import read_state
 from taskherd.backups.targets import BackupError, DamagedBackup, Target, open_target
-from taskherd.config import Config
+from taskherd.model.settings import Config
 from taskherd.policy.durations import parse_duration
 from taskherd.ops import BadInput
 from taskherd.store import Store
@@ -38,7 +38,7 @@ __all__ = ["BackupError", "backup_status", "list_backups", "parse_moment", "rest
 
 def take_backup(config: Config, store: Store, kinds: list[str], now: float) -> dict[str, Any]:
     """A snapshot now, stored as each of `kinds` (snapshots, rollups), then pruning."""
-    from taskherd.services.backups import Backups
+    from taskherd.backups.service import Backups
 
     open_target(config.backup)  # no target: say so before copying anything
     service = Backups(config, store)

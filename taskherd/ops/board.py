@@ -14,7 +14,7 @@ from taskherd.policy.costs import known_cost
 from taskherd.model import Priority, Run, Task, TaskState
 from taskherd.ops import Queue
 from taskherd.store import StoreError
-from taskherd.store.nodes import Node
+from taskherd.model.nodes import Node
 
 WEEK = 7 * 86400
 # The board's lists show at most this many rows each, so a page costs the same at any size.

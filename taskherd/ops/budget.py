@@ -7,11 +7,12 @@ import logging
 from typing import Any
 
 from taskherd.policy import budgets
-from taskherd.config import Config
+from taskherd.model.settings import Config
 from taskherd.model import Cooldown
-from taskherd.runtimes.ratelimit import reading_zone
+from taskherd.policy.timefmt import reading_zone
 from taskherd.store import Store
-from taskherd.store.delivery import BUDGET_PAUSED, BUDGET_RESUMED, DEFAULT_ROLE_EVENTS
+from taskherd.model.delivery import BUDGET_PAUSED, BUDGET_RESUMED, DEFAULT_ROLE_EVENTS
+from taskherd.model.settings import FLEET
 
 log = logging.getLogger("taskherd.budgets")
 
@@ -74,7 +75,7 @@ def budget_targets(config: Config, scope: str, event: str) -> list[str]:
     """The delivery aliases told of `event` for `scope`: the role's `deliver_to` when its
     `on` names the event (budget_paused is among the defaults, budget_resumed is asked for);
     for the fleet's budget, every role's (each alias once)."""
-    roles = (list(config.roles.values()) if scope == budgets.FLEET
+    roles = (list(config.roles.values()) if scope == FLEET
              else [config.roles[scope]] if scope in config.roles else [])
     aliases = [alias.removeprefix("@") for role in roles
                if event in (role.deliver_on or DEFAULT_ROLE_EVENTS) for alias in role.deliver_to]

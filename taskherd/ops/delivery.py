@@ -12,7 +12,7 @@ from typing import Any
 
 from taskherd.ops import BadInput, Queue
 from taskherd.store import StoreError
-from taskherd.store.delivery import CHANNELS, FORMATS, Alias, Delivery
+from taskherd.model.delivery import CHANNELS, FORMATS, Alias, Delivery
 from taskherd.host.webhook_urls import RefusedTarget, check_url, redacted
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

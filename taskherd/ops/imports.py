@@ -29,7 +29,7 @@ from taskherd.policy.jobs import JobError, parse_job
 from taskherd.ops import BadInput, Queue
 from taskherd.ops.jobs import stored_table
 from taskherd.policy.schedules import next_fires
-from taskherd.services.scheduler import schedule_start
+from taskherd.policy.schedules import schedule_start
 from taskherd.store.jobs import JobNotFound
 
 PREVIEW_FIRES = 3

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from taskherd.policy import memory_file
-from taskherd.config import Config, make_private_dir
+from taskherd.config import make_private_dir
+from taskherd.model.settings import Config
 from taskherd.ops import BadInput, Queue
 from taskherd.ops.agent import made_before
 from taskherd.store import StoreError

@@ -20,11 +20,13 @@ counts what it can see, and the same rule judges it:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from taskherd.model import ANY_ROLE, Claim, InboxLimit
+from taskherd.model import Claim, InboxLimit
+from taskherd.model.nodes import runs_role
+from taskherd.model.settings import FLEET
 from taskherd.policy import budgets
 from taskherd.policy.limits import NODE, ClaimLimits
 
@@ -58,7 +60,7 @@ class Usage:
     """What the caller counted at `now` about a run of one role: its open runs (on the node
     alone when its scope is node), its last claim, the open runs of each pool and the pools
     a count made elsewhere found full, its runtime's pause, the budgets paused by scope (the
-    role's name or budgets.FLEET), and the node it would run on (None: not judged here)."""
+    role's name or FLEET), and the node it would run on (None: not judged here)."""
 
     role_running: int = 0
     role_last_claim: float | None = None
@@ -132,12 +134,6 @@ def node_refusal(limits: ClaimLimits, role: str, node: NodeRoom) -> str | None:
     return refused.reason if refused else None
 
 
-def node_runs(node_roles: Collection[str], role: str) -> bool:
-    """Whether a node that runs `node_roles` (those it defines and has the tags for) takes a
-    task of `role`: one for role `any` goes to any node."""
-    return role == ANY_ROLE or role in node_roles
-
-
 def full_pools(limits: ClaimLimits, pools_running: Mapping[str, int]) -> frozenset[str]:
     """The limited pools whose open runs (`pools_running`) leave no place."""
     return frozenset(pool for pool, running in pools_running.items()
@@ -149,7 +145,7 @@ def _no_place(limits: ClaimLimits, pool: str, running: int) -> bool:
 
 
 def _budget_refusal(role: str, usage: Usage) -> Refusal | None:
-    for scope in (role, budgets.FLEET):
+    for scope in (role, FLEET):
         pause = usage.budget_paused.get(scope)
         if pause is not None:
             return Refusal(role, over_budget(pause), retry_at=pause.until, budget=pause)
@@ -193,7 +189,7 @@ def _pool_refusal(limits: ClaimLimits, role: str, task_pool: str | None,
 def _node_refusal(limits: ClaimLimits, role: str, node: NodeRoom | None) -> Refusal | None:
     if node is None:
         return None
-    if not node_runs(node.roles, role):
+    if not runs_role(node.roles, role):
         needs = limits.role(role).tags
         if node.tags is not None and not set(needs) <= set(node.tags):
             return Refusal(role, f"role {role} runs on nodes tagged {', '.join(needs)}; node "
@@ -225,7 +221,7 @@ def pool_full(pool: str) -> str:
 
 
 def over_budget(pause: budgets.Pause) -> str:
-    who = f"role {pause.scope}" if pause.scope != budgets.FLEET else "the fleet"
+    who = f"role {pause.scope}" if pause.scope != FLEET else "the fleet"
     return f"{who} is over budget until {moment(pause.until)} ({pause.reason})"
 
 

@@ -13,46 +13,12 @@ Periods are calendar days and months in the fleet's zone: a pause lasts until th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
+from taskherd.model.settings import FLEET, Budgets
 
-FLEET = "fleet"  # the scope of [budgets]' own limits
 COOLDOWN_PREFIX = "budget:"  # a budget pause is a cooldown named budget:ROLE or budget:fleet
-
-
-@dataclass(frozen=True)
-class Limits:
-    """One scope's limits; None: no limit of that kind."""
-
-    daily_usd: float | None = None
-    monthly_usd: float | None = None
-    daily_tokens: int | None = None
-    monthly_tokens: int | None = None
-
-    def __bool__(self) -> bool:
-        return any(value is not None for value in (self.daily_usd, self.monthly_usd,
-                                                   self.daily_tokens, self.monthly_tokens))
-
-
-@dataclass(frozen=True)
-class Budgets:
-    """The config's [budgets] (the fleet's limits, the estimates) and each role's `budget`."""
-
-    fleet: Limits = field(default_factory=Limits)
-    roles: Mapping[str, Limits] = field(default_factory=dict)
-    unknown_run_usd: float | None = None  # what a run of unknown cost counts as
-    run_estimate_usd: float | None = None  # what a run is expected to cost, before any is priced
-
-    def __bool__(self) -> bool:
-        return bool(self.fleet) or any(self.roles.values())
-
-    def scopes(self) -> dict[str, Limits]:
-        """Every scope with a limit: roles by name, and `fleet`."""
-        scopes = {name: limits for name, limits in self.roles.items() if limits}
-        if self.fleet:
-            scopes[FLEET] = self.fleet
-        return scopes
 
 
 @dataclass(frozen=True)

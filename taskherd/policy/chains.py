@@ -18,6 +18,7 @@ from typing import Any
 
 from taskherd.policy.durations import parse_duration
 from taskherd.model import NewTask, Priority, Task, TaskState
+from taskherd.model.settings import DEFAULT_MAX_DEPTH, DEFAULT_MAX_REVIEWS, FollowUp, Config
 
 ON_CHOICES = ("success", "failure", "complete")
 # What a template may name; each is text (an unknown name is refused where it is written).
@@ -33,8 +34,6 @@ FOLLOW_UP_KEYS = {
     "when": "a condition on the parent's summary and output: 'contains:TEXT' or 'regex:PATTERN'",
     "delay": "how long the child waits before it may run, e.g. '10m'",
 }
-DEFAULT_MAX_DEPTH = 10
-DEFAULT_MAX_REVIEWS = 3
 TITLE_LIMIT = 500
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 # A reviewer's verdict as a line of its output; the last one it printed counts.
@@ -45,44 +44,6 @@ REVIEW_OF = "review_of"  # the meta key naming the task a review task reviews
 
 class ChainError(ValueError):
     """A follow-up that cannot be accepted; the message names the key and the value."""
-
-
-@dataclass(frozen=True)
-class FollowUp:
-    """A child a task creates when it settles, described by templates."""
-
-    role: str
-    title: str
-    prompt: str = ""
-    priority: Priority = Priority.P2
-    pool: str | None = None
-    on: str = "success"
-    when: str | None = None
-    delay: float = 0.0
-
-    def to_data(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"role": self.role, "title": self.title, "on": self.on}
-        if self.prompt:
-            data["prompt"] = self.prompt
-        if self.priority is not Priority.P2:
-            data["priority"] = f"P{int(self.priority)}"
-        for key in ("pool", "when"):
-            if getattr(self, key) is not None:
-                data[key] = getattr(self, key)
-        if self.delay:
-            data["delay"] = self.delay
-        return data
-
-    def fires(self, state: TaskState, text: str) -> bool:
-        """Whether a parent that settled in `state`, with `text` (its summary and output
-        tail), creates this child. Cancelled and waiting states create nothing."""
-        if state is TaskState.COMPLETED:
-            wanted = self.on in ("success", "complete")
-        elif state is TaskState.DEAD:
-            wanted = self.on in ("failure", "complete")
-        else:
-            return False
-        return wanted and condition_holds(self.when, text)
 
 
 def parse_follow_up(data: Any, where: str) -> FollowUp:
@@ -254,7 +215,7 @@ class Workflow:
 
     def children(self, parent: Task, now: float, text: str, log_path: str | None) -> Spawn:
         """The children `parent` creates on settling where it is now (COMPLETED or DEAD)."""
-        due = [f for f in self.follow_ups(parent) if f.fires(parent.state, text)]
+        due = [f for f in self.follow_ups(parent) if fires(f, parent.state, text)]
         if not due:
             return NO_SPAWN
         if parent.depth + 1 > self.max_depth:
@@ -365,3 +326,24 @@ def _path(edges: Mapping[str, Mapping[str, bool]], start: str, goal: str) -> lis
                     following.append(nxt)
         frontier = following
     return None
+
+
+def fires(follow_up: FollowUp, state: TaskState, text: str) -> bool:
+    """Whether a parent that settled in `state`, with `text` (its summary and output tail),
+    creates `follow_up`'s child. Cancelled and waiting states create nothing."""
+    if state is TaskState.COMPLETED:
+        wanted = follow_up.on in ("success", "complete")
+    elif state is TaskState.DEAD:
+        wanted = follow_up.on in ("failure", "complete")
+    else:
+        return False
+    return wanted and condition_holds(follow_up.when, text)
+
+
+def workflow_of(config: Config) -> Workflow:
+    """What the store applies when a task settles: default chains, reviewers, limits."""
+    flows = {name: RoleFlow(chain=role.chain, review_by=role.review_by,
+                            max_reviews=role.max_reviews, max_attempts=role.max_attempts,
+                            review=role.review)
+             for name, role in config.roles.items()}
+    return Workflow(flows, max_depth=config.daemon.max_depth)

@@ -8,12 +8,11 @@ not a check). Running them is the supervisor's (`services/gates.py`); this modul
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from taskherd.policy.durations import parse_duration
+from taskherd.model.settings import DEFAULT_TIMEOUT, Gate
 
-DEFAULT_TIMEOUT = 10 * 60.0
 GATE_KEYS = {
     "name": "a short name shown in task show and in the failure (required)",
     "argv": "the command as an argv list, never a shell string (required)",
@@ -26,16 +25,6 @@ FAILED_PREFIX = "quality gate "  # how every gate failure starts: the prompt bui
 
 class GateError(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class Gate:
-    name: str
-    argv: tuple[str, ...]
-    workdir: str | None = None
-    timeout: float = DEFAULT_TIMEOUT
-    # Silence (no output, no CPU) that ends it as stalled; None: the role's idle_timeout.
-    idle_timeout: float | None = None
 
 
 def parse_gates(value: Any, where: str) -> tuple[Gate, ...]:

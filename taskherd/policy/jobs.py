@@ -26,11 +26,11 @@ from taskherd.policy.schedules import (
     Trigger,
     parse_trigger,
 )
-from taskherd.store.jobs import Job, JobDefinition
+from taskherd.model.jobs import Job, JobDefinition
 from taskherd.policy.taskspec import TaskSpecError, new_task_from
 
 if TYPE_CHECKING:  # the config imports this module (to check [[jobs]]) at load, not the reverse
-    from taskherd.config import Config
+    from taskherd.model.settings import Config
 
 TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual", "timezone", "dst_gap")
 TEMPLATE_KEYS = ("role", "title", "prompt", "priority", "pool", "dedup_key", "max_attempts",

@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 from taskherd.policy import budgets
 
+from taskherd.model.settings import Budgets, FLEET, Limits
+
 if TYPE_CHECKING:
-    from taskherd.config import Config
+    from taskherd.model.settings import Config
 
 CLUSTER, NODE = "cluster", "node"
 SCOPES = (CLUSTER, NODE)
@@ -52,12 +54,12 @@ class PoolLimit:
 class ClaimLimits:
     roles: Mapping[str, RoleLimit] = field(default_factory=dict)
     pools: Mapping[str, PoolLimit] = field(default_factory=dict)
-    budgets: budgets.Budgets = field(default_factory=budgets.Budgets)
+    budgets: Budgets = field(default_factory=Budgets)
     zone: tzinfo | None = None  # the fleet's, in which budget days and months begin
 
     @classmethod
     def from_config(cls, config: Config) -> ClaimLimits:
-        from taskherd.runtimes.ratelimit import reading_zone
+        from taskherd.policy.timefmt import reading_zone
 
         roles = {name: RoleLimit(role.max_concurrent, role.stagger, role.scope, role.pool,
                                  role.runtime, tuple(role.nodes))
@@ -79,7 +81,7 @@ class ClaimLimits:
 
     @cached_property
     def _fleet_scope(self) -> tuple[str, ...]:
-        return (budgets.FLEET,) if self.budgets.fleet else ()
+        return (FLEET,) if self.budgets.fleet else ()
 
     def budget_periods(self, now: float) -> budgets.Periods:
         assert self.zone is not None, "budgets without the fleet's zone"
@@ -92,8 +94,8 @@ class ClaimLimits:
         the claim's transaction), by scope."""
         scopes = self.budget_scopes(role)
         # Only this role's budgets: another role's spent budget is not this claim's concern.
-        wanted = budgets.Budgets(
-            self.budgets.fleet if budgets.FLEET in scopes else budgets.Limits(),
+        wanted = Budgets(
+            self.budgets.fleet if FLEET in scopes else Limits(),
             {role: self.budgets.roles[role]} if role in scopes else {},
             self.budgets.unknown_run_usd, self.budgets.run_estimate_usd)
         paused = budgets.pauses(budgets.lines(wanted, rows, span))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from taskherd.model import Liveness, Run
-from taskherd.store.nodes import Node
+from taskherd.model.nodes import Node
 
 
 def last_activity(run: Run) -> float:

@@ -19,45 +19,16 @@ from taskherd.model import (
     Task,
     TaskState,
 )
+from taskherd.model.settings import RetryPolicy
 
 if TYPE_CHECKING:  # the store imports this module: its records are only named here
-    from taskherd.store.jobs import Job, JobFire
+    from taskherd.model.jobs import Job, JobFire
 
 DEFAULT_MAX_ATTEMPTS = 3
-DEFAULT_BACKOFF_BASE = 15.0  # seconds before the first retry
-DEFAULT_BACKOFF_CAP = 15 * 60.0
-# Rescues of leases and rate limits are not strikes, but each is capped so nothing loops
-# forever: the seeds' WQ-719 retried 319 times against a rate limit.
-DEFAULT_MAX_RESCUES = 10
-DEFAULT_MAX_RATE_LIMITS = 5
-RATE_LIMIT_WINDOW = 24 * 3600.0
-DEFAULT_RATE_LIMIT_COOLDOWN = 3600.0
 # Consecutive failures → delay of the job's next scheduled fire (the seeds' cron dispatcher:
 # a broken job fired every cycle and burnt tokens on every one of them).
 FAILURE_BACKOFF = (30.0, 60.0, 300.0, 900.0, 3600.0)
 RETRY_BASE = 30.0  # seconds before a failed fire's first retry (max_retries), doubling after
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How a role's failed runs are retried. Defaults: 15 s × 2^(n−1), capped at 15 min."""
-
-    backoff_base: float = DEFAULT_BACKOFF_BASE
-    backoff_cap: float = DEFAULT_BACKOFF_CAP
-    max_rescues: int = DEFAULT_MAX_RESCUES
-    max_rate_limits: int = DEFAULT_MAX_RATE_LIMITS
-    # The span in which rate-limited runs count towards max_rate_limits.
-    rate_limit_window: float = RATE_LIMIT_WINDOW
-    rate_limit_cooldown: float = DEFAULT_RATE_LIMIT_COOLDOWN
-    # Whether a rescue may settle a run as done on its agent's word alone: not for a role
-    # with gates, whose checks only the node that ran the agent can run.
-    rescue_trusts_done: bool = True
-
-    def backoff(self, strikes: int) -> float:
-        """Seconds to wait before the retry that follows the `strikes`-th strike."""
-        exponent = max(strikes - 1, 0)
-        # Cap the exponent too: 2**2000 would overflow a float long before the cap applies.
-        return min(self.backoff_base * 2 ** min(exponent, 64), self.backoff_cap)
 
 
 @dataclass(frozen=True)

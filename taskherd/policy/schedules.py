@@ -37,7 +37,7 @@ from __future__ import annotations
 import enum
 import functools
 from dataclasses import dataclass, field
-from datetime import datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -616,3 +616,9 @@ def _parse_at(value: object, tz: ZoneInfo) -> datetime:
 
 def _bad(field_name: str, value: object, why: str, accepted: str) -> ScheduleError:
     return ScheduleError(f"{field_name}: {value!r} {why}; accepted: {accepted}")
+
+
+def schedule_start(trigger: Trigger, now: float) -> float | None:
+    """The first fire of `trigger` after `now`, as unix seconds (for enable and upsert)."""
+    following = trigger.next_after(datetime.fromtimestamp(now, UTC))
+    return following.timestamp() if following else None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from taskherd.model import NewTask, Priority
 
 if TYPE_CHECKING:  # the config imports this module (to check [[jobs]]) at load, not the reverse
-    from taskherd.config import Config
+    from taskherd.model.settings import Config
 
 TASK_FIELDS = {
     "role": "the role that runs it (required)",
@@ -83,7 +83,7 @@ def new_task_from(data: Mapping[str, Any], config: Config) -> NewTask:
 def _with_delivery(meta: dict[str, Any], data: Mapping[str, Any], role: Any) -> dict[str, Any]:
     """The delivery targets a settle of the task tells (the task's own, else its role's),
     kept in its meta so they hold for its whole life, whatever the config becomes."""
-    from taskherd.store.delivery import DEFAULT_EVENTS, EVENTS
+    from taskherd.model.delivery import DEFAULT_EVENTS, EVENTS
 
     # A role's `on` may also name its budget's events, which are not a task's to tell: a role
     # that asks for those alone gives its tasks no targets.

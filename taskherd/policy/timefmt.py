@@ -8,8 +8,10 @@ the fleet's zone ([daemon] timezone; the machine's when unset).
 
 from __future__ import annotations
 
-from datetime import datetime, tzinfo
+import os
+from datetime import UTC, datetime, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 # Times whose name does not end in `_at`.
 TIME_FIELDS = frozenset({"at", "until", "run_after", "scheduled_for", "last_seen", "up_since"})
@@ -49,3 +51,24 @@ def with_iso(data: Any, zone: tzinfo | None = None) -> Any:
         if is_time(key, value):
             shown[f"{key}_iso"] = iso_time(value, zone)
     return shown
+
+
+def reading_zone(name: str | None) -> tzinfo:
+    """The zone a reset clock printed without one ("resets 3am") is read in: the daemon's
+    `timezone` when set, else this machine's own zone, the one the CLI printed it in."""
+    if name:
+        try:
+            return UTC if name.upper() in ("UTC", "GMT", "Z") else ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            return UTC
+    tz_env = os.environ.get("TZ", "").lstrip(":")
+    if tz_env:
+        try:
+            return ZoneInfo(tz_env)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass
+    try:
+        with open("/etc/localtime", "rb") as local:
+            return ZoneInfo.from_file(local)
+    except (OSError, ValueError):
+        return datetime.now().astimezone().tzinfo or UTC

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from taskherd.model import ANY_ROLE, Cooldown, Task, TaskState
+from taskherd.model.nodes import runs_role
 from taskherd.policy import admission
 from taskherd.policy.admission import NodeRoom, moment, rate_limited
 from taskherd.policy.budgets import Pause
@@ -93,7 +94,7 @@ def _node_wait(limits: ClaimLimits, role: str, nodes: tuple[NodeRoom, ...]) -> s
         return None
     if len(whys) == 1:
         return whys[0][1]
-    able = [(node, why) for node, why in whys if admission.node_runs(node.roles, role)]
+    able = [(node, why) for node, why in whys if runs_role(node.roles, role)]
     if not able:
         return f"no node that is up runs role {role}"
     starting = [why for node, why in able if node.paused is None]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from taskherd.config import RoleConfig
+from taskherd.model.settings import RoleConfig
 from taskherd.policy.faults import endpoint_fault
 from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.host.procs import ExitStatus
@@ -26,9 +26,9 @@ from taskherd.runtimes.ratelimit import (
     RateLimitSignal,
     detect_rate_limit,
     known_reset,
-    reading_zone,
     retry_after_to_reset,
 )
+from taskherd.policy.timefmt import reading_zone
 
 CONNECT_TIMEOUT = 10.0
 ERROR_BODY_LIMIT = 2000

@@ -15,7 +15,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from taskherd.config import RoleConfig
+from taskherd.model.settings import RoleConfig
 from taskherd.policy.loops import RepeatedCalls
 from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.host.procs import ExitStatus
@@ -26,7 +26,8 @@ from taskherd.runtimes.claude_stream import (
     ClaudeStreamReader,
     ResultEvent,
 )
-from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset, reading_zone
+from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
+from taskherd.policy.timefmt import reading_zone
 from taskherd.runtimes.sessions import shown
 
 log = logging.getLogger("taskherd.supervisor")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from taskherd.config import RoleConfig
+from taskherd.model.settings import RoleConfig
 from taskherd.model import Run, Task
 from taskherd.runtimes.base import CommandLineRuntime, Launch, RunFiles
 

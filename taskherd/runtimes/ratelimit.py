@@ -22,7 +22,6 @@ wins, so a message that carries a reset time is never read as a bare
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -72,24 +71,6 @@ def detect_rate_limit(
             reset_at = reset_from_match(match, now, default_tz or now.tzinfo)
             return RateLimitSignal(reset_at, source, match.group(0)[:_EXCERPT_LIMIT].strip())
     return None
-
-
-def reading_zone(name: str | None) -> tzinfo:
-    """The zone a reset clock printed without one ("resets 3am") is read in: the daemon's
-    `timezone` when set, else this machine's own zone, the one the CLI printed it in."""
-    if name:
-        return _zone(name, UTC)
-    tz_env = os.environ.get("TZ", "").lstrip(":")
-    if tz_env:
-        try:
-            return ZoneInfo(tz_env)
-        except (ZoneInfoNotFoundError, ValueError):
-            pass
-    try:
-        with open("/etc/localtime", "rb") as local:
-            return ZoneInfo.from_file(local)
-    except (OSError, ValueError):
-        return datetime.now().astimezone().tzinfo or UTC
 
 
 def retry_after_to_reset(header_value: str | None, now: datetime) -> datetime | None:

@@ -13,10 +13,10 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taskherd.config import DeliveryConfig
+from taskherd.model.settings import DeliveryConfig
 from taskherd.host.senders import DeliveryFailed, direct_client, send
 from taskherd.store import Store
-from taskherd.store.delivery import Delivery
+from taskherd.model.delivery import Delivery
 from taskherd.host.webhook_urls import redact_in
 
 log = logging.getLogger("taskherd.delivery")

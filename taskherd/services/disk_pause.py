@@ -25,12 +25,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from taskherd.policy import faults
-from taskherd.policy.budgets import FLEET
-from taskherd.config import Config, DaemonConfig
+from taskherd.model.settings import FLEET
+from taskherd.model.settings import Config, DaemonConfig
 from taskherd.host.diskspace import FreeSpace, probe
 from taskherd.model import RunResult
 from taskherd.store import Store, StoreError
-from taskherd.store.delivery import NODE_PAUSED, NODE_RESUMED
+from taskherd.model.delivery import NODE_PAUSED, NODE_RESUMED
 from taskherd.store.urls import is_postgres_url
 
 log = logging.getLogger("taskherd.dispatcher")

@@ -19,8 +19,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taskherd.config import Config, RoleConfig
 from taskherd.model import Claim, Cooldown, InboxLimit, Priority, TaskState
+from taskherd.model.settings import Config, RoleConfig
 from taskherd.policy import admission, waits
 from taskherd.policy.admission import ClaimRequest, Refusal
 from taskherd.policy.budgets import COOLDOWN_PREFIX, Pause

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from taskherd.host import cgroups
-from taskherd.agent.door import SOCKET_NAME, door_dir
-from taskherd.config import Config, RoleConfig
+from taskherd.model.settings import SOCKET_NAME, door_dir
+from taskherd.model.settings import Config, RoleConfig
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
 from taskherd.ops import Queue
 from taskherd.ops import memory as memory_ops

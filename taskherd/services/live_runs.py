@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from taskherd.config import RoleConfig
+from taskherd.model.settings import RoleConfig
 from taskherd.model import Liveness, Outcome, Run, Task
 from taskherd.runtimes.base import Execution, OutputReader, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from taskherd.config import Config
+from taskherd.model.settings import Config
 from taskherd.model import Outcome, RunResult
 from taskherd.services.live_runs import LiveRuns
 from taskherd.store import Store

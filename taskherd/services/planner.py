@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from taskherd.config import Config
+from taskherd.model.settings import Config
 from taskherd.model import NewTask, Priority
 from taskherd.policy.prompt import planner_prompt
 from taskherd.store import Store

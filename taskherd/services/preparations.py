@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from taskherd.config import RoleConfig
+from taskherd.model.settings import RoleConfig
 from taskherd.model import Claim
 from taskherd.services.live_runs import LiveRuns
 

@@ -25,19 +25,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from taskherd.config import Config, ConfigError
+from taskherd.model.settings import Config, ConfigError
 from taskherd.policy.jobs import JobSpec, parse_jobs, pick_variant, task_for_fire, trigger_of
 from taskherd.model import FireStatus, OverlapPolicy
 from taskherd.policy.schedules import MissedFire, ScheduleError, Trigger, due_fires
 from taskherd.store import Store
-from taskherd.store.jobs import (
-    FireClaim,
-    Job,
-    JobNotFound,
-    JobRefused,
-    PlannedFire,
-    wake_time,
-)
+from taskherd.store.jobs import JobNotFound, JobRefused
+from taskherd.model.jobs import FireClaim, Job, PlannedFire, wake_time
 from taskherd.policy.taskspec import TaskSpecError
 
 log = logging.getLogger("taskherd.scheduler")
@@ -259,12 +253,6 @@ class Scheduler:
         specs = parse_jobs(config)
         self.config = config
         return self.sync_config(specs, now)
-
-
-def schedule_start(trigger: Trigger, now: float) -> float | None:
-    """The first fire of `trigger` after `now`, as unix seconds (for enable and upsert)."""
-    following = trigger.next_after(_utc(now))
-    return following.timestamp() if following else None
 
 
 def _utc(timestamp: float) -> datetime:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from taskherd.model import Run, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store import Store, StoreError, StoreUnavailable
 
 log = logging.getLogger("taskherd.supervisor")

@@ -34,8 +34,9 @@ from pathlib import Path
 from taskherd.policy import faults
 
 from taskherd.host import procs
-from taskherd.config import Config, RoleConfig, make_private_dir
-from taskherd.policy.gates import Gate
+from taskherd.config import make_private_dir
+from taskherd.model.settings import Config, RoleConfig
+from taskherd.model.settings import Gate
 from taskherd.policy.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD, WAITING_LOOK
 from taskherd.model import (
     FINAL_STATES,

@@ -27,11 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskherd.config import Config
+from taskherd.model.settings import Config
 from taskherd.model import Task
 from taskherd.store import Store, StoreError
 from taskherd.store.sql_worktrees import WorktreeRecord
-from taskherd.host.worktrees import GitSettings
+from taskherd.model.settings import GitSettings
 
 log = logging.getLogger("taskherd.worktrees")
 

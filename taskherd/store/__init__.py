@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from taskherd.model import Event, EventKind
 from taskherd.store.base import (
     Enqueued,
-    Finished,
     PolicyLookup,
     RunNotFound,
     StateCount,
@@ -18,11 +17,13 @@ from taskherd.store.base import (
     TaskNotFound,
     TransitionRefused,
 )
+from taskherd.model import Finished
 from taskherd.store.errors import StoreDiskFull
 
 if TYPE_CHECKING:
     from taskherd.policy.chains import Workflow
-from taskherd.store.jobs import Job, JobDefinition, JobFire, JobNotFound, JobRefused, JobStore
+from taskherd.store.jobs import JobNotFound, JobRefused, JobStore
+from taskherd.model.jobs import Job, JobDefinition, JobFire
 
 __all__ = [
     "Enqueued",
@@ -55,7 +56,7 @@ def open_store(database: str, *, durability: str = "full", autocheckpoint: bool 
                workflow: Workflow | None = None, busy_timeout: float | None = None) -> Store:
     """Open the store a `[daemon] database` setting names: a file path (SQLite) or a URL.
 
-    `workflow` is the config's (`Config.workflow`): the roles' default chains, reviewers and
+    `workflow` is the config's (`policy.chains.workflow_of`): the roles' default chains, reviewers and
     depth limit, which the store applies when a task settles. Without it, only the chains
     tasks declared themselves are followed. `busy_timeout`: how long a SQLite call waits for
     another process's write lock (the store's default unless given).

@@ -16,6 +16,7 @@ from taskherd.policy.admission import ClaimAttempt, ClaimRequest
 from taskherd.model import (
     Claim,
     Cooldown,
+    Finished,
     GateCheck,
     NewTask,
     Run,
@@ -23,7 +24,7 @@ from taskherd.model import (
     Task,
     TaskState,
 )
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store.agents import AgentStore
 from taskherd.store.delivery import DeliveryStore
 from taskherd.store.errors import (
@@ -57,15 +58,6 @@ PolicyLookup = Callable[[str], RetryPolicy]
 class Enqueued:
     task: Task
     created: bool  # False: an open task with the same dedup key was returned instead
-
-
-@dataclass(frozen=True)
-class Finished:
-    """What `finish_run` did: the run is always recorded; the task moves only if it was leased."""
-
-    run: Run
-    task: Task
-    moved: bool
 
 
 @dataclass(frozen=True)

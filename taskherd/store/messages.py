@@ -17,7 +17,7 @@ from taskherd.model import Message, NewTask
 
 if TYPE_CHECKING:
     from taskherd.store.errors import SpawnAllowance
-    from taskherd.store.jobs import JobDefinition
+    from taskherd.model.jobs import JobDefinition
     from taskherd.store.requests import RequestKey
 
 

@@ -10,71 +10,16 @@ A node recorded before node_timeout existed is judged by `DOWN_AFTER_LEASES` of 
 from __future__ import annotations
 
 import abc
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from taskherd.model import Run, row_fields
-from taskherd.policy.admission import node_runs
+from taskherd.model import Run
+from taskherd.model.nodes import Node
 
 if TYPE_CHECKING:
-    from taskherd.policy.queue import RetryPolicy
-    from taskherd.store.base import Finished
-
-DOWN_AFTER_LEASES = 3
-
-
-@dataclass(frozen=True)
-class Node:
-    name: str
-    host: str
-    pid: int | None
-    version: str | None
-    lease: float  # the node's own lease period: "not seen for long" is judged by it
-    started_at: float
-    last_seen: float
-    stopped_at: float | None  # set by a clean stop; None while up, or after a crash
-    running: int  # agents it ran when last seen
-    roles: tuple[str, ...] = ()  # the roles it defines and has the tags for: what it can run
-    tags: tuple[str, ...] = ()  # [daemon] tags
-    timeout: float | None = None  # its node_timeout: a silence this long means it died
-    down_at: float | None = None  # when another node declared it down (None: not since it started)
-    down_by: str | None = None
-    # Since when, and why, the node starts nothing new: the machine's fault (faults.py), a
-    # full disk or one below min_free_disk. None while it may start runs.
-    paused_at: float | None = None
-    paused_reason: str | None = None
-    # On the record `node_up` returns: when an earlier life of the node was declared down (its
-    # runs rescued meanwhile, their agents to be stopped if they still run). Not a column.
-    was_down_at: float | None = None
-
-    @classmethod
-    def from_row(cls, row: Any) -> Node:
-        data = row_fields(row)
-        data["roles"] = tuple(json.loads(data.get("roles") or "[]"))
-        data["tags"] = tuple(json.loads(data.get("tags") or "[]"))
-        return cls(**data)
-
-    @property
-    def silence_allowed(self) -> float:
-        return self.timeout if self.timeout is not None else DOWN_AFTER_LEASES * self.lease
-
-    def runs(self, role: str) -> bool:
-        return node_runs(self.roles, role)
-
-    def status(self, now: float) -> str:
-        """`up`, `stopped` (said goodbye) or `down` (silent for too long: it died)."""
-        if self.stopped_at is not None:
-            return "stopped"
-        if self.down_at is not None:
-            return "down"
-        return "up" if now - self.last_seen <= self.silence_allowed else "down"
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dict(self.__dict__) | {"roles": list(self.roles), "tags": list(self.tags)}
-        del data["was_down_at"]
-        return data
+    from taskherd.model.settings import RetryPolicy
+    from taskherd.model import Finished
 
 
 @dataclass(frozen=True)

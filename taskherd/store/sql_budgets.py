@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskherd.policy.budgets import COOLDOWN_PREFIX
 from taskherd.model import EventKind
-from taskherd.store.delivery import BUDGET_PAUSED, BUDGET_RESUMED
+from taskherd.model.delivery import BUDGET_PAUSED, BUDGET_RESUMED
 
 if TYPE_CHECKING:
     from taskherd.store.connection import Connection

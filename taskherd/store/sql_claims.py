@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from taskherd.model import ANY_ROLE, Claim, EventKind, InboxLimit, Run, Task
+from taskherd.model.settings import FLEET
 from taskherd.policy import admission, budgets
 from taskherd.policy.admission import ClaimAttempt, ClaimRequest, Refusal, Usage
 from taskherd.policy.limits import NODE, ClaimLimits
@@ -121,7 +122,7 @@ class SQLClaims(SQLParts):
         (its cost, or its expected cost while it is open), so no node starts a run once the
         spend committed reaches the limit."""
         span = limits.budget_periods(now)
-        only = None if budgets.FLEET in limits.budget_scopes(role) else role
+        only = None if FLEET in limits.budget_scopes(role) else role
         params = {"month_start": span.month_start, "day_start": span.day_start, "role": only}
         rows = budget_rows(db.execute(self.q["budget_spend"], params).fetchall())
         return limits.budget_pauses(role, rows, span)

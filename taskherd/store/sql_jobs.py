@@ -14,15 +14,13 @@ from taskherd.policy.job_chains import AFTER, fires_after, parent_of
 from taskherd.model import FINAL_FIRE_STATUSES, EventKind, FireStatus, NewTask, Run
 from taskherd.policy.queue import settle_fire
 from taskherd.store.connection import Connection
-from taskherd.store.jobs import (
+from taskherd.store.jobs import JobNotFound, JobRefused, JobStore
+from taskherd.model.jobs import (
     STATE_COLUMNS,
     FireClaim,
     Job,
     JobDefinition,
     JobFire,
-    JobNotFound,
-    JobRefused,
-    JobStore,
     PlannedFire,
     Upserted,
     wake_time,

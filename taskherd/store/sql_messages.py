@@ -15,7 +15,7 @@ from taskherd.store.messages import MessageStore, NewJob, NewMessage
 if TYPE_CHECKING:
     from taskherd.store.connection import Connection
     from taskherd.store.errors import SpawnAllowance
-    from taskherd.store.jobs import Job, JobDefinition
+    from taskherd.model.jobs import Job, JobDefinition
     from taskherd.store.requests import RequestKey
 
 

@@ -10,12 +10,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from taskherd.model import EventKind, Outcome, Run, RunResult
-from taskherd.store.delivery import NODE_PAUSED, NODE_RESUMED
-from taskherd.store.nodes import DownNode, Node, NodeStore
+from taskherd.model.delivery import NODE_PAUSED, NODE_RESUMED
+from taskherd.store.nodes import DownNode, NodeStore
+from taskherd.model.nodes import Node
 
 if TYPE_CHECKING:
-    from taskherd.policy.queue import RetryPolicy
-    from taskherd.store.base import Finished
+    from taskherd.model.settings import RetryPolicy
+    from taskherd.model import Finished
     from taskherd.store.connection import Connection
 
 

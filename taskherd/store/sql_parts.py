@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from taskherd.model import (
         EventKind,
+        Finished,
         InboxLimit,
         Message,
         NewTask,
@@ -22,9 +23,8 @@ if TYPE_CHECKING:
         Task,
         TaskState,
     )
+    from taskherd.model.settings import RetryPolicy
     from taskherd.policy.chains import Workflow
-    from taskherd.policy.queue import RetryPolicy
-    from taskherd.store.base import Finished
     from taskherd.store.connection import Connection
     from taskherd.store.errors import SpawnAllowance
     from taskherd.store.requests import RequestKey

@@ -5,10 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 
-from taskherd.model import EventKind, Outcome, Run, RunResult, Task, TaskState, Verdict
+from taskherd.model import (
+    EventKind,
+    Finished,
+    Outcome,
+    Run,
+    RunResult,
+    Task,
+    TaskState,
+    Verdict,
+)
+from taskherd.model.settings import RetryPolicy
 from taskherd.policy.chains import review_of, review_verdict
-from taskherd.policy.queue import RetryPolicy, rescued_result, settle
-from taskherd.store.base import Finished, PolicyLookup, StoreError, TransitionRefused
+from taskherd.policy.queue import rescued_result, settle
+from taskherd.store.base import PolicyLookup, StoreError, TransitionRefused
 from taskherd.store.connection import Connection
 from taskherd.store.errors import ReportRefused
 from taskherd.store.sql_parts import SQLParts

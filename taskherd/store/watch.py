@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from taskherd.model import Cooldown, EventKind, Liveness
-from taskherd.store.delivery import ENDPOINT_DOWN, ENDPOINT_UP
+from taskherd.model.delivery import ENDPOINT_DOWN, ENDPOINT_UP
 
 if TYPE_CHECKING:
     from taskherd.store.connection import Connection

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
 from taskherd.store.sqlite import SQLiteStore
 

@@ -51,7 +51,7 @@ def test_sigkill_between_commit_and_send_loses_no_delivery(tmp_path):
 
 def test_doctor_names_failed_deliveries_and_missing_aliases(tmp_path):
     from taskherd.model import NewTask, Outcome, RunResult
-    from taskherd.policy.queue import RetryPolicy
+    from taskherd.model.settings import RetryPolicy
     from taskherd.services.delivery import Deliverer, DeliverySettings
 
     fleet = Fleet(tmp_path, """

@@ -8,7 +8,8 @@ import sys
 import tomllib
 from dataclasses import fields
 
-from taskherd.config import DaemonConfig, load_config
+from taskherd.config import load_config
+from taskherd.model.settings import DaemonConfig
 
 
 def init(tmp_path, path: str) -> str:

@@ -156,7 +156,7 @@ def test_reload_checks_the_config_and_needs_a_daemon(fleet):
 
 def test_runs_commands_show_cost_and_tokens(fleet):
     from taskherd.model import Outcome, RunResult
-    from taskherd.policy.queue import RetryPolicy
+    from taskherd.model.settings import RetryPolicy
 
     task = fleet.add("paid")
     claim = fleet.store.claim(ClaimRequest("n1", task.created_at, 60.0))

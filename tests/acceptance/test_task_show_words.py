@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store import open_store
 from taskherd.policy.admission import ClaimRequest
 

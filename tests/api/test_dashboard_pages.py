@@ -135,7 +135,7 @@ def test_the_cost_page_charts_each_roles_spend_by_day(api):
     import time
 
     from taskherd.model import Outcome, RunResult
-    from taskherd.policy.queue import RetryPolicy
+    from taskherd.model.settings import RetryPolicy
 
     store, now = api.queue.store, time.time()
     for role, dollars in (("coder", 0.5), ("qa", 0.25)):
@@ -152,7 +152,7 @@ def test_the_cost_page_and_a_task_page_name_the_runs_of_unknown_cost(api):
     import time
 
     from taskherd.model import Outcome, RunResult
-    from taskherd.policy.queue import RetryPolicy
+    from taskherd.model.settings import RetryPolicy
 
     store, now = api.queue.store, time.time()
     tasks = []

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from taskherd.api.server import ApiServer
 from taskherd.config import load_config
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
 from tests.api_server import served
 

@@ -12,7 +12,7 @@ from referencing import Registry, Resource
 
 from taskherd.api.app import ROUTES
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
 from tests.api_server import served
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store.sql_history import ROLLUP_MARGIN
 from taskherd.policy.admission import ClaimRequest
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store import StoreError
 from taskherd.policy.admission import ClaimRequest
 

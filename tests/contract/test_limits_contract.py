@@ -8,7 +8,7 @@ import pytest
 
 from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.model import InboxLimit
 from taskherd.store.messages import NewMessage
 from taskherd.store.postgres import PostgresStore

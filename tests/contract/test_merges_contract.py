@@ -4,9 +4,10 @@ one merge at a time holds a pool, and a task cancelled meanwhile stays cancelled
 
 from __future__ import annotations
 
-from taskherd.policy.chains import FollowUp, RoleFlow, Workflow
+from taskherd.policy.chains import RoleFlow, Workflow
+from taskherd.model.settings import FollowUp
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
 
 S = TaskState

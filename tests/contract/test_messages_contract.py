@@ -113,7 +113,7 @@ def test_a_spawn_request_its_child_and_its_answer_are_written_together(store):
 
 
 def test_a_spawned_job_is_counted_and_a_name_taken_meanwhile_is_answered(store):
-    from taskherd.store.jobs import JobDefinition
+    from taskherd.model.jobs import JobDefinition
     from taskherd.store.messages import NewJob
 
     parent = store.enqueue(NewTask(role="coder", title="parent"), NOW).task

@@ -4,7 +4,7 @@ children, and the totals /metrics reports."""
 from __future__ import annotations
 
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
 
 

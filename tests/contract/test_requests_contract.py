@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store.errors import SpawnAllowance, SpawnLimitReached
 from taskherd.store.memory import NewMemory
 from taskherd.store.requests import RequestKey

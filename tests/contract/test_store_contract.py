@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store import StoreError, TaskNotFound, TransitionRefused
 from taskherd.store.errors import ReportRefused
 from taskherd.policy.admission import ClaimRequest

@@ -6,7 +6,7 @@ mark, or folded into the totals of pruned runs."""
 from __future__ import annotations
 
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
 
 ONE_TRY = RetryPolicy()

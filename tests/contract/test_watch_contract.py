@@ -6,7 +6,7 @@ import asyncio
 import json
 
 from taskherd.model import EventKind, Liveness, NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store.watch import VerdictChange
 from taskherd.policy.admission import ClaimRequest
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from taskherd.policy.chains import FollowUp, RoleFlow, Workflow, parse_chain
+from taskherd.policy.chains import RoleFlow, Workflow, parse_chain
+from taskherd.model.settings import FollowUp
 from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store import TransitionRefused
 from taskherd.policy.admission import ClaimRequest
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from taskherd.config import RoleConfig
+from taskherd.model.settings import RoleConfig
 from taskherd.runtimes.base import RunFiles
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.runtimes.claude_stream import ClaudeStreamReader

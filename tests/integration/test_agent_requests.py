@@ -15,6 +15,7 @@ from taskherd.config import load_config
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.ops import Queue
 from taskherd.store import open_store
+from taskherd.policy.chains import workflow_of
 from taskherd.policy.admission import ClaimRequest
 
 NOW = 1000.0
@@ -36,7 +37,7 @@ review_by = "qa"
 command = ["true"]
 """)
     config = load_config(tmp_path / "taskherd.toml")
-    store = open_store(database, durability="normal", workflow=config.workflow)
+    store = open_store(database, durability="normal", workflow=workflow_of(config))
     yield AgentDoor(Queue(config, store), lambda: NOW + 1)
     store.close()
 

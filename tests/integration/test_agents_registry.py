@@ -8,7 +8,7 @@ import pytest
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.ops import BadInput, Queue, messages, registry
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store.sqlite import SQLiteStore
 from taskherd.policy.admission import ClaimRequest
 

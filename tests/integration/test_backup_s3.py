@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from taskherd.backups.targets import BackupError
-from taskherd.config import BackupConfig, parse_config
+from taskherd.config import parse_config
+from taskherd.model.settings import BackupConfig
 from taskherd.model import NewTask
 from taskherd.ops.backups import backup_status, list_backups, restore_backup, verify_backup
-from taskherd.services.backups import Backups, BackupSettings
+from taskherd.backups.service import Backups, BackupSettings
 from taskherd.store.sqlite import SQLiteStore
 
 T0 = 1_795_000_000.0 - (1_795_000_000.0 % 3600)  # on the hour, UTC
@@ -305,7 +306,7 @@ def test_the_server_killed_mid_upload_and_started_again_takes_the_retry(tmp_path
 
 
 def test_no_credentials_in_the_config_file(tmp_path):
-    from taskherd.config import ConfigError
+    from taskherd.model.settings import ConfigError
 
     with pytest.raises(ConfigError) as error:
         parse_config({"backup": {"target": "s3://b/p", "secret_access_key": "hunter2",
@@ -318,7 +319,7 @@ def test_no_credentials_in_the_config_file(tmp_path):
 
 
 def test_a_bad_target_is_named(tmp_path):
-    from taskherd.config import ConfigError
+    from taskherd.model.settings import ConfigError
 
     bad = {"s3:///prefix": "bucket is missing", "ftp://host/x": "expected a folder or s3://"}
     for target, words in bad.items():

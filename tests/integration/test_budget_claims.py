@@ -30,7 +30,7 @@ from taskherd.policy.limits import ClaimLimits
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.ops import Queue
 from taskherd.ops import delivery as delivery_ops
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.services.delivery import Deliverer
 from taskherd.services.dispatcher import Dispatcher
 from taskherd.services.supervisor import LiveRuns

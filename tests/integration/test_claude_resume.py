@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from taskherd.config import ConfigError, parse_config
+from taskherd.config import parse_config
+from taskherd.model.settings import ConfigError
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.runtimes.base import AgentEnv, Launch, RunFiles
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.services.supervisor import Supervisor

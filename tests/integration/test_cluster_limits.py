@@ -16,7 +16,7 @@ import traceback
 
 from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store import open_store
 from taskherd.policy.admission import ClaimRequest
 

@@ -10,7 +10,7 @@ from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.ops import Queue
 from taskherd.ops.runs import cost, day_starts
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store import open_store
 from taskherd.policy.admission import ClaimRequest
 

@@ -17,8 +17,8 @@ from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import delivery as delivery_ops
+from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
-from taskherd.policy.queue import RetryPolicy
 from taskherd.services.delivery import Deliverer, DeliverySettings
 from taskherd.store.sqlite import SQLiteStore
 from tests.e2e.fake_webhook import FakeWebhook

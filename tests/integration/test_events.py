@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from taskherd.model import Event, EventKind, NewTask, Outcome, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store import open_store
 from taskherd.policy.admission import ClaimRequest
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from taskherd.config import ConfigError
+from taskherd.model.settings import ConfigError
 from taskherd.model import Outcome, TaskState
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import jobs as job_ops

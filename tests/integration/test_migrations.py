@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store.sqlfile import migrations
 from taskherd.store.sqlite import SQLiteStore
 from taskherd.policy.admission import ClaimRequest

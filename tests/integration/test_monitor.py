@@ -10,7 +10,7 @@ import pytest
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.services.monitor import Monitor
 from taskherd.services.supervisor import LiveRuns
 from taskherd.store import Store, open_store

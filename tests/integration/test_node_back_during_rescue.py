@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import pytest
 
 from taskherd.model import NewTask, Outcome, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store import StoreError, open_store
 from taskherd.policy.admission import ClaimRequest
 from tests.interleave import pause_before, wait_for_lock_wait_or

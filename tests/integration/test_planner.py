@@ -8,9 +8,10 @@ from dataclasses import replace
 
 from taskherd.config import load_config
 from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.services.planner import Planner
 from taskherd.store import open_store
+from taskherd.policy.chains import workflow_of
 from taskherd.policy.admission import ClaimRequest
 
 
@@ -27,7 +28,7 @@ def planner_for(tmp_path, database, monitor: str) -> Planner:
         command = ["true"]
     """))
     config = load_config(tmp_path / "taskherd.toml")
-    return Planner(config, open_store(config.daemon.database, workflow=config.workflow))
+    return Planner(config, open_store(config.daemon.database, workflow=workflow_of(config)))
 
 
 def finish(store, task_id, outcome, now):

@@ -14,7 +14,7 @@ from taskherd.config import load_config
 from taskherd.doctor import OK, WARN, check_database
 from taskherd.policy.limits import ClaimLimits, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store import StoreUnavailable
 from taskherd.model import InboxLimit
 from taskherd.store.postgres import PostgresStore

@@ -9,7 +9,7 @@ import time
 import psycopg
 
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import RetryPolicy
+from taskherd.model.settings import RetryPolicy
 from taskherd.store.postgres import PostgresStore
 from taskherd.policy.admission import ClaimRequest
 

@@ -17,8 +17,9 @@ import pytest
 from taskherd.config import parse_config
 from taskherd.policy.jobs import parse_job
 from taskherd.model import Outcome, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy
-from taskherd.services.scheduler import Scheduler, schedule_start
+from taskherd.model.settings import RetryPolicy
+from taskherd.services.scheduler import Scheduler
+from taskherd.policy.schedules import schedule_start
 from taskherd.store import JobNotFound, open_store
 from taskherd.policy.admission import ClaimRequest
 from tests.interleave import pause_before, wait_for_lock_wait_or

@@ -238,7 +238,7 @@ def test_merges_settling_at_the_same_moment_run_one_at_a_time(tmp_path, repo, da
     from taskherd.host import worktrees
     from taskherd.config import parse_config
     from taskherd.model import NewTask, Outcome, RunResult
-    from taskherd.policy.queue import RetryPolicy
+    from taskherd.model.settings import RetryPolicy
     from taskherd.services.worktrees import Merger
     from taskherd.store import open_store
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from taskherd.config import ConfigError, check_reloadable, parse_config
+from taskherd.config import check_reloadable, parse_config
+from taskherd.model.settings import ConfigError
 
 
 def parse(raw):

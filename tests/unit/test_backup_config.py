@@ -10,7 +10,8 @@ import pytest
 
 from taskherd.backups.archive import backup_key, backups_in
 from taskherd.backups.targets import StoredObject
-from taskherd.config import ConfigError, parse_config
+from taskherd.config import parse_config
+from taskherd.model.settings import ConfigError
 
 
 def test_no_target_means_no_backups_and_the_defaults_are_the_documented_ones(tmp_path):

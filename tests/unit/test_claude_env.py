@@ -3,7 +3,8 @@ file), and nothing else of the daemon's environment; a role's own env wins."""
 
 from __future__ import annotations
 
-from taskherd.config import RoleConfig, parse_config
+from taskherd.config import parse_config
+from taskherd.model.settings import RoleConfig
 from taskherd.model import Priority, Run, Task, TaskState
 from taskherd.runtimes.base import RunFiles
 from taskherd.runtimes.claude import ClaudeRuntime

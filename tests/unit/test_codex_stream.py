@@ -3,9 +3,9 @@
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from taskherd.config import RoleConfig
+from taskherd.model.settings import RoleConfig
 from taskherd.model import Outcome, Run
-from taskherd.policy.pricing import Price
+from taskherd.model.settings import Price
 from taskherd.host.procs import ExitStatus
 from taskherd.runtimes.codex import CodexRuntime
 from taskherd.runtimes.codex_stream import CodexStreamReader

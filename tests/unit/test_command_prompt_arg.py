@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from taskherd.config import ConfigError, RoleConfig, parse_config
+from taskherd.config import parse_config
+from taskherd.model.settings import ConfigError, RoleConfig
 from taskherd.runtimes.base import RunFiles
 from taskherd.runtimes.command import CommandRuntime
 

@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from taskherd.config import ConfigError, load_config, parse_config
+from taskherd.config import load_config, parse_config
+from taskherd.model.settings import ConfigError
 
 
 def parse(raw):

@@ -15,7 +15,8 @@ import pytest
 from taskherd.host.senders import one_line
 from taskherd.policy.faults import endpoint_fault
 from taskherd.model import Fault, Outcome, RunResult, TaskState
-from taskherd.policy.queue import RetryPolicy, Settlement, settle
+from taskherd.policy.queue import Settlement, settle
+from taskherd.model.settings import RetryPolicy
 
 NOW = 1_800_000_000.0
 

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from taskherd.config import ConfigError, parse_config
+from taskherd.config import parse_config
+from taskherd.model.settings import ConfigError
 
 
 def git_role(**git):

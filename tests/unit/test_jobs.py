@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from taskherd.config import ConfigError, parse_config
+from taskherd.config import parse_config
+from taskherd.model.settings import ConfigError
 from taskherd.policy.jobs import JobError, describe_trigger, parse_job, parse_jobs
 
 BASE = {"daemon": {"timezone": "Europe/Berlin", "database": "q.db"},
@@ -67,7 +68,7 @@ def test_bad_job_tables_name_the_key_and_value(table, message):
 
 def _raw(jobs):
     # Build the Config without validating its jobs, so parse_jobs raises JobError itself.
-    from taskherd.config import Config
+    from taskherd.model.settings import Config
 
     base = config()
     return Config(base.daemon, base.roles, base.pools, tuple(jobs), None)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from taskherd.config import ConfigError, RoleConfig, parse_config
+from taskherd.config import parse_config
+from taskherd.model.settings import ConfigError, RoleConfig
 from taskherd.model import Outcome, Run
 from taskherd.host.procs import ExitStatus
 from taskherd.runtimes.claude import ClaudeRuntime

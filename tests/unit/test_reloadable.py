@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from taskherd.config import ConfigError, check_reloadable, parse_config
+from taskherd.config import check_reloadable, parse_config
+from taskherd.model.settings import ConfigError
 
 
 def config(tmp_path, database="q.db", node="n1", roles=("worker",), jobs=()):

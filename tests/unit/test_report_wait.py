@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from taskherd.agent.door import DEFAULT_REPORT_WAIT, report_wait
-from taskherd.config import ConfigError, parse_config
+from taskherd.config import parse_config
+from taskherd.model.settings import ConfigError
 
 
 def parse(raw):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from taskherd.config import RoleConfig
+from taskherd.model.settings import RoleConfig
 from taskherd.model import Outcome, Run
 from taskherd.host.procs import ExitStatus
 from taskherd.runtimes.chat import completions_url

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from taskherd.config import RoleConfig
+from taskherd.model.settings import RoleConfig
 from taskherd.model import Run
 from taskherd.host.procs import ExitStatus
 from taskherd.runtimes.base import Launch

@@ -5,8 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from taskherd.policy.chains import FollowUp, condition_holds, one_line_title, review_verdict
-from taskherd.config import ConfigError, parse_config
+from taskherd.policy.chains import (
+    condition_holds,
+    fires,
+    one_line_title,
+    review_verdict,
+    workflow_of,
+)
+from taskherd.model.settings import FollowUp
+from taskherd.config import parse_config
+from taskherd.model.settings import ConfigError
 from taskherd.model import Priority, TaskState
 
 
@@ -42,7 +50,7 @@ def test_a_fleet_described_only_in_the_config():
     assert coder.gates[1].idle_timeout is None  # the role's idle_timeout applies
     assert (config.monitor.planner, config.monitor.low_water, config.monitor.planner_every,
             config.monitor.max_spawn) == ("ceo", 5, 4 * 3600, 10)
-    workflow = config.workflow
+    workflow = workflow_of(config)
     assert workflow.max_depth == 4 and workflow.reviewed("coder")
     assert not workflow.reviewed("qa")
 
@@ -112,7 +120,7 @@ def test_conditions(when, text, holds):
 
 def test_follow_ups_fire_by_how_the_parent_ended():
     on = {kind: FollowUp("qa", "t", on=kind) for kind in ("success", "failure", "complete")}
-    fired = {state: sorted(k for k, f in on.items() if f.fires(state, ""))
+    fired = {state: sorted(k for k, f in on.items() if fires(f, state, ""))
              for state in (TaskState.COMPLETED, TaskState.DEAD, TaskState.CANCELLED)}
     assert fired == {TaskState.COMPLETED: ["complete", "success"],
                      TaskState.DEAD: ["complete", "failure"], TaskState.CANCELLED: []}

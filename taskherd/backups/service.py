@@ -21,7 +21,8 @@ from taskherd.backups.archive import ROLLUPS, SNAPSHOTS, backups_in, expired
 from taskherd.backups.state import read_state, write_state
 from taskherd.backups.targets import BackupError, Progress, Target, open_target
 from taskherd.backups.worker import run_worker, snapshot_and_store
-from taskherd.config import BackupConfig, Config, make_private_dir
+from taskherd.config import make_private_dir
+from taskherd.model.settings import BackupConfig, Config
 from taskherd.store import Store
 
 log = logging.getLogger("taskherd.backups")

@@ -474,3 +474,12 @@ class Event:
         if fields.get("state") is not None:
             fields["state"] = _STATES[fields["state"]]
         return cls(**fields)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What `finish_run` did: the run is always recorded; the task moves only if it was leased."""
+
+    run: Run
+    task: Task
+    moved: bool
