@@ -61,3 +61,12 @@ def test_each_reason_in_turn():
         "node n1 is at max_concurrent 3")
     assert task_wait(ready(), LIMITS, Counts(nodes=free), NOW) is None
     assert task_wait(ready(state="running"), LIMITS, Counts(nodes=()), NOW) is None
+
+
+def test_a_node_without_the_tags_a_role_needs_says_which_it_lacks():
+    config = parse_config({"daemon": {"database": "q.db", "tags": ["cpu"]},
+                           "roles": {"trainer": {"command": ["true"], "nodes": ["gpu"]}}},
+                          base_dir=Path("/tmp"))
+    here = NodeRoom("n1", frozenset(config.runnable_roles), 0, 3, tags=("cpu",))
+    assert task_wait(ready("trainer"), ClaimLimits.from_config(config), Counts(nodes=(here,)),
+                     NOW) == "role trainer runs on nodes tagged gpu; node n1 has cpu"
