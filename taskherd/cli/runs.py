@@ -20,7 +20,6 @@ from taskherd.cli.common import (
 from taskherd.cli.logs import check_log_options, log_options, show_log
 from taskherd.policy.costs import cost_text
 from taskherd.policy.durations import parse_duration
-from taskherd.policy.liveness import last_activity
 from taskherd.model import Run
 from taskherd.ops import runs as run_ops
 
@@ -75,13 +74,14 @@ def running_command(ctx: click.Context, as_json: bool) -> None:
         liveness = {run.id: run_ops.liveness(queue, run, started) for run in runs}
     if as_json:
         print_json([run.to_dict() | {"elapsed": _duration(run, started),
+                                     "last_activity": run_ops.last_activity(run),
                                      "liveness": liveness[run.id]} for run in runs])
         return
     print_table(
         ["run", "task", "role", "node", "pid", "started", "elapsed", "last activity",
          "liveness"],
         [[r.id, r.task_id, r.role, r.node, r.pid, format_time(r.spawned_at or r.claimed_at),
-          _took(_duration(r, started)), format_time(last_activity(r)),
+          _took(_duration(r, started)), format_time(run_ops.last_activity(r)),
           liveness_words(liveness[r.id])] for r in runs],
     )
 
@@ -105,8 +105,8 @@ def stale_command(ctx: click.Context, after: str | None, as_json: bool) -> None:
         print_json([run.to_dict() | {"reason": why} for run, why in stale])
         return
     print_table(["run", "task", "role", "node", "pid", "last activity", "why"],
-                [[r.id, r.task_id, r.role, r.node, r.pid, format_time(last_activity(r)), why]
-                 for r, why in stale])
+                [[r.id, r.task_id, r.role, r.node, r.pid,
+                  format_time(run_ops.last_activity(r)), why] for r, why in stale])
 
 
 @runs_group.command("log")
