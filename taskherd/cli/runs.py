@@ -40,7 +40,7 @@ def list_command(ctx: click.Context, job: str | None, role: str | None, since: s
                  limit: int, as_json: bool) -> None:
     """Runs, newest first, with outcome, duration, cost and tokens; JOB: only its tasks' runs."""
     started = now()
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         store = queue.store
         if job is not None:
             _check_job(queue, job)
@@ -69,7 +69,7 @@ def list_command(ctx: click.Context, job: str | None, role: str | None, since: s
 def running_command(ctx: click.Context, as_json: bool) -> None:
     """Runs that have not ended, on every node."""
     started = now()
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         runs = queue.store.open_runs()
         liveness = {run.id: run_ops.liveness(queue, run, started) for run in runs}
     if as_json:
@@ -99,7 +99,7 @@ def stale_command(ctx: click.Context, after: str | None, as_json: bool) -> None:
             limit = parse_duration(after, field="--after")
         except ValueError as error:
             raise BadInput(str(error)) from error
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         stale = run_ops.stale_runs(queue, started, limit)
     if as_json:
         print_json([run.to_dict() | {"reason": why} for run, why in stale])
@@ -117,7 +117,7 @@ def log_command(ctx: click.Context, run_id: int, lines: int | None, follow: bool
                 as_json: bool) -> None:
     """Print what a run's agent wrote (its log), or follow it until the run ends."""
     check_log_options(lines, follow, as_json)
-    with store_for(ctx) as store:
+    with store_for(ctx, writes=False) as store:
         show_log(store, store.get_run(run_id), lines=lines, follow=follow, as_json=as_json,
                  raw=raw)
 
@@ -129,7 +129,7 @@ def log_command(ctx: click.Context, run_id: int, lines: int | None, follow: bool
 @click.pass_context
 def cost_command(ctx: click.Context, by: str, since: str, as_json: bool) -> None:
     """Cost (USD) and tokens summed per role or per day (days in [daemon] timezone)."""
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         started = now()
         rows = run_ops.cost(queue, by, since_moment(since, started), started)
     if as_json:
