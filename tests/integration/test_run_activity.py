@@ -9,6 +9,7 @@ from pathlib import Path
 from taskherd import open_queue
 from taskherd.model import NewTask
 from taskherd.ops import runs as run_ops
+from taskherd.policy.admission import ClaimRequest
 
 NOW = 1_800_000_000.0
 
@@ -23,7 +24,7 @@ def test_output_written_is_activity_and_keeps_a_run_from_reading_stale(tmp_path:
     with open_queue(config) as queue:
         store = queue.store
         store.enqueue(NewTask(role="coder", title="t"), NOW)
-        claim = store.claim("n1", NOW, 3600.0)
+        claim = store.claim(ClaimRequest("n1", NOW, 3600.0))
         store.mark_spawned(claim.run.id, NOW, 3600.0, pid=os.getpid(),
                            pid_started_at=None, log_path=str(log))
         os.utime(log, (NOW + 1500, NOW + 1500))  # its output, 25 min after the spawn
