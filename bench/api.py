@@ -44,6 +44,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Self
+from taskherd.policy.admission import ClaimRequest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -237,7 +238,7 @@ def part_a(folder: Path, requests: int, processes: int) -> bool:
         run_tokens = []
         for number in range(CLIENTS):
             queue.store.enqueue(NewTask(role="coder", title=f"agent {number}"), time.time())
-            claim = queue.store.claim("elsewhere", time.time(), 3600, roles=["coder"])
+            claim = queue.store.claim(ClaimRequest("elsewhere", time.time(), 3600, roles=["coder"]))
             queue.store.mark_spawned(claim.run.id, time.time(), 3600, pid=None,
                                      pid_started_at=None, log_path=None)
             secret = f"bench-run-{number}-{os.urandom(8).hex()}"
@@ -352,7 +353,7 @@ def fill_the_board(store, now: float) -> None:
     store.enqueue_many([NewTask(role="qa", title=f"approve {n}", priority=0, pending=True)
                         for n in range(more)], now)
     for _ in range(more):
-        claim = store.claim("bench", now, 3600, roles=["writer"])
+        claim = store.claim(ClaimRequest("bench", now, 3600, roles=["writer"]))
         store.mark_spawned(claim.run.id, now, 3600, pid=None, pid_started_at=None,
                            log_path=None)
 

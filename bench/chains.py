@@ -39,6 +39,7 @@ from taskherd.model.settings import FollowUp
 from taskherd.model import EventKind, NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 
 TARGET_P99 = 0.020
 TARGET_RATIO = 0.95
@@ -50,6 +51,7 @@ from taskherd.policy.chains import FollowUp, RoleFlow, Workflow
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.policy.queue import RetryPolicy
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 
 database, count, gap, out = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 workflow = Workflow({"coder": RoleFlow(chain=(FollowUp("qa", "QA {parent_title}"),))})
@@ -60,7 +62,7 @@ with open_store(database, durability="normal", workflow=workflow) as store:
     for i in range(count):
         now = time.time()
         store.enqueue(NewTask(role="coder", title=f"parent {i}"), now)
-        claim = store.claim("writer", now, 60.0, roles=["coder"])
+        claim = store.claim(ClaimRequest("writer", now, 60.0, roles=["coder"]))
         store.mark_spawned(claim.run.id, now, 60.0, pid=1, pid_started_at=1.0, log_path=None)
         before = time.time()
         store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), before)
@@ -77,6 +79,13 @@ import gc, os, sys, time
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.policy.queue import RetryPolicy
 from taskherd.store import open_store
+try:
+    from taskherd.policy.admission import ClaimRequest
+    def claim(store, *args, **fields):
+        return store.claim(ClaimRequest(*args, **fields))
+except ImportError:  # a tree from before the claim request: the claim took its fields
+    def claim(store, *args, **fields):
+        return store.claim(*args, **fields)
 
 database, rounds, chained = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "chained"
 store = open_store(database, durability="normal")
@@ -88,8 +97,8 @@ policy, result = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
 gc.collect(); gc.disable()
 started = time.perf_counter()
 for _ in range(rounds):
-    claim = store.claim("n1", 2.0, 60.0, roles=["bench"])
-    store.finish_run(claim.run.id, result, policy, 3.0)
+    claimed = claim(store, "n1", 2.0, 60.0, roles=["bench"])
+    store.finish_run(claimed.run.id, result, policy, 3.0)
 elapsed = time.perf_counter() - started
 store.close()
 print(rounds / elapsed)
@@ -115,8 +124,8 @@ def child_latency(scratch: Path, count: int, gap: float) -> list[float]:
             async for event in events:
                 if event.kind is EventKind.TASK_ADDED and event.role == "qa":
                     # As the dispatcher: claim until nothing is left (a hint may cover more).
-                    while (claim := store.claim("dispatcher", time.time(), LEASE,
-                                                roles=["qa"])) is not None:
+                    while (claim := store.claim(ClaimRequest("dispatcher", time.time(), LEASE,
+                                                roles=["qa"]))) is not None:
                         claimed[claim.task.parent_id] = time.time()
                 if len(claimed) == count:
                     return
@@ -137,7 +146,7 @@ def fan_out(scratch: Path, children: int) -> float:
     with open_store(str(scratch / "fanout.db"), durability="normal",
                     workflow=Workflow()) as store:
         store.enqueue(NewTask(role="split", title="big job", chain=chain), 1.0)
-        claim = store.claim("n1", 1.0, LEASE)
+        claim = store.claim(ClaimRequest("n1", 1.0, LEASE))
         started = time.perf_counter()
         store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), 2.0)
         elapsed = time.perf_counter() - started

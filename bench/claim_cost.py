@@ -37,6 +37,13 @@ sys.path.insert(0, sys.argv[1])
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.policy.queue import RetryPolicy
 from taskherd.store.sqlite import SQLiteStore
+try:
+    from taskherd.policy.admission import ClaimRequest
+    def claim(store, *args, **fields):
+        return store.claim(ClaimRequest(*args, **fields))
+except ImportError:  # a tree from before the claim request: the claim took its fields
+    def claim(store, *args, **fields):
+        return store.claim(*args, **fields)
 tasks, cycles = int(sys.argv[2]), int(sys.argv[3])
 folder = tempfile.mkdtemp()
 now = 1_800_000_000.0
@@ -48,8 +55,8 @@ wal = os.path.join(folder, "q.db-wal")
 before = os.path.getsize(wal) if os.path.exists(wal) else 0
 policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
 for _ in range(cycles):
-    claim = store.claim("bench-node", now, 60.0)
-    store.finish_run(claim.run.id, success, policy, now)
+    claimed = claim(store, "bench-node", now, 60.0)
+    store.finish_run(claimed.run.id, success, policy, now)
 grown = os.path.getsize(wal) - before if os.path.exists(wal) else 0
 print("wal-bytes", grown, file=sys.stderr)
 store.close()

@@ -32,6 +32,7 @@ from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
 from taskherd.services.delivery import Deliverer, DeliverySettings
 from taskherd.store.sqlite import SQLiteStore
+from taskherd.policy.admission import ClaimRequest
 from tests.e2e.fake_webhook import FakeWebhook
 
 
@@ -40,7 +41,7 @@ def settle_all(store: SQLiteStore, events: int, now: float) -> None:
     store.enqueue_many([NewTask(role="coder", title=f"event {n}", meta=meta)
                         for n in range(events)], now)
     for _ in range(events):
-        claim = store.claim("bench", now, 60.0)
+        claim = store.claim(ClaimRequest("bench", now, 60.0))
         store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, 0), RetryPolicy(), now)
 
 

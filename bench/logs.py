@@ -45,6 +45,7 @@ from daemon import NOOP, Node, ms, percentile, printed_time, steady_noops  # ben
 from taskherd.host import procs
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 
 CAP = 64 << 20  # the default max_log_bytes
 RSS_GROWTH_MB = 50.0
@@ -279,7 +280,7 @@ def finished_run(node: Node, log_dir: Path, title: str, write) -> tuple[int, int
     """A task with one finished run whose log `write` fills; (task id, run id)."""
     store = node.store
     task = store.enqueue(NewTask(role="reader", title=title), time.time()).task
-    claim = store.claim("bench", time.time(), 60, roles=["reader"])
+    claim = store.claim(ClaimRequest("bench", time.time(), 60, roles=["reader"]))
     log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir / f"run-{claim.run.id}.log"
     with open(path, "wb") as log:

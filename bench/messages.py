@@ -6,7 +6,7 @@ Two SQLite databases in one temporary directory, side by side in this one proces
 alternately so machine load falls on both alike:
 
 - quiet: no messages. A sample is what the dispatcher and supervisor do between ready and
-  exec for the prompt: `store.claim(...)` of a ready task, then `build_prompt(task)`.
+  exec for the prompt: `store.claim(ClaimRequest(...))` of a ready task, then `build_prompt(task)`.
 - busy: --backlog messages wait for the role. The same steps, with the claim delivering the
   run's inbox in its transaction (`inbox=InboxLimit()`: 20 messages, 16 kB) and the prompt
   built with them (`build_prompt(task, PromptContext(inbox))`). Each claim consumes 20, so
@@ -29,9 +29,10 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR.parent))
 
-from taskherd.model import NewTask
+from taskherd.model import InboxLimit, NewTask
+from taskherd.policy.admission import ClaimRequest
 from taskherd.policy.prompt import PromptContext, build_prompt
-from taskherd.store.messages import InboxLimit, NewMessage
+from taskherd.store.messages import NewMessage
 from taskherd.store.sqlite import SQLiteStore
 
 TARGET_MS = 5.0
@@ -53,7 +54,7 @@ def prepared(path: Path, samples: int, messages: int) -> SQLiteStore:
 
 def start_run(store: SQLiteStore, inbox: InboxLimit | None) -> tuple[float, int]:
     began = time.perf_counter()
-    claim = store.claim("bench", time.time(), LEASE, inbox=inbox)
+    claim = store.claim(ClaimRequest("bench", time.time(), LEASE, inbox=inbox))
     assert claim is not None
     prompt = build_prompt(claim.task, PromptContext(claim.inbox))
     return (time.perf_counter() - began) * 1000, len(prompt)

@@ -17,8 +17,8 @@ database, or a new SQLite file in a temporary directory, where the fsync is on t
 - taskherd on PostgreSQL, `PostgresStore(url, durability="full")` (synchronous_commit on):
   - enqueue, single: `store.enqueue(NewTask)` once per task, a transaction each.
   - enqueue, batched: `store.enqueue_many(batch)` in batches of --batch.
-  - claim+complete, 1 process: `store.claim(node, now, lease, roles=[role],
-    limits=ClaimLimits())` then `store.finish_run(run_id, RunResult(SUCCEEDED), RetryPolicy(),
+  - claim+complete, 1 process: `store.claim(ClaimRequest(node, now, lease, roles=[role],
+    limits=ClaimLimits()))` then `store.finish_run(run_id, RunResult(SUCCEEDED), RetryPolicy(),
     now)`, each its own transaction, in this process, until the queue (filled by the batched
     enqueue) is empty. A claim names its roles and the limits of the fleet, none here, as a
     daemon's always does (a daemon without limits configured claims so).
@@ -89,6 +89,7 @@ from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import Store, open_store
+from taskherd.policy.admission import ClaimRequest
 from tests.pg import PgServer, start_server, stop_server
 
 LEASE = 600.0
@@ -151,8 +152,8 @@ def taskherd_worker(database: str, node: str, start: Any, out: Any,
         start.wait(READY_TIMEOUT)
         policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
         roles = [ROLE]
-        while (claim := store.claim(node, time.time(), LEASE, roles=roles,
-                                    limits=limits)) is not None:
+        while (claim := store.claim(ClaimRequest(node, time.time(), LEASE, roles=roles,
+                                    limits=limits))) is not None:
             claimed.append(claim.task.id)
             store.finish_run(claim.run.id, success, policy, time.time())
         out.put(("done", node, claimed, None))
@@ -290,8 +291,8 @@ def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: 
     claimed: list[int] = []
 
     def claim_complete() -> None:
-        while (claim := store.claim("bench-node", now, LEASE, roles=[ROLE],
-                                    limits=NO_LIMITS)) is not None:
+        while (claim := store.claim(ClaimRequest("bench-node", now, LEASE, roles=[ROLE],
+                                    limits=NO_LIMITS))) is not None:
             claimed.append(claim.task.id)
             store.finish_run(claim.run.id, success, policy, now)
 

@@ -8,7 +8,7 @@ file in one temporary directory, with the same number of tasks. Measured, per du
 
 - taskherd enqueue, single: `store.enqueue(NewTask)` once per task, a transaction each.
 - taskherd enqueue, batched: `store.enqueue_many(batch)` in batches of --batch tasks.
-- taskherd claim+complete: `store.claim(...)` then `store.finish_run(run_id,
+- taskherd claim+complete: `store.claim(ClaimRequest(...))` then `store.finish_run(run_id,
   RunResult(SUCCEEDED), RetryPolicy(), now)`, each its own transaction, until --rounds are done.
 - bare sqlite3, same SQL (the floor): taskherd's own claim and completion statements (the named
   blocks of store/sql/sqlite/queries.sql) on taskherd's schema, run straight on a sqlite3
@@ -41,6 +41,7 @@ sys.path.insert(0, str(BENCH_DIR.parent))
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
 from taskherd.store.sqlite import Q, SQLiteStore
+from taskherd.policy.admission import ClaimRequest
 
 CLAIM_RATIO_FLOOR = 0.5  # claim+complete ≥ 0.5 × bare sqlite3
 CLAIM_RATIO_HUEY = 3.0  # claim+complete ≥ 3 × Huey's consumer
@@ -109,7 +110,7 @@ def bench_taskherd(folder: Path, durability: str, rounds: int, singles: int, bat
     def claim_complete() -> None:
         done = 0
         while True:
-            claim = store.claim("bench-node", now, LEASE)
+            claim = store.claim(ClaimRequest("bench-node", now, LEASE))
             if claim is None:
                 break
             store.finish_run(claim.run.id, success, policy, now)
@@ -133,7 +134,7 @@ def wal_pages_per_claim_complete(folder: Path, durability: str, rounds: int = 20
     before = wal.stat().st_size
     policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
     for _ in range(rounds):
-        claim = store.claim("bench-node", now, LEASE)
+        claim = store.claim(ClaimRequest("bench-node", now, LEASE))
         assert claim is not None
         store.finish_run(claim.run.id, success, policy, now)
     frame = 24 + sqlite3.connect(path).execute("PRAGMA page_size").fetchone()[0]

@@ -21,7 +21,7 @@ def agents_group() -> None:
 @click.pass_context
 def list_command(ctx: click.Context, as_json: bool) -> None:
     """Every agent: runtime, capabilities, state, last seen, last outcome, cost today."""
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         agents = registry.list_agents(queue, now())
     if as_json:
         print_json(agents)
@@ -39,7 +39,7 @@ def list_command(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def get_command(ctx: click.Context, name: str, as_json: bool) -> None:
     """One agent in full."""
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         agent = registry.get_agent(queue, name, now())
     if as_json:
         print_json(agent)

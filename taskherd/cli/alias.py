@@ -46,7 +46,7 @@ def add_command(ctx: click.Context, name: str, channel: str, target: str,
 @click.pass_context
 def list_command(ctx: click.Context, as_json: bool) -> None:
     """Every alias."""
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         aliases = delivery_ops.list_aliases(queue)
     if as_json:
         print_json([alias.__dict__ for alias in aliases])
@@ -89,7 +89,7 @@ def retry_command(ctx: click.Context, delivery_id: int | None, every: bool) -> N
 @click.pass_context
 def status_command(ctx: click.Context, as_json: bool) -> None:
     """Deliveries per alias (pending, sent, failed), and the latest problems."""
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         report = delivery_ops.status(queue)
     if as_json:
         print_json(report)

@@ -80,7 +80,7 @@ def _take(ctx: click.Context, kind: str, as_json: bool, verbose: bool) -> None:
     if config.backup.target is None:
         raise BadInput("no [backup] target is configured: set it to a folder or to "
                        "s3://bucket/prefix (or use `taskherd backup copy PATH`)")
-    with store_for(ctx) as store, _refusals(verbose):
+    with store_for(ctx, writes=False) as store, _refusals(verbose):
         result = take_backup(config, store, [kind], now())
     if as_json:
         print_json(result)
@@ -250,7 +250,7 @@ def copy_command(ctx: click.Context, destination: Path | None, as_json: bool) ->
         raise BadInput(f"{destination} already exists: give a new path")
     elif not destination.parent.is_dir():
         raise BadInput(f"{destination.parent} is not a folder")
-    with store_for(ctx) as store:
+    with store_for(ctx, writes=False) as store:
         store.backup(destination)
     size = destination.stat().st_size
     if as_json:

@@ -19,7 +19,7 @@ def status_command(ctx: click.Context, as_json: bool) -> None:
     """Spend today and this month against each limit, and what is paused until when."""
     from taskherd.ops.budget import budget_status
 
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         status = budget_status(queue.config, queue.store, now())
     if as_json:
         print_json(status)

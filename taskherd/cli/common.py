@@ -61,8 +61,9 @@ def get_config(ctx: click.Context) -> Config:
 
 
 @contextmanager
-def store_for(ctx: click.Context) -> Iterator[Store]:
-    """Open the store and turn its refusals into the CLI's exit codes."""
+def store_for(ctx: click.Context, writes: bool = True) -> Iterator[Store]:
+    """Open the store and turn its refusals into the CLI's exit codes. A command that
+    `writes` needs a database someone chose (`refuse_unchosen_database`)."""
     from taskherd import ops
     from taskherd.store import (
         RunNotFound,
@@ -76,6 +77,8 @@ def store_for(ctx: click.Context) -> Iterator[Store]:
     from taskherd.policy.chains import workflow_of
 
     config = get_config(ctx)
+    if writes:
+        refuse_unchosen_database(config)
     try:
         store = open_store(config.daemon.database, durability=config.daemon.durability,
                            workflow=workflow_of(config), **_busy_timeout(ctx))
@@ -122,12 +125,29 @@ def fault_line(error: BaseException) -> str | None:
     return fault
 
 
+def refuse_unchosen_database(config: Config) -> None:
+    """Without a config file and without TASKHERD_HOME, a command would write to the
+    platform's default database, which nobody chose (a forgotten `cd`, a typo'd folder):
+    refused, saying how to choose one. Reads go on, with a note on stderr."""
+    import os
+
+    from taskherd.config import CONFIG_FILE
+    from taskherd.config.tables import HOME_ENV
+    from taskherd.store import shown
+
+    if config.source is None and not os.environ.get(HOME_ENV):
+        raise BadInput(f"no {CONFIG_FILE} here or in a folder above, and {HOME_ENV} is not set: "
+                       f"this command would write to the default database "
+                       f"{shown(config.daemon.database)}. Run `taskherd init` to make a config "
+                       f"here, or pass --config FILE or set {HOME_ENV}; nothing was changed")
+
+
 @contextmanager
-def queue_for(ctx: click.Context) -> Iterator[ops.Queue]:
+def queue_for(ctx: click.Context, writes: bool = True) -> Iterator[ops.Queue]:
     """The queue the config names, for an operation; its refusals become exit codes."""
     from taskherd import ops
 
-    with store_for(ctx) as store:
+    with store_for(ctx, writes=writes) as store:
         yield ops.Queue(get_config(ctx), store)
 
 

@@ -25,7 +25,7 @@ def cooldown_group() -> None:
 @click.pass_context
 def list_command(ctx: click.Context, as_json: bool) -> None:
     """Show active cooldowns and when they end."""
-    with store_for(ctx) as store:
+    with store_for(ctx, writes=False) as store:
         cooldowns = store.active_cooldowns(now())
     if as_json:
         print_json([c.__dict__ for c in cooldowns])

@@ -132,7 +132,7 @@ def export_command(ctx: click.Context, fmt: str) -> None:
     from taskherd.cli import tomlout
     from taskherd.ops import imports
 
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         exported = imports.export(queue)
     if fmt == "json":
         print_json(exported)

@@ -54,8 +54,8 @@ def jobs_group() -> None:
 
 
 @contextmanager
-def job_store(ctx: click.Context) -> Iterator[Store]:
-    with store_for(ctx) as store:
+def job_store(ctx: click.Context, writes: bool = True) -> Iterator[Store]:
+    with store_for(ctx, writes=writes) as store:
         try:
             yield store
         except JobNotFound as error:
@@ -65,11 +65,11 @@ def job_store(ctx: click.Context) -> Iterator[Store]:
 
 
 @contextmanager
-def job_queue(ctx: click.Context) -> Iterator[Any]:
+def job_queue(ctx: click.Context, writes: bool = True) -> Iterator[Any]:
     """The queue for a job operation: an unknown job is bad input, a refused change exit 1."""
     from taskherd.ops import Queue
 
-    with job_store(ctx) as store:
+    with job_store(ctx, writes=writes) as store:
         yield Queue(get_config(ctx), store)
 
 
@@ -147,7 +147,7 @@ def clear_options(command: Any) -> Any:
 def list_command(ctx: click.Context, as_json: bool) -> None:
     """List jobs with their trigger, next fire and last outcome (the config's too, before a
     daemon has synced them)."""
-    with job_queue(ctx) as queue:
+    with job_queue(ctx, writes=False) as queue:
         jobs = job_ops.list_jobs(queue, now())
     if as_json:
         print_json(jobs)
@@ -170,7 +170,7 @@ def list_command(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def get_command(ctx: click.Context, name: str, fire_count: int, as_json: bool) -> None:
     """One job: its definition, state and recent fires."""
-    with job_store(ctx) as store:
+    with job_store(ctx, writes=False) as store:
         job = store.get_job(name)
         fires = store.list_fires(job=name, limit=fire_count) if fire_count else []
     if as_json:
@@ -328,7 +328,7 @@ def delete_command(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def tree_command(ctx: click.Context, as_json: bool) -> None:
     """Jobs by the job they follow: each chain from its first job."""
-    with job_queue(ctx) as queue:
+    with job_queue(ctx, writes=False) as queue:
         roots = job_ops.job_tree(queue)
     if as_json:
         print_json(roots)
@@ -413,7 +413,7 @@ def _preview_trigger(ctx: click.Context, name: str | None, options: dict[str, An
     if name is not None and given:
         raise BadInput("give a job name or a trigger (--cron, --every, …), not both")
     if name is not None:
-        with job_store(ctx) as store:
+        with job_store(ctx, writes=False) as store:
             return trigger_of(store.get_job(name))
     if not given:
         raise BadInput("give a job name or a trigger: --cron, --every [--window], --calendar or --at")

@@ -70,7 +70,7 @@ def search_command(ctx: click.Context, words: tuple[str, ...], role: str | None,
     else:
         if role is None:
             raise BadInput("name the role whose memory to search (--role NAME)")
-        with queue_for(ctx) as queue:
+        with queue_for(ctx, writes=False) as queue:
             scope = memory_ops.scope_of(queue, role)
             found = [m.to_dict() for m in memory_ops.search(queue, scope, query, limit=limit)]
     _show(found, as_json)
@@ -83,7 +83,7 @@ def search_command(ctx: click.Context, words: tuple[str, ...], role: str | None,
 @click.pass_context
 def list_command(ctx: click.Context, role: str | None, limit: int, as_json: bool) -> None:
     """Entries, newest first."""
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         scope = memory_ops.scope_of(queue, role) if role is not None else None
         found = [m.to_dict() for m in memory_ops.list_memories(queue, scope, limit=limit)]
     _show(found, as_json)

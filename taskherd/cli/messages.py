@@ -92,7 +92,7 @@ def inbox_command(ctx: click.Context, recipient: str | None, limit: int, as_json
                            "coder`")
         found = call_door("msg_inbox", {"limit": limit})["messages"]
     else:
-        with queue_for(ctx) as queue:
+        with queue_for(ctx, writes=False) as queue:
             found = [m.to_dict() for m in message_ops.inbox(queue, recipient, now(), limit=limit)]
     _show(found, as_json)
 
@@ -105,7 +105,7 @@ def inbox_command(ctx: click.Context, recipient: str | None, limit: int, as_json
 @click.pass_context
 def outbox_command(ctx: click.Context, sender: str, limit: int, as_json: bool) -> None:
     """Messages SENDER sent (a role, task:ID or @person), newest first."""
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         found = message_ops.outbox(queue, sender, limit=limit)
     _show([m.to_dict() for m in found], as_json)
 
@@ -116,7 +116,7 @@ def outbox_command(ctx: click.Context, sender: str, limit: int, as_json: bool) -
 @click.pass_context
 def thread_command(ctx: click.Context, message_id: int, as_json: bool) -> None:
     """The conversation MESSAGE_ID belongs to, oldest first."""
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         found = message_ops.thread(queue, message_id)
     _show([m.to_dict() for m in found], as_json, bodies=True)
 

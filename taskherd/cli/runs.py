@@ -20,7 +20,6 @@ from taskherd.cli.common import (
 from taskherd.cli.logs import check_log_options, log_options, show_log
 from taskherd.policy.costs import cost_text
 from taskherd.policy.durations import parse_duration
-from taskherd.policy.liveness import last_activity
 from taskherd.model import Run
 from taskherd.ops import runs as run_ops
 
@@ -41,7 +40,7 @@ def list_command(ctx: click.Context, job: str | None, role: str | None, since: s
                  limit: int, as_json: bool) -> None:
     """Runs, newest first, with outcome, duration, cost and tokens; JOB: only its tasks' runs."""
     started = now()
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         store = queue.store
         if job is not None:
             _check_job(queue, job)
@@ -70,18 +69,19 @@ def list_command(ctx: click.Context, job: str | None, role: str | None, since: s
 def running_command(ctx: click.Context, as_json: bool) -> None:
     """Runs that have not ended, on every node."""
     started = now()
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         runs = queue.store.open_runs()
         liveness = {run.id: run_ops.liveness(queue, run, started) for run in runs}
     if as_json:
         print_json([run.to_dict() | {"elapsed": _duration(run, started),
+                                     "last_activity": run_ops.last_activity(run),
                                      "liveness": liveness[run.id]} for run in runs])
         return
     print_table(
         ["run", "task", "role", "node", "pid", "started", "elapsed", "last activity",
          "liveness"],
         [[r.id, r.task_id, r.role, r.node, r.pid, format_time(r.spawned_at or r.claimed_at),
-          _took(_duration(r, started)), format_time(last_activity(r)),
+          _took(_duration(r, started)), format_time(run_ops.last_activity(r)),
           liveness_words(liveness[r.id])] for r in runs],
     )
 
@@ -99,14 +99,14 @@ def stale_command(ctx: click.Context, after: str | None, as_json: bool) -> None:
             limit = parse_duration(after, field="--after")
         except ValueError as error:
             raise BadInput(str(error)) from error
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         stale = run_ops.stale_runs(queue, started, limit)
     if as_json:
         print_json([run.to_dict() | {"reason": why} for run, why in stale])
         return
     print_table(["run", "task", "role", "node", "pid", "last activity", "why"],
-                [[r.id, r.task_id, r.role, r.node, r.pid, format_time(last_activity(r)), why]
-                 for r, why in stale])
+                [[r.id, r.task_id, r.role, r.node, r.pid,
+                  format_time(run_ops.last_activity(r)), why] for r, why in stale])
 
 
 @runs_group.command("log")
@@ -117,7 +117,7 @@ def log_command(ctx: click.Context, run_id: int, lines: int | None, follow: bool
                 as_json: bool) -> None:
     """Print what a run's agent wrote (its log), or follow it until the run ends."""
     check_log_options(lines, follow, as_json)
-    with store_for(ctx) as store:
+    with store_for(ctx, writes=False) as store:
         show_log(store, store.get_run(run_id), lines=lines, follow=follow, as_json=as_json,
                  raw=raw)
 
@@ -129,7 +129,7 @@ def log_command(ctx: click.Context, run_id: int, lines: int | None, follow: bool
 @click.pass_context
 def cost_command(ctx: click.Context, by: str, since: str, as_json: bool) -> None:
     """Cost (USD) and tokens summed per role or per day (days in [daemon] timezone)."""
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         started = now()
         rows = run_ops.cost(queue, by, since_moment(since, started), started)
     if as_json:

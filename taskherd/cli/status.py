@@ -38,7 +38,7 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
     if watch:
         _watch(ctx, as_json, interval)
         return
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         board = status_board(queue, now())
     if as_json:
         print_json(board)
@@ -133,7 +133,7 @@ def _watch(ctx: click.Context, as_json: bool, interval: str) -> None:
 
     screen = Screen(sys.stdout.isatty())
     started = time.monotonic()
-    with store_for(ctx) as store:
+    with store_for(ctx, writes=False) as store:
         try:
             while True:
                 screen.draw(time.monotonic() - started, board_lines(read_board(store)))

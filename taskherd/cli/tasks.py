@@ -137,7 +137,7 @@ def list_command(ctx: click.Context, state: str | None, role: str | None, histor
     if history and state is not None:
         raise BadInput("--history lists finished tasks: give --state without it")
     started = now()
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         if history:
             tasks = task_ops.task_history(queue, since=since_moment(since, started), role=role,
                                           limit=limit)
@@ -165,7 +165,7 @@ def list_command(ctx: click.Context, state: str | None, role: str | None, histor
 def show_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
     """Show one task with its runs."""
     at = now()
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         task = task_ops.get_task(queue, task_id)
         runs = task_ops.runs_of_task(queue, task_id)
         liveness = {run.id: run_ops.liveness(queue, run, at) for run in runs}
@@ -242,7 +242,7 @@ def log_command(ctx: click.Context, task_id: int, run_id: int | None, lines: int
                 follow: bool, raw: bool, as_json: bool) -> None:
     """Print what the agent of a task's latest run wrote (its log), or follow it."""
     check_log_options(lines, follow, as_json)
-    with store_for(ctx) as store:
+    with store_for(ctx, writes=False) as store:
         task = store.get_task(task_id)
         runs = store.runs_of_task(task_id)
         if run_id is not None:
@@ -272,7 +272,7 @@ def _follow_up_json(text: str) -> Any:
 @click.pass_context
 def tree_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
     """Show the chain a task belongs to, from its root: states and outcomes."""
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         root = task_ops.tree(queue, task_id)
     if as_json:
         print_json(root)

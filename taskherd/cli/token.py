@@ -47,7 +47,7 @@ def list_command(ctx: click.Context, as_json: bool) -> None:
     """Every token: name, scope, bounds, when it expires, whether it is live."""
     from taskherd.ops import tokens
 
-    with queue_for(ctx) as queue:
+    with queue_for(ctx, writes=False) as queue:
         found = tokens.list_tokens(queue)
     moment = now()
     if as_json:

@@ -403,6 +403,14 @@ class Message:
 
 
 @dataclass(frozen=True)
+class InboxLimit:
+    """How much of its inbox a starting run receives in its prompt; the rest waits."""
+
+    messages: int = 20
+    bytes: int = 16_000
+
+
+@dataclass(frozen=True)
 class Claim:
     """A claimed task, the run row created for this attempt, and the messages delivered to
     the run with it (they go into its prompt)."""

@@ -4,12 +4,19 @@ its pause)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from taskherd.model import ANY_ROLE, row_fields
 
 DOWN_AFTER_LEASES = 3
+
+
+def runs_role(roles: Collection[str], role: str) -> bool:
+    """Whether a node that runs `roles` (those it defines and has the tags for) takes a task
+    of `role`: one for role `any` goes to any node."""
+    return role == ANY_ROLE or role in roles
 
 
 @dataclass(frozen=True)
@@ -48,7 +55,7 @@ class Node:
         return self.timeout if self.timeout is not None else DOWN_AFTER_LEASES * self.lease
 
     def runs(self, role: str) -> bool:
-        return role == ANY_ROLE or role in self.roles
+        return runs_role(self.roles, role)
 
     def status(self, now: float) -> str:
         """`up`, `stopped` (said goodbye) or `down` (silent for too long: it died)."""

@@ -8,7 +8,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from taskherd.policy import waits
-from taskherd.policy.budgets import COOLDOWN_PREFIX
+from taskherd.policy.budgets import COOLDOWN_PREFIX, Pause
+from taskherd.policy.limits import ClaimLimits
 from taskherd.policy.costs import known_cost
 from taskherd.model import Priority, Run, Task, TaskState
 from taskherd.ops import Queue
@@ -157,8 +158,8 @@ def p0_waits(queue: Queue, now: float, limit: int = BOARD_ROWS) -> list[dict[str
     waiting = queue.store.waiting_at_priority(Priority.P0, limit=limit)
     if not waiting:
         return []
-    counts = wait_counts(queue, now)
-    return [{"task": task, "waits_for": waits.task_wait(task, queue.config, counts, now)
+    counts, limits = wait_counts(queue, now), ClaimLimits.from_config(queue.config)
+    return [{"task": task, "waits_for": waits.task_wait(task, limits, counts, now)
              or "its turn: nothing holds it back"} for task in waiting]
 
 
@@ -166,7 +167,8 @@ def why_waiting(queue: Queue, task: Task, now: float) -> str | None:
     """Why `task` is not running now (None when it is not waiting to run)."""
     if task.state not in (TaskState.READY, TaskState.PENDING):
         return None
-    return (waits.task_wait(task, queue.config, wait_counts(queue, now), now)
+    limits = ClaimLimits.from_config(queue.config)
+    return (waits.task_wait(task, limits, wait_counts(queue, now), now)
             or "its turn: nothing holds it back")
 
 
@@ -185,15 +187,15 @@ def wait_counts(queue: Queue, now: float) -> waits.Counts:
     cooldowns = store.all_cooldowns()
     paused = {c.runtime: waits.cooldown_wait(c, now) for c in cooldowns
               if not c.runtime.startswith(COOLDOWN_PREFIX)}
-    over = {c.runtime.removeprefix(COOLDOWN_PREFIX): c.until for c in cooldowns
-            if c.runtime.startswith(COOLDOWN_PREFIX)}
+    over = {scope: Pause(scope, c.until, c.reason) for c in cooldowns
+            if c.runtime.startswith(COOLDOWN_PREFIX)
+            for scope in [c.runtime.removeprefix(COOLDOWN_PREFIX)]}
     nodes = tuple(waits.NodeRoom(node.name, frozenset(node.roles), on_node[node.name],
                                  config.daemon.max_concurrent,
-                                 node.paused_reason if node.paused_at is not None else None)
+                                 node.paused_reason if node.paused_at is not None else None,
+                                 tuple(node.tags))
                   for node in store.list_nodes() if node.status(now) == "up")
-    return waits.Counts(running=dict(running),
-                        full_pools=frozenset(p for p, cap in config.pools.items()
-                                             if pool_use[p] >= cap),
+    return waits.Counts(running=dict(running), pools_running=dict(pool_use),
                         paused_runtimes=paused, over_budget=over, nodes=nodes)
 
 

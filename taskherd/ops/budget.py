@@ -38,13 +38,13 @@ def budget_status(config: Config, store: Store, now: float) -> dict[str, Any]:
 
 
 def apply_budget_pauses(config: Config, store: Store, now: float,
-                        cooldowns: list[Cooldown] | None = None) -> dict[str, float]:
+                        cooldowns: list[Cooldown] | None = None) -> dict[str, budgets.Pause]:
     """Keep the budget pauses (`budget:ROLE`, `budget:fleet`) in step with the spend: begin
     one for each scope that may not start another run, lift those whose scope has room again
     (a raised limit, a new day). The claim is what holds a spent budget, on every node; a
     pause is what people and delivery targets are told, once per pause (the store's
     transitions make sure of that). `cooldowns` are the store's, if the caller read them.
-    Returns the paused scopes and until when."""
+    Returns the pauses, by scope."""
     paused = budgets.pauses(budget_lines(config, store, now))
     current = {c.runtime: c for c in (store.all_cooldowns() if cooldowns is None else cooldowns)
                if c.runtime.startswith(budgets.COOLDOWN_PREFIX)}
@@ -56,7 +56,7 @@ def apply_budget_pauses(config: Config, store: Store, now: float,
         targets = budget_targets(config, scope, BUDGET_RESUMED)
         if store.lift_budget_pause(scope, current[name].until, targets, now):
             log.info("%s: within budget again, spawns resume", name)
-    return {scope: pause.until for scope, pause in paused.items()}
+    return paused
 
 
 def note_pause(config: Config, store: Store, pause: budgets.Pause, now: float,

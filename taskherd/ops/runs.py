@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from taskherd.policy.costs import known_cost
+from taskherd.policy.liveness import last_activity as recorded_activity
 from taskherd.policy.liveness import next_threshold, node_down_reason, stale_reason, verdict_text
 from taskherd.model import Run
 from taskherd.ops import BadInput, Queue
@@ -27,10 +29,24 @@ def stale_runs(queue: Queue, now: float, idle_after: float | None = None
         role = queue.config.role(run.role)
         why = node_down_reason(nodes.get(run.node), now) or stale_reason(
             run, store.get_task(run.task_id).lease_expires_at, spawn_timeout=role.spawn_timeout,
-            idle_timeout=role.idle_timeout if idle_after is None else idle_after, now=now)
+            idle_timeout=role.idle_timeout if idle_after is None else idle_after, now=now,
+            last_seen=last_activity(run))
         if why:
             found.append((run, why))
     return found
+
+
+def last_activity(run: Run) -> float:
+    """A run's latest sign of life: what the store recorded (claimed, spawned, a heartbeat)
+    or its log last written, whichever is later. Agents that never call `taskherd heartbeat`
+    show their output here; a log on another node's disk is not seen."""
+    seen = recorded_activity(run)
+    if run.log_path:
+        try:
+            seen = max(seen, os.stat(run.log_path).st_mtime)
+        except OSError:
+            pass
+    return seen
 
 
 def liveness(queue: Queue, run: Run, now: float) -> dict[str, Any] | None:

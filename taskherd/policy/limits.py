@@ -9,9 +9,10 @@ A budget holds for the whole fleet too: a role with a `budget` (or any role, und
 `[budgets]` limit) is claimed only while the spend its runs have committed leaves room for one
 more, counted in the claim's transaction; roles without one pay nothing for it.
 
-Pure: the store counts, inside the claim's transaction and under the lock that orders claims
-(PostgreSQL) or the write lock (SQLite), and asks `refusal` (and, for a budgeted role,
-`budget_refusal`) whether the candidate task fits.
+Pure: the terms of the limits, as the config states them. Whether a run fits them is
+policy/admission.py's rule: the store counts, inside the claim's transaction and under the
+lock that orders claims (PostgreSQL) or the write lock (SQLite), reads a budgeted role's
+spend (`budget_pauses`), and asks it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from taskherd.policy import budgets
 
-from taskherd.policy import waits
 from taskherd.model.settings import Budgets, FLEET, Limits
 
 if TYPE_CHECKING:
@@ -41,34 +41,13 @@ class RoleLimit:
     scope: str = CLUSTER
     pool: str | None = None
     runtime: str | None = None
+    tags: tuple[str, ...] = ()  # the node tags a run of the role needs
 
 
 @dataclass(frozen=True)
 class PoolLimit:
     capacity: int
     scope: str = CLUSTER
-
-
-@dataclass(frozen=True)
-class Usage:
-    """What the database says, at the claim, about one candidate's role, pools and runtime."""
-
-    role_running: int = 0  # open runs of the role (on the node when its scope is node)
-    role_last_claim: float | None = None
-    pools_running: Mapping[str, int] = field(default_factory=dict)
-    cooldown_until: float | None = None
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why a candidate may not start now; `pool` names a task pool that is full (its other
-    tasks wait too), `retry_at` when a stagger lets the role start again."""
-
-    role: str
-    reason: str
-    pool: str | None = None
-    retry_at: float | None = None
-    budget: budgets.Pause | None = None  # the budget pause that refused it, if one did
 
 
 @dataclass(frozen=True)
@@ -83,7 +62,8 @@ class ClaimLimits:
         from taskherd.policy.timefmt import reading_zone
 
         roles = {name: RoleLimit(role.max_concurrent, role.stagger, role.scope, role.pool,
-                                 role.runtime) for name, role in config.roles.items()}
+                                 role.runtime, tuple(role.nodes))
+                 for name, role in config.roles.items()}
         pools = {name: PoolLimit(capacity, config.pool_scopes.get(name, CLUSTER))
                  for name, capacity in config.pools.items()}
         zone = reading_zone(config.daemon.timezone) if config.budgets else None
@@ -107,11 +87,11 @@ class ClaimLimits:
         assert self.zone is not None, "budgets without the fleet's zone"
         return budgets.periods(now, self.zone)
 
-    def budget_refusal(self, role: str, rows: list[Mapping[str, Any]],
-                       span: budgets.Periods) -> Refusal | None:
-        """None while every budget of `role` has room for one more run in the day and month
-        of `span`, given the spend `rows` (the store's budget_spend, read in the claim's
-        transaction), else why not."""
+    def budget_pauses(self, role: str, rows: list[Mapping[str, Any]],
+                      span: budgets.Periods) -> dict[str, budgets.Pause]:
+        """The budgets of `role` (its own, the fleet's) with no room for one more run in the
+        day and month of `span`, given the spend `rows` (the store's budget_spend, read in
+        the claim's transaction), by scope."""
         scopes = self.budget_scopes(role)
         # Only this role's budgets: another role's spent budget is not this claim's concern.
         wanted = Budgets(
@@ -119,11 +99,7 @@ class ClaimLimits:
             {role: self.budgets.roles[role]} if role in scopes else {},
             self.budgets.unknown_run_usd, self.budgets.run_estimate_usd)
         paused = budgets.pauses(budgets.lines(wanted, rows, span))
-        for scope in scopes:
-            if scope in paused:
-                pause = paused[scope]
-                return Refusal(role, pause.reason, retry_at=pause.until, budget=pause)
-        return None
+        return {scope: paused[scope] for scope in scopes if scope in paused}
 
     def role(self, name: str) -> RoleLimit:
         return self.roles.get(name) or RoleLimit()
@@ -145,28 +121,3 @@ class ClaimLimits:
         limit = self.role(role)
         limited = limit.max_concurrent is not None or limit.stagger > 0
         return limited and limit.scope == CLUSTER
-
-    def refusal(self, role: str, task_pool: str | None, usage: Usage,
-                now: float) -> Refusal | None:
-        """None when a run of `role` for a task in `task_pool` fits, else why not."""
-        limit = self.role(role)
-        where = " on this node" if limit.scope == NODE else ""
-        # The words are taskherd/policy/waits.py's, so the board and the log say what a claim said.
-        if usage.cooldown_until is not None and usage.cooldown_until > now:
-            return Refusal(role, waits.rate_limited(limit.runtime, usage.cooldown_until))
-        if limit.max_concurrent is not None and usage.role_running >= limit.max_concurrent:
-            return Refusal(role, waits.at_max_concurrent(role, limit.max_concurrent, where)
-                           + f" ({usage.role_running} running)")
-        if limit.stagger and usage.role_last_claim is not None:
-            ready_at = usage.role_last_claim + limit.stagger
-            if now < ready_at:
-                return Refusal(role, waits.staggered(role, limit.stagger, where),
-                               retry_at=ready_at)
-        for pool in self.pools_of(role, task_pool):
-            capacity = self.pools[pool].capacity
-            if usage.pools_running.get(pool, 0) >= capacity:
-                scope = " on this node" if self.pools[pool].scope == NODE else ""
-                full_task_pool = pool if pool == task_pool and pool != limit.pool else None
-                return Refusal(role, f"{waits.pool_full(pool)} ({capacity}{scope})",
-                               pool=full_task_pool)
-        return None

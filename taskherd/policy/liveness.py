@@ -31,13 +31,14 @@ def node_down_reason(node: Node | None, now: float) -> str | None:
 
 
 def stale_reason(run: Run, lease_expires_at: float | None, *, spawn_timeout: float,
-                 idle_timeout: float, now: float) -> str | None:
-    """Why an open run looks stuck, or None while it looks alive."""
+                 idle_timeout: float, now: float, last_seen: float | None = None) -> str | None:
+    """Why an open run looks stuck, or None while it looks alive. `last_seen`: its latest
+    sign of life where the store does not keep it (its log written), if known."""
     if lease_expires_at is not None and lease_expires_at < now:
         return f"lease expired {now - lease_expires_at:.0f}s ago (node {run.node} gone?)"
     if run.spawned_at is None and now - run.claimed_at > spawn_timeout:
         return f"claimed {now - run.claimed_at:.0f}s ago and never spawned"
-    idle = now - last_activity(run)
+    idle = now - max(last_activity(run), last_seen or 0.0)
     if idle > idle_timeout:
         return f"no heartbeat or progress for {idle:.0f}s"
     return None

@@ -4,9 +4,9 @@ Limits: the node's max_concurrent, each role's max_concurrent and stagger, pools
 cooldowns, and budgets (a role, or the fleet, whose next run would spend past a limit waits
 for the period to reset). The store picks the task (P0 first, FIFO within a priority) and
 checks the role's and pools' limits and its budgets across every node in the claim's
-transaction (taskherd/policy/limits.py); the dispatcher says which roles this node may run (its
-tags) and skips at once those its own runs already fill, and learns from the store why the
-others were passed by.
+transaction; the dispatcher asks first, of its own counts, which roles this node may start
+now (its tags, its slots, the runs it holds), and learns from the store why the others were
+passed by. Both ask the same rule (taskherd/policy/admission.py).
 
 Before any of them, the node's disk: full, below min_free_disk or after a disk fault, the
 node starts nothing (services/disk_pause.py); each pass looks again, so it resumes in the
@@ -19,15 +19,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taskherd.policy import waits
-from taskherd.policy.budgets import COOLDOWN_PREFIX
+from taskherd.model import Claim, Cooldown, InboxLimit, Priority, TaskState
 from taskherd.model.settings import Config, RoleConfig
-from taskherd.policy.limits import ClaimLimits, Refusal
-from taskherd.model import Cooldown, Priority, TaskState
+from taskherd.policy import admission, waits
+from taskherd.policy.admission import ClaimRequest, Refusal
+from taskherd.policy.budgets import COOLDOWN_PREFIX, Pause
+from taskherd.policy.limits import ClaimLimits
 from taskherd.services.disk_pause import DiskPause
 from taskherd.services.live_runs import LiveRuns
 from taskherd.store import Store, StoreError
-from taskherd.store.messages import InboxLimit
 
 log = logging.getLogger("taskherd.dispatcher")
 P0_WARNING_INTERVAL = 60.0  # seconds between two warnings about the same waiting P0 task
@@ -42,9 +42,8 @@ PROBE_RETRY = 1.0
 class Room:
     """What may start right now."""
 
-    slots: int  # node slots free
-    roles: tuple[RoleConfig, ...]  # roles with room, most free first
-    full_pools: tuple[str, ...]
+    roles: tuple[RoleConfig, ...]  # roles with room, most free first (none: no slot free)
+    full_pools: tuple[str, ...]  # full here, or on every node as a claim found
     blocked_by: dict[str, str]  # role → why it has no room (for the P0 warning)
 
 
@@ -75,14 +74,15 @@ class Dispatcher:
         self.disk = disk or DiskPause(store, lambda: self.config)
         self._warned_p0: dict[int, float] = {}
         self._probe_tried: dict[str, float] = {}  # runtime → when a probe found nothing to run
-        self._over: dict[str, float] = {}  # budget scopes paused, until when (this pass)
+        self._over: dict[str, Pause] = {}  # budget scopes paused (this pass)
         self._refused: dict[str, Refusal] = {}  # the store's word on the last pass
         self._more = False  # the last pass stopped at starts_per_pass with room left
 
     def run_once(self, now: float) -> dict[str, int]:
+        limits = ClaimLimits.from_config(self.config)  # the config may have been reloaded
         if (paused := self.disk.check(now)) is not None:
             self._more = False
-            self._warn_waiting_p0(now, {})
+            self._warn_waiting_p0(now, {}, limits)
             log.debug("dispatch pass: paused, %s", paused)
             return {"started": 0, "disk_paused": 1}
         cooldowns = self.store.all_cooldowns()
@@ -91,7 +91,6 @@ class Dispatcher:
         cooled = {c.runtime: waits.cooldown_wait(c, now) for c in cooldowns}
         self._over = self._over_budget(now, budget_paused)
         started = 0
-        limits = ClaimLimits.from_config(self.config)  # the config may have been reloaded
         self._refused = {}
         for cooldown in cooldowns:
             if cooldown.probing(now) and self._probe(cooldown, now, cooled, limits):
@@ -103,16 +102,10 @@ class Dispatcher:
                 break
             if self.disk.faulted:
                 break  # a start just met a disk fault: the next pass judges the disk again
-            room = self.room(now, cooled)
-            if room.slots <= 0 or not room.roles:
+            room = self.room(now, cooled, limits)
+            if not room.roles:
                 break
-            claim = self.store.claim(
-                self.config.daemon.node, now, self.config.daemon.lease,
-                roles=[role.name for role in room.roles], full_pools=room.full_pools,
-                as_role=room.roles[0].name,
-                runtime_of={role.name: role.runtime for role in room.roles},
-                inbox=self._inbox_limit(), limits=limits, refusals=self._refused,
-            )
+            claim = self._claim(now, room.roles, room.full_pools, limits)
             if claim is None:
                 break
             if self.start(claim, now) is not None:
@@ -120,7 +113,7 @@ class Dispatcher:
         if self._budget_spent_in_pass(started):
             self._over = self._over_budget(now, None)
         if not self._more:  # (cut short, the next pass goes on at once: no P0 waits)
-            self._warn_waiting_p0(now, cooled)
+            self._warn_waiting_p0(now, cooled, limits)
         log.debug("dispatch pass: started %s, %s running, cooldowns %s", started,
                   len(self.live), sorted(cooled) or "none")
         return {"started": started}
@@ -139,16 +132,9 @@ class Dispatcher:
         if not self.store.take_probe(runtime, node, now):
             return False  # another node took it
         others = {name: why for name, why in cooled.items() if name != runtime}
-        room = self.room(now, others)
-        roles = [role for role in room.roles if role.runtime == runtime]
-        claim = None
-        if room.slots > 0 and roles:
-            claim = self.store.claim(node, now, self.config.daemon.lease,
-                                     roles=[role.name for role in roles],
-                                     full_pools=room.full_pools, as_role=roles[0].name,
-                                     runtime_of={role.name: runtime for role in roles},
-                                     inbox=self._inbox_limit(), limits=limits,
-                                     refusals=self._refused)
+        room = self.room(now, others, limits)
+        roles = tuple(role for role in room.roles if role.runtime == runtime)
+        claim = self._claim(now, roles, room.full_pools, limits) if roles else None
         if claim is None:
             self.store.release_probe(runtime)  # nothing to run here: another node may
             self._probe_tried[runtime] = now
@@ -157,6 +143,18 @@ class Dispatcher:
         log.info("runtime %s: its cooldown ended; run %s (task %s) probes it first",
                  runtime, claim.run.id, claim.task.id)
         return self.start(claim, now, probe=True) is not None
+
+    def _claim(self, now: float, roles: tuple[RoleConfig, ...], full_pools: tuple[str, ...],
+               limits: ClaimLimits) -> Claim | None:
+        """The store's claim of a task of `roles` (the first of them for a task of role any),
+        within `limits`; why it passed others by is kept for the rest of the pass."""
+        attempt = self.store.attempt_claim(ClaimRequest(
+            self.config.daemon.node, now, self.config.daemon.lease,
+            roles=[role.name for role in roles], full_pools=full_pools,
+            as_role=roles[0].name, runtime_of={role.name: role.runtime for role in roles},
+            inbox=self._inbox_limit(), limits=limits))
+        self._refused.update((refusal.role, refusal) for refusal in attempt.refused)
+        return attempt.claim
 
     def _inbox_limit(self) -> InboxLimit:
         return InboxLimit(self.config.messages.inbox_messages, self.config.messages.inbox_bytes)
@@ -172,7 +170,7 @@ class Dispatcher:
         except StoreError:
             return True  # pruned
 
-    def _over_budget(self, now: float, paused: list[Cooldown] | None) -> dict[str, float]:
+    def _over_budget(self, now: float, paused: list[Cooldown] | None) -> dict[str, Pause]:
         """Scopes whose next run would spend past a limit, until when, as the pass begins
         (their pauses begun or lifted to match); the claim checks again, across every node,
         each run started since."""
@@ -189,43 +187,43 @@ class Dispatcher:
         return bool(self.config.budgets) and (
             started > 0 or any(r.budget for r in self._refused.values()))
 
-    def room(self, now: float, cooled: dict[str, str]) -> Room:
+    def room(self, now: float, cooled: dict[str, str], limits: ClaimLimits) -> Room:
         counts = self._counts(cooled)
         running = counts.running
         blocked_by: dict[str, str] = {}
         open_roles = []
+        here = self._node_room()
         for role in self.config.roles.values():
-            reason = waits.role_wait(role, counts, now)
+            reason = waits.role_wait(limits, role.name, counts, now, node=here)
             if reason:
                 blocked_by[role.name] = reason
             else:
                 open_roles.append(role)
         open_roles.sort(key=lambda r: running.get(r.name, 0) - (r.max_concurrent or 1 << 30))
-        slots = self.config.daemon.max_concurrent - len(self.live)
-        return Room(slots, tuple(open_roles), tuple(sorted(counts.full_pools)), blocked_by)
+        full = counts.full_pools | admission.full_pools(limits, counts.pools_running)
+        return Room(tuple(open_roles), tuple(sorted(full)), blocked_by)
 
     def _counts(self, cooled: dict[str, str]) -> waits.Counts:
         """What this node counts for why a role or task waits (taskherd/policy/waits.py): its own
         runs, and what the store's claims refused on the last pass (they counted every node's
         runs): a role full on other nodes is not tried again this pass."""
-        pool_use = self.live.pools_in_use()
-        full_pools = {p for p, cap in self.config.pools.items() if pool_use[p] >= cap}
-        full_pools |= {r.pool for r in self._refused.values() if r.pool is not None}
+        full_pools = {r.pool for r in self._refused.values() if r.pool is not None}
         told = {name: r.reason for name, r in self._refused.items() if r.pool is None}
-        for role in self.config.roles.values():
-            if not self.config.runs_here(role):
-                told[role.name] = (f"role {role.name} runs on nodes tagged "
-                                   f"{', '.join(role.nodes)}; this node has "
-                                   f"{', '.join(self.config.daemon.tags) or 'no tags'}")
         spawns = {r.name: self.live.last_spawn(r.name) for r in self.config.roles.values()}
-        here = frozenset(r.name for r in self.config.roles.values() if self.config.runs_here(r))
-        node = waits.NodeRoom(self.config.daemon.node, here, len(self.live),
-                              self.config.daemon.max_concurrent, self.disk.reason)
         return waits.Counts(
-            running=dict(self.live.running_per_role()), full_pools=frozenset(full_pools),
+            running=dict(self.live.running_per_role()),
+            pools_running=dict(self.live.pools_in_use()), full_pools=frozenset(full_pools),
             last_spawn={name: at for name, at in spawns.items() if at is not None},
             paused_runtimes=cooled, over_budget=dict(self._over), role_reasons=told,
-            nodes=(node,))
+            nodes=(self._node_room(),))
+
+    def _node_room(self) -> waits.NodeRoom:
+        """This node, as far as starting a run on it goes: the roles it has the tags for, its
+        runs and slots, its disk."""
+        daemon = self.config.daemon
+        return waits.NodeRoom(daemon.node, frozenset(self.config.runnable_roles),
+                              len(self.live), daemon.max_concurrent, self.disk.reason,
+                              tuple(daemon.tags))
 
     def next_wake(self, now: float) -> float:
         """The fallback poll, or sooner when a staggered role gets room again or a delayed
@@ -250,7 +248,8 @@ class Dispatcher:
         future = [end for end in ends if end > now]
         return min(future) if future else None
 
-    def _warn_waiting_p0(self, now: float, cooled: dict[str, str]) -> None:
+    def _warn_waiting_p0(self, now: float, cooled: dict[str, str],
+                         limits: ClaimLimits) -> None:
         """A P0 that has to wait is worth a warning that says what it waits for."""
         waiting = [t for t in self.store.waiting_at_priority(Priority.P0, limit=5)
                    if t.state is TaskState.READY and t.run_after <= now]
@@ -261,5 +260,5 @@ class Dispatcher:
             if now - self._warned_p0.get(task.id, -P0_WARNING_INTERVAL) < P0_WARNING_INTERVAL:
                 continue
             self._warned_p0[task.id] = now
-            why = waits.task_wait(task, self.config, counts, now) or "no role has room"
+            why = waits.task_wait(task, limits, counts, now) or "no role has room"
             log.warning("P0 task %s (%s) waits: %s", task.id, task.role, why)

@@ -8,11 +8,11 @@ that someone else moved it. Every method takes `now` (unix seconds): nothing rea
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskherd.policy.limits import ClaimLimits, Refusal
+from taskherd.policy.admission import ClaimAttempt, ClaimRequest
 from taskherd.model import (
     Claim,
     Cooldown,
@@ -39,7 +39,7 @@ from taskherd.store.errors import (
 from taskherd.store.events import Listener
 from taskherd.store.jobs import JobStore
 from taskherd.store.memory import MemoryStore
-from taskherd.store.messages import InboxLimit, MessageStore
+from taskherd.store.messages import MessageStore
 from taskherd.store.nodes import NodeStore
 from taskherd.store.requests import RequestKey, RequestStore
 from taskherd.store.task_lists import TaskListStore
@@ -128,31 +128,14 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
     # -- the worker's path: claim → spawned → heartbeat → finish ---------------------------
 
     @abc.abstractmethod
-    def claim(
-        self,
-        node: str,
-        now: float,
-        lease_seconds: float,
-        *,
-        roles: Sequence[str] | None = None,
-        full_pools: Sequence[str] | None = None,
-        as_role: str | None = None,
-        runtime: str | None = None,
-        runtime_of: Mapping[str, str] | None = None,
-        inbox: InboxLimit | None = None,
-        limits: ClaimLimits | None = None,
-        refusals: dict[str, Refusal] | None = None,
-    ) -> Claim | None:
-        """Lease the first ready task (P0 first, FIFO within a priority) and open its run.
+    def attempt_claim(self, request: ClaimRequest) -> ClaimAttempt:
+        """Lease the first ready task (P0 first, FIFO within a priority) that `request` may
+        take and open its run (ClaimRequest says what each of its fields asks); with the
+        claim, why each candidate passed by on the way could not start."""
 
-        `roles` limits the claim to those roles (plus tasks for role `any`); `full_pools`
-        skips tasks naming a pool with no room; `as_role` names the role an `any` task runs as;
-        `inbox` delivers that much of the run's unread messages to it (`Claim.inbox`), in the
-        same transaction.
-        With `limits`, the task must also fit its role's max_concurrent and stagger, its pools
-        and its runtime's cooldown, counted over every node's runs in the claim's transaction;
-        why a role was passed by is written into `refusals`.
-        """
+    @abc.abstractmethod
+    def claim(self, request: ClaimRequest) -> Claim | None:
+        """The claim `attempt_claim` makes, if it makes one."""
 
     @abc.abstractmethod
     def mark_spawned(

@@ -2,7 +2,7 @@
 
 `Store` inherits it. Who may write to whom, and what `@all` means, is decided in
 `ops/messages.py`; the store keeps the rows, their receipts and their order. The messages a
-starting run receives are taken in the claim's own transaction (`Store.claim(inbox=...)`).
+starting run receives are taken in the claim's own transaction (`ClaimRequest.inbox`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from taskherd.model import InboxLimit as InboxLimit  # its home is model; named here too
 from taskherd.model import Message, NewTask
 
 if TYPE_CHECKING:
@@ -43,14 +44,6 @@ class NewJob:
     definition: JobDefinition
     schedule_at: float | None
     spawned_by: int
-
-
-@dataclass(frozen=True)
-class InboxLimit:
-    """How much of its inbox a starting run receives in its prompt; the rest waits."""
-
-    messages: int = 20
-    bytes: int = 16_000
 
 
 class MessageStore(abc.ABC):

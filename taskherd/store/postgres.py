@@ -22,22 +22,24 @@ from pathlib import Path
 from typing import Any
 
 from taskherd import __version__
-from taskherd.policy.limits import NODE, ClaimLimits, Refusal
-from taskherd.model import TASK_ADDRESS, Claim, Event, EventKind, Message, Run, Task, TaskState
+from taskherd.model import (
+    TASK_ADDRESS,
+    Claim,
+    Event,
+    EventKind,
+    Message,
+    Run,
+    Task,
+    TaskState,
+)
+from taskherd.policy import admission
+from taskherd.policy.admission import ClaimRequest, Refusal
+from taskherd.policy.limits import NODE, ClaimLimits
 from taskherd.store.base import StoreError, StoreUnavailable
 from taskherd.store.errors import StoreDiskFull
 from taskherd.store.events import Listener
-from taskherd.store.messages import InboxLimit
-from taskherd.store.sql_messages import undelivered_params
-from taskherd.store.sql_store import (
-    Emitted,
-    SQLStore,
-    built,
-    one_row,
-    pass_by,
-    usage_of,
-    usage_params,
-)
+from taskherd.store.sql_claims import usage_of, usage_params
+from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sqlfile import (
     function_definition,
     machinery,
@@ -203,23 +205,40 @@ class PostgresStore(SQLStore):
 
     _claim_within_call = M["claim_within_call"]
 
-    def _claim_within(self, node: str, now: float, lease_seconds: float, limits: ClaimLimits,
-                      roles: Sequence[str], full_pools: Sequence[str], as_role: str | None,
-                      runtime: str | None, runtime_of: Mapping[str, str],
-                      refusals: dict[str, Refusal], inbox: InboxLimit | None) -> Claim | None:
-        """As SQLStore's, each candidate in a transaction of its own, but each one a call of
-        claim_within_function: the candidate, the lock, the count, the claim, its inbox and
-        its event in one statement, committed on the server. A budget is read and judged in
-        Python between the count and the claim, so a claim that may meet a budgeted role takes
-        the steps; so does a connection that may not create the function."""
-        if any(limits.budget_scopes(role) for role in roles):
-            return super()._claim_within(node, now, lease_seconds, limits, roles, full_pools,
-                                         as_role, runtime, runtime_of, refusals, inbox)
-        allowed, full = list(roles), list(full_pools)
-        params = {
-            "now": now, "node": node, "lease_until": now + lease_seconds,
+    def _try_candidate(self, request: ClaimRequest, limits: ClaimLimits, allowed: list[str],
+                   full: list[str]) -> Claim | Refusal | None:
+        """As SQLStore's, but one call of claim_within_function: the candidate, the lock, the
+        count, the claim, its inbox and its event in one statement, committed on the server.
+        A budget is read and judged in Python between the count and the claim, so a claim
+        that may meet a budgeted role takes the steps; so does a connection that may not
+        create the function."""
+        if any(limits.budget_scopes(role) for role in allowed):
+            return super()._try_candidate(request, limits, allowed, full)
+        with self._connection() as conn:
+            if not self._has_claim_function(conn):
+                return super()._try_candidate(request, limits, allowed, full)
+            answer = conn.execute(self._claim_within_call,
+                                  self._claim_call_params(request, limits, allowed, full)
+                                  ).fetchone()["claimed"]
+        if answer is None:
+            return None
+        candidate, role = answer["task"], answer["role"]
+        counted = usage_params(request.node, request.now, limits, role, candidate["pool"])
+        if (answer["pool_a"], answer["pool_b"]) != (counted["pool_a"], counted["pool_b"]):
+            raise StoreError(f"the claim of task {candidate['id']} counted pools "
+                             f"{answer['pool_a']}, {answer['pool_b']} where its limits "
+                             f"name {counted['pool_a']}, {counted['pool_b']}")
+        return self._claim_answered(request, limits, candidate, role, answer["claim"], counted,
+                                    answer["messages"])
+
+    @staticmethod
+    def _claim_call_params(request: ClaimRequest, limits: ClaimLimits, allowed: list[str],
+                           full: list[str]) -> dict[str, Any]:
+        now, inbox = request.now, request.inbox
+        return {
+            "now": now, "node": request.node, "lease_until": now + request.lease_seconds,
             "role_limits": json.dumps({role: _role_terms(limits, role,
-                                                         runtime or runtime_of.get(role))
+                                                         request.runtime_for(role))
                                        for role in allowed}),
             "pool_limits": json.dumps({name: {"capacity": pool.capacity,
                                               "node_scope": pool.scope == NODE}
@@ -230,31 +249,9 @@ class PostgresStore(SQLStore):
             "task_address_prefix": TASK_ADDRESS,
             "inbox_messages": inbox.messages if inbox else None,
             "inbox_bytes": inbox.bytes if inbox else None,
+            "roles": json.dumps(allowed), "full_pools": json.dumps(full) if full else None,
+            "any_role": request.any_role(allowed),
         }
-        while allowed:
-            params |= {"roles": json.dumps(allowed),
-                       "full_pools": json.dumps(full) if full else None,
-                       "any_role": as_role if as_role in allowed else allowed[0]}
-            with self._connection() as conn:
-                if not self._has_claim_function(conn):
-                    return super()._claim_within(node, now, lease_seconds, limits, allowed,
-                                                 full, as_role, runtime, runtime_of, refusals,
-                                                 inbox)
-                answer = conn.execute(self._claim_within_call, params).fetchone()["claimed"]
-            if answer is None:
-                return None
-            candidate, role = answer["task"], answer["role"]
-            counted = usage_params(node, now, limits, role, candidate["pool"])
-            if (answer["pool_a"], answer["pool_b"]) != (counted["pool_a"], counted["pool_b"]):
-                raise StoreError(f"the claim of task {candidate['id']} counted pools "
-                                 f"{answer['pool_a']}, {answer['pool_b']} where its limits "
-                                 f"name {counted['pool_a']}, {counted['pool_b']}")
-            claimed = self._claim_answered(candidate, role, answer["claim"], counted, limits,
-                                           node, now, params["lease_until"], answer["messages"])
-            if isinstance(claimed, Claim):
-                return claimed
-            pass_by(claimed, refusals, allowed, full)
-        return None
 
     def _has_claim_function(self, conn: Any) -> bool:
         """Whether this connection has claim_within_function, created in its temporary schema
@@ -272,57 +269,22 @@ class PostgresStore(SQLStore):
                 conn.claim_function = False
         return conn.claim_function
 
-    def _claim_if_room(self, db: Any, candidate: Mapping[str, Any], node: str, now: float,
-                       lease_seconds: float, limits: ClaimLimits, role: str,
-                       runtime: str | None, inbox: InboxLimit | None) -> Claim | Refusal:
-        """The lock, the count, the claim, the run, its inbox, its event and the COMMIT in
-        one round trip: every other node's claim of a limited role waits while this one holds
-        the lock, and the lock ends on the server, without waiting for this process to be
-        scheduled again to send the COMMIT. What is refused commits nothing but the end of the
-        candidate's row lock, and sends no event. A budgeted role takes the steps, since its
-        budget is read and judged between the count and the claim.
-        """
-        if limits.budget_scopes(role):
-            return super()._claim_if_room(db, candidate, node, now, lease_seconds, limits,
-                                          role, runtime, inbox)
+    def _claim_answered(self, request: ClaimRequest, limits: ClaimLimits,
+                        candidate: Mapping[str, Any], role: str, answer: Mapping[str, Any],
+                        counted: Mapping[str, Any],
+                        inbox: Iterable[Mapping[str, Any]]) -> Claim | Refusal:
+        """The claim (or refusal) claim_within_function committed for `candidate`, with the
+        inbox it delivered. The database judged the counts with the tests of
+        policy/admission.py's rule (claim_if_room's `has_room`), under the lock; the rule
+        itself judges the same counts again, for the words, and must agree."""
         task_id, task_pool = candidate["id"], candidate["pool"]
-        counted = usage_params(node, now, limits, role, task_pool)
-        # The event as the base store would emit it, but for the run's id, which the
-        # database adds if the claim is made.
-        event = Event(EventKind.TASK_CHANGED, now, task_id=task_id, state=TaskState.CLAIMED,
-                      role=candidate["role"])
-        params = counted | self._room_caps(limits, role, counted) | {
-            "id": task_id, "node": node, "lease_until": now + lease_seconds,
-            "run_runtime": runtime, "role_pool": limits.role(role).pool,
-            "event": event.to_json()}
-        with self._together(db):
-            if limits.crosses_nodes(role, task_pool):
-                self._order_claims(db)
-            claimed = db.execute(M["claim_if_room"], params)
-            delivered = (db.execute(M["deliver_claim_inbox"],
-                                    {"task_id": task_id, "node": node, "bytes": inbox.bytes}
-                                    | undelivered_params(role, task_id, now, inbox))
-                         if inbox else None)
-            # No notifying commit waits for the disk (see _commit), so the claim's event may
-            # go with its commit without holding the lock through another's flush.
-            db.execute(M["transaction_commit"], prepare=False)
-        return self._claim_answered(
-            candidate, role, one_row(claimed), counted, limits, node, now,
-            params["lease_until"], delivered.fetchall() if delivered is not None else ())
-
-    def _claim_answered(self, candidate: Mapping[str, Any], role: str, answer: Mapping[str, Any],
-                        counted: Mapping[str, Any], limits: ClaimLimits, node: str, now: float,
-                        lease_until: float, inbox: Iterable[Mapping[str, Any]]) -> Claim | Refusal:
-        """The claim (or refusal) claim_if_room committed for `candidate`, its limits' counts
-        judged again by ClaimLimits for the words, with the inbox it delivered."""
-        task_id, task_pool = candidate["id"], candidate["pool"]
+        now, node = request.now, request.node
         row = dict(answer)
-        usage = usage_of(row, counted)
-        refusal = limits.refusal(role, task_pool, usage, now)
+        refusal = admission.refusal(limits, role, task_pool, usage_of(row, counted), now)
         if not row.pop("has_room"):
             if refusal is None:
                 raise StoreError(f"the claim of task {task_id} found no room for role "
-                                 f"{role} where its limits see some: {usage}")
+                                 f"{role} where its limits see some: {usage_of(row, counted)}")
             return refusal
         if row["id"] is None:
             raise StoreError(f"task {task_id} was not claimed as its limits allowed "
@@ -338,19 +300,10 @@ class PostgresStore(SQLStore):
                           key=lambda message: (-message.priority, message.id))
         # The candidate's row was locked from its read to the claim: the task claimed is that
         # row with what claim_if_room set.
+        lease_until = now + request.lease_seconds
         task = dataclasses.replace(Task.from_row(candidate), state=TaskState.CLAIMED,
                                    lease_node=node, lease_expires_at=lease_until, updated_at=now)
         return Claim(task, Run.from_row(row), tuple(messages))
-
-    @staticmethod
-    def _room_caps(limits: ClaimLimits, role: str,
-                   counted: Mapping[str, Any]) -> dict[str, Any]:
-        """claim_if_room's caps: the tests ClaimLimits.refusal makes of the counts."""
-        limit = limits.role(role)
-        pool_a, pool_b = counted["pool_a"], counted["pool_b"]
-        return {"max_concurrent": limit.max_concurrent, "stagger": float(limit.stagger),
-                "pool_a_capacity": limits.pools[pool_a].capacity if pool_a else None,
-                "pool_b_capacity": limits.pools[pool_b].capacity if pool_b else None}
 
     def _announce(self, db: Any, outbox: Sequence[Emitted]) -> None:
         self._notifying = [event.to_json() for event in built(outbox)]  # sent with the COMMIT
@@ -407,7 +360,7 @@ class PostgresStore(SQLStore):
 
 
 def _role_terms(limits: ClaimLimits, role: str, run_runtime: str | None) -> dict[str, Any]:
-    """What claim_within_function needs of a role's limits (usage_params, _room_caps and
+    """What claim_within_function needs of a role's limits (usage_params and
     ClaimLimits.crosses_nodes read the same): the pools' terms go apart, by pool."""
     limit = limits.role(role)
     return {"max_concurrent": limit.max_concurrent, "stagger": float(limit.stagger),

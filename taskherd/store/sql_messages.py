@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from taskherd.model import SYSTEM_SENDER, TASK_ADDRESS, EventKind, Message, NewTask, Run
 from taskherd.store.errors import SpawnLimitReached
-from taskherd.store.messages import InboxLimit, MessageStore, NewJob, NewMessage
+from taskherd.model import InboxLimit
+from taskherd.store.messages import MessageStore, NewJob, NewMessage
 
 if TYPE_CHECKING:
     from taskherd.store.connection import Connection

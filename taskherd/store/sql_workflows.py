@@ -86,7 +86,7 @@ class SQLWorkflows:
             db.execute(self.q["note_task_reason"],
                        {"task_id": task.id, "reason": spawn.refused, "now": now})
         if spawn.children:
-            from taskherd.store.sql_store import task_params
+            from taskherd.store.sql_tasks import task_params
 
             self._insert_many(db, "insert_task", (task_params(c, now) for c in spawn.children))
             for role in dict.fromkeys(child.role for child in spawn.children):

@@ -19,6 +19,7 @@ import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 from taskherd.store.sqlite import SQLiteStore
 
 NOW = 1_700_000_000.0
@@ -140,7 +141,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
             store.enqueue(NewTask(role="coder", title=title), NOW)
         # Claims take the lowest id first: hold task 1 aside so the claim takes task 2.
         store.block(READY, NOW, "held for the claim")
-        claim = store.claim("node", NOW, 60.0)
+        claim = store.claim(ClaimRequest("node", NOW, 60.0))
         assert claim is not None and claim.task.id == COMPLETED
         store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), NOW)
         store.unblock(READY, NOW)

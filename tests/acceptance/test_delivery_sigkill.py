@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 
 from taskherd.model import TaskState
+from taskherd.policy.admission import ClaimRequest
 from tests.e2e.fake_webhook import HANG, FakeWebhook
 from tests.fleet import Fleet
 
@@ -66,7 +67,7 @@ def test_doctor_names_failed_deliveries_and_missing_aliases(tmp_path):
         fleet.cli("alias", "add", "gone", "command", "false")
         task = fleet.store.enqueue(NewTask(role="worker", title="t",
                                            meta={"deliver_to": ["gone"]}), 1.0).task
-        claim = fleet.store.claim("n1", 1.0, 60.0)
+        claim = fleet.store.claim(ClaimRequest("n1", 1.0, 60.0))
         fleet.store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, 0), RetryPolicy(), 2.0)
         Deliverer(fleet.store, lambda: 3.0, DeliverySettings(max_attempts=1)).run_once(3.0)
         doctor = fleet.cli("doctor", check=False)

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from tests.fleet import Fleet
+from taskherd.policy.admission import ClaimRequest
 
 CONFIG = """
 [daemon]
@@ -158,7 +159,7 @@ def test_runs_commands_show_cost_and_tokens(fleet):
     from taskherd.model.settings import RetryPolicy
 
     task = fleet.add("paid")
-    claim = fleet.store.claim("n1", task.created_at, 60.0)
+    claim = fleet.store.claim(ClaimRequest("n1", task.created_at, 60.0))
     fleet.store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=0.125,
                            input_tokens=1000, output_tokens=200), RetryPolicy(), task.created_at + 1)
     table = fleet.cli("runs", "list").stdout

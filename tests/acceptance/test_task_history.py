@@ -12,6 +12,7 @@ import time
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 
 CONFIG = '[daemon]\ndatabase = "q.db"\n\n[roles.coder]\ncommand = ["true"]\nmax_attempts = 1\n'
 
@@ -27,7 +28,7 @@ def cli(folder, *args, code=0):
 
 def finish(store, title, outcome, when, **result):
     store.enqueue(NewTask(role="coder", title=title, max_attempts=1), when)
-    claim = store.claim("n1", when, 60.0)
+    claim = store.claim(ClaimRequest("n1", when, 60.0))
     store.mark_spawned(claim.run.id, when, 60.0, pid=1, pid_started_at=1.0, log_path=None)
     store.finish_run(claim.run.id, RunResult(outcome, **result), RetryPolicy(), when + 1)
 

@@ -11,6 +11,7 @@ import sys
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 
 CONFIG = '[daemon]\ndatabase = "q.db"\n\n[roles.coder]\ncommand = ["true"]\n'
 
@@ -29,10 +30,10 @@ def test_runs_and_strikes_are_counted_apart_and_progress_is_shown(tmp_path):
     store = open_store(str(tmp_path / "q.db"))
     try:
         task = store.enqueue(NewTask(role="coder", title="fix it"), 1000.0).task
-        first = store.claim("n1", 1000.0, 60.0)
+        first = store.claim(ClaimRequest("n1", 1000.0, 60.0))
         store.mark_spawned(first.run.id, 1000.0, 60.0, pid=1, pid_started_at=1.0, log_path="l")
         store.finish_run(first.run.id, RunResult(Outcome.RATE_LIMITED), RetryPolicy(), 1001.0)
-        second = store.claim("n1", 1002.0, 60.0)
+        second = store.claim(ClaimRequest("n1", 1002.0, 60.0))
         store.mark_spawned(second.run.id, 1002.0, 60.0, pid=2, pid_started_at=1.0, log_path="l")
         store.heartbeat(second.run.id, 1003.0, 60.0, progress="3 of 5 tests fixed")
     finally:

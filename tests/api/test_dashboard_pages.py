@@ -9,6 +9,7 @@ import time
 import pytest
 
 from taskherd.model import NewTask, TaskState
+from taskherd.policy.admission import ClaimRequest
 from tests.api_server import served
 
 PAGES = ("/", "/dead", "/review", "/blocked", "/jobs", "/cooldowns", "/cost")
@@ -139,7 +140,7 @@ def test_the_cost_page_charts_each_roles_spend_by_day(api):
     store, now = api.queue.store, time.time()
     for role, dollars in (("coder", 0.5), ("qa", 0.25)):
         store.enqueue(NewTask(role=role, title=f"{role} work"), now - 60)
-        claim = store.claim("n1", now - 60, 60, roles=[role])
+        claim = store.claim(ClaimRequest("n1", now - 60, 60, roles=[role]))
         store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=dollars),
                          RetryPolicy(), now - 30)
     page = logged_in(api).get("/cost").text
@@ -157,7 +158,7 @@ def test_the_cost_page_and_a_task_page_name_the_runs_of_unknown_cost(api):
     tasks = []
     for role, dollars in (("coder", None), ("coder", None), ("qa", 0.25), ("qa", None)):
         tasks.append(store.enqueue(NewTask(role=role, title=f"{role} work"), now - 60).task)
-        claim = store.claim("n1", now - 60, 60, roles=[role])
+        claim = store.claim(ClaimRequest("n1", now - 60, 60, roles=[role]))
         store.mark_spawned(claim.run.id, now - 60, 60, pid=1, pid_started_at=1.0,
                            log_path=None)
         store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=dollars),
@@ -198,7 +199,7 @@ def test_every_statement_of_the_board_reads_tasks_and_runs_through_an_index(api)
 
     store, now = api.queue.store, time.time()
     store.enqueue(NewTask(role="coder", title="run me"), now)
-    store.claim("n1", now, 600, roles=["coder"])
+    store.claim(ClaimRequest("n1", now, 600, roles=["coder"]))
     store.enqueue(NewTask(role="coder", title="urgent", priority=0), now)
     store.enqueue(NewTask(role="coder", title="ask", priority=0, pending=True), now)
     token = store.list_api_tokens()[0]

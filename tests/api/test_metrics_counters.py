@@ -10,6 +10,7 @@ from taskherd.api.server import ApiServer
 from taskherd.config import load_config
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 from tests.api_server import served
 
 T0 = 1_800_000_000.0
@@ -38,7 +39,7 @@ def never_lower(before: dict[tuple, float], after: dict[tuple, float]) -> None:
 
 def finish(store, role: str, outcome: Outcome, now: float, cost: float) -> int:
     store.enqueue(NewTask(role=role, title=f"{role} at {now}", max_attempts=1), now)
-    claim = store.claim("n1", now, 60, roles=[role])
+    claim = store.claim(ClaimRequest("n1", now, 60, roles=[role]))
     store.finish_run(claim.run.id, RunResult(outcome, cost_usd=cost, input_tokens=100,
                                              output_tokens=10), RetryPolicy(), now + 5)
     return claim.run.id
@@ -51,7 +52,7 @@ def test_a_prune_and_a_restart_lower_no_counter_and_open_runs_are_a_gauge(tmp_pa
         finish(store, "coder", Outcome.FAILED, T0 + 10, 0.25)
         finish(store, "qa", Outcome.SUCCEEDED, T0 + 20, 1.0)
         store.enqueue(NewTask(role="coder", title="still running"), T0 + 30)
-        running = store.claim("n1", T0 + 30, 60, roles=["coder"])
+        running = store.claim(ClaimRequest("n1", T0 + 30, 60, roles=["coder"]))
 
         first = scrape(api.url, token)
         assert first[("taskherd_runs_running", (("role", "coder"),))] == 1

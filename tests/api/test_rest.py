@@ -13,6 +13,7 @@ from referencing import Registry, Resource
 from taskherd.api.app import ROUTES
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 from tests.api_server import served
 
 
@@ -45,7 +46,7 @@ def seed_run(api) -> tuple[int, int]:
     """A task with a finished run and a log inside the data dir; returns (task, run)."""
     store = api.queue.store
     task = store.enqueue(NewTask(role="qa", title="reviewed"), 1000.0).task
-    claim = store.claim("n1", 1000.0, 60, roles=["qa"])
+    claim = store.claim(ClaimRequest("n1", 1000.0, 60, roles=["qa"]))
     log_dir = api.queue.config.daemon.log_dir
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"run-{claim.run.id}.log"

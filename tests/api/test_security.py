@@ -13,6 +13,7 @@ import pytest
 from taskherd.api.app import ROUTES
 from taskherd.model import NewTask
 from taskherd.ops import tokens as token_ops
+from taskherd.policy.admission import ClaimRequest
 from tests.api_server import CONFIG, served
 
 
@@ -84,7 +85,7 @@ def test_a_revoked_or_expired_token_is_refused(api):
 def started_run(api, title: str, log_path: str | None):
     store = api.queue.store
     store.enqueue(NewTask(role="qa", title=title), 1000.0)
-    claim = store.claim("n1", 1000.0, 600, roles=["qa"])
+    claim = store.claim(ClaimRequest("n1", 1000.0, 600, roles=["qa"]))
     store.mark_spawned(claim.run.id, 1000.0, 600, pid=1, pid_started_at=1.0, log_path=log_path)
     token = f"run-token-{title}"
     store.issue_run_credential(claim.run.id, token, 1000.0)

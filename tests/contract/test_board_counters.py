@@ -8,7 +8,8 @@ from collections import Counter
 
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
-from taskherd.store.sql_store import ROLLUP_MARGIN
+from taskherd.store.sql_history import ROLLUP_MARGIN
+from taskherd.policy.admission import ClaimRequest
 
 ONE_TRY = RetryPolicy()
 LEASE = 60.0
@@ -33,7 +34,7 @@ def spend(store, week_start: float = T0 - 86400, day_start: float = T0):
 def run_once(store, role: str, outcome: Outcome, now: float, cost: float = 0.0):
     # One attempt: a failure goes straight to the dead-letter set.
     store.enqueue(NewTask(role=role, title=f"{role} {outcome.value}", max_attempts=1), now)
-    claimed = store.claim("n1", now, LEASE, roles=[role])
+    claimed = store.claim(ClaimRequest("n1", now, LEASE, roles=[role]))
     return store.finish_run(claimed.run.id, RunResult(outcome, cost_usd=cost), ONE_TRY, now + 1)
 
 
@@ -51,13 +52,13 @@ def test_counts_match_the_tasks_through_claims_settles_roll_ups_revivals_and_pru
     blocked = store.enqueue(NewTask(role="coder", title="blocked"), now).task
     store.block(blocked.id, now, "a human must look")
     store.enqueue(NewTask(role="qa", title="reviewed", review=True), now)
-    reviewed = store.claim("n1", now, LEASE, roles=["qa"])
+    reviewed = store.claim(ClaimRequest("n1", now, LEASE, roles=["qa"]))
     store.finish_run(reviewed.run.id, RunResult(Outcome.SUCCEEDED), ONE_TRY, now + 1)
     store.enqueue(NewTask(role="coder", title="running"), now)
-    running = store.claim("n1", now, LEASE, roles=["coder"])
+    running = store.claim(ClaimRequest("n1", now, LEASE, roles=["coder"]))
     store.mark_spawned(running.run.id, now, LEASE, pid=1, pid_started_at=1.0, log_path=None)
     store.enqueue(NewTask(role="qa", title="claimed"), now)
-    store.claim("n1", now, LEASE, roles=["qa"])
+    store.claim(ClaimRequest("n1", now, LEASE, roles=["qa"]))
     assert counted(store) == every_task(store)
     assert counted(store)[(TaskState.NEEDS_REVIEW, "qa")] == 1
 
@@ -83,7 +84,7 @@ def test_counts_match_the_tasks_through_claims_settles_roll_ups_revivals_and_pru
 def test_spend_counts_each_ended_run_once_whether_rolled_up_or_read_live(store):
     run_once(store, "coder", Outcome.SUCCEEDED, T0 + 10, cost=0.5)
     store.enqueue(NewTask(role="coder", title="long"), T0 + 20)
-    long_run = store.claim("n1", T0 + 20, LEASE)  # open: it holds the runs' mark back
+    long_run = store.claim(ClaimRequest("n1", T0 + 20, LEASE))  # open: it holds the runs' mark back
     run_once(store, "coder", Outcome.FAILED, T0 + 30, cost=0.25)
     assert spend(store) == {"coder": (2, 0.75, 2)}
 
@@ -148,7 +149,7 @@ def test_each_roles_latest_run_is_found_before_and_after_the_roll_up(store):
 
     # A run open past the mark is the latest; the latest ended one is still the rolled-up one.
     store.enqueue(NewTask(role="coder", title="running"), now + 3)
-    running = store.claim("n1", now + 3, LEASE, roles=["coder"]).run
+    running = store.claim(ClaimRequest("n1", now + 3, LEASE, roles=["coder"])).run
     assert latest("coder") == (running.id, last_coder.id)
     store.roll_up(now + 2 * (ROLLUP_MARGIN + 60))  # the open run holds the mark below it
     assert latest("coder") == (running.id, last_coder.id)

@@ -8,13 +8,14 @@ import pytest
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import StoreError
+from taskherd.policy.admission import ClaimRequest
 
 LEASE = 60.0
 
 
 def started_run(store, title: str, now: float = 1000.0):
     store.enqueue(NewTask(role="coder", title=title), now)
-    claimed = store.claim("n1", now, LEASE)
+    claimed = store.claim(ClaimRequest("n1", now, LEASE))
     store.mark_spawned(claimed.run.id, now, LEASE, pid=123, pid_started_at=1.0, log_path="l")
     return claimed.run
 

@@ -10,6 +10,7 @@ import pytest
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import StoreError
+from taskherd.policy.admission import ClaimRequest
 
 NOW = 1_700_000_000.0
 TELLS = {"deliver_to": ["ops", "chat"], "deliver_on": ["completed", "dead", "job_error"]}
@@ -18,7 +19,7 @@ TELLS = {"deliver_to": ["ops", "chat"], "deliver_on": ["completed", "dead", "job
 def settle(store, outcome, meta, max_attempts=3):
     task = store.enqueue(NewTask(role="coder", title="t", meta=meta,
                                  max_attempts=max_attempts), NOW).task
-    claim = store.claim("n1", NOW, 60.0)
+    claim = store.claim(ClaimRequest("n1", NOW, 60.0))
     store.finish_run(claim.run.id, RunResult(outcome, 1, error="boom"), RetryPolicy(), NOW + 1)
     return store.get_task(task.id)
 

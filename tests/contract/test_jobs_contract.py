@@ -10,6 +10,7 @@ from taskherd.policy.queue import failure_backoff
 from taskherd.model.settings import RetryPolicy
 from taskherd.store.jobs import JobNotFound, JobRefused
 from taskherd.model.jobs import FireClaim, JobDefinition, PlannedFire
+from taskherd.policy.admission import ClaimRequest
 
 NOW = 1_000_000.0
 
@@ -92,7 +93,7 @@ def test_a_duplicate_dedup_key_makes_a_skipped_fire(store):
 
 
 def run_fire_task(store, at: float, outcome: Outcome, summary: str | None = None) -> None:
-    claim = store.claim("n1", at, 60.0)
+    claim = store.claim(ClaimRequest("n1", at, 60.0))
     store.mark_spawned(claim.run.id, at, 60.0, pid=1, pid_started_at=1.0, log_path=None)
     store.finish_run(claim.run.id, RunResult(outcome, summary=summary),
                      RetryPolicy(backoff_base=1, backoff_cap=1), at + 10)

@@ -9,9 +9,11 @@ import pytest
 from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
-from taskherd.store.messages import InboxLimit, NewMessage
+from taskherd.model import InboxLimit
+from taskherd.store.messages import NewMessage
 from taskherd.store.postgres import PostgresStore
 from taskherd.store.sqlite import SQLiteStore
+from taskherd.policy.admission import ClaimRequest
 
 NOW = 1_700_000_000.0
 LEASE = 60.0
@@ -41,8 +43,13 @@ def other(reopen):
 
 
 def claim(store, node, limits, roles, now=NOW, refusals=None):
-    return store.claim(node, now, LEASE, roles=roles, limits=limits, refusals=refusals,
-                       runtime_of={role: "command" for role in roles})
+    """The claim a node makes of `roles` within `limits`; why it passed others by, by role,
+    into `refusals`."""
+    attempt = store.attempt_claim(ClaimRequest(node, now, LEASE, roles=roles, limits=limits,
+                                               runtime_of={role: "command" for role in roles}))
+    if refusals is not None:
+        refusals.update((refusal.role, refusal) for refusal in attempt.refused)
+    return attempt.claim
 
 
 def add(store, role, title, pool=None, now=NOW):
@@ -143,7 +150,7 @@ def test_a_claim_within_limits_is_the_task_and_run_the_store_holds(store):
     limits = ClaimLimits({"coder": RoleLimit(max_concurrent=2, stagger=5.0, pool="cpu",
                                              runtime="claude")}, {"cpu": PoolLimit(3)})
     task = add(store, "coder", "write", pool="cpu")
-    got = store.claim("node-a", NOW, LEASE, roles=["coder"], limits=limits, runtime="claude")
+    got = store.claim(ClaimRequest("node-a", NOW, LEASE, roles=["coder"], limits=limits, runtime="claude"))
     assert got.task == store.get_task(task.id) and got.task.state is TaskState.CLAIMED
     assert got.run == store.get_run(got.run.id)
     assert got.run.to_dict() == store.get_run(got.run.id).to_dict()
@@ -159,13 +166,12 @@ def test_the_inbox_goes_to_a_claim_within_limits_and_waits_through_a_refusal(sto
                                NOW)[0]
     mine = store.send_messages([NewMessage("@person", f"task:{second.id}", "for two")],
                                NOW)[0]
-    refusals = {}
-    refused = other.claim("node-b", NOW, LEASE, roles=["coder"], limits=limits,
-                          inbox=InboxLimit(), refusals=refusals)
-    assert refused is None and "max_concurrent 1" in refusals["coder"].reason
+    refused = other.attempt_claim(ClaimRequest("node-b", NOW, LEASE, roles=["coder"],
+                                               limits=limits, inbox=InboxLimit()))
+    assert refused.claim is None and "max_concurrent 1" in refused.refused[0].reason
     store.finish_run(held.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), NOW + 1)
-    got = other.claim("node-b", NOW + 1, LEASE, roles=["coder"], limits=limits,
-                      inbox=InboxLimit())
+    got = other.claim(ClaimRequest("node-b", NOW + 1, LEASE, roles=["coder"], limits=limits,
+                      inbox=InboxLimit()))
     assert (held.task.id, got.task.id) == (first.id, second.id)
     assert [m.id for m in got.inbox] == [note.id, mine.id]  # none was taken by the refusal
     assert all(m.delivered_run_id == got.run.id for m in got.inbox)
@@ -186,17 +192,17 @@ def test_a_claim_within_limits_gets_its_inbox_urgent_first_within_its_size(store
     urgent = send("coder", "u" * 500, NOW - 10, priority=2)
     mine = send(f"task:{task.id}", "for one", NOW - 30)
     later = send("coder", "later", NOW - 20)
-    first = store.claim("node-a", NOW, LEASE, roles=["coder"], limits=limits,
-                        inbox=InboxLimit(messages=10, bytes=1000))
+    first = store.claim(ClaimRequest("node-a", NOW, LEASE, roles=["coder"], limits=limits,
+                        inbox=InboxLimit(messages=10, bytes=1000)))
     assert first.task.id == task.id
     assert [m.id for m in first.inbox] == [urgent.id]  # urgent alone: the oldest would pass
     assert first.inbox[0].delivered_run_id == first.run.id
-    second = store.claim("node-a", NOW + 1, LEASE, roles=["coder"], limits=limits,
-                         inbox=InboxLimit(messages=2, bytes=100))
+    second = store.claim(ClaimRequest("node-a", NOW + 1, LEASE, roles=["coder"], limits=limits,
+                         inbox=InboxLimit(messages=2, bytes=100)))
     assert [m.id for m in second.inbox] == [big.id]  # alone over the size: it still goes
     third_task = add(store, "coder", "three")
-    third = store.claim("node-a", NOW + 2, LEASE, roles=["coder"], limits=limits,
-                        inbox=InboxLimit(messages=5, bytes=1000))
+    third = store.claim(ClaimRequest("node-a", NOW + 2, LEASE, roles=["coder"], limits=limits,
+                        inbox=InboxLimit(messages=5, bytes=1000)))
     assert third.task.id == third_task.id
     assert [m.id for m in third.inbox] == [later.id]
     # Task one's own message did not fit its run, and no run of another task takes it.
@@ -210,7 +216,7 @@ def test_a_silent_node_is_declared_down_and_its_runs_rescued_without_a_strike(st
                   now=NOW, timeout=15.0, tags=["gpu"])
     other.node_up("node-b", host="b", pid=2, version="1", lease=LEASE, roles=["coder"], now=NOW)
     task = add(store, "coder", "outlives its node")
-    held = store.claim("node-a", NOW, LEASE)
+    held = store.claim(ClaimRequest("node-a", NOW, LEASE))
     store.mark_spawned(held.run.id, NOW, LEASE, pid=4242, pid_started_at=NOW, log_path="x.log")
     assert other.rescue_down_nodes("node-b", NOW + 15, RetryPolicy) == []  # not yet silent
     other.node_seen("node-b", NOW + 16, running=0, roles=["coder"])
@@ -234,14 +240,14 @@ def test_a_task_for_any_role_is_counted_as_the_role_that_claims_it(store, other)
     limits = ClaimLimits({"coder": RoleLimit(max_concurrent=1)})
     first, second = add(store, "any", "anyone 1"), add(store, "any", "anyone 2")
     roles = ["coder", "qa"]
-    got = store.claim("node-a", NOW, LEASE, roles=roles, as_role="coder", limits=limits)
+    got = store.claim(ClaimRequest("node-a", NOW, LEASE, roles=roles, as_role="coder", limits=limits))
     assert (got.task.id, got.run.role) == (first.id, "coder")
-    refusals = {}
-    assert other.claim("node-b", NOW, LEASE, roles=["coder"], as_role="coder", limits=limits,
-                       refusals=refusals) is None
-    assert "role coder is at max_concurrent 1" in refusals["coder"].reason
+    refused = other.attempt_claim(ClaimRequest("node-b", NOW, LEASE, roles=["coder"],
+                                               as_role="coder", limits=limits))
+    assert refused.claim is None
+    assert "role coder is at max_concurrent 1" in refused.refused[0].reason
     # The coder is full, so the next task for anyone goes to the role that still has room.
-    got = other.claim("node-b", NOW, LEASE, roles=roles, as_role="coder", limits=limits)
+    got = other.claim(ClaimRequest("node-b", NOW, LEASE, roles=roles, as_role="coder", limits=limits))
     assert (got.task.id, got.run.role) == (second.id, "qa")
 
 

@@ -8,6 +8,7 @@ from taskherd.policy.chains import RoleFlow, Workflow
 from taskherd.model.settings import FollowUp
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 
 S = TaskState
 NOW = 1000.0
@@ -16,7 +17,7 @@ NOW = 1000.0
 def merging_task(store, title="feature", review=False):
     """A task of a git role whose run succeeded: its worktree branch is due to merge."""
     task = store.enqueue(NewTask(role="coder", title=title, review=review), NOW).task
-    claim = store.claim("n1", NOW, 60, roles=["coder"])
+    claim = store.claim(ClaimRequest("n1", NOW, 60, roles=["coder"]))
     store.record_worktree(task.id, repo="/repo", base="main", branch=f"taskherd/task-{task.id}",
                           path=f"/trees/task-{task.id}", merge_mode="merge-commit",
                           pool="git-main", now=NOW)
@@ -95,7 +96,7 @@ def test_a_reviewers_verdict_counts_though_its_own_branch_waits_to_merge(store):
     task = merging_task(store)
     assert task.state is S.NEEDS_REVIEW
     [review] = [t for t in store.list_tasks(limit=100) if t.meta.get("review_of") == task.id]
-    claim = store.claim("n1", NOW + 2, 60, roles=["qa"])
+    claim = store.claim(ClaimRequest("n1", NOW + 2, 60, roles=["qa"]))
     assert claim.task.id == review.id
     store.record_worktree(review.id, repo="/repo", base="main",
                           branch=f"taskherd/task-{review.id}", path=f"/trees/task-{review.id}",

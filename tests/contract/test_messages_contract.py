@@ -4,7 +4,9 @@ receipts, threads, expiry, waking a role, pruning."""
 from __future__ import annotations
 
 from taskherd.model import NewTask, TaskState
-from taskherd.store.messages import InboxLimit, NewMessage
+from taskherd.model import InboxLimit
+from taskherd.store.messages import NewMessage
+from taskherd.policy.admission import ClaimRequest
 
 NOW = 1_700_000_000.0
 
@@ -22,12 +24,12 @@ def test_a_starting_run_receives_urgent_first_then_oldest_and_the_rest_waits(sto
     store.enqueue(NewTask(role="coder", title="first"), NOW)
     store.enqueue(NewTask(role="coder", title="second"), NOW)
 
-    first = store.claim("n1", NOW, 60.0, inbox=InboxLimit(messages=3))
+    first = store.claim(ClaimRequest("n1", NOW, 60.0, inbox=InboxLimit(messages=3)))
     assert [m.id for m in first.inbox] == [urgent.id, high.id, old.id]
     assert all(m.delivered_at == NOW and m.delivered_run_id == first.run.id
                for m in first.inbox)
 
-    second = store.claim("n1", NOW + 1, 60.0, inbox=InboxLimit(messages=3))
+    second = store.claim(ClaimRequest("n1", NOW + 1, 60.0, inbox=InboxLimit(messages=3)))
     assert [m.id for m in second.inbox] == [newer.id]  # delivered ones are not sent again
 
 
@@ -36,7 +38,7 @@ def test_the_inbox_stops_at_its_size_and_a_task_gets_its_own_messages(store):
     big = send(store, "coder", "x" * 600, at=NOW - 3)
     mine = send(store, f"task:{task.id}", "for this task only", at=NOW - 2)
     later = send(store, "coder", "y" * 600, at=NOW - 1)
-    claim = store.claim("n1", NOW, 60.0, inbox=InboxLimit(messages=10, bytes=1000))
+    claim = store.claim(ClaimRequest("n1", NOW, 60.0, inbox=InboxLimit(messages=10, bytes=1000)))
     assert [m.id for m in claim.inbox] == [big.id, mine.id]  # the third would pass 1000 bytes
     assert store.get_message(later.id).delivered_at is None
 
@@ -47,13 +49,13 @@ def test_an_expired_message_is_not_delivered_nor_listed(store):
     store.enqueue(NewTask(role="coder", title="t"), NOW)
     assert [m.id for m in store.unread_messages("coder", NOW)] == [fresh.id]
     assert store.count_unread_messages("coder", NOW) == 1
-    assert [m.id for m in store.claim("n1", NOW, 60.0, inbox=InboxLimit()).inbox] == [fresh.id]
+    assert [m.id for m in store.claim(ClaimRequest("n1", NOW, 60.0, inbox=InboxLimit())).inbox] == [fresh.id]
 
 
 def test_a_claim_without_an_inbox_delivers_nothing(store):
     waiting = send(store, "coder", "hello")
     store.enqueue(NewTask(role="coder", title="t"), NOW)
-    assert store.claim("n1", NOW, 60.0).inbox == ()
+    assert store.claim(ClaimRequest("n1", NOW, 60.0)).inbox == ()
     assert store.get_message(waiting.id).delivered_at is None
 
 

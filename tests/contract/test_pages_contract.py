@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 
 
 def test_pages_walk_newest_first_by_cursor_with_filters(store):
@@ -23,10 +24,10 @@ def test_children_and_run_totals(store):
                           ).task.id for n in range(3)]
     assert [t.id for t in store.children_of(parent.id)] == kids
     assert store.children_of(kids[0]) == []
-    claim = store.claim("n1", 1000.0, 60)
+    claim = store.claim(ClaimRequest("n1", 1000.0, 60))
     store.record_reported_usage(claim.run.id, cost_usd=0.5, input_tokens=7, output_tokens=3)
     store.finish_run(claim.run.id, RunResult(Outcome.FAILED), RetryPolicy(), 1001.0)
-    store.claim("n1", 1002.0, 60)
+    store.claim(ClaimRequest("n1", 1002.0, 60))
     totals = {(row["role"], row["outcome"]): row for row in store.run_totals()}
     assert totals[("coder", "failed")]["runs"] == 1
     assert totals[("coder", "failed")]["cost_usd"] == 0.5
@@ -42,7 +43,7 @@ def test_run_totals_keep_what_pruning_deletes_and_count_open_runs_apart(store):
     outcome."""
     def ended(role: str, outcome: Outcome, now: float, cost: float, tokens: int) -> None:
         store.enqueue(NewTask(role=role, title=f"{role} {now}", max_attempts=1), now)
-        claim = store.claim("n1", now, 60, roles=[role])
+        claim = store.claim(ClaimRequest("n1", now, 60, roles=[role]))
         store.finish_run(claim.run.id, RunResult(outcome, cost_usd=cost, input_tokens=tokens,
                                                  output_tokens=1), RetryPolicy(), now + 1)
 
@@ -55,7 +56,7 @@ def test_run_totals_keep_what_pruning_deletes_and_count_open_runs_apart(store):
     ended("coder", Outcome.FAILED, 1010.0, 0.25, 20)
     ended("qa", Outcome.SUCCEEDED, 1020.0, 1.0, 30)
     store.enqueue(NewTask(role="coder", title="still running"), 1030.0)
-    store.claim("n1", 1030.0, 60, roles=["coder"])
+    store.claim(ClaimRequest("n1", 1030.0, 60, roles=["coder"]))
     before = totals()
     assert before[("coder", None)][0] == 1
 
@@ -85,14 +86,14 @@ def _one_task_in_each_state(store) -> dict[TaskState, list[int]]:
             if final is TaskState.CANCELLED:
                 store.cancel(task.id, now)
             else:
-                claim = store.claim("n1", now, 60)
+                claim = store.claim(ClaimRequest("n1", now, 60))
                 assert claim.task.id == task.id
                 outcome = Outcome.SUCCEEDED if final is TaskState.COMPLETED else Outcome.FAILED
                 store.finish_run(claim.run.id, RunResult(outcome), RetryPolicy(), now + n)
             made[final].append(task.id)
         for leased in (TaskState.CLAIMED, TaskState.RUNNING):
             task = store.enqueue(NewTask(role="qa", title=f"{leased.value} {n}"), now).task
-            claim = store.claim("n1", now, 60, roles=["qa"])
+            claim = store.claim(ClaimRequest("n1", now, 60, roles=["qa"]))
             if leased is TaskState.RUNNING:
                 store.mark_spawned(claim.run.id, now, 60, pid=None, pid_started_at=None,
                                    log_path=None)
@@ -102,7 +103,7 @@ def _one_task_in_each_state(store) -> dict[TaskState, list[int]]:
         made[TaskState.BLOCKED].append(blocked.id)
         # Done, with a worktree branch to merge: it waits in `merging` for the merger.
         merging = store.enqueue(NewTask(role="git", title=f"merging {n}"), now).task
-        claim = store.claim("n1", now, 60, roles=["git"])
+        claim = store.claim(ClaimRequest("n1", now, 60, roles=["git"]))
         store.record_worktree(merging.id, repo="/nowhere", base="main",
                               branch=f"taskherd/task-{merging.id}", path="/nowhere/tree",
                               merge_mode="merge-commit", pool="git-main", now=now)

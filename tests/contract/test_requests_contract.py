@@ -11,13 +11,14 @@ from taskherd.model.settings import RetryPolicy
 from taskherd.store.errors import SpawnAllowance, SpawnLimitReached
 from taskherd.store.memory import NewMemory
 from taskherd.store.requests import RequestKey
+from taskherd.policy.admission import ClaimRequest
 
 LEASE = 60.0
 
 
 def started_run(store, now: float = 1000.0):
     task = store.enqueue(NewTask(role="coder", title="parent"), now).task
-    claimed = store.claim("n1", now, LEASE)
+    claimed = store.claim(ClaimRequest("n1", now, LEASE))
     store.mark_spawned(claimed.run.id, now, LEASE, pid=123, pid_started_at=1.0, log_path="l")
     return task, claimed.run
 

@@ -9,6 +9,7 @@ from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import StoreError, TaskNotFound, TransitionRefused
 from taskherd.store.errors import ReportRefused
+from taskherd.policy.admission import ClaimRequest
 
 POLICY = RetryPolicy()
 LEASE = 60.0
@@ -19,7 +20,7 @@ def add(store, title="t", role="coder", now=1000.0, **fields):
 
 
 def claim(store, now=1000.0, node="n1", **filters):
-    return store.claim(node, now, LEASE, **filters)
+    return store.claim(ClaimRequest(node, now, LEASE, **filters))
 
 
 def run_to_end(store, outcome, now=1000.0, **result):

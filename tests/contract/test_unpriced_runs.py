@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 
 ONE_TRY = RetryPolicy()
 LEASE = 60.0
@@ -15,7 +16,7 @@ T0 = 1_800_000_000.0  # an hour's start
 
 def start(store, role: str, now: float, *, spawn: bool = True):
     store.enqueue(NewTask(role=role, title=f"{role} at {now}", max_attempts=1), now)
-    claimed = store.claim("n1", now, LEASE, roles=[role])
+    claimed = store.claim(ClaimRequest("n1", now, LEASE, roles=[role]))
     if spawn:
         store.mark_spawned(claimed.run.id, now, LEASE, pid=1, pid_started_at=1.0,
                            log_path=None)

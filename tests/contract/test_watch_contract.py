@@ -8,13 +8,14 @@ import json
 from taskherd.model import EventKind, Liveness, NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
 from taskherd.store.watch import VerdictChange
+from taskherd.policy.admission import ClaimRequest
 
 NOW = 1_800_000_000.0
 
 
 def running_run(store, node: str = "n1"):
     store.enqueue(NewTask(role="coder", title="t"), NOW)
-    claim = store.claim(node, NOW, 60.0)
+    claim = store.claim(ClaimRequest(node, NOW, 60.0))
     store.mark_spawned(claim.run.id, NOW, 60.0, pid=4242, pid_started_at=NOW,
                        log_path="/tmp/run.log")
     return claim.run
@@ -44,8 +45,8 @@ def test_verdicts_are_kept_on_the_open_run(store):
 
 def test_the_unspawned_runs_of_a_node_are_only_those_claimed_and_not_started(store):
     store.enqueue_many([NewTask(role="coder", title=f"t{i}") for i in range(3)], NOW)
-    waiting = store.claim("n1", NOW, 60.0).run
-    elsewhere = store.claim("n2", NOW, 60.0).run
+    waiting = store.claim(ClaimRequest("n1", NOW, 60.0)).run
+    elsewhere = store.claim(ClaimRequest("n2", NOW, 60.0)).run
     started = running_run(store)  # claimed and spawned
     assert store.unspawned_run_ids("n1") == [waiting.id]
     assert store.unspawned_run_ids("n2") == [elsewhere.id]

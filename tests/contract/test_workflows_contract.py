@@ -10,6 +10,7 @@ from taskherd.model.settings import FollowUp
 from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import TransitionRefused
+from taskherd.policy.admission import ClaimRequest
 
 POLICY = RetryPolicy()
 LEASE = 60.0
@@ -24,7 +25,7 @@ def qa_after(role: str = "coder", **fields) -> dict:
 
 
 def run_once(store, outcome, now, task_id=None, **result):
-    claimed = store.claim("n1", now, LEASE)
+    claimed = store.claim(ClaimRequest("n1", now, LEASE))
     assert claimed is not None and (task_id is None or claimed.task.id == task_id)
     store.mark_spawned(claimed.run.id, now, LEASE, pid=1, pid_started_at=1.0,
                        log_path=f"/logs/run-{claimed.run.id}.log")
@@ -46,7 +47,7 @@ def test_a_role_chain_creates_its_child_in_the_settle_with_templates(store):
     assert child.prompt == (f"Check task {parent.id} (coder): fixed the redirect. "
                             f"Log: /logs/run-{finished.run.id}.log")
     assert (child.root_id, child.depth, child.max_attempts) == (parent.id, 1, 2)
-    assert store.claim("n1", 1001.0, LEASE).task.id == child.id
+    assert store.claim(ClaimRequest("n1", 1001.0, LEASE)).task.id == child.id
 
 
 def test_a_retried_failure_creates_nothing_and_the_dead_letter_fires_on_failure(store):
@@ -79,8 +80,8 @@ def test_complete_when_and_delay(store):
     assert sorted(c.title for c in children(store, loud.id)) == ["in ten minutes", "page",
                                                                   "regex"]
     # The delayed child waits in ready, invisible to claims until its time.
-    assert store.claim("n1", 1003.0, LEASE, roles=["later"]) is None
-    assert store.claim("n1", 1001.0 + 600, LEASE, roles=["later"]) is not None
+    assert store.claim(ClaimRequest("n1", 1003.0, LEASE, roles=["later"])) is None
+    assert store.claim(ClaimRequest("n1", 1001.0 + 600, LEASE, roles=["later"])) is not None
 
 
 def test_the_role_chain_applies_whatever_the_task_declares(store):
@@ -102,7 +103,7 @@ def test_the_depth_limit_stops_a_chain_with_its_reason_on_the_parent(store):
     deepest = max(tasks, key=lambda t: t.depth)
     assert deepest.state is S.COMPLETED
     assert "beyond max_depth 2" in deepest.reason
-    assert store.claim("n1", 2000.0, LEASE) is None
+    assert store.claim(ClaimRequest("n1", 2000.0, LEASE)) is None
 
 
 def test_a_fan_out_of_a_thousand_children_settles_in_one_transaction(store):

@@ -17,6 +17,7 @@ import pytest
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, TaskState
+from taskherd.policy.admission import ClaimRequest
 from taskherd.services.dispatcher import Dispatcher
 from taskherd.services.supervisor import SWEEP_EVERY, Supervisor
 from taskherd.store import StoreDiskFull, StoreError, open_store
@@ -245,7 +246,7 @@ def test_a_settle_the_full_database_refuses_is_kept_and_written_later(
     async def scenario():
         supervisor = Supervisor(config, store, time.time)
         task = store.enqueue(NewTask(role="worker", title="t"), time.time()).task
-        claim = store.claim("n1", time.time(), 60.0)
+        claim = store.claim(ClaimRequest("n1", time.time(), 60.0))
         live = supervisor.start(claim, time.time())
         assert live is not None
         assert store.checkpoint(truncate=True)  # an empty WAL: the next write must grow it

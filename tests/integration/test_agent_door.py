@@ -11,6 +11,7 @@ from taskherd.agent.door import AgentDoor, DoorError
 from taskherd.config import load_config
 from taskherd.model import NewTask
 from taskherd.ops import Queue
+from taskherd.policy.admission import ClaimRequest
 from taskherd.store import open_store
 
 
@@ -23,7 +24,7 @@ def test_the_door_serves_from_a_long_path_and_names_each_refusal(tmp_path):
     config = load_config(tmp_path / "taskherd.toml")
     store = open_store(str(tmp_path / "q.db"))
     store.enqueue(NewTask(role="worker", title="t"), 1000.0)
-    run = store.claim("n1", 1000.0, 60.0).run
+    run = store.claim(ClaimRequest("n1", 1000.0, 60.0)).run
     store.issue_run_credential(run.id, "the-token", 1000.0)
     env = {"TASKHERD_RUN_TOKEN": "the-token", "TASKHERD_HOME": str(data_dir)}
     changes = []

@@ -24,6 +24,7 @@ from taskherd.config import load_config
 from taskherd.model import NewTask
 from taskherd.ops import Queue
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 from tests.api_server import served
 
 NOW = 1000.0
@@ -31,7 +32,7 @@ NOW = 1000.0
 
 def open_run(store, token: str) -> int:
     store.enqueue(NewTask(role="coder", title="build"), NOW)
-    run = store.claim("n1", NOW, 60.0, roles=["coder"]).run
+    run = store.claim(ClaimRequest("n1", NOW, 60.0, roles=["coder"])).run
     store.mark_spawned(run.id, NOW, 60.0, pid=1, pid_started_at=1.0, log_path="l")
     store.issue_run_credential(run.id, token, NOW)
     return run.id

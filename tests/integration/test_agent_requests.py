@@ -16,6 +16,7 @@ from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.ops import Queue
 from taskherd.store import open_store
 from taskherd.policy.chains import workflow_of
+from taskherd.policy.admission import ClaimRequest
 
 NOW = 1000.0
 LEASE = 60.0
@@ -42,7 +43,7 @@ command = ["true"]
 
 
 def run_with_token(store, role: str, token: str, now: float = NOW):
-    claimed = store.claim("n1", now, LEASE, roles=[role])
+    claimed = store.claim(ClaimRequest("n1", now, LEASE, roles=[role]))
     store.mark_spawned(claimed.run.id, now, LEASE, pid=1, pid_started_at=1.0, log_path="l")
     store.issue_run_credential(claimed.run.id, token, now)
     return claimed.run

@@ -10,6 +10,7 @@ from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.ops import BadInput, Queue, messages, registry
 from taskherd.model.settings import RetryPolicy
 from taskherd.store.sqlite import SQLiteStore
+from taskherd.policy.admission import ClaimRequest
 
 NOW = 1_700_000_000.0
 
@@ -29,7 +30,7 @@ def queue(tmp_path):
 
 def run_once(queue, role, result, at):
     queue.store.enqueue(NewTask(role=role, title="t"), at)
-    claim = queue.store.claim("n1", at, 60.0, roles=[role])
+    claim = queue.store.claim(ClaimRequest("n1", at, 60.0, roles=[role]))
     queue.store.mark_spawned(claim.run.id, at, 60.0, pid=None, pid_started_at=None, log_path=None)
     queue.store.finish_run(claim.run.id, result, RetryPolicy(), at + 5)
     return claim
@@ -39,7 +40,7 @@ def test_each_role_shows_its_state_last_run_and_spend_today(queue):
     run_once(queue, "coder", RunResult(Outcome.SUCCEEDED, 0, cost_usd=0.25), NOW - 100)
     run_once(queue, "coder", RunResult(Outcome.FAILED, 1, error="x", cost_usd=0.5), NOW - 50)
     queue.store.enqueue(NewTask(role="qa", title="running"), NOW)
-    queue.store.claim("n1", NOW, 60.0, roles=["qa"])
+    queue.store.claim(ClaimRequest("n1", NOW, 60.0, roles=["qa"]))
     queue.store.set_cooldown("claude", NOW + 600, "429", NOW)
 
     agents = {a["name"]: a for a in registry.list_agents(queue, NOW + 1)}

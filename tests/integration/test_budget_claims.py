@@ -35,6 +35,7 @@ from taskherd.services.delivery import Deliverer
 from taskherd.services.dispatcher import Dispatcher
 from taskherd.services.supervisor import LiveRuns
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 from tests.e2e.fake_webhook import FakeWebhook
 
 PARIS = ZoneInfo("Europe/Paris")
@@ -177,17 +178,17 @@ def test_runs_in_flight_may_overshoot_by_what_they_cost_past_their_estimate(data
         base_dir=tmp_path))
     with open_store(database, durability="normal") as store:
         store.enqueue_many([NewTask(role="coder", title=f"c{i}") for i in range(5)], NOW)
-        claims = [store.claim("n1", NOW, 600, roles=["coder"], limits=limits)
+        claims = [store.claim(ClaimRequest("n1", NOW, 600, roles=["coder"], limits=limits))
                   for _ in range(4)]
         assert [c is not None for c in claims] == [True, True, True, False]  # $0.90 in flight
         for claim in claims[:3]:
             store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, 0, cost_usd=0.50),
                              RetryPolicy(), NOW + 1)
-        refusals = {}
-        assert store.claim("n1", NOW + 2, 600, roles=["coder"], limits=limits,
-                           refusals=refusals) is None
-        assert refusals["coder"].budget.until == MIDNIGHT
-        assert "$1.50 spent or running" in refusals["coder"].reason
+        refused = store.attempt_claim(ClaimRequest("n1", NOW + 2, 600, roles=["coder"],
+                                                   limits=limits))
+        [refusal] = refused.refused
+        assert refused.claim is None and refusal.budget.until == MIDNIGHT
+        assert "$1.50 spent or running" in refusal.reason
         spent = sum(run.cost_usd for run in store.list_runs(role="coder"))
         assert round(spent, 2) == 1.50  # over by the in-flight runs' excess, and only that
 
@@ -202,14 +203,14 @@ def test_a_role_without_a_budget_is_claimed_beside_a_spent_one(database, tmp_pat
         store.enqueue(NewTask(role="coder", title="c"), NOW)
         store.enqueue(NewTask(role="coder", title="c2"), NOW)
         store.enqueue(NewTask(role="qa", title="q"), NOW)
-        first = store.claim("n1", NOW, 600, roles=["coder", "qa"], limits=limits)
+        first = store.claim(ClaimRequest("n1", NOW, 600, roles=["coder", "qa"], limits=limits))
         assert first.task.title == "c"  # nothing spent yet, and no estimate: it fits
         store.finish_run(first.run.id, RunResult(Outcome.SUCCEEDED, 0, cost_usd=0.25),
                          RetryPolicy(), NOW)
-        refusals = {}
-        second = store.claim("n1", NOW, 600, roles=["coder", "qa"], limits=limits,
-                             refusals=refusals)
-        assert second.task.title == "q" and refusals["coder"].budget is not None
+        second = store.attempt_claim(ClaimRequest("n1", NOW, 600, roles=["coder", "qa"],
+                                                  limits=limits))
+        assert second.claim.task.title == "q"
+        assert [(r.role, r.budget is not None) for r in second.refused] == [("coder", True)]
 
 
 def test_a_pause_begins_and_lifts_once_whoever_asks(database):
@@ -321,7 +322,7 @@ class AnotherNodeSpendsAtTheProbe:
         return getattr(self.store, name)
 
     def take_probe(self, runtime, node, now):
-        spent = self.store.claim("node-other", now, 600, roles=["coder"])
+        spent = self.store.claim(ClaimRequest("node-other", now, 600, roles=["coder"]))
         self.store.finish_run(spent.run.id, RunResult(Outcome.SUCCEEDED, 0, cost_usd=RUN_COST),
                               RetryPolicy(), now)
         return self.store.take_probe(runtime, node, now)
@@ -334,7 +335,7 @@ def test_a_probe_after_a_rate_limit_is_held_to_the_budget_too(database, tmp_path
     with open_store(database, durability="normal") as store:
         for i in range(8):  # $2.40 of $2.70 spent: room for one more run, as the pass begins
             store.enqueue(NewTask(role="coder", title=f"spent {i}"), NOW)
-            claim = store.claim("node-other", NOW, 600, roles=["coder"])
+            claim = store.claim(ClaimRequest("node-other", NOW, 600, roles=["coder"]))
             store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, 0, cost_usd=RUN_COST),
                              RetryPolicy(), NOW)
         for title in ("taken by the other node", "the probe's candidate"):

@@ -20,6 +20,7 @@ from taskherd.runtimes.base import AgentEnv, Launch, RunFiles
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.services.supervisor import Supervisor
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 
 FIRST = "748f6d6d-1011-44bc-8f20-b2a056f07221"  # session ids as Claude Code writes them
 SECOND = "776eefa3-b54d-418f-9ee7-375700695dac"
@@ -49,7 +50,7 @@ def test_the_retry_gets_the_latest_session_of_its_task(tmp_path: Path, database)
     try:
         task = store.enqueue(NewTask(role="coder", title="t"), 1000.0).task
         for attempt, session in enumerate((FIRST, SECOND), start=1):
-            claim = store.claim("n1", 1000.0 + attempt * 100, 60.0)
+            claim = store.claim(ClaimRequest("n1", 1000.0 + attempt * 100, 60.0))
             store.mark_spawned(claim.run.id, claim.run.claimed_at, 60.0, pid=1,
                                pid_started_at=1.0, log_path=None)
             failed = RunResult(Outcome.FAILED, exit_code=1, error="boom", session_id=session)
@@ -76,7 +77,7 @@ def test_a_recorded_session_that_is_no_id_is_never_resumed(tmp_path: Path, datab
     store = open_store(database, durability="normal")
     try:
         task = store.enqueue(NewTask(role="coder", title="t"), 1000.0).task
-        claim = store.claim("n1", 1000.0, 60.0)
+        claim = store.claim(ClaimRequest("n1", 1000.0, 60.0))
         store.mark_spawned(claim.run.id, 1000.0, 60.0, pid=1, pid_started_at=1.0, log_path=None)
         failed = RunResult(Outcome.FAILED, exit_code=1, error="boom", session_id=HOSTILE)
         store.finish_run(claim.run.id, failed, RetryPolicy(backoff_base=0), 1001.0)

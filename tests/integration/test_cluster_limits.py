@@ -18,6 +18,7 @@ from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 
 WORKERS = 4
 PER_ROLE = 60
@@ -41,7 +42,7 @@ def worker(database: str, node: str, start, out, first_claims, side_by_side) -> 
         policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
         start.wait(60)
         while True:
-            claim = store.claim(node, time.time(), 600.0, roles=ROLES, limits=LIMITS)
+            claim = store.claim(ClaimRequest(node, time.time(), 600.0, roles=ROLES, limits=LIMITS))
             if claim is None:
                 if not store.list_tasks(state=TaskState.READY, limit=1):
                     break

@@ -17,6 +17,7 @@ import pytest
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 
 TASKS = 10_000
 WORKERS = 4
@@ -40,7 +41,7 @@ def worker(database: str, node: str, start: multiprocessing.synchronize.Event, o
         store = open_store(database, durability=DURABILITY)
         policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
         start.wait(60)  # all four begin together, so they really contend
-        while (claim := store.claim(node, NOW, 600.0)) is not None:
+        while (claim := store.claim(ClaimRequest(node, NOW, 600.0))) is not None:
             claimed.append(claim.task.id)
             store.finish_run(claim.run.id, success, policy, NOW)
         store.close()

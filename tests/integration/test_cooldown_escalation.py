@@ -12,6 +12,7 @@ from taskherd.model import NewTask, Outcome
 from taskherd.runtimes.ratelimit import guessed_cooldown
 from taskherd.store import open_store
 from taskherd.services.supervisor import Supervisor
+from taskherd.policy.admission import ClaimRequest
 from tests.fleet import PYTHON, agent, until
 
 LIMITED = """
@@ -36,7 +37,7 @@ def test_cooldowns_without_a_reset_time_double_while_limits_repeat(tmp_path: Pat
     async def limited_run_at(now: float):
         clock[0] = now
         store.enqueue(NewTask(role="worker", title=f"at {now}"), now)
-        claim = store.claim("n1", now, 60.0)
+        claim = store.claim(ClaimRequest("n1", now, 60.0))
         supervisor.start(claim, now)
         run = await until(lambda: (r := store.get_run(claim.run.id)).ended_at and r)
         assert run.outcome is Outcome.RATE_LIMITED

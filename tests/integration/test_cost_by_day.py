@@ -12,6 +12,7 @@ from taskherd.ops import Queue
 from taskherd.ops.runs import cost, day_starts
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -22,7 +23,7 @@ def at(text: str) -> float:
 
 def run_costing(store, when: float, cost_usd: float | None, tokens: int) -> None:
     store.enqueue(NewTask(role="coder", title="t"), when)
-    claim = store.claim("n1", when, 60.0)
+    claim = store.claim(ClaimRequest("n1", when, 60.0))
     store.mark_spawned(claim.run.id, when, 60.0, pid=1, pid_started_at=1.0, log_path=None)
     result = RunResult(Outcome.SUCCEEDED, cost_usd=cost_usd, input_tokens=tokens,
                        output_tokens=tokens // 10)
@@ -70,7 +71,7 @@ def test_the_boards_spend_counts_runs_as_they_end_and_forgets_pruned_ones(databa
         start = at("2026-10-20T10:00:00")
         run_costing(store, start, 0.5, 100)
         store.enqueue(NewTask(role="coder", title="still running"), start)
-        claim = store.claim("n1", start, 60.0)  # open: not counted until it ends
+        claim = store.claim(ClaimRequest("n1", start, 60.0))  # open: not counted until it ends
         [row] = store.spend_by_role(start - 86400, start - 3600)
         assert (row["runs_week"], row["cost_week"], row["runs_today"]) == (1, 0.5, 1)
         store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=0.25),

@@ -17,6 +17,7 @@ import pytest
 
 from taskherd.config import load_config
 from taskherd.model import NewTask, Outcome, TaskState
+from taskherd.policy.admission import ClaimRequest
 from tests.fleet import PYTHON, Fleet, agent, kill_machine
 
 AGENT = """
@@ -339,7 +340,7 @@ def test_an_open_run_nobody_watches_is_adopted_not_renewed_forever(fleet, tmp_pa
     log_path = tmp_path / "orphan.log"
     log_path.write_text("# taskherd {}\nhalf way\n")
     task = f.store.enqueue(NewTask(role="elsewhere", title="orphan"), time.time()).task
-    claim = f.store.claim(node, time.time(), 60.0, roles=["elsewhere"])
+    claim = f.store.claim(ClaimRequest(node, time.time(), 60.0, roles=["elsewhere"]))
     f.store.mark_spawned(claim.run.id, time.time(), 60.0, pid=gone.pid, pid_started_at=started,
                          log_path=str(log_path))
     ended = f.wait_until(lambda: (r := f.store.get_run(claim.run.id)).ended_at and r,

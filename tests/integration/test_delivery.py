@@ -18,6 +18,7 @@ from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import delivery as delivery_ops
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 from taskherd.services.delivery import Deliverer, DeliverySettings
 from taskherd.store.sqlite import SQLiteStore
 from tests.e2e.fake_webhook import FakeWebhook
@@ -44,7 +45,7 @@ def queue(tmp_path):
 def complete(queue, *aliases, title="t"):
     meta = {"deliver_to": list(aliases), "deliver_on": ["completed"]}
     task = queue.store.enqueue(NewTask(role="coder", title=title, meta=meta), NOW).task
-    claim = queue.store.claim("n1", NOW, 60.0)
+    claim = queue.store.claim(ClaimRequest("n1", NOW, 60.0))
     queue.store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, 0, summary="ok"),
                            RetryPolicy(), NOW)
     return task

@@ -19,6 +19,7 @@ import pytest
 from taskherd.model import Event, EventKind, NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 
 NOW = 1_700_000_000.0
 WAIT = 20.0  # seconds an expected event may take before the test fails
@@ -91,7 +92,7 @@ def test_each_transition_tells_what_it_did(store):
         async with store.listen() as events:
             def work() -> None:
                 store.enqueue(NewTask(role="coder", title="x"), NOW)
-                claim = store.claim("n1", NOW, 60.0)
+                claim = store.claim(ClaimRequest("n1", NOW, 60.0))
                 store.mark_spawned(claim.run.id, NOW, 60.0, pid=None, pid_started_at=None,
                                    log_path=None)
                 store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), NOW)
@@ -121,14 +122,14 @@ def test_a_claim_within_limits_tells_its_run_and_a_refused_one_tells_nothing(sto
     # A daemon's claim counts its limits: on PostgreSQL its event is sent by the claim's own
     # statements, with the run's id, and only if the limits left room.
     from taskherd.policy.limits import ClaimLimits, RoleLimit
-    from taskherd.store.messages import InboxLimit
+    from taskherd.model import InboxLimit
 
     limits = ClaimLimits({"coder": RoleLimit(max_concurrent=1)})
 
     def claim(now: float):
-        refusals = {}
-        return store.claim("n1", now, 60.0, roles=["coder"], limits=limits,
-                           inbox=InboxLimit(), refusals=refusals), refusals
+        attempt = store.attempt_claim(ClaimRequest("n1", now, 60.0, roles=["coder"],
+                                                   limits=limits, inbox=InboxLimit()))
+        return attempt.claim, {refusal.role: refusal for refusal in attempt.refused}
 
     async def scenario():
         async with store.listen() as events:

@@ -13,6 +13,7 @@ import pytest
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, TaskState
+from taskherd.policy.admission import ClaimRequest
 from taskherd.services.supervisor import Supervisor
 from taskherd.store import open_store
 from tests.fleet import until
@@ -74,7 +75,7 @@ def test_a_limit_after_task_complete_pauses_the_runtime_and_the_run_succeeds(
 
     async def scenario():
         task = store.enqueue(NewTask(role="coder", title="fix the parser"), START).task
-        live = supervisor.start(store.claim("n1", START, 60.0), START)
+        live = supervisor.start(store.claim(ClaimRequest("n1", START, 60.0)), START)
 
         def limit_read() -> bool:
             clock[0] += 0.5  # the next look is due
@@ -115,7 +116,7 @@ def test_a_command_agents_limit_after_task_complete_pauses_the_runtime(tmp_path,
 
     async def scenario():
         task = store.enqueue(NewTask(role="coder", title="docs"), START).task
-        live = supervisor.start(store.claim("n1", START, 60.0), START)
+        live = supervisor.start(store.claim(ClaimRequest("n1", START, 60.0)), START)
         await until(lambda: store.get_run(live.run.id).ended_at)
         return store.get_run(live.run.id), store.get_task(task.id)
 

@@ -14,6 +14,7 @@ from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
 from taskherd.store.sqlfile import migrations
 from taskherd.store.sqlite import SQLiteStore
+from taskherd.policy.admission import ClaimRequest
 
 MIGRATIONS = migrations("sqlite")
 NOW = 1_700_000_000.0
@@ -85,7 +86,7 @@ def test_a_migrated_database_equals_a_fresh_one(tmp_path: Path, upto: int) -> No
     with SQLiteStore(old) as store:
         assert [t.title for t in store.list_tasks()] == ["from an old version"]
         store.enqueue(NewTask(role="coder", title="after migrating"), NOW)
-        assert store.claim("node", NOW, 60.0) is not None
+        assert store.claim(ClaimRequest("node", NOW, 60.0)) is not None
 
     assert schema(old) == schema(fresh)
     assert applied_versions(old) == applied_versions(fresh) == [m.version for m in MIGRATIONS]

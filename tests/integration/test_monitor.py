@@ -14,6 +14,7 @@ from taskherd.model.settings import RetryPolicy
 from taskherd.services.monitor import Monitor
 from taskherd.services.supervisor import LiveRuns
 from taskherd.store import Store, open_store
+from taskherd.policy.admission import ClaimRequest
 from tests.interleave import pause_before, wait_for_lock_wait_or
 
 
@@ -34,10 +35,10 @@ def test_old_finished_tasks_and_their_log_files_are_pruned(tmp_path, store):
     monitor = monitor_for(tmp_path, store)
     logs = monitor.config.daemon.log_dir
     old = store.enqueue(NewTask(role="r", title="old"), 1000.0).task
-    claim = store.claim("n1", 1000.0, 60)
+    claim = store.claim(ClaimRequest("n1", 1000.0, 60))
     store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), 1001.0)
     young = store.enqueue(NewTask(role="r", title="young"), 1000.0).task
-    running = store.claim("n1", 1000.0 + 86400, 60)
+    running = store.claim(ClaimRequest("n1", 1000.0 + 86400, 60))
     for run_id in (claim.run.id, running.run.id):
         (logs / f"run-{run_id}.log").write_text("output\n")
         os.utime(logs / f"run-{run_id}.log", (1001.0, 1001.0))
@@ -53,7 +54,7 @@ def test_old_finished_tasks_and_their_log_files_are_pruned(tmp_path, store):
 def test_a_claim_never_spawned_goes_back_to_ready_without_a_strike(tmp_path, store):
     monitor = monitor_for(tmp_path, store)
     task = store.enqueue(NewTask(role="r", title="t"), 1000.0).task
-    store.claim("n1", 1000.0, 600)
+    store.claim(ClaimRequest("n1", 1000.0, 600))
     assert monitor.run_once(1000.0 + 10)["never_spawned"] == 0
     assert monitor.run_once(1000.0 + 31)["never_spawned"] == 1
     after = store.get_task(task.id)
@@ -70,7 +71,7 @@ def test_a_rescue_leaves_a_run_to_the_node_settling_it(tmp_path, pg_url):
     with open_store(pg_url, durability="normal") as node, \
             open_store(pg_url, durability="normal") as other:
         task = node.enqueue(NewTask(role="r", title="t"), 1000.0).task
-        claim = node.claim("n0", 1000.0, 60)
+        claim = node.claim(ClaimRequest("n0", 1000.0, 60))
         node.mark_spawned(claim.run.id, 1000.0, 60, pid=1, pid_started_at=1.0, log_path=None)
         monitor = monitor_for(tmp_path, other)  # node n1's, which finds n0's lease expired
         rescue_holds_the_task, go_on = pause_before(other, "open_run_of_task")

@@ -10,6 +10,7 @@ import pytest
 from taskherd.model import NewTask, Outcome, TaskState
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import StoreError, open_store
+from taskherd.policy.admission import ClaimRequest
 from tests.interleave import pause_before, wait_for_lock_wait_or
 
 LEASE = 60.0
@@ -46,7 +47,7 @@ def test_a_node_starting_during_its_rescue_learns_it_was_declared_down(pg_url):
         node.node_up("n0", host="a", pid=1, version="1", lease=LEASE, roles=["r"], now=NOW,
                      timeout=15.0)
         node.enqueue(NewTask(role="r", title="outlives its daemon"), NOW)
-        held = node.claim("n0", NOW, LEASE)
+        held = node.claim(ClaimRequest("n0", NOW, LEASE))
         node.mark_spawned(held.run.id, NOW, LEASE, pid=4242, pid_started_at=NOW, log_path=None)
         # n1's rescue has declared n0 down and holds its record, about to end its runs.
         [down], back = during_rescue(
@@ -86,7 +87,7 @@ def test_an_agent_told_its_done_was_taken_is_never_run_again_by_a_rescue(pg_url)
         node.node_up("n0", host="a", pid=1, version="1", lease=LEASE, roles=["r"], now=NOW,
                      timeout=15.0)
         task = node.enqueue(NewTask(role="r", title="deploy once"), NOW).task
-        held = node.claim("n0", NOW, LEASE)
+        held = node.claim(ClaimRequest("n0", NOW, LEASE))
         node.mark_spawned(held.run.id, NOW, LEASE, pid=4242, pid_started_at=NOW, log_path=None)
         [down], report = during_rescue(
             other, "end_run", pg_url,

@@ -12,6 +12,7 @@ import pytest
 import taskherd
 from taskherd import BadInput, TaskState, TransitionRefused, open_queue
 from taskherd.ops import tasks as task_ops
+from taskherd.policy.admission import ClaimRequest
 
 NOW = 1_800_000_000.0
 
@@ -137,7 +138,7 @@ def test_status_board_sums_spend_by_role_in_the_database(queue) -> None:
     day = 86400.0
     for when, cost in ((NOW - 2 * day, 1.5), (NOW - 60, 0.25), (NOW - WEEK - day, 9.0)):
         task_ops.add_task(queue, {"role": "qa", "title": f"t {when}"}, when)
-        claim = store.claim("n1", when, 60)
+        claim = store.claim(ClaimRequest("n1", when, 60))
         store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=cost,
                                                  input_tokens=10, output_tokens=3),
                          RetryPolicy(), when + 1)

@@ -12,6 +12,7 @@ from taskherd.model.settings import RetryPolicy
 from taskherd.services.planner import Planner
 from taskherd.store import open_store
 from taskherd.policy.chains import workflow_of
+from taskherd.policy.admission import ClaimRequest
 
 
 def planner_for(tmp_path, database, monitor: str) -> Planner:
@@ -31,7 +32,7 @@ def planner_for(tmp_path, database, monitor: str) -> Planner:
 
 
 def finish(store, task_id, outcome, now):
-    claim = store.claim("n1", now, 60.0, roles=[store.get_task(task_id).role])
+    claim = store.claim(ClaimRequest("n1", now, 60.0, roles=[store.get_task(task_id).role]))
     assert claim.task.id == task_id
     store.finish_run(claim.run.id, RunResult(outcome, error="no"), RetryPolicy(), now + 1)
 
@@ -89,7 +90,7 @@ def test_an_agent_cannot_add_a_task_beyond_max_depth(tmp_path, database):
         parent = store.enqueue(NewTask(role="coder", title=f"level {depth}",
                                        parent_id=parent), 1000.0).task.id
     assert store.get_task(parent).depth == 2
-    while (claim := store.claim("n1", 1000.0, 60.0)).task.id != parent:
+    while (claim := store.claim(ClaimRequest("n1", 1000.0, 60.0))).task.id != parent:
         pass
     queue = Queue(config, store)
     with pytest.raises(SpawnRefused, match="depth 3 of its chain, beyond max_depth 2"):

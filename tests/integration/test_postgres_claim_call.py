@@ -16,8 +16,9 @@ from taskherd.policy.limits import ClaimLimits, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
 from taskherd.store import StoreUnavailable
-from taskherd.store.messages import InboxLimit
+from taskherd.model import InboxLimit
 from taskherd.store.postgres import PostgresStore
+from taskherd.policy.admission import ClaimRequest
 
 NOW = 1_700_000_000.0
 LEASE = 60.0
@@ -25,8 +26,8 @@ ONE_DEPLOYER = ClaimLimits({"deployer": RoleLimit(max_concurrent=1)})
 
 
 def claim(store, node):
-    return store.claim(node, NOW, LEASE, roles=["deployer"], limits=ONE_DEPLOYER,
-                       inbox=InboxLimit())
+    return store.claim(ClaimRequest(node, NOW, LEASE, roles=["deployer"], limits=ONE_DEPLOYER,
+                       inbox=InboxLimit()))
 
 
 def claim_functions(url: str) -> int:

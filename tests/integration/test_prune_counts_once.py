@@ -11,6 +11,7 @@ import psycopg
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
 from taskherd.store.postgres import PostgresStore
+from taskherd.policy.admission import ClaimRequest
 
 
 class _PausedBeforeDelete(dict):
@@ -41,7 +42,7 @@ def test_two_prunes_at_once_count_each_pruned_run_once(pg_url):
     try:
         for n in range(3):
             first.enqueue(NewTask(role="coder", title=f"t{n}", max_attempts=1), 1000.0 + n)
-            claim = first.claim("n1", 1000.0 + n, 60)
+            claim = first.claim(ClaimRequest("n1", 1000.0 + n, 60))
             first.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=0.5),
                              RetryPolicy(), 1001.0 + n)
         other_pruned: list[int] = []

@@ -21,6 +21,7 @@ from taskherd.model.settings import RetryPolicy
 from taskherd.services.scheduler import Scheduler
 from taskherd.policy.schedules import schedule_start
 from taskherd.store import JobNotFound, open_store
+from taskherd.policy.admission import ClaimRequest
 from tests.interleave import pause_before, wait_for_lock_wait_or
 
 T0 = datetime(2026, 6, 16, 12, 0, tzinfo=ZoneInfo("UTC")).timestamp()  # a plain Tuesday noon
@@ -65,7 +66,7 @@ class Rig:
     def finish(self, now, outcome=Outcome.SUCCEEDED, summary="done", started=None):
         """Claim (at `started`) and finish (at `now`) the oldest ready task."""
         started = now if started is None else started
-        claim = self.store.claim("n1", started, 60.0)
+        claim = self.store.claim(ClaimRequest("n1", started, 60.0))
         assert claim is not None, "no ready task to finish"
         self.store.mark_spawned(claim.run.id, started, 60.0, pid=1, pid_started_at=1.0,
                                 log_path=None)
@@ -469,7 +470,7 @@ def test_two_schedulers_settling_one_jobs_fires_at_once_both_finish_their_pass(t
         one.sync_config(now=T0)
         one.run_once(T0 + 600)
         one.run_once(T0 + 1200)  # two open fires of the job
-        early, late = first.claim("n1", T0 + 1210, 60.0), first.claim("n1", T0 + 1210, 60.0)
+        early, late = first.claim(ClaimRequest("n1", T0 + 1210, 60.0)), first.claim(ClaimRequest("n1", T0 + 1210, 60.0))
         first.finish_run(late.run.id, succeeded, RetryPolicy(), T0 + 1220)
         holds_the_second_fire, go_on = pause_before(second, "get_job_by_id")
         with ThreadPoolExecutor(2) as threads:
@@ -549,7 +550,7 @@ def test_deleting_a_job_while_a_scheduler_settles_its_fire_lets_both_finish(tmp_
         scheduler = Scheduler(config, second)
         scheduler.sync_config(now=T0)
         scheduler.run_once(T0 + 600)
-        claim = first.claim("n1", T0 + 610, 60.0)
+        claim = first.claim(ClaimRequest("n1", T0 + 610, 60.0))
         first.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), T0 + 620)
         holds_the_fire, go_on = pause_before(second, "get_job_by_id")
         with ThreadPoolExecutor(2) as threads:

@@ -12,6 +12,7 @@ import psutil
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, TaskState
+from taskherd.policy.admission import ClaimRequest
 from taskherd.services.supervisor import Supervisor
 from taskherd.store import StoreUnavailable, open_store
 from tests.fleet import PYTHON, agent, until
@@ -54,7 +55,7 @@ def test_an_unrecorded_spawn_is_stopped_and_the_task_runs_once(tmp_path: Path, d
     async def scenario():
         task = store.enqueue(NewTask(role="worker", title="once"), time.time()).task
         failing = Supervisor(config, SpawnNotRecorded(store), time.time)
-        claim = store.claim("n1", time.time(), 60.0)
+        claim = store.claim(ClaimRequest("n1", time.time(), 60.0))
         assert failing.start(claim, time.time()) is None
         [stopping] = failing.live.values()  # watched until its process is gone
         pid, first = stopping.handle.pid, claim.run.id
@@ -67,7 +68,7 @@ def test_an_unrecorded_spawn_is_stopped_and_the_task_runs_once(tmp_path: Path, d
 
         (tmp_path / "release").touch()
         working = Supervisor(config, store, time.time)
-        again = store.claim("n1", time.time(), 60.0)
+        again = store.claim(ClaimRequest("n1", time.time(), 60.0))
         assert again.task.id == task.id
         assert working.start(again, time.time()) is not None
         return await until(lambda: (t := store.get_task(task.id)).state is TaskState.COMPLETED

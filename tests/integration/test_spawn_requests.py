@@ -17,6 +17,7 @@ from taskherd.model import NewTask
 from taskherd.ops import Queue
 from taskherd.ops import messages as message_ops
 from taskherd.ops.agent import SpawnRefused, add_child_task
+from taskherd.policy.admission import ClaimRequest
 from taskherd.store import open_store
 
 NOW = 1_700_000_000.0
@@ -45,7 +46,7 @@ def queue(tmp_path, database):
 def running(queue: Queue, title: str = "plan", parent: int | None = None):
     """A planner task, claimed: its run is the sender."""
     task = queue.store.enqueue(NewTask(role="planner", title=title, parent_id=parent), NOW).task
-    claim = queue.store.claim("n1", NOW, 60.0, roles=["planner"])
+    claim = queue.store.claim(ClaimRequest("n1", NOW, 60.0, roles=["planner"]))
     assert claim.task.id == task.id
     return claim.run
 
@@ -97,7 +98,7 @@ def test_a_job_spec_makes_a_job_and_counts_within_max_spawn(queue):
         add_child_task(queue, run, {"role": "worker", "title": "one more"}, NOW + 2)
     # A later run of another task starts its own count.
     queue.store.enqueue(NewTask(role="planner", title="another plan"), NOW + 3)
-    other = queue.store.claim("n1", NOW + 3, 60.0, roles=["planner"]).run
+    other = queue.store.claim(ClaimRequest("n1", NOW + 3, 60.0, roles=["planner"])).run
     assert spawn(queue, other, DIGEST | {"name": "weekly"}, NOW + 4)[1].body.startswith(
         "spawned job ")
 

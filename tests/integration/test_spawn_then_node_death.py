@@ -22,6 +22,7 @@ from taskherd.model import NewTask, Outcome, TaskState
 from taskherd.ops import Queue
 from taskherd.services.supervisor import Supervisor
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 from tests.fleet import PYTHON, agent, until
 
 # Does its work once (a line in `work`), says so as the role asks, and exits at once.
@@ -76,7 +77,7 @@ def config_for(tmp_path: Path, database: str, say: str):
 async def die_while_spawning(config, store, wait_for_report: bool):
     """Claim the task on n1 and start its agent; the node dies before the spawn is recorded.
     The door of n1 answers meanwhile, as a daemon's does until it dies."""
-    claim = store.claim("n1", time.time(), LEASE)
+    claim = store.claim(ClaimRequest("n1", time.time(), LEASE))
     dying = Supervisor(config, DiesBeforeRecordingTheSpawn(store, wait_for_report), time.time)
     door = AgentDoor(Queue(config, store), time.time)
     await door.start(config.daemon.data_dir)
@@ -113,7 +114,7 @@ def test_the_node_back_finds_the_agent_it_started_and_settles_it_once(tmp_path, 
         assert run.outcome is Outcome.SUCCEEDED and run.summary == "deployed"
         assert run.pid is not None and run.log_path.endswith(f"run-{run.id}.log")
         assert done.attempts == 0 and done.rescues == 0
-        assert store.claim("n1", time.time(), LEASE) is None
+        assert store.claim(ClaimRequest("n1", time.time(), LEASE)) is None
     finally:
         store.close()
     assert work_done(tmp_path) == [f"run {run.id} did the work"]
@@ -142,7 +143,7 @@ def test_a_node_that_stays_down_has_its_reported_work_settled_not_run_again(tmp_
         assert rescued.run.id == run.id and rescued.run.outcome is Outcome.SUCCEEDED
         assert rescued.run.summary == "deployed" and "node n1 went silent" in rescued.run.error
         assert survivor.get_task(task.id).state is TaskState.COMPLETED
-        assert survivor.claim("n2", later, LEASE) is None  # nothing to run again
+        assert survivor.claim(ClaimRequest("n2", later, LEASE)) is None  # nothing to run again
         assert [r.id for r in survivor.runs_of_task(task.id)] == [run.id]
     finally:
         store.close()

@@ -16,6 +16,7 @@ from taskherd.policy.liveness import QUIET_LOOK
 from taskherd.model import Event, EventKind, NewTask, Outcome, TaskState
 from taskherd.services.supervisor import SWEEP_EVERY, Supervisor, SupervisorSettings
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 from tests.fleet import PYTHON, agent, until
 
 ASKS = """
@@ -46,7 +47,7 @@ def supervisor_for(tmp_path: Path, settings: SupervisorSettings | None = None):
 
 def start(store, supervisor: Supervisor, role: str, now: float):
     task = store.enqueue(NewTask(role=role, title=role), now).task
-    claim = store.claim("vm", now, 60.0, roles=[role])
+    claim = store.claim(ClaimRequest("vm", now, 60.0, roles=[role]))
     live = supervisor.start(claim, now)
     assert live is not None
     return task, live

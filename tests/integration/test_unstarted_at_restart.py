@@ -15,6 +15,7 @@ from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, TaskState
 from taskherd.services.supervisor import SHIM_GRACE, Supervisor
 from taskherd.store import open_store
+from taskherd.policy.admission import ClaimRequest
 from tests.fleet import PYTHON, agent, until
 
 AGENT = """
@@ -34,7 +35,7 @@ def left_claimed(tmp_path: Path, database: str):
     }, base_dir=tmp_path)
     store = open_store(database, durability="normal")
     store.enqueue(NewTask(role="worker", title="once"), time.time())
-    claim = store.claim("n1", time.time(), 60.0)
+    claim = store.claim(ClaimRequest("n1", time.time(), 60.0))
     return config, store, claim
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from taskherd.model import TaskState
+from taskherd.policy.admission import ClaimRequest
 from tests.fleet import PYTHON, Fleet, agent
 
 # The coder: writes CONTENT into FILE of its working directory and commits it. The prompt is
@@ -248,7 +249,7 @@ def test_merges_settling_at_the_same_moment_run_one_at_a_time(tmp_path, repo, da
         runs = []
         for index, store in enumerate(stores):
             task = store.enqueue(NewTask(role="coder", title=f"t{index}"), now).task
-            claim = store.claim("node", now, 60, roles=["coder"])
+            claim = store.claim(ClaimRequest("node", now, 60, roles=["coder"]))
             store.mark_spawned(claim.run.id, now, 60, pid=None, pid_started_at=None,
                                log_path=None)
             path = worktrees.ensure_worktree(repo, "main", task.id, root)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from taskherd.config import parse_config
 from taskherd.model import Cooldown, Priority, Task, TaskState
+from taskherd.policy.budgets import Pause
+from taskherd.policy.limits import ClaimLimits
 from taskherd.policy.waits import Counts, NodeRoom, cooldown_wait, task_wait
 
 NOW = 1_800_000_000.0
@@ -14,6 +16,7 @@ CONFIG = parse_config({"daemon": {"database": "q.db", "max_concurrent": 3},
                        "roles": {"slow": {"command": ["true"], "max_concurrent": 2},
                                  "fast": {"command": ["true"], "pool": "gpu"}}},
                       base_dir=Path("/tmp"))
+LIMITS = ClaimLimits.from_config(CONFIG)
 
 
 def ready(role: str = "slow", state: str = "ready", run_after: float = NOW - 1) -> Task:
@@ -31,29 +34,39 @@ def node(running: int, paused: str | None = None, roles=("slow", "fast")) -> Nod
 
 def test_a_role_at_its_max_concurrent_on_a_node_with_a_free_slot():
     counts = Counts(running={"slow": 2}, nodes=(node(2),))
-    assert task_wait(ready(), CONFIG, counts, NOW) == "role slow is at max_concurrent 2"
+    assert task_wait(ready(), LIMITS, counts, NOW) == (
+        "role slow is at max_concurrent 2 (2 running)")
 
 
 def test_each_reason_in_turn():
     free = (node(1),)
-    assert task_wait(ready(state="pending"), CONFIG, Counts(nodes=free), NOW) == (
+    assert task_wait(ready(state="pending"), LIMITS, Counts(nodes=free), NOW) == (
         "it waits for approval (pending)")
-    assert task_wait(ready(run_after=NOW + 30), CONFIG, Counts(nodes=free), NOW).startswith(
+    assert task_wait(ready(run_after=NOW + 30), LIMITS, Counts(nodes=free), NOW).startswith(
         "not before ")
-    assert task_wait(ready("ghost"), CONFIG, Counts(nodes=free), NOW) == (
+    assert task_wait(ready("ghost"), LIMITS, Counts(nodes=free), NOW) == (
         "role ghost is not configured")
-    assert task_wait(ready(), CONFIG, Counts(over_budget={"slow": NOW + 60}, nodes=free),
+    assert task_wait(ready(), LIMITS, Counts(over_budget={"slow": Pause("slow", NOW + 60, "spent")}, nodes=free),
                      NOW).startswith("role slow is over budget until ")
     cooling = Cooldown(runtime="command", until=NOW + 60, reason="429", created_at=NOW)
     paused = {"command": cooldown_wait(cooling, NOW)}
-    assert task_wait(ready(), CONFIG, Counts(paused_runtimes=paused, nodes=free), NOW).startswith(
+    assert task_wait(ready(), LIMITS, Counts(paused_runtimes=paused, nodes=free), NOW).startswith(
         "runtime command is rate-limited until ")
-    assert task_wait(ready("fast"), CONFIG, Counts(full_pools=frozenset({"gpu"}), nodes=free),
-                     NOW) == "pool gpu is full"
-    assert task_wait(ready(), CONFIG, Counts(nodes=()), NOW) == "no node that is up runs role slow"
-    assert task_wait(ready(), CONFIG, Counts(nodes=(node(0, "disk full"),)), NOW) == (
+    assert task_wait(ready("fast"), LIMITS, Counts(full_pools=frozenset({"gpu"}), nodes=free),
+                     NOW) == "pool gpu is full (1)"
+    assert task_wait(ready(), LIMITS, Counts(nodes=()), NOW) == "no node that is up runs role slow"
+    assert task_wait(ready(), LIMITS, Counts(nodes=(node(0, "disk full"),)), NOW) == (
         "node n1 starts nothing new: disk full")
-    assert task_wait(ready(), CONFIG, Counts(nodes=(node(3),)), NOW) == (
+    assert task_wait(ready(), LIMITS, Counts(nodes=(node(3),)), NOW) == (
         "node n1 is at max_concurrent 3")
-    assert task_wait(ready(), CONFIG, Counts(nodes=free), NOW) is None
-    assert task_wait(ready(state="running"), CONFIG, Counts(nodes=()), NOW) is None
+    assert task_wait(ready(), LIMITS, Counts(nodes=free), NOW) is None
+    assert task_wait(ready(state="running"), LIMITS, Counts(nodes=()), NOW) is None
+
+
+def test_a_node_without_the_tags_a_role_needs_says_which_it_lacks():
+    config = parse_config({"daemon": {"database": "q.db", "tags": ["cpu"]},
+                           "roles": {"trainer": {"command": ["true"], "nodes": ["gpu"]}}},
+                          base_dir=Path("/tmp"))
+    here = NodeRoom("n1", frozenset(config.runnable_roles), 0, 3, tags=("cpu",))
+    assert task_wait(ready("trainer"), ClaimLimits.from_config(config), Counts(nodes=(here,)),
+                     NOW) == "role trainer runs on nodes tagged gpu; node n1 has cpu"

@@ -1,0 +1,105 @@
+"""Adding tasks: one, or a batch, each checked against its parent and its dedup key; a
+part of `SQLStore`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from taskherd.model import EventKind, NewTask, TaskState
+from taskherd.policy.chains import encode_chain
+from taskherd.store.base import Enqueued, ParentNotFound, StoreError
+from taskherd.store.connection import Connection
+from taskherd.store.errors import SpawnAllowance, SpawnLimitReached
+from taskherd.store.requests import RequestKey
+from taskherd.store.sql_parts import SQLParts
+from taskherd.store.sql_parts import one_row as _one
+
+S = TaskState
+
+
+class SQLTasks(SQLParts):
+    def enqueue(self, new: NewTask, now: float, allowance: SpawnAllowance | None = None,
+                once: RequestKey | None = None) -> Enqueued:
+        with self._parents_checked([new]), self._write() as db:
+            self._spawn_room(db, allowance)
+            task_id, created = self._add_task(db, new, now)
+            if task_id is None:
+                raise StoreError(f"the open task with dedup key {new.dedup_key!r} finished while "
+                                 "this one was being added: add it again")
+            self._note_request(db, once, {"task": task_id, "created": created})
+            return Enqueued(self._get_task(db, task_id), created=created)
+
+    def enqueue_many(self, batch: Sequence[NewTask], now: float) -> int:
+        with self._parents_checked(batch), self._write() as db:
+            added = self._insert_many(db, "insert_task", (task_params(new, now) for new in batch))
+            if added:
+                # One event per role, not per task: a batch of 10,000 is one hint to look.
+                for role in dict.fromkeys(new.role for new in batch):
+                    self._emit(EventKind.TASK_ADDED, now, role=role)
+            return added
+
+    def _spawn_room(self, db: Connection, allowance: SpawnAllowance | None) -> None:
+        """Raise SpawnLimitReached unless the allowance's run may add one more: counted after
+        locking its task's row (PostgreSQL; SQLite's write lock already holds), so two
+        additions at once are counted one after the other."""
+        if allowance is None:
+            return
+        params = {"task_id": allowance.task_id, "since": allowance.since}
+        db.execute(self.q["lock_spawning_task"], params).fetchall()
+        added = int(_one(db.execute(self.q["children_since"], params))["n"])
+        if added >= allowance.max_spawn:
+            raise SpawnLimitReached(added, allowance.max_spawn)
+
+    def _add_task(self, db: Connection, new: NewTask, now: float) -> tuple[int | None, bool]:
+        """Insert `new`: (its id, True), or (the id of the open task holding its dedup key,
+        False): a duplicate of an open task is not added."""
+        cursor = db.execute(self.q["insert_task"], task_params(new, now))
+        if cursor.rowcount == 1:
+            task_id = self._inserted_id(cursor)
+            state = S.PENDING if new.pending else S.READY
+            self._emit(EventKind.TASK_ADDED, now, task_id=task_id, state=state, role=new.role)
+            return task_id, True
+        row = _one(db.execute(self.q["open_task_by_dedup_key"], {"dedup_key": new.dedup_key}))
+        # None only if that task finished in between, which PostgreSQL's READ COMMITTED allows.
+        return (row["id"] if row is not None else None), False
+
+    @contextmanager
+    def _parents_checked(self, batch: Sequence[NewTask]) -> Iterator[None]:
+        """Turn the foreign key's refusal of an unknown parent_id into an error naming it.
+
+        Wraps the whole transaction: after a constraint error PostgreSQL accepts no more
+        statements in it, so the parents are looked up in a read of their own.
+        """
+        try:
+            yield
+        except Exception as error:
+            if not self._is_foreign_key_error(error):
+                raise
+            with self._read() as db:
+                for new in batch:
+                    if new.parent_id is not None and _one(
+                            db.execute(self.q["get_task"], {"id": new.parent_id})) is None:
+                        raise ParentNotFound(new.parent_id) from error
+            raise
+
+
+def task_params(new: NewTask, now: float) -> dict[str, Any]:
+    return {
+        "role": new.role,
+        "title": new.title,
+        "prompt": new.prompt,
+        "priority": int(new.priority),
+        "state": S.PENDING.value if new.pending else S.READY.value,
+        "pool": new.pool,
+        "dedup_key": new.dedup_key,
+        "review": int(new.review),
+        "max_attempts": new.max_attempts,
+        "run_after": now if new.run_after is None else new.run_after,
+        "parent_id": new.parent_id,
+        "meta": json.dumps(new.meta) if new.meta else "{}",
+        "chain": encode_chain(new.chain),
+        "now": now,
+    }
