@@ -19,6 +19,7 @@ from taskherd.ops import tasks as task_ops
 from taskherd.ops import tokens as token_ops
 from taskherd.ops.tokens import ACT, GRANTS
 
+MAX_BULK_FORM = 64 * 1024  # a confirmation carries up to BULK_MAX task ids
 MAX_IMPORT = 1024 * 1024  # a JSON Lines upload: thousands of tasks, read whole to check all
 
 
@@ -70,7 +71,7 @@ def _bulk(api: Api) -> Handler:
     Step two: move exactly the tasks the confirmation named, each by its own transition."""
     async def handle(request: Request) -> Response:
         try:
-            form, view = await _checked(api, request)
+            form, view = await _checked(api, request, MAX_BULK_FORM)
             action = _one(form, "action")
             if action not in task_lists.BULK_ACTIONS:
                 raise BadInput(f"action {action!r}: expected one of "

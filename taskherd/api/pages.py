@@ -21,8 +21,8 @@ from taskherd.ops import runs as run_ops
 from taskherd.store.tokens import ApiToken
 from taskherd.policy.timefmt import zone_named
 
-TITLES = {"/": "Board", "/tasks": "Tasks", "/dead": "Dead letters", "/review": "Needs review",
-          "/blocked": "Blocked", "/jobs": "Jobs", "/cooldowns": "Cooldowns", "/cost": "Cost"}
+TITLES = {"/": "Board", "/tasks": "Tasks", "/tasks/new": "Add tasks", "/dead": "Dead letters",
+          "/review": "Needs review", "/blocked": "Blocked", "/jobs": "Jobs", "/cooldowns": "Cooldowns", "/cost": "Cost"}
 LIST_LIMIT = 200
 
 

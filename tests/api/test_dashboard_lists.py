@@ -73,6 +73,7 @@ def test_a_list_filters_by_what_the_address_says_and_pages_with_the_total(api):
     ("priority=7", "priority = '7': expected 0, 1, 2 or 3"),
     ("page=0", "page = '0': expected a whole number"),
     ("sort=random", "sort = 'random': expected one of newest, oldest, priority"),
+    ("sort=priority&state=dead", "sort = 'priority' orders the tasks of one open state"),
     ("colour=red", "'colour' is not a filter of the task list"),
     ("finished_from=yesterday", "finished_from = 'yesterday': expected a date"),
     ("finished_from=2027-02-01&finished_to=2027-01-01", "the range is empty"),
