@@ -86,7 +86,7 @@ def _filter_form(view: View, asked: ListQuery) -> str:
             f'</select></label> '
             f'<label>priority <select name="priority" id="f-priority"><option value="">any'
             f'</option>{priorities}</select></label> '
-            + field("q", "text or id", "search") + field("node", "node") + field("job", "job")
+            + field("q", "text, or #id", "search") + field("node", "node") + field("job", "job")
             + field("finished_from", "finished from", "datetime-local")
             + field("finished_to", "to", "datetime-local")
             + f'<label>sort <select name="sort" id="f-sort">{sorts}</select></label> '

@@ -49,11 +49,14 @@ class SQLTaskLists(TaskListStore):
 def _filter_params(wanted: TaskFilter) -> dict[str, Any]:
     state = wanted.state
     text = wanted.text
+    # `#42` is task 42 only, read by its key; `42` alone is also looked for in the text.
+    only_id = _as_id(text) if text is not None and text.strip().startswith("#") else None
     return {
         "state": state.value if state else None,
         "role": wanted.role, "priority": wanted.priority, "node": wanted.node,
         "job": wanted.job,
-        "pattern": None if text is None else f"%{_escaped(text.lower())}%",
+        "only_id": only_id,
+        "pattern": None if text is None or only_id else f"%{_escaped(text.lower())}%",
         "text_id": _as_id(text),
         "finished_from": wanted.finished_from, "finished_to": wanted.finished_to,
     }

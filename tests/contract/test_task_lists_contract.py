@@ -37,7 +37,10 @@ def test_every_filter_narrows_and_every_sort_orders(store):
     assert ids(node="node-a") == [urgent] and ids(node="node-b") == []
     assert ids(text="widget") == [prompt]  # the prompt, any case
     assert ids(text="100%_done") == [urgent] and ids(text="100%xdone") == []  # literal % _
-    assert ids(text=f"#{plain}") == [plain]
+    assert ids(text=f"#{plain}") == [plain]  # that task, by its key
+    assert ids(text=f"#{plain}", state=TaskState.DEAD) == []
+    assert ids(text=f"#{urgent}", state=TaskState.DEAD) == [urgent]
+    assert ids(text=str(prompt)) == [prompt]  # a number is also its task's id
     assert ids(state=TaskState.CANCELLED, finished_from=NOW + 10, finished_to=NOW + 11) \
         == [cancelled]
     assert ids(finished_from=NOW + 11) == []

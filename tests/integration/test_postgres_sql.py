@@ -155,8 +155,8 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "pool": "gpu", "role_node": None, "pool_a": "gpu", "pool_a_node": None, "pool_b": None,
     "pool_b_node": "node-a", "tags": '["gpu"]', "timeout": 15.0, "by": "node-b",
     "request_id": "3f1c9a", "made": '{"task_ids": [3]}',
-    "job": "nightly", "pattern": "%review%", "text_id": 3, "finished_from": NOW - 60,
-    "finished_to": NOW + 60, "offset": 0, "cap": 100,
+    "job": "nightly", "pattern": "%review%", "text_id": 3, "only_id": None,
+    "finished_from": NOW - 60, "finished_to": NOW + 60, "offset": 0, "cap": 100,
 }
 # The task lists' filters one at a time, over the whole table and over each state's index.
 _ONE_FILTER = dict.fromkeys(("state", "role", "priority", "node", "job", "pattern",
@@ -166,7 +166,9 @@ TASK_LIST_VARIANTS = [
     _ONE_FILTER | {"state": "running", "node": "node-a"}, _ONE_FILTER | {"job": "nightly"},
     _ONE_FILTER | {"pattern": "%to\\_cancel%"}, _ONE_FILTER | {"pattern": "%cancel%"},
     _ONE_FILTER | {"state": "cancelled", "finished_from": NOW - 1, "finished_to": NOW + 1},
-    _ONE_FILTER | {"offset": 1, "priority": 2},
+    _ONE_FILTER | {"offset": 1, "priority": 2}, _ONE_FILTER | {"only_id": 3},
+    _ONE_FILTER | {"only_id": 4, "state": "cancelled"},
+    _ONE_FILTER | {"only_id": 3, "state": "running"},
 ]
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {

@@ -4,24 +4,35 @@
 -- name: filtered_tasks
 -- The candidates are the open tasks in :state through the indexes that hold them only
 -- (open_tasks_in_state), the finished ones in :state through the finished side of
--- tasks_clock (from :finished_from on), or, with no :state, the whole table: an arm not asked
--- for reads nothing (its parameter-only test fails before any row). The
--- other filters are NULL-or-equal: they narrow the rows read, and the sort blocks below stop
--- after :limit of them. A node is any node that ran the task; a job, any fire that made it.
--- :pattern is lower-cased with %, _ and \ escaped by the caller; :text_id the text as an id.
+-- tasks_clock (from :finished_from on), the one task :only_id by its key, or, with no :state,
+-- the whole table: an arm not asked for reads nothing (its parameter-only test fails before
+-- any row). The other filters are NULL-or-equal: they narrow the rows read, and the sort
+-- blocks below stop after :limit of them. A node is any node that ran the task (looked up
+-- per task through runs_task, so a page of a busy node stops early); a job, any fire that
+-- made it. :pattern is lower-cased with %, _ and \ escaped by the caller; :text_id is the
+-- text read as an id (a task's number matches as well as its title).
 SELECT * FROM (
     {open_tasks_in_state}
     UNION ALL
     SELECT * FROM tasks
     WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
-      AND coalesce(finished_at, lease_expires_at) >= coalesce(CAST(:finished_from AS DOUBLE PRECISION), 0)
+      AND coalesce(finished_at, lease_expires_at)
+          >= coalesce(CAST(:finished_from AS DOUBLE PRECISION), 0)
       AND CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled') AND state = :state
+      AND CAST(:only_id AS BIGINT) IS NULL
     UNION ALL
-    SELECT * FROM tasks WHERE CAST(:state AS TEXT) IS NULL
+    SELECT * FROM tasks WHERE id = :only_id
+      AND (CAST(:state AS TEXT) IS NULL
+           OR CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled'))
+    UNION ALL
+    SELECT * FROM tasks WHERE CAST(:state AS TEXT) IS NULL AND CAST(:only_id AS BIGINT) IS NULL
 ) AS candidates
-WHERE (CAST(:role AS TEXT) IS NULL OR role = :role)
+WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
+  AND (CAST(:only_id AS BIGINT) IS NULL OR id = :only_id)
+  AND (CAST(:role AS TEXT) IS NULL OR role = :role)
   AND (CAST(:priority AS INTEGER) IS NULL OR priority = :priority)
-  AND (CAST(:node AS TEXT) IS NULL OR id IN (SELECT task_id FROM runs WHERE node = :node))
+  AND (CAST(:node AS TEXT) IS NULL
+       OR EXISTS (SELECT 1 FROM runs WHERE runs.task_id = candidates.id AND runs.node = :node))
   AND (CAST(:job AS TEXT) IS NULL
        OR id IN (SELECT task_id FROM job_fires WHERE job_name = :job AND task_id IS NOT NULL))
   AND (CAST(:pattern AS TEXT) IS NULL OR id = CAST(:text_id AS BIGINT)
