@@ -22,7 +22,8 @@ from taskherd.store.tokens import ApiToken
 from taskherd.policy.timefmt import zone_named
 
 TITLES = {"/": "Board", "/tasks": "Tasks", "/tasks/new": "Add tasks", "/dead": "Dead letters",
-          "/review": "Needs review", "/blocked": "Blocked", "/jobs": "Jobs", "/cooldowns": "Cooldowns", "/cost": "Cost"}
+          "/review": "Needs review", "/blocked": "Blocked", "/jobs": "Jobs",
+          "/cooldowns": "Cooldowns", "/cost": "Cost"}
 LIST_LIMIT = 200
 
 
