@@ -126,6 +126,12 @@ CASES += [
     ("reject a cancelled task", ["task", "reject", str(CANCELLED)], 1,
      [f"task {CANCELLED}", "cancelled"]),
     ("requeue a ready task", ["task", "requeue", str(READY)], 1, [f"task {READY}", "ready"]),
+    ("priority of a cancelled task", ["task", "priority", str(CANCELLED), "0"], 1,
+     [f"task {CANCELLED}", "cancelled"]),
+]
+CASES += [
+    ("priority out of range", ["task", "priority", str(READY), "7"], 2, ["PRIORITY", "7"]),
+    ("priority of an unknown id", ["task", "priority", str(UNKNOWN), "1"], 2, [str(UNKNOWN)]),
 ]
 
 
