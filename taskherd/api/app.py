@@ -247,14 +247,11 @@ class Api:
     sessions: dict[str, Session] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from taskherd.api.dashboard import SharedBoard
-        from taskherd.api.events import EventHub
-        from taskherd.api.metrics import Metrics
+        from taskherd.api.fanout import EventHub, SharedBoard
 
         self.queue = Queue(self.config, self.store)
         self.hub = EventHub(self.store)
         self.board = SharedBoard()
-        self.metrics = Metrics(self)
         # The store serialises its calls behind one lock: more threads would only queue.
         self.limiter = anyio.CapacityLimiter(2)
 

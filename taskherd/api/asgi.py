@@ -58,7 +58,7 @@ SECURITY_HEADERS = {
        "request) makes a repeated try make nothing twice", "AgentAnswer", body="AgentArgs",
        query={"request_id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}})
 def agent_op(call: Call) -> Any:
-    from taskherd.agent.door import perform
+    from taskherd.ops.agent_requests import perform
 
     assert call.caller.run is not None
     body = call.body if call.body is not None else {}
@@ -179,6 +179,7 @@ def stream(api: Api, make: Callable[[Request, Caller], AsyncIterator[bytes]],
 def build_app(api: Api) -> Starlette:
     from taskherd.api import dashboard, metrics, openapi
 
+    counters = metrics.Metrics(api)
     routes = declared_routes(api)
     routes += [
         Route("/v1/events", stream(api, lambda request, caller: _events(api, request))),
@@ -186,18 +187,18 @@ def build_app(api: Api) -> Starlette:
             api, path_int(dict(request.path_params), "run_id"),
             _lines(request)))),
         Route("/v1/openapi.json", lambda request: JSONResponse(openapi.document())),
-        Route("/metrics", metrics.endpoint(api)),
+        Route("/metrics", metrics.endpoint(api, counters)),
         *dashboard.routes(api),
     ]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await api.hub.start()
-        api.metrics.start()
+        counters.start()
         try:
             yield
         finally:
-            await api.metrics.stop()
+            await counters.stop()
             await api.hub.stop()
 
     app = Starlette(routes=routes, lifespan=lifespan,

@@ -35,25 +35,6 @@ PAGES: dict[str, Callable[..., str]] = {
 ACTIONS = ("approve", "reject", "block", "unblock", "requeue", "cancel")
 
 
-class SharedBoard:
-    """The board's fragment, the same for every viewer (it shows no action and no secret),
-    rendered once for the many dashboards that fetch it on the same change. A page asks with
-    the number of the last change it was told (`seen`); the fragment serves it if rendered
-    after that change reached this server, and is at most MAX_AGE old (its elapsed times)."""
-
-    MAX_AGE = 1.0
-
-    def __init__(self) -> None:
-        self.sequence, self.html, self.rendered_at = -1, "", float("-inf")
-
-    def serves(self, seen: int, now: float) -> bool:
-        return self.sequence >= seen and now - self.rendered_at < self.MAX_AGE
-
-    def keep(self, sequence: int, html: str, now: float) -> None:
-        if sequence >= self.sequence:
-            self.sequence, self.html, self.rendered_at = sequence, html, now
-
-
 def routes(api: Api) -> list[Route]:
     found = [Route(path, _page(api, render)) for path, render in PAGES.items()]
     found += [

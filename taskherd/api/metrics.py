@@ -16,7 +16,7 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -24,11 +24,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 
+from taskherd.api.app import Api, answer_for
 from taskherd.model import EventKind
 from taskherd.ops.tokens import READ
-
-if TYPE_CHECKING:
-    from taskherd.api.app import Api
 
 log = logging.getLogger("taskherd.api")
 
@@ -180,18 +178,16 @@ def _run_families(totals: list[dict[str, Any]]) -> Iterator[Metric]:
     yield from (runs, cost, unpriced, tokens, running)
 
 
-def endpoint(api: Api) -> Callable[[Request], Awaitable[Response]]:
+def endpoint(api: Api, counters: Metrics) -> Callable[[Request], Awaitable[Response]]:
     """/metrics, for a `read` token (a scraper's own token with only that scope)."""
 
     async def handle(request: Request) -> Response:
-        from taskherd.api.asgi import _failure
-
         try:
             caller = await api.authenticate(request, READ)
             api.check(caller, READ)
-            body = await api.run(api.metrics.render)
+            body = await api.run(counters.render)
         except Exception as error:  # noqa: BLE001
-            return _failure(error, request)
+            return answer_for(error, f"{request.method} {request.url.path}").response()
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     return handle

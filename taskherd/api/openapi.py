@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from taskherd import __version__
-from taskherd.agent.door import OPS as AGENT_OPS
+from taskherd.ops.agent_requests import OPS as AGENT_OPS
 from taskherd.policy.jobs import JOB_KEYS
 from taskherd.model import Outcome, TaskState
 from taskherd.ops.jobs import CLEARABLE

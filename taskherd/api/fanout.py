@@ -1,0 +1,132 @@
+"""What the many open pages and streams of one API process share: the store's event channel,
+listened to once and fanned out to every stream, and the board's fragment, rendered once for
+the dashboards that ask for it on the same change."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from taskherd.model import Event
+
+if TYPE_CHECKING:
+    from taskherd.store import Store
+
+log = logging.getLogger("taskherd.api")
+
+SUBSCRIBER_QUEUE = 1000
+
+
+class Changes:
+    """What a gathered stream has not yet told its client: the kinds of the changes since its
+    last message and how many. The hub adds to it in O(1) per event, however fast they come:
+    no queue grows while the stream waits out its gap."""
+
+    def __init__(self) -> None:
+        self.kinds: set[str] = set()
+        self.count = 0
+        self.sequence = 0  # the hub's count of events when the last one was added
+        self.closed = False
+        self.arrived = asyncio.Event()
+
+    def add(self, event: Event, sequence: int) -> None:
+        self.kinds.add(event.kind.value)
+        self.count += 1
+        self.sequence = sequence
+        self.arrived.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.arrived.set()
+
+    def take(self) -> dict[str, Any]:
+        taken = {"kinds": sorted(self.kinds), "events": self.count, "seq": self.sequence}
+        self.kinds, self.count = set(), 0
+        self.arrived.clear()
+        return taken
+
+
+class EventHub:
+    def __init__(self, store: Store):
+        self.store = store
+        self._subscribers: set[asyncio.Queue[Event | None]] = set()
+        self._gathered: set[Changes] = set()
+        # Events received so far: a view rendered after reading it shows every change told
+        # with a number up to it (the dashboard's shared board fragment relies on it).
+        self.sequence = 0
+        self._task: asyncio.Task | None = None
+        self._ready: asyncio.Event | None = None
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers) + len(self._gathered)
+
+    async def start(self) -> None:
+        """Listen from now on (in the API's loop); returns once the listener is open."""
+        self._ready = asyncio.Event()
+        self._task = asyncio.create_task(self._pump(), name="api-events")
+        await asyncio.wait([self._task, asyncio.create_task(self._ready.wait())],
+                           return_when=asyncio.FIRST_COMPLETED)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        for queue in list(self._subscribers):
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(None)  # ends the stream
+        for changes in list(self._gathered):
+            changes.close()
+
+    async def _pump(self) -> None:
+        async with self.store.listen() as events:
+            assert self._ready is not None
+            self._ready.set()
+            async for event in events:
+                self.sequence += 1
+                for queue in list(self._subscribers):
+                    with contextlib.suppress(asyncio.QueueFull):
+                        queue.put_nowait(event)
+                for changes in list(self._gathered):
+                    changes.add(event, self.sequence)
+
+    @contextlib.contextmanager
+    def subscribe(self) -> Any:
+        queue: asyncio.Queue[Event | None] = asyncio.Queue(SUBSCRIBER_QUEUE)
+        self._subscribers.add(queue)
+        try:
+            yield queue
+        finally:
+            self._subscribers.discard(queue)
+
+
+    @contextlib.contextmanager
+    def gather(self) -> Any:
+        changes = Changes()
+        self._gathered.add(changes)
+        try:
+            yield changes
+        finally:
+            self._gathered.discard(changes)
+
+
+class SharedBoard:
+    """The board's fragment, the same for every viewer (it shows no action and no secret),
+    rendered once for the many dashboards that fetch it on the same change. A page asks with
+    the number of the last change it was told (`seen`); the fragment serves it if rendered
+    after that change reached this server, and is at most MAX_AGE old (its elapsed times)."""
+
+    MAX_AGE = 1.0
+
+    def __init__(self) -> None:
+        self.sequence, self.html, self.rendered_at = -1, "", float("-inf")
+
+    def serves(self, seen: int, now: float) -> bool:
+        return self.sequence >= seen and now - self.rendered_at < self.MAX_AGE
+
+    def keep(self, sequence: int, html: str, now: float) -> None:
+        if sequence >= self.sequence:
+            self.sequence, self.html, self.rendered_at = sequence, html, now
