@@ -177,7 +177,7 @@ def stream(api: Api, make: Callable[[Request, Caller], AsyncIterator[bytes]],
 
 
 def build_app(api: Api) -> Starlette:
-    from taskherd.api import dashboard, metrics, openapi
+    from taskherd.api import dashboard, dashboard_lists, metrics, openapi
 
     counters = metrics.Metrics(api)
     routes = declared_routes(api)
@@ -188,6 +188,7 @@ def build_app(api: Api) -> Starlette:
             _lines(request)))),
         Route("/v1/openapi.json", lambda request: JSONResponse(openapi.document())),
         Route("/metrics", metrics.endpoint(api, counters)),
+        *dashboard_lists.routes(api),  # first: /tasks/new before the task page's pattern
         *dashboard.routes(api),
     ]
 

@@ -45,9 +45,7 @@ def routes(api: Api) -> list[Route]:
         Route("/ui/jobs/{name}/run", _run_job(api), methods=["POST"]),
         Route("/static/{name}", _static),
     ]
-    from taskherd.api import dashboard_lists  # it reads this module's helpers
-
-    return dashboard_lists.routes(api) + found  # /tasks/new before /tasks/{task_id}
+    return found
 
 
 def _page(api: Api, render: Callable[..., str]) -> Callable[[Request], Awaitable[Response]]:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from urllib.parse import urlencode
 
 from taskherd.api.app import ApiError
-from taskherd.api.pages import View, h, state, table, when
+from taskherd.api.pages import View, h, list_href, state, table, when
 from taskherd.model import TaskState
 from taskherd.ops import BadInput, Queue, task_lists
 from taskherd.ops.task_lists import ListQuery
@@ -19,12 +19,6 @@ from taskherd.store.task_lists import SORTS
 
 BULK_LABELS = {"requeue": "Requeue", "cancel": "Cancel", "approve": "Approve",
                "unblock": "Unblock"}
-
-
-def list_href(**given: str | int | None) -> str:
-    """The address of the task list filtered by `given` (the board's counts link here)."""
-    shown = {key: str(value) for key, value in given.items() if value not in (None, "")}
-    return "/tasks" + (f"?{urlencode(shown)}" if shown else "")
 
 
 def parsed(queue: Queue, query: Iterable[tuple[str, str]]) -> ListQuery:

@@ -8,6 +8,7 @@ others, and must never become markup in an operator's browser.
 from __future__ import annotations
 
 import html
+from urllib.parse import urlencode
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -127,6 +128,12 @@ def button(view: View, task_id: int, action: str, css: str = "") -> str:
             f'<button class="{css}" id="{action}-{task_id}">{action.capitalize()}</button></form>')
 
 
+def list_href(**given: str | int | None) -> str:
+    """The address of the task list filtered by `given` (the board's counts link here)."""
+    shown = {key: str(value) for key, value in given.items() if value not in (None, "")}
+    return "/tasks" + (f"?{urlencode(shown)}" if shown else "")
+
+
 def task_link(task: Any) -> str:
     return f'<a href="/tasks/{task.id}">#{task.id} {h(task.title)}</a>'
 
@@ -187,8 +194,6 @@ def _count(value: int, state_name: str, role: str | None = None) -> str:
     """A count, linked to the list of the tasks it counts."""
     if not value:
         return '<span class="muted">0</span>'
-    from taskherd.api.page_lists import list_href  # it imports this module
-
     return f'<a href="{h(list_href(state=state_name, role=role))}" class="n">{value}</a>'
 
 
