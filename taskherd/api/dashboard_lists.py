@@ -125,6 +125,10 @@ def _import(api: Api) -> Handler:
             form, view = await _checked(api, request, MAX_IMPORT)
             lines = _one(form, "jsonl").splitlines()
             result = await api.run(task_ops.import_json_lines, api.queue, lines, api.clock())
+        except task_ops.LinesRefused as wrong:
+            return HTMLResponse(pages.layout(view, "Nothing imported",
+                                             page_add.wrong_lines(wrong.errors)),
+                                status_code=422)
         except Exception as error:  # noqa: BLE001
             return _refused(error, "the import")
         return HTMLResponse(pages.layout(view, "Imported", page_add.imported(result)))

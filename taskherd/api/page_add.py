@@ -11,6 +11,7 @@ from taskherd.api.pages import View, h
 from taskherd.ops import BadInput
 
 FORM_FIELDS = ("role", "title", "priority", "prompt", "dedup_key", "chain")
+MAX_ERRORS_SHOWN = 100
 
 
 def add_form(view: View) -> str:
@@ -72,3 +73,14 @@ def imported(result: dict[str, Any]) -> str:
     return (f'<p id="imported">{result["read"]} tasks read, {result["created"]} added{same}, '
             f'for {h(", ".join(result["roles"]) or "no role")}.</p>'
             f'<p><a href="/tasks">the task list</a></p>')
+
+
+def wrong_lines(errors: list[str]) -> str:
+    """Every wrong line of a refused import, so that all are fixed in one go."""
+    shown = "".join(f"<li>{h(error)}</li>" for error in errors[:MAX_ERRORS_SHOWN])
+    more = (f'<p class="muted">and {len(errors) - MAX_ERRORS_SHOWN} more</p>'
+            if len(errors) > MAX_ERRORS_SHOWN else "")
+    return (f'<p class="error" id="import-refused">No task was added: {len(errors)} '
+            f'line{"s are" if len(errors) != 1 else " is"} wrong.</p>'
+            f'<ul id="wrong-lines">{shown}</ul>{more}'
+            f'<p><a href="/tasks/new">back to the form</a></p>')

@@ -57,19 +57,32 @@ def _check_roles(batch: list[NewTask], allowed: Collection[str] | None) -> None:
                         f"only, not {refused[0]!r}")
 
 
+class LinesRefused(BadInput):
+    """Lines of an import that are wrong, each said with its number (`errors`); the message
+    is the first of them and how many more there are."""
+
+    def __init__(self, errors: list[str]):
+        more = f" (and {len(errors) - 1} more wrong lines)" if len(errors) > 1 else ""
+        super().__init__(errors[0] + more)
+        self.errors = errors
+
+
 def import_json_lines(queue: Queue, lines: Iterable[str], now: float,
                       allowed_roles: Collection[str] | None = None) -> dict[str, Any]:
     """Add tasks from JSON Lines (one object a line; blank lines skipped), all or nothing.
-    An error names its line."""
-    batch = []
+    Every line is checked before any is added: LinesRefused names each wrong one."""
+    batch, errors = [], []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            batch.append(validate_task(queue, json.loads(line), where=f"line {number}: "))
         except json.JSONDecodeError as error:
-            raise BadInput(f"line {number}: not valid JSON: {error.msg}") from error
-        batch.append(validate_task(queue, data, where=f"line {number}: "))
+            errors.append(f"line {number}: not valid JSON: {error.msg}")
+        except BadInput as error:
+            errors.append(str(error))
+    if errors:
+        raise LinesRefused(errors)
     _check_roles(batch, allowed_roles)
     return _enqueue_batch(queue, batch, now)
 

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from taskherd.model import NewTask, TaskState
+from taskherd.store.task_lists import TaskFilter
 from tests.api_server import served
 
 NOW = 1_800_000_000.0
@@ -150,15 +151,16 @@ def test_tasks_are_added_by_the_form_and_by_json_lines_all_or_nothing(api):
     assert refused.status_code == 422 and "chain: not valid JSON" in refused.text
 
     lines = "\n".join([json.dumps({"role": "coder", "title": "one"}),
-                       json.dumps({"role": "nobody", "title": "two"})])
-    before = len(store.filter_tasks(__import__("taskherd.store.task_lists",
-                                               fromlist=["TaskFilter"]).TaskFilter()))
+                       json.dumps({"role": "nobody", "title": "two"}), "{not json",
+                       json.dumps({"role": "qa", "title": "three"})])
+    before = len(store.filter_tasks(TaskFilter()))
     wrong = client.post("/ui/import", data={"csrf": csrf, "jsonl": lines})
-    assert wrong.status_code == 422 and "line 2:" in wrong.text
-    good = client.post("/ui/import", data={"csrf": csrf, "jsonl": lines.replace("nobody", "qa")})
-    assert good.status_code == 200 and "2 tasks read, 2 added" in good.text
-    assert len(store.filter_tasks(__import__("taskherd.store.task_lists",
-                                             fromlist=["TaskFilter"]).TaskFilter())) == before + 2
+    assert wrong.status_code == 422 and "2 lines are wrong" in wrong.text
+    assert "<li>line 2: " in wrong.text and "<li>line 3: not valid JSON" in wrong.text
+    fixed = lines.replace("nobody", "qa").replace("{not json", "")
+    good = client.post("/ui/import", data={"csrf": csrf, "jsonl": fixed})
+    assert good.status_code == 200 and "3 tasks read, 3 added" in good.text
+    assert len(store.filter_tasks(TaskFilter())) == before + 3
 
 
 def test_the_task_page_blocks_with_a_reason_changes_priority_and_refuses_what_it_cannot(api):
