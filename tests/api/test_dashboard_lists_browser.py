@@ -147,3 +147,16 @@ def test_an_operator_adds_finds_and_acts_on_many_tasks(browser, fleet):  # noqa:
     wait_for(browser, lambda d: d.find_elements(By.ID, "bulk-done"), 10, "the result")
     assert fleet.store.get_task(later[0]).state is TaskState.CANCELLED
     assert fleet.store.get_task(later[1]).state is TaskState.READY
+
+    # The list stays live and keeps its filter: a new task of the role shows without a
+    # reload, one of another role does not.
+    browser.get(fleet.url + "/tasks?role=broken&state=ready")
+    wait_for(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute(
+        "data-live") == "yes", 10, "the event stream to open")
+    browser.execute_script("window.notReloaded = true;")
+    fleet.add("not this role", role="asker", run_after=time.time() + 3600)
+    fleet.add("fresh and waiting", role="broken", run_after=time.time() + 3600)
+    wait_for(browser, lambda d: "fresh and waiting" in d.find_element(By.ID, "live").text, 10,
+             "the new task in the list")
+    assert "not this role" not in browser.find_element(By.ID, "live").text
+    assert browser.execute_script("return window.notReloaded === true;")
