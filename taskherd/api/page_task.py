@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskherd.api.pages import View, _branch, h, span, state, table, when
+from taskherd.api.pages import View, _branch, h, list_href, span, state, table, when
 from taskherd.model import FINAL_STATES, TASK_ADDRESS, Run, Task, TaskState
 from taskherd.ops import board as board_ops
 from taskherd.ops import logs as log_ops
@@ -122,7 +122,7 @@ def _chain(view: View, current: Task) -> str:
     if current.parent_id:
         lines.append(f'parent <a href="/tasks/{current.parent_id}">#{current.parent_id}</a>')
     if job:
-        lines.append(f'made by job <a href="/tasks?job={h(job)}">{h(job)}</a>')
+        lines.append(f'made by job <a href="{h(list_href(job=job))}" id="job">{h(job)}</a>')
     said = f'<p>{" · ".join(lines)}</p>' if lines else ""
     shown = (f'<div class="tree" id="chain">{_branch(tree, current.id)}</div>'
              if tree["children"] or current.parent_id else "")

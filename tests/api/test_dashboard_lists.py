@@ -188,3 +188,14 @@ def test_the_task_page_blocks_with_a_reason_changes_priority_and_refuses_what_it
     assert late.status_code == 409 and "it is cancelled" in late.text
     not_running = client.post(f"/ui/tasks/{task_id}/answer", data={"csrf": csrf, "text": "y"})
     assert not_running.status_code == 409 and store.get_task(task_id).priority == 0
+
+
+def test_the_task_page_shows_its_chain_its_job_and_its_runs_apart_from_its_strikes(api):
+    store = api.queue.store
+    parent = seed(store, 1, title="<b>parent</b>")[0]
+    child = seed(store, 1, title="child", parent_id=parent,
+                 meta={"job": "nightly & more"})[0]
+    page = logged_in(api).get(f"/tasks/{child}").text
+    assert f'parent <a href="/tasks/{parent}">#{parent}</a>' in page
+    assert 'href="/tasks?job=nightly+%26+more"' in page and "<b>parent</b>" not in page
+    assert "<td>runs</td><td>0</td>" in page and "<td>strikes</td><td>0 of 3</td>" in page
