@@ -159,6 +159,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "NewTask": NEW_TASK,
     "TaskImport": body({"tasks": array(ref("NewTask"))}),
     "Reason": body({}, reason=nullable(STR)),
+    "PriorityChange": body({"priority": {"type": "integer", "minimum": 0, "maximum": 3}}),
     "JobTable": body({"name": STR, "role": STR}, **JOB_FIELDS),
     "JobChanges": body({}, clear=array({"type": "string", "enum": list(CLEARABLE)}),
                        name=STR, role=STR, **JOB_FIELDS),

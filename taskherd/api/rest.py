@@ -89,6 +89,20 @@ for _name in tasks.TRANSITIONS:
     _transition(_name)
 
 
+@route("POST", "/v1/tasks/{task_id}/priority", ACT, "Give an open task another priority (0 is "
+       "the most urgent)", "Task", body="PriorityChange")
+def set_priority(call: Call) -> Any:
+    body = call.body
+    if not isinstance(body, dict):
+        raise ApiError(422, "the body must be a JSON object with priority", "body")
+    unknown = sorted(set(body) - {"priority"})
+    if unknown:
+        raise ApiError(422, f"unknown field {unknown[0]!r} (accepted: priority)", unknown[0])
+    if "priority" not in body:
+        raise ApiError(422, "priority is required: 0, 1, 2 or 3", "priority")
+    return tasks.set_priority(call.queue, call.task_id(), body["priority"], call.now)
+
+
 # -- runs -------------------------------------------------------------------------------
 
 

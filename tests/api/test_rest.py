@@ -75,6 +75,8 @@ def test_every_route_answers_as_the_openapi_document_says(api):
         ("POST", "/v1/tasks/2/requeue", None),
         ("POST", "/v1/tasks/2/approve", None),  # ready: refused
         ("POST", "/v1/tasks/2/reject", None),
+        ("POST", "/v1/tasks/2/priority", {"priority": 0}),
+        ("POST", "/v1/tasks/2/priority", {"priority": "P0"}),  # refused: 422
         ("GET", "/v1/runs", None),
         ("GET", f"/v1/runs/{run_id}", None),
         ("GET", f"/v1/runs/{run_id}/log?lines=2", None),
@@ -117,6 +119,12 @@ def test_the_answers_carry_what_the_cli_shows(api):
     assert again.json() == {"task": added.json()["task"], "created": False}
     task_id = added.json()["task"]["id"]
     assert api.queue.store.get_task(task_id).title == "same"
+    urgent = admin.post(f"/v1/tasks/{task_id}/priority", json={"priority": 0})
+    assert urgent.status_code == 200 and urgent.json()["priority"] in (0, "P0")
+    assert int(api.queue.store.get_task(task_id).priority) == 0
+    wrong = admin.post(f"/v1/tasks/{task_id}/priority", json={"priority": 7})
+    assert wrong.status_code == 422 and "expected 0, 1, 2 or 3" in wrong.text
+    assert int(api.queue.store.get_task(task_id).priority) == 0  # nothing changed
     moved = admin.post(f"/v1/tasks/{task_id}/block", json={"reason": "needs a person"})
     assert moved.json()["state"] == "blocked" and moved.json()["reason"] == "needs a person"
     assert api.queue.store.get_task(task_id).state.value == "blocked"
