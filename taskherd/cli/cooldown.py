@@ -11,8 +11,9 @@ from taskherd.cli.common import (
     now,
     print_json,
     print_table,
-    store_for,
+    queue_for,
 )
+from taskherd.ops import cooldowns as cooldown_ops
 
 
 @click.group("cooldown")
@@ -25,8 +26,8 @@ def cooldown_group() -> None:
 @click.pass_context
 def list_command(ctx: click.Context, as_json: bool) -> None:
     """Show active cooldowns and when they end."""
-    with store_for(ctx, writes=False) as store:
-        cooldowns = store.active_cooldowns(now())
+    with queue_for(ctx, writes=False) as queue:
+        cooldowns = cooldown_ops.active_cooldowns(queue, now())
     if as_json:
         print_json([c.__dict__ for c in cooldowns])
     elif not cooldowns:
@@ -41,7 +42,7 @@ def list_command(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def clear_command(ctx: click.Context, runtime: str) -> None:
     """End RUNTIME's cooldown now: its tasks may start again."""
-    with store_for(ctx) as store:
-        if not store.clear_cooldown(runtime):
+    with queue_for(ctx) as queue:
+        if not cooldown_ops.clear_cooldown(queue, runtime):
             raise Refused(f"runtime {runtime!r} has no cooldown")
     click.echo(f"cooldown of {runtime} cleared")

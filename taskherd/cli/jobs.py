@@ -170,9 +170,8 @@ def list_command(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def get_command(ctx: click.Context, name: str, fire_count: int, as_json: bool) -> None:
     """One job: its definition, state and recent fires."""
-    with job_store(ctx, writes=False) as store:
-        job = store.get_job(name)
-        fires = store.list_fires(job=name, limit=fire_count) if fire_count else []
+    with job_queue(ctx, writes=False) as queue:
+        job, fires = job_ops.job_and_fires(queue, name, fire_count)
     if as_json:
         print_json(job.to_dict() | {"fires": [fire.to_dict() for fire in fires]})
         return
@@ -413,8 +412,8 @@ def _preview_trigger(ctx: click.Context, name: str | None, options: dict[str, An
     if name is not None and given:
         raise BadInput("give a job name or a trigger (--cron, --every, …), not both")
     if name is not None:
-        with job_store(ctx, writes=False) as store:
-            return trigger_of(store.get_job(name))
+        with job_queue(ctx, writes=False) as queue:
+            return trigger_of(job_ops.find_job(queue, name))
     if not given:
         raise BadInput("give a job name or a trigger: --cron, --every [--window], --calendar or --at")
     try:

@@ -15,12 +15,12 @@ from taskherd.cli.common import (
     print_table,
     queue_for,
     since_moment,
-    store_for,
 )
 from taskherd.cli.logs import check_log_options, log_options, show_log
 from taskherd.policy.costs import cost_text
 from taskherd.policy.durations import parse_duration
 from taskherd.model import Run
+from taskherd.ops import jobs as job_ops
 from taskherd.ops import runs as run_ops
 
 
@@ -41,13 +41,13 @@ def list_command(ctx: click.Context, job: str | None, role: str | None, since: s
     """Runs, newest first, with outcome, duration, cost and tokens; JOB: only its tasks' runs."""
     started = now()
     with queue_for(ctx, writes=False) as queue:
-        store = queue.store
         if job is not None:
             _check_job(queue, job)
-            runs = store.runs_of_job(job, since=since_moment(since, started), limit=limit)
-            runs = [run for run in runs if role is None or run.role == role]
+            runs = run_ops.runs_of_job(queue, job, role=role, since=since_moment(since, started),
+                                       limit=limit)
         else:
-            runs = store.list_runs(role=role, since=since_moment(since, started), limit=limit)
+            runs = run_ops.list_runs(queue, role=role, since=since_moment(since, started),
+                                     limit=limit)
         liveness = {run.id: run_ops.liveness(queue, run, started) for run in runs}
     if as_json:
         print_json([run.to_dict() | {"duration": _duration(run, started),
@@ -70,7 +70,7 @@ def running_command(ctx: click.Context, as_json: bool) -> None:
     """Runs that have not ended, on every node."""
     started = now()
     with queue_for(ctx, writes=False) as queue:
-        runs = queue.store.open_runs()
+        runs = run_ops.open_runs(queue)
         liveness = {run.id: run_ops.liveness(queue, run, started) for run in runs}
     if as_json:
         print_json([run.to_dict() | {"elapsed": _duration(run, started),
@@ -117,9 +117,9 @@ def log_command(ctx: click.Context, run_id: int, lines: int | None, follow: bool
                 as_json: bool) -> None:
     """Print what a run's agent wrote (its log), or follow it until the run ends."""
     check_log_options(lines, follow, as_json)
-    with store_for(ctx, writes=False) as store:
-        show_log(store, store.get_run(run_id), lines=lines, follow=follow, as_json=as_json,
-                 raw=raw)
+    with queue_for(ctx, writes=False) as queue:
+        show_log(queue.store, run_ops.get_run(queue, run_id), lines=lines, follow=follow,
+                 as_json=as_json, raw=raw)
 
 
 @runs_group.command("cost")
@@ -147,7 +147,7 @@ def _check_job(queue, name: str) -> None:
     from taskherd.store.jobs import JobNotFound
 
     try:
-        queue.store.get_job(name)
+        job_ops.find_job(queue, name)
     except JobNotFound:
         if name in queue.config.roles:
             raise BadInput(f"{name!r} is a role, not a job: `taskherd runs list --role {name}`"

@@ -21,7 +21,6 @@ from taskherd.cli.common import (
     queue_for,
     say_if_unserved,
     since_moment,
-    store_for,
 )
 from taskherd.cli.logs import check_log_options, log_options, show_log
 from taskherd.policy.durations import parse_duration
@@ -242,20 +241,20 @@ def log_command(ctx: click.Context, task_id: int, run_id: int | None, lines: int
                 follow: bool, raw: bool, as_json: bool) -> None:
     """Print what the agent of a task's latest run wrote (its log), or follow it."""
     check_log_options(lines, follow, as_json)
-    with store_for(ctx, writes=False) as store:
-        task = store.get_task(task_id)
-        runs = store.runs_of_task(task_id)
+    with queue_for(ctx, writes=False) as queue:
+        task = task_ops.get_task(queue, task_id)
+        runs = task_ops.runs_of_task(queue, task_id)
         if run_id is not None:
             chosen = [run for run in runs if run.id == run_id]
             if not chosen:
-                owner = store.get_run(run_id).task_id
+                owner = run_ops.get_run(queue, run_id).task_id
                 raise BadInput(f"--run {run_id}: it is a run of task {owner}, not of task {task_id}")
             run = chosen[0]
         elif runs:
             run = runs[-1]
         else:
             raise Refused(f"task {task_id} has not run yet (it is {task.state.value})")
-        show_log(store, run, lines=lines, follow=follow, as_json=as_json, raw=raw)
+        show_log(queue.store, run, lines=lines, follow=follow, as_json=as_json, raw=raw)
 
 
 def _follow_up_json(text: str) -> Any:

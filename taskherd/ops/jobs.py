@@ -231,9 +231,19 @@ def _parsed(queue: Queue, table: dict[str, Any], now: float, check_past: bool = 
 
 def get_job(queue: Queue, name: str, fires: int = 10) -> dict[str, Any]:
     """One job with its last `fires` fires, newest first."""
-    job = queue.store.get_job(name)
-    recent = queue.store.list_fires(job=name, limit=fires) if fires else []
+    job, recent = job_and_fires(queue, name, fires)
     return job.to_dict() | {"fires": [fire.to_dict() for fire in recent]}
+
+
+def job_and_fires(queue: Queue, name: str, fires: int = 10) -> tuple[Job, list[Any]]:
+    """The job record and its last `fires` fires, newest first (for a door that draws them)."""
+    job = queue.store.get_job(name)
+    return job, queue.store.list_fires(job=name, limit=fires) if fires else []
+
+
+def find_job(queue: Queue, name: str) -> Job:
+    """The job named `name` (JobNotFound if none)."""
+    return queue.store.get_job(name)
 
 
 def next_fire_times(queue: Queue, name: str, now: float, count: int = 5) -> list[float]:

@@ -121,6 +121,18 @@ def get_run(queue: Queue, run_id: int) -> Run:
     return queue.store.get_run(run_id)
 
 
+def runs_of_job(queue: Queue, job: str, *, role: str | None = None, since: float | None = None,
+                limit: int = 100) -> list[Run]:
+    """The runs of `job`'s tasks, newest first; only `role`'s when given."""
+    runs = queue.store.runs_of_job(job, since=since, limit=limit)
+    return [run for run in runs if role is None or run.role == role]
+
+
+def open_runs(queue: Queue) -> list[Run]:
+    """Runs that have not ended, on every node."""
+    return queue.store.open_runs()
+
+
 def cost_by_role_and_day(queue: Queue, now: float, days: int = 14) -> dict[str, Any]:
     """Cost per role per day over the last `days` days of the fleet's zone (for a chart):
     the days in order, per role one amount a day (the known dollars), and in `unpriced` per
