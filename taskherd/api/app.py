@@ -327,7 +327,7 @@ class Api:
         if session is None:
             raise token_ops.Unauthenticated(
                 "no API token given (Authorization: Bearer TOKEN, or log in to the dashboard)")
-        token = self.queue.store.live_api_token(session.digest, now)
+        token = token_ops.session_token(self.queue, session.digest, now)
         if token is None:
             raise token_ops.Unauthenticated("the session's token was revoked or expired")
         # A cookie rides along with any request the browser makes: a change needs the

@@ -24,7 +24,6 @@ from taskherd.api.app import SESSION_COOKIE, Api, ApiError, Session, answer_for
 from taskherd.ops import tasks as task_ops
 from taskherd.ops import tokens as token_ops
 from taskherd.ops.tokens import ACT, GRANTS, READ
-from taskherd.store.sql_credentials import token_digest
 
 SESSION_SECONDS = 12 * 3600
 MAX_FORM = 16 * 1024
@@ -85,7 +84,7 @@ async def _logged_in(api: Api, request: Request) -> tuple[Session | None, Any]:
     session = api.session_of(request, api.clock())
     if session is None:
         return None, None
-    token = await api.run(api.store.live_api_token, session.digest, api.clock())
+    token = await api.run(token_ops.session_token, api.queue, session.digest, api.clock())
     return session, token
 
 
@@ -107,7 +106,7 @@ def _login(api: Api) -> Callable[[Request], Awaitable[Response]]:
         except (token_ops.Unauthenticated, token_ops.Forbidden) as error:
             return _refused_login(api, request, error, given)
         key = secrets.token_urlsafe(32)
-        api.sessions[key] = Session(token_digest(given), secrets.token_urlsafe(32),
+        api.sessions[key] = Session(token_ops.token_digest(given), secrets.token_urlsafe(32),
                                     now + SESSION_SECONDS)
         _forget_expired(api, now)
         response = RedirectResponse("/", status_code=303)

@@ -123,6 +123,12 @@ def authenticate(queue: Queue, token: object, now: float) -> ApiToken:
     return found
 
 
+def session_token(queue: Queue, digest: str, now: float) -> ApiToken | None:
+    """The live token behind a dashboard session, which keeps the token's digest (never the
+    token): None once it is revoked or expired."""
+    return queue.store.live_api_token(digest, now)
+
+
 def authenticate_run(queue: Queue, token: object, now: float) -> Run:
     """The open run of an agent's credential (the HTTP agent route); an API token sent there
     is refused as WrongKind, not counted as a guess."""
