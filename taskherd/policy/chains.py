@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taskherd.policy.durations import parse_duration
+from taskherd.policy.prompt import review_prompt
 from taskherd.model import NewTask, Priority, Task, TaskState
 from taskherd.model.settings import DEFAULT_MAX_DEPTH, DEFAULT_MAX_REVIEWS, FollowUp, Config
 
@@ -240,14 +241,15 @@ class Workflow:
             parent_id=parent.id,
         )
 
-    def review_task(self, parent: Task, prompt: str, now: float) -> NewTask:
-        """The task that reviews `parent` (its role has review_by)."""
+    def review_task(self, parent: Task, log_path: str | None, now: float) -> NewTask:
+        """The task that reviews `parent` (its role has review_by), given where the log of
+        `parent`'s last run is: the reviewer's prompt is written here, not by the store."""
         reviewer = self.role(parent.role).review_by
         assert reviewer is not None
         return NewTask(
             role=reviewer,
             title=one_line_title(f"Review: {parent.title}"),
-            prompt=prompt,
+            prompt=review_prompt(parent, log_path),
             priority=parent.priority,
             max_attempts=self.role(reviewer).max_attempts,
             parent_id=parent.id,

@@ -23,7 +23,6 @@ from taskherd.model import (
     Task,
     TaskState,
 )
-from taskherd.policy.prompt import review_prompt
 from taskherd.store.connection import Connection
 from taskherd.store.errors import TransitionRefused
 
@@ -72,8 +71,10 @@ class SQLWorkflows:
             if verdict is not None:
                 self._apply_verdict(db, reviewed, verdict[0], verdict[1], now)
         if task.state is S.NEEDS_REVIEW and result is not None and workflow.reviewed(task.role):
-            prompt = review_prompt(task, self._last_log(db, task.id))
-            self._add_task(db, workflow.review_task(task, prompt, now), now)
+            # The store hands over facts (the task, its last log); the workflow writes the
+            # reviewer's prompt.
+            self._add_task(db, workflow.review_task(task, self._last_log(db, task.id), now),
+                           now)
 
     def _spawn_chain(self, db: Connection, task: Task, now: float,
                      result: RunResult | None) -> None:
