@@ -204,7 +204,9 @@ class Daemon:
             log.info("stopping: %s running agent(s), on_shutdown = %s", len(supervisor.view),
                      daemon.on_shutdown)
             await supervisor.shutdown(daemon.on_shutdown, daemon.shutdown_grace)
-            self.services["backups"].service.stop()  # type: ignore[attr-defined]
+            for loop in self.services.values():
+                if loop.stop is not None:
+                    loop.stop()
             await _cancel(watching)
             try:
                 store.node_stopped(daemon.node, self.clock())
@@ -300,25 +302,30 @@ class Daemon:
         monitor = Monitor(self.config, store, supervisor.view)
         checkpoints = Checkpoints(store)
         backups = Backups(self.config, store, after_snapshot=checkpoints.request_truncate)
+        planner = Planner(self.config, store)
+        janitor = WorktreeJanitor(self.config, store)
+        merger = Merger(self.config, store, self.clock, on_ended=self._merge_ended)
+        # The scheduler takes a reloaded config first and alone (`_apply_reload`): it may
+        # refuse it.
         return {loop.name: loop for loop in (
-            ServiceLoop("dispatcher", dispatcher, wake=self._wake),
+            ServiceLoop("dispatcher", dispatcher, wake=self._wake, reload=dispatcher.reload),
             ServiceLoop("scheduler", scheduler, wake=self._schedule,
                         max_sleep=scheduler.settings.max_sleep, on_counts=self._fired),
-            ServiceLoop("supervisor", supervisor),
-            ServiceLoop("monitor", monitor),
-            ServiceLoop("planner", Planner(self.config, store), on_counts=self._planned),
+            ServiceLoop("supervisor", supervisor, reload=supervisor.reload),
+            ServiceLoop("monitor", monitor, reload=monitor.reload),
+            ServiceLoop("planner", planner, on_counts=self._planned, reload=planner.reload),
             ServiceLoop("checkpoints", checkpoints, in_thread=True),
-            ServiceLoop("backups", backups, in_thread=True),
+            ServiceLoop("backups", backups, in_thread=True, reload=backups.reload,
+                        stop=backups.stop),
             ServiceLoop("delivery", Deliverer(store, self.clock,
                                               DeliverySettings.of(self.config.delivery)),
                         wake=self._deliver,
                         in_thread=True, max_sleep=DeliverySettings.interval),
             # In a thread: removing a large checkout takes seconds of disk work.
-            ServiceLoop("worktrees", WorktreeJanitor(self.config, store), in_thread=True),
+            ServiceLoop("worktrees", janitor, in_thread=True, reload=janitor.reload),
             # Each merge runs in a thread of its own; the pass only reads and starts them.
-            ServiceLoop("merges", Merger(self.config, store, self.clock,
-                                         on_ended=self._merge_ended), wake=self._merge,
-                        in_thread=True),
+            ServiceLoop("merges", merger, wake=self._merge, in_thread=True,
+                        reload=merger.reload),
         )}
 
     def _merge_ended(self) -> None:
@@ -362,10 +369,10 @@ class Daemon:
             return
         self.config = config
         if self.store is not None:
-            self.store.workflow = workflow_of(config)  # type: ignore[attr-defined]
+            self.store.workflow = workflow_of(config)
         for loop in self.services.values():
-            if hasattr(loop.service, "config"):
-                loop.service.config = config
+            if loop.reload is not None:
+                loop.reload(config)
         log.info("reloaded %s: %s", config.source, _summary(synced))
 
     def _install_signals(self) -> None:

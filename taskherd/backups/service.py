@@ -64,6 +64,10 @@ class Backups:
             return None  # the runner's max_sleep: a reload may add a target
         return min(self._due_at(kind) for kind in (SNAPSHOTS, ROLLUPS))
 
+    def reload(self, config: Config) -> None:
+        """The daemon's reloaded config: the next pass reads it."""
+        self.config = config
+
     def run_once(self, now: float) -> dict[str, int]:
         if self.config.backup.target is None:
             return {}

@@ -78,6 +78,10 @@ class Dispatcher:
         self._refused: dict[str, Refusal] = {}  # the store's word on the last pass
         self._more = False  # the last pass stopped at starts_per_pass with room left
 
+    def reload(self, config: Config) -> None:
+        """The daemon's reloaded config: the next pass reads it."""
+        self.config = config
+
     def run_once(self, now: float) -> dict[str, int]:
         limits = ClaimLimits.from_config(self.config)  # the config may have been reloaded
         if (paused := self.disk.check(now)) is not None:

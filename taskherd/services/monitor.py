@@ -48,6 +48,10 @@ class Monitor:
     def next_wake(self, now: float) -> float:
         return now if self._renewing else now + self.settings.interval
 
+    def reload(self, config: Config) -> None:
+        """The daemon's reloaded config: the next pass reads it."""
+        self.config = config
+
     def run_once(self, now: float) -> dict[str, int]:
         daemon = self.config.daemon
         counts = {"renewed": 0, "rescued": 0, "never_spawned": 0, "pruned": 0,

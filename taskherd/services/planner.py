@@ -37,6 +37,10 @@ class Planner:
     def next_wake(self, now: float) -> float:
         return now + self.settings.interval
 
+    def reload(self, config: Config) -> None:
+        """The daemon's reloaded config: the next pass reads it."""
+        self.config = config
+
     def run_once(self, now: float) -> dict[str, int]:
         monitor = self.config.monitor
         role = monitor.planner

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from taskherd.model.settings import Config
 from taskherd.store import StoreError
 
 log = logging.getLogger("taskherd.daemon")
@@ -38,6 +39,8 @@ class ServiceLoop:
     max_sleep: float = 60.0
     in_thread: bool = False
     on_counts: Callable[[Mapping[str, int]], None] | None = None
+    reload: Callable[[Config], None] | None = None  # takes the reloaded config, if it reads one
+    stop: Callable[[], None] | None = None  # abandons work under way when the daemon stops
     counts: Counter[str] = field(default_factory=Counter)  # summed over every pass
     errors: int = 0
 

@@ -415,6 +415,10 @@ class Supervisor:
                 and (event.state not in LEASED_STATES or event.run_id not in (None, run_id))):
             self._heard = True
 
+    def reload(self, config: Config) -> None:
+        """The daemon's reloaded config: the next pass reads it."""
+        self.config = config
+
     def run_once(self, now: float) -> dict[str, int]:
         """One pass: watch what runs, stop what a person cancelled, adopt what is unwatched."""
         counts = self.check(now)

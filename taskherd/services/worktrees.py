@@ -65,6 +65,10 @@ class Merger:
         return now + (self.settings.waiting_interval if self._waiting
                       else self.settings.interval)
 
+    def reload(self, config: Config) -> None:
+        """The daemon's reloaded config: the next pass reads it."""
+        self.config = config
+
     def run_once(self, now: float) -> dict[str, int]:
         with self._lock:
             counts = Counter({"started": 0, "merged": 0, "blocked": 0, "waiting": 0,
@@ -183,6 +187,10 @@ class WorktreeJanitor:
 
     def next_wake(self, now: float) -> float:
         return now + self.settings.interval
+
+    def reload(self, config: Config) -> None:
+        """The daemon's reloaded config: the next pass reads it."""
+        self.config = config
 
     def run_once(self, now: float) -> dict[str, int]:
         counts = {"removed": 0, "failed": 0}

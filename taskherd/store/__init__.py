@@ -75,7 +75,7 @@ def open_store(database: str, *, durability: str = "full", autocheckpoint: bool 
         store = SQLiteStore(database, durability=durability, autocheckpoint=autocheckpoint,
                             **waits)
     if workflow is not None:
-        store.workflow = workflow  # type: ignore[attr-defined]
+        store.workflow = workflow
     return store
 
 

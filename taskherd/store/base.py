@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from taskherd.policy.admission import ClaimAttempt, ClaimRequest
+from taskherd.policy.chains import Workflow
 from taskherd.model import (
     Claim,
     Cooldown,
@@ -71,6 +72,10 @@ class StateCount:
 class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStore,
             MemoryStore, DeliveryStore, RequestStore, TaskListStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
+
+    # The roles' chains and reviewers (`policy.chains.workflow_of(config)`): given when the
+    # store is opened for a config, and again when the daemon reloads it.
+    workflow: Workflow
 
     # -- run credentials: what an agent holds instead of the database -------------------
 
