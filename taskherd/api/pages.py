@@ -17,13 +17,12 @@ from taskherd.policy.costs import cost_text
 from taskherd.model import TaskState
 from taskherd.ops import Queue, tasks
 from taskherd.ops import board as board_ops
-from taskherd.ops import jobs as job_ops
 from taskherd.ops import runs as run_ops
 from taskherd.store.tokens import ApiToken
 from taskherd.policy.timefmt import zone_named
 
 TITLES = {"/": "Board", "/tasks": "Tasks", "/tasks/new": "Add tasks", "/dead": "Dead letters",
-          "/review": "Needs review", "/blocked": "Blocked", "/jobs": "Jobs",
+          "/review": "Needs review", "/blocked": "Blocked", "/jobs": "Jobs", "/nodes": "Nodes",
           "/cooldowns": "Cooldowns", "/cost": "Cost"}
 LIST_LIMIT = 200
 
@@ -239,25 +238,6 @@ def review(view: View) -> str:
 
 def blocked(view: View) -> str:
     return _state_list(view, TaskState.BLOCKED, ["unblock"], "reason", "no blocked task")
-
-
-def jobs(view: View) -> str:
-    rows = []
-    for job in job_ops.list_jobs(view.queue, view.now):
-        fire = job.get("last_fire") or {}
-        run_now = (f'<form class="inline" method="post" action="/ui/jobs/{h(job["name"])}/run">'
-                   f'<input type="hidden" name="csrf" value="{h(view.csrf)}">'
-                   f'<input type="hidden" name="back" value="/jobs"><button>Run now</button>'
-                   f'</form>') if view.may_act and job.get("synced") else ""
-        rows.append([h(job["name"]), "yes" if job["enabled"] else "no",
-                     f"<code>{h(_trigger(job['trigger']))}</code>", when(view, job["next_run_at"]),
-                     h(fire.get("status", "-")), when(view, fire.get("fired_at")), run_now])
-    return table(["job", "enabled", "trigger", "next fire", "last outcome", "last fired", ""],
-                 rows, "no jobs")
-
-
-def _trigger(trigger: dict[str, Any]) -> str:
-    return ", ".join(f"{key} {value}" for key, value in trigger.items() if key != "timezone")
 
 
 def cooldowns(view: View) -> str:
