@@ -28,7 +28,7 @@ def nodes(view: View) -> str:
     pauses = [[h(p["name"]), when(view, p["since"]), when(view, p["until"]),
                span(p["until"] - view.now), h(p["reason"])]
               for p in data["cooldowns"] + data["budget_pauses"]]
-    return (f'<section id="nodes"><h2>Nodes</h2>'
+    return ('<section id="nodes"><h2>Nodes</h2>'
             + table(["node", "status", "up since", "last seen", "version", "tags",
                      "agents running", "starts nothing new because"], node_rows,
                     "no node has started")
@@ -120,7 +120,7 @@ def job(view: View) -> str:
             f'<section id="next-fires"><h2>Next fires</h2>'
             + (f"<ol>{soon}</ol>" if soon else '<p class="muted">none: the job is disabled '
                'or will not fire again</p>')
-            + f'</section><section id="fires"><h2>Fires, newest first</h2>'
+            + '</section><section id="fires"><h2>Fires, newest first</h2>'
             + table(["scheduled for", "fired", "kind", "status", "task", "took", "summary"],
                     fires, "it has not fired yet") + "</section>")
 
