@@ -43,6 +43,7 @@ def routes(api: Api) -> list[Route]:
         Route("/logout", _logout(api), methods=["POST"]),
         Route("/ui/tasks/{task_id}/{action}", _act(api), methods=["POST"]),
         Route("/static/{name}", _static),
+        Route("/favicon.ico", lambda request: RedirectResponse("/static/favicon.svg", 301)),
     ]
     return found
 
@@ -214,7 +215,8 @@ async def _form_lists(request: Request, limit: int = MAX_FORM) -> dict[str, list
     return parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
 
 
-STATIC_TYPES = {"live.js": "text/javascript", "style.css": "text/css"}
+STATIC_TYPES = {"live.js": "text/javascript", "style.css": "text/css",
+                "favicon.svg": "image/svg+xml"}
 
 
 async def _static(request: Request) -> Response:

@@ -25,6 +25,7 @@ TITLES = {"/": "Board", "/tasks": "Tasks", "/tasks/new": "Add tasks", "/dead": "
           "/review": "Needs review", "/blocked": "Blocked", "/jobs": "Jobs", "/nodes": "Nodes",
           "/cooldowns": "Cooldowns", "/cost": "Cost"}
 LIST_LIMIT = 200
+ICON = '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
 
 
 def h(text: Any) -> str:
@@ -85,8 +86,9 @@ def layout(view: View, title: str, body: str) -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{h(title)} · taskherd</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="stylesheet" href="/static/style.css"></head>
-<body><header><strong>taskherd</strong>{links}
+<link rel="stylesheet" href="/static/style.css">{ICON}</head>
+<body><a class="skip" href="#live">Skip to the page</a><header><strong>taskherd</strong>
+<nav aria-label="pages">{links}</nav>
 <span class="who">{h(view.token.name)} ({h(view.token.scope)})</span>
 <form class="inline" method="post" action="/logout"><input type="hidden" name="csrf"
  value="{h(view.csrf)}"><button>Log out</button></form></header>
@@ -98,13 +100,13 @@ def login_page(error: str = "") -> str:
     shown = f'<p class="error">{h(error)}</p>' if error else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Log in · taskherd</title>
-<link rel="stylesheet" href="/static/style.css"></head>
-<body><div class="login"><h1>taskherd</h1>{shown}
+<link rel="stylesheet" href="/static/style.css">{ICON}</head>
+<body><main class="login"><h1>taskherd</h1>{shown}
 <form method="post" action="/login"><p><label for="token">API token</label></p>
 <p><input id="token" name="token" type="password" autocomplete="off" autofocus></p>
 <p><button type="submit" id="login">Log in</button></p></form>
 <p class="muted">Make one with <code>taskherd token create --name me --scope operator</code>.
-</p></div></body></html>"""
+</p></main></body></html>"""
 
 
 def table(headers: list[str], rows: list[list[str]], empty: str = "none") -> str:

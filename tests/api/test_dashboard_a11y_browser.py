@@ -1,0 +1,132 @@
+"""Every dashboard page in Chromium under axe-core's rules (no serious or critical
+violation, light and dark), a page worked from the keyboard alone, dark mode following the
+system's choice, and the screenshots in docs/screenshots/ made from the pages as they are."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from taskherd.model import NewTask
+from taskherd.policy.admission import ClaimRequest
+from taskherd.services.scheduler import Scheduler
+from tests.api.test_dashboard_browser import browser, log_in, wait_for  # noqa: F401
+from tests.api.test_dashboard_fleet import FLEET_CONFIG
+from tests.api_server import served
+
+REPO = Path(__file__).resolve().parents[2]
+AXE = REPO / ".axe-core" / "node_modules" / "axe-core" / "axe.min.js"
+DOCS_SHOTS = REPO / "docs" / "screenshots"
+PAGES = ("/", "/tasks", "/tasks/new", "/tasks/1", "/dead", "/review", "/blocked", "/jobs",
+         "/jobs/nightly", "/nodes", "/cooldowns", "/cost")
+SHOWN = {"/": "board", "/nodes": "nodes", "/jobs": "jobs", "/jobs/nightly": "job",
+         "/tasks": "tasks"}
+BAD = ("serious", "critical")
+
+
+@pytest.fixture
+def axe() -> str:
+    if not AXE.exists():
+        if os.environ.get("CI"):
+            pytest.fail("axe-core is missing: .ci/run installs it (.ci/install-axe)")
+        subprocess.run(["bash", str(REPO / ".ci" / "install-axe")], check=True,
+                       stdout=subprocess.DEVNULL)
+    return AXE.read_text()
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    with served(tmp_path, FLEET_CONFIG) as api:
+        store, now = api.queue.store, time.time()
+        Scheduler(api.queue.config, api.queue.store).sync_config(now=now)
+        store.node_up("n1", host="h", pid=1, version="1.0", lease=60.0, roles=["qa"],
+                      tags=["gpu"], now=now)
+        store.enqueue_many([NewTask(role="qa", title=f"check {n}") for n in range(3)], now)
+        claim = store.claim(ClaimRequest("n1", now, 3600, roles=["qa"]))
+        store.mark_spawned(claim.run.id, now, 3600, pid=None, pid_started_at=None,
+                           log_path=None)
+        store.set_cooldown("claude", now + 600, "rate limited", now)
+        yield api
+
+
+def violations(driver, axe_source: str) -> list[str]:
+    driver.execute_script(axe_source)
+    found = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "axe.run(document).then(r => done(JSON.stringify(r.violations)),"
+        " e => done(JSON.stringify([{id: 'axe failed: ' + e, impact: 'critical', nodes: []}])));")
+    return [f"{v['id']} ({v['impact']}): {v.get('help', '')} at "
+            f"{[n['target'] for n in v['nodes']][:3]}"
+            for v in json.loads(found) if v["impact"] in BAD]
+
+
+def dark(driver, on: bool) -> None:
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [
+        {"name": "prefers-color-scheme", "value": "dark" if on else "light"}]})
+
+
+def test_every_page_passes_axe_core_in_light_and_dark(browser, fleet, axe):
+    browser.set_script_timeout(30)
+    browser.get(fleet.url + "/login")
+    found = {"/login": violations(browser, axe)}
+    log_in(browser, fleet, fleet.tokens["operator"])
+    for scheme in (False, True):
+        dark(browser, scheme)
+        for page in PAGES:
+            browser.get(fleet.url + page)
+            found[f"{page} {'dark' if scheme else 'light'}"] = violations(browser, axe)
+    assert {page: bad for page, bad in found.items() if bad} == {}
+
+
+def test_dark_mode_follows_the_system(browser, fleet):
+    log_in(browser, fleet, fleet.tokens["read"])
+    background = "return getComputedStyle(document.body).backgroundColor"
+    dark(browser, False)
+    browser.get(fleet.url + "/nodes")
+    light = browser.execute_script(background)
+    dark(browser, True)
+    browser.get(fleet.url + "/nodes")
+    shade = browser.execute_script(background)
+    assert light != shade
+    assert sum(int(part) for part in shade[4:-1].split(",")) < 3 * 64, shade  # dark indeed
+    icon = browser.execute_script(
+        "return document.querySelector('link[rel=icon]').href")
+    assert icon.endswith("/static/favicon.svg")
+
+
+def test_a_job_is_disabled_with_the_keyboard_alone(browser, fleet):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    log_in(browser, fleet, fleet.tokens["operator"])
+    browser.get(fleet.url + "/jobs")
+    ActionChains(browser).send_keys(Keys.TAB).perform()
+    active = browser.switch_to.active_element
+    assert active.text == "Skip to the page"  # the first stop skips the header's links
+    for _ in range(40):
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+        if browser.switch_to.active_element.get_attribute("aria-label") == "Disable nightly":
+            break
+    else:
+        pytest.fail("Tab never reached the Disable button of job nightly")
+    ActionChains(browser).send_keys(Keys.ENTER).perform()
+    wait_for(browser, lambda d: not fleet.queue.store.get_job("nightly").enabled, 10,
+             "the job to be disabled")
+
+
+def test_the_screenshots_in_docs_are_the_pages_as_they_are(browser, fleet):
+    """Small PNGs of the main pages for docs/ (the README and operating.md show them)."""
+    log_in(browser, fleet, fleet.tokens["operator"])
+    browser.set_window_size(1100, 700)
+    dark(browser, False)
+    DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
+    for page, name in SHOWN.items():
+        browser.get(fleet.url + page)
+        path = DOCS_SHOTS / f"{name}.png"
+        browser.save_screenshot(str(path))
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
