@@ -70,7 +70,7 @@ def dark(driver, on: bool) -> None:
         {"name": "prefers-color-scheme", "value": "dark" if on else "light"}]})
 
 
-def test_every_page_passes_axe_core_in_light_and_dark(browser, fleet, axe):
+def test_every_page_passes_axe_core_in_light_and_dark(browser, fleet, axe):  # noqa: F811
     browser.set_script_timeout(30)
     browser.get(fleet.url + "/login")
     found = {"/login": violations(browser, axe)}
@@ -83,7 +83,7 @@ def test_every_page_passes_axe_core_in_light_and_dark(browser, fleet, axe):
     assert {page: bad for page, bad in found.items() if bad} == {}
 
 
-def test_dark_mode_follows_the_system(browser, fleet):
+def test_dark_mode_follows_the_system(browser, fleet):  # noqa: F811
     log_in(browser, fleet, fleet.tokens["read"])
     background = "return getComputedStyle(document.body).backgroundColor"
     dark(browser, False)
@@ -99,7 +99,7 @@ def test_dark_mode_follows_the_system(browser, fleet):
     assert icon.endswith("/static/favicon.svg")
 
 
-def test_a_job_is_disabled_with_the_keyboard_alone(browser, fleet):
+def test_a_job_is_disabled_with_the_keyboard_alone(browser, fleet):  # noqa: F811
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
 
@@ -119,7 +119,7 @@ def test_a_job_is_disabled_with_the_keyboard_alone(browser, fleet):
              "the job to be disabled")
 
 
-def test_the_screenshots_in_docs_are_the_pages_as_they_are(browser, fleet):
+def test_the_screenshots_in_docs_are_the_pages_as_they_are(browser, fleet):  # noqa: F811
     """Small PNGs of the main pages for docs/ (the README and operating.md show them)."""
     log_in(browser, fleet, fleet.tokens["operator"])
     browser.set_window_size(1100, 700)
