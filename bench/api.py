@@ -303,7 +303,8 @@ def part_a(folder: Path, requests: int, processes: int) -> bool:
 # Every dashboard page, logged in; a task page and a job page by their address. The list's
 # filter reads 50 rows out of the million (dead tasks of one role: 1 in 30 of the history).
 DASHBOARD_PAGES = ("/", "/tasks", "/tasks/new", "/tasks/1", "/dead", "/review", "/blocked",
-                   "/jobs", "/jobs/nightly", "/nodes", "/cooldowns", "/cost")
+                   "/jobs", "/jobs/nightly", "/nodes", "/cooldowns", "/cost",
+                   "/messages?address=coder", "/memory", "/delivery")
 LIST_URL = "/tasks?state=dead&role=qa&per_page=50"
 
 

@@ -23,6 +23,7 @@ from taskherd.policy.timefmt import zone_named
 
 TITLES = {"/": "Board", "/tasks": "Tasks", "/tasks/new": "Add tasks", "/dead": "Dead letters",
           "/review": "Needs review", "/blocked": "Blocked", "/jobs": "Jobs", "/nodes": "Nodes",
+          "/messages": "Messages", "/memory": "Memory", "/delivery": "Delivery",
           "/cooldowns": "Cooldowns", "/cost": "Cost"}
 LIST_LIMIT = 200
 ICON = '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
