@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from taskherd.model import NewTask
+from taskherd.ops import delivery as delivery_ops
+from taskherd.ops import memory as memory_ops
+from taskherd.ops import messages as message_ops
 from taskherd.policy.admission import ClaimRequest
 from taskherd.services.scheduler import Scheduler
 from tests.api.test_dashboard_browser import browser, log_in, wait_for  # noqa: F401
@@ -23,9 +26,10 @@ REPO = Path(__file__).resolve().parents[2]
 AXE = REPO / ".axe-core" / "node_modules" / "axe-core" / "axe.min.js"
 DOCS_SHOTS = REPO / "docs" / "screenshots"
 PAGES = ("/", "/tasks", "/tasks/new", "/tasks/1", "/dead", "/review", "/blocked", "/jobs",
-         "/jobs/nightly", "/nodes", "/cooldowns", "/cost")
+         "/jobs/nightly", "/nodes", "/cooldowns", "/cost", "/messages?address=qa", "/memory",
+         "/delivery")
 SHOWN = {"/": "board", "/nodes": "nodes", "/jobs": "jobs", "/jobs/nightly": "job",
-         "/tasks": "tasks"}
+         "/tasks": "tasks", "/messages?address=qa": "messages", "/delivery": "delivery"}
 BAD = ("serious", "critical")
 
 
@@ -51,6 +55,10 @@ def fleet(tmp_path):
         store.mark_spawned(claim.run.id, now, 3600, pid=None, pid_started_at=None,
                            log_path=None)
         store.set_cooldown("claude", now + 600, "rate limited", now)
+        message_ops.send(api.queue, message_ops.person(), "qa", "look at check 1", now)
+        memory_ops.add(api.queue, "qa", "the staging database resets at noon", now)
+        delivery_ops.add_alias(api.queue, "ops", "file", str(tmp_path / "out.jsonl"), now)
+        store.pause_budget("qa", now + 60, "qa spent its day", ["ops"], now)
         yield api
 
 
