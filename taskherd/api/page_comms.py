@@ -37,7 +37,7 @@ def messages(view: View) -> str:
              f'<button>Show</button></form>')
     if thread_id:
         if not thread_id.isdigit():
-            found += f'<p class="error">thread {h(thread_id)!s}: expected a message id</p>'
+            found += f'<p class="error">thread {h(thread_id)}: expected a message id</p>'
         else:
             found += ('<section id="thread"><h2>Thread</h2>'
                       + _messages(view, message_ops.thread(view.queue, int(thread_id)))

@@ -21,8 +21,8 @@ def nodes(view: View) -> str:
                   when(view, n["last_seen"]), h(n["version"] or "-"),
                   h(", ".join(n["tags"]) or "-"), _agents(n["agents"]),
                   h(n["paused_reason"] or "")] for n in data["nodes"]]
-    role_rows = [[h(r["role"]), _slots(r["running"], r["limit"]), h(r["pool"] or "-")]
-                 for r in data["roles"]]
+    role_rows = [[h(r["role"]), _slots(r["running"], r["limit"]), h(r["scope"]),
+                  h(r["pool"] or "-")] for r in data["roles"]]
     pool_rows = [[h(p["pool"]), _slots(p["running"], p["limit"]), h(p["scope"])]
                  for p in data["pools"]]
     pauses = [[h(p["name"]), when(view, p["since"]), when(view, p["until"]),
@@ -33,7 +33,7 @@ def nodes(view: View) -> str:
                      "agents running", "starts nothing new because"], node_rows,
                     "no node has started")
             + '</section><section id="roles"><h2>Slots by role, across the fleet</h2>'
-            + table(["role", "in use", "pool"], role_rows, "no role")
+            + table(["role", "in use", "limit counted", "pool"], role_rows, "no role")
             + '</section><section id="pools"><h2>Pools</h2>'
             + table(["pool", "in use", "scope"], pool_rows, "no pool")
             + '</section><section id="pauses"><h2>Cooldowns and budget pauses</h2>'
@@ -116,7 +116,7 @@ def job(view: View) -> str:
     soon = "".join(f"<li>{when(view, moment)}</li>" for moment in upcoming)
     return (f'<p><code>{h(_trigger(found["trigger"]))}</code> · '
             f'{"enabled" if found["enabled"] else "disabled"} · from {h(found["source"])} '
-            f'{_job_buttons(view, found | {"name": name})}</p>'
+            f'{_job_buttons(view, found)}</p>'
             f'<section id="next-fires"><h2>Next fires</h2>'
             + (f"<ol>{soon}</ol>" if soon else '<p class="muted">none: the job is disabled '
                'or will not fire again</p>')

@@ -13,7 +13,8 @@ from taskherd.policy.budgets import COOLDOWN_PREFIX
 
 def fleet(queue: Queue, now: float) -> dict[str, Any]:
     """`nodes`: every node known, each with its status and its open runs by role;
-    `roles` and `pools`: slots in use of their limit (None: no limit) over every node;
+    `roles` and `pools`: slots in use over every node, of their limit (None: no limit),
+    counted for the fleet (scope cluster) or for each node alone (scope node);
     `cooldowns` and `budget_pauses`: the active ones, soonest end first."""
     store, config = queue.store, queue.config
     open_runs = store.open_runs()
@@ -24,10 +25,10 @@ def fleet(queue: Queue, now: float) -> dict[str, Any]:
                                "agents": dict(sorted(by_node[node.name].items()))}
              for node in store.list_nodes()]
     running = Counter(run.role for run in open_runs)
-    roles = [{"role": name, "running": running[name],
-              "limit": config.roles[name].max_concurrent if name in config.roles else None,
-              "pool": config.roles[name].pool if name in config.roles else None}
-             for name in sorted(set(config.roles) | set(running))]
+    roles = [{"role": name, "running": running[name], "limit": role.max_concurrent,
+              "scope": role.scope, "pool": role.pool}
+             for name in sorted(set(config.roles) | set(running))
+             for role in [config.role(name)]]
     pool_use: Counter[str] = Counter()
     for row in roles:
         if row["pool"] is not None:

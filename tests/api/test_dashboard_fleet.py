@@ -19,6 +19,8 @@ from tests.api_server import CONFIG, served
 
 FLEET_CONFIG = CONFIG.replace('[roles.qa]\ncommand = ["true"]',
                               '[roles.qa]\ncommand = ["true"]\nmax_concurrent = 4\npool = "gpu"'
+                              ).replace('[roles.coder]\ncommand = ["true"]',
+                                        '[roles.coder]\ncommand = ["true"]\nscope = "node"'
                               ) + '\n[pools]\ngpu = 2\n'
 
 
@@ -47,9 +49,9 @@ def test_the_nodes_page_shows_each_node_its_agents_the_slots_in_use_and_the_paus
     assert "n&lt;1&gt;" in page and "<1>" not in page
     assert "9.8.7" in page and "gpu&lt;b&gt;" in page
     assert "3 (qa 3)" in page  # the node's agents by role
-    assert "<td>qa</td><td>3 of 4</td><td>gpu</td>" in page  # the role's slots, its pool
+    assert "<td>qa</td><td>3 of 4</td><td>cluster</td><td>gpu</td>" in page  # and its pool
     assert "<td>gpu</td><td>3 of 2</td><td>cluster</td>" in page
-    assert "<td>coder</td><td>0 (no limit)</td>" in page
+    assert "<td>coder</td><td>0 (no limit)</td><td>node</td>" in page
     assert "rate limited &lt;until 5&gt;" in page
     assert "budget:qa" in page and "qa spent $5.00 of $5.00 today" in page
     assert "Nodes" in logged_in(api).get("/").text  # in the header of every page
