@@ -138,3 +138,20 @@ def test_the_screenshots_in_docs_are_the_pages_as_they_are(browser, fleet):  # n
         path = DOCS_SHOTS / f"{name}.png"
         browser.save_screenshot(str(path))
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_jobs_page_shows_its_new_fire_without_a_reload(browser, fleet):
+    from selenium.webdriver.common.by import By
+
+    from taskherd.ops import jobs as job_ops
+
+    log_in(browser, fleet, fleet.tokens["read"])
+    browser.get(fleet.url + "/jobs/nightly")
+    wait_for(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-live"),
+             10, "the page to go live")
+    assert "it has not fired yet" in browser.find_element(By.ID, "fires").text
+    job_ops.run_job_now(fleet.queue, "nightly", time.time())
+    Scheduler(fleet.queue.config, fleet.queue.store).run_once(time.time() + 1)
+    [fire] = fleet.queue.store.list_fires(job="nightly", limit=10)
+    wait_for(browser, lambda d: f"#{fire.task_id}" in d.find_element(By.ID, "fires").text, 10,
+             "the fire's task on the page")
