@@ -140,7 +140,7 @@ def test_the_screenshots_in_docs_are_the_pages_as_they_are(browser, fleet):  # n
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_a_jobs_page_shows_its_new_fire_without_a_reload(browser, fleet):
+def test_a_jobs_page_shows_its_new_fire_without_a_reload(browser, fleet):  # noqa: F811
     from selenium.webdriver.common.by import By
 
     from taskherd.ops import jobs as job_ops
