@@ -17,6 +17,7 @@ from taskherd.policy.costs import cost_text
 from taskherd.model import TaskState
 from taskherd.ops import Queue, tasks
 from taskherd.ops import board as board_ops
+from taskherd.ops import cooldowns as cooldown_ops
 from taskherd.ops import runs as run_ops
 from taskherd.store.tokens import ApiToken
 from taskherd.policy.timefmt import zone_named
@@ -213,7 +214,7 @@ def _log_panel(view: View) -> str:
     if not view.path.startswith("/tasks/") or not view.params.get("task_id", "").isdigit():
         return ""
     try:
-        runs = view.queue.store.runs_of_task(int(view.params["task_id"]))
+        runs = tasks.runs_of_task(view.queue, int(view.params["task_id"]))
     except Exception:  # noqa: BLE001 - the page itself says the task is missing
         return ""
     if not runs:
@@ -245,7 +246,7 @@ def blocked(view: View) -> str:
 
 def cooldowns(view: View) -> str:
     rows = [[h(c.runtime), when(view, c.until), span(c.until - view.now), h(c.reason)]
-            for c in view.queue.store.active_cooldowns(view.now)]
+            for c in cooldown_ops.active_cooldowns(view.queue, view.now)]
     return table(["runtime", "until", "left", "reason"], rows, "no runtime is cooling down")
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from taskherd.api.app import TEXT, UNIX_SECONDS, ApiError, Call, choice, integer, path_int, route
 from taskherd.model import TaskState
 from taskherd.ops import BadInput, board, tasks
+from taskherd.ops import cooldowns as cooldown_ops
 from taskherd.ops import jobs as job_ops
 from taskherd.ops import logs as log_ops
 from taskherd.ops import runs as run_ops
@@ -205,7 +206,7 @@ def cost(call: Call) -> Any:
 
 @route("GET", "/v1/cooldowns", READ, "Runtimes paused by a rate limit", "CooldownList")
 def cooldowns(call: Call) -> Any:
-    return call.queue.store.active_cooldowns(call.now)
+    return cooldown_ops.active_cooldowns(call.queue, call.now)
 
 
 # -- tokens -----------------------------------------------------------------------------
