@@ -16,7 +16,6 @@ from taskherd.cli.common import (
     print_json,
     print_table,
     queue_for,
-    store_for,
 )
 from taskherd.policy.costs import cost_text
 from taskherd.policy.durations import parse_duration
@@ -129,14 +128,15 @@ def _watch(ctx: click.Context, as_json: bool, interval: str) -> None:
         raise BadInput(str(error)) from error
     if seconds <= 0:
         raise BadInput(f"--interval {interval!r}: must be more than 0")
-    from taskherd.ops.views import Screen, board_lines, read_board
+    from taskherd.ops.board import live_board
+    from taskherd.ops.views import Screen, board_lines
 
     screen = Screen(sys.stdout.isatty())
     started = time.monotonic()
-    with store_for(ctx, writes=False) as store:
+    with queue_for(ctx, writes=False) as queue:
         try:
             while True:
-                screen.draw(time.monotonic() - started, board_lines(read_board(store)))
+                screen.draw(time.monotonic() - started, board_lines(live_board(queue, now())))
                 time.sleep(seconds)
         except KeyboardInterrupt:
             pass  # the person is done watching

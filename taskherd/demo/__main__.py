@@ -25,6 +25,7 @@ from taskherd.model.settings import DEFAULT_PATH, Config
 from taskherd.daemon import NodeLock
 from taskherd.model import FINAL_STATES, TaskState
 from taskherd.ops import Queue
+from taskherd.ops.board import live_board
 from taskherd.ops.tasks import add_task
 from taskherd.host.service import taskherd_argv
 from taskherd.store import Store, open_store
@@ -34,7 +35,6 @@ from taskherd.ops.views import (
     board_lines,
     history_rows,
     print_table,
-    read_board,
 )
 from taskherd.policy.walltime import local_timezone
 
@@ -75,7 +75,7 @@ def main() -> int:
     try:
         wait_for_daemon(config, daemon, deadline)
         add_tasks(config, store)
-        settled = watch(store, daemon, started, deadline)
+        settled = watch(Queue(config, store), daemon, started, deadline)
     except KeyboardInterrupt:
         print("\ninterrupted: stopping the daemon")
     finally:
@@ -154,11 +154,11 @@ def add_tasks(config: Config, store: Store) -> None:
     print(f"queued {len(TASKS)} tasks\n")
 
 
-def watch(store: Store, daemon: subprocess.Popen, started: float, deadline: float) -> bool:
+def watch(queue: Queue, daemon: subprocess.Popen, started: float, deadline: float) -> bool:
     """Draw the board until every task has settled; False on deadline or a dead daemon."""
     screen = Screen(sys.stdout.isatty())
     while True:
-        board = read_board(store)
+        board = live_board(queue, time.time())
         settled = board.total > 0 and sum(
             count for state, count in board.by_state.items() if TaskState(state) in SETTLED
         ) == board.total

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from taskherd.policy import waits
@@ -15,6 +15,9 @@ from taskherd.model import Priority, Run, Task, TaskState
 from taskherd.ops import Queue
 from taskherd.store import StoreError
 from taskherd.model.nodes import Node
+
+if TYPE_CHECKING:
+    from taskherd.ops.views import Board
 
 WEEK = 7 * 86400
 # The board's lists show at most this many rows each, so a page costs the same at any size.
@@ -149,6 +152,18 @@ def running_agents(queue: Queue, now: float, limit: int = BOARD_ROWS
                      "elapsed": now - (run.spawned_at or run.claimed_at),
                      "last_line": run.progress or (last_line(path) if path else "(starting)")})
     return rows, len(runs)
+
+
+def live_board(queue: Queue, now: float) -> Board:
+    """The board `taskherd status --watch` and the demo redraw: tasks by state (every state,
+    zero when none) and the agents running now, each with its note or last line."""
+    from taskherd.ops.views import Board, RunningAgent
+
+    _, totals = state_counts(queue)
+    rows, _ = running_agents(queue, now)
+    agents = [RunningAgent(row["run"].id, row["run"].pid, row["run"].role, row["task"].id,
+                           row["task"].title, row["last_line"]) for row in rows]
+    return Board(totals, tuple(sorted(agents, key=lambda agent: agent.run_id)))
 
 
 def p0_waits(queue: Queue, now: float, limit: int = BOARD_ROWS) -> list[dict[str, Any]]:

@@ -1,8 +1,8 @@
 """Views of a live queue that more than one command draws: the status board and the run history.
 
 They read the store and the run logs only (never the daemon's memory), so they show the same
-thing whether the daemon is this process, another one, or gone. `taskherd.demo` draws them
-today; `taskherd status --watch` and `taskherd top` can reuse them.
+thing whether the daemon is this process, another one, or gone. The board's snapshot is
+`ops.board.live_board`; `taskherd status --watch` and `taskherd.demo` draw it here.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,7 @@ import click
 
 from taskherd.model import Run, Task, TaskState
 from taskherd.runtimes.claude_render import render_line
-from taskherd.store import Store, StoreError
+from taskherd.store import Store
 
 # The supervisor's first line of every run log (procs.HEADER_PREFIX); not imported from
 # there, which would load psutil into every `taskherd status`.
@@ -52,24 +51,6 @@ class Board:
     @property
     def total(self) -> int:
         return sum(self.by_state.values())
-
-
-def read_board(store: Store) -> Board:
-    """Take one snapshot; a run without a process yet shows as 'starting'."""
-    by_state: Counter[str] = Counter()
-    for count in store.counts():
-        by_state[count.state.value] += count.count
-    agents = []
-    for run in store.open_runs():
-        try:
-            task = store.get_task(run.task_id)
-        except StoreError:
-            continue  # pruned or deleted between the two reads
-        agents.append(RunningAgent(run.id, run.pid, run.role, task.id, task.title,
-                                   last_line(run.log_path) if run.log_path else "(starting)",
-                                   run.progress))
-    ordered = {state.value: by_state[state.value] for state in TaskState}
-    return Board(ordered, tuple(sorted(agents, key=lambda agent: agent.run_id)))
 
 
 def last_line(log_path: str | os.PathLike[str]) -> str:
