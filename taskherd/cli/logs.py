@@ -22,7 +22,8 @@ from taskherd.host.logfile import Chunk, LogCursor, tail
 from taskherd.model import Run
 from taskherd.ops.logs import tail as _tail
 from taskherd.runtimes.claude_render import StreamRenderer, looks_like_stream_json, render_text
-from taskherd.store import Store
+from taskherd.ops import Queue
+from taskherd.ops import runs as run_ops
 
 FOLLOW_POLL = 0.2  # seconds between looks at a followed log: quick to show, cheap to run
 BUSY_WAIT = 0.005  # while the agent's shim cuts the log it reads
@@ -55,7 +56,7 @@ def check_log_options(lines: int | None, follow: bool, as_json: bool) -> None:
         raise BadInput(f"--lines {lines}: must be 0 or more")
 
 
-def show_log(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: bool,
+def show_log(queue: Queue, run: Run, *, lines: int | None, follow: bool, as_json: bool,
              raw: bool = False) -> None:
     """Print `run`'s log (its last `lines` lines if given), then follow it if asked.
 
@@ -63,7 +64,7 @@ def show_log(store: Store, run: Run, *, lines: int | None, follow: bool, as_json
     tool call and result, the result) unless `raw`; JSON output always carries the log as is.
     """
     try:
-        _show(store, run, lines=lines, follow=follow, as_json=as_json, raw=raw)
+        _show(queue, run, lines=lines, follow=follow, as_json=as_json, raw=raw)
     except KeyboardInterrupt:
         pass  # the person stopped following; the run goes on
     except BrokenPipeError:
@@ -72,10 +73,10 @@ def show_log(store: Store, run: Run, *, lines: int | None, follow: bool, as_json
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _show(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: bool,
+def _show(queue: Queue, run: Run, *, lines: int | None, follow: bool, as_json: bool,
           raw: bool) -> None:
     if run.log_path is None and follow:
-        run = _wait_for_process(store, run)
+        run = _wait_for_process(queue, run)
     if run.log_path is None:
         if run.ended_at is not None:
             raise Refused(f"run {run.id} has no log: it ended ({run.outcome.value}) "
@@ -85,7 +86,7 @@ def _show(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: b
     with _open_log(run) as log_file:
         renderer = None if raw or as_json else _renderer_for(log_file)
         if renderer is not None:
-            _show_rendered(store, run, log_file, renderer, lines, follow)
+            _show_rendered(queue, run, log_file, renderer, lines, follow)
             return
         if as_json:
             _print_json(run, log_file, lines)
@@ -98,7 +99,7 @@ def _show(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: b
             cursor = _copy_to_end(log_file, out)
         out.flush()
         if follow:
-            _follow(store, run.id, log_file, cursor, out)
+            _follow(queue, run.id, log_file, cursor, out)
 
 
 def _copy_to_end(log_file: BinaryIO, out: BinaryIO,
@@ -164,7 +165,7 @@ def _renderer_for(log_file: BinaryIO) -> StreamRenderer | None:
     return StreamRenderer() if looks_like_stream_json(first_lines) else None
 
 
-def _show_rendered(store: Store, run: Run, log_file: BinaryIO, renderer: StreamRenderer,
+def _show_rendered(queue: Queue, run: Run, log_file: BinaryIO, renderer: StreamRenderer,
                    lines: int | None, follow: bool) -> None:
     out = sys.stdout.buffer
     if lines is not None:
@@ -177,7 +178,7 @@ def _show_rendered(store: Store, run: Run, log_file: BinaryIO, renderer: StreamR
         cursor = _copy_to_end(log_file, out, renderer)
     out.flush()
     if follow:
-        _follow(store, run.id, log_file, cursor, out, renderer)
+        _follow(queue, run.id, log_file, cursor, out, renderer)
     else:
         out.write(renderer.finish().encode())
 
@@ -193,20 +194,20 @@ def _open_log(run: Run) -> BinaryIO:
         raise Refused(f"cannot read the log of run {run.id}: {error}") from error
 
 
-def _wait_for_process(store: Store, run: Run) -> Run:
+def _wait_for_process(queue: Queue, run: Run) -> Run:
     """A claimed run gets its log when its process starts; wait for that or for its end."""
     while run.log_path is None and run.ended_at is None:
         time.sleep(FOLLOW_POLL)
-        run = store.get_run(run.id)
+        run = run_ops.get_run(queue, run.id)
     return run
 
 
-def _follow(store: Store, run_id: int, log_file: BinaryIO, cursor: LogCursor, out: BinaryIO,
+def _follow(queue: Queue, run_id: int, log_file: BinaryIO, cursor: LogCursor, out: BinaryIO,
             renderer: StreamRenderer | None = None) -> None:
     """Copy what is appended to the log until its run has ended and nothing more comes. Output
     the shim cut before it was printed (a chatty agent) is said, in a line, not printed."""
     while True:
-        ended = store.get_run(run_id).ended_at is not None
+        ended = run_ops.get_run(queue, run_id).ended_at is not None
         # Read after the check: whatever the agent wrote before its run ended is printed.
         while (chunk := cursor.read(log_file, CHUNK)).data or chunk.skipped:
             _write(out, chunk, renderer)

@@ -118,7 +118,7 @@ def log_command(ctx: click.Context, run_id: int, lines: int | None, follow: bool
     """Print what a run's agent wrote (its log), or follow it until the run ends."""
     check_log_options(lines, follow, as_json)
     with queue_for(ctx, writes=False) as queue:
-        show_log(queue.store, run_ops.get_run(queue, run_id), lines=lines, follow=follow,
+        show_log(queue, run_ops.get_run(queue, run_id), lines=lines, follow=follow,
                  as_json=as_json, raw=raw)
 
 

@@ -254,7 +254,7 @@ def log_command(ctx: click.Context, task_id: int, run_id: int | None, lines: int
             run = runs[-1]
         else:
             raise Refused(f"task {task_id} has not run yet (it is {task.state.value})")
-        show_log(queue.store, run, lines=lines, follow=follow, as_json=as_json, raw=raw)
+        show_log(queue, run, lines=lines, follow=follow, as_json=as_json, raw=raw)
 
 
 def _follow_up_json(text: str) -> Any:
