@@ -20,6 +20,7 @@ from taskherd.cli.common import (
     now,
     print_json,
     print_table,
+    queue_for,
     store_for,
 )
 
@@ -250,8 +251,10 @@ def copy_command(ctx: click.Context, destination: Path | None, as_json: bool) ->
         raise BadInput(f"{destination} already exists: give a new path")
     elif not destination.parent.is_dir():
         raise BadInput(f"{destination.parent} is not a folder")
-    with store_for(ctx, writes=False) as store:
-        store.backup(destination)
+    from taskherd.ops.backups import copy_database
+
+    with queue_for(ctx, writes=False) as queue:
+        copy_database(queue, destination)
     size = destination.stat().st_size
     if as_json:
         print_json({"path": str(destination), "bytes": size})

@@ -151,11 +151,13 @@ def queue_for(ctx: click.Context, writes: bool = True) -> Iterator[ops.Queue]:
         yield ops.Queue(get_config(ctx), store)
 
 
-def say_if_unserved(store: Store, roles: Iterable[str], now: float) -> None:
+def say_if_unserved(queue: ops.Queue, roles: Iterable[str], now: float) -> None:
     """After a write that gives work: say on stderr when nothing will run it, so a task
     added to a queue no daemon serves, or for a role no running node can run (none defines
     it, or has the tags it needs), is not a silent wait."""
-    up = [node for node in store.list_nodes() if node.status(now) == "up"]
+    from taskherd.ops.board import nodes_up
+
+    up = nodes_up(queue, now)
     if not up:
         click.echo("note: no taskherd daemon is up for this database: tasks wait until "
                    "`taskherd up` runs", err=True)

@@ -88,7 +88,7 @@ def add_command(ctx: click.Context, title: str, prompt_file: Any, delay: str | N
     else:
         with queue_for(ctx) as queue:
             enqueued = task_ops.add_task(queue, {"title": title, **fields}, started)
-            say_if_unserved(queue.store, [enqueued.task.role], started)
+            say_if_unserved(queue, [enqueued.task.role], started)
         task, created = enqueued.task.to_dict(), enqueued.created
     if as_json:
         print_json(task | {"created": created})
@@ -107,7 +107,7 @@ def import_command(ctx: click.Context, source: Any, as_json: bool) -> None:
     lines = [decoded(raw, f"line {number}") for number, raw in enumerate(source, start=1)]
     with queue_for(ctx) as queue:
         result = task_ops.import_json_lines(queue, lines, started := now())
-        say_if_unserved(queue.store, result["roles"], started)
+        say_if_unserved(queue, result["roles"], started)
     created = result["created"]
     if as_json:
         print_json({"read": result["read"], "created": created})
@@ -337,7 +337,7 @@ def person_transition(ctx: click.Context, name: str, task_id: int, reason: str |
         args = (task_id, now(), reason) if with_reason else (task_id, now())
         task = operation(queue, *args)
         if task.state is TaskState.READY:
-            say_if_unserved(queue.store, [task.role], args[1])
+            say_if_unserved(queue, [task.role], args[1])
     if as_json:
         print_json(task.to_dict())
     else:

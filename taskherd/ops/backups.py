@@ -28,7 +28,7 @@ from taskherd.backups.state import read_state
 from taskherd.backups.targets import BackupError, DamagedBackup, Target, open_target
 from taskherd.model.settings import Config
 from taskherd.policy.durations import parse_duration
-from taskherd.ops import BadInput
+from taskherd.ops import BadInput, Queue
 from taskherd.store import Store
 from taskherd.store.urls import is_postgres_url
 
@@ -48,6 +48,11 @@ def take_backup(config: Config, store: Store, kinds: list[str], now: float) -> d
     stored = [service.state.last_snapshot if kind == "snapshots" else service.state.last_rollup
               for kind in kinds]
     return {"stored": stored, "pruned": counts["pruned"]}
+
+
+def copy_database(queue: Queue, destination: Path) -> None:
+    """A consistent copy of the live database at `destination` (`taskherd backup copy`)."""
+    queue.store.backup(destination)
 
 
 def list_backups(config: Config) -> list[Backup]:
