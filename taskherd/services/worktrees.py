@@ -30,7 +30,7 @@ from pathlib import Path
 from taskherd.model.settings import Config
 from taskherd.model import Task
 from taskherd.store import Store, StoreError
-from taskherd.store.sql_worktrees import WorktreeRecord
+from taskherd.store.worktrees import WorktreeRecord
 from taskherd.model.settings import GitSettings
 
 log = logging.getLogger("taskherd.worktrees")

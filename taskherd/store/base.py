@@ -42,9 +42,11 @@ from taskherd.store.memory import MemoryStore
 from taskherd.store.messages import MessageStore
 from taskherd.store.nodes import NodeStore
 from taskherd.store.requests import RequestKey, RequestStore
+from taskherd.store.reports import ReportStore
 from taskherd.store.task_lists import TaskListStore
 from taskherd.store.watch import WatchStore
 from taskherd.store.tokens import TokenStore
+from taskherd.store.worktrees import WorktreeStore
 
 __all__ = [
     "ParentNotFound", "RunNotFound", "StoreError", "StoreUnavailable", "TaskNotFound",
@@ -69,7 +71,8 @@ class StateCount:
 
 
 class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStore,
-            MemoryStore, DeliveryStore, RequestStore, TaskListStore, abc.ABC):
+            MemoryStore, DeliveryStore, RequestStore, TaskListStore, ReportStore,
+            WorktreeStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # -- run credentials: what an agent holds instead of the database -------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
+from taskherd.model import Task
 from taskherd.model.jobs import FireClaim, Job, JobDefinition, JobFire, Upserted
 from taskherd.store.errors import StoreError
 
@@ -78,6 +79,14 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def request_run_now(self, name: str, now: float) -> Job:
         """Fire the job at the next tick, leaving its schedule where it is."""
+
+    @abc.abstractmethod
+    def clear_run_now(self, name: str, now: float) -> Job:
+        """Drop a pending run-now (or chained) fire of the job."""
+
+    @abc.abstractmethod
+    def open_tasks_of_job(self, name: str) -> list[Task]:
+        """The job's tasks not yet finished."""
 
     @abc.abstractmethod
     def earliest_next_run(self) -> float | None: ...

@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from taskherd.policy.job_chains import AFTER, fires_after, parent_of
-from taskherd.model import FINAL_FIRE_STATUSES, EventKind, FireStatus, NewTask, Run
+from taskherd.model import FINAL_FIRE_STATUSES, EventKind, FireStatus, NewTask, Run, Task
 from taskherd.policy.queue import settle_fire
 from taskherd.store.connection import Connection
 from taskherd.store.jobs import JobNotFound, JobRefused, JobStore
@@ -278,9 +278,7 @@ class SQLJobs(JobStore):
                 self._write_state(db, job, {"run_now_at": None}, now)
             return self._job(db, name)
 
-    def open_tasks_of_job(self, name: str) -> list[Any]:
-        from taskherd.model import Task
-
+    def open_tasks_of_job(self, name: str) -> list[Task]:
         return [Task.from_row(row) for row in self._all("open_tasks_of_job", {"job_name": name})]
 
     def _write_state(

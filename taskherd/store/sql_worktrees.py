@@ -7,35 +7,10 @@ store transaction: a hook that hangs holds no lock that another task needs."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from typing import Any
+from taskherd.model import Task
+from taskherd.store.worktrees import WorktreeRecord
 
-from taskherd.model import Task, row_fields
-
-
-@dataclass(frozen=True)
-class WorktreeRecord:
-    task_id: int
-    repo: str
-    base: str
-    branch: str
-    path: str
-    merge_mode: str
-    pool: str
-    state: str  # active, merged, conflict (or a merge git refused), removed
-    merged_commit: str | None
-    conflicts: tuple[str, ...]
-    created_at: float
-    updated_at: float
-    task_state: str | None = None  # when read with its task
-
-    @classmethod
-    def from_row(cls, row: Any) -> WorktreeRecord:
-        data = row_fields(row)
-        fields = {key: data[key] for key in data if key in cls.__dataclass_fields__}
-        fields["conflicts"] = tuple(json.loads(data["conflicts"])) if data["conflicts"] else ()
-        return cls(**fields)
+__all__ = ["SQLWorktrees", "WorktreeRecord"]
 
 
 class SQLWorktrees:
