@@ -44,6 +44,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Self
+
 from taskherd.policy.admission import ClaimRequest
 
 HERE = Path(__file__).resolve().parent

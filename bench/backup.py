@@ -25,8 +25,6 @@ the snapshot ≤ 2× idle. Exit status 1 if one is missed.
 
 from __future__ import annotations
 
-import sys
-
 import argparse
 import contextlib
 import json
@@ -34,6 +32,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import textwrap
 import threading

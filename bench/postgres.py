@@ -85,11 +85,11 @@ sys.path.insert(0, str(BENCH_DIR.parent))
 
 from queue import Empty  # the standard library's, now that bench/ is off the path
 
-from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
-from taskherd.store import Store, open_store
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
+from taskherd.store import Store, open_store
 from tests.pg import PgServer, start_server, stop_server
 
 LEASE = 600.0

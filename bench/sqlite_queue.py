@@ -40,8 +40,8 @@ sys.path.insert(0, str(BENCH_DIR.parent))
 
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
-from taskherd.store.sqlite import Q, SQLiteStore
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store.sqlite import Q, SQLiteStore
 
 CLAIM_RATIO_FLOOR = 0.5  # claim+complete ≥ 0.5 × bare sqlite3
 CLAIM_RATIO_HUEY = 3.0  # claim+complete ≥ 3 × Huey's consumer

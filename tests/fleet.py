@@ -19,8 +19,8 @@ from typing import Any
 
 from taskherd.config import load_config
 from taskherd.model import FINAL_STATES, Task
-from taskherd.store import open_store
 from taskherd.policy.taskspec import new_task_from
+from taskherd.store import open_store
 
 PYTHON = sys.executable
 

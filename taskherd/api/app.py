@@ -23,16 +23,23 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from taskherd.model.settings import Config
 from taskherd.model import Run
+from taskherd.model.settings import Config
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops
 from taskherd.ops import tokens as token_ops
-from taskherd.store import JobNotFound, JobRefused, RunNotFound, StoreError, TaskNotFound
-from taskherd.store.errors import environment_fault
-from taskherd.store import Store, TransitionRefused
-from taskherd.store.tokens import ApiToken, TokenNotFound, TokenRefused
 from taskherd.policy.timefmt import with_iso
+from taskherd.store import (
+    JobNotFound,
+    JobRefused,
+    RunNotFound,
+    Store,
+    StoreError,
+    TaskNotFound,
+    TransitionRefused,
+)
+from taskherd.store.errors import environment_fault
+from taskherd.store.tokens import ApiToken, TokenNotFound, TokenRefused
 
 log = logging.getLogger("taskherd.api")
 

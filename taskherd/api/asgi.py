@@ -29,10 +29,10 @@ from taskherd.api.app import (
     Call,
     Caller,
     RouteSpec,
-    path_int,
-    json_response,
-    read_body,
     answer_for,
+    json_response,
+    path_int,
+    read_body,
     route,
 )
 from taskherd.api.events import event_stream, gather_seconds, gathered_stream, log_stream

@@ -14,11 +14,11 @@ import re
 from typing import Any
 
 from taskherd import __version__
-from taskherd.ops.agent_requests import OPS as AGENT_OPS
-from taskherd.policy.jobs import JOB_KEYS
 from taskherd.model import Outcome, TaskState
-from taskherd.ops.jobs import CLEARABLE
 from taskherd.model.delivery import EVENTS
+from taskherd.ops.agent_requests import OPS as AGENT_OPS
+from taskherd.ops.jobs import CLEARABLE
+from taskherd.policy.jobs import JOB_KEYS
 from taskherd.policy.taskspec import ALIAS_NAME, TITLE_LIMIT
 from taskherd.policy.timefmt import is_time
 

@@ -7,8 +7,8 @@ from typing import Any
 import click
 
 from taskherd.cli.common import format_time, json_option, now, print_json, print_table, queue_for
-from taskherd.policy.costs import cost_text
 from taskherd.ops import registry
+from taskherd.policy.costs import cost_text
 
 
 @click.group("agents")

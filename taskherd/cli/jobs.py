@@ -29,16 +29,16 @@ from taskherd.cli.common import (
     store_for,
 )
 from taskherd.config import load_config
+from taskherd.model.jobs import Job
 from taskherd.model.settings import ConfigError
+from taskherd.ops import jobs as job_ops
 from taskherd.policy.jobs import (
     describe_trigger,
     trigger_of,
 )
-from taskherd.ops import jobs as job_ops
 from taskherd.policy.schedules import ScheduleError, next_fires, parse_trigger
 from taskherd.store import Store
 from taskherd.store.jobs import JobNotFound, JobRefused
-from taskherd.model.jobs import Job
 
 TRIGGER_OPTIONS = job_ops.TRIGGER_KEYS
 # Fields `jobs update` can remove: (table key, the option that sets it, the flag that clears it).

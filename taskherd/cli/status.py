@@ -18,10 +18,10 @@ from taskherd.cli.common import (
     queue_for,
     store_for,
 )
-from taskherd.policy.costs import cost_text
-from taskherd.policy.durations import parse_duration
 from taskherd.model import TaskState
 from taskherd.ops.board import node_rows, status_board
+from taskherd.policy.costs import cost_text
+from taskherd.policy.durations import parse_duration
 
 __all__ = ["node_rows", "status_command"]
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-
 from taskherd.model.settings import (
     MERGE_MODES,
     NETWORKS,
@@ -27,7 +26,6 @@ from taskherd.policy.durations import parse_duration
 from taskherd.policy.gates import GateError, parse_gates
 from taskherd.policy.sizes import ACCEPTED as SIZE_ACCEPTED
 from taskherd.policy.sizes import format_size, parse_size
-
 
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 

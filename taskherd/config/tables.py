@@ -11,6 +11,7 @@ from typing import Any
 
 import platformdirs
 
+from taskherd.config.reader import LIMIT_KEYS, Reader, no_unknown_keys, read_limits
 from taskherd.model.settings import (
     S3_SCHEME,
     ApiConfig,
@@ -25,8 +26,6 @@ from taskherd.model.settings import (
     Price,
     RoleConfig,
 )
-from taskherd.config.reader import LIMIT_KEYS, Reader, no_unknown_keys, read_limits
-
 
 HOME_ENV = "TASKHERD_HOME"  # the data dir; set for agents, and an override for tests
 

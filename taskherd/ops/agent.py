@@ -18,6 +18,7 @@ from typing import Any
 
 from taskherd.model import NewTask, Run, Task
 from taskherd.ops import BadInput, Queue
+from taskherd.policy.taskspec import TaskSpecError, new_task_from
 from taskherd.store import Enqueued, StoreError, TaskNotFound
 from taskherd.store.errors import (
     ReportRefused,
@@ -26,7 +27,6 @@ from taskherd.store.errors import (
     max_spawn_reached,
 )
 from taskherd.store.requests import RequestKey
-from taskherd.policy.taskspec import TaskSpecError, new_task_from
 
 VERDICTS = ("done", "fail", "block")
 MAX_NOTE = 10_000  # a progress note or summary is a line or a paragraph, not a log

@@ -27,8 +27,8 @@ from taskherd.backups.restore import (
 from taskherd.backups.state import read_state
 from taskherd.backups.targets import BackupError, DamagedBackup, Target, open_target
 from taskherd.model.settings import Config
-from taskherd.policy.durations import parse_duration
 from taskherd.ops import BadInput
+from taskherd.policy.durations import parse_duration
 from taskherd.store import Store
 from taskherd.store.urls import is_postgres_url
 

@@ -7,14 +7,14 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from taskherd.model import Priority, Run, Task, TaskState
+from taskherd.model.nodes import Node
+from taskherd.ops import Queue
 from taskherd.policy import waits
 from taskherd.policy.budgets import COOLDOWN_PREFIX, Pause
-from taskherd.policy.limits import ClaimLimits
 from taskherd.policy.costs import known_cost
-from taskherd.model import Priority, Run, Task, TaskState
-from taskherd.ops import Queue
+from taskherd.policy.limits import ClaimLimits
 from taskherd.store import StoreError
-from taskherd.model.nodes import Node
 
 WEEK = 7 * 86400
 # The board's lists show at most this many rows each, so a page costs the same at any size.

@@ -25,11 +25,10 @@ from taskherd.importers import (
 )
 from taskherd.importers.fires import compare
 from taskherd.importers.model import Imported
-from taskherd.policy.jobs import JobError, parse_job
 from taskherd.ops import BadInput, Queue
 from taskherd.ops.jobs import stored_table
-from taskherd.policy.schedules import next_fires
-from taskherd.policy.schedules import schedule_start
+from taskherd.policy.jobs import JobError, parse_job
+from taskherd.policy.schedules import next_fires, schedule_start
 from taskherd.store.jobs import JobNotFound
 
 PREVIEW_FIRES = 3

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from taskherd.model.jobs import Job, JobDefinition
+from taskherd.ops import BadInput, Queue
 from taskherd.policy.job_chains import AFTER, JobChainError, check_links, link_table, parent_of
 from taskherd.policy.jobs import JobError, parse_job, parse_jobs, trigger_of
-from taskherd.ops import BadInput, Queue
 from taskherd.policy.schedules import schedule_start
 from taskherd.store.jobs import JobNotFound, JobRefused
-from taskherd.model.jobs import Job, JobDefinition
 
 TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual")
 # Fields an update can remove. Fields not given keep their value, so without a way to clear

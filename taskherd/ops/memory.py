@@ -14,11 +14,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from taskherd.policy import memory_file
 from taskherd.config import make_private_dir
 from taskherd.model.settings import Config
 from taskherd.ops import BadInput, Queue
 from taskherd.ops.agent import made_before
+from taskherd.policy import memory_file
 from taskherd.store import StoreError
 from taskherd.store.memory import SHARED, Memory, NewMemory, query_words
 from taskherd.store.requests import RequestKey

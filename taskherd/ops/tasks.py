@@ -7,11 +7,11 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from taskherd.host import procs
-from taskherd.policy.costs import is_unpriced
 from taskherd.model import NewTask, Run, Task, TaskState
 from taskherd.ops import BadInput, Queue
-from taskherd.store import Enqueued, StoreError, TransitionRefused
+from taskherd.policy.costs import is_unpriced
 from taskherd.policy.taskspec import TaskSpecError, new_task_from
+from taskherd.store import Enqueued, StoreError, TransitionRefused
 
 STATE_NAMES = tuple(state.value for state in TaskState)
 

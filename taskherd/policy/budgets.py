@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
+
 from taskherd.model.settings import FLEET, Budgets
 
 COOLDOWN_PREFIX = "budget:"  # a budget pause is a cooldown named budget:ROLE or budget:fleet

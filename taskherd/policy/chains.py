@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskherd.policy.durations import parse_duration
 from taskherd.model import NewTask, Priority, Task, TaskState
-from taskherd.model.settings import DEFAULT_MAX_DEPTH, DEFAULT_MAX_REVIEWS, FollowUp, Config
+from taskherd.model.settings import DEFAULT_MAX_DEPTH, DEFAULT_MAX_REVIEWS, Config, FollowUp
+from taskherd.policy.durations import parse_duration
 
 ON_CHOICES = ("success", "failure", "complete")
 # What a template may name; each is text (an unknown name is refused where it is written).

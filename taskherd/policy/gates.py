@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from taskherd.policy.durations import parse_duration
 from taskherd.model.settings import DEFAULT_TIMEOUT, Gate
+from taskherd.policy.durations import parse_duration
 
 GATE_KEYS = {
     "name": "a short name shown in task show and in the failure (required)",

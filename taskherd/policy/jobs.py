@@ -17,8 +17,16 @@ from datetime import UTC, datetime, time
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from taskherd.policy.job_chains import AFTER, LINK_KEYS, JobChainError, check_links, parent_of, parse_link
 from taskherd.model import NewTask
+from taskherd.model.jobs import Job, JobDefinition
+from taskherd.policy.job_chains import (
+    AFTER,
+    LINK_KEYS,
+    JobChainError,
+    check_links,
+    parent_of,
+    parse_link,
+)
 from taskherd.policy.schedules import (
     MissedFire,
     OverlapPolicy,
@@ -26,7 +34,6 @@ from taskherd.policy.schedules import (
     Trigger,
     parse_trigger,
 )
-from taskherd.model.jobs import Job, JobDefinition
 from taskherd.policy.taskspec import TaskSpecError, new_task_from
 
 if TYPE_CHECKING:  # the config imports this module (to check [[jobs]]) at load, not the reverse

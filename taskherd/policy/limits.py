@@ -23,9 +23,8 @@ from datetime import tzinfo
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from taskherd.model.settings import FLEET, Budgets, Limits
 from taskherd.policy import budgets
-
-from taskherd.model.settings import Budgets, FLEET, Limits
 
 if TYPE_CHECKING:
     from taskherd.model.settings import Config

@@ -43,9 +43,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
+from taskherd.model import OverlapPolicy
 from taskherd.policy import walltime
 from taskherd.policy.durations import DurationError, parse_duration
-from taskherd.model import OverlapPolicy
 from taskherd.policy.walltime import (
     DAY,
     MINUTE,

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import httpx
 
+from taskherd.host.procs import ExitStatus
+from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.model.settings import RoleConfig
 from taskherd.policy.faults import endpoint_fault
-from taskherd.model import Outcome, Run, RunResult, Task
-from taskherd.host.procs import ExitStatus
 from taskherd.policy.prompt import build_prompt
+from taskherd.policy.timefmt import reading_zone
 from taskherd.runtimes.base import AgentEnv, OutputReader, RunFiles, Runtime, failure
 from taskherd.runtimes.ratelimit import (
     RateLimitSignal,
@@ -28,7 +29,6 @@ from taskherd.runtimes.ratelimit import (
     known_reset,
     retry_after_to_reset,
 )
-from taskherd.policy.timefmt import reading_zone
 
 CONNECT_TIMEOUT = 10.0
 ERROR_BODY_LIMIT = 2000

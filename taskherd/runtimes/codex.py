@@ -15,13 +15,13 @@ import logging
 import os
 from datetime import UTC, datetime
 
-from taskherd.model.settings import RoleConfig
-from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.host.procs import ExitStatus
+from taskherd.model import Outcome, Run, RunResult, Task
+from taskherd.model.settings import RoleConfig
+from taskherd.policy.timefmt import reading_zone
 from taskherd.runtimes.base import CommandLineRuntime, Launch, OutputReader, RunFiles, failure
 from taskherd.runtimes.codex_stream import CodexStreamReader, CodexStreamState
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
-from taskherd.policy.timefmt import reading_zone
 from taskherd.runtimes.sessions import shown
 
 log = logging.getLogger("taskherd.supervisor")

@@ -25,14 +25,14 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from taskherd.model import FireStatus, OverlapPolicy
+from taskherd.model.jobs import FireClaim, Job, PlannedFire, wake_time
 from taskherd.model.settings import Config, ConfigError
 from taskherd.policy.jobs import JobSpec, parse_jobs, pick_variant, task_for_fire, trigger_of
-from taskherd.model import FireStatus, OverlapPolicy
 from taskherd.policy.schedules import MissedFire, ScheduleError, Trigger, due_fires
+from taskherd.policy.taskspec import TaskSpecError
 from taskherd.store import Store
 from taskherd.store.jobs import JobNotFound, JobRefused
-from taskherd.model.jobs import FireClaim, Job, PlannedFire, wake_time
-from taskherd.policy.taskspec import TaskSpecError
 
 log = logging.getLogger("taskherd.scheduler")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from taskherd.model import Event, EventKind
+from taskherd.model import Event, EventKind, Finished
 from taskherd.store.base import (
     Enqueued,
     PolicyLookup,
@@ -17,13 +17,12 @@ from taskherd.store.base import (
     TaskNotFound,
     TransitionRefused,
 )
-from taskherd.model import Finished
 from taskherd.store.errors import StoreDiskFull
 
 if TYPE_CHECKING:
     from taskherd.policy.chains import Workflow
-from taskherd.store.jobs import JobNotFound, JobRefused, JobStore
 from taskherd.model.jobs import Job, JobDefinition, JobFire
+from taskherd.store.jobs import JobNotFound, JobRefused, JobStore
 
 __all__ = [
     "Enqueued",

@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskherd.policy.admission import ClaimAttempt, ClaimRequest
 from taskherd.model import (
     Claim,
     Cooldown,
@@ -25,6 +24,7 @@ from taskherd.model import (
     TaskState,
 )
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimAttempt, ClaimRequest
 from taskherd.store.agents import AgentStore
 from taskherd.store.delivery import DeliveryStore
 from taskherd.store.errors import (
@@ -41,11 +41,11 @@ from taskherd.store.jobs import JobStore
 from taskherd.store.memory import MemoryStore
 from taskherd.store.messages import MessageStore
 from taskherd.store.nodes import NodeStore
-from taskherd.store.requests import RequestKey, RequestStore
 from taskherd.store.reports import ReportStore
+from taskherd.store.requests import RequestKey, RequestStore
 from taskherd.store.task_lists import TaskListStore
-from taskherd.store.watch import WatchStore
 from taskherd.store.tokens import TokenStore
+from taskherd.store.watch import WatchStore
 from taskherd.store.worktrees import WorktreeStore
 
 __all__ = [

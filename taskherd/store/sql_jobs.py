@@ -10,11 +10,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from taskherd.policy.job_chains import AFTER, fires_after, parent_of
 from taskherd.model import FINAL_FIRE_STATUSES, EventKind, FireStatus, NewTask, Run, Task
-from taskherd.policy.queue import settle_fire
-from taskherd.store.connection import Connection
-from taskherd.store.jobs import JobNotFound, JobRefused, JobStore
 from taskherd.model.jobs import (
     STATE_COLUMNS,
     FireClaim,
@@ -25,6 +21,10 @@ from taskherd.model.jobs import (
     Upserted,
     wake_time,
 )
+from taskherd.policy.job_chains import AFTER, fires_after, parent_of
+from taskherd.policy.queue import settle_fire
+from taskherd.store.connection import Connection
+from taskherd.store.jobs import JobNotFound, JobRefused, JobStore
 
 
 class SQLJobs(JobStore):

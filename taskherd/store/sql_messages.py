@@ -7,15 +7,14 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import SYSTEM_SENDER, TASK_ADDRESS, EventKind, Message, NewTask, Run
+from taskherd.model import SYSTEM_SENDER, TASK_ADDRESS, EventKind, InboxLimit, Message, NewTask, Run
 from taskherd.store.errors import SpawnLimitReached
-from taskherd.model import InboxLimit
 from taskherd.store.messages import MessageStore, NewJob, NewMessage
 
 if TYPE_CHECKING:
+    from taskherd.model.jobs import Job, JobDefinition
     from taskherd.store.connection import Connection
     from taskherd.store.errors import SpawnAllowance
-    from taskherd.model.jobs import Job, JobDefinition
     from taskherd.store.requests import RequestKey
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from taskherd.policy.chains import NO_WORKFLOW, Workflow, review_of, review_verdict
 from taskherd.model import (
     FINAL_STATES,
     OPEN_STATES,
@@ -23,6 +22,7 @@ from taskherd.model import (
     Task,
     TaskState,
 )
+from taskherd.policy.chains import NO_WORKFLOW, Workflow, review_of, review_verdict
 from taskherd.policy.prompt import review_prompt
 from taskherd.store.connection import Connection
 from taskherd.store.errors import TransitionRefused

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tests.fleet import Fleet
 from taskherd.policy.admission import ClaimRequest
+from tests.fleet import Fleet
 
 CONFIG = """
 [daemon]

@@ -8,8 +8,8 @@ from collections import Counter
 
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
-from taskherd.store.sql_history import ROLLUP_MARGIN
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store.sql_history import ROLLUP_MARGIN
 
 ONE_TRY = RetryPolicy()
 LEASE = 60.0

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import failure_backoff
-from taskherd.model.settings import RetryPolicy
-from taskherd.store.jobs import JobNotFound, JobRefused
 from taskherd.model.jobs import FireClaim, JobDefinition, PlannedFire
+from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.queue import failure_backoff
+from taskherd.store.jobs import JobNotFound, JobRefused
 
 NOW = 1_000_000.0
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
-from taskherd.model import NewTask, Outcome, RunResult, TaskState
+from taskherd.model import InboxLimit, NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
-from taskherd.model import InboxLimit
+from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.store.messages import NewMessage
 from taskherd.store.postgres import PostgresStore
 from taskherd.store.sqlite import SQLiteStore
-from taskherd.policy.admission import ClaimRequest
 
 NOW = 1_700_000_000.0
 LEASE = 60.0

@@ -3,10 +3,9 @@ receipts, threads, expiry, waking a role, pruning."""
 
 from __future__ import annotations
 
-from taskherd.model import NewTask, TaskState
-from taskherd.model import InboxLimit
-from taskherd.store.messages import NewMessage
+from taskherd.model import InboxLimit, NewTask, TaskState
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store.messages import NewMessage
 
 NOW = 1_700_000_000.0
 

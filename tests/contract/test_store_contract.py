@@ -7,9 +7,9 @@ import pytest
 
 from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 from taskherd.store import StoreError, TaskNotFound, TransitionRefused
 from taskherd.store.errors import ReportRefused
-from taskherd.policy.admission import ClaimRequest
 
 POLICY = RetryPolicy()
 LEASE = 60.0

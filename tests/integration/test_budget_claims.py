@@ -26,16 +26,16 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from taskherd.config import parse_config
-from taskherd.policy.limits import ClaimLimits
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
+from taskherd.model.settings import RetryPolicy
 from taskherd.ops import Queue
 from taskherd.ops import delivery as delivery_ops
-from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.limits import ClaimLimits
 from taskherd.services.delivery import Deliverer
 from taskherd.services.dispatcher import Dispatcher
 from taskherd.services.supervisor import LiveRuns
 from taskherd.store import open_store
-from taskherd.policy.admission import ClaimRequest
 from tests.e2e.fake_webhook import FakeWebhook
 
 PARIS = ZoneInfo("Europe/Paris")

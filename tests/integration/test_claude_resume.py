@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 
 from taskherd.config import parse_config
-from taskherd.model.settings import ConfigError
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.model.settings import RetryPolicy
+from taskherd.model.settings import ConfigError, RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 from taskherd.runtimes.base import AgentEnv, Launch, RunFiles
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.services.supervisor import Supervisor
 from taskherd.store import open_store
-from taskherd.policy.admission import ClaimRequest
 
 FIRST = "748f6d6d-1011-44bc-8f20-b2a056f07221"  # session ids as Claude Code writes them
 SECOND = "776eefa3-b54d-418f-9ee7-375700695dac"

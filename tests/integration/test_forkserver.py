@@ -17,9 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from taskherd.host import forkserver
-
-from taskherd.host import procs
+from taskherd.host import forkserver, procs
 from tests.integration.fifo_gate import release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -131,8 +131,8 @@ def test_counts_follow_settles_revivals_and_prunes(queue) -> None:
 
 def test_status_board_sums_spend_by_role_in_the_database(queue) -> None:
     from taskherd.model import Outcome, RunResult
-    from taskherd.ops.board import WEEK, status_board
     from taskherd.model.settings import RetryPolicy
+    from taskherd.ops.board import WEEK, status_board
 
     store = queue.store
     day = 86400.0

@@ -15,13 +15,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from taskherd.config import parse_config
-from taskherd.policy.jobs import parse_job
-from taskherd.model import Outcome, RunResult, TaskState
+from taskherd.model import Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
-from taskherd.services.scheduler import Scheduler
-from taskherd.policy.schedules import schedule_start
-from taskherd.store import JobNotFound, open_store
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.jobs import parse_job
+from taskherd.policy.schedules import schedule_start
+from taskherd.services.scheduler import Scheduler
+from taskherd.store import JobNotFound, open_store
 from tests.interleave import pause_before, wait_for_lock_wait_or
 
 T0 = datetime(2026, 6, 16, 12, 0, tzinfo=ZoneInfo("UTC")).timestamp()  # a plain Tuesday noon

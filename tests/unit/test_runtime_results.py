@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from taskherd.model.settings import RoleConfig
-from taskherd.model import Outcome, Run
 from taskherd.host.procs import ExitStatus
+from taskherd.model import Outcome, Run
+from taskherd.model.settings import RoleConfig
 from taskherd.runtimes.chat import completions_url
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.runtimes.command import CommandRuntime, TemplateError, fill_argv
