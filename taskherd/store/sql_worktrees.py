@@ -7,6 +7,9 @@ store transaction: a hook that hangs holds no lock that another task needs."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from taskherd.model import Task
 from taskherd.store.worktrees import WorktreeRecord
 
