@@ -135,7 +135,7 @@ def row_fields(row: Any) -> dict[str, Any]:
     """
     if isinstance(row, dict):
         return dict(row)
-    return dict(zip(row.keys(), row))
+    return dict(zip(row.keys(), row, strict=True))
 
 
 def _from_columns(cls: type, data: dict[str, Any]) -> Any:

@@ -146,7 +146,7 @@ def _store(queue: Queue, batch: list[NewMemory], now: float,
             vectors = embed(settings, [new.text for new in batch])
             batch = [NewMemory(new.scope, new.text, new.source, new.section,
                                json.dumps(vector), settings.model)
-                     for new, vector in zip(batch, vectors)]
+                     for new, vector in zip(batch, vectors, strict=True)]
         except EmbeddingsUnavailable as error:
             log.warning("memory: stored without vectors: %s", error)
     return queue.store.add_memories(batch, now, once)

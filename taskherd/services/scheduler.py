@@ -126,7 +126,7 @@ class Scheduler:
                 break
             claims = [self._plan(job, now) for job in due]
             won = 0
-            for claim, fires in zip(claims, self.store.claim_fires(claims, now), strict=True):
+            for _claim, fires in zip(claims, self.store.claim_fires(claims, now), strict=True):
                 if fires is None:
                     counts["lost"] += 1
                     continue
