@@ -223,12 +223,13 @@ class RouteSpec:
 
 
 ROUTES: list[RouteSpec] = []
+Handler = Callable[[Call], Any]
 
 
 def route(method: str, path: str, need: str | None, summary: str, response: str, *,
           status: int = 200, body: str | None = None,
-          query: dict[str, dict[str, Any]] | None = None) -> Callable[[Callable[[Call], Any]], Callable[[Call], Any]]:
-    def register(handler: Callable[[Call], Any]) -> Callable[[Call], Any]:
+          query: dict[str, dict[str, Any]] | None = None) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
         ROUTES.append(RouteSpec(method, path, handler, need, summary, response, status, body,
                                 query or {}))
         return handler

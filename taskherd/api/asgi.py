@@ -183,9 +183,9 @@ def build_app(api: Api) -> Starlette:
     routes = declared_routes(api)
     routes += [
         Route("/v1/events", stream(api, lambda request, caller: _events(api, request))),
-        Route(_digits("/v1/runs/{run_id}/log/stream"), stream(api, lambda request, caller: log_stream(
-            api, path_int(dict(request.path_params), "run_id"),
-            _lines(request)))),
+        Route(_digits("/v1/runs/{run_id}/log/stream"),
+              stream(api, lambda request, caller: log_stream(
+                  api, path_int(dict(request.path_params), "run_id"), _lines(request)))),
         Route("/v1/openapi.json", lambda request: JSONResponse(openapi.document())),
         Route("/metrics", metrics.endpoint(api, counters)),
         *dashboard_lists.routes(api),  # first: /tasks/new before the task page's pattern

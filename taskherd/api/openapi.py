@@ -112,7 +112,8 @@ NEW_TASK = body(
     review=BOOL, pending=BOOL, run_after=nullable(NUM),
     parent_id=nullable({"type": "integer", "minimum": 1}), meta={"type": "object"},
     deliver_to=nullable(array({"type": "string", "pattern": ALIAS_NAME.pattern})),
-    on=nullable({"type": "array", "minItems": 1, "items": {"type": "string", "enum": list(EVENTS)}}),
+    on=nullable({"type": "array", "minItems": 1,
+                 "items": {"type": "string", "enum": list(EVENTS)}}),
     chain=nullable(array({"type": "object"})),
 )
 # A job's keys as `[[jobs]]` takes them (`jobs.parse_job` checks their values).

@@ -50,7 +50,8 @@ def candidates(backups: list[Backup], at: float | None = None,
         raise BackupError(f"no backup {key!r} in the target (`taskherd backup list` shows them)")
     found = [b for b in backups if at is None or b.taken_at <= at]
     if not found:
-        when = "" if at is None else f" taken at or before {datetime.fromtimestamp(at, UTC):%Y-%m-%d %H:%M} UTC"
+        moment = None if at is None else datetime.fromtimestamp(at, UTC)
+        when = "" if moment is None else f" taken at or before {moment:%Y-%m-%d %H:%M} UTC"
         raise BackupError(f"no backup{when} in the target")
     return sorted(found, key=lambda b: (b.taken_at, b.kind == "snapshots", b.key), reverse=True)
 

@@ -48,7 +48,8 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
     _print_nodes(nodes)
     _print_backup(board["backup"])
     for row in board["unserved"]:
-        needs = f" (it needs a node tagged {', '.join(row['needs_tags'])})" if row["needs_tags"] else ""
+        tags = ", ".join(row["needs_tags"])
+        needs = f" (it needs a node tagged {tags})" if tags else ""
         click.echo(f"role {row['role']}: {row['ready']} ready task(s) wait, no live node can "
                    f"take them{needs}; up: {', '.join(row['up']) or 'none'}")
     _print_p0_waiting(board["p0_waiting"])

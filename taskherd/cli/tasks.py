@@ -249,7 +249,8 @@ def log_command(ctx: click.Context, task_id: int, run_id: int | None, lines: int
             chosen = [run for run in runs if run.id == run_id]
             if not chosen:
                 owner = store.get_run(run_id).task_id
-                raise BadInput(f"--run {run_id}: it is a run of task {owner}, not of task {task_id}")
+                raise BadInput(
+                    f"--run {run_id}: it is a run of task {owner}, not of task {task_id}")
             run = chosen[0]
         elif runs:
             run = runs[-1]

@@ -222,7 +222,8 @@ class Reader:
         return float(value)
 
     def duration(self, key: str, allow_zero: bool = False) -> float | None:
-        return self._convert(key, lambda v: read_duration(v, allow_zero), "a duration like '90s', '10m', '1h'")
+        return self._convert(key, lambda v: read_duration(v, allow_zero),
+                             "a duration like '90s', '10m', '1h'")
 
     def size(self, key: str, least: int = 0) -> int | None:
         accepted = f"{SIZE_ACCEPTED}, at least {format_size(least)}" if least else SIZE_ACCEPTED

@@ -152,9 +152,9 @@ def running_agents(queue: Queue, now: float, limit: int = BOARD_ROWS
 
 
 def p0_waits(queue: Queue, now: float, limit: int = BOARD_ROWS) -> list[dict[str, Any]]:
-    """P0 tasks not yet running, each with why it waits (taskherd/policy/waits.py): the ready ones in
-    claim order, then those pending approval, at most `limit` of each (both read through
-    indexes)."""
+    """P0 tasks not yet running, each with why it waits (taskherd/policy/waits.py): the ready
+    ones in claim order, then those pending approval, at most `limit` of each (both read
+    through indexes)."""
     waiting = queue.store.waiting_at_priority(Priority.P0, limit=limit)
     if not waiting:
         return []

@@ -209,7 +209,8 @@ def stored_table(job: Job) -> dict[str, Any]:
 
 
 def _interval_kept(job: Job, changes: dict[str, Any]) -> dict[str, Any]:
-    if "every" not in job.trigger or any(k in changes for k in ("cron", "calendar", "at", "manual")):
+    other_trigger = any(k in changes for k in ("cron", "calendar", "at", "manual"))
+    if "every" not in job.trigger or other_trigger:
         return {}
     kept = {key: job.trigger[key] for key in ("every", "window") if key in job.trigger}
     if changes.get("window") == "":

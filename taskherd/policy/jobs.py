@@ -207,7 +207,8 @@ def _clock(value: Any, where: str) -> str:
         return time.fromisoformat(("0" + text) if len(text.split(":")[0]) == 1 else text).strftime(
             "%H:%M")
     except ValueError:
-        raise JobError(f"{where} = {value!r}: expected a time of day 'HH:MM', e.g. '06:00'") from None
+        raise JobError(
+            f"{where} = {value!r}: expected a time of day 'HH:MM', e.g. '06:00'") from None
 
 
 def _choice(table: Mapping[str, Any], key: str, kind: type, default: Any, where: str) -> Any:
@@ -223,7 +224,8 @@ def _choice(table: Mapping[str, Any], key: str, kind: type, default: Any, where:
 
 def _retries(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES_LIMIT:
-        raise JobError(f"{where}max_retries = {value!r}: expected a whole number 0-{MAX_RETRIES_LIMIT}")
+        raise JobError(f"{where}max_retries = {value!r}: "
+                       f"expected a whole number 0-{MAX_RETRIES_LIMIT}")
     return value
 
 
@@ -312,7 +314,8 @@ def describe_trigger(spec: Mapping[str, Any]) -> str:
         more = f" +{len(entries) - 2}" if len(entries) > 2 else ""
         return "calendar " + "; ".join(parts) + more
     if "every" in spec:
-        return f"every {_human(spec['every'])}" + (f" {spec['window']}" if spec.get("window") else "")
+        window = f" {spec['window']}" if spec.get("window") else ""
+        return f"every {_human(spec['every'])}{window}"
     if "at" in spec:
         return f"at {spec['at']}"
     return "manual"

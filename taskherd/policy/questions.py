@@ -19,7 +19,8 @@ KNOWN_PROMPTS = (
     r"\((?:y/n|yes/no)\)\s*[:?]?\s*$",  # (y/n)
     r"\bpress (?:enter|return|any key)\b",
     r"^\W*do you want (?:to|me to)\b",  # Claude Code: "Do you want to proceed?"
-    r"^\W*would you like (?:to|me to)\b.*\?",  # Codex: "Would you like to run the following command?"
+    # Codex: "Would you like to run the following command?"
+    r"^\W*would you like (?:to|me to)\b.*\?",
     r"\b(?:allow|approve)\b[^\n]*\?\s*$",  # "Allow command?", "Approve this edit?"
     r"^\W*(?:continue|proceed|are you sure)\b[^\n]*\?\s*$",
     r"^\W*(?:❯|>)\s*1\.\s*yes\b",  # a numbered choice waiting for a key

@@ -134,7 +134,8 @@ def _text(data: Mapping[str, Any], key: str, required: bool = False) -> str | No
             raise TaskSpecError(f"{key} is required ({TASK_FIELDS[key]})")
         return None
     if not isinstance(value, str) or (required and not value.strip()):
-        raise TaskSpecError(f"{key} = {value!r}: expected {TASK_FIELDS[key]}, as a non-empty string")
+        raise TaskSpecError(
+            f"{key} = {value!r}: expected {TASK_FIELDS[key]}, as a non-empty string")
     bad = _SURROGATE.search(value)
     if bad:
         raise TaskSpecError(f"{key} is not valid UTF-8 (an undecodable byte at character "

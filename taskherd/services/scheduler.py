@@ -91,7 +91,8 @@ class _Plan:
             self.task(scheduled_for, kind)
         elif overlap == OverlapPolicy.SKIP:
             held = f"task {self.job.open_task_id}" if self.job.open_task_id else "a task"
-            self.skip(scheduled_for, kind, f"{held} of an earlier fire is still open (overlap = skip)")
+            self.skip(scheduled_for, kind,
+                      f"{held} of an earlier fire is still open (overlap = skip)")
         elif self.queued >= self.settings.max_queued:
             self.skip(scheduled_for, kind, f"{self.queued} fires already queued (overlap = queue)")
         else:

@@ -55,10 +55,10 @@ def open_store(database: str, *, durability: str = "full", autocheckpoint: bool 
                workflow: Workflow | None = None, busy_timeout: float | None = None) -> Store:
     """Open the store a `[daemon] database` setting names: a file path (SQLite) or a URL.
 
-    `workflow` is the config's (`policy.chains.workflow_of`): the roles' default chains, reviewers and
-    depth limit, which the store applies when a task settles. Without it, only the chains
-    tasks declared themselves are followed. `busy_timeout`: how long a SQLite call waits for
-    another process's write lock (the store's default unless given).
+    `workflow` is the config's (`policy.chains.workflow_of`): the roles' default chains,
+    reviewers and depth limit, which the store applies when a task settles. Without it, only
+    the chains tasks declared themselves are followed. `busy_timeout`: how long a SQLite call
+    waits for another process's write lock (the store's default unless given).
     """
     from taskherd.store.urls import is_postgres_url
 

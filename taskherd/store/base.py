@@ -1,4 +1,5 @@
-"""The store interface: one method per transition of the state machine (docs/states.md), plus the reads callers need.
+"""The store interface: one method per transition of the state machine (docs/states.md),
+plus the reads callers need.
 
 Every transition is one transaction guarded by the expected state. A transition that finds
 the task elsewhere raises `TransitionRefused` with the state it found, so the caller learns

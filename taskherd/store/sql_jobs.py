@@ -159,7 +159,8 @@ class SQLJobs(JobStore):
         with self._write() as db:
             job = self._job(db, name)
             if not job.enabled:
-                raise JobRefused(f"job {name!r} is disabled: enable it first (taskherd jobs enable)")
+                raise JobRefused(
+                    f"job {name!r} is disabled: enable it first (taskherd jobs enable)")
             self._write_state(db, job, {"run_now_at": now}, now)
             self._emit(EventKind.JOB_CHANGED, now, job=name)
             return self._job(db, name)
@@ -204,7 +205,8 @@ class SQLJobs(JobStore):
         if planned.release:
             row = _fetch_one(db, self.q["release_queued_fire"],
                              {"job_id": job.id, "task_id": task_id, "now": now, "status": status,
-                              "variant": planned.variant, "error": error, "finished_at": finished_at})
+                              "variant": planned.variant, "error": error,
+                              "finished_at": finished_at})
             if row is not None:
                 self._emit(EventKind.JOB_FIRED, now, job=job.name, task_id=task_id)
                 return JobFire.from_row(row)
@@ -232,7 +234,9 @@ class SQLJobs(JobStore):
             error = row["task_error"]
         duration = None
         if row["task_finished_at"] is not None:
-            started = row["started_at"] if row["started_at"] is not None else row["task_finished_at"]
+            started = row["started_at"]
+            if started is None:
+                started = row["task_finished_at"]
             duration = max(row["task_finished_at"] - started, 0.0)
         params = {"id": row["fire_id"], "status": status.value, "duration": duration,
                   "summary": row["task_summary"], "error": error, "now": now}
