@@ -464,7 +464,8 @@ class Daemon:
                   if c.state is TaskState.COMPLETED) < self.completed:
             assert time.monotonic() < deadline, "tasks did not finish"
             time.sleep(0.1)
-        daemon_cpu, api_cpu = (after - before for after, before in zip(self.cpu(), cpu_before, strict=True))
+        daemon_cpu, api_cpu = (after - before
+                               for after, before in zip(self.cpu(), cpu_before, strict=True))
         print(f"   daemon CPU {daemon_cpu:.1f} s, its API process {api_cpu:.1f} s, over the "
               f"{time.monotonic() - begin:.0f} s of the pass")
         return [printed_time(self.queue.store.runs_of_task(task_id)[-1].log_path) - ready_at

@@ -1,4 +1,5 @@
-"""PostgreSQL queue benchmark: taskherd's PostgreSQL store beside its SQLite store and procrastinate.
+"""PostgreSQL queue benchmark: taskherd's PostgreSQL store beside its SQLite store and
+procrastinate.
 
     python bench/postgres.py              # default sizes (< 2 min on 2 cores)
     python bench/postgres.py --tasks 5000
@@ -278,7 +279,8 @@ def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: 
     rates.append(timed(contender, "enqueue (single)", tasks, enqueue_single))
     store.close()
 
-    # The single-process claims walk the backlog the batched enqueue made, as in bench/sqlite_queue.py.
+    # The single-process claims walk the backlog the batched enqueue made, as in
+    # bench/sqlite_queue.py.
     store = open_store(next(databases), durability=DURABILITY)
     batched = new_tasks(tasks)
 
