@@ -12,8 +12,9 @@ a. A chatty agent: `seq` (numbered lines) piped through `head -c`, --gigabytes (
    Also: how long after the chatty agent's end its task is seen completed (the shim's exit
    file's time to the first 50 ms sample that finds it so), and the daemon's CPU seconds
    over the chatty runs. The control: the same chatter run as a plain process beside the
-   daemon (writing a file, not a run), with the no-ops arriving meanwhile: the agent's own load on the machine's cores,
-   which taskherd cannot take away (on 2 cores, `seq` and `head` take one and a half).
+   daemon (writing a file, not a run), with the no-ops arriving meanwhile: the agent's own
+   load on the machine's cores, which taskherd cannot take away (on 2 cores, `seq` and
+   `head` take one and a half).
    First, the chatter alone: the daemon's CPU and RSS while it reads nothing else.
    Targets: RSS ≤ quiet + 50 MB, the log ≤ its cap, the noops' p99 ≤ 2 x quiet.
 b. The end of a 1 GiB log that is one line (no newline): `taskherd task log ID -n 5` (a whole
