@@ -61,7 +61,8 @@ class Fleet:
         result = subprocess.run([PYTHON, "-m", "taskherd", *args], cwd=self.root,
                                 capture_output=True, text=True, timeout=60, **kwargs)
         if check and result.returncode != 0:
-            raise AssertionError(f"taskherd {' '.join(args)} → {result.returncode}: {result.stderr}")
+            raise AssertionError(
+                f"taskherd {' '.join(args)} → {result.returncode}: {result.stderr}")
         return result
 
     def add(self, title: str, role: str = "worker", prompt: str = "", **fields: Any) -> Task:

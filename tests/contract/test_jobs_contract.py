@@ -157,4 +157,5 @@ def test_deleting_a_job_ends_its_queued_fires(store):
     store.claim_fire(claim, NOW + 60)
     store.delete_job("j", NOW + 70)
     [fire] = store.list_fires(job="j")
-    assert (fire.status, fire.error, fire.finished_at) == ("skipped", "its job was deleted", NOW + 70)
+    assert (fire.status, fire.error, fire.finished_at) == (
+        "skipped", "its job was deleted", NOW + 70)

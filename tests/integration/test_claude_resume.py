@@ -53,7 +53,8 @@ def test_the_retry_gets_the_latest_session_of_its_task(tmp_path: Path, database)
             store.mark_spawned(claim.run.id, claim.run.claimed_at, 60.0, pid=1,
                                pid_started_at=1.0, log_path=None)
             failed = RunResult(Outcome.FAILED, exit_code=1, error="boom", session_id=session)
-            store.finish_run(claim.run.id, failed, RetryPolicy(backoff_base=0), claim.run.claimed_at)
+            store.finish_run(claim.run.id, failed, RetryPolicy(backoff_base=0),
+                             claim.run.claimed_at)
         supervisor = Supervisor(config, store, time.time)
         current = store.get_task(task.id)
         [latest] = supervisor.launch.session_runs(config.role("coder"), current)

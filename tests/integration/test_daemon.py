@@ -54,7 +54,8 @@ AGENT = """
             time.sleep(0.5)
         print("TASK_COMPLETE: kept beating")
     elif prompt == "env":
-        print("ENV", " ".join(sorted(k for k in os.environ if k.startswith(("TASKHERD_", "CLAUDE")))))
+        ours = (k for k in os.environ if k.startswith(("TASKHERD_", "CLAUDE")))
+        print("ENV", " ".join(sorted(ours)))
         print("PATH", os.environ["PATH"])
         print("TASK_COMPLETE: env")
     elif prompt == "leave-child":
@@ -210,7 +211,8 @@ def test_role_max_concurrent_and_stagger_hold(fleet, tmp_path):
     gate.write_text("go")
     for task in tasks:
         f.wait_final(task.id)
-    runs = sorted((r for t in tasks for r in f.store.runs_of_task(t.id)), key=lambda r: r.spawned_at)
+    runs = sorted((r for t in tasks for r in f.store.runs_of_task(t.id)),
+                  key=lambda r: r.spawned_at)
     for earlier, later in itertools.pairwise(runs):
         assert later.spawned_at >= earlier.ended_at  # never two at once
         assert later.spawned_at - earlier.spawned_at >= 0.5

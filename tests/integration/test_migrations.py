@@ -30,7 +30,8 @@ def schema(path: Path) -> list[tuple[str, str, str, str]]:
         ).fetchall()
     finally:
         db.close()
-    return sorted((kind, name, table, re.sub(r"\s+", " ", sql).strip()) for kind, name, table, sql in rows)
+    return sorted((kind, name, table, re.sub(r"\s+", " ", sql).strip())
+                  for kind, name, table, sql in rows)
 
 
 def applied_versions(path: Path) -> list[int]:

@@ -158,8 +158,8 @@ def test_job_update_keeps_what_is_not_given_and_clears_what_is_named(queue) -> N
     job_ops.add_job(queue, {"name": "nightly", "cron": "0 3 * * *", "timezone": "UTC", "role": "qa",
                             "title": "check", "pool": "gpu"}, NOW)
     with pytest.raises(JobRefused, match="already exists"):
-        job_ops.add_job(queue, {"name": "nightly", "cron": "0 4 * * *", "timezone": "UTC", "role": "qa",
-                                "title": "x"}, NOW)
+        job_ops.add_job(queue, {"name": "nightly", "cron": "0 4 * * *", "timezone": "UTC",
+                                "role": "qa", "title": "x"}, NOW)
     job = job_ops.update_job(queue, "nightly", {"title": "check again"}, NOW)
     assert (job.template["title"], job.template["pool"], job.trigger["cron"]) == (
         "check again", "gpu", "0 3 * * *")

@@ -470,7 +470,8 @@ def test_two_schedulers_settling_one_jobs_fires_at_once_both_finish_their_pass(t
         one.sync_config(now=T0)
         one.run_once(T0 + 600)
         one.run_once(T0 + 1200)  # two open fires of the job
-        early, late = first.claim(ClaimRequest("n1", T0 + 1210, 60.0)), first.claim(ClaimRequest("n1", T0 + 1210, 60.0))
+        early = first.claim(ClaimRequest("n1", T0 + 1210, 60.0))
+        late = first.claim(ClaimRequest("n1", T0 + 1210, 60.0))
         first.finish_run(late.run.id, succeeded, RetryPolicy(), T0 + 1220)
         holds_the_second_fire, go_on = pause_before(second, "get_job_by_id")
         with ThreadPoolExecutor(2) as threads:
