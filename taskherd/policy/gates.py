@@ -91,4 +91,4 @@ def failure_text(gate: Gate, exit_code: int | None, timed_out: bool,
 
 
 def is_gate_failure(error: str | None) -> bool:
-    return bool(error) and error.startswith(FAILED_PREFIX)
+    return error is not None and error.startswith(FAILED_PREFIX)

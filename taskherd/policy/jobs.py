@@ -27,9 +27,9 @@ from taskherd.policy.job_chains import (
     parent_of,
     parse_link,
 )
+from taskherd.model import OverlapPolicy
 from taskherd.policy.schedules import (
     MissedFire,
-    OverlapPolicy,
     ScheduleError,
     Trigger,
     parse_trigger,

@@ -33,7 +33,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\r")
 
 
 @lru_cache(maxsize=64)
-def _compiled(extra: tuple[str, ...]) -> tuple[re.Pattern, ...]:
+def _compiled(extra: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
     return tuple(re.compile(p, re.IGNORECASE | re.MULTILINE) for p in (*KNOWN_PROMPTS, *extra))
 
 

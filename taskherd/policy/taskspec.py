@@ -54,6 +54,7 @@ def new_task_from(data: Mapping[str, Any], config: Config) -> NewTask:
     if unknown:
         raise TaskSpecError(f"unknown field {unknown[0]!r} (accepted: {', '.join(TASK_FIELDS)})")
     role = _text(data, "role", required=True)
+    assert role is not None  # required: _text raised otherwise
     try:
         config.check_role(role)
     except ValueError as error:  # the config's ConfigError, naming the roles it defines

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
-from taskherd.model import Task
+from taskherd.model import Run, Task
 from taskherd.model.jobs import FireClaim, Job, JobDefinition, JobFire, Upserted
 from taskherd.store.errors import StoreError
 
@@ -100,7 +100,8 @@ class JobStore(abc.ABC):
     def get_fire(self, fire_id: int) -> JobFire: ...
 
     @abc.abstractmethod
-    def runs_of_job(self, name: str, *, since: float | None = None, limit: int = 100) -> list:
+    def runs_of_job(self, name: str, *, since: float | None = None,
+                    limit: int = 100) -> list[Run]:
         """Runs of the tasks the job's fires made, newest first."""
 
     @abc.abstractmethod

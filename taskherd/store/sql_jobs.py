@@ -113,7 +113,7 @@ class SQLJobs(JobStore):
                 results.append(self._claim_one(db, claim, now))
         return results
 
-    def _claim_one(self, db: Connection, claim: FireClaim, now: float) -> list | None:
+    def _claim_one(self, db: Connection, claim: FireClaim, now: float) -> list[JobFire] | None:
         job = claim.job
         params = _state_params(job, claim.state, now) | {"expected": job.next_run_at}
         if db.execute(self.q["claim_job_fire"], params).rowcount != 1:
@@ -166,7 +166,8 @@ class SQLJobs(JobStore):
             return self._job(db, name)
 
     def earliest_next_run(self) -> float | None:
-        return self._all("earliest_next_run")[0]["earliest"]
+        earliest = self._all("earliest_next_run")[0]["earliest"]
+        return None if earliest is None else float(earliest)
 
     def list_fires(
         self, *, job: str | None = None, status: str | None = None, limit: int = 50
@@ -267,7 +268,7 @@ class SQLJobs(JobStore):
         for row in db.execute(self.q["chained_jobs"], {}).fetchall():
             child = Job.from_row(row)
             link = child.template.get(AFTER)
-            if parent_of(child.template) != job.name:
+            if link is None or parent_of(child.template) != job.name:
                 continue
             if fires_after(link, fire.status, final, text):
                 at = now + float(link.get("delay") or 0.0)

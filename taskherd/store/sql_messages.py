@@ -106,7 +106,8 @@ class SQLMessages(MessageStore):
         return [Message.from_row(row) for row in self._all("unread_messages", params)]
 
     def count_unread_messages(self, recipient: str, now: float) -> int:
-        return self._all("count_unread_messages", {"recipient": recipient, "now": now})[0]["n"]
+        return int(self._all("count_unread_messages",
+                             {"recipient": recipient, "now": now})[0]["n"])
 
     def sent_messages(self, sender: str, limit: int = 100) -> list[Message]:
         rows = self._all("sent_messages", {"sender": sender, "limit": limit})

@@ -210,7 +210,7 @@ def check_file(path: Path) -> None:
 
 def migrations_applied(path: Path) -> int:
     with contextlib.closing(sqlite3.connect(path)) as db:
-        return db.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
+        return int(db.execute("SELECT count(*) FROM schema_migrations").fetchone()[0])
 
 
 def fold_wal(path: Path) -> None:
