@@ -44,7 +44,8 @@ def take_backup(config: Config, store: Store, kinds: list[str], now: float) -> d
     service = Backups(config, store)
     counts = service.take(kinds, now)
     if counts["upload_failures"]:
-        raise BackupError(f"backup failed: {service.state.last_failure['error']}")
+        failure = service.state.last_failure or {}
+        raise BackupError(f"backup failed: {failure.get('error')}")
     stored = [service.state.last_snapshot if kind == "snapshots" else service.state.last_rollup
               for kind in kinds]
     return {"stored": stored, "pruned": counts["pruned"]}

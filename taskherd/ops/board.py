@@ -182,8 +182,9 @@ def wait_counts(queue: Queue, now: float) -> waits.Counts:
     on_node = Counter(run.node for run in open_runs)
     pool_use: Counter[str] = Counter()
     for role, count in running.items():
-        if role in config.roles and config.roles[role].pool is not None:
-            pool_use[config.roles[role].pool] += count
+        pool = config.roles[role].pool if role in config.roles else None
+        if pool is not None:
+            pool_use[pool] += count
     cooldowns = store.all_cooldowns()
     paused = {c.runtime: waits.cooldown_wait(c, now) for c in cooldowns
               if not c.runtime.startswith(COOLDOWN_PREFIX)}

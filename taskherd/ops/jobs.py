@@ -212,7 +212,8 @@ def _interval_kept(job: Job, changes: dict[str, Any]) -> dict[str, Any]:
     other_trigger = any(k in changes for k in ("cron", "calendar", "at", "manual"))
     if "every" not in job.trigger or other_trigger:
         return {}
-    kept = {key: job.trigger[key] for key in ("every", "window") if key in job.trigger}
+    kept: dict[str, Any] = {key: job.trigger[key] for key in ("every", "window")
+                            if key in job.trigger}
     if changes.get("window") == "":
         del changes["window"]
         kept.pop("window", None)

@@ -147,7 +147,7 @@ def _spend(rows: Sequence[Mapping[str, Any]], period: str) -> Spend:
 def _expected_run_cost(budgets: Budgets, rows: Sequence[Mapping[str, Any]]) -> float:
     priced = sum(row["priced_month"] for row in rows)
     if priced:
-        return float(sum(row["cost_month"] for row in rows)) / priced
+        return float(sum(row["cost_month"] for row in rows) / priced)
     return budgets.run_estimate_usd or budgets.unknown_run_usd or 0.0
 
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, time
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from taskherd.model import NewTask
+from taskherd.model import NewTask, OverlapPolicy
 from taskherd.model.jobs import Job, JobDefinition
 from taskherd.policy.job_chains import (
     AFTER,
@@ -27,7 +27,6 @@ from taskherd.policy.job_chains import (
     parent_of,
     parse_link,
 )
-from taskherd.model import OverlapPolicy
 from taskherd.policy.schedules import (
     MissedFire,
     ScheduleError,
