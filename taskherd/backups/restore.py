@@ -102,7 +102,8 @@ def restore_sqlite(target: Target, key: str, database: Path, now: float) -> Rest
         _check_integrity(key, restored)
         applied, tasks = _migrate(key, restored)
         replaced = _swap_in(restored, database, now)
-    return Restored(key, str(database), replaced and str(replaced), applied, tasks)
+    return Restored(key, str(database), None if replaced is None else str(replaced), applied,
+                    tasks)
 
 
 def restore_postgres(target: Target, key: str, url: str, keep_dir: Path,
