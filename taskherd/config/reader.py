@@ -261,6 +261,7 @@ class Reader:
                 re.compile(pattern)
             except re.error as error:
                 raise self._fail(key, pattern, f"a regular expression ({error})") from error
+        return value
 
     def tags(self, key: str) -> tuple[str, ...] | None:
         value = self.str_list(key)

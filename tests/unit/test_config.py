@@ -25,6 +25,11 @@ def test_a_relative_workdir_is_relative_to_the_config_file():
     assert config.roles["b"].workdir == "/abs"
 
 
+def test_a_roles_input_patterns_are_kept():
+    config = parse({"roles": {"qa": {"command": ["x"], "input_patterns": [r"^Deploy now\?"]}}})
+    assert config.roles["qa"].input_patterns == (r"^Deploy now\?",)
+
+
 def test_role_with_durations():
     config = parse({"roles": {"coder": {"command": ["agent", "{task_id}"], "backoff": "30s",
                                         "backoff_cap": "1h", "idle_timeout": "5m",
