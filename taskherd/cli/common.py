@@ -109,7 +109,7 @@ def store_for(ctx: click.Context, writes: bool = True) -> Iterator[Store]:
         store.close()
 
 
-def _busy_timeout(ctx: click.Context) -> dict[str, float]:
+def _busy_timeout(ctx: click.Context) -> dict[str, Any]:
     seconds = ctx.find_root().params.get("busy_timeout")
     return {} if seconds is None else {"busy_timeout": seconds}
 

@@ -195,7 +195,7 @@ class Reader:
         paths = {name: tuple(base_dir / Path(text).expanduser()
                              for text in reader.str_list(name) or ())
                  for name in ("writable", "hidden")}
-        given = {"mode": reader.choice("mode", ISOLATION_MODES),
+        given: dict[str, Any] = {"mode": reader.choice("mode", ISOLATION_MODES),
                  "network": reader.choice("network", NETWORKS),
                  "memory": reader.memory_cap("memory"), "pids": reader.positive_int("pids"),
                  "cpu": reader.cores("cpu"), **paths}
@@ -341,6 +341,6 @@ LIMIT_KEYS = {"daily_usd", "monthly_usd", "daily_tokens", "monthly_tokens"}
 
 
 def read_limits(raw: Mapping[str, Any], where: str, reader: Reader) -> Limits:
-    values = {key: reader.amount(key) for key in ("daily_usd", "monthly_usd")}
+    values: dict[str, Any] = {key: reader.amount(key) for key in ("daily_usd", "monthly_usd")}
     values |= {key: reader.positive_int(key) for key in ("daily_tokens", "monthly_tokens")}
     return Limits(**values)

@@ -13,6 +13,7 @@ import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -173,9 +174,9 @@ class ChatRuntime(Runtime):
     def result(self, role: RoleConfig, reader: OutputReader, exit_status: ExitStatus, run: Run,
                now: float, handle: object = None) -> RunResult:
         assert isinstance(handle, ChatCall)
-        usage = {"input_tokens": handle.usage.get("prompt_tokens"),
-                 "output_tokens": handle.usage.get("completion_tokens"),
-                 "session_id": handle.session_key}
+        usage: dict[str, Any] = {"input_tokens": handle.usage.get("prompt_tokens"),
+                                 "output_tokens": handle.usage.get("completion_tokens"),
+                                 "session_id": handle.session_key}
         if exit_status.code == 0:
             reply = "".join(handle.reply).strip()
             if role.require_marker and reader.summary is None:

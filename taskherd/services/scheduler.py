@@ -68,7 +68,8 @@ class _Plan:
             variant = pick_variant(self.job, scheduled_for, self.cursor)
             if variant is not None:
                 self.cursor += 1
-        lineage = {"retry_of": retry_of, "retry_count": retry_count, "variant": variant}
+        lineage: dict[str, Any] = {"retry_of": retry_of, "retry_count": retry_count,
+                                   "variant": variant}
         try:
             new = task_for_fire(self.job, self.config, variant=variant,
                                 scheduled_for=scheduled_for, kind=kind, retry_count=retry_count)
