@@ -329,8 +329,7 @@ class Api:
         if need == "run":
             return Caller(run=token_ops.authenticate_run(self.queue, bearer, now))
         if bearer is not None:
-            token = token_ops.authenticate(self.queue, bearer, now)
-            return Caller(token=token)
+            return Caller(token=token_ops.authenticate(self.queue, bearer, now))
         session = self.session_of(request, now)
         if session is None:
             raise token_ops.Unauthenticated(
