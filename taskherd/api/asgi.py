@@ -177,7 +177,7 @@ def stream(api: Api, make: Callable[[Request, Caller], AsyncIterator[bytes]],
 
 
 def build_app(api: Api) -> Starlette:
-    from taskherd.api import dashboard, dashboard_lists, metrics, openapi
+    from taskherd.api import dashboard, dashboard_fleet, dashboard_lists, metrics, openapi
 
     counters = metrics.Metrics(api)
     routes = declared_routes(api)
@@ -189,6 +189,7 @@ def build_app(api: Api) -> Starlette:
         Route("/v1/openapi.json", lambda request: JSONResponse(openapi.document())),
         Route("/metrics", metrics.endpoint(api, counters)),
         *dashboard_lists.routes(api),  # first: /tasks/new before the task page's pattern
+        *dashboard_fleet.routes(api),
         *dashboard.routes(api),
     ]
 
