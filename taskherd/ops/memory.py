@@ -20,7 +20,8 @@ from taskherd.ops import BadInput, Queue
 from taskherd.ops.agent import made_before
 from taskherd.policy import memory_file
 from taskherd.store import StoreError
-from taskherd.store.memory import SHARED, Memory, NewMemory, query_words
+from taskherd.store.memory import SHARED as SHARED  # the shared scope, for the pages too
+from taskherd.store.memory import Memory, NewMemory, query_words
 from taskherd.store.requests import RequestKey
 
 log = logging.getLogger("taskherd.memory")
