@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench screenshots clean
 
 # pip's and the build backend's chatter goes to a log, shown only if the install fails.
 $(STAMP): pyproject.toml
@@ -24,6 +24,11 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check taskherd tests bench
 	$(BIN)/mypy
+
+# The dashboard's pictures in docs/screenshots/, made by its browser test from the pages as
+# they are now.
+screenshots: $(STAMP)
+	TASKHERD_SCREENSHOTS=docs $(BIN)/python -m pytest -q tests/api/test_dashboard_a11y_browser.py -k screenshots
 
 bench: $(STAMP)
 	status=0; for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script || status=1; done; exit $$status
