@@ -8,19 +8,19 @@ others, and must never become markup in an operator's browser.
 from __future__ import annotations
 
 import html
-from urllib.parse import urlencode
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
-from taskherd.policy.costs import cost_text
 from taskherd.model import TaskState
 from taskherd.ops import Queue, tasks
 from taskherd.ops import board as board_ops
 from taskherd.ops import cooldowns as cooldown_ops
 from taskherd.ops import runs as run_ops
-from taskherd.store.tokens import ApiToken
+from taskherd.policy.costs import cost_text
 from taskherd.policy.timefmt import zone_named
+from taskherd.store.tokens import ApiToken
 
 TITLES = {"/": "Board", "/tasks": "Tasks", "/tasks/new": "Add tasks", "/dead": "Dead letters",
           "/review": "Needs review", "/blocked": "Blocked", "/jobs": "Jobs", "/nodes": "Nodes",

@@ -17,11 +17,11 @@ from taskherd.cli.common import (
     since_moment,
 )
 from taskherd.cli.logs import check_log_options, log_options, show_log
-from taskherd.policy.costs import cost_text
-from taskherd.policy.durations import parse_duration
 from taskherd.model import Run
 from taskherd.ops import jobs as job_ops
 from taskherd.ops import runs as run_ops
+from taskherd.policy.costs import cost_text
+from taskherd.policy.durations import parse_duration
 
 
 @click.group("runs")

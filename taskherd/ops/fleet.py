@@ -25,10 +25,11 @@ def fleet(queue: Queue, now: float) -> dict[str, Any]:
                                "agents": dict(sorted(by_node[node.name].items()))}
              for node in store.list_nodes()]
     running = Counter(run.role for run in open_runs)
-    roles = [{"role": name, "running": running[name], "limit": role.max_concurrent,
-              "scope": role.scope, "pool": role.pool}
-             for name in sorted(set(config.roles) | set(running))
-             for role in [config.role(name)]]
+    roles: list[dict[str, Any]] = [
+        {"role": name, "running": running[name], "limit": role.max_concurrent,
+         "scope": role.scope, "pool": role.pool}
+        for name in sorted(set(config.roles) | set(running))
+        for role in [config.role(name)]]
     pool_use: Counter[str] = Counter()
     for row in roles:
         if row["pool"] is not None:
