@@ -20,10 +20,10 @@ import click
 from taskherd.cli.common import BadInput, Refused, for_json, json_option
 from taskherd.host.logfile import Chunk, LogCursor, tail
 from taskherd.model import Run
-from taskherd.ops.logs import tail as _tail
-from taskherd.runtimes.claude_render import StreamRenderer, looks_like_stream_json, render_text
 from taskherd.ops import Queue
 from taskherd.ops import runs as run_ops
+from taskherd.ops.logs import tail as _tail
+from taskherd.runtimes.claude_render import StreamRenderer, looks_like_stream_json, render_text
 
 FOLLOW_POLL = 0.2  # seconds between looks at a followed log: quick to show, cheap to run
 BUSY_WAIT = 0.005  # while the agent's shim cuts the log it reads
