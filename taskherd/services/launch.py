@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from taskherd.host import cgroups
-from taskherd.model.settings import SOCKET_NAME, door_dir
+from taskherd.host.door_path import SOCKET_NAME, door_dir
 from taskherd.model.settings import Config, RoleConfig
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
 from taskherd.ops import Queue
