@@ -59,6 +59,8 @@ def test_task_add_loads_no_process_machinery(tmp_path: Path) -> None:
                       f'data_dir = "{tmp_path}/data"\n\n'
                       '[roles.coder]\nruntime = "command"\ncommand = ["true"]\n')
     env = {key: value for key, value in os.environ.items() if not key.startswith("TASKHERD_")}
-    found = loaded(["task", "add", "-r", "coder", "a title"], ["asyncio", "psutil"],
+    # Nor what reads and renders an agent's log (`task log`, the same command group).
+    watched = ["asyncio", "psutil", "taskherd.cli.logs", "taskherd.runtimes.claude_render"]
+    found = loaded(["task", "add", "-r", "coder", "a title"], watched,
                    env | {"TASKHERD_CONFIG": str(config)})
     assert found == []
