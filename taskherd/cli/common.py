@@ -155,7 +155,7 @@ def say_if_unserved(queue: ops.Queue, roles: Iterable[str], now: float) -> None:
     """After a write that gives work: say on stderr when nothing will run it, so a task
     added to a queue no daemon serves, or for a role no running node can run (none defines
     it, or has the tags it needs), is not a silent wait."""
-    from taskherd.ops.board import nodes_up
+    from taskherd.ops.nodes import nodes_up
 
     up = nodes_up(queue, now)
     if not up:

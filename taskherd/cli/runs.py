@@ -16,7 +16,7 @@ from taskherd.cli.common import (
     queue_for,
     since_moment,
 )
-from taskherd.cli.logs import check_log_options, log_options, show_log
+from taskherd.cli.log_options import check_log_options, log_options
 from taskherd.model import Run
 from taskherd.ops import jobs as job_ops
 from taskherd.ops import runs as run_ops
@@ -117,6 +117,8 @@ def log_command(ctx: click.Context, run_id: int, lines: int | None, follow: bool
                 as_json: bool) -> None:
     """Print what a run's agent wrote (its log), or follow it until the run ends."""
     check_log_options(lines, follow, as_json)
+    from taskherd.cli.logs import show_log
+
     with queue_for(ctx, writes=False) as queue:
         show_log(queue, run_ops.get_run(queue, run_id), lines=lines, follow=follow,
                  as_json=as_json, raw=raw)

@@ -22,10 +22,8 @@ from taskherd.cli.common import (
     since_moment,
 )
 from taskherd.cli.door import call_door
-from taskherd.cli.logs import check_log_options, log_options, show_log
+from taskherd.cli.log_options import check_log_options, log_options
 from taskherd.model import Run, Task, TaskState
-from taskherd.ops import board as board_ops
-from taskherd.ops import runs as run_ops
 from taskherd.ops import tasks as task_ops
 from taskherd.policy.durations import parse_duration
 
@@ -163,6 +161,9 @@ def list_command(ctx: click.Context, state: str | None, role: str | None, histor
 @click.pass_context
 def show_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
     """Show one task with its runs."""
+    from taskherd.ops import board as board_ops
+    from taskherd.ops import runs as run_ops
+
     at = now()
     with queue_for(ctx, writes=False) as queue:
         task = task_ops.get_task(queue, task_id)
@@ -241,6 +242,9 @@ def log_command(ctx: click.Context, task_id: int, run_id: int | None, lines: int
                 follow: bool, raw: bool, as_json: bool) -> None:
     """Print what the agent of a task's latest run wrote (its log), or follow it."""
     check_log_options(lines, follow, as_json)
+    from taskherd.cli.logs import show_log
+    from taskherd.ops import runs as run_ops
+
     with queue_for(ctx, writes=False) as queue:
         task = task_ops.get_task(queue, task_id)
         runs = task_ops.runs_of_task(queue, task_id)

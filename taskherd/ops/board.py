@@ -154,11 +154,6 @@ def running_agents(queue: Queue, now: float, limit: int = BOARD_ROWS
     return rows, len(runs)
 
 
-def nodes_up(queue: Queue, now: float) -> list[Node]:
-    """The nodes whose daemon is up now."""
-    return [node for node in queue.store.list_nodes() if node.status(now) == "up"]
-
-
 def live_board(queue: Queue, now: float) -> Board:
     """The board `taskherd status --watch` and the demo redraw: tasks by state (every state,
     zero when none) and the agents running now, each with its note or last line."""
