@@ -17,6 +17,29 @@ VALUES (:role, :title, :prompt, :priority, :state, :pool, :dedup_key, :review, :
         :chain)
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING;
 
+-- name: insert_tasks
+-- insert_task for a whole batch in one statement: :rows is a JSON array of insert_task's
+-- parameters but :now (one for the batch). Each task's id follows its place in the array
+-- (json_each's key), so FIFO within a priority holds as one by one; a dedup key twice in the
+-- batch, or an open task's, inserts the first alone, as one by one. WHERE true: without it
+-- SQLite would read the ON of ON CONFLICT as a join's. The SQLite store runs insert_task by
+-- executemany instead (faster here, where a statement costs no round trip); this block is
+-- what PostgreSQL's, which its store runs, is checked against (test_postgres_sql.py).
+INSERT INTO tasks (role, title, prompt, priority, state, pool, dedup_key, review, max_attempts,
+                   run_after, parent_id, meta, created_at, updated_at, root_id, depth, chain)
+SELECT value ->> '$.role', value ->> '$.title', value ->> '$.prompt', value ->> '$.priority',
+       value ->> '$.state', value ->> '$.pool', value ->> '$.dedup_key', value ->> '$.review',
+       value ->> '$.max_attempts', value ->> '$.run_after', value ->> '$.parent_id',
+       value ->> '$.meta', :now, :now,
+       (SELECT coalesce(parent.root_id, parent.id) FROM tasks AS parent
+        WHERE parent.id = value ->> '$.parent_id'),
+       coalesce((SELECT parent.depth + 1 FROM tasks AS parent
+                 WHERE parent.id = value ->> '$.parent_id'), 0),
+       value ->> '$.chain'
+FROM json_each(:rows) WHERE true
+ORDER BY key
+ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING;
+
 -- name: claim_next
 -- The sub-select walks tasks_ready in (priority, id) order: P0 first, FIFO within a priority.
 -- :roles and :full_pools are JSON arrays (NULL = no filter) so the statement stays static.
