@@ -1,6 +1,6 @@
 """Queue benchmark: taskherd's SQLite store beside its floor (bare sqlite3) and Huey's SqliteHuey.
 
-    python bench/sqlite_queue.py                 # both durabilities, default sizes (< 2 min on 2 cores)
+    python bench/sqlite_queue.py    # both durabilities, default sizes (< 2 min on 2 cores)
     python bench/sqlite_queue.py --durability normal --rounds 20000
 
 Every contender runs in this one process, one after another, each on its own fresh database
@@ -42,8 +42,8 @@ sys.path.insert(0, str(BENCH_DIR.parent))
 
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
-from taskherd.store.sqlite import Q, SQLiteStore
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store.sqlite import Q, SQLiteStore
 
 CLAIM_RATIO_FLOOR = 0.5  # claim+complete ≥ 0.5 × bare sqlite3
 CLAIM_RATIO_HUEY = {"normal": 1.0, "full": 0.8}  # claim+complete ≥ this × Huey's consumer
@@ -83,7 +83,8 @@ def new_tasks(count: int) -> list[NewTask]:
 # -- taskherd -----------------------------------------------------------------------------------
 
 
-def bench_taskherd(folder: Path, durability: str, rounds: int, singles: int, batch: int) -> list[Rate]:
+def bench_taskherd(folder: Path, durability: str, rounds: int, singles: int,
+                   batch: int) -> list[Rate]:
     rates = []
     now = time.time()
 

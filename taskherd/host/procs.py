@@ -31,9 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from taskherd.host import forkserver
-
-from taskherd.host import logfile
+from taskherd.host import forkserver, logfile
 
 HEADER_PREFIX = "# taskherd "
 # psutil's create_time comes from boot-relative ticks plus the wall-clock boot
@@ -473,7 +471,8 @@ def _tree_cpu_seconds_psutil(roots: set[int]) -> dict[int, float]:
         if times is None:
             continue
         parent_of[process.pid] = info["ppid"]
-        cpu_of[process.pid] = times.user + times.system + times.children_user + times.children_system
+        cpu_of[process.pid] = (times.user + times.system
+                               + times.children_user + times.children_system)
     return _sum_per_root(roots, parent_of, cpu_of)
 
 

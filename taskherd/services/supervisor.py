@@ -31,13 +31,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from taskherd.policy import faults
-
-from taskherd.host import procs
 from taskherd.config import make_private_dir
-from taskherd.model.settings import Config, RoleConfig
-from taskherd.model.settings import Gate
-from taskherd.policy.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD, WAITING_LOOK
+from taskherd.host import procs
+from taskherd.host.sandbox import SandboxUnavailable
+from taskherd.host.worktrees import GitTimeout
 from taskherd.model import (
     FINAL_STATES,
     LEASED_STATES,
@@ -51,11 +48,14 @@ from taskherd.model import (
     RunResult,
     Task,
 )
+from taskherd.model.settings import Config, Gate, RoleConfig
+from taskherd.policy import faults
+from taskherd.policy.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD, WAITING_LOOK
 from taskherd.policy.questions import question_in
+from taskherd.policy.sizes import format_size
 from taskherd.runtimes.base import Execution, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
 from taskherd.runtimes.registry import runtime_for
-from taskherd.host.sandbox import SandboxUnavailable
 from taskherd.services.disk_pause import DiskPause
 from taskherd.services.gates import GateRunner
 from taskherd.services.launch import Launch, agent_path, create_private
@@ -64,10 +64,8 @@ from taskherd.services.output_feed import READ_BYTES_PER_SECOND, OutputFeed
 from taskherd.services.pauses import RuntimePauses
 from taskherd.services.preparations import Preparation, Preparations
 from taskherd.services.settles import PendingSettles
-from taskherd.policy.sizes import format_size
 from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.store.watch import VerdictChange
-from taskherd.host.worktrees import GitTimeout
 
 log = logging.getLogger("taskherd.supervisor")
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
