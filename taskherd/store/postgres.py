@@ -193,7 +193,7 @@ class PostgresStore(SQLStore):
         # SQLite keeps executemany, faster there than one statement over json_each.
         rows = json.dumps([task_params(new, now) for new in batch])
         cursor = db.execute(self.q["insert_tasks"], {"rows": rows, "now": now})
-        return max(cursor.rowcount, 0)
+        return max(int(cursor.rowcount), 0)
 
     def _inserted_id(self, cursor: Any) -> int:
         return int(cursor.fetchone()["id"])  # insert_task returns the id in this dialect
