@@ -28,6 +28,7 @@ from taskherd.model import (
     Event,
     EventKind,
     Message,
+    NewTask,
     Run,
     Task,
     TaskState,
@@ -40,6 +41,7 @@ from taskherd.store.errors import StoreDiskFull
 from taskherd.store.events import Listener
 from taskherd.store.sql_claims import usage_of, usage_params
 from taskherd.store.sql_store import Emitted, SQLStore, built
+from taskherd.store.sql_tasks import task_params
 from taskherd.store.sqlfile import (
     function_definition,
     machinery,
@@ -184,6 +186,14 @@ class PostgresStore(SQLStore):
         with db.cursor() as cursor:
             cursor.executemany(self.q[name], list(rows))
             return max(int(cursor.rowcount), 0)
+
+    def _insert_tasks(self, db: Any, batch: Sequence[NewTask], now: float) -> int:
+        # One statement for the batch (insert_tasks): executemany sends one a task, and a
+        # batch of 1,000 ran at under a third of the rate (bench/postgres.py, batched enqueue).
+        # SQLite keeps executemany, faster there than one statement over json_each.
+        rows = json.dumps([task_params(new, now) for new in batch])
+        cursor = db.execute(self.q["insert_tasks"], {"rows": rows, "now": now})
+        return max(int(cursor.rowcount), 0)
 
     def _inserted_id(self, cursor: Any) -> int:
         return int(cursor.fetchone()["id"])  # insert_task returns the id in this dialect

@@ -34,12 +34,16 @@ class SQLTasks(SQLParts):
 
     def enqueue_many(self, batch: Sequence[NewTask], now: float) -> int:
         with self._parents_checked(batch), self._write() as db:
-            added = self._insert_many(db, "insert_task", (task_params(new, now) for new in batch))
+            added = self._insert_tasks(db, batch, now)
             if added:
                 # One event per role, not per task: a batch of 10,000 is one hint to look.
                 for role in dict.fromkeys(new.role for new in batch):
                     self._emit(EventKind.TASK_ADDED, now, role=role)
             return added
+
+    def _insert_tasks(self, db: Connection, batch: Sequence[NewTask], now: float) -> int:
+        """Add the batch: how many were added (a duplicate of an open task is not)."""
+        return self._insert_many(db, "insert_task", (task_params(new, now) for new in batch))
 
     def _spawn_room(self, db: Connection, allowance: SpawnAllowance | None) -> None:
         """Raise SpawnLimitReached unless the allowance's run may add one more: counted after

@@ -341,3 +341,23 @@ def test_an_old_run_ending_after_cancel_and_requeue_leaves_the_new_run_in_charge
     assert store.get_task(task.id).state is TaskState.RUNNING
     done = store.finish_run(new.run.id, RunResult(Outcome.SUCCEEDED), POLICY, 1005.0)
     assert done.moved and done.task.state is TaskState.COMPLETED
+
+
+def test_enqueue_many_keeps_each_task_whole_and_in_order(store):
+    """A batch is added as its tasks one by one would be: claimed in the batch's order, each
+    field kept, a child under its parent's root, the first of a dedup key twice alone."""
+    parent = store.enqueue(NewTask(role="coder", title="parent"), 1.0).task
+    batch = [NewTask(role="coder", title="first", pool="gpu", meta={"k": 1}, max_attempts=5),
+             NewTask(role="coder", title="child", parent_id=parent.id, priority=Priority.P2),
+             NewTask(role="coder", title="once", dedup_key="d"),
+             NewTask(role="coder", title="once again", dedup_key="d"),
+             NewTask(role="coder", title="last", review=True)]
+    assert store.enqueue_many(batch, 2.0) == 4
+    claimed = []
+    while (claim := store.claim(ClaimRequest("n1", 3.0, 60.0))) is not None:
+        claimed.append(claim.task)
+    assert [t.title for t in claimed] == ["parent", "first", "child", "once", "last"]
+    first, child, last = claimed[1], claimed[2], claimed[4]
+    assert (first.pool, first.meta, first.max_attempts) == ("gpu", {"k": 1}, 5)
+    assert (child.parent_id, child.root_id, child.depth) == (parent.id, parent.id, 1)
+    assert last.review and first.created_at == 2.0

@@ -194,3 +194,26 @@ def test_counting_unpriced_runs_counts_those_already_rolled_up(tmp_path):
     with SQLiteStore(path) as store:
         [row] = store.spend_by_role(NOW - 86400, NOW - 86400)
     assert (row["runs_week"], row["cost_week"], row["unpriced_week"]) == (3, 0.5, 2)
+
+
+def test_no_index_is_a_prefix_of_another_on_the_same_rows(tmp_path: Path) -> None:
+    """Every index is written by each insert and delete of its rows (a claim opens a run, a
+    completion ends it): one whose columns lead another index over the same rows answers
+    nothing the other does not, and costs a WAL page a claim and a page a completion."""
+    path = tmp_path / "fresh.db"
+    SQLiteStore(path).close()
+    shape = re.compile(r"CREATE INDEX (\w+) ON (\w+) \(([\w, ]+)\)(?: WHERE (.*))?$")
+    indexes = []
+    for kind, name, table, sql in schema(path):
+        match = shape.match(sql) if kind == "index" else None
+        if match:  # plain column lists only: an index on expressions is its own case
+            columns = tuple(c.strip() for c in match[3].split(","))
+            indexes.append((name, table, columns, match[4]))
+    redundant = [
+        (name, wider)
+        for name, table, columns, rows in indexes
+        for wider, other_table, other_columns, other_rows in indexes
+        if wider != name and table == other_table and rows == other_rows
+        and other_columns[:len(columns)] == columns
+    ]
+    assert redundant == []

@@ -8,6 +8,7 @@ the same seeded data in both databases, returns the same columns and the same ro
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 import threading
@@ -121,7 +122,7 @@ SEED: list[tuple[str, dict[str, Any]]] = [
 # Plausible values for every parameter, aimed at the seeded rows so most blocks find something.
 PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE | {
     "now": NOW + 10, "id": 1, "limit": 10, "node": "node-a", "lease_until": NOW + 70,
-    "renew_before": NOW + 50, "batch": 100,
+    "renew_before": NOW + 50, "batch": 100, "rows": json.dumps([task(title="batched")]),
     "roles": '["coder", "qa"]', "full_pools": '["gpu"]', "task_id": 3, "run_id": 1,
     "runtime": "claude", "since": NOW - 3600, "pid": 4243, "pid_started_at": NOW,
     "stale_before": NOW - 400,
@@ -189,6 +190,10 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     "list_jobs": [{"source": "cli"}],
     "list_job_fires": [{"status": "queued", "job_name": "nightly"}],
     "mark_run_spawned": [{"run_id": 2}],
+    "insert_tasks": [{"rows": json.dumps([task(title="a child", parent_id=2, pool="gpu"),
+                                          task(title="twice", dedup_key="fresh"),
+                                          task(title="twice again", dedup_key="fresh"),
+                                          task(title="open already", dedup_key="nightly")])}],
     "insert_task": [{"dedup_key": "nightly"}, {"dedup_key": "fresh"},
                     {"parent_id": 2, "chain": '[{"role":"qa","title":"QA","on":"success"}]'}],
     "open_descendants": [{"task_id": 1}],

@@ -25,6 +25,29 @@ VALUES (:role, :title, :prompt, :priority, :state, :pool, :dedup_key, :review, :
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING
 RETURNING id;
 
+-- name: insert_tasks
+-- insert_task for a whole batch in one statement: :rows is a JSON array of insert_task's
+-- parameters but :now (one for the batch). One statement, not one a task: a batch of 1,000
+-- sent as executemany is 1,000 statements planned and executed. Each task's id follows its
+-- place in the array (ORDER BY its ordinal), so FIFO within a priority holds as one by one;
+-- a dedup key twice in the batch, or an open task's, inserts the first alone, as one by one.
+INSERT INTO tasks (role, title, prompt, priority, state, pool, dedup_key, review, max_attempts,
+                   run_after, parent_id, meta, created_at, updated_at, root_id, depth, chain)
+SELECT r.role, r.title, r.prompt, r.priority, r.state, r.pool, r.dedup_key, r.review,
+       r.max_attempts, r.run_after, r.parent_id, r.meta, :now, :now,
+       (SELECT coalesce(parent.root_id, parent.id) FROM tasks AS parent
+        WHERE parent.id = r.parent_id),
+       coalesce((SELECT parent.depth + 1 FROM tasks AS parent WHERE parent.id = r.parent_id), 0),
+       r.chain
+FROM ROWS FROM (jsonb_to_recordset(CAST(:rows AS jsonb)) AS (
+         role text, title text, prompt text, priority integer, state text, pool text,
+         dedup_key text, review integer, max_attempts integer, run_after double precision,
+         parent_id bigint, meta text, chain text))
+     WITH ORDINALITY AS r (role, title, prompt, priority, state, pool, dedup_key, review,
+                           max_attempts, run_after, parent_id, meta, chain, ordinal)
+ORDER BY r.ordinal
+ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING;
+
 -- name: claim_next
 -- The sub-select walks tasks_ready in (priority, id) order: P0 first, FIFO within a priority.
 -- :roles and :full_pools are JSON arrays (NULL = no filter) so the statement stays static.

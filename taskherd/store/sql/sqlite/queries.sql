@@ -17,6 +17,29 @@ VALUES (:role, :title, :prompt, :priority, :state, :pool, :dedup_key, :review, :
         :chain)
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING;
 
+-- name: insert_tasks
+-- insert_task for a whole batch in one statement: :rows is a JSON array of insert_task's
+-- parameters but :now (one for the batch). Each task's id follows its place in the array
+-- (json_each's key), so FIFO within a priority holds as one by one; a dedup key twice in the
+-- batch, or an open task's, inserts the first alone, as one by one. WHERE true: without it
+-- SQLite would read the ON of ON CONFLICT as a join's. The SQLite store runs insert_task by
+-- executemany instead (faster here, where a statement costs no round trip); this block is
+-- what PostgreSQL's, which its store runs, is checked against (test_postgres_sql.py).
+INSERT INTO tasks (role, title, prompt, priority, state, pool, dedup_key, review, max_attempts,
+                   run_after, parent_id, meta, created_at, updated_at, root_id, depth, chain)
+SELECT value ->> '$.role', value ->> '$.title', value ->> '$.prompt', value ->> '$.priority',
+       value ->> '$.state', value ->> '$.pool', value ->> '$.dedup_key', value ->> '$.review',
+       value ->> '$.max_attempts', value ->> '$.run_after', value ->> '$.parent_id',
+       value ->> '$.meta', :now, :now,
+       (SELECT coalesce(parent.root_id, parent.id) FROM tasks AS parent
+        WHERE parent.id = value ->> '$.parent_id'),
+       coalesce((SELECT parent.depth + 1 FROM tasks AS parent
+                 WHERE parent.id = value ->> '$.parent_id'), 0),
+       value ->> '$.chain'
+FROM json_each(:rows) WHERE true
+ORDER BY key
+ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING;
+
 -- name: claim_next
 -- The sub-select walks tasks_ready in (priority, id) order: P0 first, FIFO within a priority.
 -- :roles and :full_pools are JSON arrays (NULL = no filter) so the statement stays static.
@@ -101,14 +124,14 @@ ORDER BY day_start;
 -- INDEXED BY: for ORDER BY id the planner prefers walking every run ever kept in id order
 -- over the partial index of the open ones and a sort of those few (128 ms a call with a
 -- million runs kept; the supervisor asks every second). PostgreSQL plans this itself.
-SELECT * FROM runs INDEXED BY runs_open
+SELECT * FROM runs INDEXED BY runs_open_heartbeat
 WHERE ended_at IS NULL AND (CAST(:node AS TEXT) IS NULL OR node = :node)
 ORDER BY id;
 
 -- name: open_runs_of_down_node
 -- The runs of a node being declared down, for its rescue to end: SQLite's one writer at a
 -- time already keeps an agent's report from landing between the rescue's read and its end.
-SELECT * FROM runs INDEXED BY runs_open
+SELECT * FROM runs INDEXED BY runs_open_heartbeat
 WHERE ended_at IS NULL AND node = :node
 ORDER BY id;
 
@@ -143,7 +166,7 @@ ORDER BY role, state;
 
 -- name: runs_mark
 -- As the common block; INDEXED BY, or min(id) walks the ended runs from the first.
-SELECT coalesce((SELECT min(id) FROM runs INDEXED BY runs_open WHERE ended_at IS NULL),
+SELECT coalesce((SELECT min(id) FROM runs INDEXED BY runs_open_heartbeat WHERE ended_at IS NULL),
                 (SELECT coalesce(max(id), 0) + 1 FROM runs)) - 1 AS through,
        (SELECT runs_through FROM rollup_marks) AS marked;
 
