@@ -37,7 +37,8 @@ from taskherd.host import procs
 from taskherd.config import make_private_dir
 from taskherd.model.settings import Config, RoleConfig
 from taskherd.model.settings import Gate
-from taskherd.policy.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD, WAITING_LOOK
+from taskherd.policy import liveness
+from taskherd.policy.liveness import LOOK_GAP
 from taskherd.model import (
     FINAL_STATES,
     LEASED_STATES,
@@ -71,13 +72,11 @@ from taskherd.host.worktrees import GitTimeout
 
 log = logging.getLogger("taskherd.supervisor")
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
-CPU_BUSY_SHARE = 0.05  # share of one core, between two samples, that counts as working
 RECENT_BYTES = 4096  # the end of a run's output kept to read a question from
 # Seconds between two sweeps of every open run of this node (runs nobody watches, runs ended
 # elsewhere, tasks cancelled under a working agent). Events make the sweep come at once; this
 # is for the event a listener missed.
 SWEEP_EVERY = 10.0
-LOOK_GAP = 0.25  # the least time between two rounds of looks: due looks are taken together
 HEARTBEAT_SLACK = 5.0  # heartbeats are stamped by another process's clock: look back this far
 # A run an earlier daemon claimed and left with no spawn on record and no shim header in its
 # log: that daemon may have handed it to a shim just before it died, which writes its header
@@ -298,8 +297,7 @@ class Supervisor:
         except ValueError as error:
             self._settle_now(run, RunResult(Outcome.FAILED, error=str(error)))
             return None
-        live = self._watch(run, task, role, runtime, handle, run.spawned_at or now)
-        live.last_activity = now
+        live = self._watch(run, task, role, runtime, handle, run.spawned_at or now, now)
         live.ended_unwatched = at_start and not handle.is_alive()
         cooldown = self.store.cooldown_of(role.runtime)
         live.probe = cooldown is not None and cooldown.probe_run_id == run.id
@@ -333,10 +331,11 @@ class Supervisor:
         return recorded
 
     def _watch(self, run: Run, task: Task, role: RoleConfig, runtime: Runtime,
-               handle: Execution, spawned_at: float) -> LiveRun:
+               handle: Execution, spawned_at: float, active_at: float | None = None) -> LiveRun:
         pools = frozenset(p for p in (role.pool, task.pool) if p)
         live = LiveRun(run, task, role, runtime, handle, runtime.reader(role), spawned_at,
-                       pools, last_activity=spawned_at, looked_at=spawned_at)
+                       pools, last_activity=active_at or spawned_at, looked_at=spawned_at)
+        live.sample_from = liveness.sample_from(self._facts(live, spawned_at))
         self._forget(run.id)  # watched again (a restart's adoption): counted once
         self.live[run.id] = live
         self.view.watched(live)
@@ -502,8 +501,10 @@ class Supervisor:
             self._note_heartbeats(now)
         due = self._looks.due(now, self.live, self.settings.looks_per_pass)
         began = time.perf_counter()
+        # CPU time matters only where it could keep a run from a threshold: sampled while
+        # the run is busy, or from SAMPLE_AHEAD before its input or idle threshold.
         sampled = {live.handle.pid for live in due
-                   if live.handle.pid and self._wants_cpu(live, now)}
+                   if live.handle.pid and (live.cpu_busy or now >= live.sample_from)}
         cpu = procs.tree_cpu_seconds(sampled) if sampled else {}
         changes = []
         for index, live in enumerate(due):
@@ -517,15 +518,16 @@ class Supervisor:
                 self._looks.schedule(live, now + self.settings.interval)
                 continue
             counts["checked"] += 1
-            verdict = self._judge(live, now, cpu.get(live.handle.pid))
-            if verdict is not None:
-                counts[verdict[0].value] = counts.get(verdict[0].value, 0) + 1
-                self.kill(live, *verdict)
+            verdict = self._look(live, now, cpu.get(live.handle.pid))
+            if verdict.end is not None:
+                counts[verdict.end[0].value] = counts.get(verdict.end[0].value, 0) + 1
+                self.kill(live, *verdict.end)
                 continue
-            self._looks.schedule(live, self._next_look(live, now), force=True)
-            change = self._verdict_change(live, now)
-            if change is not None:
-                changes.append(change)
+            self._looks.schedule(live, verdict.next_look, force=True)
+            live.sample_from = verdict.sample_from
+            if verdict.shown is not None and verdict.shown != live.verdict:
+                live.verdict = verdict.shown
+                changes.append(VerdictChange(live.run.id, *verdict.shown))
         earliest = self._looks.earliest()
         if len(due) == self.settings.looks_per_pass and earliest is not None and earliest <= now:
             self._behind = True  # more were due than one pass takes
@@ -556,23 +558,6 @@ class Supervisor:
         if live.next_look != math.inf:  # (inf: being looked at now, or ended)
             self._looks.schedule(live, now + self.settings.interval)
 
-    def _wants_cpu(self, live: LiveRun, now: float) -> bool:
-        """CPU time matters only where it could keep a run from a threshold: sampled while the
-        run is busy, or from SAMPLE_AHEAD before its input or idle threshold."""
-        if live.cpu_busy or live.waiting is not None:
-            return live.cpu_busy
-        return self._nearest_threshold(live) - now <= SAMPLE_AHEAD
-
-    def _nearest_threshold(self, live: LiveRun) -> float:
-        """When idleness ends the run next: input_timeout only if it ends with a question."""
-        if live.gate is not None:
-            return live.last_activity + live.gate.idle_timeout
-        role = live.role
-        idle_limit = role.idle_timeout
-        if self._question(live) is not None:
-            idle_limit = _input_after(role)
-        return live.last_activity + idle_limit
-
     def _question(self, live: LiveRun) -> str | None:
         """The question the agent's output ends with, read once per new output."""
         if live.question_read_at != live.log_offset:
@@ -597,7 +582,7 @@ class Supervisor:
     def _watch_gate(self, live: LiveRun, gate: Gate, handle: procs.ProcessHandle,
                     started_at: float) -> Callable[[], tuple[Outcome, str] | None]:
         """Watch a quality gate of `live`'s run in place of its (exited) agent: the same
-        rounds read its log and sample its CPU, and `_judge_gate` ends it when it is idle
+        rounds read its log and sample its CPU, and its verdict ends it when it is idle
         past its window. Returns the function that stops watching and says why the
         supervisor ended it (stalled, or the run's cancel or shutdown), if it did."""
         agent_handle = live.handle
@@ -608,6 +593,7 @@ class Supervisor:
         live.cpu_busy = False
         live.last_activity = max(started_at, live.last_activity)
         live.looked_at = started_at
+        live.sample_from = liveness.sample_from(self._facts(live, started_at))
         self._looks.schedule(live, 0.0, force=True)  # looked at in the next round
 
         def done() -> tuple[Outcome, str] | None:
@@ -618,112 +604,50 @@ class Supervisor:
 
         return done
 
-    def _judge_gate(self, live: LiveRun, now: float,
-                    cpu_seconds: float | None) -> tuple[Outcome, str] | None:
-        """A running gate: its output and CPU time are signs of life, as an agent's are; a
-        gate has no reader (no rate limits, no loops, no questions: its input is empty)."""
+    def _look(self, live: LiveRun, now: float, cpu_seconds: float | None) -> liveness.Verdict:
+        """Gather what the run did since its last look (output written, CPU used) into its
+        facts, and judge them (policy/liveness.py). A running gate is judged as its agent
+        would be; it has no reader (no rate limits, no loops, no questions: no input)."""
         if (written_at := self._read_new_output(live, now)) is not None:
             self._active(live, written_at, now)
+        if (live.gate is None and live.probe and live.reader.progressed
+                and live.reader.looping is None):  # a loop is no sign the limit lifted
+            self.pauses.probe_passed(live, now)
         self._note_cpu(live, now, cpu_seconds)
-        idle = now - live.last_activity
-        assert live.gate is not None
-        if idle > live.gate.idle_timeout:
-            return Outcome.STALLED, (f"stalled: no output or CPU for {idle:.0f}s "
-                                     f"(idle_timeout {live.gate.idle_timeout:g}s)")
-        return None
+        verdict = liveness.judge(self._facts(live, now), now, interval=self.settings.interval,
+                                 spread=random.uniform(0.8, 1.0))
+        if verdict.asked is not None:
+            self._asked(live, verdict.asked, now)
+        return verdict
+
+    def _facts(self, live: LiveRun, now: float) -> liveness.RunFacts:
+        return liveness.RunFacts(
+            live.role, live.spawned_at, live.last_activity, writing=live.output_at >= now,
+            question=lambda: self._question(live), looping=live.reader.looping,
+            waiting=live.waiting, gate_idle=live.gate.idle_timeout if live.gate else None,
+            shown=live.verdict)
 
     def _note_cpu(self, live: LiveRun, now: float, cpu_seconds: float | None) -> None:
+        """A CPU sample: work since the last one is a sign of life; the first sets the
+        baseline."""
         if cpu_seconds is not None:
-            # A rate, not any growth: an idle Node.js or Python process still ticks a few
-            # milliseconds a second, and summed over minutes that would look like work. The
-            # first sample only sets the baseline.
-            elapsed = now - live.cpu_sampled_at
-            live.cpu_busy = live.cpu_sampled_at > 0 and (
-                cpu_seconds - live.cpu_seconds >= CPU_BUSY_SHARE * max(elapsed, 1e-3))
+            live.cpu_busy = live.cpu_sampled_at > 0 and liveness.cpu_busy(
+                cpu_seconds - live.cpu_seconds, now - live.cpu_sampled_at)
             if live.cpu_busy:
                 self._active(live, now, now)
             live.cpu_seconds, live.cpu_sampled_at = cpu_seconds, now
 
-    def _judge(self, live: LiveRun, now: float,
-               cpu_seconds: float | None) -> tuple[Outcome, str] | None:
-        if live.gate is not None:
-            return self._judge_gate(live, now, cpu_seconds)
-        if (written_at := self._read_new_output(live, now)) is not None:
-            self._active(live, written_at, now)
-        if live.reader.looping is not None:
-            return Outcome.LOOPING, live.reader.looping
-        if live.probe and live.reader.progressed:
-            self.pauses.probe_passed(live, now)
-        self._note_cpu(live, now, cpu_seconds)
-        role = live.role
-        if now - live.spawned_at > role.timeout:
-            return Outcome.TIMED_OUT, f"ran longer than timeout ({role.timeout:g}s)"
-        if live.waiting is not None:
-            return None  # on_input = wait: kept for a person's answer (the timeout still holds)
-        idle = now - live.last_activity
-        if idle >= _input_after(role) and (question := self._question(live)) is not None:
-            return self._needs_input(live, question, now)
-        if idle > role.idle_timeout:
-            return Outcome.STALLED, (f"no output, heartbeat or CPU for {idle:.0f}s "
-                                     f"(idle_timeout {role.idle_timeout:g}s)")
-        return None
-
-    def _needs_input(self, live: LiveRun, question: str,
-                     now: float) -> tuple[Outcome, str] | None:
+    def _asked(self, live: LiveRun, question: str, now: float) -> None:
         """An agent idle at a question: ended as needs_input (no strike), or with
         on_input = wait kept alive for `taskherd task answer`. Listeners hear of it either way."""
         try:
             self.store.note_input_needed(live.run.id, live.task.id, question, now)
         except StoreError as error:
             log.warning("run %s: could not record its question: %s", live.run.id, error)
-        live.verdict = (Liveness.WAITING_INPUT, now, question)
+        live.verdict = (Liveness.WAITING_INPUT, now, question)  # as the store now has it
         log.warning("run %s: the agent waits for input: %s", live.run.id, question)
         if live.role.on_input == "wait":
             live.waiting = question
-            return None
-        return Outcome.NEEDS_INPUT, f"waiting for input: {question}"
-
-    def _next_look(self, live: LiveRun, now: float) -> float:
-        """When the run could next cross a threshold, and no later: while it writes, each
-        round (its output is read as it comes: loops, rate limits, questions); else the first
-        of its hard timeout, its idle (or input) threshold and SAMPLE_AHEAD before it (a CPU
-        baseline), the moment it reads as quiet, and the longest its log may go unread."""
-        next_round = now + self.settings.interval
-        times = [live.spawned_at + live.role.timeout]
-        if live.output_at >= now:
-            times.append(next_round)
-        elif live.waiting is not None:
-            times.append(now + WAITING_LOOK)  # whether it moved on after an answer
-        else:
-            threshold = self._nearest_threshold(live)
-            times += [threshold, threshold - SAMPLE_AHEAD,
-                      live.last_activity + _quiet_after(live.role),
-                      now + self._unread_limit(live)]
-        future = [t for t in times if t > now]
-        return max(now + LOOK_GAP, min(future, default=next_round))
-
-    def _unread_limit(self, live: LiveRun) -> float:
-        """How long a quiet run's log may go unread. A question written meanwhile is timed
-        from its write (the log's mtime), so reading within input_timeout still ends the run
-        on time; other news (a loop starting, a rate limit) waits at most QUIET_LOOK. Spread
-        a little, so that runs started together are not all looked at in one pass forever."""
-        limit = QUIET_LOOK if live.gate is not None else min(QUIET_LOOK, _input_after(live.role))
-        return limit * random.uniform(0.8, 1.0)
-
-    def _verdict_change(self, live: LiveRun, now: float) -> VerdictChange | None:
-        if live.waiting is not None:
-            verdict = (Liveness.WAITING_INPUT, live.verdict[1] if live.verdict else now,
-                       live.waiting)
-        elif now - live.last_activity >= _quiet_after(live.role):
-            verdict = (Liveness.QUIET, live.last_activity, None)
-        elif live.verdict is not None and live.verdict[0] is Liveness.ACTIVE:
-            return None  # still active: nothing new to write
-        else:
-            verdict = (Liveness.ACTIVE, live.last_activity, None)
-        if verdict == live.verdict:
-            return None
-        live.verdict = verdict
-        return VerdictChange(live.run.id, *verdict)
 
     def _read_new_output(self, live: LiveRun, now: float, final: bool = False) -> float | None:
         """Feed what the agent wrote since the last look to its reader, within the look's share
@@ -904,17 +828,6 @@ class Supervisor:
         remaining = [live.watcher for live in self.live.values() if live.watcher]
         if remaining:
             await asyncio.wait(remaining, timeout=KILL_GRACE + 10)
-
-def _input_after(role: RoleConfig) -> float:
-    """Idleness at a question that means waiting for input: never longer than idle_timeout,
-    so an agent at a question is never charged a strike as stalled."""
-    return min(role.input_timeout, role.idle_timeout)
-
-
-def _quiet_after(role: RoleConfig) -> float:
-    """Silence that makes a run read as quiet: QUIET_AFTER, or half a shorter idle_timeout."""
-    return min(QUIET_AFTER, role.idle_timeout / 2)
-
 
 def _utc(timestamp: float) -> datetime:
     return datetime.fromtimestamp(timestamp, UTC)
