@@ -33,7 +33,7 @@ from pathlib import Path
 
 from taskherd.policy import faults
 
-from taskherd.host import procs
+from taskherd.host import activity, procs
 from taskherd.config import make_private_dir
 from taskherd.model.settings import Config, RoleConfig
 from taskherd.model.settings import Gate
@@ -505,7 +505,7 @@ class Supervisor:
         # the run is busy, or from SAMPLE_AHEAD before its input or idle threshold.
         sampled = {live.handle.pid for live in due
                    if live.handle.pid and (live.cpu_busy or now >= live.sample_from)}
-        cpu = procs.tree_cpu_seconds(sampled) if sampled else {}
+        cpu = activity.tree_cpu_seconds(sampled) if sampled else {}
         changes = []
         for index, live in enumerate(due):
             if index and time.perf_counter() - began > self.settings.pass_budget:
