@@ -1,6 +1,8 @@
 """Whether an open run still looks alive, from what the store knows of it: one rule, read by
-`taskherd runs stale` and shareable by the monitor, so the two never disagree. And the words
-and the next threshold of the supervisor's verdict on a running agent (`runs list`).
+`taskherd runs stale` and shareable by the monitor, so the two never disagree. The
+supervisor's verdict on a running agent it watches (`judge`: from the facts it gathered at a
+look, whether a threshold ends the run, how it reads, and when to look next). And the words
+and the next threshold of that verdict as the store keeps it (`runs list`).
 
 Pure: the run, its task's lease, its role's thresholds and `now` in; a reason (for a person)
 or None out. The tiers: the node that owns the run is down or stopped; the task's lease

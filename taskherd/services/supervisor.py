@@ -11,8 +11,10 @@ takes only what is due and stops after a couple of milliseconds, leaving the res
 next pass: the event loop is never held for long. CPU time is read (one /proc walk per round
 at most) only for runs near a threshold or busy, and heartbeats come from one query of the
 runs that called in. A look tails the log into the runtime's reader, which catches rate
-limits and loops; a quiet agent whose last output is a question is waiting for input.
-Verdicts are written to the store when they change. Cancels and runs ended elsewhere are
+limits and loops (`services/run_output.py`); the facts a look gathers (output written, CPU
+used, heartbeats, its question, a loop) are judged by one pure function,
+`policy/liveness.judge`, which says what ends the run and when to look next. Verdicts are
+written to the store when they change. Cancels and runs ended elsewhere are
 found by a sweep of the node's open runs, at once when an event tells of one, else every
 SWEEP_EVERY. Other services see the live runs only through `LiveRuns`, a read-only view.
 """
@@ -52,7 +54,6 @@ from taskherd.model import (
     RunResult,
     Task,
 )
-from taskherd.policy.questions import question_in
 from taskherd.runtimes.base import Execution, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
 from taskherd.runtimes.registry import runtime_for
@@ -60,19 +61,17 @@ from taskherd.host.sandbox import SandboxUnavailable
 from taskherd.services.disk_pause import DiskPause
 from taskherd.services.gates import GateRunner
 from taskherd.services.launch import Launch, agent_path, create_private
+from taskherd.services import run_ends, run_output
 from taskherd.services.live_runs import GateLimits, LiveRun, LiveRuns, LookSchedule
-from taskherd.services.output_feed import READ_BYTES_PER_SECOND, OutputFeed
 from taskherd.services.pauses import RuntimePauses
 from taskherd.services.preparations import Preparation, Preparations
 from taskherd.services.settles import PendingSettles
-from taskherd.policy.sizes import format_size
 from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.store.watch import VerdictChange
 from taskherd.host.worktrees import GitTimeout
 
 log = logging.getLogger("taskherd.supervisor")
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
-RECENT_BYTES = 4096  # the end of a run's output kept to read a question from
 # Seconds between two sweeps of every open run of this node (runs nobody watches, runs ended
 # elsewhere, tasks cancelled under a working agent). Events make the sweep come at once; this
 # is for the event a listener missed.
@@ -84,8 +83,6 @@ HEARTBEAT_SLACK = 5.0  # heartbeats are stamped by another process's clock: look
 # started (`lost`, no strike): given up at once, a late shim would start its agent beside the
 # task's next run.
 SHIM_GRACE = 5.0
-VANISHED_WHILE_DOWN = ("the process vanished without an exit status while no daemon ran on "
-                       "this node (its machine died, or it was killed with it)")
 
 
 @dataclass(frozen=True)
@@ -558,14 +555,6 @@ class Supervisor:
         if live.next_look != math.inf:  # (inf: being looked at now, or ended)
             self._looks.schedule(live, now + self.settings.interval)
 
-    def _question(self, live: LiveRun) -> str | None:
-        """The question the agent's output ends with, read once per new output."""
-        if live.question_read_at != live.log_offset:
-            live.question_read_at = live.log_offset
-            live.question = question_in(live.recent.decode("utf-8", "replace"),
-                                        live.role.input_patterns)
-        return live.question
-
     def _rescued_elsewhere(self, live: LiveRun) -> bool:
         """A watched agent whose run another node ended (this node was declared down while it
         was only slow, or cut off from the database): its task may already run elsewhere, so
@@ -608,7 +597,10 @@ class Supervisor:
         """Gather what the run did since its last look (output written, CPU used) into its
         facts, and judge them (policy/liveness.py). A running gate is judged as its agent
         would be; it has no reader (no rate limits, no loops, no questions: no input)."""
-        if (written_at := self._read_new_output(live, now)) is not None:
+        written_at, signal = run_output.read_new_output(live, now)
+        if signal is not None:
+            self._rate_limited(live, signal, now)
+        if written_at is not None:
             self._active(live, written_at, now)
         if (live.gate is None and live.probe and live.reader.progressed
                 and live.reader.looping is None):  # a loop is no sign the limit lifted
@@ -623,7 +615,7 @@ class Supervisor:
     def _facts(self, live: LiveRun, now: float) -> liveness.RunFacts:
         return liveness.RunFacts(
             live.role, live.spawned_at, live.last_activity, writing=live.output_at >= now,
-            question=lambda: self._question(live), looping=live.reader.looping,
+            question=lambda: run_output.question_of(live), looping=live.reader.looping,
             waiting=live.waiting, gate_idle=live.gate.idle_timeout if live.gate else None,
             shown=live.verdict)
 
@@ -648,36 +640,6 @@ class Supervisor:
         log.warning("run %s: the agent waits for input: %s", live.run.id, question)
         if live.role.on_input == "wait":
             live.waiting = question
-
-    def _read_new_output(self, live: LiveRun, now: float, final: bool = False) -> float | None:
-        """Feed what the agent wrote since the last look to its reader, within the look's share
-        (`services/output_feed.py`; at the run's end, the end's window whole); when it was
-        written (the log's mtime, no earlier than that look), or None if it wrote nothing."""
-        looked_at, live.looked_at = live.looked_at, now
-        if live.output is None or live.output.path != live.handle.log_path:
-            live.output = OutputFeed(live.handle.log_path)  # the agent's log, or its gate's
-        fresh, info = live.output.read(now, final)
-        if fresh is None or info is None:
-            return None
-        live.log_offset = live.output.offset
-        live.output_at = now
-        written_at = min(max(info.st_mtime, looked_at), now)
-        if live.gate is not None:
-            return written_at  # a gate's output is only a sign of life
-        if fresh.passed_over and not live.output_skipped:
-            live.output_skipped = True  # said once a run: a chatty agent would fill the log
-            log.warning("run %s: its agent writes faster than the daemon reads; %s passed "
-                        "over, its latest output read from now on (looks read %s a second)",
-                        live.run.id, format_size(fresh.passed_over),
-                        format_size(READ_BYTES_PER_SECOND))
-        if fresh.gap:
-            live.reader.gap()
-        chunk = fresh.data
-        live.recent = (live.recent + chunk[-RECENT_BYTES:])[-RECENT_BYTES:]
-        signal = live.reader.feed(chunk, now) if chunk else None
-        if signal is not None:
-            self._rate_limited(live, signal, now)
-        return written_at
 
     def _rate_limited(self, live: LiveRun, signal: RateLimitSignal, now: float) -> None:
         """Pause every spawn of the runtime, and end this run without a strike, unless its
@@ -710,7 +672,9 @@ class Supervisor:
         # The shim's exit file knows when the agent really ended: a run re-adopted after a
         # restart ended while no daemon watched, not when this one noticed.
         ended_at = status.ended_at if status.ended_at and status.ended_at <= now else now
-        self._read_new_output(live, now, final=True)
+        _, signal = run_output.read_new_output(live, now, final=True)
+        if signal is not None:
+            self._rate_limited(live, signal, now)
         live.reader.finish(now)
         live.handle.close()
         if live.role.on_input == "wait" and live.handle.pid is not None:
@@ -722,13 +686,13 @@ class Supervisor:
         if run.ended_at is not None:
             self._forget(live.run.id)
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
-        result = self.launch.judge_caps(live.role, run.id, self._result(live, run, status, now))
+        result = self.launch.judge_caps(live.role, run.id, run_ends.result_of(live, run, status, now))
         if live.role.git is not None:
             # In a thread: git runs the repository's hooks, which may take minutes, and the
             # loop dispatches and watches every other run meanwhile.
             await asyncio.to_thread(self.launch.keep_worktree_work, live.role, live.task,
                                     live.run)
-        if (limit := self._limit_left(live, result, status, now)) is not None:
+        if (limit := run_ends.limit_left(live, result, status, now)) is not None:
             # Limits found only at the end (an HTTP 429, a result event, a usage limit after
             # TASK_COMPLETE) pause the runtime too, whatever the run's outcome.
             self.pauses.pause(live.role, *limit, now, probe=live.probe and not live.paused_for)
@@ -758,39 +722,6 @@ class Supervisor:
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")
         self.on_change()
-
-    def _limit_left(self, live: LiveRun, result: RunResult, status: procs.ExitStatus,
-                    now: float) -> tuple[float | None, str] | None:
-        """(reset, reason) of a limit the run met that its runtime is not yet paused for: one
-        found only at its end, or a reset time learnt after the pause (a result event's after
-        an api_retry's). None: nothing more to pause for."""
-        if live.paused_for is None and result.outcome is Outcome.RATE_LIMITED:
-            return result.retry_at, result.error or "rate limited"  # the runtime's own reading
-        signal = live.reader.limit_met(status, now)
-        if signal is None or signal == live.paused_for or (
-                live.paused_for is not None and signal.reset_at is None):
-            return None
-        return known_reset(signal, now), signal.excerpt or signal.source
-
-    def _result(self, live: LiveRun, run: Run, status: procs.ExitStatus, now: float) -> RunResult:
-        result = live.runtime.result(live.role, live.reader, status, run, now, live.handle)
-        if (live.ended_unwatched and result.outcome is Outcome.CRASHED
-                and status.code is None and status.signal is None):
-            # Its shim died too, without a word, while no daemon ran here: the machine died
-            # (or all was killed with it). As when another node rescues the run of a node
-            # that stays down: lost, no strike, back at once; not the agent's crash.
-            return RunResult(Outcome.LOST, error=VANISHED_WHILE_DOWN, error_tail=result.error_tail)
-        if result.output_tail is None:  # for a chain's `when` and a reviewer's verdict
-            result = dataclasses.replace(result, output_tail=live.reader.error_tail or None)
-        if live.kill_reason is None or result.outcome is Outcome.SUCCEEDED and (
-                run.report == "done" or live.reader.summary is not None):
-            return result  # work that was completed before the kill counts (partial success)
-        outcome, reason = live.kill_reason
-        retry_at = result.retry_at if outcome is Outcome.RATE_LIMITED else None
-        # What the run spent is kept whatever ended it: a killed run cost money too.
-        return dataclasses.replace(result, outcome=outcome, exit_code=status.code, summary=None,
-                                   error=reason, error_tail=live.reader.error_tail,
-                                   retry_at=retry_at)
 
     def _settle_now(self, run: Run, result: RunResult, ended_at: float | None = None) -> None:
         self.settles.settle(run, result, self.clock() if ended_at is None else ended_at)
