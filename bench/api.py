@@ -11,10 +11,11 @@ a. `POST /v1/tasks` and an agent's heartbeat (`POST /v1/agent/heartbeat`, each c
    and `taskherd heartbeat` through the agent socket, 8 processes at a time: what an agent on
    the daemon's host pays). Then the heartbeat at a steady 500 requests a second (open loop):
    target p99 ≤ 25 ms.
-b. The board page (`/`, logged in) and `/v1/status` over a database of --tasks tasks (finished
-   history with runs and cost, 1,000 ready, and more P0 tasks ready and pending and more
-   agents running than the board lists): p99 of 200 sequential requests each. Target
-   p99 ≤ 100 ms.
+b. Every dashboard page (logged in: the board, the task list, a task, a job, the nodes...),
+   a filtered task list of 50 rows (--list-url) and `/v1/status` over a database of --tasks
+   tasks (finished history with runs and cost, 1,000 ready, and more P0 tasks ready and
+   pending and more agents running than the board lists): p99 of 200 sequential requests
+   each. Target p99 ≤ 100 ms.
 c. `taskherd up` with the API on, --runs no-op tasks enqueued at a steady rate: ready → exec
    p99 with no dashboard open, then with 20 clients on the event stream; target ≤ 1.5 × the
    first. The daemon's RSS with the API on, beside the same daemon with it off.
@@ -44,6 +45,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Self
+
 from taskherd.policy.admission import ClaimRequest
 
 HERE = Path(__file__).resolve().parent
@@ -299,13 +301,22 @@ def part_a(folder: Path, requests: int, processes: int) -> bool:
 # -- b. the board at a million tasks ------------------------------------------------------------
 
 
-def part_b(folder: Path, tasks: int) -> bool:
+# Every dashboard page, logged in; a task page and a job page by their address. The list's
+# filter reads 50 rows out of the million (dead tasks of one role: 1 in 30 of the history).
+DASHBOARD_PAGES = ("/", "/tasks", "/tasks/new", "/tasks/1", "/dead", "/review", "/blocked",
+                   "/jobs", "/jobs/nightly", "/nodes", "/cooldowns", "/cost",
+                   "/messages?address=coder", "/memory", "/delivery")
+LIST_URL = "/tasks?state=dead&role=qa&per_page=50"
+
+
+def part_b(folder: Path, tasks: int, list_url: str = LIST_URL) -> bool:
     from bench.cli import build_database
     from taskherd.config import load_config
+    from taskherd.ops import jobs as job_ops
     from taskherd.ops import open_queue
     from taskherd.ops import tokens as token_ops
 
-    print(f"== b. the board page and /v1/status over {tasks:,} tasks")
+    print(f"== b. every dashboard page and /v1/status over {tasks:,} tasks")
     started = time.perf_counter()
     build_database(folder / "big.db", tasks, 1000)
     port = free_port()
@@ -313,6 +324,8 @@ def part_b(folder: Path, tasks: int) -> bool:
     with open_queue(load_config(config_path)) as queue:
         token = token_ops.create_token(queue, "board", "read", time.time()).token
         fill_the_board(queue.store, time.time())
+        job_ops.add_job(queue, {"name": "nightly", "role": "coder", "cron": "0 3 * * *"},
+                        time.time())
     print(f"built the database in {time.perf_counter() - started:.0f} s: every list of the "
           f"board is longer than it shows ({BOARD_ROWS_SHOWN})")
     server = start([sys.executable, __file__, "--serve", str(config_path)], folder / "big.log")
@@ -321,23 +334,29 @@ def part_b(folder: Path, tasks: int) -> bool:
         wait_listening(port, timeout=120)
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             assert client.post("/login", data={"token": token}).status_code in (200, 303)
-            for name, path, headers in (
-                    ("GET /v1/status", "/v1/status", {"Authorization": f"Bearer {token}"}),
-                    ("GET / (the board page)", "/", {})):
-                client.get(path, headers=headers)  # warm
-                times = []
-                for _ in range(BOARD_REQUESTS):
-                    begin = time.perf_counter()
-                    response = client.get(path, headers=headers)
-                    times.append(time.perf_counter() - begin)
-                    assert response.status_code == 200, response.text[:200]
-                p99 = percentile(times, 0.99)
-                ok &= p99 <= BOARD_P99
-                print(f"{name:<26} p50 {ms(percentile(times, 0.5))}  p99 {ms(p99)}  "
-                      f"(target ≤ 100 ms: {'ok' if p99 <= BOARD_P99 else 'MISSED'})")
+            bearer = {"Authorization": f"Bearer {token}"}
+            measured = [("GET /v1/status", "/v1/status", bearer)]
+            measured += [(f"GET {path}", path, {}) for path in DASHBOARD_PAGES]
+            measured.append((f"GET {list_url} (the filtered list)", list_url, {}))
+            for name, path, headers in measured:
+                ok &= _page_p99(client, name, path, headers)
     finally:
         stop(server)
     return ok
+
+
+def _page_p99(client: httpx.Client, name: str, path: str, headers: dict[str, str]) -> bool:
+    client.get(path, headers=headers)  # warm
+    times = []
+    for _ in range(BOARD_REQUESTS):
+        begin = time.perf_counter()
+        response = client.get(path, headers=headers)
+        times.append(time.perf_counter() - begin)
+        assert response.status_code == 200, f"{path}: {response.status_code} {response.text[:200]}"
+    p99 = percentile(times, 0.99)
+    print(f"{name:<44} p50 {ms(percentile(times, 0.5))}  p99 {ms(p99)}  "
+          f"(target ≤ 100 ms: {'ok' if p99 <= BOARD_P99 else 'MISSED'})")
+    return p99 <= BOARD_P99
 
 
 BOARD_ROWS_SHOWN = 50
@@ -352,6 +371,8 @@ def fill_the_board(store, now: float) -> None:
                         for n in range(more)], now)
     store.enqueue_many([NewTask(role="qa", title=f"approve {n}", priority=0, pending=True)
                         for n in range(more)], now)
+    store.node_up("bench", host="bench", pid=1, version="bench", lease=60.0,
+                  roles=["coder", "qa", "writer"], now=now)
     for _ in range(more):
         claim = store.claim(ClaimRequest("bench", now, 3600, roles=["writer"]))
         store.mark_spawned(claim.run.id, now, 3600, pid=None, pid_started_at=None,
@@ -463,7 +484,8 @@ class Daemon:
                   if c.state is TaskState.COMPLETED) < self.completed:
             assert time.monotonic() < deadline, "tasks did not finish"
             time.sleep(0.1)
-        daemon_cpu, api_cpu = (after - before for after, before in zip(self.cpu(), cpu_before))
+        daemon_cpu, api_cpu = (after - before
+                               for after, before in zip(self.cpu(), cpu_before, strict=True))
         print(f"   daemon CPU {daemon_cpu:.1f} s, its API process {api_cpu:.1f} s, over the "
               f"{time.monotonic() - begin:.0f} s of the pass")
         return [printed_time(self.queue.store.runs_of_task(task_id)[-1].log_path) - ready_at
@@ -729,6 +751,8 @@ def main() -> int:
     parser.add_argument("--browser-nice", type=int, default=0,
                         help="d: the browsers' niceness (19: as if on other machines)")
     parser.add_argument("--parts", default="abcd")
+    parser.add_argument("--list-url", default=LIST_URL,
+                        help="b: the filtered task list's address (50 rows of the million)")
     parser.add_argument("--client-processes", type=int, default=2,
                         help="a: the load generator's processes")
     args = parser.parse_args()
@@ -741,11 +765,12 @@ def main() -> int:
         for part in args.parts:
             folder = Path(tmp) / part
             folder.mkdir()
-            ok &= {"a": lambda: part_a(folder, args.requests, args.client_processes),
-                   "b": lambda: part_b(folder, args.tasks),
-                   "c": lambda: part_c(folder, args.runs),
-                   "d": lambda: part_d(folder / "daemon", args.runs, args.browsers,
-                                       args.rounds, args.browser_nice)}[part]()
+            # Each lambda runs at once, inside this turn of the loop (B023 cannot know).
+            ok &= {"a": lambda: part_a(folder, args.requests, args.client_processes),  # noqa: B023
+                   "b": lambda: part_b(folder, args.tasks, args.list_url),  # noqa: B023
+                   "c": lambda: part_c(folder, args.runs),  # noqa: B023
+                   "d": lambda: part_d(folder / "daemon", args.runs,  # noqa: B023
+                                       args.browsers, args.rounds, args.browser_nice)}[part]()
     print(f"load average: {open('/proc/loadavg').read().strip()}")
     return 0 if ok else 1
 

@@ -25,8 +25,6 @@ the snapshot ≤ 2× idle. Exit status 1 if one is missed.
 
 from __future__ import annotations
 
-import sys
-
 import argparse
 import contextlib
 import json
@@ -34,6 +32,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import textwrap
 import threading
@@ -82,8 +81,10 @@ def build_database(path: Path, size_mb: int) -> None:
                 INSERT INTO tasks (role, title, prompt, state, run_after, created_at, updated_at,
                                    finished_at, summary)
                 SELECT 'history', 'task ' || i,
-                       'Please work on item ' || i || '. ' || hex(randomblob({ROW_PROMPT_BYTES // 4}))
-                       || ' ' || substr(hex(zeroblob({ROW_PROMPT_BYTES // 4})), 1, {ROW_PROMPT_BYTES // 2}),
+                       'Please work on item ' || i || '. '
+                       || hex(randomblob({ROW_PROMPT_BYTES // 4})) || ' '
+                       || substr(hex(zeroblob({ROW_PROMPT_BYTES // 4})), 1,
+                                 {ROW_PROMPT_BYTES // 2}),
                        'completed', {now}, {now}, {now}, {now}, 'done: item ' || i
                 FROM n""")
             db.commit()
@@ -334,7 +335,8 @@ def measure(args: argparse.Namespace, root: Path, s3: S3Server, node: Node, size
           f"{percentile(idle, 0.5) * 1e3:.1f} ms, during {percentile(during, 0.5) * 1e3:.1f} ms")
     print(f"c. restore to a running daemon: {restore_total:.1f}s (restore "
           f"{restored_at - restore_start:.1f}s, start {running_at - restored_at:.1f}s); floor "
-          f"(the download alone) {download_floor:.1f}s; ratio {restore_total / download_floor:.2f}×")
+          f"(the download alone) {download_floor:.1f}s; "
+          f"ratio {restore_total / download_floor:.2f}×")
     print(f"load {Path('/proc/loadavg').read_text().split()[:3]}")
     if percentile(idle, 0.5) > args.interval:
         print("WARNING: idle p50 above the interval between tasks: the daemon was saturated "

@@ -24,9 +24,9 @@ import os
 import tempfile
 import time
 
+from taskherd.backups.service import Backups, BackupSettings
 from taskherd.config import parse_config
 from taskherd.model import NewTask
-from taskherd.backups.service import Backups, BackupSettings
 from taskherd.store.sqlite import SQLiteStore
 from tests.s3 import CREDENTIALS, Relay, S3Server
 

@@ -34,12 +34,11 @@ BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 
-from taskherd.policy.chains import Workflow
-from taskherd.model.settings import FollowUp
 from taskherd.model import EventKind, NewTask, Outcome, RunResult
-from taskherd.model.settings import RetryPolicy
-from taskherd.store import open_store
+from taskherd.model.settings import FollowUp, RetryPolicy
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.chains import Workflow
+from taskherd.store import open_store
 
 TARGET_P99 = 0.020
 TARGET_RATIO = 0.95

@@ -30,9 +30,9 @@ import httpx
 
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 from taskherd.services.delivery import Deliverer, DeliverySettings
 from taskherd.store.sqlite import SQLiteStore
-from taskherd.policy.admission import ClaimRequest
 from tests.e2e.fake_webhook import FakeWebhook
 
 

@@ -86,7 +86,8 @@ def report(args, tasks, runs, stopped_at, back_at, cooldowns) -> int:
     batch = [run for run in runs if run.claimed_at < first_pause]
     probes = [run for run in runs if first_pause <= run.claimed_at <= answered]
     pause_starts = [max(run.ended_at for run in batch)] + [run.ended_at for run in probes[:-1]]
-    lengths = [probe.claimed_at - began for probe, began in zip(probes, pause_starts)]
+    # strict=False: with no probe at all there is one pause start and no length.
+    lengths = [probe.claimed_at - began for probe, began in zip(probes, pause_starts, strict=False)]
     overlapping = sum(later.claimed_at < earlier.ended_at
                       for earlier, later in itertools.pairwise(probes))
     print(f"gateway away {args.outage:g} s under {args.tasks} queued chat tasks "

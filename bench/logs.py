@@ -4,15 +4,17 @@
     .venv/bin/python bench/logs.py --gigabytes 0.5 --noops 200 --parts a
 
 a. A chatty agent: `seq` (numbered lines) piped through `head -c`, --gigabytes (1.5) of
-   output as fast as it goes, under the default max_log_bytes (64 MiB), --chatty-runs of them one after another.
+   output as fast as it goes, under the default max_log_bytes (64 MiB), --chatty-runs of
+   them one after another.
    Meanwhile no-op tasks of another role arrive at a steady rate (`date +%s.%N`, ready → exec
    measured as in bench/daemon.py part a); the same tasks first run with nothing else going
    (quiet, the floor). Sampled every 50 ms: the daemon's RSS and the chatty run's log size.
    Also: how long after the chatty agent's end its task is seen completed (the shim's exit
-   file's time to the first 50 ms sample that finds it so), and the daemon's CPU seconds over the chatty runs. The
-   control: the same chatter run as a plain process beside the daemon (writing a file, not a
-   run), with the no-ops arriving meanwhile: the agent's own load on the machine's cores,
-   which taskherd cannot take away (on 2 cores, `seq` and `head` take one and a half).
+   file's time to the first 50 ms sample that finds it so), and the daemon's CPU seconds
+   over the chatty runs. The control: the same chatter run as a plain process beside the
+   daemon (writing a file, not a run), with the no-ops arriving meanwhile: the agent's own
+   load on the machine's cores, which taskherd cannot take away (on 2 cores, `seq` and
+   `head` take one and a half).
    First, the chatter alone: the daemon's CPU and RSS while it reads nothing else.
    Targets: RSS ≤ quiet + 50 MB, the log ≤ its cap, the noops' p99 ≤ 2 x quiet.
 b. The end of a 1 GiB log that is one line (no newline): `taskherd task log ID -n 5` (a whole
@@ -178,7 +180,8 @@ def part_a(tmp: Path, gigabytes: float, runs: int, noops: int, interval: float,
     print(f"  the chatter alone: {alone_seconds:.1f} s, the daemon's CPU {alone_cpu:.2f} s "
           f"({100 * alone_cpu / alone_seconds:.1f} % of a core), its RSS "
           f"{rss_quiet / 1e6:.1f} → {alone_rss / 1e6:.1f} MB")
-    print(f"  ready → exec quiet    n={len(quiet):5d} p50={ms(percentile(quiet, .5))} p99={ms(q99)}")
+    print(f"  ready → exec quiet    n={len(quiet):5d} "
+          f"p50={ms(percentile(quiet, .5))} p99={ms(q99)}")
     print_phases("quiet")
     print(f"  ready → exec beside the same chatter as a plain process (control)\n"
           f"                        n={len(loaded):5d} p50={ms(percentile(loaded, .5))} "

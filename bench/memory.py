@@ -121,7 +121,8 @@ SYNONYMS = [
 
 
 # The peer: the same FTS5 index and bm25, ranking every match (no window of the newest).
-FULL_RANKING = """SELECT memories.* FROM memories_fts JOIN memories ON memories.id = memories_fts.rowid
+FULL_RANKING = """SELECT memories.* FROM memories_fts
+JOIN memories ON memories.id = memories_fts.rowid
 WHERE memories_fts MATCH :query AND (memories.scope = 'coder' OR memories.scope = '@shared')
 ORDER BY bm25(memories_fts), memories.id DESC LIMIT 5"""
 
@@ -250,8 +251,9 @@ def main() -> int:
     for name, values in figures.items():
         print(line(name, values))
     if "SQLite peer: FTS5 ranking every match" in figures:
+        peer = p99(figures["SQLite peer: FTS5 ranking every match"])
         print(f"  ratio peer/taskherd p99 (SQLite full-text): "
-              f"{p99(figures['SQLite peer: FTS5 ranking every match']) / p99(figures['SQLite full-text']):.1f}")
+              f"{peer / p99(figures['SQLite full-text']):.1f}")
     print(f"relevance, {len(RELEVANT)} labelled questions among "
           f"{len(RELEVANT) + len(DISTRACTORS)} entries: recall@5 full-text {fts_recall:.2f}, "
           f"hybrid (scripted embeddings) {hybrid_recall:.2f}")

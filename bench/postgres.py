@@ -1,4 +1,5 @@
-"""PostgreSQL queue benchmark: taskherd's PostgreSQL store beside its SQLite store and procrastinate.
+"""PostgreSQL queue benchmark: taskherd's PostgreSQL store beside its SQLite store and
+procrastinate.
 
     python bench/postgres.py              # default sizes (< 2 min on 2 cores)
     python bench/postgres.py --tasks 5000
@@ -85,11 +86,11 @@ sys.path.insert(0, str(BENCH_DIR.parent))
 
 from queue import Empty  # the standard library's, now that bench/ is off the path
 
-from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
-from taskherd.store import Store, open_store
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
+from taskherd.store import Store, open_store
 from tests.pg import PgServer, start_server, stop_server
 
 LEASE = 600.0
@@ -278,7 +279,8 @@ def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: 
     rates.append(timed(contender, "enqueue (single)", tasks, enqueue_single))
     store.close()
 
-    # The single-process claims walk the backlog the batched enqueue made, as in bench/sqlite_queue.py.
+    # The single-process claims walk the backlog the batched enqueue made, as in
+    # bench/sqlite_queue.py.
     store = open_store(next(databases), durability=DURABILITY)
     batched = new_tasks(tasks)
 

@@ -51,12 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from daemon import NOOP, Node, percentile, printed_time, pss_kib, row  # bench/daemon.py
 
-from taskherd.host import cgroups
-
-from taskherd.host import procs
-
-from taskherd.host import sandbox
 from taskherd.config import load_config
+from taskherd.host import cgroups, procs, sandbox
 from taskherd.model import NewTask, TaskState
 from taskherd.services.launch import Launch, agent_path
 

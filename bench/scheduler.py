@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from taskherd.config import parse_config
 from taskherd.policy.jobs import parse_job
-from taskherd.services.scheduler import Scheduler, SchedulerSettings
 from taskherd.policy.schedules import schedule_start
+from taskherd.services.scheduler import Scheduler, SchedulerSettings
 from taskherd.store.sql_jobs import _definition_params
 from taskherd.store.sqlite import SQLiteStore
 

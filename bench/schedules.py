@@ -20,7 +20,6 @@ Weekdays are written as names: APScheduler 3 reads a numeric 0 as Monday, cron a
 from __future__ import annotations
 
 import argparse
-from types import SimpleNamespace
 import gc
 import random
 import sys
@@ -28,6 +27,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from zoneinfo import ZoneInfo
 
 from apscheduler.triggers.cron import CronTrigger as APSCronTrigger

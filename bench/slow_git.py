@@ -150,8 +150,9 @@ def main() -> int:
         finally:
             node.down()
     where = "on main" if args.on == "reference-transaction" else "making the worktree"
-    print(f"{args.on} hook of {args.hook:g} s {where}; {args.adds} CLI adds, {args.tasks} no-op tasks per "
-          f"phase; the busy phase took {measured_in:.1f} s of the hook's sleep")
+    print(f"{args.on} hook of {args.hook:g} s {where}; {args.adds} CLI adds, "
+          f"{args.tasks} no-op tasks per phase; "
+          f"the busy phase took {measured_in:.1f} s of the hook's sleep")
     print(f"{'':18} {'quiet':>10} {'hook sleeping':>14} {'ratio':>8}")
     missed = measured_in > args.hook or done.state is not TaskState.COMPLETED
     for name in quiet:

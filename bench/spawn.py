@@ -29,9 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from taskherd.host import forkserver
-
-from taskherd.host import procs
+from taskherd.host import forkserver, procs
 
 AGENT = ["date", "+%s.%N"]
 MAX_LOG_BYTES = 64 << 20  # a role's default; set by --max-log-bytes

@@ -1,6 +1,6 @@
 """Queue benchmark: taskherd's SQLite store beside its floor (bare sqlite3) and Huey's SqliteHuey.
 
-    python bench/sqlite_queue.py                 # both durabilities, default sizes (< 2 min on 2 cores)
+    python bench/sqlite_queue.py    # both durabilities, default sizes (< 2 min on 2 cores)
     python bench/sqlite_queue.py --durability normal --rounds 20000
 
 Every contender runs in this one process, one after another, each on its own fresh database
@@ -18,8 +18,9 @@ file in one temporary directory, with the same number of tasks. Measured, per du
   one index: what the cheapest possible queue costs, without runs, leases or history.
 - Huey: `SqliteHuey` enqueue of --rounds no-op tasks, then an in-process consumer loop.
 
-Targets (the queue issue): claim+complete ≥ 0.5 × the floor (same SQL) and ≥ 3 × Huey's consumer in the
-same run; batched enqueue ≥ 50,000 tasks/s at `normal` durability. Exit status 1 if one fails.
+Targets (the queue issue): claim+complete ≥ 0.5 × the floor (same SQL) and ≥ 3 × Huey's
+consumer in the same run; batched enqueue ≥ 50,000 tasks/s at `normal` durability. Exit
+status 1 if one fails.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ sys.path.insert(0, str(BENCH_DIR.parent))
 
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
-from taskherd.store.sqlite import Q, SQLiteStore
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store.sqlite import Q, SQLiteStore
 
 CLAIM_RATIO_FLOOR = 0.5  # claim+complete ≥ 0.5 × bare sqlite3
 CLAIM_RATIO_HUEY = 3.0  # claim+complete ≥ 3 × Huey's consumer
@@ -80,7 +81,8 @@ def new_tasks(count: int) -> list[NewTask]:
 # -- taskherd -----------------------------------------------------------------------------------
 
 
-def bench_taskherd(folder: Path, durability: str, rounds: int, singles: int, batch: int) -> list[Rate]:
+def bench_taskherd(folder: Path, durability: str, rounds: int, singles: int,
+                   batch: int) -> list[Rate]:
     rates = []
     now = time.time()
 

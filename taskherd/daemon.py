@@ -17,21 +17,19 @@ import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from taskherd import __version__
-
-from taskherd.host import forkserver
-
-from taskherd.host import procs
 from taskherd.agent.door import AgentDoor
-from taskherd.config import check_reloadable, load_config, make_private_dir
-from taskherd.model.settings import Config, ConfigError, DaemonConfig
-from taskherd.policy.jobs import JobError
-from taskherd.model import LEASED_STATES, Event, EventKind, TaskState
-from taskherd.ops import Queue
 from taskherd.backups.service import Backups
+from taskherd.config import check_reloadable, load_config, make_private_dir
+from taskherd.host import forkserver, procs
+from taskherd.model import LEASED_STATES, Event, EventKind, TaskState
+from taskherd.model.settings import Config, ConfigError, DaemonConfig
+from taskherd.ops import Queue
+from taskherd.policy.chains import workflow_of
+from taskherd.policy.jobs import JobError
 from taskherd.services.checkpoints import Checkpoints
 from taskherd.services.delivery import Deliverer, DeliverySettings
 from taskherd.services.dispatcher import Dispatcher
@@ -42,7 +40,6 @@ from taskherd.services.scheduler import Scheduler
 from taskherd.services.supervisor import KILL_GRACE, Supervisor
 from taskherd.services.worktrees import Merger, WorktreeJanitor
 from taskherd.store import Store, StoreError, node_lock_path, open_store, shown
-from taskherd.policy.chains import workflow_of
 
 if TYPE_CHECKING:
     from taskherd.api.process import ApiProcess

@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from taskherd.config import load_config, make_private_dir
+from taskherd.host.service import ENV_FILE
 from taskherd.model.settings import Config, ConfigError, RoleConfig
 from taskherd.runtimes.claude import CLAUDE_AUTH_ENV
-from taskherd.host.service import ENV_FILE
 from taskherd.store import StoreError, advice, open_store, shown
 
 OK, WARN, PROBLEM = "ok", "warn", "problem"
@@ -381,8 +381,8 @@ def check_disk(config: Config, now: float | None = None) -> Check:
 
     from taskherd.host.diskspace import FreeSpace
     from taskherd.policy.faults import disk_short
-    from taskherd.services.disk_pause import node_folders
     from taskherd.policy.sizes import format_size
+    from taskherd.services.disk_pause import node_folders
 
     floor = config.daemon.min_free_disk
     now = time.time() if now is None else now

@@ -19,8 +19,8 @@ from typing import Any
 
 from taskherd.config import load_config
 from taskherd.model import FINAL_STATES, Task
-from taskherd.store import open_store
 from taskherd.policy.taskspec import new_task_from
+from taskherd.store import open_store
 
 PYTHON = sys.executable
 
@@ -61,7 +61,8 @@ class Fleet:
         result = subprocess.run([PYTHON, "-m", "taskherd", *args], cwd=self.root,
                                 capture_output=True, text=True, timeout=60, **kwargs)
         if check and result.returncode != 0:
-            raise AssertionError(f"taskherd {' '.join(args)} → {result.returncode}: {result.stderr}")
+            raise AssertionError(
+                f"taskherd {' '.join(args)} → {result.returncode}: {result.stderr}")
         return result
 
     def add(self, title: str, role: str = "worker", prompt: str = "", **fields: Any) -> Task:

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from taskherd import __version__
-
 from taskherd.agent import door as agent_door
 
 SERVER_NAME = "taskherd"
@@ -68,10 +67,10 @@ def _add_tools(server: Any, ask: Callable[[str, dict[str, Any]], dict[str, Any]]
 
     from pydantic import Field
 
-    from taskherd.policy.memory_file import SECTIONS
     from taskherd.ops.agent import MAX_NOTE
     from taskherd.ops.memory import MAX_TEXT
     from taskherd.ops.messages import KINDS, MAX_BODY, MAX_LIST, PRIORITY_NAMES
+    from taskherd.policy.memory_file import SECTIONS
     from taskherd.policy.taskspec import TITLE_LIMIT
 
     Note = Annotated[str | None, Field(max_length=MAX_NOTE)]

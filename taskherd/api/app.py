@@ -23,16 +23,23 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from taskherd.model.settings import Config
 from taskherd.model import Run
+from taskherd.model.settings import Config
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops
 from taskherd.ops import tokens as token_ops
-from taskherd.store import JobNotFound, JobRefused, RunNotFound, StoreError, TaskNotFound
-from taskherd.store.errors import environment_fault
-from taskherd.store import Store, TransitionRefused
-from taskherd.store.tokens import ApiToken, TokenNotFound, TokenRefused
 from taskherd.policy.timefmt import with_iso
+from taskherd.store import (
+    JobNotFound,
+    JobRefused,
+    RunNotFound,
+    Store,
+    StoreError,
+    TaskNotFound,
+    TransitionRefused,
+)
+from taskherd.store.errors import environment_fault
+from taskherd.store.tokens import ApiToken, TokenNotFound, TokenRefused
 
 log = logging.getLogger("taskherd.api")
 
@@ -216,12 +223,13 @@ class RouteSpec:
 
 
 ROUTES: list[RouteSpec] = []
+Handler = Callable[[Call], Any]
 
 
 def route(method: str, path: str, need: str | None, summary: str, response: str, *,
           status: int = 200, body: str | None = None,
-          query: dict[str, dict[str, Any]] | None = None) -> Callable[[Callable[[Call], Any]], Callable[[Call], Any]]:
-    def register(handler: Callable[[Call], Any]) -> Callable[[Call], Any]:
+          query: dict[str, dict[str, Any]] | None = None) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
         ROUTES.append(RouteSpec(method, path, handler, need, summary, response, status, body,
                                 query or {}))
         return handler
@@ -321,8 +329,7 @@ class Api:
         if need == "run":
             return Caller(run=token_ops.authenticate_run(self.queue, bearer, now))
         if bearer is not None:
-            token = token_ops.authenticate(self.queue, bearer, now)
-            return Caller(token=token)
+            return Caller(token=token_ops.authenticate(self.queue, bearer, now))
         session = self.session_of(request, now)
         if session is None:
             raise token_ops.Unauthenticated(

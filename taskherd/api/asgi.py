@@ -29,10 +29,10 @@ from taskherd.api.app import (
     Call,
     Caller,
     RouteSpec,
-    path_int,
-    json_response,
-    read_body,
     answer_for,
+    json_response,
+    path_int,
+    read_body,
     route,
 )
 from taskherd.api.events import event_stream, gather_seconds, gathered_stream, log_stream
@@ -177,18 +177,19 @@ def stream(api: Api, make: Callable[[Request, Caller], AsyncIterator[bytes]],
 
 
 def build_app(api: Api) -> Starlette:
-    from taskherd.api import dashboard, dashboard_lists, metrics, openapi
+    from taskherd.api import dashboard, dashboard_fleet, dashboard_lists, metrics, openapi
 
     counters = metrics.Metrics(api)
     routes = declared_routes(api)
     routes += [
         Route("/v1/events", stream(api, lambda request, caller: _events(api, request))),
-        Route(_digits("/v1/runs/{run_id}/log/stream"), stream(api, lambda request, caller: log_stream(
-            api, path_int(dict(request.path_params), "run_id"),
-            _lines(request)))),
+        Route(_digits("/v1/runs/{run_id}/log/stream"),
+              stream(api, lambda request, caller: log_stream(
+                  api, path_int(dict(request.path_params), "run_id"), _lines(request)))),
         Route("/v1/openapi.json", lambda request: JSONResponse(openapi.document())),
         Route("/metrics", metrics.endpoint(api, counters)),
         *dashboard_lists.routes(api),  # first: /tasks/new before the task page's pattern
+        *dashboard_fleet.routes(api),
         *dashboard.routes(api),
     ]
 

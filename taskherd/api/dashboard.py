@@ -30,7 +30,7 @@ SESSION_SECONDS = 12 * 3600
 MAX_FORM = 16 * 1024
 PAGES: dict[str, Callable[..., str]] = {
     "/": pages.board, "/dead": pages.dead, "/review": pages.review, "/blocked": pages.blocked,
-    "/jobs": pages.jobs, "/cooldowns": pages.cooldowns, "/cost": pages.cost,
+    "/cooldowns": pages.cooldowns, "/cost": pages.cost,
 }
 ACTIONS = ("approve", "reject", "block", "unblock", "requeue", "cancel")
 
@@ -42,13 +42,14 @@ def routes(api: Api) -> list[Route]:
         Route("/login", _login(api), methods=["POST"]),
         Route("/logout", _logout(api), methods=["POST"]),
         Route("/ui/tasks/{task_id}/{action}", _act(api), methods=["POST"]),
-        Route("/ui/jobs/{name}/run", _run_job(api), methods=["POST"]),
         Route("/static/{name}", _static),
+        Route("/favicon.ico", lambda request: RedirectResponse("/static/favicon.svg", 301)),
     ]
     return found
 
 
-def _page(api: Api, render: Callable[..., str]) -> Callable[[Request], Awaitable[Response]]:
+def _page(api: Api, render: Callable[..., str], title: str | None = None
+          ) -> Callable[[Request], Awaitable[Response]]:
     async def handle(request: Request) -> Response:
         session, token = await _logged_in(api, request)
         if token is None:
@@ -75,8 +76,8 @@ def _page(api: Api, render: Callable[..., str]) -> Callable[[Request], Awaitable
                                 status_code=failure.status)
         if request.query_params.get("fragment"):
             return HTMLResponse(body)
-        title = pages.TITLES.get(request.url.path, "Task")
-        return HTMLResponse(pages.layout(view, title, body))
+        shown = title or pages.TITLES.get(request.url.path, "Task")
+        return HTMLResponse(pages.layout(view, shown, body))
 
     return handle
 
@@ -186,21 +187,6 @@ def _act(api: Api) -> Callable[[Request], Awaitable[Response]]:
     return handle
 
 
-def _run_job(api: Api) -> Callable[[Request], Awaitable[Response]]:
-    async def handle(request: Request) -> Response:
-        from taskherd.ops import jobs as job_ops
-
-        try:
-            form, _ = await _checked_form(api, request)
-            await api.run(job_ops.run_job_now, api.queue, request.path_params["name"],
-                          api.clock())
-        except Exception as error:  # noqa: BLE001
-            return _refused_page(error)
-        return RedirectResponse(_back(form), status_code=303)
-
-    return handle
-
-
 def _refused_page(error: Exception) -> Response:
     failure = answer_for(error, "a dashboard action")
     return HTMLResponse(f'<!doctype html><title>refused</title><p class="error">'
@@ -229,7 +215,8 @@ async def _form_lists(request: Request, limit: int = MAX_FORM) -> dict[str, list
     return parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
 
 
-STATIC_TYPES = {"live.js": "text/javascript", "style.css": "text/css"}
+STATIC_TYPES = {"live.js": "text/javascript", "style.css": "text/css",
+                "favicon.svg": "image/svg+xml"}
 
 
 async def _static(request: Request) -> Response:

@@ -14,11 +14,11 @@ import re
 from typing import Any
 
 from taskherd import __version__
-from taskherd.ops.agent_requests import OPS as AGENT_OPS
-from taskherd.policy.jobs import JOB_KEYS
 from taskherd.model import Outcome, TaskState
-from taskherd.ops.jobs import CLEARABLE
 from taskherd.model.delivery import EVENTS
+from taskherd.ops.agent_requests import OPS as AGENT_OPS
+from taskherd.ops.jobs import CLEARABLE
+from taskherd.policy.jobs import JOB_KEYS
 from taskherd.policy.taskspec import ALIAS_NAME, TITLE_LIMIT
 from taskherd.policy.timefmt import is_time
 
@@ -112,7 +112,8 @@ NEW_TASK = body(
     review=BOOL, pending=BOOL, run_after=nullable(NUM),
     parent_id=nullable({"type": "integer", "minimum": 1}), meta={"type": "object"},
     deliver_to=nullable(array({"type": "string", "pattern": ALIAS_NAME.pattern})),
-    on=nullable({"type": "array", "minItems": 1, "items": {"type": "string", "enum": list(EVENTS)}}),
+    on=nullable({"type": "array", "minItems": 1,
+                 "items": {"type": "string", "enum": list(EVENTS)}}),
     chain=nullable(array({"type": "object"})),
 )
 # A job's keys as `[[jobs]]` takes them (`jobs.parse_job` checks their values).

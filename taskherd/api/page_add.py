@@ -39,7 +39,8 @@ def add_form(view: View) -> str:
             f'<p><label>a .jsonl file <input type="file" id="import-file" '
             f'accept=".jsonl,.json,.txt,application/x-ndjson"></label> or paste below, one '
             f'task a line (the keys of <code>taskherd task import</code>); all are added or '
-            f'none.</p><p><textarea name="jsonl" id="import-lines" rows="8" cols="80">'
+            f'none.</p><p><textarea name="jsonl" id="import-lines" rows="8" cols="80" '
+            f'aria-label="tasks as JSON Lines, one a line">'
             f'</textarea></p><p><button class="go" id="import-submit">Add them all</button></p>'
             f'</form>')
 

@@ -8,24 +8,25 @@ others, and must never become markup in an operator's browser.
 from __future__ import annotations
 
 import html
-from urllib.parse import urlencode
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
-from taskherd.policy.costs import cost_text
 from taskherd.model import TaskState
 from taskherd.ops import Queue, tasks
 from taskherd.ops import board as board_ops
-from taskherd.ops import jobs as job_ops
 from taskherd.ops import runs as run_ops
-from taskherd.store.tokens import ApiToken
+from taskherd.policy.costs import cost_text
 from taskherd.policy.timefmt import zone_named
+from taskherd.store.tokens import ApiToken
 
 TITLES = {"/": "Board", "/tasks": "Tasks", "/tasks/new": "Add tasks", "/dead": "Dead letters",
-          "/review": "Needs review", "/blocked": "Blocked", "/jobs": "Jobs",
+          "/review": "Needs review", "/blocked": "Blocked", "/jobs": "Jobs", "/nodes": "Nodes",
+          "/messages": "Messages", "/memory": "Memory", "/delivery": "Delivery",
           "/cooldowns": "Cooldowns", "/cost": "Cost"}
 LIST_LIMIT = 200
+ICON = '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
 
 
 def h(text: Any) -> str:
@@ -86,8 +87,9 @@ def layout(view: View, title: str, body: str) -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{h(title)} · taskherd</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="stylesheet" href="/static/style.css"></head>
-<body><header><strong>taskherd</strong>{links}
+<link rel="stylesheet" href="/static/style.css">{ICON}</head>
+<body><a class="skip" href="#live">Skip to the page</a><header><strong>taskherd</strong>
+<nav aria-label="pages">{links}</nav>
 <span class="who">{h(view.token.name)} ({h(view.token.scope)})</span>
 <form class="inline" method="post" action="/logout"><input type="hidden" name="csrf"
  value="{h(view.csrf)}"><button>Log out</button></form></header>
@@ -99,13 +101,13 @@ def login_page(error: str = "") -> str:
     shown = f'<p class="error">{h(error)}</p>' if error else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Log in · taskherd</title>
-<link rel="stylesheet" href="/static/style.css"></head>
-<body><div class="login"><h1>taskherd</h1>{shown}
+<link rel="stylesheet" href="/static/style.css">{ICON}</head>
+<body><main class="login"><h1>taskherd</h1>{shown}
 <form method="post" action="/login"><p><label for="token">API token</label></p>
 <p><input id="token" name="token" type="password" autocomplete="off" autofocus></p>
 <p><button type="submit" id="login">Log in</button></p></form>
 <p class="muted">Make one with <code>taskherd token create --name me --scope operator</code>.
-</p></div></body></html>"""
+</p></main></body></html>"""
 
 
 def table(headers: list[str], rows: list[list[str]], empty: str = "none") -> str:
@@ -239,25 +241,6 @@ def review(view: View) -> str:
 
 def blocked(view: View) -> str:
     return _state_list(view, TaskState.BLOCKED, ["unblock"], "reason", "no blocked task")
-
-
-def jobs(view: View) -> str:
-    rows = []
-    for job in job_ops.list_jobs(view.queue, view.now):
-        fire = job.get("last_fire") or {}
-        run_now = (f'<form class="inline" method="post" action="/ui/jobs/{h(job["name"])}/run">'
-                   f'<input type="hidden" name="csrf" value="{h(view.csrf)}">'
-                   f'<input type="hidden" name="back" value="/jobs"><button>Run now</button>'
-                   f'</form>') if view.may_act and job.get("synced") else ""
-        rows.append([h(job["name"]), "yes" if job["enabled"] else "no",
-                     f"<code>{h(_trigger(job['trigger']))}</code>", when(view, job["next_run_at"]),
-                     h(fire.get("status", "-")), when(view, fire.get("fired_at")), run_now])
-    return table(["job", "enabled", "trigger", "next fire", "last outcome", "last fired", ""],
-                 rows, "no jobs")
-
-
-def _trigger(trigger: dict[str, Any]) -> str:
-    return ", ".join(f"{key} {value}" for key, value in trigger.items() if key != "timezone")
 
 
 def cooldowns(view: View) -> str:

@@ -50,7 +50,8 @@ def candidates(backups: list[Backup], at: float | None = None,
         raise BackupError(f"no backup {key!r} in the target (`taskherd backup list` shows them)")
     found = [b for b in backups if at is None or b.taken_at <= at]
     if not found:
-        when = "" if at is None else f" taken at or before {datetime.fromtimestamp(at, UTC):%Y-%m-%d %H:%M} UTC"
+        moment = None if at is None else datetime.fromtimestamp(at, UTC)
+        when = "" if moment is None else f" taken at or before {moment:%Y-%m-%d %H:%M} UTC"
         raise BackupError(f"no backup{when} in the target")
     return sorted(found, key=lambda b: (b.taken_at, b.kind == "snapshots", b.key), reverse=True)
 
@@ -101,7 +102,8 @@ def restore_sqlite(target: Target, key: str, database: Path, now: float) -> Rest
         _check_integrity(key, restored)
         applied, tasks = _migrate(key, restored)
         replaced = _swap_in(restored, database, now)
-    return Restored(key, str(database), replaced and str(replaced), applied, tasks)
+    return Restored(key, str(database), None if replaced is None else str(replaced), applied,
+                    tasks)
 
 
 def restore_postgres(target: Target, key: str, url: str, keep_dir: Path,

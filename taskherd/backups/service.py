@@ -70,7 +70,8 @@ class Backups:
         due = [kind for kind in (SNAPSHOTS, ROLLUPS) if self._due_at(kind) <= now]
         return self.take(due, now) if due else {}
 
-    def take(self, kinds: list[str], now: float, progress: Progress | None = None) -> dict[str, int]:
+    def take(self, kinds: list[str], now: float,
+             progress: Progress | None = None) -> dict[str, int]:
         """One snapshot of the database, stored as each of `kinds`, then pruning; the counts.
 
         In a worker process (`settings.isolated`), unless `progress` asks to follow the

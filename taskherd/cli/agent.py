@@ -24,7 +24,8 @@ def heartbeat_command(progress: str | None) -> None:
 def _report(verdict: str, doc: str) -> None:
     @click.command(verdict, help=doc)
     @click.option("--summary", "-s", help="What was done, or why not.")
-    @click.option("--cost-usd", type=float, help="What the run cost, in dollars (unknown if omitted).")
+    @click.option("--cost-usd", type=float,
+                  help="What the run cost, in dollars (unknown if omitted).")
     @click.option("--input-tokens", type=int, help="Input tokens the run used.")
     @click.option("--output-tokens", type=int, help="Output tokens the run used.")
     def command(summary: str | None, **usage: Any) -> None:

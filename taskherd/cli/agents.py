@@ -7,8 +7,8 @@ from typing import Any
 import click
 
 from taskherd.cli.common import format_time, json_option, now, print_json, print_table, queue_for
-from taskherd.policy.costs import cost_text
 from taskherd.ops import registry
+from taskherd.policy.costs import cost_text
 
 
 @click.group("agents")
@@ -29,7 +29,8 @@ def list_command(ctx: click.Context, as_json: bool) -> None:
     print_table(["name", "kind", "runtime", "state", "last seen", "last outcome",
                  "runs today", "cost today", "capabilities"],
                 [[a["name"], a["kind"], a["runtime"], _state(a), format_time(a["last_seen_at"]),
-                  a["last_outcome"], a["runs_today"], cost_text(a["cost_today"], a["unpriced_today"]),
+                  a["last_outcome"], a["runs_today"],
+                  cost_text(a["cost_today"], a["unpriced_today"]),
                   ", ".join(a["capabilities"])] for a in agents])
 
 

@@ -13,8 +13,8 @@ from taskherd.cli.common import (
     print_table,
     queue_for,
 )
-from taskherd.ops import delivery as delivery_ops
 from taskherd.model.delivery import CHANNELS, FORMATS
+from taskherd.ops import delivery as delivery_ops
 
 
 @click.group("alias")

@@ -87,7 +87,8 @@ def _take(ctx: click.Context, kind: str, as_json: bool, verbose: bool) -> None:
         return
     for stored in result["stored"]:
         click.echo(f"stored {stored['key']} in {stored['target']} "
-                   f"({stored['bytes'] / 1e6:.1f} MB, database {stored['database_bytes'] / 1e6:.1f} MB)")
+                   f"({stored['bytes'] / 1e6:.1f} MB, "
+                   f"database {stored['database_bytes'] / 1e6:.1f} MB)")
     if result["pruned"]:
         click.echo(f"pruned {result['pruned']} backup(s) past retention")
 

@@ -65,6 +65,7 @@ def store_for(ctx: click.Context, writes: bool = True) -> Iterator[Store]:
     """Open the store and turn its refusals into the CLI's exit codes. A command that
     `writes` needs a database someone chose (`refuse_unchosen_database`)."""
     from taskherd import ops
+    from taskherd.policy.chains import workflow_of
     from taskherd.store import (
         RunNotFound,
         StoreError,
@@ -74,7 +75,6 @@ def store_for(ctx: click.Context, writes: bool = True) -> Iterator[Store]:
         shown,
     )
     from taskherd.store.errors import environment_fault
-    from taskherd.policy.chains import workflow_of
 
     config = get_config(ctx)
     if writes:
@@ -109,7 +109,7 @@ def store_for(ctx: click.Context, writes: bool = True) -> Iterator[Store]:
         store.close()
 
 
-def _busy_timeout(ctx: click.Context) -> dict[str, float]:
+def _busy_timeout(ctx: click.Context) -> dict[str, Any]:
     seconds = ctx.find_root().params.get("busy_timeout")
     return {} if seconds is None else {"busy_timeout": seconds}
 

@@ -42,7 +42,8 @@ def import_command(ctx: click.Context, source: str, files: tuple[str, ...], appl
         with queue_for(ctx) as queue:
             results = imports.apply_import(queue, plan, moment)
     if as_json:
-        print_json(plan.to_dict(moment) | ({"applied": dict(results)} if results is not None else {}))
+        applied = {"applied": dict(results)} if results is not None else {}
+        print_json(plan.to_dict(moment) | applied)
         return
     _print_plan(plan, moment, applied=results is not None)
     for name, change in results or []:

@@ -29,16 +29,16 @@ from taskherd.cli.common import (
     store_for,
 )
 from taskherd.config import load_config
+from taskherd.model.jobs import Job
 from taskherd.model.settings import ConfigError
+from taskherd.ops import jobs as job_ops
 from taskherd.policy.jobs import (
     describe_trigger,
     trigger_of,
 )
-from taskherd.ops import jobs as job_ops
 from taskherd.policy.schedules import ScheduleError, next_fires, parse_trigger
 from taskherd.store import Store
 from taskherd.store.jobs import JobNotFound, JobRefused
-from taskherd.model.jobs import Job
 
 TRIGGER_OPTIONS = job_ops.TRIGGER_KEYS
 # Fields `jobs update` can remove: (table key, the option that sets it, the flag that clears it).
@@ -252,7 +252,8 @@ def _table_from_options(options: dict[str, Any]) -> dict[str, Any]:
         # an empty dedup key was instead stored as a key, holding back fires that share it.
         if key != "variants" and options.get(key) is not None and not options[key].strip():
             raise BadInput(f"{set_option} {options[key]!r}: expected a non-empty {key} "
-                           f"(to remove the job's {key}: `taskherd jobs update NAME {clear_option}`)")
+                           f"(to remove the job's {key}: "
+                           f"`taskherd jobs update NAME {clear_option}`)")
     table = {key: value for key, value in options.items()
              if value is not None and key not in ("calendar", "variants")}
     if options.get("calendar"):
@@ -416,7 +417,8 @@ def _preview_trigger(ctx: click.Context, name: str | None, options: dict[str, An
         with job_store(ctx, writes=False) as store:
             return trigger_of(store.get_job(name))
     if not given:
-        raise BadInput("give a job name or a trigger: --cron, --every [--window], --calendar or --at")
+        raise BadInput("give a job name or a trigger: "
+                       "--cron, --every [--window], --calendar or --at")
     try:
         return parse_trigger(table, get_config(ctx).daemon.timezone)
     except ScheduleError as error:

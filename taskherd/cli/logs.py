@@ -78,7 +78,8 @@ def _show(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: b
         run = _wait_for_process(store, run)
     if run.log_path is None:
         if run.ended_at is not None:
-            raise Refused(f"run {run.id} has no log: it ended ({run.outcome.value}) "
+            outcome = run.outcome.value if run.outcome is not None else "no outcome"
+            raise Refused(f"run {run.id} has no log: it ended ({outcome}) "
                           "before a process was started")
         raise Refused(f"run {run.id} has not started a process yet; "
                       "add --follow to wait for its output")

@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from taskherd.agent import door as agent_door
-from taskherd.cli.door import call_door
 from taskherd.cli.common import (
     BadInput,
     format_time,
@@ -20,6 +19,7 @@ from taskherd.cli.common import (
     print_table,
     queue_for,
 )
+from taskherd.cli.door import call_door
 from taskherd.ops import memory as memory_ops
 
 

@@ -13,7 +13,6 @@ from typing import Any
 import click
 
 from taskherd.agent import door as agent_door
-from taskherd.cli.door import call_door
 from taskherd.cli.common import (
     BadInput,
     format_time,
@@ -23,6 +22,7 @@ from taskherd.cli.common import (
     print_table,
     queue_for,
 )
+from taskherd.cli.door import call_door
 from taskherd.model import SYSTEM_SENDER, Message
 from taskherd.ops import messages as message_ops
 

@@ -18,10 +18,10 @@ from taskherd.cli.common import (
     store_for,
 )
 from taskherd.cli.logs import check_log_options, log_options, show_log
-from taskherd.policy.costs import cost_text
-from taskherd.policy.durations import parse_duration
 from taskherd.model import Run
 from taskherd.ops import runs as run_ops
+from taskherd.policy.costs import cost_text
+from taskherd.policy.durations import parse_duration
 
 
 @click.group("runs")

@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import click
 
-from taskherd.host import service
 from taskherd.cli.common import BadInput, Refused, get_config
 from taskherd.daemon import NodeLock
+from taskherd.host import service
 from taskherd.store import shown
 
 manager_option = click.option(

@@ -18,10 +18,10 @@ from taskherd.cli.common import (
     queue_for,
     store_for,
 )
-from taskherd.policy.costs import cost_text
-from taskherd.policy.durations import parse_duration
 from taskherd.model import TaskState
 from taskherd.ops.board import node_rows, status_board
+from taskherd.policy.costs import cost_text
+from taskherd.policy.durations import parse_duration
 
 __all__ = ["node_rows", "status_command"]
 
@@ -48,7 +48,8 @@ def status_command(ctx: click.Context, as_json: bool, watch: bool, interval: str
     _print_nodes(nodes)
     _print_backup(board["backup"])
     for row in board["unserved"]:
-        needs = f" (it needs a node tagged {', '.join(row['needs_tags'])})" if row["needs_tags"] else ""
+        tags = ", ".join(row["needs_tags"])
+        needs = f" (it needs a node tagged {tags})" if tags else ""
         click.echo(f"role {row['role']}: {row['ready']} ready task(s) wait, no live node can "
                    f"take them{needs}; up: {', '.join(row['up']) or 'none'}")
     _print_p0_waiting(board["p0_waiting"])

@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from taskherd.agent import door as agent_door
-from taskherd.cli.door import call_door
 from taskherd.cli.common import (
     BadInput,
     Refused,
@@ -23,12 +22,13 @@ from taskherd.cli.common import (
     since_moment,
     store_for,
 )
+from taskherd.cli.door import call_door
 from taskherd.cli.logs import check_log_options, log_options, show_log
-from taskherd.policy.durations import parse_duration
 from taskherd.model import Run, Task, TaskState
 from taskherd.ops import board as board_ops
 from taskherd.ops import runs as run_ops
 from taskherd.ops import tasks as task_ops
+from taskherd.policy.durations import parse_duration
 
 STATE_NAMES = list(task_ops.STATE_NAMES)
 
@@ -249,7 +249,8 @@ def log_command(ctx: click.Context, task_id: int, run_id: int | None, lines: int
             chosen = [run for run in runs if run.id == run_id]
             if not chosen:
                 owner = store.get_run(run_id).task_id
-                raise BadInput(f"--run {run_id}: it is a run of task {owner}, not of task {task_id}")
+                raise BadInput(
+                    f"--run {run_id}: it is a run of task {owner}, not of task {task_id}")
             run = chosen[0]
         elif runs:
             run = runs[-1]

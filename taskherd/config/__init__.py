@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from taskherd.config.reader import all_problems, no_unknown_keys, sub_table
-from taskherd.model.settings import Config, ConfigError
 from taskherd.config.roles import check_workflows, parse_pools, parse_role
 from taskherd.config.tables import (
     parse_api,
@@ -27,6 +26,7 @@ from taskherd.config.tables import (
     parse_monitor,
     parse_prices,
 )
+from taskherd.model.settings import Config, ConfigError
 
 CONFIG_FILE = "taskherd.toml"
 CONFIG_ENV = "TASKHERD_CONFIG"

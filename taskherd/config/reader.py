@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-
 from taskherd.model.settings import (
     MERGE_MODES,
     NETWORKS,
@@ -27,7 +26,6 @@ from taskherd.policy.durations import parse_duration
 from taskherd.policy.gates import GateError, parse_gates
 from taskherd.policy.sizes import ACCEPTED as SIZE_ACCEPTED
 from taskherd.policy.sizes import format_size, parse_size
-
 
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -197,7 +195,7 @@ class Reader:
         paths = {name: tuple(base_dir / Path(text).expanduser()
                              for text in reader.str_list(name) or ())
                  for name in ("writable", "hidden")}
-        given = {"mode": reader.choice("mode", ISOLATION_MODES),
+        given: dict[str, Any] = {"mode": reader.choice("mode", ISOLATION_MODES),
                  "network": reader.choice("network", NETWORKS),
                  "memory": reader.memory_cap("memory"), "pids": reader.positive_int("pids"),
                  "cpu": reader.cores("cpu"), **paths}
@@ -224,7 +222,8 @@ class Reader:
         return float(value)
 
     def duration(self, key: str, allow_zero: bool = False) -> float | None:
-        return self._convert(key, lambda v: read_duration(v, allow_zero), "a duration like '90s', '10m', '1h'")
+        return self._convert(key, lambda v: read_duration(v, allow_zero),
+                             "a duration like '90s', '10m', '1h'")
 
     def size(self, key: str, least: int = 0) -> int | None:
         accepted = f"{SIZE_ACCEPTED}, at least {format_size(least)}" if least else SIZE_ACCEPTED
@@ -262,6 +261,7 @@ class Reader:
                 re.compile(pattern)
             except re.error as error:
                 raise self._fail(key, pattern, f"a regular expression ({error})") from error
+        return value
 
     def tags(self, key: str) -> tuple[str, ...] | None:
         value = self.str_list(key)
@@ -341,6 +341,6 @@ LIMIT_KEYS = {"daily_usd", "monthly_usd", "daily_tokens", "monthly_tokens"}
 
 
 def read_limits(raw: Mapping[str, Any], where: str, reader: Reader) -> Limits:
-    values = {key: reader.amount(key) for key in ("daily_usd", "monthly_usd")}
+    values: dict[str, Any] = {key: reader.amount(key) for key in ("daily_usd", "monthly_usd")}
     values |= {key: reader.positive_int(key) for key in ("daily_tokens", "monthly_tokens")}
     return Limits(**values)

@@ -8,12 +8,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-
+from taskherd.config.reader import Reader
 from taskherd.model.settings import ConfigError, RoleConfig
 from taskherd.policy.chains import find_cycle
 from taskherd.policy.limits import NODE, SCOPES
-from taskherd.config.reader import Reader
-
 
 RUNTIMES = ("command", "claude", "codex", "chat")
 

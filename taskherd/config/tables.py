@@ -11,6 +11,7 @@ from typing import Any
 
 import platformdirs
 
+from taskherd.config.reader import LIMIT_KEYS, Reader, no_unknown_keys, read_limits
 from taskherd.model.settings import (
     S3_SCHEME,
     ApiConfig,
@@ -25,8 +26,6 @@ from taskherd.model.settings import (
     Price,
     RoleConfig,
 )
-from taskherd.config.reader import LIMIT_KEYS, Reader, no_unknown_keys, read_limits
-
 
 HOME_ENV = "TASKHERD_HOME"  # the data dir; set for agents, and an override for tests
 
@@ -197,7 +196,7 @@ def parse_memory(raw: Mapping[str, Any], problems: list[str]) -> MemoryConfig:
 
 def parse_delivery(raw: Mapping[str, Any], problems: list[str]) -> DeliveryConfig:
     reader = Reader(raw, "delivery", {f.name for f in fields(DeliveryConfig)}, problems)
-    values = {"timeout": reader.duration("timeout"),
+    values: dict[str, Any] = {"timeout": reader.duration("timeout"),
               "max_attempts": reader.positive_int("max_attempts"),
               "backoff": reader.duration("backoff"), "backoff_cap": reader.duration("backoff_cap")}
     return DeliveryConfig(**{k: v for k, v in values.items() if v is not None})

@@ -19,15 +19,14 @@ from pathlib import Path
 from string import Template
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from taskherd.host import procs
 from taskherd.config import load_config
-from taskherd.model.settings import DEFAULT_PATH, Config
 from taskherd.daemon import NodeLock
+from taskherd.host import procs
+from taskherd.host.service import taskherd_argv
 from taskherd.model import FINAL_STATES, TaskState
+from taskherd.model.settings import DEFAULT_PATH, Config
 from taskherd.ops import Queue
 from taskherd.ops.tasks import add_task
-from taskherd.host.service import taskherd_argv
-from taskherd.store import Store, open_store
 from taskherd.ops.views import (
     HISTORY_HEADERS,
     Screen,
@@ -37,6 +36,7 @@ from taskherd.ops.views import (
     read_board,
 )
 from taskherd.policy.walltime import local_timezone
+from taskherd.store import Store, open_store
 
 HERE = Path(__file__).resolve().parent
 DEADLINE = 90.0  # seconds to settle; with start and stop the demo stays under 2 minutes

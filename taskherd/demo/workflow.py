@@ -18,7 +18,6 @@ from string import Template
 
 from taskherd.cli.tasks import tree_lines
 from taskherd.config import load_config
-from taskherd.model.settings import DEFAULT_PATH
 from taskherd.demo.__main__ import (
     _interrupt,
     _timezone,
@@ -27,10 +26,11 @@ from taskherd.demo.__main__ import (
     wait_for_daemon,
 )
 from taskherd.model import FINAL_STATES, TaskState
+from taskherd.model.settings import DEFAULT_PATH
 from taskherd.ops import Queue
 from taskherd.ops.tasks import tree
-from taskherd.store import Store, open_store
 from taskherd.policy.chains import workflow_of
+from taskherd.store import Store, open_store
 
 HERE = Path(__file__).resolve().parent
 DEADLINE = 90.0

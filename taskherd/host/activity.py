@@ -88,7 +88,8 @@ def _tree_cpu_seconds_psutil(roots: set[int]) -> dict[int, float]:
         if times is None:
             continue
         parent_of[process.pid] = info["ppid"]
-        cpu_of[process.pid] = times.user + times.system + times.children_user + times.children_system
+        cpu_of[process.pid] = (times.user + times.system
+                               + times.children_user + times.children_system)
     return _sum_per_root(roots, parent_of, cpu_of)
 
 

@@ -1,8 +1,8 @@
 """The shim fork server: one interpreter per daemon that forks every run's shim.
 
-Every agent runs under `taskherd/host/shim.py` (why: see `taskherd.host.procs`). A shim started as an
-interpreter of its own costs ~10 ms of start-up before the agent can start, and ~3 MB of
-memory (Pss) for the run's whole life: 3 GB for a thousand agents. The fork server
+Every agent runs under `taskherd/host/shim.py` (why: see `taskherd.host.procs`). A shim
+started as an interpreter of its own costs ~10 ms of start-up before the agent can start,
+and ~3 MB of memory (Pss) for the run's whole life: 3 GB for a thousand agents. The fork server
 (``shim.py --serve``) is started once; for each run it forks a shim that shares the
 server's pages copy-on-write, for ~0.2 MB. The server forks each run's shim before the run
 asks, so a run waits for no fork: it takes the spare waiting for it, and the server forks

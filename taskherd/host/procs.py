@@ -32,9 +32,7 @@ from pathlib import Path
 
 import psutil
 
-from taskherd.host import forkserver
-
-from taskherd.host import logfile
+from taskherd.host import forkserver, logfile
 
 HEADER_PREFIX = "# taskherd "
 # psutil's create_time comes from boot-relative ticks plus the wall-clock boot

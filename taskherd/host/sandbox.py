@@ -321,12 +321,13 @@ class Bubblewrap:
     def path(self) -> str:
         """The bwrap program, known to make a box here; SandboxUnavailable otherwise."""
         with self._lock:
-            if self._path is None:
+            path = self._path
+            if path is None:
                 path, problem = probe()
-                if problem is not None:
-                    raise SandboxUnavailable(problem)
+                if problem is not None or path is None:
+                    raise SandboxUnavailable(problem or "bwrap not found")
                 self._path = path
-            return self._path
+            return path
 
 
 def probe() -> tuple[str | None, str | None]:

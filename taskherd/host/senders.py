@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from taskherd.model.delivery import Alias, Delivery
 from taskherd.host.webhook_urls import RefusedTarget, pinned, redact_in, redacted
+from taskherd.model.delivery import Alias, Delivery
 
 TIMEOUT = 10.0
 

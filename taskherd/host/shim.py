@@ -63,7 +63,7 @@ DRAIN_CHUNKS = 64  # more than the largest pipe buffer (1 MiB) in SPLICE_CHUNKs
 NONBLOCK = getattr(os, "SPLICE_F_NONBLOCK", 2)
 
 _agent_pid = 0
-_pending_signals = []
+_pending_signals: list[int] = []
 
 
 def _broadcast_to_group(signum):

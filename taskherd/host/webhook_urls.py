@@ -111,7 +111,7 @@ def pinned(url: str) -> tuple[list[str], str | None]:
         return [url], None
     port = parts.port or (443 if parts.scheme == "https" else 80)
     found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses = list(dict.fromkeys(ipaddress.ip_address(info[4][0].split("%", 1)[0])
+    addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
                                    for info in found))
     for address in addresses:
         if why := refused_address(address):

@@ -99,7 +99,8 @@ def _job(file: str, where: str, line: str, env: dict[str, str], shell: str, zone
     notes = [f"runs {argv!r}: through a shell because cron runs every command line so"]
     if stdin:
         notes.append("the text after % is the task's prompt, written on the command's stdin")
-    rule = f"{schedule} (CRON_TZ={zone})" if zone else f"{schedule} (no CRON_TZ: in [daemon] timezone)"
+    zone_note = f"CRON_TZ={zone}" if zone else "no CRON_TZ: in [daemon] timezone"
+    rule = f"{schedule} ({zone_note})"
     return ImportedJob(ident, table, trigger, role, notes=tuple(notes), rule=rule,
                        source_rule=CronRule(schedule, trigger.tz, own_zone=zone is not None))
 

@@ -54,7 +54,9 @@ _BATCH = 100  # systemd-analyze iterations asked at once
 
 
 class SourceRule(Protocol):
-    how: str  # the rules that compute the fires, named for the dry run
+    @property
+    def how(self) -> str:  # the rules that compute the fires, named for the dry run
+        ...
 
     def fires(self, after: datetime) -> Iterator[datetime] | None:
         """The source's fires strictly after `after`, ascending (UTC-aware); None when the

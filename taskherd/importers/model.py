@@ -103,5 +103,6 @@ def decode_text(file: str, data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ImportError_(file, None, "encoding", f"not UTF-8 text (byte 0x{data[error.start]:02x} "
+        raise ImportError_(file, None, "encoding",
+                           f"not UTF-8 text (byte 0x{data[error.start]:02x} "
                            f"at offset {error.start})") from None

@@ -62,7 +62,8 @@ def _job(file: str, job: dict[str, Any], default_tz: str | None, role_map: dict[
     agent = job.get("agentId", "main")
     if not isinstance(agent, str) or not agent:
         raise ImportError_(file, ident, "agentId", f"{agent!r} is not an agent name")
-    table: dict[str, Any] = {"name": job_name("openclaw", ident), "role": role_map.get(agent, agent),
+    table: dict[str, Any] = {"name": job_name("openclaw", ident),
+                             "role": role_map.get(agent, agent),
                              "title": _text(file, ident, job, "name", ident),
                              "prompt": _prompt(file, ident, job.get("payload"), result)}
     enabled = job.get("enabled", True)

@@ -186,7 +186,8 @@ def _field(text: str, low: int, high: int) -> str:
             raise Unsupported(f"{text!r} is not a list of numbers, ranges and repetitions")
         start = start.replace("..", "-")
         if slash and start != "*" and "-" not in start:
-            start = f"{int(start)}-{high}"  # systemd's 0/15 repeats to the end, cron's needs a range
+            # systemd's 0/15 repeats to the end, cron's needs a range
+            start = f"{int(start)}-{high}"
         out.append(start + (f"/{step}" if slash else ""))
     return ",".join(out)
 

@@ -135,10 +135,10 @@ def row_fields(row: Any) -> dict[str, Any]:
     """
     if isinstance(row, dict):
         return dict(row)
-    return dict(zip(row.keys(), row))
+    return dict(zip(row.keys(), row, strict=True))
 
 
-def _from_columns(cls: type, data: dict[str, Any]) -> Any:
+def _from_columns(cls: Any, data: dict[str, Any]) -> Any:
     """Build a frozen record straight from a row's columns, skipping the generated __init__.
 
     The columns are exactly the fields (the schema test keeps them so); a frozen dataclass's

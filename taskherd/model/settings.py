@@ -12,7 +12,6 @@ from typing import Any
 
 from taskherd.model import Priority
 
-
 # A task's follow-ups, and how deep chains go.
 
 DEFAULT_MAX_DEPTH = 10

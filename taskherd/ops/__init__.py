@@ -47,8 +47,8 @@ def open_queue(config: Config | str | os.PathLike[str] | None = None) -> Queue:
     opened raises `StoreError`."""
     from taskherd.config import load_config
     from taskherd.model.settings import Config, ConfigError
-    from taskherd.store import open_store
     from taskherd.policy.chains import workflow_of
+    from taskherd.store import open_store
 
     if not isinstance(config, Config):
         try:

@@ -18,6 +18,7 @@ from typing import Any
 
 from taskherd.model import NewTask, Run, Task
 from taskherd.ops import BadInput, Queue
+from taskherd.policy.taskspec import TaskSpecError, new_task_from
 from taskherd.store import Enqueued, StoreError, TaskNotFound
 from taskherd.store.errors import (
     ReportRefused,
@@ -26,7 +27,6 @@ from taskherd.store.errors import (
     max_spawn_reached,
 )
 from taskherd.store.requests import RequestKey
-from taskherd.policy.taskspec import TaskSpecError, new_task_from
 
 VERDICTS = ("done", "fail", "block")
 MAX_NOTE = 10_000  # a progress note or summary is a line or a paragraph, not a log
@@ -61,15 +61,15 @@ def report(queue: Queue, run: Run, now: float, verdict: str, summary: str | None
     """Record the agent's verdict; the run settles when the agent exits."""
     if verdict not in VERDICTS:
         raise BadInput(f"verdict {verdict!r} is not one of: {', '.join(VERDICTS)}")
-    usage = {"cost_usd": _amount("cost_usd", cost_usd),
-             "input_tokens": _count("input_tokens", input_tokens),
-             "output_tokens": _count("output_tokens", output_tokens)}
+    cost, tokens_in = _amount("cost_usd", cost_usd), _count("input_tokens", input_tokens)
+    tokens_out = _count("output_tokens", output_tokens)
     summary = _note("summary", summary)
     # The first report stands (the store refuses another): the usage a refused one carried
     # is not recorded either.
     reported = queue.store.report(run.id, verdict, now, summary)
-    if any(value is not None for value in usage.values()):
-        queue.store.record_reported_usage(run.id, **usage)
+    if (cost, tokens_in, tokens_out) != (None, None, None):
+        queue.store.record_reported_usage(run.id, cost_usd=cost, input_tokens=tokens_in,
+                                          output_tokens=tokens_out)
     return reported
 
 
@@ -145,7 +145,7 @@ def task_context(queue: Queue, run: Run) -> dict[str, Any]:
     return {"task": task.to_dict(), "run_id": run.id, "parent": parent}
 
 
-def review(queue: Queue, run: Run, now: float, verdict: str, reason: str | None = None,
+def review(queue: Queue, run: Run, now: float, verdict: str | None, reason: str | None = None,
            once: RequestKey | None = None) -> Task:
     """The reviewer's verdict on the task its own task reviews: approve (→ completed, then its
     chain) or reject (→ ready with `reason` in its next prompt, or blocked at max_reviews).

@@ -10,6 +10,7 @@ from typing import Any
 
 from taskherd.ops import BadInput, Queue, memory, messages
 from taskherd.ops import agent as agent_ops
+from taskherd.store.memory import SHARED
 from taskherd.store.requests import RequestKey
 
 log = logging.getLogger("taskherd.agent.door")
@@ -58,7 +59,8 @@ def _report(queue: Queue, run: Any, args: dict[str, Any], now: float,
 def _add_child_task(queue: Queue, run: Any, args: dict[str, Any], now: float,
                     once: RequestKey | None) -> tuple[dict[str, Any], bool]:
     _only(args, "task")
-    enqueued = agent_ops.add_child_task(queue, run, args.get("task"), now, once)
+    spec: Any = args.get("task")  # the agent's JSON, checked as `task add` checks a task
+    enqueued = agent_ops.add_child_task(queue, run, spec, now, once)
     return {"task": enqueued.task.to_dict(), "created": enqueued.created}, enqueued.created
 
 
@@ -100,7 +102,7 @@ def _msg_read(queue: Queue, run: Any, args: dict[str, Any], now: float,
 def _memory_add(queue: Queue, run: Any, args: dict[str, Any], now: float,
                 once: RequestKey | None) -> tuple[dict[str, Any], bool]:
     fields = _only(args, "text", "shared", "section")
-    scope = memory.SHARED if fields.get("shared") else run.role
+    scope = SHARED if fields.get("shared") else run.role
     added = memory.add(queue, scope, fields.get("text"), now, source="agent",
                        section=fields.get("section"), once=once)
     return {"memory": added.to_dict()}, False

@@ -27,8 +27,8 @@ from taskherd.backups.restore import (
 from taskherd.backups.state import read_state
 from taskherd.backups.targets import BackupError, DamagedBackup, Target, open_target
 from taskherd.model.settings import Config
-from taskherd.policy.durations import parse_duration
 from taskherd.ops import BadInput
+from taskherd.policy.durations import parse_duration
 from taskherd.store import Store
 from taskherd.store.urls import is_postgres_url
 
@@ -44,7 +44,8 @@ def take_backup(config: Config, store: Store, kinds: list[str], now: float) -> d
     service = Backups(config, store)
     counts = service.take(kinds, now)
     if counts["upload_failures"]:
-        raise BackupError(f"backup failed: {service.state.last_failure['error']}")
+        failure = service.state.last_failure or {}
+        raise BackupError(f"backup failed: {failure.get('error')}")
     stored = [service.state.last_snapshot if kind == "snapshots" else service.state.last_rollup
               for kind in kinds]
     return {"stored": stored, "pruned": counts["pruned"]}

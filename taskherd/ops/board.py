@@ -7,14 +7,14 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from taskherd.model import Priority, Run, Task, TaskState
+from taskherd.model.nodes import Node
+from taskherd.ops import Queue
 from taskherd.policy import waits
 from taskherd.policy.budgets import COOLDOWN_PREFIX, Pause
-from taskherd.policy.limits import ClaimLimits
 from taskherd.policy.costs import known_cost
-from taskherd.model import Priority, Run, Task, TaskState
-from taskherd.ops import Queue
+from taskherd.policy.limits import ClaimLimits
 from taskherd.store import StoreError
-from taskherd.model.nodes import Node
 
 WEEK = 7 * 86400
 # The board's lists show at most this many rows each, so a page costs the same at any size.
@@ -152,9 +152,9 @@ def running_agents(queue: Queue, now: float, limit: int = BOARD_ROWS
 
 
 def p0_waits(queue: Queue, now: float, limit: int = BOARD_ROWS) -> list[dict[str, Any]]:
-    """P0 tasks not yet running, each with why it waits (taskherd/policy/waits.py): the ready ones in
-    claim order, then those pending approval, at most `limit` of each (both read through
-    indexes)."""
+    """P0 tasks not yet running, each with why it waits (taskherd/policy/waits.py): the ready
+    ones in claim order, then those pending approval, at most `limit` of each (both read
+    through indexes)."""
     waiting = queue.store.waiting_at_priority(Priority.P0, limit=limit)
     if not waiting:
         return []
@@ -182,8 +182,9 @@ def wait_counts(queue: Queue, now: float) -> waits.Counts:
     on_node = Counter(run.node for run in open_runs)
     pool_use: Counter[str] = Counter()
     for role, count in running.items():
-        if role in config.roles and config.roles[role].pool is not None:
-            pool_use[config.roles[role].pool] += count
+        pool = config.roles[role].pool if role in config.roles else None
+        if pool is not None:
+            pool_use[pool] += count
     cooldowns = store.all_cooldowns()
     paused = {c.runtime: waits.cooldown_wait(c, now) for c in cooldowns
               if not c.runtime.startswith(COOLDOWN_PREFIX)}

@@ -6,13 +6,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from taskherd.policy import budgets
-from taskherd.model.settings import Config
 from taskherd.model import Cooldown
+from taskherd.model.delivery import BUDGET_PAUSED, BUDGET_RESUMED, DEFAULT_ROLE_EVENTS
+from taskherd.model.settings import FLEET, Config
+from taskherd.policy import budgets
 from taskherd.policy.timefmt import reading_zone
 from taskherd.store import Store
-from taskherd.model.delivery import BUDGET_PAUSED, BUDGET_RESUMED, DEFAULT_ROLE_EVENTS
-from taskherd.model.settings import FLEET
 
 log = logging.getLogger("taskherd.budgets")
 

@@ -10,10 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from taskherd.host.webhook_urls import RefusedTarget, check_url, redacted
+from taskherd.model.delivery import CHANNELS, FORMATS, Alias, Delivery
 from taskherd.ops import BadInput, Queue
 from taskherd.store import StoreError
-from taskherd.model.delivery import CHANNELS, FORMATS, Alias, Delivery
-from taskherd.host.webhook_urls import RefusedTarget, check_url, redacted
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 STATES = ("pending", "sent", "failed")

@@ -25,11 +25,16 @@ from taskherd.importers import (
 )
 from taskherd.importers.fires import compare
 from taskherd.importers.model import Imported
-from taskherd.policy.jobs import JobError, parse_job
 from taskherd.ops import BadInput, Queue
 from taskherd.ops.jobs import stored_table
-from taskherd.policy.schedules import next_fires
-from taskherd.policy.schedules import schedule_start
+from taskherd.policy.jobs import JobError, parse_job
+from taskherd.policy.schedules import (
+    CalendarTrigger,
+    CronTrigger,
+    EveryTrigger,
+    next_fires,
+    schedule_start,
+)
 from taskherd.store.jobs import JobNotFound
 
 PREVIEW_FIRES = 3
@@ -56,9 +61,9 @@ def job_view(job: ImportedJob, now: float) -> dict[str, Any]:
     start = datetime.fromtimestamp(now, UTC)
     zone = job.trigger.tz
     fires = [f.astimezone(zone).isoformat() for f in next_fires(job.trigger, start, PREVIEW_FIRES)]
-    view = {"source_id": job.source_id, "table": job.table, "source_rule": job.rule,
+    view: dict[str, Any] = {"source_id": job.source_id, "table": job.table, "source_rule": job.rule,
             "next_fires": fires, "notes": list(job.notes)}
-    if job.trigger.kind in ("cron", "calendar", "every"):
+    if isinstance(job.trigger, CronTrigger | CalendarTrigger | EveryTrigger):
         view["dst_gap"] = job.trigger.dst_gap.value
     if job.source_rule is not None:
         compared = compare(job.trigger, job.source_rule, start, PREVIEW_FIRES)

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from taskherd.model.jobs import Job, JobDefinition
+from taskherd.ops import BadInput, Queue
 from taskherd.policy.job_chains import AFTER, JobChainError, check_links, link_table, parent_of
 from taskherd.policy.jobs import JobError, parse_job, parse_jobs, trigger_of
-from taskherd.ops import BadInput, Queue
 from taskherd.policy.schedules import schedule_start
 from taskherd.store.jobs import JobNotFound, JobRefused
-from taskherd.model.jobs import Job, JobDefinition
 
 TRIGGER_KEYS = ("cron", "calendar", "every", "window", "at", "manual")
 # Fields an update can remove. Fields not given keep their value, so without a way to clear
@@ -209,9 +209,11 @@ def stored_table(job: Job) -> dict[str, Any]:
 
 
 def _interval_kept(job: Job, changes: dict[str, Any]) -> dict[str, Any]:
-    if "every" not in job.trigger or any(k in changes for k in ("cron", "calendar", "at", "manual")):
+    other_trigger = any(k in changes for k in ("cron", "calendar", "at", "manual"))
+    if "every" not in job.trigger or other_trigger:
         return {}
-    kept = {key: job.trigger[key] for key in ("every", "window") if key in job.trigger}
+    kept: dict[str, Any] = {key: job.trigger[key] for key in ("every", "window")
+                            if key in job.trigger}
     if changes.get("window") == "":
         del changes["window"]
         kept.pop("window", None)

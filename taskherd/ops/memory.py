@@ -14,13 +14,14 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from taskherd.policy import memory_file
 from taskherd.config import make_private_dir
 from taskherd.model.settings import Config
 from taskherd.ops import BadInput, Queue
 from taskherd.ops.agent import made_before
+from taskherd.policy import memory_file
 from taskherd.store import StoreError
-from taskherd.store.memory import SHARED, Memory, NewMemory, query_words
+from taskherd.store.memory import SHARED as SHARED  # the shared scope, for the pages too
+from taskherd.store.memory import Memory, NewMemory, query_words
 from taskherd.store.requests import RequestKey
 
 log = logging.getLogger("taskherd.memory")
@@ -146,7 +147,7 @@ def _store(queue: Queue, batch: list[NewMemory], now: float,
             vectors = embed(settings, [new.text for new in batch])
             batch = [NewMemory(new.scope, new.text, new.source, new.section,
                                json.dumps(vector), settings.model)
-                     for new, vector in zip(batch, vectors)]
+                     for new, vector in zip(batch, vectors, strict=True)]
         except EmbeddingsUnavailable as error:
             log.warning("memory: stored without vectors: %s", error)
     return queue.store.add_memories(batch, now, once)

@@ -9,10 +9,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from taskherd.policy.costs import known_cost
 from taskherd.model import ANY_ROLE, EVERYONE, PERSON, TASK_ADDRESS
 from taskherd.ops import BadInput, Queue
 from taskherd.ops.board import midnight
+from taskherd.policy.costs import known_cost
 from taskherd.store.agents import RegisteredAgent
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -7,11 +7,11 @@ from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from taskherd.model import Run
+from taskherd.ops import BadInput, Queue
 from taskherd.policy.costs import known_cost
 from taskherd.policy.liveness import last_activity as recorded_activity
 from taskherd.policy.liveness import next_threshold, node_down_reason, stale_reason, verdict_text
-from taskherd.model import Run
-from taskherd.ops import BadInput, Queue
 
 COST_KEYS = ("role", "day")
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from taskherd.host import procs
-from taskherd.policy.costs import is_unpriced
 from taskherd.model import NewTask, Run, Task, TaskState
 from taskherd.ops import BadInput, Queue
-from taskherd.store import Enqueued, StoreError, TransitionRefused
+from taskherd.policy.costs import is_unpriced
 from taskherd.policy.taskspec import TaskSpecError, new_task_from
+from taskherd.store import Enqueued, StoreError, TransitionRefused
 
 STATE_NAMES = tuple(state.value for state in TaskState)
 
@@ -134,7 +134,7 @@ def tree(queue: Queue, task_id: int) -> dict[str, Any]:
     """The chain `task_id` belongs to, from its root: each task with its state, the outcome of
     its latest run and its children, nested."""
     tasks, runs = queue.store.tree(task_id)
-    nodes = {}
+    nodes: dict[int, dict[str, Any]] = {}
     for task in tasks:
         run = runs.get(task.id)
         nodes[task.id] = {
@@ -145,7 +145,7 @@ def tree(queue: Queue, task_id: int) -> dict[str, Any]:
             "summary": task.summary, "review_of": task.meta.get("review_of"),
             "children": [],
         }
-    root = None
+    root: dict[str, Any] | None = None
     for task in tasks:
         parent = nodes.get(task.parent_id) if task.parent_id is not None else None
         if parent is not None:
@@ -193,7 +193,7 @@ def set_priority(queue: Queue, task_id: int, priority: object, now: float) -> Ta
     place in the claim order at once."""
     if isinstance(priority, bool) or priority not in (0, 1, 2, 3):
         raise BadInput(f"priority = {priority!r}: expected 0, 1, 2 or 3 (P0 is the most urgent)")
-    return queue.store.set_priority(task_id, int(priority), now)  # type: ignore[call-overload]
+    return queue.store.set_priority(task_id, int(priority), now)
 
 
 def answer(queue: Queue, task_id: int, text: str, now: float) -> Run:
@@ -212,6 +212,7 @@ def answer(queue: Queue, task_id: int, text: str, now: float) -> Run:
         raise StoreError(
             f"task {task_id}'s role {run.role} ends an agent that waits for input "
             f"(on_input = {role.on_input!r}); set on_input = \"wait\" to answer its agents")
+    assert run.log_path is not None  # checked with the task's state above
     try:
         procs.send_input(run.log_path, data)
     except FileNotFoundError:
@@ -243,8 +244,9 @@ def _answer_bytes(text: str) -> bytes:
 
 
 # The hand transitions by name, for a door that offers them all alike (the CLI's `task NAME`).
-TRANSITIONS = {"cancel": cancel, "approve": approve, "reject": reject, "block": block,
-               "unblock": unblock, "requeue": requeue}
+TRANSITIONS: dict[str, Callable[..., Task]] = {
+    "cancel": cancel, "approve": approve, "reject": reject, "block": block, "unblock": unblock,
+    "requeue": requeue}
 
 
 def task_state(state: str | TaskState | None) -> TaskState | None:

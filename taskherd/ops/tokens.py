@@ -16,10 +16,10 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from taskherd.policy.durations import DurationError, parse_duration
 from taskherd.model import Run
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops
+from taskherd.policy.durations import DurationError, parse_duration
 from taskherd.store.sql_credentials import token_digest
 from taskherd.store.tokens import ApiToken
 

@@ -167,6 +167,8 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for index, row in enumerate(cells):
-        click.echo("  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip())
+        # strict=False: a cell past the headers is not shown, as before.
+        padded = (value.ljust(width) for value, width in zip(row, widths, strict=False))
+        click.echo("  ".join(padded).rstrip())
         if index == 0:
             click.echo("  ".join("-" * width for width in widths))

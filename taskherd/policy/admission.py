@@ -104,7 +104,9 @@ class ClaimRequest:
 
     def any_role(self, allowed: Sequence[str]) -> str:
         """The role a task for role `any` runs as, among the roles still `allowed`."""
-        return self.as_role if self.as_role in allowed else allowed[0]
+        if self.as_role is not None and self.as_role in allowed:
+            return self.as_role
+        return allowed[0]
 
 
 @dataclass(frozen=True)

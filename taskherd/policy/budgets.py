@@ -12,10 +12,11 @@ Periods are calendar days and months in the fleet's zone: a pause lasts until th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
+
 from taskherd.model.settings import FLEET, Budgets
 
 COOLDOWN_PREFIX = "budget:"  # a budget pause is a cooldown named budget:ROLE or budget:fleet
@@ -93,7 +94,7 @@ def periods(now: float, zone: tzinfo) -> Periods:
                      for d in (today, tomorrow, first, next_first)))
 
 
-def lines(budgets: Budgets, rows: list[Mapping[str, Any]], span: Periods) -> list[Line]:
+def lines(budgets: Budgets, rows: Sequence[Mapping[str, Any]], span: Periods) -> list[Line]:
     """Every limit of every scope against its spend; `rows` are the store's budget_spend."""
     by_role = {row["role"]: row for row in rows}
     result = []
@@ -135,7 +136,7 @@ def pauses(all_lines: list[Line]) -> dict[str, Pause]:
     return found
 
 
-def _spend(rows: list[Mapping[str, Any]], period: str) -> Spend:
+def _spend(rows: Sequence[Mapping[str, Any]], period: str) -> Spend:
     total = Spend()
     for row in rows:
         total = total.plus(Spend(row[f"cost_{period}"], row[f"unknown_{period}"],
@@ -143,10 +144,10 @@ def _spend(rows: list[Mapping[str, Any]], period: str) -> Spend:
     return total
 
 
-def _expected_run_cost(budgets: Budgets, rows: list[Mapping[str, Any]]) -> float:
+def _expected_run_cost(budgets: Budgets, rows: Sequence[Mapping[str, Any]]) -> float:
     priced = sum(row["priced_month"] for row in rows)
     if priced:
-        return sum(row["cost_month"] for row in rows) / priced
+        return float(sum(row["cost_month"] for row in rows) / priced)
     return budgets.run_estimate_usd or budgets.unknown_run_usd or 0.0
 
 

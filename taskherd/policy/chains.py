@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from taskherd.policy.durations import parse_duration
 from taskherd.model import NewTask, Priority, Task, TaskState
-from taskherd.model.settings import DEFAULT_MAX_DEPTH, DEFAULT_MAX_REVIEWS, FollowUp, Config
+from taskherd.model.settings import DEFAULT_MAX_DEPTH, DEFAULT_MAX_REVIEWS, Config, FollowUp
+from taskherd.policy.durations import parse_duration
 
 ON_CHOICES = ("success", "failure", "complete")
 # What a template may name; each is text (an unknown name is refused where it is written).
@@ -65,8 +65,9 @@ def parse_follow_up(data: Any, where: str) -> FollowUp:
         if texts[key] is None:
             raise ChainError(f"{where}.{key} is required ({FOLLOW_UP_KEYS[key]})")
     for key in ("title", "prompt"):
-        if texts[key] is not None:
-            _check_template(texts[key], f"{where}.{key}")
+        text = texts[key]
+        if text is not None:
+            _check_template(text, f"{where}.{key}")
     on = texts["on"] or "success"
     if on not in ON_CHOICES:
         raise ChainError(f"{where}.on = {on!r}: expected one of {', '.join(ON_CHOICES)}")
@@ -82,7 +83,9 @@ def parse_follow_up(data: Any, where: str) -> FollowUp:
             delay = parse_duration(data["delay"])
         except ValueError as error:
             raise ChainError(f"{where}.delay = {data['delay']!r}: {error}") from None
-    return FollowUp(role=texts["role"], title=texts["title"], prompt=texts["prompt"] or "",
+    role, title = texts["role"], texts["title"]
+    assert role is not None and title is not None  # required, checked above
+    return FollowUp(role=role, title=title, prompt=texts["prompt"] or "",
                     priority=priority, pool=texts["pool"], on=on, when=texts["when"],
                     delay=delay)
 
@@ -271,7 +274,7 @@ NO_WORKFLOW = Workflow()
 def review_verdict(*texts: str | None) -> tuple[str, str | None] | None:
     """The reviewer's verdict in its output: ("approve", None), ("reject", reason) or None.
     The last marker printed wins (a reviewer may think aloud before deciding)."""
-    verdict = None
+    verdict: tuple[str, str | None] | None = None
     for text in texts:
         for line in (text or "").splitlines():
             if APPROVED.match(line):

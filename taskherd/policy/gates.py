@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from taskherd.policy.durations import parse_duration
 from taskherd.model.settings import DEFAULT_TIMEOUT, Gate
+from taskherd.policy.durations import parse_duration
 
 GATE_KEYS = {
     "name": "a short name shown in task show and in the failure (required)",
@@ -91,4 +91,4 @@ def failure_text(gate: Gate, exit_code: int | None, timed_out: bool,
 
 
 def is_gate_failure(error: str | None) -> bool:
-    return bool(error) and error.startswith(FAILED_PREFIX)
+    return error is not None and error.startswith(FAILED_PREFIX)

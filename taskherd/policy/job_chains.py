@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from taskherd.model import FireStatus
 from taskherd.policy.chains import ON_CHOICES, ChainError, check_condition, condition_holds
 from taskherd.policy.durations import parse_duration
-from taskherd.model import FireStatus
 
 LINK_KEYS = ("parent", "on", "when", "delay")
 AFTER = "after"  # the template key holding the link

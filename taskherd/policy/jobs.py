@@ -17,16 +17,22 @@ from datetime import UTC, datetime, time
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from taskherd.policy.job_chains import AFTER, LINK_KEYS, JobChainError, check_links, parent_of, parse_link
-from taskherd.model import NewTask
+from taskherd.model import NewTask, OverlapPolicy
+from taskherd.model.jobs import Job, JobDefinition
+from taskherd.policy.job_chains import (
+    AFTER,
+    LINK_KEYS,
+    JobChainError,
+    check_links,
+    parent_of,
+    parse_link,
+)
 from taskherd.policy.schedules import (
     MissedFire,
-    OverlapPolicy,
     ScheduleError,
     Trigger,
     parse_trigger,
 )
-from taskherd.model.jobs import Job, JobDefinition
 from taskherd.policy.taskspec import TaskSpecError, new_task_from
 
 if TYPE_CHECKING:  # the config imports this module (to check [[jobs]]) at load, not the reverse
@@ -200,7 +206,8 @@ def _clock(value: Any, where: str) -> str:
         return time.fromisoformat(("0" + text) if len(text.split(":")[0]) == 1 else text).strftime(
             "%H:%M")
     except ValueError:
-        raise JobError(f"{where} = {value!r}: expected a time of day 'HH:MM', e.g. '06:00'") from None
+        raise JobError(
+            f"{where} = {value!r}: expected a time of day 'HH:MM', e.g. '06:00'") from None
 
 
 def _choice(table: Mapping[str, Any], key: str, kind: type, default: Any, where: str) -> Any:
@@ -216,7 +223,8 @@ def _choice(table: Mapping[str, Any], key: str, kind: type, default: Any, where:
 
 def _retries(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES_LIMIT:
-        raise JobError(f"{where}max_retries = {value!r}: expected a whole number 0-{MAX_RETRIES_LIMIT}")
+        raise JobError(f"{where}max_retries = {value!r}: "
+                       f"expected a whole number 0-{MAX_RETRIES_LIMIT}")
     return value
 
 
@@ -305,7 +313,8 @@ def describe_trigger(spec: Mapping[str, Any]) -> str:
         more = f" +{len(entries) - 2}" if len(entries) > 2 else ""
         return "calendar " + "; ".join(parts) + more
     if "every" in spec:
-        return f"every {_human(spec['every'])}" + (f" {spec['window']}" if spec.get("window") else "")
+        window = f" {spec['window']}" if spec.get("window") else ""
+        return f"every {_human(spec['every'])}{window}"
     if "at" in spec:
         return f"at {spec['at']}"
     return "manual"

@@ -17,15 +17,15 @@ spend (`budget_pauses`), and asks it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from taskherd.model.settings import FLEET, Budgets, Limits
 from taskherd.policy import budgets
-
-from taskherd.model.settings import Budgets, FLEET, Limits
+from taskherd.policy.budgets import Pause, Periods
 
 if TYPE_CHECKING:
     from taskherd.model.settings import Config
@@ -83,12 +83,12 @@ class ClaimLimits:
     def _fleet_scope(self) -> tuple[str, ...]:
         return (FLEET,) if self.budgets.fleet else ()
 
-    def budget_periods(self, now: float) -> budgets.Periods:
+    def budget_periods(self, now: float) -> Periods:
         assert self.zone is not None, "budgets without the fleet's zone"
         return budgets.periods(now, self.zone)
 
-    def budget_pauses(self, role: str, rows: list[Mapping[str, Any]],
-                      span: budgets.Periods) -> dict[str, budgets.Pause]:
+    def budget_pauses(self, role: str, rows: Sequence[Mapping[str, Any]],
+                      span: Periods) -> dict[str, Pause]:
         """The budgets of `role` (its own, the fleet's) with no room for one more run in the
         day and month of `span`, given the spend `rows` (the store's budget_spend, read in
         the claim's transaction), by scope."""

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from taskherd.policy.gates import is_gate_failure
 from taskherd.model import Message, MessagePriority, Task
+from taskherd.policy.gates import is_gate_failure
 
 SECTION_LIMIT = 8000  # characters of one section's text: a log tail must not drown the task
 PRIORITY_WORDS = {int(MessagePriority.NORMAL): "normal", int(MessagePriority.HIGH): "high",

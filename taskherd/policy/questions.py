@@ -19,7 +19,8 @@ KNOWN_PROMPTS = (
     r"\((?:y/n|yes/no)\)\s*[:?]?\s*$",  # (y/n)
     r"\bpress (?:enter|return|any key)\b",
     r"^\W*do you want (?:to|me to)\b",  # Claude Code: "Do you want to proceed?"
-    r"^\W*would you like (?:to|me to)\b.*\?",  # Codex: "Would you like to run the following command?"
+    # Codex: "Would you like to run the following command?"
+    r"^\W*would you like (?:to|me to)\b.*\?",
     r"\b(?:allow|approve)\b[^\n]*\?\s*$",  # "Allow command?", "Approve this edit?"
     r"^\W*(?:continue|proceed|are you sure)\b[^\n]*\?\s*$",
     r"^\W*(?:❯|>)\s*1\.\s*yes\b",  # a numbered choice waiting for a key
@@ -32,7 +33,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\r")
 
 
 @lru_cache(maxsize=64)
-def _compiled(extra: tuple[str, ...]) -> tuple[re.Pattern, ...]:
+def _compiled(extra: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
     return tuple(re.compile(p, re.IGNORECASE | re.MULTILINE) for p in (*KNOWN_PROMPTS, *extra))
 
 

@@ -128,7 +128,7 @@ def failure_backoff(failures: int) -> float:
 
 def retry_delay(retry_number: int) -> float:
     """Delay before retry n (1-based): 30 s × 2^(n−1)."""
-    return RETRY_BASE * 2 ** (retry_number - 1)
+    return float(RETRY_BASE * 2 ** (retry_number - 1))
 
 
 def settle_fire(job: Job, fire: JobFire) -> Mapping[str, Any]:

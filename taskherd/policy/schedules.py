@@ -38,14 +38,14 @@ import enum
 import functools
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
-from typing import ClassVar
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterError, croniter
 
+from taskherd.model import OverlapPolicy
 from taskherd.policy import walltime
 from taskherd.policy.durations import DurationError, parse_duration
-from taskherd.model import OverlapPolicy
 from taskherd.policy.walltime import (
     DAY,
     MINUTE,
@@ -197,9 +197,10 @@ def _compile_cron_text(expression: str) -> tuple[Walls, bool]:
 
 
 def _fields_matcher(
-    minutes: list, hours: list, days: list, months: list, weekdays: list
+    minutes: list[Any], hours: list[Any], days: list[Any], months: list[Any],
+    weekdays: list[Any]
 ) -> FieldMatcher:
-    def any_or(values: list) -> frozenset[int] | None:
+    def any_or(values: list[Any]) -> frozenset[int] | None:
         return None if values == ["*"] else frozenset(values)
 
     return FieldMatcher(
@@ -489,7 +490,7 @@ def _fires_between(trigger: Trigger, after: datetime, until: datetime) -> list[d
 _KINDS = ("cron", "calendar", "every", "at", "manual")
 
 
-def parse_trigger(spec: dict, default_tz: str | None) -> Trigger:
+def parse_trigger(spec: dict[str, Any], default_tz: str | None) -> Trigger:
     """Build a trigger from a job table (``taskherd.toml`` ``[[jobs]]`` or the CLI).
 
     Reads ``cron``, ``calendar``, ``every`` + ``window``, ``at``, ``manual``,
@@ -536,7 +537,7 @@ def _parse_dst_gap(value: object, kind: str) -> DstGap:
         raise _bad("dst_gap", value, f"does not apply to {kind!r}",
                    "dst_gap with cron, calendar or every (an 'at' time is read as written)")
     try:
-        return DstGap(value)
+        return DstGap(str(value))
     except ValueError:
         raise _bad("dst_gap", value, "is not a policy", accepted) from None
 

@@ -54,6 +54,7 @@ def new_task_from(data: Mapping[str, Any], config: Config) -> NewTask:
     if unknown:
         raise TaskSpecError(f"unknown field {unknown[0]!r} (accepted: {', '.join(TASK_FIELDS)})")
     role = _text(data, "role", required=True)
+    assert role is not None  # required: _text raised otherwise
     try:
         config.check_role(role)
     except ValueError as error:  # the config's ConfigError, naming the roles it defines
@@ -134,7 +135,8 @@ def _text(data: Mapping[str, Any], key: str, required: bool = False) -> str | No
             raise TaskSpecError(f"{key} is required ({TASK_FIELDS[key]})")
         return None
     if not isinstance(value, str) or (required and not value.strip()):
-        raise TaskSpecError(f"{key} = {value!r}: expected {TASK_FIELDS[key]}, as a non-empty string")
+        raise TaskSpecError(
+            f"{key} = {value!r}: expected {TASK_FIELDS[key]}, as a non-empty string")
     bad = _SURROGATE.search(value)
     if bad:
         raise TaskSpecError(f"{key} is not valid UTF-8 (an undecodable byte at character "

@@ -89,7 +89,8 @@ class CroniterWalls:
 
     def next_wall(self, after: datetime) -> datetime | None:
         try:
-            return croniter(self.expression, after).get_next(datetime)
+            moment: datetime = croniter(self.expression, after).get_next(datetime)
+            return moment
         except CroniterError:
             return None
 
@@ -149,10 +150,16 @@ def gap_end(wall: datetime, tz: ZoneInfo, before: datetime, after: datetime) -> 
     return high
 
 
+def _utcoffset(moment: datetime) -> timedelta:
+    offset = moment.utcoffset()
+    assert offset is not None  # an aware datetime (astimezone's) always has one
+    return offset
+
+
 def _offset_span(tz: ZoneInfo, instant: datetime) -> timedelta:
     """How far the zone's UTC offset moves within a day of ``instant``: zero
     except near a DST change, where wall times are not monotonic in time."""
-    offsets = [(instant + d).astimezone(tz).utcoffset() for d in (-DAY, timedelta(0), DAY)]
+    offsets = [_utcoffset((instant + d).astimezone(tz)) for d in (-DAY, timedelta(0), DAY)]
     return max(offsets) - min(offsets)
 
 
@@ -225,7 +232,7 @@ class _OffsetSamples:
 
     @classmethod
     def take(cls, tz: ZoneInfo, since: datetime) -> _OffsetSamples:
-        offsets = [(since + i * _STEP).astimezone(tz).utcoffset() for i in range(_SAMPLES)]
+        offsets = [_utcoffset((since + i * _STEP).astimezone(tz)) for i in range(_SAMPLES)]
         run_ends = [_SAMPLES - 1] * _SAMPLES
         for i in range(_SAMPLES - 2, -1, -1):
             run_ends[i] = run_ends[i + 1] if offsets[i] == offsets[i + 1] else i

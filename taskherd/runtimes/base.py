@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Protocol
 
 from taskherd.host import procs
+from taskherd.host.procs import ExitStatus
+from taskherd.host.sandbox import Confinement
+from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.model.settings import RoleConfig
 from taskherd.policy.loops import RepeatedLines
-from taskherd.model import Outcome, Run, RunResult, Task
-from taskherd.host.procs import ExitStatus
 from taskherd.policy.prompt import PromptContext, build_prompt
-from taskherd.runtimes.ratelimit import RateLimitSignal, detect_rate_limit, known_reset
 from taskherd.policy.timefmt import reading_zone
+from taskherd.runtimes.ratelimit import RateLimitSignal, detect_rate_limit, known_reset
 from taskherd.runtimes.sessions import shown, valid_session_id
-from taskherd.host.sandbox import Confinement
 
 log = logging.getLogger("taskherd.supervisor")
 TASK_COMPLETE = re.compile(r"^\s*TASK_COMPLETE:\s*(?P<summary>.*?)\s*$")

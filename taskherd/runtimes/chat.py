@@ -13,14 +13,16 @@ import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
+from taskherd.host.procs import ExitStatus
+from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.model.settings import RoleConfig
 from taskherd.policy.faults import endpoint_fault
-from taskherd.model import Outcome, Run, RunResult, Task
-from taskherd.host.procs import ExitStatus
 from taskherd.policy.prompt import build_prompt
+from taskherd.policy.timefmt import reading_zone
 from taskherd.runtimes.base import AgentEnv, OutputReader, RunFiles, Runtime, failure
 from taskherd.runtimes.ratelimit import (
     RateLimitSignal,
@@ -28,7 +30,6 @@ from taskherd.runtimes.ratelimit import (
     known_reset,
     retry_after_to_reset,
 )
-from taskherd.policy.timefmt import reading_zone
 
 CONNECT_TIMEOUT = 10.0
 ERROR_BODY_LIMIT = 2000
@@ -173,9 +174,9 @@ class ChatRuntime(Runtime):
     def result(self, role: RoleConfig, reader: OutputReader, exit_status: ExitStatus, run: Run,
                now: float, handle: object = None) -> RunResult:
         assert isinstance(handle, ChatCall)
-        usage = {"input_tokens": handle.usage.get("prompt_tokens"),
-                 "output_tokens": handle.usage.get("completion_tokens"),
-                 "session_id": handle.session_key}
+        usage: dict[str, Any] = {"input_tokens": handle.usage.get("prompt_tokens"),
+                                 "output_tokens": handle.usage.get("completion_tokens"),
+                                 "session_id": handle.session_key}
         if exit_status.code == 0:
             reply = "".join(handle.reply).strip()
             if role.require_marker and reader.summary is None:

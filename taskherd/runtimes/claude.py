@@ -15,10 +15,11 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from taskherd.host.procs import ExitStatus
+from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.model.settings import RoleConfig
 from taskherd.policy.loops import RepeatedCalls
-from taskherd.model import Outcome, Run, RunResult, Task
-from taskherd.host.procs import ExitStatus
+from taskherd.policy.timefmt import reading_zone
 from taskherd.runtimes.base import CommandLineRuntime, Launch, OutputReader, RunFiles
 from taskherd.runtimes.claude_stream import (
     ClaudeEvent,
@@ -27,7 +28,6 @@ from taskherd.runtimes.claude_stream import (
     ResultEvent,
 )
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
-from taskherd.policy.timefmt import reading_zone
 from taskherd.runtimes.sessions import shown
 
 log = logging.getLogger("taskherd.supervisor")

@@ -177,8 +177,8 @@ def summary_of(text: str) -> tuple[str, bool]:
     """(summary, declared): the last `TASK_COMPLETE:` line's text wins over
     the whole text, since agents often explain at length before it."""
     last = None
-    for last in _TASK_COMPLETE_LINE.finditer(text):
-        pass
+    for match in _TASK_COMPLETE_LINE.finditer(text):
+        last = match
     if last is not None:
         return last.group("summary").strip(), True
     return text.strip(), False

@@ -13,15 +13,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
-from taskherd.model.settings import RoleConfig
-from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.host.procs import ExitStatus
+from taskherd.model import Outcome, Run, RunResult, Task
+from taskherd.model.settings import RoleConfig
+from taskherd.policy.timefmt import reading_zone
 from taskherd.runtimes.base import CommandLineRuntime, Launch, OutputReader, RunFiles, failure
 from taskherd.runtimes.codex_stream import CodexStreamReader, CodexStreamState
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
-from taskherd.policy.timefmt import reading_zone
 from taskherd.runtimes.sessions import shown
 
 log = logging.getLogger("taskherd.supervisor")
@@ -152,7 +154,8 @@ class CodexRuntime(CommandLineRuntime):
         return dataclasses.replace(failure(role, exit_status, tail), **spend)
 
 
-def spend_of(role: RoleConfig, state: CodexStreamState, earlier: list[Run] = ()) -> dict:
+def spend_of(role: RoleConfig, state: CodexStreamState,
+             earlier: Sequence[Run] = ()) -> dict[str, Any]:
     """Tokens, turns, session id, and the cost at the role's model's price (None without
     one: an unknown cost is never written as zero)."""
     usage = state.usage

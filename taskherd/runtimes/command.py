@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from taskherd.model.settings import RoleConfig
 from taskherd.model import Run, Task
+from taskherd.model.settings import RoleConfig
 from taskherd.runtimes.base import CommandLineRuntime, Launch, RunFiles
 
 PLACEHOLDERS = ("task_id", "run_id", "role", "prompt_file", "workdir")

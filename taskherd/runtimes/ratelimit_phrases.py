@@ -23,7 +23,8 @@ LIMIT_PHRASES: tuple[tuple[str, str], ...] = (
     ("out_of_usage", r"\byou(?:'|’)?re\s+out\s+of\s+(?:usage|credits|messages)\b"),
     # OpenAI API and Codex: "You exceeded your current quota", "insufficient_quota",
     # "Quota exceeded for quota metric …" (Google), "usage_limit_reached" (Codex's error type).
-    ("quota_exceeded", r"\bquota\s+(?:has\s+been\s+)?exceeded\b|\bexceeded\s+your\s+(?:current\s+)?quota\b"),
+    ("quota_exceeded", r"\bquota\s+(?:has\s+been\s+)?exceeded\b"
+                       r"|\bexceeded\s+your\s+(?:current\s+)?quota\b"),
     ("insufficient_quota", r"\binsufficient_quota\b"),
     ("usage_limit_reached", r"\busage_limit_(?:reached|exceeded)\b"),
     ("resource_exhausted", r"\bRESOURCE_EXHAUSTED\b|\bresource\s+has\s+been\s+exhausted\b"),

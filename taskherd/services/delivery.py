@@ -13,11 +13,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taskherd.model.settings import DeliveryConfig
 from taskherd.host.senders import DeliveryFailed, direct_client, send
-from taskherd.store import Store
-from taskherd.model.delivery import Delivery
 from taskherd.host.webhook_urls import redact_in
+from taskherd.model.delivery import Delivery
+from taskherd.model.settings import DeliveryConfig
+from taskherd.store import Store
 
 log = logging.getLogger("taskherd.delivery")
 

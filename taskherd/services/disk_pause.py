@@ -24,13 +24,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from taskherd.policy import faults
-from taskherd.model.settings import FLEET
-from taskherd.model.settings import Config, DaemonConfig
 from taskherd.host.diskspace import FreeSpace, probe
 from taskherd.model import RunResult
-from taskherd.store import Store, StoreError
 from taskherd.model.delivery import NODE_PAUSED, NODE_RESUMED
+from taskherd.model.settings import FLEET, Config, DaemonConfig
+from taskherd.policy import faults
+from taskherd.store import Store, StoreError
 from taskherd.store.urls import is_postgres_url
 
 log = logging.getLogger("taskherd.dispatcher")

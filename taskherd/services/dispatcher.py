@@ -242,8 +242,8 @@ class Dispatcher:
         (which the store reported) ends its gap, so the loop can wake for it."""
         spawns = {r.name: self.live.last_spawn(r.name) for r in self.config.roles.values()
                   if r.stagger}
-        ends = [spawns[r.name] + r.stagger for r in self.config.roles.values()
-                if r.stagger and spawns[r.name] is not None]
+        ends = [spawned + r.stagger for r in self.config.roles.values()
+                if r.stagger and (spawned := spawns[r.name]) is not None]
         ends += [refusal.retry_at for refusal in self._refused.values() if refusal.retry_at]
         future = [end for end in ends if end > now]
         return min(future) if future else None

@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Protocol
 
 from taskherd.host import procs
-from taskherd.model.settings import RoleConfig
-from taskherd.policy.gates import failure_text
-from taskherd.model.settings import Gate
-from taskherd.model import GateCheck, Outcome, Run, RunResult
 from taskherd.host.sandbox import Confinement, SandboxUnavailable
+from taskherd.model import GateCheck, Outcome, Run, RunResult
+from taskherd.model.settings import Gate, RoleConfig
+from taskherd.policy.gates import failure_text
 from taskherd.store import Store, StoreError
 
 log = logging.getLogger("taskherd.gates")

@@ -16,17 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from taskherd.host import cgroups
-from taskherd.model.settings import SOCKET_NAME, door_dir
-from taskherd.model.settings import Config, RoleConfig
+from taskherd.host.sandbox import AgentBox, Bubblewrap, Confinement, SandboxUnavailable, within
+from taskherd.host.service import ENV_FILE
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
+from taskherd.model.settings import SOCKET_NAME, Config, RoleConfig, door_dir
 from taskherd.ops import Queue
 from taskherd.ops import memory as memory_ops
 from taskherd.policy.prompt import PromptContext
+from taskherd.policy.sizes import format_size
 from taskherd.runtimes.base import AgentEnv, CommandLineRuntime, Execution, RunFiles, Runtime
 from taskherd.runtimes.sessions import shown, valid_session_id
-from taskherd.host.sandbox import AgentBox, Bubblewrap, Confinement, SandboxUnavailable, within
-from taskherd.host.service import ENV_FILE
-from taskherd.policy.sizes import format_size
 from taskherd.store import Store, StoreError
 from taskherd.store.events import socket_dir
 

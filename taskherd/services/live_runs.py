@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from taskherd.model.settings import RoleConfig
 from taskherd.model import Liveness, Outcome, Run, Task
+from taskherd.model.settings import RoleConfig
 from taskherd.runtimes.base import Execution, OutputReader, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal
 from taskherd.services.output_feed import OutputFeed

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from taskherd.model.settings import Config
 from taskherd.model import Outcome, RunResult
+from taskherd.model.settings import Config
 from taskherd.services.live_runs import LiveRuns
 from taskherd.store import Store
 

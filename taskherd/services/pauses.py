@@ -22,12 +22,12 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from taskherd.model.settings import Config, RoleConfig
 from taskherd.model import Outcome, RunResult
+from taskherd.model.delivery import ENDPOINT_DOWN, ENDPOINT_UP
+from taskherd.model.settings import Config, RoleConfig
 from taskherd.runtimes.ratelimit import guessed_cooldown
 from taskherd.services.live_runs import LiveRun
 from taskherd.store import Store, StoreError
-from taskherd.model.delivery import ENDPOINT_DOWN, ENDPOINT_UP
 
 log = logging.getLogger("taskherd.supervisor")
 

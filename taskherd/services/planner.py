@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from taskherd.model.settings import Config
 from taskherd.model import NewTask, Priority
+from taskherd.model.settings import Config
 from taskherd.policy.prompt import planner_prompt
 from taskherd.store import Store
 

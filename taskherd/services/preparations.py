@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from taskherd.model.settings import RoleConfig
 from taskherd.model import Claim
+from taskherd.model.settings import RoleConfig
 from taskherd.services.live_runs import LiveRuns
 
 log = logging.getLogger("taskherd.supervisor")

@@ -25,14 +25,14 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from taskherd.model import FireStatus, OverlapPolicy
+from taskherd.model.jobs import FireClaim, Job, PlannedFire, wake_time
 from taskherd.model.settings import Config, ConfigError
 from taskherd.policy.jobs import JobSpec, parse_jobs, pick_variant, task_for_fire, trigger_of
-from taskherd.model import FireStatus, OverlapPolicy
 from taskherd.policy.schedules import MissedFire, ScheduleError, Trigger, due_fires
+from taskherd.policy.taskspec import TaskSpecError
 from taskherd.store import Store
 from taskherd.store.jobs import JobNotFound, JobRefused
-from taskherd.model.jobs import FireClaim, Job, PlannedFire, wake_time
-from taskherd.policy.taskspec import TaskSpecError
 
 log = logging.getLogger("taskherd.scheduler")
 
@@ -68,7 +68,8 @@ class _Plan:
             variant = pick_variant(self.job, scheduled_for, self.cursor)
             if variant is not None:
                 self.cursor += 1
-        lineage = {"retry_of": retry_of, "retry_count": retry_count, "variant": variant}
+        lineage: dict[str, Any] = {"retry_of": retry_of, "retry_count": retry_count,
+                                   "variant": variant}
         try:
             new = task_for_fire(self.job, self.config, variant=variant,
                                 scheduled_for=scheduled_for, kind=kind, retry_count=retry_count)
@@ -91,7 +92,8 @@ class _Plan:
             self.task(scheduled_for, kind)
         elif overlap == OverlapPolicy.SKIP:
             held = f"task {self.job.open_task_id}" if self.job.open_task_id else "a task"
-            self.skip(scheduled_for, kind, f"{held} of an earlier fire is still open (overlap = skip)")
+            self.skip(scheduled_for, kind,
+                      f"{held} of an earlier fire is still open (overlap = skip)")
         elif self.queued >= self.settings.max_queued:
             self.skip(scheduled_for, kind, f"{self.queued} fires already queued (overlap = queue)")
         else:
@@ -126,7 +128,7 @@ class Scheduler:
                 break
             claims = [self._plan(job, now) for job in due]
             won = 0
-            for claim, fires in zip(claims, self.store.claim_fires(claims, now), strict=True):
+            for _claim, fires in zip(claims, self.store.claim_fires(claims, now), strict=True):
                 if fires is None:
                     counts["lost"] += 1
                     continue

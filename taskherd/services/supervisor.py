@@ -33,14 +33,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from taskherd.policy import faults
-
-from taskherd.host import activity, procs
 from taskherd.config import make_private_dir
-from taskherd.model.settings import Config, RoleConfig
-from taskherd.model.settings import Gate
-from taskherd.policy import liveness
-from taskherd.policy.liveness import LOOK_GAP
+from taskherd.host import activity, procs
+from taskherd.host.sandbox import SandboxUnavailable
+from taskherd.host.worktrees import GitTimeout
 from taskherd.model import (
     FINAL_STATES,
     LEASED_STATES,
@@ -54,21 +50,22 @@ from taskherd.model import (
     RunResult,
     Task,
 )
+from taskherd.model.settings import Config, Gate, RoleConfig
+from taskherd.policy import faults, liveness
+from taskherd.policy.liveness import LOOK_GAP
 from taskherd.runtimes.base import Execution, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
 from taskherd.runtimes.registry import runtime_for
-from taskherd.host.sandbox import SandboxUnavailable
+from taskherd.services import run_ends, run_output
 from taskherd.services.disk_pause import DiskPause
 from taskherd.services.gates import GateRunner
 from taskherd.services.launch import Launch, agent_path, create_private
-from taskherd.services import run_ends, run_output
 from taskherd.services.live_runs import GateLimits, LiveRun, LiveRuns, LookSchedule
 from taskherd.services.pauses import RuntimePauses
 from taskherd.services.preparations import Preparation, Preparations
 from taskherd.services.settles import PendingSettles
 from taskherd.store import Store, StoreError, TransitionRefused
 from taskherd.store.watch import VerdictChange
-from taskherd.host.worktrees import GitTimeout
 
 log = logging.getLogger("taskherd.supervisor")
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
@@ -686,7 +683,8 @@ class Supervisor:
         if run.ended_at is not None:
             self._forget(live.run.id)
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
-        result = self.launch.judge_caps(live.role, run.id, run_ends.result_of(live, run, status, now))
+        result = self.launch.judge_caps(live.role, run.id,
+                                        run_ends.result_of(live, run, status, now))
         if live.role.git is not None:
             # In a thread: git runs the repository's hooks, which may take minutes, and the
             # loop dispatches and watches every other run meanwhile.

@@ -27,11 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskherd.model.settings import Config
 from taskherd.model import Task
+from taskherd.model.settings import Config, GitSettings
 from taskherd.store import Store, StoreError
-from taskherd.store.sql_worktrees import WorktreeRecord
-from taskherd.model.settings import GitSettings
+from taskherd.store.worktrees import WorktreeRecord
 
 log = logging.getLogger("taskherd.worktrees")
 

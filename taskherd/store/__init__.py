@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from taskherd.model import Event, EventKind
+from taskherd.model import Event, EventKind, Finished
 from taskherd.store.base import (
     Enqueued,
     PolicyLookup,
@@ -17,13 +17,12 @@ from taskherd.store.base import (
     TaskNotFound,
     TransitionRefused,
 )
-from taskherd.model import Finished
 from taskherd.store.errors import StoreDiskFull
 
 if TYPE_CHECKING:
     from taskherd.policy.chains import Workflow
-from taskherd.store.jobs import JobNotFound, JobRefused, JobStore
 from taskherd.model.jobs import Job, JobDefinition, JobFire
+from taskherd.store.jobs import JobNotFound, JobRefused, JobStore
 
 __all__ = [
     "Enqueued",
@@ -56,10 +55,10 @@ def open_store(database: str, *, durability: str = "full", autocheckpoint: bool 
                workflow: Workflow | None = None, busy_timeout: float | None = None) -> Store:
     """Open the store a `[daemon] database` setting names: a file path (SQLite) or a URL.
 
-    `workflow` is the config's (`policy.chains.workflow_of`): the roles' default chains, reviewers and
-    depth limit, which the store applies when a task settles. Without it, only the chains
-    tasks declared themselves are followed. `busy_timeout`: how long a SQLite call waits for
-    another process's write lock (the store's default unless given).
+    `workflow` is the config's (`policy.chains.workflow_of`): the roles' default chains,
+    reviewers and depth limit, which the store applies when a task settles. Without it, only
+    the chains tasks declared themselves are followed. `busy_timeout`: how long a SQLite call
+    waits for another process's write lock (the store's default unless given).
     """
     from taskherd.store.urls import is_postgres_url
 

@@ -1,4 +1,5 @@
-"""The store interface: one method per transition of the state machine (docs/states.md), plus the reads callers need.
+"""The store interface: one method per transition of the state machine (docs/states.md),
+plus the reads callers need.
 
 Every transition is one transaction guarded by the expected state. A transition that finds
 the task elsewhere raises `TransitionRefused` with the state it found, so the caller learns
@@ -12,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from taskherd.policy.admission import ClaimAttempt, ClaimRequest
 from taskherd.model import (
     Claim,
     Cooldown,
@@ -25,6 +25,7 @@ from taskherd.model import (
     TaskState,
 )
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimAttempt, ClaimRequest
 from taskherd.store.agents import AgentStore
 from taskherd.store.delivery import DeliveryStore
 from taskherd.store.errors import (
@@ -41,10 +42,12 @@ from taskherd.store.jobs import JobStore
 from taskherd.store.memory import MemoryStore
 from taskherd.store.messages import MessageStore
 from taskherd.store.nodes import NodeStore
+from taskherd.store.reports import ReportStore
 from taskherd.store.requests import RequestKey, RequestStore
 from taskherd.store.task_lists import TaskListStore
-from taskherd.store.watch import WatchStore
 from taskherd.store.tokens import TokenStore
+from taskherd.store.watch import WatchStore
+from taskherd.store.worktrees import WorktreeStore
 
 __all__ = [
     "ParentNotFound", "RunNotFound", "StoreError", "StoreUnavailable", "TaskNotFound",
@@ -69,7 +72,8 @@ class StateCount:
 
 
 class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStore,
-            MemoryStore, DeliveryStore, RequestStore, TaskListStore, abc.ABC):
+            MemoryStore, DeliveryStore, RequestStore, TaskListStore, ReportStore,
+            WorktreeStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # -- run credentials: what an agent holds instead of the database -------------------

@@ -78,7 +78,8 @@ class TransitionRefused(StoreError):
 
     def __init__(self, task_id: int, action: str, found: TaskState, allowed: Iterable[TaskState]):
         names = ", ".join(sorted(s.value for s in allowed))
-        super().__init__(f"cannot {action} task {task_id}: it is {found.value} (allowed from: {names})")
+        super().__init__(
+            f"cannot {action} task {task_id}: it is {found.value} (allowed from: {names})")
         self.task_id = task_id
         self.found = found
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
+from taskherd.model import Run, Task
 from taskherd.model.jobs import FireClaim, Job, JobDefinition, JobFire, Upserted
 from taskherd.store.errors import StoreError
 
@@ -80,6 +81,14 @@ class JobStore(abc.ABC):
         """Fire the job at the next tick, leaving its schedule where it is."""
 
     @abc.abstractmethod
+    def clear_run_now(self, name: str, now: float) -> Job:
+        """Drop a pending run-now (or chained) fire of the job."""
+
+    @abc.abstractmethod
+    def open_tasks_of_job(self, name: str) -> list[Task]:
+        """The job's tasks not yet finished."""
+
+    @abc.abstractmethod
     def earliest_next_run(self) -> float | None: ...
 
     @abc.abstractmethod
@@ -91,7 +100,8 @@ class JobStore(abc.ABC):
     def get_fire(self, fire_id: int) -> JobFire: ...
 
     @abc.abstractmethod
-    def runs_of_job(self, name: str, *, since: float | None = None, limit: int = 100) -> list:
+    def runs_of_job(self, name: str, *, since: float | None = None,
+                    limit: int = 100) -> list[Run]:
         """Runs of the tasks the job's fires made, newest first."""
 
     @abc.abstractmethod

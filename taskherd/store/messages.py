@@ -16,8 +16,8 @@ from taskherd.model import InboxLimit as InboxLimit  # its home is model; named 
 from taskherd.model import Message, NewTask
 
 if TYPE_CHECKING:
-    from taskherd.store.errors import SpawnAllowance
     from taskherd.model.jobs import JobDefinition
+    from taskherd.store.errors import SpawnAllowance
     from taskherd.store.requests import RequestKey
 
 

@@ -18,8 +18,8 @@ from taskherd.model import Run
 from taskherd.model.nodes import Node
 
 if TYPE_CHECKING:
-    from taskherd.model.settings import RetryPolicy
     from taskherd.model import Finished
+    from taskherd.model.settings import RetryPolicy
 
 
 @dataclass(frozen=True)

@@ -183,10 +183,10 @@ class PostgresStore(SQLStore):
         db.open_now()
         with db.cursor() as cursor:
             cursor.executemany(self.q[name], list(rows))
-            return max(cursor.rowcount, 0)
+            return max(int(cursor.rowcount), 0)
 
     def _inserted_id(self, cursor: Any) -> int:
-        return cursor.fetchone()["id"]  # insert_task returns the id in this dialect
+        return int(cursor.fetchone()["id"])  # insert_task returns the id in this dialect
 
     def _is_foreign_key_error(self, error: Exception) -> bool:
         return isinstance(error, self._errors.ForeignKeyViolation)
@@ -267,7 +267,7 @@ class PostgresStore(SQLStore):
                 log.warning("claims take several round trips: the database role cannot create "
                             "a temporary function (%s)", _said(error))
                 conn.claim_function = False
-        return conn.claim_function
+        return bool(conn.claim_function)
 
     def _claim_answered(self, request: ClaimRequest, limits: ClaimLimits,
                         candidate: Mapping[str, Any], role: str, answer: Mapping[str, Any],
@@ -369,7 +369,7 @@ def _role_terms(limits: ClaimLimits, role: str, run_runtime: str | None) -> dict
 
 
 @functools.cache
-def _opening_connection() -> type:
+def _opening_connection() -> Any:
     """psycopg's connection, with the opening of a transaction sent with its first statement.
 
     `opening` holds the statements owed before the next one (the BEGIN, and a claim's

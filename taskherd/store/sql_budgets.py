@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from taskherd.policy.budgets import COOLDOWN_PREFIX
 from taskherd.model import EventKind
 from taskherd.model.delivery import BUDGET_PAUSED, BUDGET_RESUMED
+from taskherd.policy.budgets import COOLDOWN_PREFIX
 
 if TYPE_CHECKING:
     from taskherd.store.connection import Connection

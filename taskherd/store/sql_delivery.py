@@ -8,8 +8,8 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from taskherd.model import Task, TaskState
-from taskherd.store.delivery import DeliveryStore
 from taskherd.model.delivery import DEFAULT_EVENTS, Alias, Delivery
+from taskherd.store.delivery import DeliveryStore
 from taskherd.store.errors import StoreError
 
 if TYPE_CHECKING:

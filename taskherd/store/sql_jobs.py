@@ -10,11 +10,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from taskherd.policy.job_chains import AFTER, fires_after, parent_of
-from taskherd.model import FINAL_FIRE_STATUSES, EventKind, FireStatus, NewTask, Run
-from taskherd.policy.queue import settle_fire
-from taskherd.store.connection import Connection
-from taskherd.store.jobs import JobNotFound, JobRefused, JobStore
+from taskherd.model import FINAL_FIRE_STATUSES, EventKind, FireStatus, NewTask, Run, Task
 from taskherd.model.jobs import (
     STATE_COLUMNS,
     FireClaim,
@@ -25,6 +21,10 @@ from taskherd.model.jobs import (
     Upserted,
     wake_time,
 )
+from taskherd.policy.job_chains import AFTER, fires_after, parent_of
+from taskherd.policy.queue import settle_fire
+from taskherd.store.connection import Connection
+from taskherd.store.jobs import JobNotFound, JobRefused, JobStore
 
 
 class SQLJobs(JobStore):
@@ -113,7 +113,7 @@ class SQLJobs(JobStore):
                 results.append(self._claim_one(db, claim, now))
         return results
 
-    def _claim_one(self, db: Connection, claim: FireClaim, now: float) -> list | None:
+    def _claim_one(self, db: Connection, claim: FireClaim, now: float) -> list[JobFire] | None:
         job = claim.job
         params = _state_params(job, claim.state, now) | {"expected": job.next_run_at}
         if db.execute(self.q["claim_job_fire"], params).rowcount != 1:
@@ -159,13 +159,15 @@ class SQLJobs(JobStore):
         with self._write() as db:
             job = self._job(db, name)
             if not job.enabled:
-                raise JobRefused(f"job {name!r} is disabled: enable it first (taskherd jobs enable)")
+                raise JobRefused(
+                    f"job {name!r} is disabled: enable it first (taskherd jobs enable)")
             self._write_state(db, job, {"run_now_at": now}, now)
             self._emit(EventKind.JOB_CHANGED, now, job=name)
             return self._job(db, name)
 
     def earliest_next_run(self) -> float | None:
-        return self._all("earliest_next_run")[0]["earliest"]
+        earliest = self._all("earliest_next_run")[0]["earliest"]
+        return None if earliest is None else float(earliest)
 
     def list_fires(
         self, *, job: str | None = None, status: str | None = None, limit: int = 50
@@ -204,7 +206,8 @@ class SQLJobs(JobStore):
         if planned.release:
             row = _fetch_one(db, self.q["release_queued_fire"],
                              {"job_id": job.id, "task_id": task_id, "now": now, "status": status,
-                              "variant": planned.variant, "error": error, "finished_at": finished_at})
+                              "variant": planned.variant, "error": error,
+                              "finished_at": finished_at})
             if row is not None:
                 self._emit(EventKind.JOB_FIRED, now, job=job.name, task_id=task_id)
                 return JobFire.from_row(row)
@@ -232,7 +235,9 @@ class SQLJobs(JobStore):
             error = row["task_error"]
         duration = None
         if row["task_finished_at"] is not None:
-            started = row["started_at"] if row["started_at"] is not None else row["task_finished_at"]
+            started = row["started_at"]
+            if started is None:
+                started = row["task_finished_at"]
             duration = max(row["task_finished_at"] - started, 0.0)
         params = {"id": row["fire_id"], "status": status.value, "duration": duration,
                   "summary": row["task_summary"], "error": error, "now": now}
@@ -263,7 +268,7 @@ class SQLJobs(JobStore):
         for row in db.execute(self.q["chained_jobs"], {}).fetchall():
             child = Job.from_row(row)
             link = child.template.get(AFTER)
-            if parent_of(child.template) != job.name:
+            if link is None or parent_of(child.template) != job.name:
                 continue
             if fires_after(link, fire.status, final, text):
                 at = now + float(link.get("delay") or 0.0)
@@ -278,9 +283,7 @@ class SQLJobs(JobStore):
                 self._write_state(db, job, {"run_now_at": None}, now)
             return self._job(db, name)
 
-    def open_tasks_of_job(self, name: str) -> list[Any]:
-        from taskherd.model import Task
-
+    def open_tasks_of_job(self, name: str) -> list[Task]:
         return [Task.from_row(row) for row in self._all("open_tasks_of_job", {"job_name": name})]
 
     def _write_state(

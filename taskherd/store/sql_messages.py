@@ -7,15 +7,14 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import SYSTEM_SENDER, TASK_ADDRESS, EventKind, Message, NewTask, Run
+from taskherd.model import SYSTEM_SENDER, TASK_ADDRESS, EventKind, InboxLimit, Message, NewTask, Run
 from taskherd.store.errors import SpawnLimitReached
-from taskherd.model import InboxLimit
 from taskherd.store.messages import MessageStore, NewJob, NewMessage
 
 if TYPE_CHECKING:
+    from taskherd.model.jobs import Job, JobDefinition
     from taskherd.store.connection import Connection
     from taskherd.store.errors import SpawnAllowance
-    from taskherd.model.jobs import Job, JobDefinition
     from taskherd.store.requests import RequestKey
 
 
@@ -107,7 +106,8 @@ class SQLMessages(MessageStore):
         return [Message.from_row(row) for row in self._all("unread_messages", params)]
 
     def count_unread_messages(self, recipient: str, now: float) -> int:
-        return self._all("count_unread_messages", {"recipient": recipient, "now": now})[0]["n"]
+        return int(self._all("count_unread_messages",
+                             {"recipient": recipient, "now": now})[0]["n"])
 
     def sent_messages(self, sender: str, limit: int = 100) -> list[Message]:
         rows = self._all("sent_messages", {"sender": sender, "limit": limit})

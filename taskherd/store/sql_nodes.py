@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from taskherd.model import EventKind, Outcome, Run, RunResult
 from taskherd.model.delivery import NODE_PAUSED, NODE_RESUMED
-from taskherd.store.nodes import DownNode, NodeStore
 from taskherd.model.nodes import Node
+from taskherd.store.nodes import DownNode, NodeStore
 
 if TYPE_CHECKING:
-    from taskherd.model.settings import RetryPolicy
     from taskherd.model import Finished
+    from taskherd.model.settings import RetryPolicy
     from taskherd.store.connection import Connection
 
 

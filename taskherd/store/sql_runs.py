@@ -70,7 +70,7 @@ class SQLRuns(SQLParts):
             row = _one(db.execute(self.q["touch_run"], touch))
             if row is None:
                 run = self._get_run(db, run_id)
-                raise StoreError(f"run {run_id} already ended ({run.outcome.value})")
+                raise _already_ended(run)
             db.execute(
                 self.q["renew_task_lease"],
                 {"task_id": row["task_id"], "run_id": run_id, "now": now,
@@ -101,7 +101,7 @@ class SQLRuns(SQLParts):
                 return Run.from_row(row)
             run = self._get_run(db, run_id)
             if run.ended_at is not None:
-                raise StoreError(f"run {run_id} already ended ({run.outcome.value})")
+                raise _already_ended(run)
             if (run.report, run.report_summary) == (params["report"], summary):
                 return run  # the same report again (a retry): it stands, as it was
             raise ReportRefused(f"run {run_id} already reported {run.report!r}: the first "
@@ -146,7 +146,7 @@ class SQLRuns(SQLParts):
         ended = _one(ending)
         if ended is None:
             run = self._get_run(db, run_id)  # raises RunNotFound for an unknown id
-            raise StoreError(f"run {run_id} already ended ({run.outcome.value})")
+            raise _already_ended(run)
         run = Run.from_row(ended)
         task = Task.from_row(_one(task_read))
         recent_rate_limits = 0
@@ -222,3 +222,8 @@ class SQLRuns(SQLParts):
         if self._write_outbox(db, task, now):
             self._emit(EventKind.DELIVERY_QUEUED, now, task_id=task.id)
         return task
+
+
+def _already_ended(run: Run) -> StoreError:
+    outcome = run.outcome.value if run.outcome is not None else "no outcome"
+    return StoreError(f"run {run.id} already ended ({outcome})")

@@ -3,7 +3,8 @@ that follow a chain down, the chain's tree, and the records of quality gates.
 
 Everything here runs inside the transaction of the settle that caused it (`_settle_workflow`
 is called from `SQLStore._finalize`): a parent is never completed while its children, or its
-review task, are missing. The decisions are `taskherd.policy.chains`'s; this module only writes them.
+review task, are missing. The decisions are `taskherd.policy.chains`'s; this module only
+writes them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from taskherd.policy.chains import NO_WORKFLOW, Workflow, review_of, review_verdict
 from taskherd.model import (
     FINAL_STATES,
     OPEN_STATES,
@@ -23,6 +23,7 @@ from taskherd.model import (
     Task,
     TaskState,
 )
+from taskherd.policy.chains import NO_WORKFLOW, Workflow, review_of, review_verdict
 from taskherd.policy.prompt import review_prompt
 from taskherd.store.connection import Connection
 from taskherd.store.errors import TransitionRefused
@@ -42,10 +43,12 @@ class SQLWorkflows:
 
     # provided by SQLStore
     def _write(self) -> Any: raise NotImplementedError
-    def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]: raise NotImplementedError
+    def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]:
+        raise NotImplementedError
     def _emit(self, kind: EventKind, now: float, **fields: Any) -> None: raise NotImplementedError
     def _get_task(self, db: Connection, task_id: int) -> Task: raise NotImplementedError
-    def _add_task(self, db: Connection, new: NewTask, now: float) -> tuple[int | None, bool]: raise NotImplementedError
+    def _add_task(self, db: Connection, new: NewTask, now: float) -> tuple[int | None, bool]:
+        raise NotImplementedError
     def _insert_many(self, db: Connection, name: str, rows: Any) -> int: raise NotImplementedError
     def _move_in(self, db: Connection, task: Task, action: str, now: float,
                  targets: Mapping[TaskState, TaskState], *, reason: str | None = None,

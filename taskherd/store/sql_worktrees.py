@@ -8,38 +8,26 @@ store transaction: a hook that hangs holds no lock that another task needs."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
-from taskherd.model import Task, row_fields
+from taskherd.model import Task
+from taskherd.store.connection import Connection
+from taskherd.store.worktrees import WorktreeRecord
 
-
-@dataclass(frozen=True)
-class WorktreeRecord:
-    task_id: int
-    repo: str
-    base: str
-    branch: str
-    path: str
-    merge_mode: str
-    pool: str
-    state: str  # active, merged, conflict (or a merge git refused), removed
-    merged_commit: str | None
-    conflicts: tuple[str, ...]
-    created_at: float
-    updated_at: float
-    task_state: str | None = None  # when read with its task
-
-    @classmethod
-    def from_row(cls, row: Any) -> WorktreeRecord:
-        data = row_fields(row)
-        fields = {key: data[key] for key in data if key in cls.__dataclass_fields__}
-        fields["conflicts"] = tuple(json.loads(data["conflicts"])) if data["conflicts"] else ()
-        return cls(**fields)
+__all__ = ["SQLWorktrees", "WorktreeRecord"]
 
 
 class SQLWorktrees:
-    """Mixed into SQLStore: `_write`, `_all`, `q` and `_emit` are its own."""
+    """Mixed into SQLStore: `_write`, `_all`, `q` and `_finalize` are its own."""
+
+    if TYPE_CHECKING:
+        q: Mapping[str, str]
+
+        def _write(self) -> AbstractContextManager[Connection]: ...
+        def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]: ...
+        def _finalize(self, db: Connection, task: Task, now: float) -> Task: ...
 
     def record_worktree(self, task_id: int, *, repo: str, base: str, branch: str, path: str,
                         merge_mode: str, pool: str, now: float) -> None:

@@ -89,7 +89,7 @@ def _blocks(folder: Path) -> dict[str, str]:
     for path in sorted(folder.glob("*.sql")):
         parts = _NAME_LINE.split(path.read_text())
         # parts = [preamble, name1, body1, name2, body2, ...]
-        for name, body in zip(parts[1::2], parts[2::2]):
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
             if name in found:
                 raise ValueError(f"SQL block {name!r} is defined twice in {folder.name}/")
             found[name] = _strip_comment_lines(body)

@@ -11,10 +11,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from taskherd import __version__
 from taskherd.store.base import StoreError
+from taskherd.store.connection import Connection
 from taskherd.store.errors import StoreDiskFull
 from taskherd.store.events import SocketListener, publish, socket_dir
 from taskherd.store.sql_store import Emitted, SQLStore, built
@@ -101,12 +102,13 @@ class SQLiteStore(SQLStore):
                     raise StoreDiskFull(str(error)) from error
                 raise
 
-    def _insert_many(self, db: sqlite3.Connection, name: str,
+    def _insert_many(self, db: Connection, name: str,
                      rows: Iterable[Mapping[str, Any]]) -> int:
+        conn = cast(sqlite3.Connection, db)  # this store's transactions run on its own sqlite3
         # total_changes, not rowcount: a duplicate of an open task's dedup key inserts nothing.
-        before = db.total_changes
-        db.executemany(self.q[name], rows)
-        return db.total_changes - before
+        before = conn.total_changes
+        conn.executemany(self.q[name], rows)
+        return conn.total_changes - before
 
     def _inserted_id(self, cursor: sqlite3.Cursor) -> int:
         # SQLite's executemany refuses statements that return rows, so insert_task has no
@@ -210,7 +212,7 @@ def check_file(path: Path) -> None:
 
 def migrations_applied(path: Path) -> int:
     with contextlib.closing(sqlite3.connect(path)) as db:
-        return db.execute("SELECT count(*) FROM schema_migrations").fetchone()[0]
+        return int(db.execute("SELECT count(*) FROM schema_migrations").fetchone()[0])
 
 
 def fold_wal(path: Path) -> None:

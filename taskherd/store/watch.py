@@ -1,6 +1,6 @@
 """What the supervisor keeps in the store about the agents it watches, and the probe after a
-rate limit or an endpoint's outage: the interface (mixed into `Store`) and its one implementation over named SQL
-(`store/sql/common/queries.sql`, mixed into `SQLStore`).
+rate limit or an endpoint's outage: the interface (mixed into `Store`) and its one
+implementation over named SQL (`store/sql/common/queries.sql`, mixed into `SQLStore`).
 
 Verdicts are written when they change, never on every check, so a thousand quiet agents cost
 the database nothing; `taskherd runs list` and `task show` read them from here.

@@ -16,8 +16,8 @@ import signal
 import sqlite3
 from pathlib import Path
 
-from taskherd.host import procs
 from taskherd.config import load_config
+from taskherd.host import procs
 from taskherd.model import Outcome, TaskState
 from taskherd.store import open_store
 from tests.fleet import PYTHON, Fleet, agent

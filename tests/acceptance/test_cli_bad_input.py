@@ -250,7 +250,8 @@ def test_nothing_changes_while_a_daemon_holds_the_database_open(workspace: Path)
 def test_init_writes_a_valid_file_whatever_the_path_holds(tmp_path):
     import tomllib
 
-    env = {**os.environ, "PATH": '/odd"dir\\with:' + os.environ["PATH"], "TASKHERD_HOME": str(tmp_path)}
+    env = {**os.environ, "PATH": '/odd"dir\\with:' + os.environ["PATH"],
+           "TASKHERD_HOME": str(tmp_path)}
     result = subprocess.run([sys.executable, "-m", "taskherd", "init", str(tmp_path)], env=env,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -212,9 +212,9 @@ def test_caps_a_role_asks_for_that_this_user_cannot_enforce_are_a_problem(
 
 def test_a_controller_this_host_lacks_is_said_and_a_problem_only_when_asked_for(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from taskherd.host import cgroups
     from taskherd import doctor as doctor_module
     from taskherd.config import load_config
+    from taskherd.host import cgroups
     from tests.unit.test_cgroups import v1_host
 
     _, host = v1_host(tmp_path, controllers=("memory", "pids"))  # no cpu mounted

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tests.fleet import Fleet
 from taskherd.policy.admission import ClaimRequest
+from tests.fleet import Fleet
 
 CONFIG = """
 [daemon]
@@ -101,7 +101,8 @@ def test_update_keeps_the_rest_of_an_interval_trigger(fleet):
     fleet.cli("jobs", "update", "social", "--window", "")
     assert fleet.store.get_job("social").trigger == {"every": "900s", "timezone": "America/Chicago"}
     fleet.cli("jobs", "update", "social", "--cron", "@daily")
-    assert fleet.store.get_job("social").trigger == {"cron": "@daily", "timezone": "America/Chicago"}
+    assert fleet.store.get_job("social").trigger == {"cron": "@daily",
+                                                     "timezone": "America/Chicago"}
 
 
 def test_dst_gap_is_set_previewed_and_kept_until_the_trigger_is_replaced(fleet):
@@ -160,8 +161,8 @@ def test_runs_commands_show_cost_and_tokens(fleet):
 
     task = fleet.add("paid")
     claim = fleet.store.claim(ClaimRequest("n1", task.created_at, 60.0))
-    fleet.store.finish_run(claim.run.id, RunResult(Outcome.SUCCEEDED, cost_usd=0.125,
-                           input_tokens=1000, output_tokens=200), RetryPolicy(), task.created_at + 1)
+    spent = RunResult(Outcome.SUCCEEDED, cost_usd=0.125, input_tokens=1000, output_tokens=200)
+    fleet.store.finish_run(claim.run.id, spent, RetryPolicy(), task.created_at + 1)
     table = fleet.cli("runs", "list").stdout
     assert "$0.1250" in table and "1000/200" in table
     by_role = json.loads(fleet.cli("runs", "cost", "--by", "role", "--json").stdout)

@@ -68,9 +68,9 @@ def boxed_fleet(root, isolation: str = 'mode = "bwrap"', path: str = "/usr/bin:/
         path = "{path}"
 
         [roles.worker]
-        command = ["{PYTHON}", "-S", "{program}", "{root / 'work' / 'found'}", "{root / 'work' / 'gate'}",
-                   "{root / 'taskherd.toml'}", "{home / '.ssh' / 'id_ed25519'}",
-                   "{root / 'outside'}"]
+        command = ["{PYTHON}", "-S", "{program}", "{root / 'work' / 'found'}",
+                   "{root / 'work' / 'gate'}", "{root / 'taskherd.toml'}",
+                   "{home / '.ssh' / 'id_ed25519'}", "{root / 'outside'}"]
         workdir = "work"
         idle_timeout = "1h"
 

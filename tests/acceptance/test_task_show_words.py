@@ -10,8 +10,8 @@ import sys
 
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
-from taskherd.store import open_store
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store import open_store
 
 CONFIG = '[daemon]\ndatabase = "q.db"\n\n[roles.coder]\ncommand = ["true"]\n'
 

@@ -18,7 +18,7 @@ def test_the_workflow_demo_shows_the_whole_chain() -> None:
     tree = result.stdout.split("from the planner's task:", 1)[1]
     lines = [line.strip() for line in tree.splitlines() if line.strip()]
     assert lines[0].startswith("1 planner completed")
-    assert any("coder completed [1 strike]: Validate the signup form" in l for l in lines)
-    assert any("coder completed [1 rejection]: Cache the product list" in l for l in lines)
+    assert any("coder completed [1 strike]: Validate the signup form" in line for line in lines)
+    assert any("coder completed [1 rejection]: Cache the product list" in line for line in lines)
     assert sum("docs completed: Document:" in line for line in lines) == 3
     assert sum(" qa reviews " in line for line in lines) == 4

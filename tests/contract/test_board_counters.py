@@ -8,8 +8,8 @@ from collections import Counter
 
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
-from taskherd.store.sql_history import ROLLUP_MARGIN
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store.sql_history import ROLLUP_MARGIN
 
 ONE_TRY = RetryPolicy()
 LEASE = 60.0
@@ -112,11 +112,11 @@ def test_a_roll_up_committed_while_the_board_counts_is_not_counted_twice(store, 
     read = store._all
     rolled = []
 
-    def read_while_another_rolls_up(name, params={}):
+    def read_while_another_rolls_up(name, params=None):
         # Between reading the marks and counting past them, another monitor rolls up.
         if name in ("count_by_state_and_role", "spend_by_role") and len(rolled) < 2:
             rolled.append(other.roll_up(T0 + 3600 * (len(rolled) + 1)))
-        return read(name, params)
+        return read(name, {} if params is None else params)
 
     store._all = read_while_another_rolls_up
     try:

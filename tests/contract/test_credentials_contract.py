@@ -7,8 +7,8 @@ import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
-from taskherd.store import StoreError
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store import StoreError
 
 LEASE = 60.0
 

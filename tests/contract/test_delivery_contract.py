@@ -9,8 +9,8 @@ import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
-from taskherd.store import StoreError
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store import StoreError
 
 NOW = 1_700_000_000.0
 TELLS = {"deliver_to": ["ops", "chat"], "deliver_on": ["completed", "dead", "job_error"]}

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.policy.queue import failure_backoff
-from taskherd.model.settings import RetryPolicy
-from taskherd.store.jobs import JobNotFound, JobRefused
 from taskherd.model.jobs import FireClaim, JobDefinition, PlannedFire
+from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.queue import failure_backoff
+from taskherd.store.jobs import JobNotFound, JobRefused
 
 NOW = 1_000_000.0
 
@@ -157,4 +157,5 @@ def test_deleting_a_job_ends_its_queued_fires(store):
     store.claim_fire(claim, NOW + 60)
     store.delete_job("j", NOW + 70)
     [fire] = store.list_fires(job="j")
-    assert (fire.status, fire.error, fire.finished_at) == ("skipped", "its job was deleted", NOW + 70)
+    assert (fire.status, fire.error, fire.finished_at) == (
+        "skipped", "its job was deleted", NOW + 70)

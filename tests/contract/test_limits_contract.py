@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
-from taskherd.model import NewTask, Outcome, RunResult, TaskState
+from taskherd.model import InboxLimit, NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
-from taskherd.model import InboxLimit
+from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.store.messages import NewMessage
 from taskherd.store.postgres import PostgresStore
 from taskherd.store.sqlite import SQLiteStore
-from taskherd.policy.admission import ClaimRequest
 
 NOW = 1_700_000_000.0
 LEASE = 60.0
@@ -150,7 +149,8 @@ def test_a_claim_within_limits_is_the_task_and_run_the_store_holds(store):
     limits = ClaimLimits({"coder": RoleLimit(max_concurrent=2, stagger=5.0, pool="cpu",
                                              runtime="claude")}, {"cpu": PoolLimit(3)})
     task = add(store, "coder", "write", pool="cpu")
-    got = store.claim(ClaimRequest("node-a", NOW, LEASE, roles=["coder"], limits=limits, runtime="claude"))
+    got = store.claim(ClaimRequest("node-a", NOW, LEASE, roles=["coder"], limits=limits,
+                                   runtime="claude"))
     assert got.task == store.get_task(task.id) and got.task.state is TaskState.CLAIMED
     assert got.run == store.get_run(got.run.id)
     assert got.run.to_dict() == store.get_run(got.run.id).to_dict()
@@ -240,14 +240,16 @@ def test_a_task_for_any_role_is_counted_as_the_role_that_claims_it(store, other)
     limits = ClaimLimits({"coder": RoleLimit(max_concurrent=1)})
     first, second = add(store, "any", "anyone 1"), add(store, "any", "anyone 2")
     roles = ["coder", "qa"]
-    got = store.claim(ClaimRequest("node-a", NOW, LEASE, roles=roles, as_role="coder", limits=limits))
+    got = store.claim(ClaimRequest("node-a", NOW, LEASE, roles=roles, as_role="coder",
+                                   limits=limits))
     assert (got.task.id, got.run.role) == (first.id, "coder")
     refused = other.attempt_claim(ClaimRequest("node-b", NOW, LEASE, roles=["coder"],
                                                as_role="coder", limits=limits))
     assert refused.claim is None
     assert "role coder is at max_concurrent 1" in refused.refused[0].reason
     # The coder is full, so the next task for anyone goes to the role that still has room.
-    got = other.claim(ClaimRequest("node-b", NOW, LEASE, roles=roles, as_role="coder", limits=limits))
+    got = other.claim(ClaimRequest("node-b", NOW, LEASE, roles=roles, as_role="coder",
+                                   limits=limits))
     assert (got.task.id, got.run.role) == (second.id, "qa")
 
 

@@ -40,7 +40,7 @@ def test_list_and_forget(store):
     assert store.get_memory(first.id) is None
 
 
-def test_a_large_memory_ranks_the_newest_thousand_matches_of_a_common_word_and_every_match_of_a_rare_one(store):
+def test_a_large_memory_ranks_the_newest_thousand_of_a_common_word_and_all_of_a_rare_one(store):
     # 12,000 entries: more than the newest 10,000 the PostgreSQL search walks before it turns
     # to its index. Every entry has "filler"; every 20th also "sparse" (600 in all).
     def entry(number: int) -> str:

@@ -4,11 +4,10 @@ one merge at a time holds a pool, and a task cancelled meanwhile stays cancelled
 
 from __future__ import annotations
 
-from taskherd.policy.chains import RoleFlow, Workflow
-from taskherd.model.settings import FollowUp
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
-from taskherd.model.settings import RetryPolicy
+from taskherd.model.settings import FollowUp, RetryPolicy
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.chains import RoleFlow, Workflow
 
 S = TaskState
 NOW = 1000.0

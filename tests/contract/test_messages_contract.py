@@ -3,10 +3,9 @@ receipts, threads, expiry, waking a role, pruning."""
 
 from __future__ import annotations
 
-from taskherd.model import NewTask, TaskState
-from taskherd.model import InboxLimit
-from taskherd.store.messages import NewMessage
+from taskherd.model import InboxLimit, NewTask, TaskState
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store.messages import NewMessage
 
 NOW = 1_700_000_000.0
 
@@ -49,7 +48,8 @@ def test_an_expired_message_is_not_delivered_nor_listed(store):
     store.enqueue(NewTask(role="coder", title="t"), NOW)
     assert [m.id for m in store.unread_messages("coder", NOW)] == [fresh.id]
     assert store.count_unread_messages("coder", NOW) == 1
-    assert [m.id for m in store.claim(ClaimRequest("n1", NOW, 60.0, inbox=InboxLimit())).inbox] == [fresh.id]
+    claimed = store.claim(ClaimRequest("n1", NOW, 60.0, inbox=InboxLimit()))
+    assert [m.id for m in claimed.inbox] == [fresh.id]
 
 
 def test_a_claim_without_an_inbox_delivers_nothing(store):

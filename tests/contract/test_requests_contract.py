@@ -8,10 +8,10 @@ import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 from taskherd.store.errors import SpawnAllowance, SpawnLimitReached
 from taskherd.store.memory import NewMemory
 from taskherd.store.requests import RequestKey
-from taskherd.policy.admission import ClaimRequest
 
 LEASE = 60.0
 

@@ -7,9 +7,9 @@ import pytest
 
 from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 from taskherd.store import StoreError, TaskNotFound, TransitionRefused
 from taskherd.store.errors import ReportRefused
-from taskherd.policy.admission import ClaimRequest
 
 POLICY = RetryPolicy()
 LEASE = 60.0
@@ -85,7 +85,8 @@ def test_success_completes_and_records_the_run(store):
     assert finished.task.state is TaskState.COMPLETED and finished.task.finished_at == 1001.0
     assert finished.task.summary == "done"
     run = store.get_run(finished.run.id)
-    assert (run.outcome, run.cost_usd, run.session_id, run.pid) == (Outcome.SUCCEEDED, 0.25, "s1", 123)
+    assert (run.outcome, run.cost_usd, run.session_id, run.pid) == (
+        Outcome.SUCCEEDED, 0.25, "s1", 123)
     assert store.open_runs() == []
 
 
@@ -105,7 +106,8 @@ def test_failures_strike_and_back_off_exponentially(store):
     assert claim(store, now=1015.0) is None
     second = run_to_end(store, Outcome.CRASHED, now=1016.0)
     assert second.task.run_after == 1017.0 + 30
-    third = run_to_end(store, Outcome.TIMED_OUT, now=1047.0, error="timeout", error_tail="last\nlines")
+    third = run_to_end(store, Outcome.TIMED_OUT, now=1047.0, error="timeout",
+                       error_tail="last\nlines")
     dead = store.get_task(task.id)
     assert third.task.state is TaskState.DEAD and dead.attempts == 3
     assert (dead.last_error, dead.error_tail, dead.title) == ("timeout", "last\nlines", "t")
@@ -117,7 +119,8 @@ def test_requeue_revives_the_dead_with_a_fresh_budget(store):
     task = add(store, max_attempts=1)
     run_to_end(store, Outcome.STALLED)
     revived = store.requeue(task.id, 5000.0)
-    assert revived.state is TaskState.READY and revived.attempts == 0 and revived.finished_at is None
+    assert revived.state is TaskState.READY and revived.attempts == 0
+    assert revived.finished_at is None
     assert len(store.runs_of_task(task.id)) == 1  # history is kept
 
 

@@ -7,8 +7,8 @@ import json
 
 from taskherd.model import EventKind, Liveness, NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
-from taskherd.store.watch import VerdictChange
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store.watch import VerdictChange
 
 NOW = 1_800_000_000.0
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from taskherd.policy.chains import RoleFlow, Workflow, parse_chain
-from taskherd.model.settings import FollowUp
 from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
-from taskherd.model.settings import RetryPolicy
-from taskherd.store import TransitionRefused
+from taskherd.model.settings import FollowUp, RetryPolicy
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.chains import RoleFlow, Workflow, parse_chain
+from taskherd.store import TransitionRefused
 
 POLICY = RetryPolicy()
 LEASE = 60.0

@@ -130,7 +130,8 @@ def test_rate_limit_cools_the_runtime_down_without_a_strike(claude_fleet, start_
     assert fleet.wait_final(second.id, timeout=60).state is TaskState.COMPLETED
 
 
-def test_the_rate_limit_storm_spawns_one_wave_and_strikes_nothing(claude_fleet, start_fake_anthropic):
+def test_the_rate_limit_storm_spawns_one_wave_and_strikes_nothing(claude_fleet,
+                                                                  start_fake_anthropic):
     """The seeds' WQ-719 retried 319 times; here 150 tasks meet a 429 wall."""
     api = start_fake_anthropic([], after_script=RateLimited(retry_after_seconds=60))
     fleet = claude_fleet(api, max_concurrent=3)

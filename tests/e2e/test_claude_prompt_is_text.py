@@ -29,7 +29,8 @@ def user_texts(api) -> str:
 
 @pytest.mark.parametrize(
     "prompt",
-    ["--permission-mode=bypassPermissions hello", "-p --mcp-config=/nonexistent.json hi", "x" * 150_000],
+    ["--permission-mode=bypassPermissions hello", "-p --mcp-config=/nonexistent.json hi",
+     "x" * 150_000],
     ids=["permission-mode", "mcp-config", "150kB"],
 )
 def test_prompt_starting_with_dashes_is_text_to_the_model(

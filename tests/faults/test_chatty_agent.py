@@ -61,7 +61,8 @@ def fleet(tmp_path):
 
         [roles.asker]
         # It asks, then waits for an answer that never comes: the daemon must see the question.
-        command = ["sh", "-c", "{PYTHON} -S {program} 'Shall I deploy it? [y/N] ' && exec sleep 600"]
+        command = ["sh", "-c",
+                   "{PYTHON} -S {program} 'Shall I deploy it? [y/N] ' && exec sleep 600"]
         workdir = "{tmp_path}"
         max_log_bytes = "64KiB"
         input_timeout = "1s"
@@ -90,7 +91,8 @@ def test_a_chatty_agents_log_keeps_head_cut_line_and_tail_within_its_cap(fleet):
     assert int(cut.group(1)) > OUTPUT - CAP
     assert log.endswith(b"of chatter\nTASK_COMPLETE: said a lot\n")
     # The kept tail is the latest output, in order, from a whole line.
-    tail_numbers = [int(n) for n in re.findall(rb"^line (\d+) of chatter$", log[cut.end():], re.MULTILINE)]
+    tail_numbers = [int(n) for n in re.findall(rb"^line (\d+) of chatter$", log[cut.end():],
+                                               re.MULTILINE)]
     assert tail_numbers == list(range(tail_numbers[0], tail_numbers[0] + len(tail_numbers)))
     assert (tail_numbers[-1] + 1) * len(b"line 000000000 of chatter\n") >= OUTPUT
     # What the daemon read of it was bounded: it said it passed over most of the output.

@@ -17,14 +17,13 @@ from pathlib import Path
 import pytest
 
 from taskherd import __version__
-
 from taskherd.agent import door as agent_door
 from taskherd.agent.door import AgentDoor
 from taskherd.config import load_config
 from taskherd.model import NewTask
 from taskherd.ops import Queue
-from taskherd.store import open_store
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store import open_store
 from tests.api_server import served
 
 NOW = 1000.0

@@ -14,9 +14,9 @@ from taskherd.agent.door import AgentDoor
 from taskherd.config import load_config
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.ops import Queue
-from taskherd.store import open_store
-from taskherd.policy.chains import workflow_of
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.chains import workflow_of
+from taskherd.store import open_store
 
 NOW = 1000.0
 LEASE = 60.0

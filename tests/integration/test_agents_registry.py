@@ -7,10 +7,10 @@ import pytest
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.ops import BadInput, Queue, messages, registry
 from taskherd.model.settings import RetryPolicy
-from taskherd.store.sqlite import SQLiteStore
+from taskherd.ops import BadInput, Queue, messages, registry
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store.sqlite import SQLiteStore
 
 NOW = 1_700_000_000.0
 

@@ -76,8 +76,8 @@ def test_a_backup_never_overwrites(tmp_path):
 
 def test_the_cli_writes_a_dated_backup_into_the_data_dir(tmp_path):
     (tmp_path / "taskherd.toml").write_text('[daemon]\ndatabase = "q.db"\ndata_dir = "data"\n')
-    run = subprocess.run([sys.executable, "-m", "taskherd", "backup", "copy", "--json"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60,
+    run = subprocess.run([sys.executable, "-m", "taskherd", "backup", "copy", "--json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60,
                          env={"PATH": "/usr/bin:/bin",
                               "TASKHERD_CONFIG": str(tmp_path / "taskherd.toml")})
     assert run.returncode == 0, run.stderr

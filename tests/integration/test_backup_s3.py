@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from taskherd.backups.service import Backups, BackupSettings
 from taskherd.backups.targets import BackupError
 from taskherd.config import parse_config
-from taskherd.model.settings import BackupConfig
 from taskherd.model import NewTask
+from taskherd.model.settings import BackupConfig
 from taskherd.ops.backups import backup_status, list_backups, restore_backup, verify_backup
-from taskherd.backups.service import Backups, BackupSettings
 from taskherd.store.sqlite import SQLiteStore
 
 T0 = 1_795_000_000.0 - (1_795_000_000.0 % 3600)  # on the hour, UTC

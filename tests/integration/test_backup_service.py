@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from taskherd.backups.archive import Backup, expired
+from taskherd.backups.service import Backups, BackupSettings
 from taskherd.config import parse_config
 from taskherd.model import NewTask
 from taskherd.ops.backups import list_backups, restore_backup, verify_backup
-from taskherd.backups.service import Backups, BackupSettings
 from taskherd.services.checkpoints import Checkpoints
 from taskherd.store import open_store
 from taskherd.store.sqlite import SQLiteStore

@@ -1,8 +1,9 @@
 """A budget holds across nodes: two processes, each a node with its own store and its own
 dispatcher on one database (a SQLite file, a PostgreSQL server), spend one role's budget
-together; so do two real daemons (`taskherd up`) running real agent processes. No run starts once the spend committed reaches the limit, on either node; the
-pause begins once and is delivered once, to a real webhook on 127.0.0.1; when the day rolls
-over spawns resume, and the resumption is delivered too where the role asks for it.
+together; so do two real daemons (`taskherd up`) running real agent processes. No run
+starts once the spend committed reaches the limit, on either node; the pause begins once
+and is delivered once, to a real webhook on 127.0.0.1; when the day rolls over spawns
+resume, and the resumption is delivered too where the role asks for it.
 
 "Committed" is what the claim counts: the cost of the runs that ended, plus each run still
 open at its expected cost (the mean of the role's priced runs this month, else
@@ -26,16 +27,16 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from taskherd.config import parse_config
-from taskherd.policy.limits import ClaimLimits
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
+from taskherd.model.settings import RetryPolicy
 from taskherd.ops import Queue
 from taskherd.ops import delivery as delivery_ops
-from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.limits import ClaimLimits
 from taskherd.services.delivery import Deliverer
 from taskherd.services.dispatcher import Dispatcher
 from taskherd.services.supervisor import LiveRuns
 from taskherd.store import open_store
-from taskherd.policy.admission import ClaimRequest
 from tests.e2e.fake_webhook import FakeWebhook
 
 PARIS = ZoneInfo("Europe/Paris")

@@ -8,8 +8,8 @@ from zoneinfo import ZoneInfo
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.ops.budget import budget_status
 from taskherd.model.settings import RetryPolicy
+from taskherd.ops.budget import budget_status
 from taskherd.services.dispatcher import Dispatcher
 from taskherd.services.supervisor import LiveRuns
 from taskherd.store import open_store

@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 
 from taskherd.config import parse_config
-from taskherd.model.settings import ConfigError
 from taskherd.model import NewTask, Outcome, RunResult
-from taskherd.model.settings import RetryPolicy
+from taskherd.model.settings import ConfigError, RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 from taskherd.runtimes.base import AgentEnv, Launch, RunFiles
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.services.supervisor import Supervisor
 from taskherd.store import open_store
-from taskherd.policy.admission import ClaimRequest
 
 FIRST = "748f6d6d-1011-44bc-8f20-b2a056f07221"  # session ids as Claude Code writes them
 SECOND = "776eefa3-b54d-418f-9ee7-375700695dac"
@@ -54,7 +53,8 @@ def test_the_retry_gets_the_latest_session_of_its_task(tmp_path: Path, database)
             store.mark_spawned(claim.run.id, claim.run.claimed_at, 60.0, pid=1,
                                pid_started_at=1.0, log_path=None)
             failed = RunResult(Outcome.FAILED, exit_code=1, error="boom", session_id=session)
-            store.finish_run(claim.run.id, failed, RetryPolicy(backoff_base=0), claim.run.claimed_at)
+            store.finish_run(claim.run.id, failed, RetryPolicy(backoff_base=0),
+                             claim.run.claimed_at)
         supervisor = Supervisor(config, store, time.time)
         current = store.get_task(task.id)
         [latest] = supervisor.launch.session_runs(config.role("coder"), current)

@@ -14,11 +14,11 @@ import multiprocessing
 import time
 import traceback
 
-from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
-from taskherd.store import open_store
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
+from taskherd.store import open_store
 
 WORKERS = 4
 PER_ROLE = 60

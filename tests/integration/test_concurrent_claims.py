@@ -16,8 +16,8 @@ import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
-from taskherd.store import open_store
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store import open_store
 
 TASKS = 10_000
 WORKERS = 4

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome
-from taskherd.runtimes.ratelimit import guessed_cooldown
-from taskherd.store import open_store
-from taskherd.services.supervisor import Supervisor
 from taskherd.policy.admission import ClaimRequest
+from taskherd.runtimes.ratelimit import guessed_cooldown
+from taskherd.services.supervisor import Supervisor
+from taskherd.store import open_store
 from tests.fleet import PYTHON, agent, until
 
 LIMITED = """

@@ -8,11 +8,11 @@ from zoneinfo import ZoneInfo
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, RunResult
+from taskherd.model.settings import RetryPolicy
 from taskherd.ops import Queue
 from taskherd.ops.runs import cost, day_starts
-from taskherd.model.settings import RetryPolicy
-from taskherd.store import open_store
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store import open_store
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

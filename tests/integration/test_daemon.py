@@ -5,6 +5,7 @@ Every test runs once per store (`database`: a SQLite file, then a PostgreSQL dat
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -53,7 +54,8 @@ AGENT = """
             time.sleep(0.5)
         print("TASK_COMPLETE: kept beating")
     elif prompt == "env":
-        print("ENV", " ".join(sorted(k for k in os.environ if k.startswith(("TASKHERD_", "CLAUDE")))))
+        ours = (k for k in os.environ if k.startswith(("TASKHERD_", "CLAUDE")))
+        print("ENV", " ".join(sorted(ours)))
         print("PATH", os.environ["PATH"])
         print("TASK_COMPLETE: env")
     elif prompt == "leave-child":
@@ -128,7 +130,7 @@ def test_agents_finish_by_marker_by_exit_and_by_report(fleet):
     run = last_run(f, tasks["complete"].id)
     assert run.exit_code == 0 and run.pid and run.pid_started_at
     log = open(run.log_path).read().splitlines()
-    assert log[0].startswith("# taskherd ") and '"task": %d' % tasks["complete"].id in log[0]
+    assert log[0].startswith("# taskherd ") and f'"task": {tasks["complete"].id}' in log[0]
     assert log[1] == f"started {tasks['complete'].id}"
 
 
@@ -209,8 +211,9 @@ def test_role_max_concurrent_and_stagger_hold(fleet, tmp_path):
     gate.write_text("go")
     for task in tasks:
         f.wait_final(task.id)
-    runs = sorted((r for t in tasks for r in f.store.runs_of_task(t.id)), key=lambda r: r.spawned_at)
-    for earlier, later in zip(runs, runs[1:]):
+    runs = sorted((r for t in tasks for r in f.store.runs_of_task(t.id)),
+                  key=lambda r: r.spawned_at)
+    for earlier, later in itertools.pairwise(runs):
         assert later.spawned_at >= earlier.ended_at  # never two at once
         assert later.spawned_at - earlier.spawned_at >= 0.5
 

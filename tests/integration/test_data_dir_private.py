@@ -6,8 +6,8 @@ import stat
 import time
 
 from taskherd.config import load_config, make_private_dir
-from taskherd.store.sqlite import SQLiteStore
 from taskherd.services.supervisor import Supervisor
+from taskherd.store.sqlite import SQLiteStore
 
 
 def mode(path) -> int:

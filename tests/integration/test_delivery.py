@@ -15,9 +15,9 @@ import pytest
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, RunResult
+from taskherd.model.settings import RetryPolicy
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import delivery as delivery_ops
-from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
 from taskherd.services.delivery import Deliverer, DeliverySettings
 from taskherd.store.sqlite import SQLiteStore

@@ -18,8 +18,8 @@ import pytest
 
 from taskherd.model import Event, EventKind, NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
-from taskherd.store import open_store
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store import open_store
 
 NOW = 1_700_000_000.0
 WAIT = 20.0  # seconds an expected event may take before the test fails
@@ -121,8 +121,8 @@ def test_each_transition_tells_what_it_did(store):
 def test_a_claim_within_limits_tells_its_run_and_a_refused_one_tells_nothing(store):
     # A daemon's claim counts its limits: on PostgreSQL its event is sent by the claim's own
     # statements, with the run's id, and only if the limits left room.
-    from taskherd.policy.limits import ClaimLimits, RoleLimit
     from taskherd.model import InboxLimit
+    from taskherd.policy.limits import ClaimLimits, RoleLimit
 
     limits = ClaimLimits({"coder": RoleLimit(max_concurrent=1)})
 

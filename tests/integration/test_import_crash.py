@@ -64,7 +64,8 @@ def prepare(folder: Path, template: Path) -> Path:
     (folder / "home").mkdir(parents=True)
     shutil.copyfile(template, folder / "taskherd.db")
     os.chmod(folder / "taskherd.db", 0o600)
-    (folder / "taskherd.toml").write_text('[daemon]\ndatabase = "taskherd.db"\ndurability = "full"\n')
+    (folder / "taskherd.toml").write_text(
+        '[daemon]\ndatabase = "taskherd.db"\ndurability = "full"\n')
     return folder
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from taskherd.model.settings import ConfigError
 from taskherd.model import Outcome, TaskState
+from taskherd.model.settings import ConfigError
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import jobs as job_ops
 from tests.integration.test_scheduler import T0, Rig

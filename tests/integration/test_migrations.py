@@ -12,9 +12,9 @@ import pytest
 
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 from taskherd.store.sqlfile import migrations
 from taskherd.store.sqlite import SQLiteStore
-from taskherd.policy.admission import ClaimRequest
 
 MIGRATIONS = migrations("sqlite")
 NOW = 1_700_000_000.0
@@ -30,7 +30,8 @@ def schema(path: Path) -> list[tuple[str, str, str, str]]:
         ).fetchall()
     finally:
         db.close()
-    return sorted((kind, name, table, re.sub(r"\s+", " ", sql).strip()) for kind, name, table, sql in rows)
+    return sorted((kind, name, table, re.sub(r"\s+", " ", sql).strip())
+                  for kind, name, table, sql in rows)
 
 
 def applied_versions(path: Path) -> list[int]:

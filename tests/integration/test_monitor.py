@@ -11,10 +11,10 @@ import pytest
 from taskherd.config import parse_config
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
 from taskherd.services.monitor import Monitor
 from taskherd.services.supervisor import LiveRuns
 from taskherd.store import Store, open_store
-from taskherd.policy.admission import ClaimRequest
 from tests.interleave import pause_before, wait_for_lock_wait_or
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from taskherd.model import NewTask, Outcome, TaskState
 from taskherd.model.settings import RetryPolicy
-from taskherd.store import StoreError, open_store
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store import StoreError, open_store
 from tests.interleave import pause_before, wait_for_lock_wait_or
 
 LEASE = 60.0

@@ -131,8 +131,8 @@ def test_counts_follow_settles_revivals_and_prunes(queue) -> None:
 
 def test_status_board_sums_spend_by_role_in_the_database(queue) -> None:
     from taskherd.model import Outcome, RunResult
-    from taskherd.ops.board import WEEK, status_board
     from taskherd.model.settings import RetryPolicy
+    from taskherd.ops.board import WEEK, status_board
 
     store = queue.store
     day = 86400.0
@@ -158,8 +158,8 @@ def test_job_update_keeps_what_is_not_given_and_clears_what_is_named(queue) -> N
     job_ops.add_job(queue, {"name": "nightly", "cron": "0 3 * * *", "timezone": "UTC", "role": "qa",
                             "title": "check", "pool": "gpu"}, NOW)
     with pytest.raises(JobRefused, match="already exists"):
-        job_ops.add_job(queue, {"name": "nightly", "cron": "0 4 * * *", "timezone": "UTC", "role": "qa",
-                                "title": "x"}, NOW)
+        job_ops.add_job(queue, {"name": "nightly", "cron": "0 4 * * *", "timezone": "UTC",
+                                "role": "qa", "title": "x"}, NOW)
     job = job_ops.update_job(queue, "nightly", {"title": "check again"}, NOW)
     assert (job.template["title"], job.template["pool"], job.trigger["cron"]) == (
         "check again", "gpu", "0 3 * * *")

@@ -9,10 +9,10 @@ from dataclasses import replace
 from taskherd.config import load_config
 from taskherd.model import NewTask, Outcome, Priority, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.chains import workflow_of
 from taskherd.services.planner import Planner
 from taskherd.store import open_store
-from taskherd.policy.chains import workflow_of
-from taskherd.policy.admission import ClaimRequest
 
 
 def planner_for(tmp_path, database, monitor: str) -> Planner:

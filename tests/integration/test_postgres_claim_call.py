@@ -12,13 +12,12 @@ import pytest
 
 from taskherd.config import load_config
 from taskherd.doctor import OK, WARN, check_database
-from taskherd.policy.limits import ClaimLimits, RoleLimit
-from taskherd.model import NewTask, Outcome, RunResult
+from taskherd.model import InboxLimit, NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
-from taskherd.store import StoreUnavailable
-from taskherd.model import InboxLimit
-from taskherd.store.postgres import PostgresStore
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.limits import ClaimLimits, RoleLimit
+from taskherd.store import StoreUnavailable
+from taskherd.store.postgres import PostgresStore
 
 NOW = 1_700_000_000.0
 LEASE = 60.0

@@ -132,16 +132,17 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "from_state": "running", "reset_counts": True, "before": NOW + 1000, "report": "done",
     "until": NOW + 100, "name": "nightly", "template": '{"role": "qa"}',
     "trigger_spec": '{"every": 120}', "timezone": "Europe/Paris", "overlap": "skip",
-    "missed_fire": "all", "max_retries": 2, "source": "config", "delete_after_run": 0,
+    "missed_fire": "all", "max_retries": 2, "delete_after_run": 0,
     "version": 1, "expected": NOW + 60, "job_id": 1, "status": "open", "variant": 1,
     "duration": 1.5, "kind": "run_now", "host": "box", "lease": 60.0, "running": 2,
-    "token_sha256": "ab12" * 16, "week_from": NOW - 7 * 86400, "day_from": NOW - 3600, "through": NOW, "tasks_through": NOW - 60, "runs_through": 0,
+    "token_sha256": "ab12" * 16, "week_from": NOW - 7 * 86400, "day_from": NOW - 3600,
+    "through": NOW, "tasks_through": NOW - 60, "runs_through": 0,
     "day_start": NOW - 3600, "month_start": NOW - 30 * 86400, "repo": "/srv/app",
     "base": "main", "branch": "taskherd/task-3", "path": "/srv/worktrees/task-3",
     "merge_mode": "merge-commit", "merged_commit": None, "conflicts": '["a.txt"]',
     "starts": f"[{NOW - 86400}, {NOW}]", "span": 120.0, "down_since": None,
     "liveness": "waiting_input", "note": "Continue? [y/N]",
-    "scope": "intake", "rate_per_minute": 30, "before_id": 3, "expires_at": NOW + 3600,
+    "rate_per_minute": 30, "before_id": 3,
     "sender": "task:3", "sender_role": "qa", "sender_run_id": 1, "recipient": "qa",
     "body": "a message", "reply_to": 1, "thread_id": 1, "expires_at": NOW + 60,
     "task_address": "task:3", "also": "task:3", "root": 1, "role": "qa",
@@ -284,7 +285,7 @@ def same_columns(got: list[str], expected: list[str]) -> bool:
     # its function by PostgreSQL (`min`): callers read those by position, so only the count
     # of such columns must agree.
     return len(got) == len(expected) and all(
-        mine == theirs for mine, theirs in zip(got, expected) if theirs.isidentifier()
+        mine == theirs for mine, theirs in zip(got, expected, strict=True) if theirs.isidentifier()
     )
 
 

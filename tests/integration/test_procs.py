@@ -13,9 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from taskherd.host import forkserver
-
-from taskherd.host import activity, procs
+from taskherd.host import activity, forkserver, procs
 from tests.integration.fifo_gate import release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -391,8 +389,10 @@ def test_a_capped_log_keeps_head_cut_line_and_tail(run):
     kept = lines[cut[0] + 1:]
     assert kept == [f"line {i:06d}" for i in range(100000 - len(kept), 100000)]
     left_out = int(lines[cut[0]].split()[3])
-    assert left_out == 100000 * len("line 000000\n") - sum(len(line) + 1 for line in lines[1:cut[0]]) \
-        - sum(len(line) + 1 for line in kept) + 1  # the head's cut line starts with its newline
+    head = sum(len(line) + 1 for line in lines[1:cut[0]])
+    tail = sum(len(line) + 1 for line in kept)
+    # + 1: the head's cut line starts with its newline
+    assert left_out == 100000 * len("line 000000\n") - head - tail + 1
 
 
 def test_a_process_the_agent_left_holding_its_output_does_not_hold_its_exit(run, gate):
@@ -413,5 +413,6 @@ def test_an_agent_whose_shim_is_killed_gets_sigpipe_at_its_next_write(run, gate,
     os.kill(process.pid, signal.SIGKILL)
     wait_exit(process.handle)
     release(gate)
-    wait_until(lambda: status.exists() and status.read_text().endswith("\n"), what="the writer's end")
+    wait_until(lambda: status.exists() and status.read_text().endswith("\n"),
+               what="the writer's end")
     assert status.read_text().strip() == str(128 + signal.SIGPIPE)

@@ -10,8 +10,8 @@ import psycopg
 
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
-from taskherd.store.postgres import PostgresStore
 from taskherd.policy.admission import ClaimRequest
+from taskherd.store.postgres import PostgresStore
 
 
 class _PausedBeforeDelete(dict):

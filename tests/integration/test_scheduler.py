@@ -15,13 +15,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from taskherd.config import parse_config
-from taskherd.policy.jobs import parse_job
-from taskherd.model import Outcome, RunResult, TaskState
+from taskherd.model import Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
-from taskherd.services.scheduler import Scheduler
-from taskherd.policy.schedules import schedule_start
-from taskherd.store import JobNotFound, open_store
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.jobs import parse_job
+from taskherd.policy.schedules import schedule_start
+from taskherd.services.scheduler import Scheduler
+from taskherd.store import JobNotFound, open_store
 from tests.interleave import pause_before, wait_for_lock_wait_or
 
 T0 = datetime(2026, 6, 16, 12, 0, tzinfo=ZoneInfo("UTC")).timestamp()  # a plain Tuesday noon
@@ -470,7 +470,8 @@ def test_two_schedulers_settling_one_jobs_fires_at_once_both_finish_their_pass(t
         one.sync_config(now=T0)
         one.run_once(T0 + 600)
         one.run_once(T0 + 1200)  # two open fires of the job
-        early, late = first.claim(ClaimRequest("n1", T0 + 1210, 60.0)), first.claim(ClaimRequest("n1", T0 + 1210, 60.0))
+        early = first.claim(ClaimRequest("n1", T0 + 1210, 60.0))
+        late = first.claim(ClaimRequest("n1", T0 + 1210, 60.0))
         first.finish_run(late.run.id, succeeded, RetryPolicy(), T0 + 1220)
         holds_the_second_fire, go_on = pause_before(second, "get_job_by_id")
         with ThreadPoolExecutor(2) as threads:

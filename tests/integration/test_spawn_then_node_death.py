@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from taskherd.host import procs
 from taskherd.agent.door import AgentDoor
 from taskherd.config import parse_config
+from taskherd.host import procs
 from taskherd.model import NewTask, Outcome, TaskState
 from taskherd.ops import Queue
+from taskherd.policy.admission import ClaimRequest
 from taskherd.services.supervisor import Supervisor
 from taskherd.store import open_store
-from taskherd.policy.admission import ClaimRequest
 from tests.fleet import PYTHON, agent, until
 
 # Does its work once (a line in `work`), says so as the role asks, and exits at once.

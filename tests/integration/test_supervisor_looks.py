@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 from taskherd.config import parse_config
-from taskherd.policy.liveness import QUIET_LOOK
 from taskherd.model import Event, EventKind, NewTask, Outcome, TaskState
+from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.liveness import QUIET_LOOK
 from taskherd.services.supervisor import SWEEP_EVERY, Supervisor, SupervisorSettings
 from taskherd.store import open_store
-from taskherd.policy.admission import ClaimRequest
 from tests.fleet import PYTHON, agent, until
 
 ASKS = """

@@ -10,12 +10,12 @@ import asyncio
 import time
 from pathlib import Path
 
-from taskherd.host import procs
 from taskherd.config import parse_config
+from taskherd.host import procs
 from taskherd.model import NewTask, Outcome, TaskState
+from taskherd.policy.admission import ClaimRequest
 from taskherd.services.supervisor import SHIM_GRACE, Supervisor
 from taskherd.store import open_store
-from taskherd.policy.admission import ClaimRequest
 from tests.fleet import PYTHON, agent, until
 
 AGENT = """

@@ -48,6 +48,11 @@ PLANNER = """
     print("TASK_COMPLETE: planned")
 """
 
+# The gate: compile the file the task's coder wrote (a TOML string, so one line).
+COMPILE_THE_TASKS_FILE = ("import os, py_compile; "
+                          "py_compile.compile('code-' + os.environ['TASKHERD_TASK_ID'] + '.py', "
+                          "doraise=True)")
+
 
 @pytest.fixture
 def fleet(tmp_path, database):
@@ -72,7 +77,7 @@ def fleet(tmp_path, database):
 
         [[roles.coder.gates]]
         name = "compile"
-        argv = ["{PYTHON}", "-c", "import os, py_compile; py_compile.compile('code-' + os.environ['TASKHERD_TASK_ID'] + '.py', doraise=True)"]
+        argv = ["{PYTHON}", "-c", "{COMPILE_THE_TASKS_FILE}"]
 
         [[roles.coder.chain]]
         role = "noop"

@@ -172,9 +172,9 @@ def test_a_rejected_attempt_continues_in_the_same_worktree(git_fleet, repo):
 
 
 def test_abandoned_worktrees_go_after_keep_and_doctor_names_stray_ones(tmp_path, repo):
-    from taskherd.host import worktrees
     from taskherd.config import parse_config
     from taskherd.doctor import check_worktrees
+    from taskherd.host import worktrees
     from taskherd.model import NewTask
     from taskherd.services.worktrees import WorktreeJanitor
     from taskherd.store import open_store
@@ -235,8 +235,8 @@ def test_merges_settling_at_the_same_moment_run_one_at_a_time(tmp_path, repo, da
     lose the compare-and-swap of the base, and one task would be blocked."""
     import threading
 
-    from taskherd.host import worktrees
     from taskherd.config import parse_config
+    from taskherd.host import worktrees
     from taskherd.model import NewTask, Outcome, RunResult
     from taskherd.model.settings import RetryPolicy
     from taskherd.services.worktrees import Merger

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from taskherd.config import parse_config
-from taskherd.model.settings import ConfigError
 from taskherd.host.senders import one_line
+from taskherd.model.settings import ConfigError
 from taskherd.ops.budget import budget_targets
 from taskherd.policy.taskspec import new_task_from
 

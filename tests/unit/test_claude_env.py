@@ -4,11 +4,11 @@ file), and nothing else of the daemon's environment; a role's own env wins."""
 from __future__ import annotations
 
 from taskherd.config import parse_config
-from taskherd.model.settings import RoleConfig
+from taskherd.host.service import render_systemd, service_spec
 from taskherd.model import Priority, Run, Task, TaskState
+from taskherd.model.settings import RoleConfig
 from taskherd.runtimes.base import RunFiles
 from taskherd.runtimes.claude import ClaudeRuntime
-from taskherd.host.service import render_systemd, service_spec
 
 
 def record(cls, **values):

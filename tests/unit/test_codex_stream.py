@@ -3,10 +3,9 @@
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from taskherd.model.settings import RoleConfig
-from taskherd.model import Outcome, Run
-from taskherd.model.settings import Price
 from taskherd.host.procs import ExitStatus
+from taskherd.model import Outcome, Run
+from taskherd.model.settings import Price, RoleConfig
 from taskherd.runtimes.codex import CodexRuntime
 from taskherd.runtimes.codex_stream import CodexStreamReader
 from taskherd.runtimes.ratelimit import detect_rate_limit

@@ -25,11 +25,18 @@ def test_a_relative_workdir_is_relative_to_the_config_file():
     assert config.roles["b"].workdir == "/abs"
 
 
+def test_a_roles_input_patterns_are_kept():
+    config = parse({"roles": {"qa": {"command": ["x"], "input_patterns": [r"^Deploy now\?"]}}})
+    assert config.roles["qa"].input_patterns == (r"^Deploy now\?",)
+
+
 def test_role_with_durations():
     config = parse({"roles": {"coder": {"command": ["agent", "{task_id}"], "backoff": "30s",
-                                        "backoff_cap": "1h", "idle_timeout": "5m", "stagger": "2s"}}})
+                                        "backoff_cap": "1h", "idle_timeout": "5m",
+                                        "stagger": "2s"}}})
     coder = config.roles["coder"]
-    assert (coder.backoff, coder.backoff_cap, coder.idle_timeout, coder.stagger) == (30, 3600, 300, 2)
+    assert (coder.backoff, coder.backoff_cap, coder.idle_timeout, coder.stagger) == (
+        30, 3600, 300, 2)
     assert coder.retry_policy.backoff(2) == 60
     assert coder.command == ("agent", "{task_id}")
 
@@ -53,7 +60,8 @@ def test_cluster_keys_tags_scopes_and_node_timeout():
     ("raw", "message"),
     [
         ({"daemon": {"max_concurent": 3}}, "unknown key 'daemon.max_concurent'"),
-        ({"daemon": {"durability": "fast"}}, "daemon.durability = 'fast': expected one of full, normal"),
+        ({"daemon": {"durability": "fast"}},
+         "daemon.durability = 'fast': expected one of full, normal"),
         ({"daemon": {"max_concurrent": 0}}, "daemon.max_concurrent = 0"),
         ({"daemon": {"timezone": "Mars/Olympus"}}, "daemon.timezone = 'Mars/Olympus'"),
         ({"daemon": {"lease": "soon"}}, "daemon.lease = 'soon': expected a duration"),
@@ -137,7 +145,8 @@ def test_every_config_problem_is_reported_at_once_with_near_misses(tmp_path):
         ("roles.writer.command = ['x']: a key of runtime 'command', not of this role's runtime "
          "'claude'"),
         "roles.writer.prompt_via = 'arg': a key of runtime 'command'",
-        "roles.bot.binary = 'c': a key of runtime 'claude' and 'codex', not of this role's runtime 'chat'",
+        "roles.bot.binary = 'c': a key of runtime 'claude' and 'codex', "
+        "not of this role's runtime 'chat'",
         "pools.gpu = 0",
     ]:
         assert expected in text, text

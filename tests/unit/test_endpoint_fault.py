@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from taskherd.host.senders import one_line
-from taskherd.policy.faults import endpoint_fault
 from taskherd.model import Fault, Outcome, RunResult, TaskState
-from taskherd.policy.queue import Settlement, settle
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.faults import endpoint_fault
+from taskherd.policy.queue import Settlement, settle
 
 NOW = 1_800_000_000.0
 

@@ -12,15 +12,14 @@ from types import SimpleNamespace
 import pytest
 
 from taskherd.config import parse_config
-from taskherd.model.settings import ConfigError
-from taskherd.host.senders import one_line
 from taskherd.host.diskspace import FreeSpace
-from taskherd.policy.faults import DiskReading, disk_short, fault_at_end, fault_of, fault_text
+from taskherd.host.senders import one_line
 from taskherd.model import Fault, Outcome, RunResult, TaskState
+from taskherd.model.settings import ConfigError, RetryPolicy
+from taskherd.policy.faults import DiskReading, disk_short, fault_at_end, fault_of, fault_text
 from taskherd.policy.queue import Settlement, settle
-from taskherd.model.settings import RetryPolicy
-from taskherd.services.disk_pause import DiskPause
 from taskherd.policy.sizes import format_size, parse_size
+from taskherd.services.disk_pause import DiskPause
 from taskherd.store import StoreDiskFull, StoreUnavailable, open_store
 
 MIB = 1 << 20

@@ -28,7 +28,8 @@ def test_a_full_job_table():
     assert definition.trigger == {"every": "1800s", "window": "08:00-22:30",
                                   "timezone": "Europe/Berlin"}
     assert definition.template["title"] == "digest"  # the name when no title is given
-    assert (definition.overlap, definition.missed_fire, definition.max_retries) == ("queue", "all", 2)
+    assert (definition.overlap, definition.missed_fire, definition.max_retries) == (
+        "queue", "all", 2)
     assert describe_trigger(definition.trigger) == "every 30m 08:00-22:30"
 
 

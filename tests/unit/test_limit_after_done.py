@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from taskherd.config import parse_config
-from taskherd.model.settings import ConfigError, RoleConfig
-from taskherd.model import Outcome, Run
 from taskherd.host.procs import ExitStatus
+from taskherd.model import Outcome, Run
+from taskherd.model.settings import ConfigError, RoleConfig
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.runtimes.codex import CodexRuntime
 from taskherd.runtimes.command import CommandRuntime

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from taskherd.policy.liveness import last_activity, next_threshold, stale_reason, verdict_text
 from taskherd.model import Run
+from taskherd.policy.liveness import last_activity, next_threshold, stale_reason, verdict_text
 
 NOW = 1_800_000_000.0
 

@@ -82,8 +82,8 @@ def test_delivered_messages_and_role_memory_follow_the_task_in_order():
 
 
 def test_a_failed_gate_has_its_own_section_with_the_gate_output():
-    from taskherd.policy.gates import failure_text
     from taskherd.model.settings import Gate
+    from taskherd.policy.gates import failure_text
 
     gate = Gate("compile", ("python", "-m", "py_compile", "app.py"))
     after_gate = replace(TASK, attempts=1, last_error=failure_text(gate, 1, False),

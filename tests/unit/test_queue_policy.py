@@ -1,6 +1,6 @@
 from taskherd.model import Outcome, Run, RunResult
-from taskherd.policy.queue import rescued_result
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.queue import rescued_result
 
 
 def test_backoff_doubles_from_the_base_and_stops_at_the_cap():

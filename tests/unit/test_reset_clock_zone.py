@@ -6,13 +6,13 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from taskherd.config import parse_config
-from taskherd.model.settings import RoleConfig
-from taskherd.model import Outcome
 from taskherd.host.procs import ExitStatus
+from taskherd.model import Outcome
+from taskherd.model.settings import RoleConfig
+from taskherd.policy.timefmt import reading_zone
 from taskherd.runtimes.base import OutputReader
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.runtimes.command import CommandRuntime
-from taskherd.policy.timefmt import reading_zone
 from tests.unit.test_runtime_results import run
 
 # 2026-01-15 20:00 UTC: 21:00 in Paris, 15:00 in New York.

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from taskherd.model.settings import RoleConfig
-from taskherd.model import Outcome, Run
 from taskherd.host.procs import ExitStatus
+from taskherd.model import Outcome, Run
+from taskherd.model.settings import RoleConfig
 from taskherd.runtimes.chat import completions_url
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.runtimes.command import CommandRuntime, TemplateError, fill_argv
@@ -127,8 +127,8 @@ def assistant_text(text: str) -> dict:
     ids=["in-assistant-message", "in-result-text"],
 )
 def test_claude_task_complete_before_a_usage_limit_is_success_with_its_spend(events, summary):
-    result = claude_result({"type": "system", "subtype": "init", "session_id": OTHER_SESSION}, *events,
-                           code=1)
+    init = {"type": "system", "subtype": "init", "session_id": OTHER_SESSION}
+    result = claude_result(init, *events, code=1)
     assert (result.outcome, result.summary) == (Outcome.SUCCEEDED, summary)
     assert (result.cost_usd, result.input_tokens, result.output_tokens) == (0.31, 40, 9)
     assert (result.turns, result.session_id) == (4, OTHER_SESSION)

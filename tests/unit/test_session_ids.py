@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from taskherd.model.settings import RoleConfig
-from taskherd.model import Run
 from taskherd.host.procs import ExitStatus
+from taskherd.model import Run
+from taskherd.model.settings import RoleConfig
 from taskherd.runtimes.base import Launch
 from taskherd.runtimes.claude import ClaudeRuntime
 from taskherd.runtimes.claude_stream import ClaudeStreamReader

@@ -64,8 +64,9 @@ def test_a_prompt_of_exactly_the_limit_and_unicode_titles_are_fine():
 
 
 def test_the_prompt_limit_is_a_setting():
-    small = parse_config({"daemon": {"max_prompt_bytes": 10}, "roles": {"coder": {"command": ["x"]}}},
-                         base_dir=Path("/tmp"))
+    small = parse_config({"daemon": {"max_prompt_bytes": 10},
+                          "roles": {"coder": {"command": ["x"]}}}, base_dir=Path("/tmp"))
     assert new_task_from({"role": "coder", "title": "t", "prompt": "x" * 10}, small).prompt
-    with pytest.raises(TaskSpecError, match=r"prompt is 11 bytes: expected at most 10 .*max_prompt_bytes"):
+    with pytest.raises(TaskSpecError,
+                       match=r"prompt is 11 bytes: expected at most 10 .*max_prompt_bytes"):
         new_task_from({"role": "coder", "title": "t", "prompt": "x" * 11}, small)

@@ -46,8 +46,8 @@ def test_each_reason_in_turn():
         "not before ")
     assert task_wait(ready("ghost"), LIMITS, Counts(nodes=free), NOW) == (
         "role ghost is not configured")
-    assert task_wait(ready(), LIMITS, Counts(over_budget={"slow": Pause("slow", NOW + 60, "spent")}, nodes=free),
-                     NOW).startswith("role slow is over budget until ")
+    spent = Counts(over_budget={"slow": Pause("slow", NOW + 60, "spent")}, nodes=free)
+    assert task_wait(ready(), LIMITS, spent, NOW).startswith("role slow is over budget until ")
     cooling = Cooldown(runtime="command", until=NOW + 60, reason="429", created_at=NOW)
     paused = {"command": cooldown_wait(cooling, NOW)}
     assert task_wait(ready(), LIMITS, Counts(paused_runtimes=paused, nodes=free), NOW).startswith(

@@ -5,6 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from taskherd.config import parse_config
+from taskherd.model import Priority, TaskState
+from taskherd.model.settings import ConfigError, FollowUp
 from taskherd.policy.chains import (
     condition_holds,
     fires,
@@ -12,10 +15,6 @@ from taskherd.policy.chains import (
     review_verdict,
     workflow_of,
 )
-from taskherd.model.settings import FollowUp
-from taskherd.config import parse_config
-from taskherd.model.settings import ConfigError
-from taskherd.model import Priority, TaskState
 
 
 def parse(raw):

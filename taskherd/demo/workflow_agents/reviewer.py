@@ -7,7 +7,9 @@ import subprocess
 import sys
 
 prompt = sys.stdin.read()
-reviewed = re.search(r"Review the work done for task (\d+)", prompt).group(1)
+asked = re.search(r"Review the work done for task (\d+)", prompt)
+assert asked is not None, "the review prompt names the task it reviews"
+reviewed = asked.group(1)
 seen = f"reviewed-{reviewed}"
 if "[rejected once]" in prompt and not os.path.exists(seen):
     open(seen, "w").close()
