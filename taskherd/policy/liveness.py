@@ -111,7 +111,7 @@ def judge(facts: RunFacts, now: float, *, interval: float, spread: float = 1.0) 
     if asked is not None:
         shown: Shown | None = (Liveness.WAITING_INPUT, now, asked)
     else:
-        shown = _shown(facts, now)
+        shown = _reads_as(facts, now)
     facts_now = facts if waiting is facts.waiting else replace(facts, waiting=waiting)
     return Verdict(_next_look(facts_now, now, interval, spread), sample_from(facts_now),
                    end=end, asked=asked, shown=shown)
@@ -210,7 +210,7 @@ def _unread_limit(facts: RunFacts) -> float:
     return min(QUIET_LOOK, input_after(facts.role))
 
 
-def _shown(facts: RunFacts, now: float) -> Shown | None:
+def _reads_as(facts: RunFacts, now: float) -> Shown | None:
     """The verdict as a person reads it: waiting for input, quiet since its last sign of
     work, or active (since it became so: an active run is not written again at each look)."""
     if facts.waiting is not None:
