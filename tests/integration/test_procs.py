@@ -163,7 +163,8 @@ SPAWNER = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from taskherd.host import activity, forkserver, procs
+from taskherd.host import forkserver
+from taskherd.host import procs
 forkserver.start()  # as the daemon does: its shims are forked by its server
 assert forkserver.wait_until_up(10)
 args = json.loads(sys.argv[2])
