@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model.settings import DOOR_DIR, SOCKET_NAME, door_dir
+from taskherd.host.door_path import DOOR_DIR, SOCKET_NAME, door_dir
 
 if TYPE_CHECKING:
     import asyncio

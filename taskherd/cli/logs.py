@@ -13,11 +13,9 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-import click
-
-from taskherd.cli.common import BadInput, Refused, for_json, json_option
+from taskherd.cli.common import Refused, for_json
 from taskherd.host.logfile import Chunk, LogCursor, tail
 from taskherd.model import Run
 from taskherd.ops.logs import tail as _tail
@@ -32,27 +30,6 @@ SNIFF_BYTES = 8192  # the start of a log, enough to hold its header and first ev
 # line, stream deltas and bookkeeping to none.
 EVENTS_PER_LINE = 4
 RENDERED_LINE = 1 << 20  # the longest event --lines shows rendered; a longer one is cut
-
-
-def log_options(command: Any) -> Any:
-    """The options `task log` and `runs log` share."""
-    for option in reversed([
-        click.option("--lines", "-n", type=int, help="Only the last N lines."),
-        click.option("--follow", "-f", is_flag=True,
-                     help="Keep printing what the agent writes until its run ends."),
-        click.option("--raw", is_flag=True,
-                     help="A Claude Code run's stream-json events as written, not as text."),
-        json_option,
-    ]):
-        command = option(command)
-    return command
-
-
-def check_log_options(lines: int | None, follow: bool, as_json: bool) -> None:
-    if follow and as_json:
-        raise BadInput("--follow prints the log as it grows; it cannot be combined with --json")
-    if lines is not None and lines < 0:
-        raise BadInput(f"--lines {lines}: must be 0 or more")
 
 
 def show_log(store: Store, run: Run, *, lines: int | None, follow: bool, as_json: bool,

@@ -17,7 +17,7 @@ from taskherd.cli.common import (
     since_moment,
     store_for,
 )
-from taskherd.cli.logs import check_log_options, log_options, show_log
+from taskherd.cli.log_options import check_log_options, log_options
 from taskherd.model import Run
 from taskherd.ops import runs as run_ops
 from taskherd.policy.costs import cost_text
@@ -117,6 +117,8 @@ def log_command(ctx: click.Context, run_id: int, lines: int | None, follow: bool
                 as_json: bool) -> None:
     """Print what a run's agent wrote (its log), or follow it until the run ends."""
     check_log_options(lines, follow, as_json)
+    from taskherd.cli.logs import show_log
+
     with store_for(ctx, writes=False) as store:
         show_log(store, store.get_run(run_id), lines=lines, follow=follow, as_json=as_json,
                  raw=raw)

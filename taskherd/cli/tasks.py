@@ -23,10 +23,8 @@ from taskherd.cli.common import (
     store_for,
 )
 from taskherd.cli.door import call_door
-from taskherd.cli.logs import check_log_options, log_options, show_log
+from taskherd.cli.log_options import check_log_options, log_options
 from taskherd.model import Run, Task, TaskState
-from taskherd.ops import board as board_ops
-from taskherd.ops import runs as run_ops
 from taskherd.ops import tasks as task_ops
 from taskherd.policy.durations import parse_duration
 
@@ -164,6 +162,9 @@ def list_command(ctx: click.Context, state: str | None, role: str | None, histor
 @click.pass_context
 def show_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
     """Show one task with its runs."""
+    from taskherd.ops import board as board_ops
+    from taskherd.ops import runs as run_ops
+
     at = now()
     with queue_for(ctx, writes=False) as queue:
         task = task_ops.get_task(queue, task_id)
@@ -242,6 +243,8 @@ def log_command(ctx: click.Context, task_id: int, run_id: int | None, lines: int
                 follow: bool, raw: bool, as_json: bool) -> None:
     """Print what the agent of a task's latest run wrote (its log), or follow it."""
     check_log_options(lines, follow, as_json)
+    from taskherd.cli.logs import show_log
+
     with store_for(ctx, writes=False) as store:
         task = store.get_task(task_id)
         runs = store.runs_of_task(task_id)

@@ -161,7 +161,7 @@ class AgentBox:
         for path in writable:
             if any(within(Path(os.path.realpath(path)), hide) for hide in hidden):
                 options += ["--bind", str(path), str(path)]
-        # The door's folder, and the link agents connect through (see model.settings.door_dir).
+        # The door's folder, and the link agents connect through (see host/door_path.py).
         # Read-only: connecting needs no write, and an agent that could write there would
         # put a socket of its own in the door's place and take the next agent's token.
         options += ["--ro-bind", str(self.door.parent), str(self.door.parent),

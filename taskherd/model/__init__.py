@@ -360,6 +360,10 @@ class MessageKind(enum.StrEnum):
     SPAWN = "spawn"  # a task spec to create as a child of the sender's task
 
 
+MESSAGE_KINDS = tuple(kind.value for kind in MessageKind)
+MAX_MESSAGES_LISTED = 1000  # one answer of an inbox, outbox or thread at most
+
+
 class MessagePriority(enum.IntEnum):
     NORMAL = 0
     HIGH = 1

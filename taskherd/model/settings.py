@@ -491,15 +491,3 @@ def split_listen(listen: str) -> tuple[str, int]:
         raise ValueError(listen)
     return host, int(port)
 
-
-# Where the daemon serves its agents' door, under its data dir.
-
-SOCKET_NAME = "agent.sock"
-DOOR_DIR = "door"  # the socket's own folder: a sandbox mounts the folder, not the file
-
-
-def door_dir(data_dir: Path) -> Path:
-    """The folder of the door's socket. A sandboxed agent is given this folder, never the
-    socket file alone: a restarted daemon binds a new socket (a new file), which a mount of
-    the old file would never show, and the agent's reports would wait for nothing."""
-    return data_dir / DOOR_DIR

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from taskherd.model import (
     EVERYONE,
+    MAX_MESSAGES_LISTED,
+    MESSAGE_KINDS,
     PERSON,
     TASK_ADDRESS,
     Message,
@@ -31,9 +33,9 @@ from taskherd.store.messages import NewJob, NewMessage
 from taskherd.store.requests import RequestKey
 
 MAX_BODY = 64_000  # characters: a message is read inside a prompt, not a file transfer
-KINDS = tuple(kind.value for kind in MessageKind)
+KINDS = MESSAGE_KINDS
 PRIORITY_NAMES = {"normal": 0, "high": 1, "urgent": 2}
-MAX_LIST = 1000
+MAX_LIST = MAX_MESSAGES_LISTED
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ import json
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from taskherd.host import procs
 from taskherd.model import NewTask, Run, Task, TaskState
 from taskherd.ops import BadInput, Queue
 from taskherd.policy.costs import is_unpriced
@@ -213,6 +212,8 @@ def answer(queue: Queue, task_id: int, text: str, now: float) -> Run:
             f"task {task_id}'s role {run.role} ends an agent that waits for input "
             f"(on_input = {role.on_input!r}); set on_input = \"wait\" to answer its agents")
     assert run.log_path is not None  # checked with the task's state above
+    from taskherd.host import procs  # asyncio and psutil: not for `task add`, run by scripts
+
     try:
         procs.send_input(run.log_path, data)
     except FileNotFoundError:
@@ -237,6 +238,8 @@ def _answer_bytes(text: str) -> bytes:
                        "give the text as UTF-8") from None
     if not data.endswith(b"\n"):
         data += b"\n"  # the Enter that ends a typed answer
+    from taskherd.host import procs
+
     if len(data) > procs.PIPE_BUF:
         raise BadInput(f"answer: {len(data)} bytes; at most {procs.PIPE_BUF} (it is written "
                        "to the agent in one piece)")

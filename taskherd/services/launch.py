@@ -16,10 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from taskherd.host import cgroups
+from taskherd.host.door_path import SOCKET_NAME, door_dir
 from taskherd.host.sandbox import AgentBox, Bubblewrap, Confinement, SandboxUnavailable, within
 from taskherd.host.service import ENV_FILE
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
-from taskherd.model.settings import SOCKET_NAME, Config, RoleConfig, door_dir
+from taskherd.model.settings import Config, RoleConfig
 from taskherd.ops import Queue
 from taskherd.ops import memory as memory_ops
 from taskherd.policy.prompt import PromptContext

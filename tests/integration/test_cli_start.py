@@ -1,0 +1,66 @@
+"""What the commands an agent or a script calls many times import: only what they use.
+
+An agent's command talks to its door, never to the database: it must not load the store, the
+settings or the daemon's machinery (asyncio, psutil) to send one line over a socket. Each
+command runs as a real process; what it loaded is read from that process at its exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Run the CLI as `taskherd` does, then name (on stderr) the modules of WATCHED it loaded.
+PROBE = """
+import atexit, json, sys
+WATCHED = json.loads(sys.argv.pop(1))
+atexit.register(lambda: print(json.dumps(sorted(m for m in WATCHED if m in sys.modules)),
+                              file=sys.stderr))
+from taskherd.cli import main
+sys.argv[0] = "taskherd"
+main()
+"""
+DAEMON_SIDE = ["taskherd.store", "taskherd.ops", "asyncio", "psutil", "taskherd.host.procs"]
+
+
+def loaded(argv: list[str], watched: list[str], env: dict[str, str]) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(watched), *argv],
+                          capture_output=True, text=True, env=env, timeout=60)
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def agent_env(tmp_path: Path) -> dict[str, str]:
+    """Inside a run whose daemon is away: the command fails at once, having loaded all it
+    would load to succeed."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TASKHERD_")}
+    return env | {"TASKHERD_HOME": str(tmp_path), "TASKHERD_RUN_TOKEN": "t",
+                  "TASKHERD_REPORT_WAIT": "0"}
+
+
+@pytest.mark.parametrize("argv", [["heartbeat", "--progress", "half"], ["done", "-s", "ok"]])
+def test_an_agent_report_loads_neither_records_nor_store(argv, agent_env) -> None:
+    watched = [*DAEMON_SIDE, "taskherd.model", "taskherd.config"]
+    assert loaded(argv, watched, agent_env) == []
+
+
+def test_an_agent_message_loads_no_store(agent_env) -> None:
+    assert loaded(["msg", "send", "qa", "hello"], DAEMON_SIDE, agent_env) == []
+
+
+def test_task_add_loads_no_process_machinery(tmp_path: Path) -> None:
+    config = tmp_path / "taskherd.toml"
+    config.write_text(f'[daemon]\ndatabase = "{tmp_path}/q.db"\n'
+                      f'data_dir = "{tmp_path}/data"\n\n'
+                      '[roles.coder]\nruntime = "command"\ncommand = ["true"]\n')
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TASKHERD_")}
+    # Nor what reads and renders an agent's log (`task log`, the same command group).
+    watched = ["asyncio", "psutil", "taskherd.cli.logs", "taskherd.runtimes.claude_render"]
+    found = loaded(["task", "add", "-r", "coder", "a title"], watched,
+                   env | {"TASKHERD_CONFIG": str(config)})
+    assert found == []
