@@ -47,6 +47,7 @@ class LiveRun:
     looked_at: float = 0.0  # when its log was last looked at: later output was written since
     output_at: float = -math.inf  # the look that last found new output
     cpu_busy: bool = False  # its last CPU sample showed work: keep sampling it
+    sample_from: float = math.inf  # from when its CPU time is worth a sample (its verdict's)
     recent: bytes = b""  # the end of its output, where a question would be
     question: str | None = None  # the question its output ends with, if any
     question_read_at: int = -1  # the log offset `question` was read at

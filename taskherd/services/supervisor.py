@@ -11,8 +11,10 @@ takes only what is due and stops after a couple of milliseconds, leaving the res
 next pass: the event loop is never held for long. CPU time is read (one /proc walk per round
 at most) only for runs near a threshold or busy, and heartbeats come from one query of the
 runs that called in. A look tails the log into the runtime's reader, which catches rate
-limits and loops; a quiet agent whose last output is a question is waiting for input.
-Verdicts are written to the store when they change. Cancels and runs ended elsewhere are
+limits and loops (`services/run_output.py`); the facts a look gathers (output written, CPU
+used, heartbeats, its question, a loop) are judged by one pure function,
+`policy/liveness.judge`, which says what ends the run and when to look next. Verdicts are
+written to the store when they change. Cancels and runs ended elsewhere are
 found by a sweep of the node's open runs, at once when an event tells of one, else every
 SWEEP_EVERY. Other services see the live runs only through `LiveRuns`, a read-only view.
 """
@@ -32,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from taskherd.config import make_private_dir
-from taskherd.host import procs
+from taskherd.host import activity, procs
 from taskherd.host.sandbox import SandboxUnavailable
 from taskherd.host.worktrees import GitTimeout
 from taskherd.model import (
@@ -49,18 +51,16 @@ from taskherd.model import (
     Task,
 )
 from taskherd.model.settings import Config, Gate, RoleConfig
-from taskherd.policy import faults
-from taskherd.policy.liveness import QUIET_AFTER, QUIET_LOOK, SAMPLE_AHEAD, WAITING_LOOK
-from taskherd.policy.questions import question_in
-from taskherd.policy.sizes import format_size
+from taskherd.policy import faults, liveness
+from taskherd.policy.liveness import LOOK_GAP
 from taskherd.runtimes.base import Execution, RunFiles, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
 from taskherd.runtimes.registry import runtime_for
+from taskherd.services import run_ends, run_output
 from taskherd.services.disk_pause import DiskPause
 from taskherd.services.gates import GateRunner
 from taskherd.services.launch import Launch, agent_path, create_private
 from taskherd.services.live_runs import GateLimits, LiveRun, LiveRuns, LookSchedule
-from taskherd.services.output_feed import READ_BYTES_PER_SECOND, OutputFeed
 from taskherd.services.pauses import RuntimePauses
 from taskherd.services.preparations import Preparation, Preparations
 from taskherd.services.settles import PendingSettles
@@ -69,13 +69,10 @@ from taskherd.store.watch import VerdictChange
 
 log = logging.getLogger("taskherd.supervisor")
 KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process group
-CPU_BUSY_SHARE = 0.05  # share of one core, between two samples, that counts as working
-RECENT_BYTES = 4096  # the end of a run's output kept to read a question from
 # Seconds between two sweeps of every open run of this node (runs nobody watches, runs ended
 # elsewhere, tasks cancelled under a working agent). Events make the sweep come at once; this
 # is for the event a listener missed.
 SWEEP_EVERY = 10.0
-LOOK_GAP = 0.25  # the least time between two rounds of looks: due looks are taken together
 HEARTBEAT_SLACK = 5.0  # heartbeats are stamped by another process's clock: look back this far
 # A run an earlier daemon claimed and left with no spawn on record and no shim header in its
 # log: that daemon may have handed it to a shim just before it died, which writes its header
@@ -83,8 +80,6 @@ HEARTBEAT_SLACK = 5.0  # heartbeats are stamped by another process's clock: look
 # started (`lost`, no strike): given up at once, a late shim would start its agent beside the
 # task's next run.
 SHIM_GRACE = 5.0
-VANISHED_WHILE_DOWN = ("the process vanished without an exit status while no daemon ran on "
-                       "this node (its machine died, or it was killed with it)")
 
 
 @dataclass(frozen=True)
@@ -296,8 +291,7 @@ class Supervisor:
         except ValueError as error:
             self._settle_now(run, RunResult(Outcome.FAILED, error=str(error)))
             return None
-        live = self._watch(run, task, role, runtime, handle, run.spawned_at or now)
-        live.last_activity = now
+        live = self._watch(run, task, role, runtime, handle, run.spawned_at or now, now)
         live.ended_unwatched = at_start and not handle.is_alive()
         cooldown = self.store.cooldown_of(role.runtime)
         live.probe = cooldown is not None and cooldown.probe_run_id == run.id
@@ -331,10 +325,11 @@ class Supervisor:
         return recorded
 
     def _watch(self, run: Run, task: Task, role: RoleConfig, runtime: Runtime,
-               handle: Execution, spawned_at: float) -> LiveRun:
+               handle: Execution, spawned_at: float, active_at: float | None = None) -> LiveRun:
         pools = frozenset(p for p in (role.pool, task.pool) if p)
         live = LiveRun(run, task, role, runtime, handle, runtime.reader(role), spawned_at,
-                       pools, last_activity=spawned_at, looked_at=spawned_at)
+                       pools, last_activity=active_at or spawned_at, looked_at=spawned_at)
+        live.sample_from = liveness.sample_from(self._facts(live, spawned_at))
         self._forget(run.id)  # watched again (a restart's adoption): counted once
         self.live[run.id] = live
         self.view.watched(live)
@@ -504,9 +499,11 @@ class Supervisor:
             self._note_heartbeats(now)
         due = self._looks.due(now, self.live, self.settings.looks_per_pass)
         began = time.perf_counter()
+        # CPU time matters only where it could keep a run from a threshold: sampled while
+        # the run is busy, or from SAMPLE_AHEAD before its input or idle threshold.
         sampled = {live.handle.pid for live in due
-                   if live.handle.pid and self._wants_cpu(live, now)}
-        cpu = procs.tree_cpu_seconds(sampled) if sampled else {}
+                   if live.handle.pid and (live.cpu_busy or now >= live.sample_from)}
+        cpu = activity.tree_cpu_seconds(sampled) if sampled else {}
         changes = []
         for index, live in enumerate(due):
             if index and time.perf_counter() - began > self.settings.pass_budget:
@@ -519,15 +516,16 @@ class Supervisor:
                 self._looks.schedule(live, now + self.settings.interval)
                 continue
             counts["checked"] += 1
-            verdict = self._judge(live, now, cpu.get(live.handle.pid))
-            if verdict is not None:
-                counts[verdict[0].value] = counts.get(verdict[0].value, 0) + 1
-                self.kill(live, *verdict)
+            verdict = self._look(live, now, cpu.get(live.handle.pid))
+            if verdict.end is not None:
+                counts[verdict.end[0].value] = counts.get(verdict.end[0].value, 0) + 1
+                self.kill(live, *verdict.end)
                 continue
-            self._looks.schedule(live, self._next_look(live, now), force=True)
-            change = self._verdict_change(live, now)
-            if change is not None:
-                changes.append(change)
+            self._looks.schedule(live, verdict.next_look, force=True)
+            live.sample_from = verdict.sample_from
+            if verdict.shown is not None and verdict.shown != live.verdict:
+                live.verdict = verdict.shown
+                changes.append(VerdictChange(live.run.id, *verdict.shown))
         earliest = self._looks.earliest()
         if len(due) == self.settings.looks_per_pass and earliest is not None and earliest <= now:
             self._behind = True  # more were due than one pass takes
@@ -558,31 +556,6 @@ class Supervisor:
         if live.next_look != math.inf:  # (inf: being looked at now, or ended)
             self._looks.schedule(live, now + self.settings.interval)
 
-    def _wants_cpu(self, live: LiveRun, now: float) -> bool:
-        """CPU time matters only where it could keep a run from a threshold: sampled while the
-        run is busy, or from SAMPLE_AHEAD before its input or idle threshold."""
-        if live.cpu_busy or live.waiting is not None:
-            return live.cpu_busy
-        return self._nearest_threshold(live) - now <= SAMPLE_AHEAD
-
-    def _nearest_threshold(self, live: LiveRun) -> float:
-        """When idleness ends the run next: input_timeout only if it ends with a question."""
-        if live.gate is not None:
-            return live.last_activity + live.gate.idle_timeout
-        role = live.role
-        idle_limit = role.idle_timeout
-        if self._question(live) is not None:
-            idle_limit = _input_after(role)
-        return live.last_activity + idle_limit
-
-    def _question(self, live: LiveRun) -> str | None:
-        """The question the agent's output ends with, read once per new output."""
-        if live.question_read_at != live.log_offset:
-            live.question_read_at = live.log_offset
-            live.question = question_in(live.recent.decode("utf-8", "replace"),
-                                        live.role.input_patterns)
-        return live.question
-
     def _rescued_elsewhere(self, live: LiveRun) -> bool:
         """A watched agent whose run another node ended (this node was declared down while it
         was only slow, or cut off from the database): its task may already run elsewhere, so
@@ -599,7 +572,7 @@ class Supervisor:
     def _watch_gate(self, live: LiveRun, gate: Gate, handle: procs.ProcessHandle,
                     started_at: float) -> Callable[[], tuple[Outcome, str] | None]:
         """Watch a quality gate of `live`'s run in place of its (exited) agent: the same
-        rounds read its log and sample its CPU, and `_judge_gate` ends it when it is idle
+        rounds read its log and sample its CPU, and its verdict ends it when it is idle
         past its window. Returns the function that stops watching and says why the
         supervisor ended it (stalled, or the run's cancel or shutdown), if it did."""
         agent_handle = live.handle
@@ -610,6 +583,7 @@ class Supervisor:
         live.cpu_busy = False
         live.last_activity = max(started_at, live.last_activity)
         live.looked_at = started_at
+        live.sample_from = liveness.sample_from(self._facts(live, started_at))
         self._looks.schedule(live, 0.0, force=True)  # looked at in the next round
 
         def done() -> tuple[Outcome, str] | None:
@@ -620,142 +594,53 @@ class Supervisor:
 
         return done
 
-    def _judge_gate(self, live: LiveRun, now: float,
-                    cpu_seconds: float | None) -> tuple[Outcome, str] | None:
-        """A running gate: its output and CPU time are signs of life, as an agent's are; a
-        gate has no reader (no rate limits, no loops, no questions: its input is empty)."""
-        if (written_at := self._read_new_output(live, now)) is not None:
+    def _look(self, live: LiveRun, now: float, cpu_seconds: float | None) -> liveness.Verdict:
+        """Gather what the run did since its last look (output written, CPU used) into its
+        facts, and judge them (policy/liveness.py). A running gate is judged as its agent
+        would be; it has no reader (no rate limits, no loops, no questions: no input)."""
+        written_at, signal = run_output.read_new_output(live, now)
+        if signal is not None:
+            self._rate_limited(live, signal, now)
+        if written_at is not None:
             self._active(live, written_at, now)
+        if (live.gate is None and live.probe and live.reader.progressed
+                and live.reader.looping is None):  # a loop is no sign the limit lifted
+            self.pauses.probe_passed(live, now)
         self._note_cpu(live, now, cpu_seconds)
-        idle = now - live.last_activity
-        assert live.gate is not None
-        if idle > live.gate.idle_timeout:
-            return Outcome.STALLED, (f"stalled: no output or CPU for {idle:.0f}s "
-                                     f"(idle_timeout {live.gate.idle_timeout:g}s)")
-        return None
+        verdict = liveness.judge(self._facts(live, now), now, interval=self.settings.interval,
+                                 spread=random.uniform(0.8, 1.0))
+        if verdict.asked is not None:
+            self._asked(live, verdict.asked, now)
+        return verdict
+
+    def _facts(self, live: LiveRun, now: float) -> liveness.RunFacts:
+        return liveness.RunFacts(
+            live.role, live.spawned_at, live.last_activity, writing=live.output_at >= now,
+            question=lambda: run_output.question_of(live), looping=live.reader.looping,
+            waiting=live.waiting, gate_idle=live.gate.idle_timeout if live.gate else None,
+            shown=live.verdict)
 
     def _note_cpu(self, live: LiveRun, now: float, cpu_seconds: float | None) -> None:
+        """A CPU sample: work since the last one is a sign of life; the first sets the
+        baseline."""
         if cpu_seconds is not None:
-            # A rate, not any growth: an idle Node.js or Python process still ticks a few
-            # milliseconds a second, and summed over minutes that would look like work. The
-            # first sample only sets the baseline.
-            elapsed = now - live.cpu_sampled_at
-            live.cpu_busy = live.cpu_sampled_at > 0 and (
-                cpu_seconds - live.cpu_seconds >= CPU_BUSY_SHARE * max(elapsed, 1e-3))
+            live.cpu_busy = live.cpu_sampled_at > 0 and liveness.cpu_busy(
+                cpu_seconds - live.cpu_seconds, now - live.cpu_sampled_at)
             if live.cpu_busy:
                 self._active(live, now, now)
             live.cpu_seconds, live.cpu_sampled_at = cpu_seconds, now
 
-    def _judge(self, live: LiveRun, now: float,
-               cpu_seconds: float | None) -> tuple[Outcome, str] | None:
-        if live.gate is not None:
-            return self._judge_gate(live, now, cpu_seconds)
-        if (written_at := self._read_new_output(live, now)) is not None:
-            self._active(live, written_at, now)
-        if live.reader.looping is not None:
-            return Outcome.LOOPING, live.reader.looping
-        if live.probe and live.reader.progressed:
-            self.pauses.probe_passed(live, now)
-        self._note_cpu(live, now, cpu_seconds)
-        role = live.role
-        if now - live.spawned_at > role.timeout:
-            return Outcome.TIMED_OUT, f"ran longer than timeout ({role.timeout:g}s)"
-        if live.waiting is not None:
-            return None  # on_input = wait: kept for a person's answer (the timeout still holds)
-        idle = now - live.last_activity
-        if idle >= _input_after(role) and (question := self._question(live)) is not None:
-            return self._needs_input(live, question, now)
-        if idle > role.idle_timeout:
-            return Outcome.STALLED, (f"no output, heartbeat or CPU for {idle:.0f}s "
-                                     f"(idle_timeout {role.idle_timeout:g}s)")
-        return None
-
-    def _needs_input(self, live: LiveRun, question: str,
-                     now: float) -> tuple[Outcome, str] | None:
+    def _asked(self, live: LiveRun, question: str, now: float) -> None:
         """An agent idle at a question: ended as needs_input (no strike), or with
         on_input = wait kept alive for `taskherd task answer`. Listeners hear of it either way."""
         try:
             self.store.note_input_needed(live.run.id, live.task.id, question, now)
         except StoreError as error:
             log.warning("run %s: could not record its question: %s", live.run.id, error)
-        live.verdict = (Liveness.WAITING_INPUT, now, question)
+        live.verdict = (Liveness.WAITING_INPUT, now, question)  # as the store now has it
         log.warning("run %s: the agent waits for input: %s", live.run.id, question)
         if live.role.on_input == "wait":
             live.waiting = question
-            return None
-        return Outcome.NEEDS_INPUT, f"waiting for input: {question}"
-
-    def _next_look(self, live: LiveRun, now: float) -> float:
-        """When the run could next cross a threshold, and no later: while it writes, each
-        round (its output is read as it comes: loops, rate limits, questions); else the first
-        of its hard timeout, its idle (or input) threshold and SAMPLE_AHEAD before it (a CPU
-        baseline), the moment it reads as quiet, and the longest its log may go unread."""
-        next_round = now + self.settings.interval
-        times = [live.spawned_at + live.role.timeout]
-        if live.output_at >= now:
-            times.append(next_round)
-        elif live.waiting is not None:
-            times.append(now + WAITING_LOOK)  # whether it moved on after an answer
-        else:
-            threshold = self._nearest_threshold(live)
-            times += [threshold, threshold - SAMPLE_AHEAD,
-                      live.last_activity + _quiet_after(live.role),
-                      now + self._unread_limit(live)]
-        future = [t for t in times if t > now]
-        return max(now + LOOK_GAP, min(future, default=next_round))
-
-    def _unread_limit(self, live: LiveRun) -> float:
-        """How long a quiet run's log may go unread. A question written meanwhile is timed
-        from its write (the log's mtime), so reading within input_timeout still ends the run
-        on time; other news (a loop starting, a rate limit) waits at most QUIET_LOOK. Spread
-        a little, so that runs started together are not all looked at in one pass forever."""
-        limit = QUIET_LOOK if live.gate is not None else min(QUIET_LOOK, _input_after(live.role))
-        return limit * random.uniform(0.8, 1.0)
-
-    def _verdict_change(self, live: LiveRun, now: float) -> VerdictChange | None:
-        if live.waiting is not None:
-            verdict = (Liveness.WAITING_INPUT, live.verdict[1] if live.verdict else now,
-                       live.waiting)
-        elif now - live.last_activity >= _quiet_after(live.role):
-            verdict = (Liveness.QUIET, live.last_activity, None)
-        elif live.verdict is not None and live.verdict[0] is Liveness.ACTIVE:
-            return None  # still active: nothing new to write
-        else:
-            verdict = (Liveness.ACTIVE, live.last_activity, None)
-        if verdict == live.verdict:
-            return None
-        live.verdict = verdict
-        return VerdictChange(live.run.id, *verdict)
-
-    def _read_new_output(self, live: LiveRun, now: float, final: bool = False) -> float | None:
-        """Feed what the agent wrote since the last look to its reader, within the look's share
-        (`services/output_feed.py`; at the run's end, the end's window whole); when it was
-        written (the log's mtime, no earlier than that look), or None if it wrote nothing."""
-        looked_at, live.looked_at = live.looked_at, now
-        if live.output is None or live.output.path != live.handle.log_path:
-            live.output = OutputFeed(live.handle.log_path)  # the agent's log, or its gate's
-        fresh, info = live.output.read(now, final)
-        if fresh is None or info is None:
-            return None
-        live.log_offset = live.output.offset
-        live.output_at = now
-        written_at = min(max(info.st_mtime, looked_at), now)
-        if live.gate is not None:
-            return written_at  # a gate's output is only a sign of life
-        if fresh.passed_over and not live.output_skipped:
-            live.output_skipped = True  # said once a run: a chatty agent would fill the log
-            log.warning("run %s: its agent writes faster than the daemon reads; %s passed "
-                        "over, its latest output read from now on (looks read %s a second)",
-                        live.run.id, format_size(fresh.passed_over),
-                        format_size(READ_BYTES_PER_SECOND))
-        if fresh.gap:
-            live.reader.gap()
-        chunk = fresh.data
-        live.recent = (live.recent + chunk[-RECENT_BYTES:])[-RECENT_BYTES:]
-        signal = live.reader.feed(chunk, now) if chunk else None
-        if signal is not None:
-            self._rate_limited(live, signal, now)
-        return written_at
 
     def _rate_limited(self, live: LiveRun, signal: RateLimitSignal, now: float) -> None:
         """Pause every spawn of the runtime, and end this run without a strike, unless its
@@ -788,7 +673,9 @@ class Supervisor:
         # The shim's exit file knows when the agent really ended: a run re-adopted after a
         # restart ended while no daemon watched, not when this one noticed.
         ended_at = status.ended_at if status.ended_at and status.ended_at <= now else now
-        self._read_new_output(live, now, final=True)
+        _, signal = run_output.read_new_output(live, now, final=True)
+        if signal is not None:
+            self._rate_limited(live, signal, now)
         live.reader.finish(now)
         live.handle.close()
         if live.role.on_input == "wait" and live.handle.pid is not None:
@@ -800,13 +687,14 @@ class Supervisor:
         if run.ended_at is not None:
             self._forget(live.run.id)
             return  # settled elsewhere (e.g. a rescue while this daemon was away)
-        result = self.launch.judge_caps(live.role, run.id, self._result(live, run, status, now))
+        result = self.launch.judge_caps(live.role, run.id,
+                                        run_ends.result_of(live, run, status, now))
         if live.role.git is not None:
             # In a thread: git runs the repository's hooks, which may take minutes, and the
             # loop dispatches and watches every other run meanwhile.
             await asyncio.to_thread(self.launch.keep_worktree_work, live.role, live.task,
                                     live.run)
-        if (limit := self._limit_left(live, result, status, now)) is not None:
+        if (limit := run_ends.limit_left(live, result, status, now)) is not None:
             # Limits found only at the end (an HTTP 429, a result event, a usage limit after
             # TASK_COMPLETE) pause the runtime too, whatever the run's outcome.
             self.pauses.pause(live.role, *limit, now, probe=live.probe and not live.paused_for)
@@ -836,39 +724,6 @@ class Supervisor:
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")
         self.on_change()
-
-    def _limit_left(self, live: LiveRun, result: RunResult, status: procs.ExitStatus,
-                    now: float) -> tuple[float | None, str] | None:
-        """(reset, reason) of a limit the run met that its runtime is not yet paused for: one
-        found only at its end, or a reset time learnt after the pause (a result event's after
-        an api_retry's). None: nothing more to pause for."""
-        if live.paused_for is None and result.outcome is Outcome.RATE_LIMITED:
-            return result.retry_at, result.error or "rate limited"  # the runtime's own reading
-        signal = live.reader.limit_met(status, now)
-        if signal is None or signal == live.paused_for or (
-                live.paused_for is not None and signal.reset_at is None):
-            return None
-        return known_reset(signal, now), signal.excerpt or signal.source
-
-    def _result(self, live: LiveRun, run: Run, status: procs.ExitStatus, now: float) -> RunResult:
-        result = live.runtime.result(live.role, live.reader, status, run, now, live.handle)
-        if (live.ended_unwatched and result.outcome is Outcome.CRASHED
-                and status.code is None and status.signal is None):
-            # Its shim died too, without a word, while no daemon ran here: the machine died
-            # (or all was killed with it). As when another node rescues the run of a node
-            # that stays down: lost, no strike, back at once; not the agent's crash.
-            return RunResult(Outcome.LOST, error=VANISHED_WHILE_DOWN, error_tail=result.error_tail)
-        if result.output_tail is None:  # for a chain's `when` and a reviewer's verdict
-            result = dataclasses.replace(result, output_tail=live.reader.error_tail or None)
-        if live.kill_reason is None or result.outcome is Outcome.SUCCEEDED and (
-                run.report == "done" or live.reader.summary is not None):
-            return result  # work that was completed before the kill counts (partial success)
-        outcome, reason = live.kill_reason
-        retry_at = result.retry_at if outcome is Outcome.RATE_LIMITED else None
-        # What the run spent is kept whatever ended it: a killed run cost money too.
-        return dataclasses.replace(result, outcome=outcome, exit_code=status.code, summary=None,
-                                   error=reason, error_tail=live.reader.error_tail,
-                                   retry_at=retry_at)
 
     def _settle_now(self, run: Run, result: RunResult, ended_at: float | None = None) -> None:
         self.settles.settle(run, result, self.clock() if ended_at is None else ended_at)
@@ -906,17 +761,6 @@ class Supervisor:
         remaining = [live.watcher for live in self.live.values() if live.watcher]
         if remaining:
             await asyncio.wait(remaining, timeout=KILL_GRACE + 10)
-
-def _input_after(role: RoleConfig) -> float:
-    """Idleness at a question that means waiting for input: never longer than idle_timeout,
-    so an agent at a question is never charged a strike as stalled."""
-    return min(role.input_timeout, role.idle_timeout)
-
-
-def _quiet_after(role: RoleConfig) -> float:
-    """Silence that makes a run read as quiet: QUIET_AFTER, or half a shorter idle_timeout."""
-    return min(QUIET_AFTER, role.idle_timeout / 2)
-
 
 def _utc(timestamp: float) -> datetime:
     return datetime.fromtimestamp(timestamp, UTC)

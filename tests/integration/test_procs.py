@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from taskherd.host import forkserver, procs
+from taskherd.host import activity, forkserver, procs
 from tests.integration.fifo_gate import release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -250,24 +250,24 @@ def test_activity_tells_busy_printing_and_idle_agents_apart(run):
     idle = run(["sleep", "30"], name="idle")
     wait_until(agent_is_running(idle, "sleep"), what="sleep to be exec'd")
     wait_until(agent_is_running(busy, "sh"), what="busy loop to start")
-    before = {p.pid: procs.activity(p.handle) for p in (busy, printer, idle)}
+    before = {p.pid: activity.activity(p.handle) for p in (busy, printer, idle)}
 
-    wait_until(lambda: procs.activity(busy.handle).cpu_seconds
+    wait_until(lambda: activity.activity(busy.handle).cpu_seconds
                > before[busy.pid].cpu_seconds + 0.05, what="busy CPU growth")
-    wait_until(lambda: procs.activity(printer.handle).log_size
+    wait_until(lambda: activity.activity(printer.handle).log_size
                > before[printer.pid].log_size, what="printer log growth")
 
-    after_idle = procs.activity(idle.handle)
+    after_idle = activity.activity(idle.handle)
     assert after_idle.log_size == before[idle.pid].log_size
     assert after_idle.cpu_seconds == before[idle.pid].cpu_seconds
     assert after_idle.process_count == 2  # the shim and sleep
-    assert procs.activity(busy.handle).log_size == before[busy.pid].log_size
+    assert activity.activity(busy.handle).log_size == before[busy.pid].log_size
 
 
 def test_activity_of_finished_run_has_no_processes(run):
     process = run(["sh", "-c", "echo done"])
     wait_exit(process.handle)
-    sample = procs.activity(process.handle)
+    sample = activity.activity(process.handle)
     assert sample.process_count == 0 and sample.log_size > 0
 
 

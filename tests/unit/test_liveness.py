@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from taskherd.model import Run
 from taskherd.policy.liveness import last_activity, next_threshold, stale_reason, verdict_text
 
@@ -52,3 +54,15 @@ def test_the_verdict_of_a_running_run_in_words_and_its_next_threshold() -> None:
     assert verdict_text(run(spawned_at=NOW, liveness="looping"), NOW) == "looping"
     assert verdict_text(run(), NOW) == "starting"
     assert next_threshold(run(), **thresholds) is None
+
+
+def test_a_run_on_a_stopped_or_silent_node_says_so() -> None:
+    from taskherd.model.nodes import Node
+    from taskherd.policy.liveness import node_down_reason
+
+    box = Node("box-1", "h", 1, "1", lease=30.0, started_at=NOW - 900, last_seen=NOW - 600,
+               stopped_at=None, running=1)
+    assert node_down_reason(box, NOW).startswith("its node box-1 is down (last seen ")
+    stopped = replace(box, stopped_at=NOW - 500)
+    assert node_down_reason(stopped, NOW).startswith("its node box-1 stopped at ")
+    assert node_down_reason(replace(box, last_seen=NOW), NOW) is None
