@@ -258,7 +258,7 @@ class Api:
         from taskherd.api.fanout import EventHub, SharedBoard
 
         self.queue = Queue(self.config, self.store)
-        self.hub = EventHub(self.store)
+        self.hub = EventHub(self.queue)
         self.board = SharedBoard()
         # The store serialises its calls behind one lock: more threads would only queue.
         self.limiter = anyio.CapacityLimiter(2)

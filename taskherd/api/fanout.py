@@ -10,9 +10,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from taskherd.model import Event
+from taskherd.ops import metrics as metric_ops
 
 if TYPE_CHECKING:
-    from taskherd.store import Store
+    from taskherd.ops import Queue
 
 log = logging.getLogger("taskherd.api")
 
@@ -49,8 +50,8 @@ class Changes:
 
 
 class EventHub:
-    def __init__(self, store: Store):
-        self.store = store
+    def __init__(self, queue: Queue):
+        self.queue = queue
         self._subscribers: set[asyncio.Queue[Event | None]] = set()
         self._gathered: set[Changes] = set()
         # Events received so far: a view rendered after reading it shows every change told
@@ -82,7 +83,7 @@ class EventHub:
             changes.close()
 
     async def _pump(self) -> None:
-        async with self.store.listen() as events:
+        async with metric_ops.listen(self.queue) as events:
             assert self._ready is not None
             self._ready.set()
             async for event in events:

@@ -26,6 +26,7 @@ from starlette.responses import Response
 
 from taskherd.api.app import Api, answer_for
 from taskherd.model import EventKind
+from taskherd.ops import metrics as metric_ops
 from taskherd.ops.tokens import READ
 
 log = logging.getLogger("taskherd.api")
@@ -71,7 +72,7 @@ class Metrics:
                         log.debug("metrics: run %s not observed: %s", event.run_id, error)
 
     def _observe_run(self, kind: EventKind, run_id: int) -> None:
-        run = self.api.store.run_timing(run_id)  # one row, not the run and its task
+        run = metric_ops.run_timing(self.api.queue, run_id)
         if run is None:
             return
         role, spawned_at = run["role"], run["spawned_at"]
@@ -97,10 +98,10 @@ class _StoreCollector:
         self.api, self.metrics = api, metrics
 
     def collect(self) -> Iterator[Metric]:
-        store, now = self.api.store, self.api.clock()
         try:
-            counts, totals = store.counts(), store.run_totals()
-            cooldowns, fires = store.active_cooldowns(now), store.list_fires(limit=50)
+            scrape = metric_ops.scrape(self.api.queue, self.api.clock())
+            counts, totals, cooldowns, fires = (scrape.counts, scrape.totals, scrape.cooldowns,
+                                                scrape.fires)
         except Exception as error:  # noqa: BLE001 - a scrape says so rather than failing
             self.metrics.store_errors.inc()
             log.warning("metrics: the store could not be read: %s", error)

@@ -100,7 +100,7 @@ def delivery(view: View) -> str:
     sections = []
     for alias in delivery_ops.list_aliases(view.queue):
         tally = counts.get(alias.name, {})
-        latest = view.queue.store.list_deliveries(alias=alias.name, limit=SHOWN // 2)
+        latest = delivery_ops.deliveries_of(view.queue, alias.name, limit=SHOWN // 2)
         rows = [[str(d.id), h(d.event), f'<a href="/tasks/{d.task_id}">#{d.task_id}</a>'
                  if d.task_id else "-", h(d.state), str(d.attempts), when(view, d.created_at),
                  f"<code>{h((d.last_error or '')[:300])}</code>", _retry(view, d)]

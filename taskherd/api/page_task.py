@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from taskherd.api.pages import View, _branch, h, list_href, span, state, table, when
-from taskherd.model import FINAL_STATES, TASK_ADDRESS, Run, Task, TaskState
+from taskherd.model import FINAL_STATES, Run, Task, TaskState
 from taskherd.ops import board as board_ops
 from taskherd.ops import logs as log_ops
+from taskherd.ops import messages as message_ops
 from taskherd.ops import runs as run_ops
 from taskherd.ops import tasks
 from taskherd.policy.costs import cost_text
@@ -162,12 +163,10 @@ def _gates(view: View, task_id: int) -> str:
 
 
 def _messages(view: View, task_id: int) -> str:
-    address = f"{TASK_ADDRESS}{task_id}"
-    sent = view.queue.store.sent_messages(address, MESSAGES_SHOWN)
-    waiting = view.queue.store.unread_messages(address, view.now, limit=MESSAGES_SHOWN)
     rows = [[when(view, message.created_at), h(message.sender), h(message.recipient),
              h(message.kind), f"<code>{h(message.body[:500])}</code>"]
-            for message in sorted([*sent, *waiting], key=lambda m: m.id)]
+            for message in message_ops.of_task(view.queue, task_id, view.now,
+                                               limit=MESSAGES_SHOWN)]
     return ("<h2>Messages</h2>" + table(["sent", "from", "to", "kind", "text"], rows,
                                         "no message from it, none waiting for it")
             + '<p class="muted">Those it sent, and those waiting unread in its inbox.</p>')

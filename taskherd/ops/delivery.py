@@ -68,6 +68,11 @@ def list_aliases(queue: Queue) -> list[Alias]:
     return [replace(alias, target=shown_target(alias)) for alias in queue.store.list_aliases()]
 
 
+def deliveries_of(queue: Queue, alias: str, *, limit: int = 20) -> list[Delivery]:
+    """An alias's latest deliveries, newest first."""
+    return queue.store.list_deliveries(alias=alias, limit=limit)
+
+
 def shown_target(alias: Alias) -> str:
     """A target without its secrets: a URL's credentials, query values and token-like path
     segments redacted (a command's URL arguments too); the store keeps it as given."""

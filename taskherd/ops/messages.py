@@ -237,6 +237,15 @@ def outbox(queue: Queue, sender: str, *, limit: int = 100) -> list[Message]:
     return queue.store.sent_messages(sender, _limit(limit))
 
 
+def of_task(queue: Queue, task_id: int, now: float, *, limit: int = 100) -> list[Message]:
+    """What a task's agents sent from its address (task:ID) and what waits unread for it,
+    oldest first."""
+    address = f"{TASK_ADDRESS}{task_id}"
+    sent = queue.store.sent_messages(address, _limit(limit))
+    waiting = queue.store.unread_messages(address, now, limit=_limit(limit))
+    return sorted([*sent, *waiting], key=lambda message: message.id)
+
+
 def thread(queue: Queue, message_id: int) -> list[Message]:
     found = queue.store.message_thread(message_id)
     if not found:
