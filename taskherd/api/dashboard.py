@@ -173,8 +173,7 @@ def _act(api: Api) -> Callable[[Request], Awaitable[Response]]:
             form, _ = await _checked_form(api, request)
             if action not in ACTIONS:
                 raise ApiError(404, f"no action {action!r}")
-            task_id = int(request.path_params["task_id"]) if \
-                request.path_params["task_id"].isdigit() else -1
+            task_id = pages.task_id_in(request.path_params["task_id"])
             reason = (form.get("reason") or None,) if action in ("reject", "cancel", "block") \
                 else ()
             await api.run(task_ops.TRANSITIONS[action], api.queue, task_id, api.clock(),

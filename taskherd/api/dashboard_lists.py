@@ -141,7 +141,7 @@ def _answer(api: Api) -> Handler:
         raw = request.path_params["task_id"]
         try:
             form, _ = await _checked(api, request)
-            task_id = int(raw) if raw.isdigit() else -1
+            task_id = pages.task_id_in(raw)
             await api.run(task_ops.answer, api.queue, task_id, _one(form, "text"), api.clock())
         except Exception as error:  # noqa: BLE001
             return _refused(error, "the answer")
@@ -150,14 +150,12 @@ def _answer(api: Api) -> Handler:
     return handle
 
 
-
-
 def _priority(api: Api) -> Handler:
     async def handle(request: Request) -> Response:
         raw = request.path_params["task_id"]
         try:
             form, _ = await _checked(api, request)
-            task_id = int(raw) if raw.isdigit() else -1
+            task_id = pages.task_id_in(raw)
             value = _one(form, "priority")
             await api.run(task_ops.set_priority, api.queue, task_id,
                           int(value) if value.isdigit() else value, api.clock())

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskherd.api.pages import View, _branch, h, list_href, span, state, table, when
+from taskherd.api.pages import (
+    View,
+    _branch,
+    h,
+    list_href,
+    span,
+    state,
+    table,
+    task_id_in,
+    when,
+)
 from taskherd.model import FINAL_STATES, Run, Task, TaskState
 from taskherd.ops import board as board_ops
 from taskherd.ops import logs as log_ops
@@ -32,7 +42,7 @@ WITH_REASON = {"reject": "rejected on the dashboard", "block": "held on the dash
 
 
 def task(view: View) -> str:
-    task_id = int(view.params["task_id"]) if view.params["task_id"].isdigit() else -1
+    task_id = task_id_in(view.params["task_id"])
     data = tasks.task_with_runs(view.queue, task_id)
     current, runs = data["task"], data["runs"]
     open_run = next((run for run in reversed(runs) if run.ended_at is None), None)

@@ -30,6 +30,12 @@ LIST_LIMIT = 200
 ICON = '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
 
 
+def task_id_in(text: str) -> int:
+    """A task id from a page's address; -1 (no such task, answered as one) for anything but
+    digits, so a wrong id reads as a missing task, never as a server error."""
+    return int(text) if text.isdigit() else -1
+
+
 def h(text: Any) -> str:
     return html.escape("" if text is None else str(text), quote=True)
 
