@@ -175,9 +175,9 @@ class Supervisor:
         A dev server or a watcher started in the background would otherwise outlive its run
         and pile up run after run, as service managers' control-group kill prevents.
         """
-        if live.handle.pid is None:
+        if not isinstance(live.handle, procs.ProcessHandle):
             return  # an in-process call: no process group
-        if not getattr(live.handle, "started_at", None):
+        if not live.handle.started_at:
             # Adopted with no start time (a shim known only from its log's header, gone when
             # found): its pid may lead another process group by now, which must not be stopped.
             return
@@ -291,8 +291,8 @@ class Supervisor:
         began = time.perf_counter()
         # CPU time matters only where it could keep a run from a threshold: sampled while
         # the run is busy, or from SAMPLE_AHEAD before its input or idle threshold.
-        sampled = {live.handle.pid for live in due
-                   if live.handle.pid and (live.cpu_busy or now >= live.sample_from)}
+        sampled = {pid for live in due if (pid := live.handle.pid)
+                   and (live.cpu_busy or now >= live.sample_from)}
         cpu = activity.tree_cpu_seconds(sampled) if sampled else {}
         changes = []
         for index, live in enumerate(due):
@@ -306,7 +306,8 @@ class Supervisor:
                 self._looks.schedule(live, now + self.settings.interval)
                 continue
             counts["checked"] += 1
-            verdict = self._look(live, now, cpu.get(live.handle.pid))
+            pid = live.handle.pid
+            verdict = self._look(live, now, cpu.get(pid) if pid else None)
             if verdict.end is not None:
                 counts[verdict.end[0].value] = counts.get(verdict.end[0].value, 0) + 1
                 self.kill(live, *verdict.end)
