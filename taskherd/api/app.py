@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import tzinfo
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from starlette.requests import Request
@@ -99,6 +99,9 @@ def refusal(error: Exception) -> ApiError:
     raise error
 
 
+T = TypeVar("T")
+
+
 @dataclass
 class Caller:
     """Who sent a request: an API token (by header or dashboard session), or a run."""
@@ -135,8 +138,12 @@ class Call:
     def queue(self) -> Queue:
         return self.api.queue
 
-    def int_query(self, name: str) -> int | None:
+    def int_query(self, name: str) -> int:
         """A whole number within the bounds its route declares (absent: its default)."""
+        return _declared_default(name, self.optional_int_query(name))
+
+    def optional_int_query(self, name: str) -> int | None:
+        """A whole number within the bounds its route declares (absent: its default, or None)."""
         schema = self.declared[name]
         text = self.query.get(name)
         if text is None:
@@ -163,7 +170,11 @@ class Call:
                            f"{high}", name)
         return value
 
-    def choice_query(self, name: str) -> str | None:
+    def choice_query(self, name: str) -> str:
+        """One of the values its route declares (absent: its default)."""
+        return _declared_default(name, self.optional_choice_query(name))
+
+    def optional_choice_query(self, name: str) -> str | None:
         """One of the values its route declares (absent: its default, or None)."""
         schema = self.declared[name]
         text = self.query.get(name)
@@ -181,6 +192,12 @@ class Call:
         if not isinstance(self.body, dict):
             raise ApiError(422, "the body must be a JSON object", "body")
         return self.body
+
+
+def _declared_default(name: str, value: T | None) -> T:
+    if value is None:  # the route reads the parameter as always given, yet declares no default
+        raise LookupError(f"query parameter {name!r}: its route declares no default")
+    return value
 
 
 def integer(low: int, high: int, default: int | None = None) -> dict[str, Any]:
@@ -218,7 +235,7 @@ class RouteSpec:
     status: int = 200
     body: str | None = None  # the schema of its body, if it takes one
     # Its query parameters' JSON schemas, {name: schema}: the document shows them, and
-    # `Call.int_query` and `choice_query` hold a request to them.
+    # `Call.int_query` and `choice_query` (and their optional_ forms) hold a request to them.
     query: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 

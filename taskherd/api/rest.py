@@ -27,9 +27,9 @@ MAX_TAIL_LINES = 10_000
        query={"state": choice(state.value for state in TaskState), "role": TEXT,
               "limit": integer(1, tasks.MAX_PAGE, 100), "cursor": integer(1, 2**62)})
 def list_tasks(call: Call) -> Any:
-    return tasks.page_tasks(call.queue, state=call.choice_query("state"),
+    return tasks.page_tasks(call.queue, state=call.optional_choice_query("state"),
                             role=call.query.get("role") or None,
-                            cursor=call.int_query("cursor"), limit=call.int_query("limit"))
+                            cursor=call.optional_int_query("cursor"), limit=call.int_query("limit"))
 
 
 @route("POST", "/v1/tasks", ADD, "Add a task (an open task with its dedup_key is returned)",
