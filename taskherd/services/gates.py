@@ -108,7 +108,8 @@ class GateRunner:
         handle = None
         if check.pid is not None and check.log_path is not None:
             handle = procs.adopt(check.pid, check.pid_started_at or 0.0, Path(check.log_path))
-        if handle is not None and (handle.is_alive() or handle.poll().known):
+        ended = handle.poll() if handle is not None else None  # None: it lives
+        if handle is not None and (ended is None or ended.known):
             log.info("run %s: gate %r re-adopted (pid %s)", run.id, gate.name, check.pid)
             return await self._await_gate(gate, check.id, handle, run, check.started_at, watch)
         self._ended(check.id, None, False, INTERRUPTED)
