@@ -20,7 +20,7 @@ from taskherd.model import Run
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops
 from taskherd.policy.durations import DurationError, parse_duration
-from taskherd.store.sql_credentials import token_digest
+from taskherd.store.sql_credentials import token_digest as token_digest  # for the dashboard
 from taskherd.store.tokens import ApiToken
 
 log = logging.getLogger("taskherd.api")
