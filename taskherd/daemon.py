@@ -183,7 +183,7 @@ class Daemon:
         watching = [self._start(name) for name in ("supervisor", "monitor", "planner",
                                                    "checkpoints", "backups", "delivery",
                                                    "worktrees", "merges")]
-        watching.append(asyncio.create_task(self._reload_on_request(), name="reload"))
+        watching.append(asyncio.create_task(self._reload_on_request(scheduler), name="reload"))
         watching.append(asyncio.create_task(self._wake_on_events(events, supervisor),
                                             name="events"))
         loops = starting + watching
@@ -191,8 +191,8 @@ class Daemon:
             stopped = asyncio.create_task(self._stop.wait())
             done, _ = await asyncio.wait([stopped, *loops], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
-                if task is not stopped and task.exception():
-                    raise task.exception()
+                if task is not stopped and (error := task.exception()) is not None:
+                    raise error
         finally:
             # Nothing new starts from here, but the watchers keep going while running agents
             # are waited for or killed: a stall or a cancel during on_shutdown = wait counts.
@@ -344,14 +344,14 @@ class Daemon:
             self._wake.set()  # the dispatcher: new tasks are ready
             log.info("scheduler: %s", dict(counts))
 
-    async def _reload_on_request(self) -> None:
+    async def _reload_on_request(self, scheduler: Scheduler) -> None:
         while True:
             await self._reload.wait()
             self._reload.clear()
-            self._apply_reload()
+            self._apply_reload(scheduler)
             self.wake()
 
-    def _apply_reload(self) -> None:
+    def _apply_reload(self, scheduler: Scheduler) -> None:
         """Re-read the config file and give it to every service, or keep the old one whole."""
         if self.config.source is None:
             log.warning("reload: the daemon was started without a config file; nothing to re-read")
@@ -359,7 +359,6 @@ class Daemon:
         try:
             config = load_config(self.config.source)
             check_reloadable(self.config, config)
-            scheduler = self.services["scheduler"].service
             synced = scheduler.reload(config)  # parses and syncs the jobs first: may refuse
         except (ConfigError, JobError, OSError) as error:
             log.error("reload refused, the config stays as it was: %s", error)
