@@ -392,8 +392,10 @@ def unrecorded_spawn(log_path: Path) -> tuple[int, float | None] | None:
     """
     try:
         header = read_header(log_path)
-        pid, written = int(header["pid"]), float(header["time"])  # type: ignore[index]
-    except (TypeError, KeyError, ValueError):  # no header, or not one the shim wrote
+        if header is None:  # no header
+            return None
+        pid, written = int(header["pid"]), float(header["time"])
+    except (TypeError, KeyError, ValueError):  # not a header the shim wrote
         return None
     try:
         process = psutil.Process(pid)

@@ -322,8 +322,8 @@ def _path(edges: Mapping[str, Mapping[str, bool]], start: str, goal: str) -> lis
         for role in frontier:
             if role == goal:
                 path = [role]
-                while came_from[path[-1]] is not None:
-                    path.append(came_from[path[-1]])  # type: ignore[arg-type]
+                while (previous := came_from[path[-1]]) is not None:
+                    path.append(previous)
                 return path[::-1]
             for nxt in sorted(edges.get(role, {})):
                 if nxt not in came_from:

@@ -180,9 +180,9 @@ class GateRunner:
             error_text = failure_text(gate, status.code, timed_out, reason)
         self._ended(gate_id, status.code, passed, error_text)
         log.info("run %s: gate %r %s", run.id, gate.name, "passed" if passed else error_text)
-        if passed:
+        if error_text is None:  # passed
             return None
-        return error_text, log_tail(handle.log_path), status.code, outcome  # type: ignore
+        return error_text, log_tail(handle.log_path), status.code, outcome
 
     def _record(self, write: Callable[[], int]) -> int | None:
         try:
