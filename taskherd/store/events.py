@@ -14,12 +14,9 @@ a notification at commit and drops it with a rollback.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
-import secrets
 import socket
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
@@ -48,6 +45,11 @@ def socket_dir(database: str | os.PathLike[str]) -> Path:
     beside = Path(f"{path}.events")
     if len(str(beside)) + 1 + _NAME_LENGTH <= MAX_SOCKET_PATH:
         return beside
+    # Imported here, for a long path only: every store opens this, and the two cost a
+    # command's start more than the rest of this module.
+    import hashlib
+    import tempfile
+
     digest = hashlib.sha256(path.encode()).hexdigest()[:16]
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     base = Path(runtime) / "taskherd" if runtime else Path(
@@ -193,7 +195,7 @@ class SocketListener(Listener):
     def __init__(self, folder: Path):
         super().__init__()
         self.folder = folder
-        self.path = folder / f"{os.getpid()}-{secrets.token_hex(6)}{SOCKET_SUFFIX}"
+        self.path = folder / f"{os.getpid()}-{os.urandom(6).hex()}{SOCKET_SUFFIX}"
         self._transport: asyncio.BaseTransport | None = None
 
     async def _start(self) -> None:
