@@ -14,7 +14,6 @@ a notification at commit and drops it with a rollback.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import socket
 import time
@@ -27,8 +26,6 @@ from taskherd.model import Event
 
 if TYPE_CHECKING:
     import asyncio
-
-log = logging.getLogger(__name__)
 
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS; keep a margin
 SOCKET_SUFFIX = ".sock"
@@ -127,9 +124,13 @@ def _receiver(queue: asyncio.Queue[Event]) -> asyncio.DatagramProtocol:
     """The protocol that turns datagrams into events on `queue`.
 
     asyncio is imported here, not at the top: publishing (every CLI write) needs only a
-    socket, and importing asyncio would add ~50 ms to each command's start.
+    socket, and importing asyncio would add ~50 ms to each command's start (logging too,
+    which asyncio loads anyway).
     """
     import asyncio
+    import logging
+
+    log = logging.getLogger(__name__)
 
     class Received(asyncio.DatagramProtocol):
         def datagram_received(self, data: bytes, addr: object) -> None:
