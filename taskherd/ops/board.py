@@ -10,14 +10,16 @@ from zoneinfo import ZoneInfo
 from taskherd.model import Priority, Run, Task, TaskState
 from taskherd.model.nodes import Node
 from taskherd.ops import Queue
-from taskherd.policy import waits
 from taskherd.policy.budgets import COOLDOWN_PREFIX, Pause
 from taskherd.policy.costs import known_cost
 from taskherd.policy.limits import ClaimLimits
 from taskherd.store import StoreError
 
+# Why a task waits (policy/waits.py, and admission under it) is imported where one is asked:
+# `status` asks only when a P0 task waits, and admission's records cost its start ~3%.
 if TYPE_CHECKING:
     from taskherd.ops.views import Board
+    from taskherd.policy import waits
 
 WEEK = 7 * 86400
 # The board's lists show at most this many rows each, so a page costs the same at any size.
@@ -173,6 +175,8 @@ def p0_waits(queue: Queue, now: float, limit: int = BOARD_ROWS) -> list[dict[str
     waiting = queue.store.waiting_at_priority(Priority.P0, limit=limit)
     if not waiting:
         return []
+    from taskherd.policy import waits
+
     counts, limits = wait_counts(queue, now), ClaimLimits.from_config(queue.config)
     return [{"task": task, "waits_for": waits.task_wait(task, limits, counts, now)
              or "its turn: nothing holds it back"} for task in waiting]
@@ -182,6 +186,8 @@ def why_waiting(queue: Queue, task: Task, now: float) -> str | None:
     """Why `task` is not running now (None when it is not waiting to run)."""
     if task.state not in (TaskState.READY, TaskState.PENDING):
         return None
+    from taskherd.policy import waits
+
     limits = ClaimLimits.from_config(queue.config)
     return (waits.task_wait(task, limits, wait_counts(queue, now), now)
             or "its turn: nothing holds it back")
@@ -191,6 +197,8 @@ def wait_counts(queue: Queue, now: float) -> waits.Counts:
     """The fleet's counts for why a task waits, from the store: every node's open runs by
     role and by node, the pools they fill, the paused runtimes and budgets, the nodes up.
     A node's own max_concurrent is not in the store: this config's is taken for every node."""
+    from taskherd.policy import waits
+
     store, config = queue.store, queue.config
     open_runs = store.open_runs()
     running = Counter(run.role for run in open_runs)
