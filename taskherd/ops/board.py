@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 from taskherd.model import Priority, Run, Task, TaskState
 from taskherd.model.nodes import Node
@@ -13,6 +12,7 @@ from taskherd.ops import Queue
 from taskherd.policy.budgets import COOLDOWN_PREFIX, Pause
 from taskherd.policy.costs import known_cost
 from taskherd.policy.limits import ClaimLimits
+from taskherd.policy.timefmt import zone_named
 from taskherd.store import StoreError
 
 # Why a task waits (policy/waits.py, and admission under it) is imported where one is asked:
@@ -130,7 +130,7 @@ def endpoints_down(queue: Queue, now: float) -> list[dict[str, Any]]:
 
 def midnight(timezone: str | None, moment: float) -> float:
     """Start of the day of `moment` in the fleet's zone (the machine's when none is stated)."""
-    zone = ZoneInfo(timezone) if timezone else None
+    zone = zone_named(timezone)  # zoneinfo is loaded only for a zone named
     local = datetime.fromtimestamp(moment, zone) if zone else datetime.fromtimestamp(moment)
     return local.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
 
