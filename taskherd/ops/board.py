@@ -9,14 +9,12 @@ from typing import TYPE_CHECKING, Any
 from taskherd.model import Priority, Run, Task, TaskState
 from taskherd.model.nodes import Node
 from taskherd.ops import Queue
-from taskherd.policy.budgets import COOLDOWN_PREFIX, Pause
 from taskherd.policy.costs import known_cost
-from taskherd.policy.limits import ClaimLimits
 from taskherd.policy.timefmt import zone_named
 from taskherd.store import StoreError
 
-# Why a task waits (policy/waits.py, and admission under it) is imported where one is asked:
-# `status` asks only when a P0 task waits, and admission's records cost its start ~3%.
+# Why a task waits (policy/waits.py, and the claim's rules under it) is imported where one is
+# asked: `status` asks only when a P0 task waits, and those rules' records cost its start ~5%.
 if TYPE_CHECKING:
     from taskherd.ops.views import Board
     from taskherd.policy import waits
@@ -173,24 +171,26 @@ def p0_waits(queue: Queue, now: float, limit: int = BOARD_ROWS) -> list[dict[str
     ones in claim order, then those pending approval, at most `limit` of each (both read
     through indexes)."""
     waiting = queue.store.waiting_at_priority(Priority.P0, limit=limit)
-    if not waiting:
-        return []
-    from taskherd.policy import waits
-
-    counts, limits = wait_counts(queue, now), ClaimLimits.from_config(queue.config)
-    return [{"task": task, "waits_for": waits.task_wait(task, limits, counts, now)
-             or "its turn: nothing holds it back"} for task in waiting]
+    return [{"task": task, "waits_for": why} for task, why in
+            zip(waiting, _why_each_waits(queue, waiting, now), strict=True)]
 
 
 def why_waiting(queue: Queue, task: Task, now: float) -> str | None:
     """Why `task` is not running now (None when it is not waiting to run)."""
     if task.state not in (TaskState.READY, TaskState.PENDING):
         return None
-    from taskherd.policy import waits
+    return _why_each_waits(queue, [task], now)[0]
 
-    limits = ClaimLimits.from_config(queue.config)
-    return (waits.task_wait(task, limits, wait_counts(queue, now), now)
-            or "its turn: nothing holds it back")
+
+def _why_each_waits(queue: Queue, tasks: list[Task], now: float) -> list[str]:
+    if not tasks:
+        return []
+    from taskherd.policy import waits
+    from taskherd.policy.limits import ClaimLimits
+
+    counts, limits = wait_counts(queue, now), ClaimLimits.from_config(queue.config)
+    return [waits.task_wait(task, limits, counts, now) or "its turn: nothing holds it back"
+            for task in tasks]
 
 
 def wait_counts(queue: Queue, now: float) -> waits.Counts:
@@ -198,6 +198,7 @@ def wait_counts(queue: Queue, now: float) -> waits.Counts:
     role and by node, the pools they fill, the paused runtimes and budgets, the nodes up.
     A node's own max_concurrent is not in the store: this config's is taken for every node."""
     from taskherd.policy import waits
+    from taskherd.policy.budgets import COOLDOWN_PREFIX, Pause
 
     store, config = queue.store, queue.config
     open_runs = store.open_runs()

@@ -16,18 +16,18 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from taskherd.model import ANY_ROLE, Claim, EventKind, InboxLimit, Run, Task
-from taskherd.model.settings import FLEET
-from taskherd.policy.limits import NODE, ClaimLimits
+from taskherd.model.settings import FLEET, NODE
 from taskherd.store.connection import Connection
 from taskherd.store.sql_parts import SQLParts
 from taskherd.store.sql_parts import one_row as _one
 from taskherd.store.sql_reports import budget_rows
 
 # policy/admission is imported where a claim is made or counted: every command opens this
-# store, only a daemon claims, and admission's records cost a command's start ~3%.
+# store, only a daemon claims, and the records of the claim's rules cost a command's start ~5%.
 if TYPE_CHECKING:
     from taskherd.policy.admission import ClaimAttempt, ClaimRequest, Refusal, Usage
     from taskherd.policy.budgets import Pause
+    from taskherd.policy.limits import ClaimLimits
 
 
 class SQLClaims(SQLParts):

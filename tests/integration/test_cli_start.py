@@ -65,11 +65,11 @@ def person_env(tmp_path: Path) -> dict[str, str]:
 
 
 # What a command that opens the queue without claiming, logging or checking a token has no
-# use for: the claim's admission rule, the token machinery, the prompt builder, and the
-# standard library's logging, hashing, temp files, time zones and platform folders.
-DAEMON_ONLY = ["asyncio", "psutil", "taskherd.policy.admission", "taskherd.ops.tokens",
-               "taskherd.policy.prompt", "logging", "hashlib", "tempfile", "secrets",
-               "zoneinfo", "platformdirs"]
+# use for: the claim's rules (admission, limits, budgets), the token machinery, the prompt
+# builder, and the standard library's logging, hashing, temp files, zones and platform folders.
+DAEMON_ONLY = ["asyncio", "psutil", "taskherd.policy.admission", "taskherd.policy.limits",
+               "taskherd.policy.budgets", "taskherd.ops.tokens", "taskherd.policy.prompt",
+               "logging", "hashlib", "tempfile", "secrets", "zoneinfo", "platformdirs"]
 
 
 def test_task_add_loads_only_what_adding_uses(person_env) -> None:
