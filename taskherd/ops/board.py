@@ -183,6 +183,7 @@ def why_waiting(queue: Queue, task: Task, now: float) -> str | None:
 
 
 def _why_each_waits(queue: Queue, tasks: list[Task], now: float) -> list[str]:
+    """Why each of `tasks` waits, from one reading of the fleet's counts."""
     if not tasks:
         return []
     from taskherd.policy import waits
