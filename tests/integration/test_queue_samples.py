@@ -1,0 +1,55 @@
+"""The queue sampler, with time passed in: one sample a minute of the queue's depth by role
+(the config's idle roles as 0), kept a week, whatever the number of passes or nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from taskherd.config import parse_config
+from taskherd.model import NewTask
+from taskherd.services.queue_samples import QueueSampler
+from taskherd.store import open_store
+from taskherd.store.charts import Buckets
+
+T0 = 1_800_000_000.0  # a minute's start
+WEEK = 7 * 86400
+
+
+@pytest.fixture
+def store(database):
+    with open_store(database, durability="normal") as opened:
+        yield opened
+
+
+def sampler_for(tmp_path, store) -> QueueSampler:
+    config = parse_config({"daemon": {"data_dir": str(tmp_path / "data"), "node": "n1"},
+                           "roles": {"coder": {"command": ["true"]},
+                                     "idle": {"command": ["true"]}}}, base_dir=tmp_path)
+    return QueueSampler(config, store)
+
+
+def depth(store, start: float, minutes: int) -> dict:
+    return {(row["bucket"], row["role"]): row["ready"]
+            for row in store.queue_depth_buckets(Buckets(start, 60.0, minutes))}
+
+
+def test_each_minute_is_sampled_once_with_idle_roles_as_zero(tmp_path, store):
+    sampler = sampler_for(tmp_path, store)
+    store.enqueue(NewTask(role="coder", title="waits"), T0)
+    assert sampler.run_once(T0 + 5) == {"sampled": 2, "pruned": 0}
+    store.enqueue(NewTask(role="coder", title="waits too"), T0 + 6)
+    # A second pass in the same minute samples nothing; the next minute's does.
+    assert sampler.run_once(T0 + 30)["sampled"] == 0
+    assert sampler.next_wake(T0 + 30) == T0 + 60
+    assert sampler.run_once(T0 + 61)["sampled"] == 2
+    assert depth(store, T0, 2) == {(0, "coder"): 1, (0, "idle"): 0, (1, "coder"): 2,
+                                   (1, "idle"): 0}
+
+
+def test_samples_older_than_a_week_are_pruned(tmp_path, store):
+    sampler = sampler_for(tmp_path, store)
+    sampler.run_once(T0)
+    sampler.run_once(T0 + 60)
+    counts = sampler.run_once(T0 + WEEK + 60)
+    assert counts == {"sampled": 2, "pruned": 2}  # T0's two rows: older than a week
+    assert set(depth(store, T0, 2)) == {(1, "coder"), (1, "idle")}
