@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from taskherd.ops import BadInput, Queue
@@ -34,6 +35,24 @@ def buckets_of(range_name: str, now: float) -> Buckets:
     count = span // width
     holding_now = math.floor(now / width) * width
     return Buckets(float(holding_now - (count - 1) * width), float(width), count)
+
+
+def ranges_asked(params: Iterable[tuple[str, str]], ignored: Iterable[str] = ()
+                 ) -> dict[str, str]:
+    """Each chart's range as a page's address gives it (`?latency=7d`), DEFAULT_RANGE for a
+    chart it does not name; BadInput for a key that is no chart or a range that is no range."""
+    chosen = dict.fromkeys(CHARTS, DEFAULT_RANGE)
+    skipped = set(ignored)
+    for key, value in params:
+        if key in skipped:
+            continue
+        if key not in CHARTS:
+            raise BadInput(f"{key!r} is not a chart: use {', '.join(CHARTS)} (each =1h, 24h "
+                           f"or 7d)")
+        if value not in RANGES:
+            raise BadInput(f"{key} = {value!r}: expected one of {', '.join(RANGES)}")
+        chosen[key] = value
+    return chosen
 
 
 def chart(queue: Queue, name: str, range_name: str, now: float) -> dict[str, Any]:
@@ -65,9 +84,14 @@ def _latency(queue: Queue, buckets: Buckets) -> dict[str, Any]:
     for row in queue.store.latency_histogram(buckets):
         if 0 <= row["bucket"] < buckets.count:
             histograms[row["bucket"]][row["le"]] += row["n"]
+    whole: dict[float | None, int] = defaultdict(int)
+    for histogram in histograms:
+        for le, n in histogram.items():
+            whole[le] += n
     return {"series": [{"name": "p50", "values": [quantile(h, 0.5) for h in histograms]},
                        {"name": "p95", "values": [quantile(h, 0.95) for h in histograms]}],
-            "runs": [sum(h.values()) for h in histograms], "unit": "seconds"}
+            "runs": [sum(h.values()) for h in histograms], "unit": "seconds",
+            "overall": {"p50": quantile(whole, 0.5), "p95": quantile(whole, 0.95)}}
 
 
 def quantile(histogram: dict[float | None, int], fraction: float) -> float | None:
