@@ -28,7 +28,7 @@ lint: $(STAMP)
 # The dashboard's pictures in docs/screenshots/, made by its browser test from the pages as
 # they are now.
 screenshots: $(STAMP)
-	TASKHERD_SCREENSHOTS=docs $(BIN)/python -m pytest -q tests/api/test_dashboard_a11y_browser.py -k screenshots
+	TASKHERD_SCREENSHOTS=docs $(BIN)/python -m pytest -q tests/api/test_dashboard_a11y_browser.py tests/api/test_dashboard_charts_browser.py -k screenshots
 
 # The charting library the dashboard's /charts page draws with, vendored (no CDN): uPlot from
 # npm at UPLOT_VERSION, its licence and its registry record (version, licence, integrity)

@@ -23,6 +23,8 @@ PAGE_KEYS = ("fragment", "seen")
 RANGE_WORDS = {"1h": "the last hour", "24h": "the last 24 hours", "7d": "the last 7 days"}
 BUCKET_WORDS = {60: "per minute", 900: "per 15 minutes", 3600: "per hour"}
 SERIES_SHOWN = 6  # the palette's colours (style.css .c0-.c5); more roles share them in turn
+# Series whose colour says what they are (green done, red failed…); others take the next.
+COLOURS = {"completed": 1, "dead": 3, "cancelled": 2, "p50": 0, "p95": 2}
 
 
 def charts(view: View) -> str:
@@ -35,8 +37,9 @@ def _section(view: View, data: dict[str, Any], chosen: dict[str, str]) -> str:
     name = data["chart"]
     about = f"{BUCKET_WORDS[data['bucket_seconds']]}, over {RANGE_WORDS[data['range']]}"
     said = SUMMARIES[name](data)
-    legend = " ".join(f'<span class="swatch c{i % SERIES_SHOWN}">{h(series["name"])}</span>'
-                      for i, series in enumerate(data["series"]))
+    legend = " ".join(
+        f'<span class="swatch"><span class="mark c{COLOURS.get(series["name"], i) % SERIES_SHOWN}">'
+        f'</span>{h(series["name"])}</span>' for i, series in enumerate(data["series"]))
     return (f'<section class="chart" id="chart-{name}" aria-labelledby="title-{name}">'
             f'<h2 id="title-{name}">{h(data["title"])} <span class="muted">{h(about)}</span>'
             f'</h2>{_switch(name, chosen)}'

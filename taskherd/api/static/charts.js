@@ -23,7 +23,7 @@
   function drawOne(node) {
     var data = JSON.parse(node.textContent);
     var target = document.getElementById("plot-" + data.chart);
-    var swatches = document.querySelectorAll("#legend-" + data.chart + " .swatch");
+    var swatches = document.querySelectorAll("#legend-" + data.chart + " .mark");
     if (!target) { return; }
     var ink = colour(document.body, "color");
     var grid = colour(document.querySelector("th"), "borderTopColor") || "#dde1e8";
