@@ -67,14 +67,16 @@ SELECT id, claimed_at FROM runs WHERE id >= :id ORDER BY id LIMIT 1;
 -- Runs are read by id from :first_id (the range's first claim), their tasks by key.
 SELECT bucket, le, count(*) AS n FROM (
     SELECT (CAST(spawned_at * 1000 AS BIGINT) - :start_ms) / :width_ms AS bucket,
-           CASE WHEN waited <= 0.005 THEN 0.005 WHEN waited <= 0.01 THEN 0.01
+           -- A float in both dialects (PostgreSQL reads these literals as numeric).
+           CAST(CASE WHEN waited <= 0.005 THEN 0.005 WHEN waited <= 0.01 THEN 0.01
                 WHEN waited <= 0.025 THEN 0.025 WHEN waited <= 0.05 THEN 0.05
                 WHEN waited <= 0.1 THEN 0.1 WHEN waited <= 0.25 THEN 0.25
                 WHEN waited <= 0.5 THEN 0.5 WHEN waited <= 1 THEN 1 WHEN waited <= 2.5 THEN 2.5
                 WHEN waited <= 5 THEN 5 WHEN waited <= 10 THEN 10 WHEN waited <= 30 THEN 30
                 WHEN waited <= 60 THEN 60 WHEN waited <= 120 THEN 120
                 WHEN waited <= 300 THEN 300 WHEN waited <= 600 THEN 600
-                WHEN waited <= 1800 THEN 1800 WHEN waited <= 3600 THEN 3600 END AS le
+                WHEN waited <= 1800 THEN 1800 WHEN waited <= 3600 THEN 3600 END
+                AS DOUBLE PRECISION) AS le
     FROM (
         SELECT runs.spawned_at, runs.spawned_at - tasks.created_at AS waited
         FROM runs JOIN tasks ON tasks.id = runs.task_id
