@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,12 @@ CLOCK_SKEW = 300.0
 # An agent starts within seconds of its claim (a run claimed but never spawned is rescued
 # after 30 s by default): a run started in the range was claimed at most this long before it.
 CLAIM_TO_SPAWN = 3600.0
+SPAN = 900.0  # the sums kept are of quarter hours: the day's chart's buckets, 4 to the week's
+KEEP = 7 * 86400.0  # the sums kept: the longest range
+Rows = list[dict[str, Any]]
+# Per chart: the fields that name a row of a bucket, and those summed.
+KEYS = {"finished": ("state",), "latency": ("le",), "cost": ("role", "outcome")}
+SUMS = {"finished": ("n",), "latency": ("n",), "cost": ("runs", "cost_usd", "unpriced")}
 
 
 class SQLCharts(ChartStore):
@@ -47,18 +54,90 @@ class SQLCharts(ChartStore):
                  "running": int(row["running"]), "samples": int(row["samples"])}
                 for row in self._all("queue_depth_buckets", buckets.params())]
 
-    def finished_buckets(self, buckets: Buckets) -> list[dict[str, Any]]:
+    def finished_buckets(self, buckets: Buckets) -> Rows:
+        return self._kept_and_live("finished", buckets, self._finished_live, lambda row: {
+            "state": row["label"], "n": int(row["n"])})
+
+    def latency_histogram(self, buckets: Buckets) -> Rows:
+        return self._kept_and_live("latency", buckets, self._latency_live, lambda row: {
+            "le": None if row["label"] == "inf" else float(row["label"]), "n": int(row["n"])})
+
+    def cost_buckets(self, buckets: Buckets) -> Rows:
+        return self._kept_and_live("cost", buckets, self._cost_live, lambda row: {
+            "role": row["role"], "outcome": row["label"], "runs": int(row["n"]),
+            "cost_usd": float(row["cost_usd"]), "unpriced": int(row["unpriced"])})
+
+    def roll_up_chart_sums(self, now: float, again: float) -> int:
+        spans = self._spans_to_sum(now, again)
+        if spans is None:
+            return 0
+        # Read first, outside the write: the write then holds the lock for a few rows only.
+        rows = [{"chart": "finished", "role": "", "label": row["state"], "n": row["n"],
+                 "cost_usd": 0.0, "unpriced": 0, "bucket": row["bucket"]}
+                for row in self._finished_live(spans)]
+        rows += [{"chart": "latency", "role": "", "n": row["n"], "cost_usd": 0.0,
+                  "label": "inf" if row["le"] is None else str(row["le"]), "unpriced": 0,
+                  "bucket": row["bucket"]} for row in self._latency_live(spans)]
+        rows += [{"chart": "cost", "role": row["role"], "label": row["outcome"],
+                  "n": row["runs"], "cost_usd": row["cost_usd"], "unpriced": row["unpriced"],
+                  "bucket": row["bucket"]} for row in self._cost_live(spans)]
+        with self._write() as db:
+            db.execute(self.q["forget_chart_sums"], {
+                "since": spans.start, "until": spans.until, "before": spans.until - KEEP})
+            for row in rows:
+                bucket = row.pop("bucket")
+                if 0 <= bucket < spans.count:
+                    db.execute(self.q["insert_chart_sum"],
+                               row | {"at": spans.start + SPAN * bucket})
+            db.execute(self.q["set_chart_sums_mark"], {"through": spans.until})
+        return spans.count
+
+    def _spans_to_sum(self, now: float, again: float) -> Buckets | None:
+        """The past quarter hours to sum: those since the mark and the `again` seconds
+        before it, within the week; None when there are none."""
+        through = math.floor(now / SPAN) * SPAN
+        mark = self._sums_mark()
+        since = through - KEEP if mark is None else max(min(mark, through) - again,
+                                                         through - KEEP)
+        since = math.floor(since / SPAN) * SPAN
+        if since >= through:
+            return None
+        return Buckets(since, SPAN, round((through - since) / SPAN))
+
+    def _sums_mark(self) -> float | None:
+        rows = self._all("chart_sums_mark")
+        return float(rows[0]["sums_through"]) if rows else None
+
+    def _kept_and_live(self, chart: str, buckets: Buckets, live: Callable[[Buckets], Rows],
+                       kept: Callable[[Any], dict[str, Any]]) -> Rows:
+        """Buckets made of whole quarter hours from the sums kept up to the mark, the rest
+        read live by the quarter; buckets of any other width (minutes) live only. Parts of
+        one bucket are added up: a row per bucket and key."""
+        mark = self._sums_mark()
+        if buckets.width % SPAN or buckets.start % SPAN or mark is None:
+            return live(buckets)
+        kept_until = min(max(mark, buckets.start), buckets.until)
+        parts = [{"bucket": int((row["at"] - buckets.start) // buckets.width)} | kept(row)
+                 for row in self._all("chart_sums_of", {
+                     "since": buckets.start, "until": kept_until, "chart": chart})]
+        if kept_until < buckets.until:
+            tail = Buckets(kept_until, SPAN, round((buckets.until - kept_until) / SPAN))
+            parts += [row | {"bucket": int((tail.start + SPAN * row["bucket"] - buckets.start)
+                                           // buckets.width)} for row in live(tail)]
+        return _added_up(parts, ("bucket", *KEYS[chart]), SUMS[chart])
+
+    def _finished_live(self, buckets: Buckets) -> Rows:
         return [{"bucket": int(row["bucket"]), "state": row["state"], "n": int(row["n"])}
                 for row in self._all("finished_buckets", buckets.params())]
 
-    def latency_histogram(self, buckets: Buckets) -> list[dict[str, Any]]:
+    def _latency_live(self, buckets: Buckets) -> Rows:
         first = self._first_run_from(buckets.start - CLAIM_TO_SPAWN)
         return [{"bucket": int(row["bucket"]),
                  "le": None if row["le"] is None else float(row["le"]), "n": int(row["n"])}
                 for row in self._all("latency_histogram",
                                      buckets.params() | {"first_id": first})]
 
-    def cost_buckets(self, buckets: Buckets) -> list[dict[str, Any]]:
+    def _cost_live(self, buckets: Buckets) -> Rows:
         first = self._first_run_from(buckets.start)
         return [{"bucket": int(row["bucket"]), "role": row["role"], "outcome": row["outcome"],
                  "runs": int(row["runs"]), "cost_usd": float(row["cost_usd"]),
@@ -83,3 +162,16 @@ class SQLCharts(ChartStore):
             else:
                 high = middle
         return low
+
+
+def _added_up(parts: Rows, keys: tuple[str, ...], sums: tuple[str, ...]) -> Rows:
+    """One row per value of `keys`, its `sums` added up over the parts that share them."""
+    found: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for part in parts:
+        key = tuple(part[name] for name in keys)
+        if key in found:
+            for name in sums:
+                found[key][name] += part[name]
+        else:
+            found[key] = dict(part)
+    return list(found.values())

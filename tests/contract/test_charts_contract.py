@@ -141,3 +141,42 @@ def test_bucket_numbers_truncate_alike_in_both_dialects(store, width):
           end_of_first)
     [row] = store.finished_buckets(Buckets(T0, width, 3))
     assert row["bucket"] == 0
+
+
+HOURS = Buckets(T0, 3600.0, 6)  # six hours from T0, as the week's chart reads them
+QUARTERS = Buckets(T0, 900.0, 24)  # the same, as the day's chart reads them
+
+
+def all_charts(store, buckets: Buckets) -> tuple:
+    def rows(found):
+        return sorted(tuple(sorted(row.items(), key=lambda item: item[0])) for row in found)
+
+    return (rows(store.finished_buckets(buckets)), rows(store.latency_histogram(buckets)),
+            rows(store.cost_buckets(buckets)))
+
+
+def test_quarters_summed_read_as_the_rows_read_live(store):
+    for hour in range(5):
+        at = T0 + hour * 3600 + 100
+        ended(store, started(store, "coder", ready_at=at, claimed_at=at + 1, spawned_at=at + 2),
+              at + 50, Outcome.SUCCEEDED if hour % 2 else Outcome.FAILED, cost=0.5)
+    live, live_quarters = all_charts(store, HOURS), all_charts(store, QUARTERS)
+    # Summed up to 10:30 in hour 2: before, the sums are read; after, the rows (hour 2 from
+    # both, added up).
+    assert store.roll_up_chart_sums(T0 + 2 * 3600 + 1810, again=0.0) == 672
+    assert all_charts(store, HOURS) == live
+    assert all_charts(store, QUARTERS) == live_quarters
+    assert sorted(row["bucket"] for row in store.finished_buckets(HOURS)) == [0, 1, 2, 3, 4]
+
+
+def test_a_run_ending_after_its_hour_was_summed_counts_when_summed_again(store):
+    run = started(store, "coder", ready_at=T0, claimed_at=T0 + 10, spawned_at=T0 + 11)
+    store.roll_up_chart_sums(T0 + 3600 + 5, again=86400.0)
+    ended(store, run, T0 + 3600 + 60, cost=2.0)  # claimed in hour 0, ended in hour 1
+    assert store.cost_buckets(HOURS) == []  # hour 0's sums were made while it ran
+    # The new quarters and the day before the last mark.
+    assert store.roll_up_chart_sums(T0 + 2 * 3600 + 5, again=86400.0) == 96 + 4
+    assert [(row["bucket"], row["cost_usd"]) for row in store.cost_buckets(HOURS)] == [(0, 2.0)]
+    # Summing the same hours again, from another node as well, changes nothing.
+    store.roll_up_chart_sums(T0 + 2 * 3600 + 5, again=86400.0)
+    assert len(store.cost_buckets(HOURS)) == 1

@@ -51,7 +51,9 @@ WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS N
 GROUP BY 1, state;
 
 -- name: run_id_range
-SELECT min(id) AS first, max(id) AS last FROM runs;
+-- Two subqueries: each is one step down the primary key, where min() and max() together in
+-- one SELECT read every run (165 ms at a million).
+SELECT (SELECT min(id) FROM runs) AS first, (SELECT max(id) FROM runs) AS last;
 
 -- name: run_at_or_after
 -- The first run kept from id :id on, and when it was claimed: a step of the search for the
@@ -98,3 +100,26 @@ FROM runs
 WHERE id >= :first_id AND claimed_at >= :since AND claimed_at < :until
   AND ended_at IS NOT NULL
 GROUP BY 1, role, outcome;
+
+-- name: chart_sums_mark
+SELECT sums_through FROM chart_marks WHERE id = 1;
+
+-- name: set_chart_sums_mark
+INSERT INTO chart_marks (id, sums_through) VALUES (1, :through)
+ON CONFLICT (id) DO UPDATE SET sums_through = excluded.sums_through;
+
+-- name: forget_chart_sums
+-- The quarter hours about to be summed again, and those older than the week kept.
+DELETE FROM chart_sums WHERE (at >= :since AND at < :until) OR at < :before;
+
+-- name: insert_chart_sum
+-- Another node summing the same quarters at once writes the same sums: the last one stays.
+INSERT INTO chart_sums (at, chart, role, label, n, cost_usd, unpriced)
+VALUES (:at, :chart, :role, :label, :n, :cost_usd, :unpriced)
+ON CONFLICT (at, chart, role, label) DO UPDATE
+SET n = excluded.n, cost_usd = excluded.cost_usd, unpriced = excluded.unpriced;
+
+-- name: chart_sums_of
+-- One chart's quarter hours kept in [:since, :until), by the primary key's first column.
+SELECT at, role, label, n, cost_usd, unpriced FROM chart_sums
+WHERE at >= :since AND at < :until AND chart = :chart;

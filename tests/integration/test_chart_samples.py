@@ -1,5 +1,6 @@
-"""The queue sampler, with time passed in: one sample a minute of the queue's depth by role
-(the config's idle roles as 0), kept a week, whatever the number of passes or nodes."""
+"""The charts' sampler, with time passed in: one sample a minute of the queue's depth by role
+(the config's idle roles as 0), kept a week, whatever the number of passes or nodes; and the
+past hours summed once an hour, the week's chart then read from the sums."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from taskherd.config import parse_config
 from taskherd.model import NewTask
-from taskherd.services.queue_samples import QueueSampler
+from taskherd.services.chart_samples import ChartSampler
 from taskherd.store import open_store
 from taskherd.store.charts import Buckets
 
@@ -21,11 +22,11 @@ def store(database):
         yield opened
 
 
-def sampler_for(tmp_path, store) -> QueueSampler:
+def sampler_for(tmp_path, store) -> ChartSampler:
     config = parse_config({"daemon": {"data_dir": str(tmp_path / "data"), "node": "n1"},
                            "roles": {"coder": {"command": ["true"]},
                                      "idle": {"command": ["true"]}}}, base_dir=tmp_path)
-    return QueueSampler(config, store)
+    return ChartSampler(config, store)
 
 
 def depth(store, start: float, minutes: int) -> dict:
@@ -36,7 +37,8 @@ def depth(store, start: float, minutes: int) -> dict:
 def test_each_minute_is_sampled_once_with_idle_roles_as_zero(tmp_path, store):
     sampler = sampler_for(tmp_path, store)
     store.enqueue(NewTask(role="coder", title="waits"), T0)
-    assert sampler.run_once(T0 + 5) == {"sampled": 2, "pruned": 0}
+    assert sampler.run_once(T0 + 5) == {"sampled": 2, "pruned": 0,
+                                           "quarters_summed": 672}
     store.enqueue(NewTask(role="coder", title="waits too"), T0 + 6)
     # A second pass in the same minute samples nothing; the next minute's does.
     assert sampler.run_once(T0 + 30)["sampled"] == 0
@@ -51,5 +53,14 @@ def test_samples_older_than_a_week_are_pruned(tmp_path, store):
     sampler.run_once(T0)
     sampler.run_once(T0 + 60)
     counts = sampler.run_once(T0 + WEEK + 60)
-    assert counts == {"sampled": 2, "pruned": 2}  # T0's two rows: older than a week
+    assert counts["sampled"] == 2 and counts["pruned"] == 2  # T0's rows: older than a week
     assert set(depth(store, T0, 2)) == {(1, "coder"), (1, "idle")}
+
+
+def test_past_quarters_are_summed_once_each_with_the_last_hour_or_day_again(tmp_path, store):
+    sampler = sampler_for(tmp_path, store)
+    assert sampler.run_once(T0 + 5)["quarters_summed"] == 672  # the week, the first time
+    assert sampler.run_once(T0 + 65)["quarters_summed"] == 0  # the same quarter
+    assert sampler.run_once(T0 + 905)["quarters_summed"] == 5  # the new one, the hour before
+    # The 23 quarters since the last mark, and the day before it.
+    assert sampler.run_once(T0 + 6 * 3600 + 5)["quarters_summed"] == 23 + 96
