@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -20,9 +21,15 @@ CLAIM_TO_SPAWN = 3600.0
 SPAN = 900.0  # the sums kept are of quarter hours: the day's chart's buckets, 4 to the week's
 KEEP = 7 * 86400.0  # the sums kept: the longest range
 Rows = list[dict[str, Any]]
-# Per chart: the fields that name a row of a bucket, and those summed.
-KEYS = {"finished": ("state",), "latency": ("le",), "cost": ("role", "outcome")}
-SUMS = {"finished": ("n",), "latency": ("n",), "cost": ("runs", "cost_usd", "unpriced")}
+# Per chart: the fields that name a row of a bucket, and how the parts of a bucket combine
+# (counts and dollars add up; the queue's depth is a bucket's highest sample).
+KEYS = {"finished": ("state",), "latency": ("le",), "cost": ("role", "outcome"),
+        "depth": ("role",)}
+COMBINED: dict[str, dict[str, Callable[[Any, Any], Any]]] = {
+    "finished": {"n": operator.add}, "latency": {"n": operator.add},
+    "cost": {"runs": operator.add, "cost_usd": operator.add, "unpriced": operator.add},
+    "depth": {"ready": max, "running": max, "samples": operator.add}}
+DEPTH_LABELS = ("ready", "running", "samples")
 
 
 class SQLCharts(ChartStore):
@@ -49,10 +56,13 @@ class SQLCharts(ChartStore):
         with self._write() as db:
             return int(db.execute(self.q["prune_queue_samples"], {"before": before}).rowcount)
 
-    def queue_depth_buckets(self, buckets: Buckets) -> list[dict[str, Any]]:
-        return [{"bucket": int(row["bucket"]), "role": row["role"], "ready": int(row["ready"]),
-                 "running": int(row["running"]), "samples": int(row["samples"])}
-                for row in self._all("queue_depth_buckets", buckets.params())]
+    def queue_depth_buckets(self, buckets: Buckets) -> Rows:
+        # A sum row holds one of a quarter's three figures; the others read as 0 (combined
+        # with max or added, a 0 changes nothing).
+        return self._kept_and_live("depth", buckets, self._depth_live, lambda row: {
+            "role": row["role"], "ready": int(row["top"]) if row["label"] == "ready" else 0,
+            "running": int(row["top"]) if row["label"] == "running" else 0,
+            "samples": int(row["n"]) if row["label"] == "samples" else 0})
 
     def finished_buckets(self, buckets: Buckets) -> Rows:
         return self._kept_and_live("finished", buckets, self._finished_live, lambda row: {
@@ -81,6 +91,9 @@ class SQLCharts(ChartStore):
         rows += [{"chart": "cost", "role": row["role"], "label": row["outcome"],
                   "n": row["runs"], "cost_usd": row["cost_usd"], "unpriced": row["unpriced"],
                   "bucket": row["bucket"]} for row in self._cost_live(spans)]
+        rows += [{"chart": "depth", "role": row["role"], "label": label, "n": row[label],
+                  "cost_usd": 0.0, "unpriced": 0, "bucket": row["bucket"]}
+                 for row in self._depth_live(spans) for label in DEPTH_LABELS]
         with self._write() as db:
             db.execute(self.q["forget_chart_sums"], {
                 "since": spans.start, "until": spans.until, "before": spans.until - KEEP})
@@ -117,14 +130,18 @@ class SQLCharts(ChartStore):
         if buckets.width % SPAN or buckets.start % SPAN or mark is None:
             return live(buckets)
         kept_until = min(max(mark, buckets.start), buckets.until)
-        parts = [{"bucket": int((row["at"] - buckets.start) // buckets.width)} | kept(row)
-                 for row in self._all("chart_sums_of", {
-                     "since": buckets.start, "until": kept_until, "chart": chart})]
+        parts = [{"bucket": int(row["bucket"])} | kept(row) for row in self._all(
+            "chart_sums_of", buckets.params() | {"until": kept_until, "chart": chart})]
         if kept_until < buckets.until:
             tail = Buckets(kept_until, SPAN, round((buckets.until - kept_until) / SPAN))
             parts += [row | {"bucket": int((tail.start + SPAN * row["bucket"] - buckets.start)
                                            // buckets.width)} for row in live(tail)]
-        return _added_up(parts, ("bucket", *KEYS[chart]), SUMS[chart])
+        return _combined(parts, ("bucket", *KEYS[chart]), COMBINED[chart])
+
+    def _depth_live(self, buckets: Buckets) -> Rows:
+        return [{"bucket": int(row["bucket"]), "role": row["role"], "ready": int(row["ready"]),
+                 "running": int(row["running"]), "samples": int(row["samples"])}
+                for row in self._all("queue_depth_buckets", buckets.params())]
 
     def _finished_live(self, buckets: Buckets) -> Rows:
         return [{"bucket": int(row["bucket"]), "state": row["state"], "n": int(row["n"])}
@@ -164,14 +181,16 @@ class SQLCharts(ChartStore):
         return low
 
 
-def _added_up(parts: Rows, keys: tuple[str, ...], sums: tuple[str, ...]) -> Rows:
-    """One row per value of `keys`, its `sums` added up over the parts that share them."""
+def _combined(parts: Rows, keys: tuple[str, ...],
+              combine: dict[str, Callable[[Any, Any], Any]]) -> Rows:
+    """One row per value of `keys`, each other field combined over the parts sharing them."""
     found: dict[tuple[Any, ...], dict[str, Any]] = {}
     for part in parts:
         key = tuple(part[name] for name in keys)
         if key in found:
-            for name in sums:
-                found[key][name] += part[name]
+            row = found[key]
+            for name, how in combine.items():
+                row[name] = how(row[name], part[name])
         else:
             found[key] = dict(part)
     return list(found.values())

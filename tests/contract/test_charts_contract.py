@@ -152,7 +152,7 @@ def all_charts(store, buckets: Buckets) -> tuple:
         return sorted(tuple(sorted(row.items(), key=lambda item: item[0])) for row in found)
 
     return (rows(store.finished_buckets(buckets)), rows(store.latency_histogram(buckets)),
-            rows(store.cost_buckets(buckets)))
+            rows(store.cost_buckets(buckets)), rows(store.queue_depth_buckets(buckets)))
 
 
 def test_quarters_summed_read_as_the_rows_read_live(store):
@@ -160,6 +160,10 @@ def test_quarters_summed_read_as_the_rows_read_live(store):
         at = T0 + hour * 3600 + 100
         ended(store, started(store, "coder", ready_at=at, claimed_at=at + 1, spawned_at=at + 2),
               at + 50, Outcome.SUCCEEDED if hour % 2 else Outcome.FAILED, cost=0.5)
+        for minute in range(0, 60, 7):  # the depth sampled as the queue grows and shrinks
+            if minute == 21:
+                store.enqueue(NewTask(role="qa", title=f"waits {hour}"), at)
+            store.sample_queue_depth(T0 + hour * 3600 + minute * 60, ["coder"])
     live, live_quarters = all_charts(store, HOURS), all_charts(store, QUARTERS)
     # Summed up to 10:30 in hour 2: before, the sums are read; after, the rows (hour 2 from
     # both, added up).

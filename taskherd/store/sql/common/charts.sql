@@ -120,6 +120,11 @@ ON CONFLICT (at, chart, role, label) DO UPDATE
 SET n = excluded.n, cost_usd = excluded.cost_usd, unpriced = excluded.unpriced;
 
 -- name: chart_sums_of
--- One chart's quarter hours kept in [:since, :until), by the primary key's first column.
-SELECT at, role, label, n, cost_usd, unpriced FROM chart_sums
-WHERE at >= :since AND at < :until AND chart = :chart;
+-- One chart's quarter hours kept in [:since, :until), by the primary key's first column,
+-- gathered into the range's buckets: the sums added up, and the highest (`top`, what a
+-- bucket of the depth shows).
+SELECT (CAST(at * 1000 AS BIGINT) - :start_ms) / :width_ms AS bucket, role, label,
+       sum(n) AS n, max(n) AS top, sum(cost_usd) AS cost_usd, sum(unpriced) AS unpriced
+FROM chart_sums
+WHERE at >= :since AND at < :until AND chart = :chart
+GROUP BY 1, role, label;

@@ -16,13 +16,15 @@ CREATE TABLE queue_samples (
 -- 80 ms to count). The same daemon loop keeps, per past quarter hour: tasks finished by state
 -- (chart 'finished', label: the state), first runs started by how long they waited (chart
 -- 'latency', label: the histogram's bound, 'inf' past the last) and ended runs by role and
--- outcome with their cost (chart 'cost', by the time of their claim). Recent quarters are
+-- outcome with their cost (chart 'cost', by the time of their claim), and the queue's depth
+-- by role (chart 'depth', label 'ready' or 'running': the quarter's highest sample; 'samples':
+-- how many minutes were sampled). Recent quarters are
 -- summed again later (a run ending after its claim's quarter, a task revived). chart_marks
 -- says up to where the sums are kept; the readers add what lies past it live.
 CREATE TABLE chart_sums (
     at       double precision NOT NULL,  -- unix seconds of the quarter hour's start (UTC)
-    chart    text             NOT NULL CHECK (chart IN ('finished', 'latency', 'cost')),
-    role     text             NOT NULL,  -- '' but for cost
+    chart    text             NOT NULL CHECK (chart IN ('finished', 'latency', 'cost', 'depth')),
+    role     text             NOT NULL,  -- '' but for cost and depth
     label    text             NOT NULL,
     n        bigint           NOT NULL,
     cost_usd double precision NOT NULL,

@@ -16,13 +16,16 @@ CREATE TABLE queue_samples (
 -- 80 ms to count). The same daemon loop keeps, per past quarter hour: tasks finished by state
 -- (chart 'finished', label: the state), first runs started by how long they waited (chart
 -- 'latency', label: the histogram's bound, 'inf' past the last) and ended runs by role and
--- outcome with their cost (chart 'cost', by the time of their claim). Recent quarters are
+-- outcome with their cost (chart 'cost', by the time of their claim), and the queue's depth
+-- by role (chart 'depth', label 'ready' or 'running': the quarter's highest sample; 'samples':
+-- how many minutes were sampled). Recent quarters are
 -- summed again later (a run ending after its claim's quarter, a task revived). chart_marks
 -- says up to where the sums are kept; the readers add what lies past it live.
 CREATE TABLE chart_sums (
     at       REAL    NOT NULL,  -- unix seconds of the quarter hour's start (UTC)
-    chart    TEXT    NOT NULL CHECK (chart = 'finished' OR chart = 'latency' OR chart = 'cost'),
-    role     TEXT    NOT NULL,  -- '' but for cost
+    chart    TEXT    NOT NULL CHECK (chart = 'finished' OR chart = 'latency' OR chart = 'cost'
+                                  OR chart = 'depth'),
+    role     TEXT    NOT NULL,  -- '' but for cost and depth
     label    TEXT    NOT NULL,
     n        INTEGER NOT NULL,
     cost_usd REAL    NOT NULL,
