@@ -47,10 +47,11 @@ class ChartStore(abc.ABC):
     @abc.abstractmethod
     def roll_up_chart_sums(self, now: float, again: float) -> int:
         """Sum the past quarter hours (before the one holding `now`) of the finished, latency
-        and cost charts, and the depth sampled (its highest), into the sums kept: those since the last roll-up, and the `again`
-        seconds before it once more (runs that ended since, tasks revived), within the week;
-        older sums are forgotten. Buckets of whole quarter hours are then read from the sums
-        up to the last quarter summed, and live past it. Returns the quarters summed."""
+        and cost charts, and the depth sampled (its highest), into the sums kept: those since
+        the last roll-up, and the `again` seconds before it once more (runs that ended since,
+        tasks revived), within the week; older sums are forgotten. Buckets of whole quarter
+        hours are then read from the sums up to the last quarter summed, and live past it.
+        Returns the quarters summed."""
 
     @abc.abstractmethod
     def queue_depth_buckets(self, buckets: Buckets) -> list[dict[str, Any]]:
