@@ -57,12 +57,9 @@ class SQLCharts(ChartStore):
             return int(db.execute(self.q["prune_queue_samples"], {"before": before}).rowcount)
 
     def queue_depth_buckets(self, buckets: Buckets) -> Rows:
-        # A sum row holds one of a quarter's three figures; the others read as 0 (combined
-        # with max or added, a 0 changes nothing).
         return self._kept_and_live("depth", buckets, self._depth_live, lambda row: {
-            "role": row["role"], "ready": int(row["top"]) if row["label"] == "ready" else 0,
-            "running": int(row["top"]) if row["label"] == "running" else 0,
-            "samples": int(row["n"]) if row["label"] == "samples" else 0})
+            "role": row["role"], "ready": int(row["ready"]), "running": int(row["running"]),
+            "samples": int(row["samples"])}, sums="depth_sums_of")
 
     def finished_buckets(self, buckets: Buckets) -> Rows:
         return self._kept_and_live("finished", buckets, self._finished_live, lambda row: {
@@ -122,7 +119,8 @@ class SQLCharts(ChartStore):
         return float(rows[0]["sums_through"]) if rows else None
 
     def _kept_and_live(self, chart: str, buckets: Buckets, live: Callable[[Buckets], Rows],
-                       kept: Callable[[Any], dict[str, Any]]) -> Rows:
+                       kept: Callable[[Any], dict[str, Any]], sums: str = "chart_sums_of"
+                       ) -> Rows:
         """Buckets made of whole quarter hours from the sums kept up to the mark, the rest
         read live by the quarter; buckets of any other width (minutes) live only. Parts of
         one bucket are added up: a row per bucket and key."""
@@ -131,7 +129,7 @@ class SQLCharts(ChartStore):
             return live(buckets)
         kept_until = min(max(mark, buckets.start), buckets.until)
         parts = [{"bucket": int(row["bucket"])} | kept(row) for row in self._all(
-            "chart_sums_of", buckets.params() | {"until": kept_until, "chart": chart})]
+            sums, buckets.params() | {"until": kept_until, "chart": chart})]
         if kept_until < buckets.until:
             tail = Buckets(kept_until, SPAN, round((buckets.until - kept_until) / SPAN))
             parts += [row | {"bucket": int((tail.start + SPAN * row["bucket"] - buckets.start)

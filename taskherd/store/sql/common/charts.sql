@@ -121,10 +121,20 @@ SET n = excluded.n, cost_usd = excluded.cost_usd, unpriced = excluded.unpriced;
 
 -- name: chart_sums_of
 -- One chart's quarter hours kept in [:since, :until), by the primary key's first column,
--- gathered into the range's buckets: the sums added up, and the highest (`top`, what a
--- bucket of the depth shows).
+-- gathered into the range's buckets (the sums added up).
 SELECT (CAST(at * 1000 AS BIGINT) - :start_ms) / :width_ms AS bucket, role, label,
-       sum(n) AS n, max(n) AS top, sum(cost_usd) AS cost_usd, sum(unpriced) AS unpriced
+       sum(n) AS n, sum(cost_usd) AS cost_usd, sum(unpriced) AS unpriced
 FROM chart_sums
 WHERE at >= :since AND at < :until AND chart = :chart
 GROUP BY 1, role, label;
+
+-- name: depth_sums_of
+-- As chart_sums_of for the depth: per bucket and role, the highest of its quarters' ready and
+-- running tasks and the minutes sampled in them, one row each.
+SELECT (CAST(at * 1000 AS BIGINT) - :start_ms) / :width_ms AS bucket, role,
+       max(CASE WHEN label = 'ready' THEN n ELSE 0 END) AS ready,
+       max(CASE WHEN label = 'running' THEN n ELSE 0 END) AS running,
+       sum(CASE WHEN label = 'samples' THEN n ELSE 0 END) AS samples
+FROM chart_sums
+WHERE at >= :since AND at < :until AND chart = :chart
+GROUP BY 1, role;
