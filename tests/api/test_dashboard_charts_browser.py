@@ -35,9 +35,14 @@ def test_every_chart_is_drawn_and_a_range_is_switched_by_its_link(browser, fleet
     from selenium.webdriver.common.by import By
 
     log_in(browser, fleet, fleet.tokens["read"])
+    # Told before any of the page's own scripts run: what the CSP refused, if anything.
+    browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": (
+        "window.refused = [];document.addEventListener('securitypolicyviolation',"
+        " e => window.refused.push(e.violatedDirective + ' ' + e.blockedURI));")})
     browser.get(fleet.url + "/charts?finished=1h&latency=1h&depth=1h")
     for chart in CHARTS:
         wait_for(browser, lambda d, chart=chart: drawn(d, chart) > 0, 10, f"{chart} drawn")
+    assert browser.execute_script("return window.refused") == []
     # The seeded hour: three series of 60 minutes for the tasks finished, as given.
     assert drawn(browser, "finished") == 3 * 60
     assert "7 completed, 1 failed for good (dead)" in browser.find_element(
