@@ -64,3 +64,40 @@ def test_past_quarters_are_summed_once_each_with_the_last_hour_or_day_again(tmp_
     assert sampler.run_once(T0 + 905)["quarters_summed"] == 5  # the new one, the hour before
     # The 23 quarters since the last mark, and the day before it.
     assert sampler.run_once(T0 + 6 * 3600 + 5)["quarters_summed"] == 23 + 96
+
+
+def test_a_running_daemon_samples_the_queue_and_sums_the_past(tmp_path):
+    """`taskherd up` runs the sampler: its first pass samples this minute (a role nobody runs
+    shows its waiting task, an idle role of the config 0) and sums the past week."""
+    import sqlite3
+    import time
+
+    from tests.fleet import Fleet
+
+    fleet = Fleet(tmp_path, """
+        [daemon]
+        database = "q.db"
+
+        [roles.idle]
+        command = ["true"]
+        """)
+    try:
+        fleet.store.enqueue(NewTask(role="unrun", title="waits for a role"), time.time())
+        fleet.up()
+        minute = time.time() // 60 * 60
+
+        def sampled() -> dict:
+            return {row["role"]: row["ready"]
+                    for row in fleet.store.queue_depth_buckets(Buckets(minute, 60.0, 2))}
+
+        assert fleet.wait_until(lambda: len(sampled()) == 2 and sampled(), 20,
+                                "the queue sampled") == {"idle": 0, "unrun": 1}
+        def summed_through() -> float | None:
+            with sqlite3.connect(tmp_path / "q.db") as db:
+                row = db.execute("SELECT sums_through FROM chart_marks").fetchone()
+            return row and row[0]
+
+        assert fleet.wait_until(summed_through, 20, "the past summed") >= minute // 900 * 900
+        assert fleet.stop() == 0
+    finally:
+        fleet.close()
