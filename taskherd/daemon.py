@@ -30,6 +30,7 @@ from taskherd.model.settings import Config, ConfigError, DaemonConfig
 from taskherd.ops import Queue
 from taskherd.policy.chains import workflow_of
 from taskherd.policy.jobs import JobError
+from taskherd.services.chart_samples import ChartSampler
 from taskherd.services.checkpoints import Checkpoints
 from taskherd.services.delivery import Deliverer, DeliverySettings
 from taskherd.services.dispatcher import Dispatcher
@@ -182,7 +183,7 @@ class Daemon:
         starting = [self._start(name) for name in ("dispatcher", "scheduler")]
         watching = [self._start(name) for name in ("supervisor", "monitor", "planner",
                                                    "checkpoints", "backups", "delivery",
-                                                   "worktrees", "merges")]
+                                                   "worktrees", "merges", "charts")]
         watching.append(asyncio.create_task(self._reload_on_request(scheduler), name="reload"))
         watching.append(asyncio.create_task(self._wake_on_events(events, supervisor),
                                             name="events"))
@@ -302,6 +303,7 @@ class Daemon:
         planner = Planner(self.config, store)
         janitor = WorktreeJanitor(self.config, store)
         merger = Merger(self.config, store, self.clock, on_ended=self._merge_ended)
+        sampler = ChartSampler(self.config, store)
         # The scheduler takes a reloaded config first and alone (`_apply_reload`): it may
         # refuse it.
         return {loop.name: loop for loop in (
@@ -310,6 +312,8 @@ class Daemon:
                         max_sleep=scheduler.settings.max_sleep, on_counts=self._fired),
             ServiceLoop("supervisor", supervisor, reload=supervisor.reload),
             ServiceLoop("monitor", monitor, reload=monitor.reload),
+            # In a thread: its first roll-up after an upgrade sums a week of history.
+            ServiceLoop("charts", sampler, in_thread=True, reload=sampler.reload),
             ServiceLoop("planner", planner, on_counts=self._planned, reload=planner.reload),
             ServiceLoop("checkpoints", checkpoints, in_thread=True),
             ServiceLoop("backups", backups, in_thread=True, reload=backups.reload,

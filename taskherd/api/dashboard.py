@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from taskherd.api import pages
+from taskherd.api import page_charts, pages
 from taskherd.api.app import SESSION_COOKIE, Api, ApiError, Session, answer_for
 from taskherd.ops import tasks as task_ops
 from taskherd.ops import tokens as token_ops
@@ -30,7 +30,7 @@ SESSION_SECONDS = 12 * 3600
 MAX_FORM = 16 * 1024
 PAGES: dict[str, Callable[..., str]] = {
     "/": pages.board, "/dead": pages.dead, "/review": pages.review, "/blocked": pages.blocked,
-    "/cooldowns": pages.cooldowns, "/cost": pages.cost,
+    "/cooldowns": pages.cooldowns, "/cost": pages.cost, "/charts": page_charts.charts,
 }
 ACTIONS = ("approve", "reject", "block", "unblock", "requeue", "cancel")
 
@@ -218,7 +218,8 @@ async def _form_lists(request: Request, limit: int = MAX_FORM) -> dict[str, list
 
 
 STATIC_TYPES = {"live.js": "text/javascript", "style.css": "text/css",
-                "favicon.svg": "image/svg+xml"}
+                "favicon.svg": "image/svg+xml", "charts.js": "text/javascript",
+                "uPlot.iife.min.js": "text/javascript", "uPlot.min.css": "text/css"}
 
 
 async def _static(request: Request) -> Response:

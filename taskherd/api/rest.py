@@ -11,6 +11,7 @@ from typing import Any
 from taskherd.api.app import TEXT, UNIX_SECONDS, ApiError, Call, choice, integer, path_int, route
 from taskherd.model import TaskState
 from taskherd.ops import BadInput, board, tasks
+from taskherd.ops import charts as chart_ops
 from taskherd.ops import cooldowns as cooldown_ops
 from taskherd.ops import jobs as job_ops
 from taskherd.ops import logs as log_ops
@@ -202,6 +203,17 @@ def status(call: Call) -> Any:
 def cost(call: Call) -> Any:
     return run_ops.cost(call.queue, call.choice_query("by"), call.float_query("since"),
                         call.now)
+
+
+@route("GET", "/v1/charts/{chart}", READ, "One of the dashboard's charts over a range: each "
+       "bucket's start (unix seconds) and a series of values a bucket", "Chart",
+       query={"range": choice(chart_ops.RANGES, chart_ops.DEFAULT_RANGE)})
+def chart(call: Call) -> Any:
+    name = call.params["chart"]
+    if name not in chart_ops.CHARTS:
+        raise ApiError(404, f"no chart {name!r}: expected one of {', '.join(chart_ops.CHARTS)}",
+                       "chart")
+    return chart_ops.chart(call.queue, name, call.choice_query("range") or "", call.now)
 
 
 @route("GET", "/v1/cooldowns", READ, "Runtimes paused by a rate limit", "CooldownList")

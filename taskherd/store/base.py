@@ -28,6 +28,7 @@ from taskherd.model import (
 from taskherd.model.settings import RetryPolicy
 from taskherd.policy.chains import Workflow
 from taskherd.store.agents import AgentStore
+from taskherd.store.charts import ChartStore
 from taskherd.store.delivery import DeliveryStore
 from taskherd.store.errors import (
     ParentNotFound,
@@ -77,7 +78,7 @@ class StateCount:
 
 class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStore,
             MemoryStore, DeliveryStore, RequestStore, TaskListStore, ReportStore,
-            WorktreeStore, abc.ABC):
+            WorktreeStore, ChartStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # The roles' chains and reviewers (`policy.chains.workflow_of(config)`): given when the
