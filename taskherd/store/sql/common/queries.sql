@@ -199,7 +199,7 @@ WHERE node = :node AND ended_at IS NULL AND heartbeat_at >= :since;
 SELECT id, spawned_at FROM runs WHERE ended_at IS NULL AND node = :node;
 
 -- name: unspawned_run_ids
--- Claimed on the node and not spawned yet (runs_unspawned): a handful, however many run.
+-- Claimed on the node and not spawned yet: read from runs_open's entries, not the rows.
 SELECT id FROM runs WHERE node = :node AND ended_at IS NULL AND spawned_at IS NULL;
 
 -- name: open_runs_of_final_tasks

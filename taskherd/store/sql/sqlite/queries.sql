@@ -124,14 +124,14 @@ ORDER BY day_start;
 -- INDEXED BY: for ORDER BY id the planner prefers walking every run ever kept in id order
 -- over the partial index of the open ones and a sort of those few (128 ms a call with a
 -- million runs kept; the supervisor asks every second). PostgreSQL plans this itself.
-SELECT * FROM runs INDEXED BY runs_open_heartbeat
+SELECT * FROM runs INDEXED BY runs_open
 WHERE ended_at IS NULL AND (CAST(:node AS TEXT) IS NULL OR node = :node)
 ORDER BY id;
 
 -- name: open_runs_of_down_node
 -- The runs of a node being declared down, for its rescue to end: SQLite's one writer at a
 -- time already keeps an agent's report from landing between the rescue's read and its end.
-SELECT * FROM runs INDEXED BY runs_open_heartbeat
+SELECT * FROM runs INDEXED BY runs_open
 WHERE ended_at IS NULL AND node = :node
 ORDER BY id;
 
@@ -166,7 +166,7 @@ ORDER BY role, state;
 
 -- name: runs_mark
 -- As the common block; INDEXED BY, or min(id) walks the ended runs from the first.
-SELECT coalesce((SELECT min(id) FROM runs INDEXED BY runs_open_heartbeat WHERE ended_at IS NULL),
+SELECT coalesce((SELECT min(id) FROM runs INDEXED BY runs_open WHERE ended_at IS NULL),
                 (SELECT coalesce(max(id), 0) + 1 FROM runs)) - 1 AS through,
        (SELECT runs_through FROM rollup_marks) AS marked;
 
