@@ -19,16 +19,16 @@ from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import Any
 
-import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from taskherd.api.store_thread import StoreThread
 from taskherd.model import Run
 from taskherd.model.settings import Config
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops
 from taskherd.ops import tokens as token_ops
-from taskherd.policy.timefmt import with_iso
+from taskherd.policy.timefmt import is_time, iso_time
 from taskherd.store import (
     JobNotFound,
     JobRefused,
@@ -250,7 +250,7 @@ class Api:
     services: Callable[[], dict[str, Any]] | None = None
     throttle: token_ops.Throttle = field(default_factory=token_ops.Throttle)
     rates: token_ops.RateLimit = field(default_factory=token_ops.RateLimit)
-    # `check` counts a token's requests from the worker threads of `perform`.
+    # `check` counts a token's requests from the store thread of `perform`.
     _rates_lock: threading.Lock = field(default_factory=threading.Lock)
     sessions: dict[str, Session] = field(default_factory=dict)
 
@@ -260,12 +260,11 @@ class Api:
         self.queue = Queue(self.config, self.store)
         self.hub = EventHub(self.queue)
         self.board = SharedBoard()
-        # The store serialises its calls behind one lock: more threads would only queue.
-        self.limiter = anyio.CapacityLimiter(2)
+        self.store_thread = StoreThread()
 
     async def run(self, function: Callable[..., Any], *args: Any) -> Any:
         """A store call off the event loop, so streams and other requests keep moving."""
-        return await anyio.to_thread.run_sync(function, *args, limiter=self.limiter)
+        return await self.store_thread.run(function, *args)
 
     # -- who is calling --------------------------------------------------------------
 
@@ -426,22 +425,31 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def jsonable(value: Any) -> Any:
-    """Records as their dicts, recursively; what json.dumps takes as it is stays."""
-    if hasattr(value, "to_dict"):
-        return jsonable(value.to_dict())
+def jsonable(value: Any, zone: tzinfo | None = None) -> Any:
+    """Records as their dicts, recursively, with `<name>_iso` beside every time `<name>`
+    (unix seconds) in `zone`, as `timefmt.with_iso` adds it: one walk of the answer, which
+    on a busy route cost more than the operation. What json.dumps takes as it is stays."""
+    if value is None or isinstance(value, str | int | float):  # (a bool is an int)
+        return value
     if isinstance(value, dict):
-        return {key: jsonable(item) for key, item in value.items()}
+        shown: dict[str, Any] = {}
+        for key, item in value.items():
+            shown[key] = jsonable(item, zone)
+            if is_time(key, item):
+                shown[f"{key}_iso"] = iso_time(item, zone)
+        return shown
     if isinstance(value, list | tuple):
-        return [jsonable(item) for item in value]
+        return [jsonable(item, zone) for item in value]
+    if hasattr(value, "to_dict"):
+        return jsonable(value.to_dict(), zone)
     if hasattr(value, "__dataclass_fields__"):
-        return jsonable(dict(value.__dict__))
+        return jsonable(dict(value.__dict__), zone)
     return value
 
 
 def json_response(data: Any, status: int = 200, zone: tzinfo | None = None) -> Response:
     """`data` as JSON; every time (unix seconds, as ever) with its ISO 8601 form beside it as
     `<name>_iso`, in `zone` (the fleet's; taskherd.policy.timefmt)."""
-    body = json.dumps(with_iso(jsonable(data), zone), separators=(",", ":"), allow_nan=False,
+    body = json.dumps(jsonable(data, zone), separators=(",", ":"), allow_nan=False,
                       default=str)
     return Response(body, status_code=status, media_type="application/json")

@@ -67,9 +67,16 @@ class Execution(Protocol):
     """A started run as the supervisor watches it: an agent process (procs.ProcessHandle) or an
     in-process call (the chat runtime's). Output goes to `log_path` either way."""
 
-    pid: int | None  # None: nothing to adopt after a restart
-    started_at: float | None  # the process's start time, which tells it from a reused pid
-    log_path: Path
+    # Read-only here: a process handle always has a pid, an in-process call none; as plain
+    # attributes the protocol would demand that either may be set to the other's kind.
+    @property
+    def pid(self) -> int | None: ...  # None: nothing to adopt after a restart
+
+    @property
+    def started_at(self) -> float | None: ...  # its start time tells it from a reused pid
+
+    @property
+    def log_path(self) -> Path: ...
 
     def is_alive(self) -> bool: ...
 
