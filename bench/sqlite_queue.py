@@ -17,6 +17,8 @@ file in one temporary directory, with the same number of tasks. Measured, per du
 - bare sqlite3, minimal table (information): one UPDATE per step on a four-column table with
   one index: what the cheapest possible queue costs, without runs, leases or history.
 - Huey: `SqliteHuey` enqueue of --rounds no-op tasks, then an in-process consumer loop.
+- WAL pages a claim and its completion write, on a store that never checkpoints, and
+  (information) the pages of each step by the table or index they belong to.
 
 Targets (the lean hot path issue): claim+complete ≥ 1.0 × Huey's consumer in the same run at
 `normal` durability and ≥ 0.8 × at `full`, ≥ 0.5 × the floor (same SQL); at most 6 WAL pages
