@@ -221,7 +221,7 @@ def test_no_index_is_a_prefix_of_another_on_the_same_rows(tmp_path: Path) -> Non
 
 
 def test_the_open_runs_of_an_old_database_are_found_through_the_one_open_runs_index(tmp_path):
-    """0034 replaces the three open-runs indexes with one: the runs open when a fleet upgrades
+    """0035 replaces the three open-runs indexes with one: the runs open when a fleet upgrades
     (one spawned that called in, one claimed and not spawned) are still seen by the node's
     reads and counted by a claim within limits, and an ended one is not."""
     path = tmp_path / "old.db"
@@ -255,7 +255,7 @@ def test_the_open_runs_of_an_old_database_are_found_through_the_one_open_runs_in
 
 
 def test_an_old_queue_is_claimed_rescued_and_counted_through_tasks_queue(tmp_path):
-    """0035 folds tasks_ready and tasks_clock into tasks_queue: the tasks of a fleet that
+    """0036 folds tasks_ready and tasks_clock into tasks_queue: the tasks of a fleet that
     upgrades are claimed in the same order (P0 first, FIFO within a priority), a lease that
     expired before the upgrade is rescued, and the board counts every side."""
     path = tmp_path / "old.db"

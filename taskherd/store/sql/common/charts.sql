@@ -4,16 +4,17 @@
 -- an integer rounds in PostgreSQL and truncates in SQLite. The caller names each bucket's time.
 
 -- name: queue_depth_now
--- Ready and held (claimed or running) tasks by role, counted through the indexes that hold
--- only them (tasks_ready; the open side of tasks_clock, its range steering SQLite's planner).
+-- Ready and held (claimed or running) tasks by role, counted in the ready and lease sides of
+-- tasks_queue (migration 0036), by its own expressions: no task row is read.
 SELECT role, sum(ready) AS ready, sum(running) AS running FROM (
-    SELECT role, count(*) AS ready, 0 AS running FROM tasks WHERE state = 'ready'
+    SELECT role, count(*) AS ready, 0 AS running FROM tasks
+    WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 2
+      AND state = 'ready'
     GROUP BY role
     UNION ALL
     SELECT role, 0, count(*) FROM tasks
-    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1
-      AND coalesce(finished_at, lease_expires_at) > 0 AND lease_expires_at IS NOT NULL
-      AND (state = 'claimed' OR state = 'running')
+    WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 1
+      AND lease_expires_at IS NOT NULL AND (state = 'claimed' OR state = 'running')
     GROUP BY role
 ) AS counted
 GROUP BY role;
@@ -39,15 +40,15 @@ GROUP BY 1, role;
 
 -- name: finished_buckets
 -- Tasks finished per bucket by final state (completed, dead: failed for good, cancelled),
--- counted in the finished side of tasks_clock alone (its expressions named as written there,
--- its second column the finish time): no task row is read.
-SELECT (CAST(coalesce(finished_at, lease_expires_at) * 1000 AS BIGINT) - :start_ms) / :width_ms
+-- counted in the finished side of tasks_queue alone (migration 0036; its expressions named as
+-- written there, its second column the finish time): no task row is read.
+SELECT (CAST(coalesce(finished_at, lease_expires_at, priority) * 1000 AS BIGINT) - :start_ms) / :width_ms
            AS bucket,
        state, count(*) AS n
 FROM tasks
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
-  AND coalesce(finished_at, lease_expires_at) >= :since
-  AND coalesce(finished_at, lease_expires_at) < :until
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 0 AND finished_at IS NOT NULL
+  AND coalesce(finished_at, lease_expires_at, priority) >= :since
+  AND coalesce(finished_at, lease_expires_at, priority) < :until
 GROUP BY 1, state;
 
 -- name: run_id_range

@@ -223,7 +223,7 @@ RETURNING *;
 
 -- name: tasks_to_prune
 -- The finished tasks that pruning deletes, finished before :before: the history side of
--- tasks_queue (migration 0035), by its own expressions.
+-- tasks_queue (migration 0036), by its own expressions.
 SELECT id FROM tasks
 WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 0 AND finished_at IS NOT NULL
   AND coalesce(finished_at, lease_expires_at, priority) < :before;
@@ -288,7 +288,7 @@ LIMIT :limit;
 
 -- name: list_finished_tasks_in_state
 -- list_tasks for completed, dead or cancelled: the most recently finished first, read down
--- tasks_queue (migration 0035) by its own expressions. The index holds the state, so the
+-- tasks_queue (migration 0036) by its own expressions. The index holds the state, so the
 -- read stops after :limit rows of it rather than sorting a million.
 SELECT * FROM tasks
 WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 0 AND finished_at IS NOT NULL

@@ -38,7 +38,7 @@ ORDER BY role;
 
 -- name: task_history
 -- Finished tasks, newest first, finished since :since (a role filter as list_tasks has).
--- The history side of tasks_queue (migration 0035), by its own expressions: there,
+-- The history side of tasks_queue (migration 0036), by its own expressions: there,
 -- coalesce(finished_at, lease_expires_at, priority) is finished_at.
 SELECT * FROM tasks
 WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 0 AND finished_at IS NOT NULL

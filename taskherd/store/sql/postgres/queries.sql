@@ -49,7 +49,7 @@ ORDER BY r.ordinal
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING;
 
 -- name: claim_next
--- The sub-select walks the ready side of tasks_queue (migration 0035) in (priority, id)
+-- The sub-select walks the ready side of tasks_queue (migration 0036) in (priority, id)
 -- order, by the index's own expressions: P0 first, FIFO within a priority.
 -- :roles and :full_pools are JSON arrays (NULL = no filter) so the statement stays static.
 -- Unlike sqlite's (one writer at a time, BEGIN IMMEDIATE), several nodes claim at once here:
@@ -107,7 +107,7 @@ FOR UPDATE SKIP LOCKED;
 -- FOR UPDATE SKIP LOCKED: every node's monitor rescues expired leases; two of them at once
 -- each take the rows the other has not locked, instead of one waiting to find the other's
 -- rescue done and failing its whole pass on a run that already ended. The lease side of
--- tasks_queue (migration 0035), by its own expressions.
+-- tasks_queue (migration 0036), by its own expressions.
 SELECT * FROM tasks
 WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 1 AND coalesce(finished_at, lease_expires_at, priority) < :now
   AND lease_expires_at IS NOT NULL AND state IN ('claimed', 'running')

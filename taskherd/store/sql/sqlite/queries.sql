@@ -41,7 +41,7 @@ ORDER BY key
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING;
 
 -- name: claim_next
--- The sub-select walks the ready side of tasks_queue (migration 0035) in (priority, id)
+-- The sub-select walks the ready side of tasks_queue (migration 0036) in (priority, id)
 -- order, by the index's own expressions: P0 first, FIFO within a priority.
 -- :roles and :full_pools are JSON arrays (NULL = no filter) so the statement stays static.
 -- INDEXED BY: without statistics the planner may pick another index and then sort every
@@ -78,7 +78,7 @@ LIMIT 1;
 SELECT * FROM runs WHERE task_id = :task_id AND ended_at IS NULL ORDER BY id DESC LIMIT 1;
 
 -- name: expired_leases
--- The lease side of tasks_queue (migration 0035), by its own expressions.
+-- The lease side of tasks_queue (migration 0036), by its own expressions.
 SELECT * FROM tasks
 WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 1 AND coalesce(finished_at, lease_expires_at, priority) < :now
   AND lease_expires_at IS NOT NULL AND state IN ('claimed', 'running')
