@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,14 +57,19 @@ def test_an_agent_message_loads_no_store(agent_env) -> None:
 
 
 @pytest.fixture
-def person_env(tmp_path: Path) -> dict[str, str]:
-    """A person's shell with a config file naming its database and data dir."""
+def person_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A person's shell with a config file naming its database and data dir. The data dir's
+    path is short, as a real one is (~/.local/share/taskherd): the sockets in it then fit a
+    socket address as they are, where a test's deep temporary path (longer still under
+    pytest-xdist) would have the store hash it into a short one."""
+    data = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
     config = tmp_path / "taskherd.toml"
-    config.write_text(f'[daemon]\ndatabase = "{tmp_path}/q.db"\n'
-                      f'data_dir = "{tmp_path}/data"\n\n'
+    config.write_text(f'[daemon]\ndatabase = "{data}/q.db"\n'
+                      f'data_dir = "{data}/data"\n\n'
                       '[roles.coder]\nruntime = "command"\ncommand = ["true"]\n')
     env = {key: value for key, value in os.environ.items() if not key.startswith("TASKHERD_")}
-    return env | {"TASKHERD_CONFIG": str(config)}
+    yield env | {"TASKHERD_CONFIG": str(config)}
+    shutil.rmtree(data, ignore_errors=True)
 
 
 # What a command that opens the queue without claiming, logging or checking a token has no
