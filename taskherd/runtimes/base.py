@@ -221,8 +221,9 @@ class CommandLineRuntime(Runtime):
     def start(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
               agent: AgentEnv) -> Execution:
         launch = self.launch(role, task, run, files, build_prompt(task, agent.context))
-        if valid_session_id(agent.resume_session):
-            launch = self.resumed(launch, agent.resume_session)
+        session = valid_session_id(agent.resume_session)
+        if session is not None:
+            launch = self.resumed(launch, session)
         elif agent.resume_session:
             # Checked again where it goes into argv: an id recorded before ids were checked
             # where they are read, or by another node's older daemon.
