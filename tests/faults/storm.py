@@ -119,10 +119,14 @@ class Storm:
         self.rng = random.Random(seed)
         self.tasks: list[int] = []
         self.killed = 0
+        self._last_start = 0  # the daemon log's size when the last daemon was started
 
-    def _daemons_up(self) -> int:
-        """How many daemons of the storm said they are up (and so handle SIGTERM)."""
-        return self.fleet.daemon_log.read_text(errors="replace").count("taskherd up: node")
+    def _last_daemon_is_up(self) -> bool:
+        """Whether the daemon started last said it is up (and so handles SIGTERM); one killed
+        during its start-up never says it."""
+        with open(self.fleet.daemon_log, "rb") as log:
+            log.seek(self._last_start)
+            return b"taskherd up: node" in log.read()
 
     def run(self, finish_within: float = 120.0) -> StormResult:
         self.fleet.up()
@@ -134,6 +138,7 @@ class Storm:
             time.sleep(self.every * self.rng.uniform(0.7, 1.3))
             self.fleet.stop(signal.SIGKILL)
             self.killed += 1
+            self._last_start = self.fleet.daemon_log.stat().st_size
             self.fleet.up()
         self.fleet.wait_until(self._all_final, timeout=finish_within,
                               what="every task of the storm to finish")
@@ -141,7 +146,7 @@ class Storm:
                               what="every run to end")
         # The last daemon may have been started after every task had finished: it is asked
         # to stop once it is up (its signals handled), not in the middle of its start.
-        self.fleet.wait_until(lambda: self._daemons_up() > self.killed, timeout=30,
+        self.fleet.wait_until(self._last_daemon_is_up, timeout=30,
                               what="the last daemon to be up")
         assert self.fleet.stop() == 0
         return self.result()
