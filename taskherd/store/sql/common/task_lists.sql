@@ -11,6 +11,12 @@
 -- per task through runs_task, so a page of a busy node stops early); a job, any fire that
 -- made it. :pattern is lower-cased with %, _ and \ escaped by the caller; :text_id is the
 -- text read as an id (a task's number matches as well as its title).
+-- A text of three characters or more (:trigrams given) reads the tasks the dialect's trigram
+-- index finds (tasks_with_text) in place of the whole table or every finished task of
+-- :state; the LIKE below keeps the real matches. A shorter text has no trigram: it reads
+-- the newest :short_scan tasks only (ids are given in order), so a search of one letter
+-- stays bounded at a million tasks. The task :text_id names is read by its key, its own arm
+-- (the others leave it out, so it is never listed twice).
 SELECT * FROM (
     {open_tasks_in_state}
     UNION ALL
@@ -19,13 +25,31 @@ SELECT * FROM (
       AND coalesce(finished_at, lease_expires_at)
           >= coalesce(CAST(:finished_from AS DOUBLE PRECISION), 0)
       AND CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled') AND state = :state
-      AND CAST(:only_id AS BIGINT) IS NULL
+      AND CAST(:only_id AS BIGINT) IS NULL AND CAST(:trigrams AS TEXT) IS NULL
+      AND (CAST(:pattern AS TEXT) IS NULL
+           OR id > coalesce((SELECT max(id) FROM tasks), 0) - CAST(:short_scan AS BIGINT))
+      AND id IS DISTINCT FROM CAST(:text_id AS BIGINT)
     UNION ALL
     SELECT * FROM tasks WHERE id = :only_id
       AND (CAST(:state AS TEXT) IS NULL
            OR CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled'))
     UNION ALL
     SELECT * FROM tasks WHERE CAST(:state AS TEXT) IS NULL AND CAST(:only_id AS BIGINT) IS NULL
+      AND CAST(:trigrams AS TEXT) IS NULL
+      AND (CAST(:pattern AS TEXT) IS NULL
+           OR id > coalesce((SELECT max(id) FROM tasks), 0) - CAST(:short_scan AS BIGINT))
+      AND id IS DISTINCT FROM CAST(:text_id AS BIGINT)
+    UNION ALL
+    SELECT * FROM ({tasks_with_text}) AS found
+    WHERE CAST(:trigrams AS TEXT) IS NOT NULL AND CAST(:only_id AS BIGINT) IS NULL
+      AND (CAST(:state AS TEXT) IS NULL
+           OR CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled'))
+      AND id IS DISTINCT FROM CAST(:text_id AS BIGINT)
+    UNION ALL
+    SELECT * FROM tasks WHERE id = :text_id AND CAST(:pattern AS TEXT) IS NOT NULL
+      AND CAST(:only_id AS BIGINT) IS NULL
+      AND (CAST(:state AS TEXT) IS NULL
+           OR CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled'))
 ) AS candidates
 WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
   AND (CAST(:only_id AS BIGINT) IS NULL OR id = :only_id)
