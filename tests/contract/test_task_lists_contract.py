@@ -141,3 +141,26 @@ def test_a_rare_word_is_looked_up_in_the_index_not_read_from_every_task(tmp_path
     assert counted(lambda: store.filter_tasks(TaskFilter(text="kestrel"))) == [rare]
     assert steps[0] < 2 * among_few + 10, (among_few, steps[0])
     store.close()
+
+
+def test_a_number_finds_its_task_among_the_tasks_holding_it_page_by_page(store):
+    """Digits are looked up in the index and are also a task's id: that task takes its place
+    in the order, on whichever page it falls."""
+    store.enqueue_many([NewTask(role="coder", title="filler") for _ in range(125)], NOW)
+    early = store.enqueue(NewTask(role="coder", title="before", prompt="ticket 1234"),
+                          NOW).task.id
+    late = store.enqueue(NewTask(role="coder", title="ticket 123 again"), NOW).task.id
+    assert store.get_task(123).title == "filler" and 123 < early < late
+
+    def pages(sort: str) -> list[int]:
+        return [t.id for offset in range(4)
+                for t in store.filter_tasks(TaskFilter(text="123"), sort=sort, limit=1,
+                                            offset=offset)]
+
+    assert _found(store, "123") == pages("newest") == [late, early, 123]
+    assert pages("oldest") == [123, early, late]
+    assert [t.id for t in store.filter_tasks(TaskFilter(text="123"), limit=2, offset=1)] \
+        == [early, 123]
+    assert store.count_filtered_tasks(TaskFilter(text="123"), 10) == 3
+    assert _found(store, "1234") == [early]  # no task 1234: the text alone
+    assert _found(store, "123", role="qa") == []

@@ -169,24 +169,32 @@ TASK_LIST_VARIANTS = [
     _ONE_FILTER, _ONE_FILTER | {"state": "cancelled"}, _ONE_FILTER | {"state": "ready"},
     _ONE_FILTER | {"state": "running", "node": "node-a"}, _ONE_FILTER | {"job": "nightly"},
     _ONE_FILTER | {"pattern": "%to\\_cancel%"}, _ONE_FILTER | {"pattern": "%cancel%"},
-    # Through the trigram index (SQLite's FTS5 query, PostgreSQL's pattern), a state beside.
-    _ONE_FILTER | {"pattern": "%to\\_cancel%", "trigrams": trigram_query("to_cancel")},
-    _ONE_FILTER | {"pattern": "%cancel%", "trigrams": trigram_query("CANCEL")},
-    _ONE_FILTER | {"pattern": "%cancel%", "trigrams": trigram_query("cancel"),
-                   "state": "cancelled"},
-    _ONE_FILTER | {"pattern": "%333%", "trigrams": trigram_query("333"), "text_id": 333},
-    # Too short for a trigram: the newest tasks scanned (two of them), and an id by its key.
-    _ONE_FILTER | {"pattern": "%a%", "short_scan": 2}, _ONE_FILTER | {"pattern": "%3%",
-                                                                     "text_id": 3},
+    # Too short for a trigram: the newest tasks scanned (two of them), an id by its key.
+    _ONE_FILTER | {"pattern": "%a%", "short_scan": 2},
+    _ONE_FILTER | {"pattern": "%a%", "short_scan": 2, "state": "cancelled"},
+    _ONE_FILTER | {"pattern": "%3%", "text_id": 3, "short_scan": 2},
+    _ONE_FILTER | {"pattern": "%1%", "text_id": 1, "short_scan": 2, "state": "cancelled"},
     _ONE_FILTER | {"state": "cancelled", "finished_from": NOW - 1, "finished_to": NOW + 1},
     _ONE_FILTER | {"offset": 1, "priority": 2}, _ONE_FILTER | {"only_id": 3},
     _ONE_FILTER | {"only_id": 4, "state": "cancelled"},
     _ONE_FILTER | {"only_id": 3, "state": "running"},
 ]
+# Through the trigram index: SQLite's FTS5 query beside the pattern PostgreSQL reads.
+SEARCH_VARIANTS = [
+    _ONE_FILTER | {"pattern": "%to cancel%", "trigrams": trigram_query("TO CANCEL")},
+    _ONE_FILTER | {"pattern": "%cancel%", "trigrams": trigram_query("CANCEL")},
+    _ONE_FILTER | {"pattern": "%cancel%", "trigrams": trigram_query("cancel"),
+                   "state": "cancelled", "offset": 0, "limit": 1},
+    _ONE_FILTER | {"pattern": "%task%", "trigrams": trigram_query("task"), "role": "qa"},
+    _ONE_FILTER | {"pattern": "%task%", "trigrams": trigram_query("task"), "offset": 1},
+    _ONE_FILTER | {"pattern": "%xyz%", "trigrams": trigram_query("xyz")},
+]
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {
     "budget_spend": [{"role": None}],
-    "tasks_with_text": [{"pattern": "%cancel%", "trigrams": trigram_query("Cancel")}],
+    **{name: SEARCH_VARIANTS for name in ("tasks_with_text", "searched_tasks",
+                                          "search_tasks_newest", "search_tasks_oldest",
+                                          "count_searched_tasks")},
     "open_task_by_dedup_key": [{"dedup_key": "nightly"}],
     "settle_task": [{"state": "completed"}, {"state": "ready", "run_id": 0}],
     "move_task": [{"task_id": 2, "from_state": "ready", "state": "cancelled"},
