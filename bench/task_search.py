@@ -1,4 +1,4 @@
-"""Task search benchmark: the trigram index (migration 0034) at a million tasks, SQLite.
+"""Task search benchmark: the trigram index (migration 0037) at a million tasks, SQLite.
 
     .venv/bin/python bench/task_search.py                    # 1,000,000 tasks, ~3 minutes
     .venv/bin/python bench/task_search.py --tasks 100000 --prompt-chars 100
@@ -178,7 +178,7 @@ def main() -> int:
         store = open_store(str(path))  # the migration, as a node starting on it runs it
         migrated = time.perf_counter() - started
         after = bytes_in_use(path)
-        print(f"migration 0034 (the index, filled): {migrated:.1f} s; {after / 2**20:.0f} MiB, "
+        print(f"migration 0037 (the index, filled): {migrated:.1f} s; {after / 2**20:.0f} MiB, "
               f"+{(after - before) / args.tasks:.0f} bytes a task "
               f"(+{100 * (after - before) / before:.0f} %)")
         try:

@@ -1,4 +1,4 @@
--- The task list's text search through the trigram index (migration 0034): the one part
+-- The task list's text search through the trigram index (migration 0037): the one part
 -- of it each dialect writes its own way (searched_tasks, in common/, is the rest).
 
 -- name: tasks_with_text
