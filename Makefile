@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench screenshots clean
+.PHONY: demo test lint bench screenshots uplot clean
 
 # pip's and the build backend's chatter goes to a log, shown only if the install fails.
 $(STAMP): pyproject.toml
@@ -28,7 +28,20 @@ lint: $(STAMP)
 # The dashboard's pictures in docs/screenshots/, made by its browser test from the pages as
 # they are now.
 screenshots: $(STAMP)
-	TASKHERD_SCREENSHOTS=docs $(BIN)/python -m pytest -q tests/api/test_dashboard_a11y_browser.py -k screenshots
+	TASKHERD_SCREENSHOTS=docs $(BIN)/python -m pytest -q tests/api/test_dashboard_a11y_browser.py tests/api/test_dashboard_charts_browser.py -k screenshots
+
+# The charting library the dashboard's /charts page draws with, vendored (no CDN): uPlot from
+# npm at UPLOT_VERSION, its licence and its registry record (version, licence, integrity)
+# beside it. `make uplot UPLOT_VERSION=x.y.z` refreshes it; commit what changed.
+UPLOT_VERSION ?= 1.6.32
+STATIC = taskherd/api/static
+uplot:
+	rm -rf .uplot && mkdir .uplot
+	cd .uplot && npm pack --silent uplot@$(UPLOT_VERSION) > /dev/null && tar xzf uplot-$(UPLOT_VERSION).tgz
+	cp .uplot/package/dist/uPlot.iife.min.js .uplot/package/dist/uPlot.min.css $(STATIC)/
+	cp .uplot/package/LICENSE $(STATIC)/uPlot.LICENSE
+	npm view --json uplot@$(UPLOT_VERSION) name version license homepage dist.tarball dist.integrity > $(STATIC)/uPlot.json
+	rm -rf .uplot
 
 bench: $(STAMP)
 	status=0; for script in bench/*.py; do echo "== $$script"; $(BIN)/python $$script || status=1; done; exit $$status

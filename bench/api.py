@@ -10,7 +10,8 @@ a. `POST /v1/tasks` and an agent's heartbeat (`POST /v1/agent/heartbeat`, each c
    (the floor, same client, same concurrency), and the CLI doing the same (`taskherd task add`
    and `taskherd heartbeat` through the agent socket, 8 processes at a time: what an agent on
    the daemon's host pays). Then the heartbeat at a steady 500 requests a second (open loop):
-   target p99 ≤ 25 ms.
+   target p99 ≤ 25 ms. Beside each rate, the servers' CPU time per request (every process and
+   thread of theirs), against the floor's: a busy machine moves it least.
 b. Every dashboard page (logged in: the board, the task list, a task, a job, the nodes...),
    a filtered task list of 50 rows (--list-url) and `/v1/status` over a database of --tasks
    tasks (finished history with runs and cost, 1,000 ready, and more P0 tasks ready and
@@ -178,12 +179,44 @@ def stop(process: subprocess.Popen) -> None:
 # -- the client -------------------------------------------------------------------------------
 
 
-def report(name: str, seconds: float, latencies: list[float], floor: float | None) -> float:
+def report(name: str, seconds: float, latencies: list[float], floor: float | None,
+           cpu: float | None = None, floor_cpu: float | None = None) -> float:
     rate = len(latencies) / seconds
     versus = f"  {rate / floor:5.2f} × the floor's rate" if floor else ""
+    spent = ""
+    if cpu is not None:
+        per_request = cpu / len(latencies)
+        spent = f"  server CPU {per_request * 1e3:6.3f} ms/req"
+        if floor_cpu:
+            spent += f" ({per_request / floor_cpu:4.1f} × the floor's)"
     print(f"{name:<34} {rate:8.0f} req/s  p50 {ms(percentile(latencies, 0.5))}  "
-          f"p99 {ms(percentile(latencies, 0.99))}{versus}")
+          f"p99 {ms(percentile(latencies, 0.99))}{versus}{spent}")
     return rate
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system, every thread) the processes have used. Per request it is the
+    figure a loaded machine moves least: a busy neighbour slows the rate, not this."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def with_children(pid: int) -> list[int]:
+    """`pid` and its children (the API's own process under the serving one)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid, *map(int, children)]
+
+
+def measured(pids: list[int], port: int, requests: list[bytes], processes: int
+             ) -> tuple[float, list[float], float]:
+    """`drive` the requests, and the servers' CPU time over them."""
+    before = cpu_seconds(pids)
+    seconds, latencies = drive(port, requests, CLIENTS, processes)
+    return seconds, latencies, cpu_seconds(pids) - before
 
 
 def cli_runs(argvs: list[list[str]], env: dict[str, str], parallel: int = 8
@@ -260,12 +293,14 @@ def part_a(folder: Path, requests: int, processes: int) -> bool:
                  for n in range(max(requests, STEADY_RATE * STEADY_SECONDS))]
         constants = [request_bytes("127.0.0.1", "/", {"progress": f"step {n}"}, auth)
                      for n in range(len(beats))]
-        seconds, lat = drive(bare_port, constants[:requests], CLIENTS, processes)
-        floor = report("floor: bare uvicorn, constant", seconds, lat, None)
-        seconds, lat = drive(port, adds, CLIENTS, processes)
-        report("POST /v1/tasks", seconds, lat, floor)
-        seconds, lat = drive(port, beats[:requests], CLIENTS, processes)
-        report("POST /v1/agent/heartbeat", seconds, lat, floor)
+        servers = with_children(server.pid)
+        seconds, lat, cpu = measured([bare.pid], bare_port, constants[:requests], processes)
+        floor = report("floor: bare uvicorn, constant", seconds, lat, None, cpu)
+        floor_cpu = cpu / len(lat)
+        seconds, lat, cpu = measured(servers, port, adds, processes)
+        report("POST /v1/tasks", seconds, lat, floor, cpu, floor_cpu)
+        seconds, lat, cpu = measured(servers, port, beats[:requests], processes)
+        report("POST /v1/agent/heartbeat", seconds, lat, floor, cpu, floor_cpu)
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("TASKHERD_")}
         env["TASKHERD_CONFIG"] = str(config_path)
@@ -305,7 +340,11 @@ def part_a(folder: Path, requests: int, processes: int) -> bool:
 # filter reads 50 rows out of the million (dead tasks of one role: 1 in 30 of the history).
 DASHBOARD_PAGES = ("/", "/tasks", "/tasks/new", "/tasks/1", "/dead", "/review", "/blocked",
                    "/jobs", "/jobs/nightly", "/nodes", "/cooldowns", "/cost",
-                   "/messages?address=coder", "/memory", "/delivery")
+                   "/messages?address=coder", "/memory", "/delivery", "/charts",
+                   "/charts?finished=7d&latency=7d&depth=7d&cost=7d")
+# Each chart's JSON over its longest range (the page above reads all four).
+CHART_ROUTES = tuple(f"/v1/charts/{name}?range=7d" for name in ("finished", "latency", "depth",
+                                                                  "cost"))
 LIST_URL = "/tasks?state=dead&role=qa&per_page=50"
 # A word one task of the million holds (fill_the_board adds it): before the trigram index
 # (migration 0034) the list read every task to find it.
@@ -327,6 +366,13 @@ def part_b(folder: Path, tasks: int, list_url: str = LIST_URL) -> bool:
     with open_queue(load_config(config_path)) as queue:
         token = token_ops.create_token(queue, "board", "read", time.time()).token
         fill_the_board(queue.store, time.time())
+        sample_a_week(folder / "big.db", time.time())
+        # A daemon's charts loop sums the past quarter hours as they end; a history written
+        # behind its back is summed once here, as that loop does at its first start.
+        began = time.perf_counter()
+        queue.store.roll_up_chart_sums(time.time(), again=86400.0)
+        print(f"summed the week's quarter hours for the charts in "
+              f"{time.perf_counter() - began:.2f} s (once; a daemon does it as it goes)")
         job_ops.add_job(queue, {"name": "nightly", "role": "coder", "cron": "0 3 * * *"},
                         time.time())
     print(f"built the database in {time.perf_counter() - started:.0f} s: every list of the "
@@ -339,6 +385,7 @@ def part_b(folder: Path, tasks: int, list_url: str = LIST_URL) -> bool:
             assert client.post("/login", data={"token": token}).status_code in (200, 303)
             bearer = {"Authorization": f"Bearer {token}"}
             measured = [("GET /v1/status", "/v1/status", bearer)]
+            measured += [(f"GET {path}", path, bearer) for path in CHART_ROUTES]
             measured += [(f"GET {path}", path, {}) for path in DASHBOARD_PAGES]
             measured.append((f"GET {list_url} (the filtered list)", list_url, {}))
             measured.append((f"GET {SEARCH_URL} (a rare word)", SEARCH_URL, {}))
@@ -364,6 +411,21 @@ def _page_p99(client: httpx.Client, name: str, path: str, headers: dict[str, str
 
 
 BOARD_ROWS_SHOWN = 50
+
+
+def sample_a_week(database: Path, now: float) -> None:
+    """The queue's depth as a daemon samples it, a row a minute and role for the last week:
+    what the depth chart reads over 7 d."""
+    import sqlite3
+
+    db = sqlite3.connect(database)
+    minutes = range(int(now // 60) - 7 * 1440, int(now // 60) + 1)
+    db.executemany("INSERT OR IGNORE INTO queue_samples (at, role, ready, running) "
+                   "VALUES (?, ?, ?, ?)",
+                   [(minute * 60.0, role, minute % 50, minute % 7)
+                    for minute in minutes for role in ("coder", "qa", "writer")])
+    db.commit()
+    db.close()
 
 
 def fill_the_board(store, now: float) -> None:

@@ -17,6 +17,8 @@ file in one temporary directory, with the same number of tasks. Measured, per du
 - bare sqlite3, minimal table (information): one UPDATE per step on a four-column table with
   one index: what the cheapest possible queue costs, without runs, leases or history.
 - Huey: `SqliteHuey` enqueue of --rounds no-op tasks, then an in-process consumer loop.
+- WAL pages a claim and its completion write, on a store that never checkpoints, and
+  (information) the pages of each step by the table or index they belong to.
 
 Targets (the lean hot path issue): claim+complete ≥ 1.0 × Huey's consumer in the same run at
 `normal` durability and ≥ 0.8 × at `full`, ≥ 0.5 × the floor (same SQL); at most 6 WAL pages
@@ -27,12 +29,14 @@ status 1 if one fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import sqlite3
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,10 +130,13 @@ def bench_taskherd(folder: Path, durability: str, rounds: int, singles: int,
     return rates
 
 
-def wal_pages_per_claim_complete(folder: Path, durability: str, rounds: int = 2000) -> float:
+def wal_pages_per_claim_complete(folder: Path, durability: str,
+                                 rounds: int = 2000) -> tuple[float, dict[str, dict[str, float]]]:
     """Pages a claim and its completion write to the WAL, the two transactions together: the
     load-independent half of claim+complete's cost (every page is copied, checksummed, written
-    and later checkpointed). Counted on a store that never checkpoints, so the WAL only grows."""
+    and later checkpointed). Counted on a store that never checkpoints, so the WAL only grows.
+    Also, for each of the two steps, the pages it wrote on average by the table or index they
+    belong to: where the figure comes from (empty when this SQLite lacks the dbstat table)."""
     now = time.time()
     path = folder / "taskherd-wal.db"
     store = SQLiteStore(path, durability=durability, autocheckpoint=False)
@@ -137,14 +144,48 @@ def wal_pages_per_claim_complete(folder: Path, durability: str, rounds: int = 20
     wal = Path(f"{path}-wal")
     before = wal.stat().st_size
     policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
-    for _ in range(rounds):
+    frame = 24 + sqlite3.connect(path).execute("PRAGMA page_size").fetchone()[0]
+    by_step: dict[str, Counter[str]] = {"claim": Counter(), "completion": Counter()}
+    steps: list[tuple[int, int, int]] = []  # WAL offsets: before the claim, between, after
+    for done in range(1, rounds + 1):
+        start = wal.stat().st_size
         claim = store.claim(ClaimRequest("bench-node", now, LEASE))
         assert claim is not None
+        claimed = wal.stat().st_size
         store.finish_run(claim.run.id, success, policy, now)
-    frame = 24 + sqlite3.connect(path).execute("PRAGMA page_size").fetchone()[0]
+        steps.append((start, claimed, wal.stat().st_size))
+        if done % 100 == 0 or done == rounds:
+            # Read often: a page freed by one b-tree (the ready index shrinks as the backlog
+            # drains) is soon reused by another, and counts as the one it belonged to then.
+            add_pages_by_btree(by_step, path, wal, frame, steps)
+            steps.clear()
     pages = (wal.stat().st_size - before) / frame / rounds
     store.close()
-    return pages
+    return pages, {step: {name: n / rounds for name, n in counts.most_common()}
+                   for step, counts in by_step.items() if counts}
+
+
+def add_pages_by_btree(by_step: dict[str, Counter[str]], path: Path, wal: Path, frame: int,
+                       steps: list[tuple[int, int, int]]) -> None:
+    """Count the pages the claims and completions of `steps` wrote by the b-tree (table or
+    index) each belongs to, read from the WAL's frame headers (a frame starts with its page
+    number) and SQLite's dbstat table; nothing when this SQLite lacks dbstat."""
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            owner = dict(db.execute("SELECT pageno, name FROM dbstat"))
+    except sqlite3.OperationalError:
+        return
+    with wal.open("rb") as log:
+        log.seek(steps[0][0])
+        data, base = log.read(steps[-1][2] - steps[0][0]), steps[0][0]
+
+    def owners(start: int, end: int) -> Counter[str]:
+        return Counter(owner.get(int.from_bytes(data[at - base:at - base + 4], "big"), "(free)")
+                       for at in range(start, end, frame))
+
+    for start, claimed, end in steps:
+        by_step["claim"] += owners(start, claimed)
+        by_step["completion"] += owners(claimed, end)
 
 
 # -- bare sqlite3: the floor --------------------------------------------------------------------
@@ -304,7 +345,7 @@ def run_durability(durability: str, rounds: int, singles: int, batch: int) -> li
             + bench_bare(folder, durability, rounds, batch)
             + bench_huey(folder, durability, rounds)
         )
-        pages = wal_pages_per_claim_complete(folder, durability)
+        pages, by_btree = wal_pages_per_claim_complete(folder, durability)
     by_name = {rate.name: rate for rate in rates}
     ours = by_name["taskherd claim+complete"].per_second
     floor = by_name["bare sqlite3 same-SQL claim+complete"].per_second
@@ -332,6 +373,9 @@ def run_durability(durability: str, rounds: int, singles: int, batch: int) -> li
     if durability == "normal":
         checks.append(Check("batched enqueue", batched, BATCH_TARGET, "tasks/s"))
     print()
+    for step, counts in by_btree.items():
+        shares = ", ".join(f"{name} {n:.2f}" for name, n in counts.items())
+        print(f"WAL pages of a {step} by b-tree: {shares}  (information)")
     print(f"ratio enqueue single / huey enqueue     {single / huey_enqueue:6.2f}x  (information)")
     # The floor's own ratio to Huey bounds what any store on SQLite can reach against Huey.
     print(f"ratio same-SQL floor / huey consumer    {floor / huey:6.2f}x  (information)")

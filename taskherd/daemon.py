@@ -30,6 +30,7 @@ from taskherd.model.settings import Config, ConfigError, DaemonConfig
 from taskherd.ops import Queue
 from taskherd.policy.chains import workflow_of
 from taskherd.policy.jobs import JobError
+from taskherd.services.chart_samples import ChartSampler
 from taskherd.services.checkpoints import Checkpoints
 from taskherd.services.delivery import Deliverer, DeliverySettings
 from taskherd.services.dispatcher import Dispatcher
@@ -182,8 +183,8 @@ class Daemon:
         starting = [self._start(name) for name in ("dispatcher", "scheduler")]
         watching = [self._start(name) for name in ("supervisor", "monitor", "planner",
                                                    "checkpoints", "backups", "delivery",
-                                                   "worktrees", "merges")]
-        watching.append(asyncio.create_task(self._reload_on_request(), name="reload"))
+                                                   "worktrees", "merges", "charts")]
+        watching.append(asyncio.create_task(self._reload_on_request(scheduler), name="reload"))
         watching.append(asyncio.create_task(self._wake_on_events(events, supervisor),
                                             name="events"))
         loops = starting + watching
@@ -191,8 +192,8 @@ class Daemon:
             stopped = asyncio.create_task(self._stop.wait())
             done, _ = await asyncio.wait([stopped, *loops], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
-                if task is not stopped and task.exception():
-                    raise task.exception()
+                if task is not stopped and (error := task.exception()) is not None:
+                    raise error
         finally:
             # Nothing new starts from here, but the watchers keep going while running agents
             # are waited for or killed: a stall or a cancel during on_shutdown = wait counts.
@@ -302,6 +303,7 @@ class Daemon:
         planner = Planner(self.config, store)
         janitor = WorktreeJanitor(self.config, store)
         merger = Merger(self.config, store, self.clock, on_ended=self._merge_ended)
+        sampler = ChartSampler(self.config, store)
         # The scheduler takes a reloaded config first and alone (`_apply_reload`): it may
         # refuse it.
         return {loop.name: loop for loop in (
@@ -310,6 +312,8 @@ class Daemon:
                         max_sleep=scheduler.settings.max_sleep, on_counts=self._fired),
             ServiceLoop("supervisor", supervisor, reload=supervisor.reload),
             ServiceLoop("monitor", monitor, reload=monitor.reload),
+            # In a thread: its first roll-up after an upgrade sums a week of history.
+            ServiceLoop("charts", sampler, in_thread=True, reload=sampler.reload),
             ServiceLoop("planner", planner, on_counts=self._planned, reload=planner.reload),
             ServiceLoop("checkpoints", checkpoints, in_thread=True),
             ServiceLoop("backups", backups, in_thread=True, reload=backups.reload,
@@ -344,14 +348,14 @@ class Daemon:
             self._wake.set()  # the dispatcher: new tasks are ready
             log.info("scheduler: %s", dict(counts))
 
-    async def _reload_on_request(self) -> None:
+    async def _reload_on_request(self, scheduler: Scheduler) -> None:
         while True:
             await self._reload.wait()
             self._reload.clear()
-            self._apply_reload()
+            self._apply_reload(scheduler)
             self.wake()
 
-    def _apply_reload(self) -> None:
+    def _apply_reload(self, scheduler: Scheduler) -> None:
         """Re-read the config file and give it to every service, or keep the old one whole."""
         if self.config.source is None:
             log.warning("reload: the daemon was started without a config file; nothing to re-read")
@@ -359,7 +363,6 @@ class Daemon:
         try:
             config = load_config(self.config.source)
             check_reloadable(self.config, config)
-            scheduler = self.services["scheduler"].service
             synced = scheduler.reload(config)  # parses and syncs the jobs first: may refuse
         except (ConfigError, JobError, OSError) as error:
             log.error("reload refused, the config stays as it was: %s", error)

@@ -262,12 +262,12 @@ def check_caps(config: Config) -> Check:
         return Check(PROBLEM, "agent caps", f"not enforceable here for role(s) {roles}: their "
                      "tasks are blocked", "; ".join(where.missing[c] for c in lacking))
     # No role asks for what is missing: said, for whoever adds a cap, but no problem.
-    lacking = "; ".join(sorted(set(where.missing.values())))
+    why_missing = "; ".join(sorted(set(where.missing.values())))
     if not can:
-        return Check(OK, "agent caps: none enforceable on this host", lacking)
+        return Check(OK, "agent caps: none enforceable on this host", why_missing)
     cannot = [name for name in cgroups.CONTROLLERS if name not in can]
     return Check(OK, f"agent caps: {', '.join(can)} enforced ({where.how()})",
-                 f"{', '.join(cannot)} cannot be: {lacking}" if cannot else "")
+                 f"{', '.join(cannot)} cannot be: {why_missing}" if cannot else "")
 
 
 def _check_env_key(role: RoleConfig) -> Check:
@@ -324,6 +324,8 @@ def check_worktrees(config: Config, role: RoleConfig) -> Check:
     from taskherd.host import worktrees
 
     git = role.git
+    if git is None:
+        return Check(OK, f"role {role.name}: no git repository to check")
     what = f"role {role.name}: git {git.repo} ({git.base})"
     try:
         worktrees.git(git.repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{git.base}")

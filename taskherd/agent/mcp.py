@@ -12,7 +12,7 @@ The `mcp` package is an optional extra (`pip install 'taskherd[mcp]'`), imported
 # `_add_tools` (the mcp package reads them when a tool is added), so they are evaluated there.
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from taskherd import __version__
 from taskherd.agent import door as agent_door
@@ -74,10 +74,15 @@ def _add_tools(server: Any, ask: Callable[[str, dict[str, Any]], dict[str, Any]]
     from taskherd.policy.taskspec import TITLE_LIMIT
 
     Note = Annotated[str | None, Field(max_length=MAX_NOTE)]
-    # system is taskherd's own; spawn has its own tool (add_task).
-    Kind = Literal[tuple(k for k in KINDS if k not in ("system", "spawn"))]  # type: ignore[valid-type]
-    Priority = Literal[tuple(PRIORITY_NAMES)]  # type: ignore[valid-type]
-    Section = Literal[SECTIONS]  # type: ignore[valid-type]
+    if TYPE_CHECKING:  # text to mypy, which cannot read a Literal made from a tuple's values
+        Kind: TypeAlias = str
+        Priority: TypeAlias = str
+        Section: TypeAlias = str
+    else:  # the values the mcp package shows the agent and holds its arguments to
+        # system is taskherd's own; spawn has its own tool (add_task).
+        Kind = Literal[tuple(k for k in KINDS if k not in ("system", "spawn"))]
+        Priority = Literal[tuple(PRIORITY_NAMES)]
+        Section = Literal[SECTIONS]
 
     @server.tool(description="Tell taskherd this run is alive, with a short progress note.")
     def heartbeat(progress: Note = None) -> dict[str, Any]:

@@ -17,18 +17,18 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import tzinfo
-from typing import Any
+from typing import Any, TypeVar
 
-import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from taskherd.api.store_thread import StoreThread
 from taskherd.model import Run
 from taskherd.model.settings import Config
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops
 from taskherd.ops import tokens as token_ops
-from taskherd.policy.timefmt import with_iso
+from taskherd.policy.timefmt import is_time, iso_time
 from taskherd.store import (
     JobNotFound,
     JobRefused,
@@ -99,6 +99,9 @@ def refusal(error: Exception) -> ApiError:
     raise error
 
 
+T = TypeVar("T")
+
+
 @dataclass
 class Caller:
     """Who sent a request: an API token (by header or dashboard session), or a run."""
@@ -135,8 +138,12 @@ class Call:
     def queue(self) -> Queue:
         return self.api.queue
 
-    def int_query(self, name: str) -> int | None:
+    def int_query(self, name: str) -> int:
         """A whole number within the bounds its route declares (absent: its default)."""
+        return _declared_default(name, self.optional_int_query(name))
+
+    def optional_int_query(self, name: str) -> int | None:
+        """A whole number within the bounds its route declares (absent: its default, or None)."""
         schema = self.declared[name]
         text = self.query.get(name)
         if text is None:
@@ -163,7 +170,11 @@ class Call:
                            f"{high}", name)
         return value
 
-    def choice_query(self, name: str) -> str | None:
+    def choice_query(self, name: str) -> str:
+        """One of the values its route declares (absent: its default)."""
+        return _declared_default(name, self.optional_choice_query(name))
+
+    def optional_choice_query(self, name: str) -> str | None:
         """One of the values its route declares (absent: its default, or None)."""
         schema = self.declared[name]
         text = self.query.get(name)
@@ -181,6 +192,12 @@ class Call:
         if not isinstance(self.body, dict):
             raise ApiError(422, "the body must be a JSON object", "body")
         return self.body
+
+
+def _declared_default(name: str, value: T | None) -> T:
+    if value is None:  # the route reads the parameter as always given, yet declares no default
+        raise LookupError(f"query parameter {name!r}: its route declares no default")
+    return value
 
 
 def integer(low: int, high: int, default: int | None = None) -> dict[str, Any]:
@@ -218,7 +235,7 @@ class RouteSpec:
     status: int = 200
     body: str | None = None  # the schema of its body, if it takes one
     # Its query parameters' JSON schemas, {name: schema}: the document shows them, and
-    # `Call.int_query` and `choice_query` hold a request to them.
+    # `Call.int_query` and `choice_query` (and their optional_ forms) hold a request to them.
     query: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -250,7 +267,7 @@ class Api:
     services: Callable[[], dict[str, Any]] | None = None
     throttle: token_ops.Throttle = field(default_factory=token_ops.Throttle)
     rates: token_ops.RateLimit = field(default_factory=token_ops.RateLimit)
-    # `check` counts a token's requests from the worker threads of `perform`.
+    # `check` counts a token's requests from the store thread of `perform`.
     _rates_lock: threading.Lock = field(default_factory=threading.Lock)
     sessions: dict[str, Session] = field(default_factory=dict)
 
@@ -260,12 +277,11 @@ class Api:
         self.queue = Queue(self.config, self.store)
         self.hub = EventHub(self.queue)
         self.board = SharedBoard()
-        # The store serialises its calls behind one lock: more threads would only queue.
-        self.limiter = anyio.CapacityLimiter(2)
+        self.store_thread = StoreThread()
 
     async def run(self, function: Callable[..., Any], *args: Any) -> Any:
         """A store call off the event loop, so streams and other requests keep moving."""
-        return await anyio.to_thread.run_sync(function, *args, limiter=self.limiter)
+        return await self.store_thread.run(function, *args)
 
     # -- who is calling --------------------------------------------------------------
 
@@ -426,22 +442,31 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def jsonable(value: Any) -> Any:
-    """Records as their dicts, recursively; what json.dumps takes as it is stays."""
-    if hasattr(value, "to_dict"):
-        return jsonable(value.to_dict())
+def jsonable(value: Any, zone: tzinfo | None = None) -> Any:
+    """Records as their dicts, recursively, with `<name>_iso` beside every time `<name>`
+    (unix seconds) in `zone`, as `timefmt.with_iso` adds it: one walk of the answer, which
+    on a busy route cost more than the operation. What json.dumps takes as it is stays."""
+    if value is None or isinstance(value, str | int | float):  # (a bool is an int)
+        return value
     if isinstance(value, dict):
-        return {key: jsonable(item) for key, item in value.items()}
+        shown: dict[str, Any] = {}
+        for key, item in value.items():
+            shown[key] = jsonable(item, zone)
+            if is_time(key, item):
+                shown[f"{key}_iso"] = iso_time(item, zone)
+        return shown
     if isinstance(value, list | tuple):
-        return [jsonable(item) for item in value]
+        return [jsonable(item, zone) for item in value]
+    if hasattr(value, "to_dict"):
+        return jsonable(value.to_dict(), zone)
     if hasattr(value, "__dataclass_fields__"):
-        return jsonable(dict(value.__dict__))
+        return jsonable(dict(value.__dict__), zone)
     return value
 
 
 def json_response(data: Any, status: int = 200, zone: tzinfo | None = None) -> Response:
     """`data` as JSON; every time (unix seconds, as ever) with its ISO 8601 form beside it as
     `<name>_iso`, in `zone` (the fleet's; taskherd.policy.timefmt)."""
-    body = json.dumps(with_iso(jsonable(data), zone), separators=(",", ":"), allow_nan=False,
+    body = json.dumps(jsonable(data, zone), separators=(",", ":"), allow_nan=False,
                       default=str)
     return Response(body, status_code=status, media_type="application/json")

@@ -50,6 +50,11 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
                                "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
 }
+# No other route's pattern matches these paths, so trying them first changes no answer.
+BUSIEST = ("/v1/agent/{op}", "/v1/tasks")
+
+_SECURITY_PAIRS = [(key.lower().encode(), value.encode())
+                   for key, value in SECURITY_HEADERS.items()]
 
 
 @route("POST", "/v1/agent/{op}", "run",
@@ -87,7 +92,9 @@ def declared_routes(api: Api) -> list[Route]:
     """One route a path, whatever its methods: a method the path does not take is answered
     405 with every method it does take in Allow, and OPTIONS with that list."""
     by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
-    for spec in ROUTES:
+    # The routes agents and scripts call by the thousand first: the router tries each
+    # route's pattern in turn, and trying two dozen cost a heartbeat a tenth of its time.
+    for spec in sorted(ROUTES, key=lambda spec: spec.path not in BUSIEST):
         by_path.setdefault(spec.path, {})[spec.method] = endpoint(api, spec)
     return [Route(_digits(path), _by_method(handlers), methods=[*handlers, "OPTIONS"])
             for path, handlers in by_path.items()]
@@ -235,11 +242,10 @@ class _SecurityHeaders:
 
         async def with_headers(message: dict) -> None:
             if message["type"] == "http.response.start":
-                names = {name.lower() for name, _ in message.get("headers", [])}
-                extra = [(key.lower().encode(), value.encode())
-                         for key, value in SECURITY_HEADERS.items()
-                         if key.lower().encode() not in names]
-                message["headers"] = list(message.get("headers", [])) + extra
+                headers = list(message.get("headers", []))
+                names = {name.lower() for name, _ in headers}
+                message["headers"] = headers + [
+                    pair for pair in _SECURITY_PAIRS if pair[0] not in names]
             await send(message)
 
         await self.app(scope, receive, with_headers)

@@ -19,17 +19,18 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from taskherd.api import pages
+from taskherd.api import page_charts, pages
 from taskherd.api.app import SESSION_COOKIE, Api, ApiError, Session, answer_for
 from taskherd.ops import tasks as task_ops
 from taskherd.ops import tokens as token_ops
 from taskherd.ops.tokens import ACT, GRANTS, READ
+from taskherd.store.tokens import ApiToken
 
 SESSION_SECONDS = 12 * 3600
 MAX_FORM = 16 * 1024
 PAGES: dict[str, Callable[..., str]] = {
     "/": pages.board, "/dead": pages.dead, "/review": pages.review, "/blocked": pages.blocked,
-    "/cooldowns": pages.cooldowns, "/cost": pages.cost,
+    "/cooldowns": pages.cooldowns, "/cost": pages.cost, "/charts": page_charts.charts,
 }
 ACTIONS = ("approve", "reject", "block", "unblock", "requeue", "cancel")
 
@@ -50,11 +51,12 @@ def routes(api: Api) -> list[Route]:
 def _page(api: Api, render: Callable[..., str], title: str | None = None
           ) -> Callable[[Request], Awaitable[Response]]:
     async def handle(request: Request) -> Response:
-        session, token = await _logged_in(api, request)
-        if token is None:
+        logged = await _logged_in(api, request)
+        if logged is None:
             if request.query_params.get("fragment"):
                 return Response("log in again", status_code=401)
             return RedirectResponse("/login", status_code=303)
+        session, token = logged
         view = pages.View(api.queue, api.clock(), token, session.csrf,
                           may_act=ACT in GRANTS[token.scope], path=request.url.path,
                           params=dict(request.path_params),
@@ -81,12 +83,13 @@ def _page(api: Api, render: Callable[..., str], title: str | None = None
     return handle
 
 
-async def _logged_in(api: Api, request: Request) -> tuple[Session | None, Any]:
+async def _logged_in(api: Api, request: Request) -> tuple[Session, ApiToken] | None:
+    """The request's session and its live token; None without one (or once it is revoked)."""
     session = api.session_of(request, api.clock())
     if session is None:
-        return None, None
+        return None
     token = await api.run(token_ops.session_token, api.queue, session.digest, api.clock())
-    return session, token
+    return None if token is None else (session, token)
 
 
 def _login_form(api: Api) -> Callable[[Request], Awaitable[Response]]:
@@ -156,9 +159,10 @@ def _logout(api: Api) -> Callable[[Request], Awaitable[Response]]:
 
 async def _checked_form(api: Api, request: Request) -> tuple[dict[str, str], Any]:
     """The form of an action, once its session, scope and CSRF secret are checked."""
-    session, token = await _logged_in(api, request)
-    if token is None:
+    logged = await _logged_in(api, request)
+    if logged is None:
         raise ApiError(401, "log in first")
+    session, token = logged
     form = await _form(request)
     if not secrets.compare_digest(form.get("csrf", ""), session.csrf):
         raise ApiError(403, "the form's CSRF token is missing or wrong: reload the page")
@@ -214,7 +218,8 @@ async def _form_lists(request: Request, limit: int = MAX_FORM) -> dict[str, list
 
 
 STATIC_TYPES = {"live.js": "text/javascript", "style.css": "text/css",
-                "favicon.svg": "image/svg+xml"}
+                "favicon.svg": "image/svg+xml", "charts.js": "text/javascript",
+                "uPlot.iife.min.js": "text/javascript", "uPlot.min.css": "text/css"}
 
 
 async def _static(request: Request) -> Response:

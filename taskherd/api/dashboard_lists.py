@@ -43,9 +43,10 @@ async def _checked(api: Api, request: Request,
                    limit: int = dashboard.MAX_FORM) -> tuple[dict[str, list[str]], pages.View]:
     """The form of an action, once its session, scope and CSRF secret are checked, and the
     view to answer it in."""
-    session, token = await dashboard._logged_in(api, request)
-    if token is None:
+    logged = await dashboard._logged_in(api, request)
+    if logged is None:
         raise ApiError(401, "log in first")
+    session, token = logged
     form = await dashboard._form_lists(request, limit)
     if not secrets.compare_digest(_one(form, "csrf"), session.csrf):
         raise ApiError(403, "the form's CSRF token is missing or wrong: reload the page")

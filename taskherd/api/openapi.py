@@ -17,6 +17,7 @@ from taskherd import __version__
 from taskherd.model import Outcome, TaskState
 from taskherd.model.delivery import EVENTS
 from taskherd.ops.agent_requests import OPS as AGENT_OPS
+from taskherd.ops.charts import CHARTS, RANGES
 from taskherd.ops.jobs import CLEARABLE
 from taskherd.policy.jobs import JOB_KEYS
 from taskherd.policy.taskspec import ALIAS_NAME, TITLE_LIMIT
@@ -122,6 +123,19 @@ SCOPE = {"type": "string", "enum": ["admin", "operator", "read", "intake"]}
 COUNTS = {"type": "object", "additionalProperties": INT,
           "required": [state.value for state in TaskState]}
 
+# A chart's series: one value a bucket, null where nothing was measured.
+SERIES = obj({"name": STR, "values": array(nullable(NUM))})
+COUNT_SERIES = obj({"name": STR, "values": array(INT)})
+CHART = obj(
+    {"chart": {"type": "string", "enum": list(CHARTS)}, "title": STR,
+     "range": {"type": "string", "enum": list(RANGES)}, "bucket_seconds": INT,
+     "from_at": NUM, "until_at": NUM, "times": array(NUM), "series": array(SERIES)},
+    unit=STR, totals={"type": "object", "additionalProperties": INT}, runs=array(INT),
+    overall=obj({"p50": nullable(NUM), "p95": nullable(NUM)}),
+    running=array(SERIES), samples=array(INT), unpriced=array(COUNT_SERIES),
+    by_outcome=array(obj({"role": STR, "outcome": STR, "runs": INT, "cost_usd": NUM,
+                          "unpriced_runs": INT})))
+
 SCHEMAS: dict[str, dict[str, Any]] = {
     "Error": obj({"error": STR, "status": INT}, field=STR),
     "Task": TASK,
@@ -148,6 +162,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                                             "waits_for": STR}))}),
     "CostRows": array(obj({"runs": INT, "cost_usd": nullable(NUM), "unpriced_runs": INT,
                            "input_tokens": INT, "output_tokens": INT}, closed=False)),
+    "Chart": CHART,
     "Cooldown": COOLDOWN,
     "CooldownList": array(ref("Cooldown")),
     "Token": TOKEN,
@@ -182,6 +197,7 @@ ID = {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}
 PATH_PARAMETERS: dict[str, dict[str, Any]] = {
     "task_id": ID, "run_id": ID, "name": {"type": "string", "minLength": 1},
     "op": {"type": "string", "enum": list(AGENT_OPS)},
+    "chart": {"type": "string", "enum": list(CHARTS)},
 }
 # The streams, served beside the declared routes (`asgi.build_app`).
 STREAMS = (

@@ -25,7 +25,10 @@ from taskherd.store.tokens import ApiToken
 TITLES = {"/": "Board", "/tasks": "Tasks", "/tasks/new": "Add tasks", "/dead": "Dead letters",
           "/review": "Needs review", "/blocked": "Blocked", "/jobs": "Jobs", "/nodes": "Nodes",
           "/messages": "Messages", "/memory": "Memory", "/delivery": "Delivery",
-          "/cooldowns": "Cooldowns", "/cost": "Cost"}
+          "/cooldowns": "Cooldowns", "/cost": "Cost", "/charts": "Charts"}
+# Pages that need more than style.css and live.js: their stylesheets and scripts (served
+# from static/ like the rest: the CSP lets nothing else in).
+ASSETS = {"/charts": (("uPlot.min.css",), ("uPlot.iife.min.js", "charts.js"))}
 LIST_LIMIT = 200
 ICON = '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">'
 
@@ -91,17 +94,20 @@ def span(seconds: float) -> str:
 def layout(view: View, title: str, body: str) -> str:
     links = "".join(f'<a href="{path}" class="{"here" if path == view.path else ""}">{name}</a>'
                     for path, name in TITLES.items())
+    styles, scripts = ASSETS.get(view.path, ((), ()))
+    extra_styles = "".join(f'<link rel="stylesheet" href="/static/{name}">' for name in styles)
+    extra_scripts = "".join(f'<script src="/static/{name}"></script>' for name in scripts)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{h(title)} · taskherd</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="stylesheet" href="/static/style.css">{ICON}</head>
+{extra_styles}<link rel="stylesheet" href="/static/style.css">{ICON}</head>
 <body><a class="skip" href="#live">Skip to the page</a><header><strong>taskherd</strong>
 <nav aria-label="pages">{links}</nav>
 <span class="who">{h(view.token.name)} ({h(view.token.scope)})</span>
 <form class="inline" method="post" action="/logout"><input type="hidden" name="csrf"
  value="{h(view.csrf)}"><button>Log out</button></form></header>
 <div class="page"><h1>{h(title)}</h1><main id="live">{body}</main>{_log_panel(view)}</div>
-<script src="/static/live.js"></script></body></html>"""
+<script src="/static/live.js"></script>{extra_scripts}</body></html>"""
 
 
 def login_page(error: str = "") -> str:

@@ -11,6 +11,7 @@ from typing import Any
 from taskherd.api.app import TEXT, UNIX_SECONDS, ApiError, Call, choice, integer, path_int, route
 from taskherd.model import TaskState
 from taskherd.ops import BadInput, board, tasks
+from taskherd.ops import charts as chart_ops
 from taskherd.ops import cooldowns as cooldown_ops
 from taskherd.ops import jobs as job_ops
 from taskherd.ops import logs as log_ops
@@ -27,9 +28,9 @@ MAX_TAIL_LINES = 10_000
        query={"state": choice(state.value for state in TaskState), "role": TEXT,
               "limit": integer(1, tasks.MAX_PAGE, 100), "cursor": integer(1, 2**62)})
 def list_tasks(call: Call) -> Any:
-    return tasks.page_tasks(call.queue, state=call.choice_query("state"),
+    return tasks.page_tasks(call.queue, state=call.optional_choice_query("state"),
                             role=call.query.get("role") or None,
-                            cursor=call.int_query("cursor"), limit=call.int_query("limit"))
+                            cursor=call.optional_int_query("cursor"), limit=call.int_query("limit"))
 
 
 @route("POST", "/v1/tasks", ADD, "Add a task (an open task with its dedup_key is returned)",
@@ -202,6 +203,17 @@ def status(call: Call) -> Any:
 def cost(call: Call) -> Any:
     return run_ops.cost(call.queue, call.choice_query("by"), call.float_query("since"),
                         call.now)
+
+
+@route("GET", "/v1/charts/{chart}", READ, "One of the dashboard's charts over a range: each "
+       "bucket's start (unix seconds) and a series of values a bucket", "Chart",
+       query={"range": choice(chart_ops.RANGES, chart_ops.DEFAULT_RANGE)})
+def chart(call: Call) -> Any:
+    name = call.params["chart"]
+    if name not in chart_ops.CHARTS:
+        raise ApiError(404, f"no chart {name!r}: expected one of {', '.join(chart_ops.CHARTS)}",
+                       "chart")
+    return chart_ops.chart(call.queue, name, call.choice_query("range") or "", call.now)
 
 
 @route("GET", "/v1/cooldowns", READ, "Runtimes paused by a rate limit", "CooldownList")

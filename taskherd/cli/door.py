@@ -10,10 +10,13 @@ from taskherd.agent import door as agent_door
 from taskherd.cli.common import EXIT_BAD_INPUT, EXIT_REFUSED
 
 
-class DoorFailure(click.ClickException):
-    def __init__(self, error: agent_door.DoorError):
-        super().__init__(str(error))
-        self.exit_code = EXIT_BAD_INPUT if error.kind == "bad_input" else EXIT_REFUSED
+# click declares an exception's exit code on its class (a ClassVar): one class per code.
+class DoorRefused(click.ClickException):
+    exit_code = EXIT_REFUSED
+
+
+class DoorBadInput(click.ClickException):
+    exit_code = EXIT_BAD_INPUT
 
 
 def call_door(op: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -21,4 +24,5 @@ def call_door(op: str, args: dict[str, Any]) -> dict[str, Any]:
     try:
         return agent_door.call(op, args)
     except agent_door.DoorError as error:
-        raise DoorFailure(error) from error
+        failure = DoorBadInput if error.kind == "bad_input" else DoorRefused
+        raise failure(str(error)) from error

@@ -48,10 +48,10 @@ def list_command(ctx: click.Context, job: str | None, role: str | None, since: s
         else:
             runs = run_ops.list_runs(queue, role=role, since=since_moment(since, started),
                                      limit=limit)
-        liveness = {run.id: run_ops.liveness(queue, run, started) for run in runs}
+        liveness = run_ops.open_liveness(queue, runs, started)
     if as_json:
         print_json([run.to_dict() | {"duration": _duration(run, started),
-                                     "liveness": liveness[run.id]} for run in runs])
+                                     "liveness": liveness.get(run.id)} for run in runs])
         return
     # An open run's outcome column names the verdict on it and the next threshold.
     print_table(
@@ -71,11 +71,11 @@ def running_command(ctx: click.Context, as_json: bool) -> None:
     started = now()
     with queue_for(ctx, writes=False) as queue:
         runs = run_ops.open_runs(queue)
-        liveness = {run.id: run_ops.liveness(queue, run, started) for run in runs}
+        liveness = run_ops.open_liveness(queue, runs, started)
     if as_json:
         print_json([run.to_dict() | {"elapsed": _duration(run, started),
                                      "last_activity": run_ops.last_activity(run),
-                                     "liveness": liveness[run.id]} for run in runs])
+                                     "liveness": liveness.get(run.id)} for run in runs])
         return
     print_table(
         ["run", "task", "role", "node", "pid", "started", "elapsed", "last activity",

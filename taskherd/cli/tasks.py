@@ -168,11 +168,11 @@ def show_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
     with queue_for(ctx, writes=False) as queue:
         task = task_ops.get_task(queue, task_id)
         runs = task_ops.runs_of_task(queue, task_id)
-        liveness = {run.id: run_ops.liveness(queue, run, at) for run in runs}
+        liveness = run_ops.open_liveness(queue, runs, at)
         gates = task_ops.gates_of_task(queue, task_id)
         waits_for = board_ops.why_waiting(queue, task, at)
     if as_json:
-        print_json(task.to_dict() | {"runs": [run.to_dict() | {"liveness": liveness[run.id]}
+        print_json(task.to_dict() | {"runs": [run.to_dict() | {"liveness": liveness.get(run.id)}
                                               for run in runs],
                                      "gates": [gate.to_dict() for gate in gates],
                                      "waits_for": waits_for})
@@ -181,7 +181,7 @@ def show_command(ctx: click.Context, task_id: int, as_json: bool) -> None:
     if waits_for is not None:
         click.echo(f"{'waits':>10}: {waits_for}")
     for run in runs:
-        if liveness[run.id] is not None:
+        if run.id in liveness:
             click.echo(f"{'liveness':>10}: {liveness_words(liveness[run.id])}")
     if gates:
         click.echo("")

@@ -7,7 +7,6 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from taskherd.model.settings import (
     MERGE_MODES,
@@ -330,6 +329,8 @@ def read_listen(value: Any) -> str:
 def read_zone(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError("not a string")
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # only a config naming a zone needs it
+
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError) as error:

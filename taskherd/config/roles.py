@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from taskherd.config.reader import Reader
-from taskherd.model.settings import ConfigError, RoleConfig
+from taskherd.model.settings import NODE, SCOPES, ConfigError, RoleConfig
 from taskherd.policy.chains import find_cycle
-from taskherd.policy.limits import NODE, SCOPES
 
 RUNTIMES = ("command", "claude", "codex", "chat")
 

@@ -9,8 +9,6 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from taskherd.config.reader import LIMIT_KEYS, Reader, no_unknown_keys, read_limits
 from taskherd.model.settings import (
     S3_SCHEME,
@@ -42,6 +40,10 @@ CREDENTIAL_KEYS = frozenset({"access_key", "secret_key", "access_key_id", "secre
 def default_data_dir() -> Path:
     if os.environ.get(HOME_ENV):
         return Path(os.environ[HOME_ENV])
+    # Imported here: a config file or TASKHERD_HOME names the data dir for nearly every
+    # command, and platformdirs costs a command ~5% of its start.
+    import platformdirs
+
     return Path(platformdirs.user_data_dir("taskherd", appauthor=False))
 
 

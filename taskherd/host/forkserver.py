@@ -41,6 +41,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import psutil
 
@@ -106,13 +107,13 @@ class _ForkServer:
                 return None
             try:
                 # The shim's format (see shim.read_run): json there would cost every spawn.
-                _write_all(server.stdin.fileno(), marshal.dumps(run).hex().encode() + b"\n")
+                _write_all(_stdin(server).fileno(), marshal.dumps(run).hex().encode() + b"\n")
             except OSError:  # it died meanwhile: nothing was forked
                 self._server = None
                 self._changed.notify_all()
                 _stop(server)
                 return None
-            reply = _read_reply(server.stdout.fileno(), REPLY_TIMEOUT)
+            reply = _read_reply(_stdout(server).fileno(), REPLY_TIMEOUT)
             if reply is None:
                 # Stopped or dead before answering: once it is gone its shim, if it forked
                 # one, never gets its go and starts nothing; an answer sent just before the
@@ -120,7 +121,7 @@ class _ForkServer:
                 self._server = None
                 self._changed.notify_all()
                 _stop(server)
-                reply = _read_reply(server.stdout.fileno(), 0)
+                reply = _read_reply(_stdout(server).fileno(), 0)
             if reply is None:
                 return None
         pid, start_ticks = reply
@@ -139,7 +140,7 @@ class _ForkServer:
         # went away" (EOF) meaningful, and the server stays the parent's. The lock may have
         # been held by a parent's thread that does not exist here, so it is made anew.
         if self._server is not None:
-            for pipe in (self._server.stdin, self._server.stdout):
+            for pipe in (_stdin(self._server), _stdout(self._server)):
                 with contextlib.suppress(OSError):
                     pipe.close()
         self._reset()
@@ -213,10 +214,21 @@ def _start_server() -> subprocess.Popen | None:
         return None
 
 
+# The server's pipes: both made by _start_server, so never None.
+def _stdin(server: subprocess.Popen) -> IO[bytes]:
+    assert server.stdin is not None
+    return server.stdin
+
+
+def _stdout(server: subprocess.Popen) -> IO[bytes]:
+    assert server.stdout is not None
+    return server.stdout
+
+
 def _stop(server: subprocess.Popen) -> None:
     """End the server and reap it; its shims (their own sessions) are not touched."""
     with contextlib.suppress(OSError):
-        server.stdin.close()  # EOF: an idle server exits by itself
+        _stdin(server).close()  # EOF: an idle server exits by itself
     with contextlib.suppress(ProcessLookupError):
         server.kill()  # one stopped or wedged mid-request would not
     server.wait()

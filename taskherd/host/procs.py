@@ -95,7 +95,8 @@ class ProcessHandle:
     def poll(self) -> ExitStatus | None:
         """The exit status once the shim has exited, else None. Never blocks."""
         if self._status is None:
-            self._status = self._poll_child() if self._popen else self._poll_adopted()
+            self._status = (self._poll_child(self._popen) if self._popen
+                            else self._poll_adopted())
         return self._status
 
     def is_alive(self) -> bool:
@@ -157,7 +158,8 @@ class ProcessHandle:
     def close(self) -> None:
         """Release the pidfd; call from the event loop's thread if one waits."""
         if self._readable is not None and not self._readable.done():
-            self._readable.get_loop().remove_reader(self._pidfd)
+            if self._pidfd is not None:  # always, as the future waits on it (wait_exit)
+                self._readable.get_loop().remove_reader(self._pidfd)
             self._readable.cancel()
         self._readable = None
         if self._pidfd is not None:
@@ -174,8 +176,8 @@ class ProcessHandle:
         kind = "child" if self._popen else "adopted"
         return f"<ProcessHandle pid={self.pid} {kind} status={self._status}>"
 
-    def _poll_child(self) -> ExitStatus | None:
-        returncode = self._popen.poll()
+    def _poll_child(self, popen: subprocess.Popen) -> ExitStatus | None:
+        returncode = popen.poll()
         if returncode is None:
             return None
         recorded = read_exit_file(self.exit_path)
@@ -295,7 +297,7 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
         os.close(log_fd)
     if forked is not None:
         # The fork server's child, not ours: watched like a run adopted after a restart.
-        handle = adopt(forked.pid, forked.started_at, log_path)
+        handle = _watch(forked.pid, forked.started_at, log_path)
         return SpawnedProcess(forked.pid, forked.started_at, log_path, exit_path, handle)
     handle = ProcessHandle(popen.pid, started_at, log_path, popen=popen)
     return SpawnedProcess(popen.pid, started_at, log_path, exit_path, handle)
@@ -336,6 +338,22 @@ def adopt(pid: int, started_at: float, log_path: Path, *,
     ever spawned there.
     """
     log_path = Path(log_path)
+    live = _live_handle(pid, started_at, log_path, tolerance)
+    if live is not None:
+        return live
+    if not log_path.exists() and not exit_path_for(log_path).exists():
+        return None
+    return _ended_handle(pid, started_at, log_path)
+
+
+def _watch(pid: int, started_at: float, log_path: Path) -> ProcessHandle:
+    """A shim the fork server started for us (its log exists): a handle as `adopt` gives."""
+    live = _live_handle(pid, started_at, log_path, START_TIME_TOLERANCE)
+    return live if live is not None else _ended_handle(pid, started_at, log_path)
+
+
+def _live_handle(pid: int, started_at: float, log_path: Path,
+                 tolerance: float) -> ProcessHandle | None:
     if _same_process_alive(pid, started_at, tolerance):
         pidfd = _open_pidfd(pid)
         # Checked again after opening: the fd pins the process, the first check
@@ -343,8 +361,10 @@ def adopt(pid: int, started_at: float, log_path: Path, *,
         if pidfd is None or _same_process_alive(pid, started_at, tolerance):
             return ProcessHandle(pid, started_at, log_path, pidfd=pidfd)
         os.close(pidfd)
-    if not log_path.exists() and not exit_path_for(log_path).exists():
-        return None
+    return None
+
+
+def _ended_handle(pid: int, started_at: float, log_path: Path) -> ProcessHandle:
     handle = ProcessHandle(pid, started_at, log_path)
     handle._status = read_exit_file(handle.exit_path) or UNKNOWN_EXIT
     return handle
@@ -372,8 +392,10 @@ def unrecorded_spawn(log_path: Path) -> tuple[int, float | None] | None:
     """
     try:
         header = read_header(log_path)
-        pid, written = int(header["pid"]), float(header["time"])  # type: ignore[index]
-    except (TypeError, KeyError, ValueError):  # no header, or not one the shim wrote
+        if header is None:  # no header
+            return None
+        pid, written = int(header["pid"]), float(header["time"])
+    except (TypeError, KeyError, ValueError):  # not a header the shim wrote
         return None
     try:
         process = psutil.Process(pid)

@@ -110,9 +110,10 @@ def dst_changes(tz: ZoneInfo, now: datetime) -> list[tuple[datetime, datetime]]:
 
 
 def _trigger_fires(trigger: Trigger, after: datetime) -> Iterator[datetime]:
-    moment: datetime | None = after
-    while (moment := trigger.next_after(moment)) is not None:
+    moment = trigger.next_after(after)
+    while moment is not None:
         yield moment
+        moment = trigger.next_after(moment)
 
 
 def _between(fires: Iterator[datetime], until: datetime) -> list[datetime]:
@@ -164,9 +165,15 @@ def _in_order(expression: str, tz: ZoneInfo, after: datetime, instants) -> Itera
             if instant > after:
                 heapq.heappush(waiting, instant)
         as_utc = wall.replace(tzinfo=UTC)
-        largest = max((as_utc + days).astimezone(tz).utcoffset() for days in _NEAR)
+        largest = max(_utcoffset((as_utc + days).astimezone(tz)) for days in _NEAR)
         while waiting and waiting[0] <= as_utc - largest:
             yield heapq.heappop(waiting)
+
+
+def _utcoffset(moment: datetime) -> timedelta:
+    offset = moment.utcoffset()
+    assert offset is not None  # an aware datetime (astimezone's) always has one
+    return offset
 
 
 def cron_wildcard(expression: str) -> bool:
@@ -245,7 +252,7 @@ def _launchd_cron(entry: dict[str, int]) -> str:
 
 @dataclass(frozen=True)
 class AnyOf:
-    rules: tuple[SourceRule, ...]
+    rules: tuple[FirstReadingRule, ...]  # each knows its fires (no UnknownRule among them)
     how: str
 
     def fires(self, after: datetime) -> Iterator[datetime]:

@@ -73,7 +73,8 @@ def _job(file: str, job: dict[str, Any], default_tz: str | None, role_map: dict[
     delete = job.get("deleteAfterRun", False)
     if delete is True:
         table["delete_after_run"] = True
-    state = job.get("state") if isinstance(job.get("state"), dict) else {}
+    state = job.get("state")
+    state = state if isinstance(state, dict) else {}
     start = state.get("nextRunAtMs")
     if start is not None and (isinstance(start, bool) or not isinstance(start, int | float)):
         raise ImportError_(file, ident, "state.nextRunAtMs", f"{start!r}: expected milliseconds")
@@ -145,16 +146,14 @@ def _schedule(file: str, ident: str, schedule: Any, table: dict[str, Any], next_
 
 def _every(file: str, ident: str, schedule: dict[str, Any], table: dict[str, Any],
            next_ms: Any, created_ms: Any) -> tuple[list[str], EveryRule]:
-    every, anchor, counted = schedule.get("everyMs"), schedule.get("anchorMs"), "its anchor"
+    given, counted = schedule.get("anchorMs"), "its anchor"
     # Without an anchor OpenClaw counts from a fire it planned, else from the job's creation.
-    if anchor is None:
-        anchor, counted = next((int(v), why) for v, why in (
+    if given is None:
+        given, counted = next((int(v), why) for v, why in (
             (next_ms, "its planned next run"), (created_ms, "its creation"), (0, "midnight UTC"))
             if isinstance(v, int | float) and not isinstance(v, bool))
-    for key, value in (("everyMs", every), ("anchorMs", anchor)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (key == "everyMs"):
-            raise ImportError_(file, ident, f"schedule.{key}", f"{value!r}: expected whole "
-                               "milliseconds")
+    every = _whole_ms(file, ident, "everyMs", schedule.get("everyMs"), least=1)
+    anchor = _whole_ms(file, ident, "anchorMs", given, least=0)
     # Fires at anchor + k·every in real time. taskherd's `every` is a grid from each day's
     # window start, so it is exact in UTC (no daylight saving) when the interval divides the
     # day and the grid lands on whole minutes (a window is written to the minute).
@@ -170,6 +169,13 @@ def _every(file: str, ident: str, schedule: dict[str, Any], table: dict[str, Any
         start = datetime.fromtimestamp(offset / 1000, UTC)
         table["window"] = f"{start:%H:%M}-23:59"
     return [f"counted in UTC from {counted}, as OpenClaw counts it"], EveryRule(anchor, every)
+
+
+def _whole_ms(file: str, ident: str, key: str, value: object, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ImportError_(file, ident, f"schedule.{key}", f"{value!r}: expected whole "
+                           "milliseconds")
+    return value
 
 
 def _at(file: str, ident: str, schedule: dict[str, Any]) -> dict[str, Any]:

@@ -50,6 +50,11 @@ class FollowUp:
 # Spend limits.
 
 FLEET = "fleet"  # the scope of [budgets]' own limits
+BUDGET_COOLDOWN = "budget:"  # a budget pause is a cooldown named budget:ROLE or budget:fleet
+
+# Where a role's or a pool's limit counts: over every node, or on each node by itself.
+CLUSTER, NODE = "cluster", "node"
+SCOPES = (CLUSTER, NODE)
 
 
 @dataclass(frozen=True)

@@ -5,19 +5,19 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo
 
 from taskherd.model import Priority, Run, Task, TaskState
 from taskherd.model.nodes import Node
 from taskherd.ops import Queue
-from taskherd.policy import waits
-from taskherd.policy.budgets import COOLDOWN_PREFIX, Pause
 from taskherd.policy.costs import known_cost
-from taskherd.policy.limits import ClaimLimits
+from taskherd.policy.timefmt import zone_named
 from taskherd.store import StoreError
 
+# Why a task waits (policy/waits.py, and the claim's rules under it) is imported where one is
+# asked: `status` asks only when a P0 task waits, and those rules' records cost its start ~5%.
 if TYPE_CHECKING:
     from taskherd.ops.views import Board
+    from taskherd.policy import waits
 
 WEEK = 7 * 86400
 # The board's lists show at most this many rows each, so a page costs the same at any size.
@@ -128,7 +128,7 @@ def endpoints_down(queue: Queue, now: float) -> list[dict[str, Any]]:
 
 def midnight(timezone: str | None, moment: float) -> float:
     """Start of the day of `moment` in the fleet's zone (the machine's when none is stated)."""
-    zone = ZoneInfo(timezone) if timezone else None
+    zone = zone_named(timezone)  # zoneinfo is loaded only for a zone named
     local = datetime.fromtimestamp(moment, zone) if zone else datetime.fromtimestamp(moment)
     return local.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
 
@@ -171,26 +171,36 @@ def p0_waits(queue: Queue, now: float, limit: int = BOARD_ROWS) -> list[dict[str
     ones in claim order, then those pending approval, at most `limit` of each (both read
     through indexes)."""
     waiting = queue.store.waiting_at_priority(Priority.P0, limit=limit)
-    if not waiting:
-        return []
-    counts, limits = wait_counts(queue, now), ClaimLimits.from_config(queue.config)
-    return [{"task": task, "waits_for": waits.task_wait(task, limits, counts, now)
-             or "its turn: nothing holds it back"} for task in waiting]
+    return [{"task": task, "waits_for": why} for task, why in
+            zip(waiting, _why_each_waits(queue, waiting, now), strict=True)]
 
 
 def why_waiting(queue: Queue, task: Task, now: float) -> str | None:
     """Why `task` is not running now (None when it is not waiting to run)."""
     if task.state not in (TaskState.READY, TaskState.PENDING):
         return None
-    limits = ClaimLimits.from_config(queue.config)
-    return (waits.task_wait(task, limits, wait_counts(queue, now), now)
-            or "its turn: nothing holds it back")
+    return _why_each_waits(queue, [task], now)[0]
+
+
+def _why_each_waits(queue: Queue, tasks: list[Task], now: float) -> list[str]:
+    """Why each of `tasks` waits, from one reading of the fleet's counts."""
+    if not tasks:
+        return []
+    from taskherd.policy import waits
+    from taskherd.policy.limits import ClaimLimits
+
+    counts, limits = wait_counts(queue, now), ClaimLimits.from_config(queue.config)
+    return [waits.task_wait(task, limits, counts, now) or "its turn: nothing holds it back"
+            for task in tasks]
 
 
 def wait_counts(queue: Queue, now: float) -> waits.Counts:
     """The fleet's counts for why a task waits, from the store: every node's open runs by
     role and by node, the pools they fill, the paused runtimes and budgets, the nodes up.
     A node's own max_concurrent is not in the store: this config's is taken for every node."""
+    from taskherd.policy import waits
+    from taskherd.policy.budgets import COOLDOWN_PREFIX, Pause
+
     store, config = queue.store, queue.config
     open_runs = store.open_runs()
     running = Counter(run.role for run in open_runs)

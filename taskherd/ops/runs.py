@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -62,6 +63,11 @@ def liveness(queue: Queue, run: Run, now: float) -> dict[str, Any] | None:
             "since": run.liveness_since, "question": run.liveness_note
             if run.liveness == "waiting_input" else None,
             "next": upcoming[0] if upcoming else None, "next_at": upcoming[1] if upcoming else None}
+
+
+def open_liveness(queue: Queue, runs: Iterable[Run], now: float) -> dict[int, dict[str, Any]]:
+    """`liveness` of each open run among `runs`, by run id (an ended run has none)."""
+    return {run.id: words for run in runs if (words := liveness(queue, run, now)) is not None}
 
 
 def cost(queue: Queue, by: str, since: float | None, now: float) -> list[dict[str, Any]]:

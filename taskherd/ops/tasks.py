@@ -48,10 +48,10 @@ def import_tasks(
 
 
 def _check_roles(batch: list[NewTask], allowed: Collection[str] | None) -> None:
-    from taskherd.ops.tokens import Forbidden
-
     refused = sorted({new.role for new in batch} - set(allowed)) if allowed is not None else []
     if refused:
+        from taskherd.ops.tokens import Forbidden  # the token machinery, for a refusal only
+
         raise Forbidden(f"this token may add tasks for roles {', '.join(sorted(allowed or ()))} "
                         f"only, not {refused[0]!r}")
 

@@ -20,7 +20,7 @@ from taskherd.model import Run
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops
 from taskherd.policy.durations import DurationError, parse_duration
-from taskherd.store.sql_credentials import token_digest
+from taskherd.store.sql_credentials import token_digest as token_digest  # for the dashboard
 from taskherd.store.tokens import ApiToken
 
 log = logging.getLogger("taskherd.api")
@@ -61,15 +61,16 @@ class NewToken:
     record: ApiToken
 
 
-def create_token(queue: Queue, name: str, scope: str, now: float, *,
+def create_token(queue: Queue, name: object, scope: object, now: float, *,
                  expires: str | float | None = None, roles: Sequence[str] = (),
                  rate_per_minute: int | None = None) -> NewToken:
     """Make a token; the returned `token` is the only time its text exists outside the
-    holder's hands. `roles` and `rate_per_minute` bound an intake token only."""
+    holder's hands. `roles` and `rate_per_minute` bound an intake token only. `name` and
+    `scope` are checked here, whatever a door was given (a JSON body's may be any value)."""
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise BadInput(f"name = {name!r}: expected 1-64 letters, digits, '.', '_' or '-', "
                        "starting with a letter or digit")
-    if scope not in SCOPES:
+    if not isinstance(scope, str) or scope not in SCOPES:
         raise BadInput(f"scope = {scope!r}: expected one of {', '.join(SCOPES)}")
     if (roles or rate_per_minute is not None) and scope != "intake":
         raise BadInput(f"roles and rate limits bound intake tokens only, not scope {scope!r}")

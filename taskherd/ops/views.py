@@ -17,7 +17,6 @@ from typing import Any
 import click
 
 from taskherd.model import Run, Task, TaskState
-from taskherd.runtimes.claude_render import render_line
 from taskherd.store import Store
 
 # The supervisor's first line of every run log (procs.HEADER_PREFIX); not imported from
@@ -63,6 +62,10 @@ def last_line(log_path: str | os.PathLike[str]) -> str:
             tail = log_file.read().decode("utf-8", "replace")
     except OSError:
         return ""
+    # The renderer is imported here: print_table, which every command's table uses, lives
+    # in this module too.
+    from taskherd.runtimes.claude_render import render_line
+
     for line in reversed(tail.splitlines()):
         if not line.strip() or line.startswith(LOG_HEADER_PREFIX):
             continue

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
-from taskherd.model.settings import FLEET, Budgets
+from taskherd.model.settings import BUDGET_COOLDOWN, FLEET, Budgets
 
-COOLDOWN_PREFIX = "budget:"  # a budget pause is a cooldown named budget:ROLE or budget:fleet
+COOLDOWN_PREFIX = BUDGET_COOLDOWN  # a budget pause is a cooldown named budget:ROLE or budget:fleet
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from typing import Any
 from taskherd.model import NewTask, Priority, Task, TaskState
 from taskherd.model.settings import DEFAULT_MAX_DEPTH, DEFAULT_MAX_REVIEWS, Config, FollowUp
 from taskherd.policy.durations import parse_duration
-from taskherd.policy.prompt import review_prompt
 
 ON_CHOICES = ("success", "failure", "complete")
 # What a template may name; each is text (an unknown name is refused where it is written).
@@ -247,6 +246,10 @@ class Workflow:
     def review_task(self, parent: Task, log_path: str | None, now: float) -> NewTask:
         """The task that reviews `parent` (its role has review_by), given where the log of
         `parent`'s last run is: the reviewer's prompt is written here, not by the store."""
+        # The prompt builder is imported when a review is made: every command that opens a
+        # store builds a Workflow, and only a settle ever writes a review.
+        from taskherd.policy.prompt import review_prompt
+
         reviewer = self.role(parent.role).review_by
         assert reviewer is not None
         return NewTask(
@@ -322,8 +325,8 @@ def _path(edges: Mapping[str, Mapping[str, bool]], start: str, goal: str) -> lis
         for role in frontier:
             if role == goal:
                 path = [role]
-                while came_from[path[-1]] is not None:
-                    path.append(came_from[path[-1]])  # type: ignore[arg-type]
+                while (previous := came_from[path[-1]]) is not None:
+                    path.append(previous)
                 return path[::-1]
             for nxt in sorted(edges.get(role, {})):
                 if nxt not in came_from:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, time
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
@@ -210,14 +211,15 @@ def _clock(value: Any, where: str) -> str:
             f"{where} = {value!r}: expected a time of day 'HH:MM', e.g. '06:00'") from None
 
 
-def _choice(table: Mapping[str, Any], key: str, kind: type, default: Any, where: str) -> Any:
+def _choice(table: Mapping[str, Any], key: str, kind: type[StrEnum], default: Any,
+            where: str) -> Any:
     value = table.get(key)
     if value is None:
         return default
     try:
         return kind(value)
     except ValueError:
-        options = ", ".join(member.value for member in kind)  # type: ignore[attr-defined]
+        options = ", ".join(member.value for member in kind)
         raise JobError(f"{where}{key} = {value!r}: expected one of {options}") from None
 
 

@@ -23,6 +23,7 @@ from datetime import tzinfo
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from taskherd.model import settings
 from taskherd.model.settings import FLEET, Budgets, Limits
 from taskherd.policy import budgets
 from taskherd.policy.budgets import Pause, Periods
@@ -30,8 +31,8 @@ from taskherd.policy.budgets import Pause, Periods
 if TYPE_CHECKING:
     from taskherd.model.settings import Config
 
-CLUSTER, NODE = "cluster", "node"
-SCOPES = (CLUSTER, NODE)
+# The scopes are settings' words (the config and the store read them without these rules).
+CLUSTER, NODE, SCOPES = settings.CLUSTER, settings.NODE, settings.SCOPES
 
 
 @dataclass(frozen=True)

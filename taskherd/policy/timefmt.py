@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, tzinfo
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 # Times whose name does not end in `_at`.
 TIME_FIELDS = frozenset({"at", "until", "run_after", "scheduled_for", "last_seen", "up_since"})
@@ -56,6 +55,9 @@ def with_iso(data: Any, zone: tzinfo | None = None) -> Any:
 def reading_zone(name: str | None) -> tzinfo:
     """The zone a reset clock printed without one ("resets 3am") is read in: the daemon's
     `timezone` when set, else this machine's own zone, the one the CLI printed it in."""
+    # zoneinfo where a zone is read, as in zone_named: every CLI command imports this module.
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     if name:
         try:
             return UTC if name.upper() in ("UTC", "GMT", "Z") else ZoneInfo(name)

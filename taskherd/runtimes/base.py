@@ -67,9 +67,16 @@ class Execution(Protocol):
     """A started run as the supervisor watches it: an agent process (procs.ProcessHandle) or an
     in-process call (the chat runtime's). Output goes to `log_path` either way."""
 
-    pid: int | None  # None: nothing to adopt after a restart
-    started_at: float | None  # the process's start time, which tells it from a reused pid
-    log_path: Path
+    # Read-only here: a process handle always has a pid, an in-process call none; as plain
+    # attributes the protocol would demand that either may be set to the other's kind.
+    @property
+    def pid(self) -> int | None: ...  # None: nothing to adopt after a restart
+
+    @property
+    def started_at(self) -> float | None: ...  # its start time tells it from a reused pid
+
+    @property
+    def log_path(self) -> Path: ...
 
     def is_alive(self) -> bool: ...
 
@@ -214,8 +221,9 @@ class CommandLineRuntime(Runtime):
     def start(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
               agent: AgentEnv) -> Execution:
         launch = self.launch(role, task, run, files, build_prompt(task, agent.context))
-        if valid_session_id(agent.resume_session):
-            launch = self.resumed(launch, agent.resume_session)
+        session = valid_session_id(agent.resume_session)
+        if session is not None:
+            launch = self.resumed(launch, session)
         elif agent.resume_session:
             # Checked again where it goes into argv: an id recorded before ids were checked
             # where they are read, or by another node's older daemon.

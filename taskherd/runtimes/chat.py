@@ -43,8 +43,9 @@ class ChatCall:
     started_at = None
 
     def __init__(self, role: RoleConfig, task: Task, run: Run, log_path: Path,
-                 api_key: str | None, prompt: str):
+                 api_key: str | None, prompt: str, url: str):
         self.role, self.task, self.run = role, task, run
+        self.url = url
         self.prompt = prompt
         self.log_path = log_path
         self.api_key = api_key
@@ -104,10 +105,9 @@ class ChatCall:
         }
         # The read timeout is the idle window: a stream that sends nothing for that long stalled.
         timeout = httpx.Timeout(CONNECT_TIMEOUT, read=self.role.idle_timeout)
-        url = completions_url(self.role.base_url)
         try:
             async with httpx.AsyncClient(timeout=timeout) as client:
-                async with client.stream("POST", url, json=body, headers=headers) as response:
+                async with client.stream("POST", self.url, json=body, headers=headers) as response:
                     self.http_status = response.status_code
                     if response.status_code != 200:
                         await self._read_error(response)
@@ -120,7 +120,7 @@ class ChatCall:
                             "the stream ended mid-answer: no finish_reason and no [DONE]")
         except httpx.ReadTimeout:
             self.stalled = True
-            self.error = f"no data from {url} for {self.role.idle_timeout:g}s"
+            self.error = f"no data from {self.url} for {self.role.idle_timeout:g}s"
             return 1
         except httpx.HTTPError as error:
             self.transport_error = error
@@ -169,7 +169,10 @@ class ChatRuntime(Runtime):
         if role.api_key_env and not api_key:
             raise ValueError(f"roles.{role.name}.api_key_env names {role.api_key_env}, "
                              "which is not set in the daemon's environment")
-        return ChatCall(role, task, run, files.log, api_key, build_prompt(task, agent.context))
+        if not role.base_url:  # the config refuses a chat role without one
+            raise ValueError(f"roles.{role.name}: runtime 'chat' needs base_url")
+        return ChatCall(role, task, run, files.log, api_key, build_prompt(task, agent.context),
+                        completions_url(role.base_url))
 
     def result(self, role: RoleConfig, reader: OutputReader, exit_status: ExitStatus, run: Run,
                now: float, handle: object = None) -> RunResult:

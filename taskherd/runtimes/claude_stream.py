@@ -149,9 +149,10 @@ class ClaudeRunResult:
         cls, data: dict, now: datetime, extra_patterns: tuple[str, ...] = (),
         clock_zone: tzinfo | None = None,
     ) -> ClaudeRunResult:
-        text = data.get("result") if isinstance(data.get("result"), str) else ""
+        result, usage = data.get("result"), data.get("usage")
+        text = result if isinstance(result, str) else ""
         summary, declared = summary_of(text)
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        usage = usage if isinstance(usage, dict) else {}
         is_error = bool(data.get("is_error")) or (data.get("subtype") or "").startswith("error")
         return cls(
             is_error=is_error,
@@ -323,10 +324,10 @@ class ClaudeStreamReader:
             if result.rate_limit is not None:
                 self._note_rate_limit(result.rate_limit)
             return ResultEvent(kind, data, result)
-        event = ClaudeEvent(kind, data=data)
+        other = ClaudeEvent(kind, data=data)
         if kind == "assistant":
-            self._note_completion(event)
-        return event
+            self._note_completion(other)
+        return other
 
     def _note_completion(self, event: ClaudeEvent) -> None:
         message = event.data.get("message")
@@ -340,10 +341,11 @@ class ClaudeStreamReader:
     def _note_session(self, value: object) -> None:
         if value is None:
             return
-        if valid_session_id(value) is None:
+        session_id = valid_session_id(value)
+        if session_id is None:
             self.ignored_session_id = self.ignored_session_id or str(value)
         else:
-            self.session_id = self.session_id or value
+            self.session_id = self.session_id or session_id
 
     def _note_rate_limit(self, signal: RateLimitSignal) -> None:
         # Keep the first signal, unless a later one knows the reset time.
@@ -354,8 +356,10 @@ class ClaudeStreamReader:
 
 
 def _parse_object(line: bytes | None) -> dict | None:
+    if line is None:  # an event made from its data, never from a line
+        return None
     try:
         data = json.loads(line)
-    except (ValueError, TypeError):
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None

@@ -130,7 +130,8 @@ class CodexStreamReader:
         if kind == "thread.started":
             self._note_thread(data.get("thread_id"))
         elif kind == "item.completed":
-            item = data.get("item") if isinstance(data.get("item"), dict) else {}
+            item = data.get("item")
+            item = item if isinstance(item, dict) else {}
             if item.get("type") == "agent_message" and isinstance(item.get("text"), str):
                 state.last_message = item["text"]
                 summary, declared = summary_of(item["text"])
@@ -138,9 +139,11 @@ class CodexStreamReader:
                     state.completed_summary = summary
         elif kind == "turn.completed":
             state.turn_completed = True
-            state.usage.add(data.get("usage") if isinstance(data.get("usage"), dict) else {})
+            usage = data.get("usage")
+            state.usage.add(usage if isinstance(usage, dict) else {})
         elif kind in ("error", "turn.failed"):
-            error = data.get("error") if isinstance(data.get("error"), dict) else data
+            error = data.get("error")
+            error = error if isinstance(error, dict) else data
             message = _text(error.get("message")) or kind
             state.turn_failed = state.turn_failed or kind == "turn.failed"
             if not state.errors or state.errors[-1] != message:
@@ -152,10 +155,11 @@ class CodexStreamReader:
         state = self.state
         if value is None:
             return
-        if valid_session_id(value) is None:
+        thread_id = valid_session_id(value)
+        if thread_id is None:
             state.ignored_thread_id = state.ignored_thread_id or str(value)
         else:
-            state.thread_id = state.thread_id or value
+            state.thread_id = state.thread_id or thread_id
 
     def _note_rate_limit(self, signal: RateLimitSignal | None) -> None:
         # Keep the first signal, unless a later one knows the reset time.

@@ -64,11 +64,12 @@ def detect_rate_limit(
     """
     if not text:
         return None
+    zone = default_tz or now.tzinfo or UTC  # a naive `now` is UTC, as _aware takes it
     now = _aware(now)
     for source, pattern, reset_from_match in _detectors(extra_patterns):
         match = pattern.search(text)
         if match:
-            reset_at = reset_from_match(match, now, default_tz or now.tzinfo)
+            reset_at = reset_from_match(match, now, zone)
             return RateLimitSignal(reset_at, source, match.group(0)[:_EXCERPT_LIMIT].strip())
     return None
 
@@ -185,17 +186,17 @@ def _reset_from_clock(match: re.Match, now: datetime, default_tz: tzinfo) -> dat
         return None
     local_now = now.astimezone(zone)
     if match.group("month"):
-        return _on_given_date(local_now, match, hour, minute)
+        return _on_given_date(local_now, match, hour, minute, zone)
     candidate = _at_local(local_now.date(), hour, minute, zone)
     if candidate <= local_now:
         candidate = _at_local(local_now.date() + timedelta(days=1), hour, minute, zone)
     return candidate
 
 
-def _on_given_date(local_now: datetime, match: re.Match, hour: int, minute: int):
+def _on_given_date(local_now: datetime, match: re.Match, hour: int, minute: int,
+                   zone: tzinfo) -> datetime | None:
     month = _MONTHS[match.group("month")[:3].lower()]
     day = int(match.group("day"))
-    zone = local_now.tzinfo
     year = match.groupdict().get("year")
     try:
         if year:  # "try again at Nov 25th, 2026 6:12 PM": no guessing the year

@@ -108,7 +108,8 @@ class GateRunner:
         handle = None
         if check.pid is not None and check.log_path is not None:
             handle = procs.adopt(check.pid, check.pid_started_at or 0.0, Path(check.log_path))
-        if handle is not None and (handle.is_alive() or handle.poll().known):
+        ended = handle.poll() if handle is not None else None  # None: it lives
+        if handle is not None and (ended is None or ended.known):
             log.info("run %s: gate %r re-adopted (pid %s)", run.id, gate.name, check.pid)
             return await self._await_gate(gate, check.id, handle, run, check.started_at, watch)
         self._ended(check.id, None, False, INTERRUPTED)
@@ -179,9 +180,9 @@ class GateRunner:
             error_text = failure_text(gate, status.code, timed_out, reason)
         self._ended(gate_id, status.code, passed, error_text)
         log.info("run %s: gate %r %s", run.id, gate.name, "passed" if passed else error_text)
-        if passed:
+        if error_text is None:  # passed
             return None
-        return error_text, log_tail(handle.log_path), status.code, outcome  # type: ignore
+        return error_text, log_tail(handle.log_path), status.code, outcome
 
     def _record(self, write: Callable[[], int]) -> int | None:
         try:

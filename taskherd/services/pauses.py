@@ -61,8 +61,9 @@ class RuntimePauses:
             span = min(2 * last, max(role.rate_limit_cooldown, last))
             reset_at = max(reset_at or now, now + span)
         elif reset_at is None:
-            span = guessed_cooldown(previous and previous.until, previous and previous.span,
-                                    now, role.rate_limit_cooldown)
+            span = guessed_cooldown(previous.until if previous else None,
+                                    previous.span if previous else None, now,
+                                    role.rate_limit_cooldown)
             reset_at = max(now + span, previous.until if previous else now)
         reset_at = self._capped(role, reset_at, now)
         self.store.set_cooldown(role.runtime, reset_at, reason, now, span)

@@ -136,6 +136,7 @@ async def in_own_thread(work: Callable[[], T], name: str) -> T:
             if future.done():  # cancelled: the daemon stops
                 return
             if error is None:
+                # made is work()'s result, never the None it starts as: no error, so it returned
                 future.set_result(made)  # type: ignore[arg-type]
             else:
                 future.set_exception(error)

@@ -1,5 +1,6 @@
-"""The supervisor: starts agent processes for claimed tasks, watches them, and settles each run
-when its process ends. Restarted daemons re-adopt live agents by pid + start time.
+"""The supervisor: watches the agent processes of claimed tasks and settles each run when its
+process ends. Starting them, and re-adopting live agents by pid + start time after a restart,
+is `services/starts.py`, which hands each started agent to `Supervisor.watch`.
 
 Death is noticed by a pidfd (at once); the rest by `run_once(now)`. Its cost grows with what
 changes, not with how many agents run: each run has its own next look in a heap, the moment
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
 import random
@@ -31,14 +31,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from taskherd.config import make_private_dir
 from taskherd.host import activity, procs
-from taskherd.host.sandbox import SandboxUnavailable
-from taskherd.host.worktrees import GitTimeout
 from taskherd.model import (
-    FINAL_STATES,
     LEASED_STATES,
     Claim,
     Event,
@@ -53,18 +49,18 @@ from taskherd.model import (
 from taskherd.model.settings import Config, Gate, RoleConfig
 from taskherd.policy import faults, liveness
 from taskherd.policy.liveness import LOOK_GAP
-from taskherd.runtimes.base import Execution, RunFiles, Runtime
+from taskherd.runtimes.base import Execution, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
-from taskherd.runtimes.registry import runtime_for
 from taskherd.services import run_ends, run_output
 from taskherd.services.disk_pause import DiskPause
 from taskherd.services.gates import GateRunner
-from taskherd.services.launch import Launch, agent_path, create_private
+from taskherd.services.launch import Launch, agent_path
 from taskherd.services.live_runs import GateLimits, LiveRun, LiveRuns, LookSchedule
 from taskherd.services.pauses import RuntimePauses
 from taskherd.services.preparations import Preparation, Preparations
 from taskherd.services.settles import PendingSettles
-from taskherd.store import Store, StoreError, TransitionRefused
+from taskherd.services.starts import Starts
+from taskherd.store import Store, StoreError
 from taskherd.store.watch import VerdictChange
 
 log = logging.getLogger("taskherd.supervisor")
@@ -74,12 +70,6 @@ KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process gr
 # is for the event a listener missed.
 SWEEP_EVERY = 10.0
 HEARTBEAT_SLACK = 5.0  # heartbeats are stamped by another process's clock: look back this far
-# A run an earlier daemon claimed and left with no spawn on record and no shim header in its
-# log: that daemon may have handed it to a shim just before it died, which writes its header
-# as soon as it is scheduled. Looked at again for this long before it is taken as never
-# started (`lost`, no strike): given up at once, a late shim would start its agent beside the
-# task's next run.
-SHIM_GRACE = 5.0
 
 
 @dataclass(frozen=True)
@@ -116,7 +106,6 @@ class Supervisor:
         self._run_of_task: dict[int, int] = {}  # task id → its watched run's id
         self._swept_open = self._swept_cancels = float("-inf")
         self._heard = False  # an event said a watched run may have ended or been cancelled
-        self._unstarted: dict[int, float] = {}  # run id → when it is taken as never started
         make_private_dir(self.log_dir)
         self.launch = Launch(config, store, clock)
         self.gates = GateRunner(store, clock, self.log_dir, self.launch.confinement)
@@ -126,206 +115,26 @@ class Supervisor:
         # a settle the database cannot take now is kept and written later.
         self.disk = disk or DiskPause(store, lambda: self.config)
         self.settles = PendingSettles(store, lambda role: self.config.policy_for(role),
-                                      on_fault=self._store_fault)
+                                      on_fault=self.store_fault)
+        self.starts = Starts(config, store, clock, self, self.launch, self.preparations,
+                             self.disk, self.last_spawn, on_change)
 
-    # -- starting ------------------------------------------------------------------------
+    # -- starting (services/starts.py) ----------------------------------------------------
 
     def start(self, claim: Claim, now: float,
               probe: bool = False) -> LiveRun | Preparation | None:
-        """Spawn the agent for a fresh claim and record it; a failure to start settles the run.
-        `probe`: the run tests whether its runtime's rate limit has lifted. A task's first run
-        in a worktree is spawned later, once the worktree is made (the Preparation)."""
-        role = self.config.role(claim.run.role)
-        self.last_spawn[role.name] = now
-        worktree = None
-        if role.git is not None:
-            worktree = self.launch.made_worktree(role, claim.task)
-            if worktree is None:
-                return self._prepare(claim, role, probe)
-        return self._spawn(claim, role, now, probe, worktree)
-
-    def _spawn(self, claim: Claim, role: RoleConfig, now: float, probe: bool,
-               worktree: Path | None) -> LiveRun | None:
-        files = RunFiles(self.log_dir / f"run-{claim.run.id}.log",
-                         self.log_dir / f"run-{claim.run.id}.prompt")
-        try:
-            runtime = runtime_for(role.runtime)
-            create_private(files.prompt)
-            if worktree is not None:
-                role = self.launch.in_worktree(role, claim.task, worktree, now)
-            handle, continued = self.launch.begin(runtime, role, claim, files)
-        except SandboxUnavailable as error:
-            # Fail closed: never a silent fallback to running it unconfined. The host's
-            # fault, not the agent's: no strike; it waits for a person (doctor says what to
-            # install or enable), who unblocks it.
-            log.error("run %s of task %s: no sandbox: %s", claim.run.id, claim.task.id, error)
-            self._settle_now(claim.run, RunResult(Outcome.BLOCKED, error=(
-                f"its role's sandbox cannot be made: {error}; then unblock the task")))
-            return None
-        except procs.ProgramNotFound as error:
-            # A configuration fault (the program is not installed, or not on the service's
-            # PATH): every retry would fail alike, so no strike and no retry; the task waits
-            # blocked for a person, and `doctor` names the role.
-            log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
-            self._settle_now(claim.run, RunResult(Outcome.BLOCKED, error=(
-                f"could not start: {error}; install it or fix roles.{role.name} (taskherd "
-                "doctor checks it), then unblock the task")))
-            return None
-        except (OSError, ValueError, StoreError) as error:
-            log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id, error)
-            self._settle_now(claim.run, self._not_started(error, now))
-            return None
-        spawned_now = self.clock()
-        # Stagger counts from the recorded spawn time, the moment the agent really started.
-        self.last_spawn[role.name] = spawned_now
-        try:
-            self.store.mark_spawned(claim.run.id, spawned_now, self.config.daemon.lease,
-                                    pid=handle.pid, pid_started_at=handle.started_at,
-                                    log_path=str(files.log))
-        except TransitionRefused:
-            # Cancelled between claim and spawn: the agent must not outlive the decision.
-            live = self._watch(claim.run, claim.task, role, runtime, handle, now)
-            self.kill(live, Outcome.CANCELLED, "cancelled before start")
-            return None
-        except StoreError as error:
-            # The spawn is not on record (the database is away): an agent left running would
-            # be unwatched, and its task rescued and run a second time. Stop it now; its run
-            # ends `lost` (no strike) once the store answers, or the never-spawned rescue
-            # releases the claim later.
-            log.error("run %s: could not record the spawn of pid %s (%s); stopping it",
-                      claim.run.id, handle.pid, error)
-            self._store_fault(error)
-            live = self._watch(claim.run, claim.task, role, runtime, handle, now)
-            self.kill(live, Outcome.LOST, f"its spawn could not be recorded: {error}")
-            return None
-        live = self._watch(claim.run, claim.task, role, runtime, handle, now)
-        live.probe = probe
-        if continued:
-            live.reader.continues(continued)
-        log.info("run %s: task %s (%s) started%s%s", claim.run.id, claim.task.id, role.name,
-                 f" as pid {handle.pid}" if handle.pid else "",
-                 " to probe its runtime's rate limit" if probe else "")
-        return live
-
-    def _prepare(self, claim: Claim, role: RoleConfig, probe: bool) -> Preparation:
-        """Make the task's worktree in a thread and spawn the run when it is ready: `git
-        worktree add` runs the repository's post-checkout hook, which may take minutes (up to
-        merge_timeout), while the loop goes on dispatching and watching every other run."""
-        from taskherd.host import worktrees
-
-        preparation = Preparation(
-            claim, role, frozenset(p for p in (role.pool, claim.task.pool) if p), probe,
-            worktrees.running_record(self.launch.worktree_root, claim.task.id))
-        self.preparations.begin(preparation, lambda: self.launch.make_worktree(role, claim.task),
-                                self._prepared)
-        return preparation
-
-    def _prepared(self, preparation: Preparation, worktree: object,
-                  error: BaseException | None) -> None:
-        """The preparation ended (on the loop): the run is spawned in its worktree, or settled
-        as the failure to make it says, unless its task was cancelled or its run ended
-        elsewhere meanwhile."""
-        claim, now = preparation.claim, self.clock()
-        if self._ended_while_prepared(claim, now):
-            self.on_change()
-            return
-        if error is None:
-            assert isinstance(worktree, Path)
-            self._spawn(claim, preparation.role, now, preparation.probe, worktree)
-        else:
-            log.error("run %s of task %s could not start: %s", claim.run.id, claim.task.id,
-                      error)
-            self._settle_now(claim.run, self._unprepared(preparation.role, error, now))
-        self.on_change()  # a slot freed, or a run started: the dispatcher looks again
-
-    def _ended_while_prepared(self, claim: Claim, now: float) -> bool:
-        """Whether the run must not start: ended elsewhere, or its task cancelled (then it
-        ends cancelled here, no agent started)."""
-        try:
-            run, task = self.store.get_run(claim.run.id), self.store.get_task(claim.task.id)
-        except StoreError:
-            return False  # not known now: the spawn's record refuses if it was cancelled
-        if run.ended_at is None and task.state in FINAL_STATES:
-            self._settle_now(run, RunResult(Outcome.CANCELLED, error=(
-                "the task was cancelled while its worktree was being made")), now)
-        return run.ended_at is not None or task.state in FINAL_STATES
-
-    def _unprepared(self, role: RoleConfig, error: BaseException, now: float) -> RunResult:
-        """A run whose worktree could not be made. Past merge_timeout (a post-checkout hook
-        that hangs) it is the repository's fault, not the agent's: no strike. Nor is it
-        retried, since the next attempt would hang alike, holding a slot for merge_timeout
-        each time: the task waits blocked with the reason for a person, as it does when its
-        merge outlives the limit. Other failures are a failure to start, as they were."""
-        if isinstance(error, GitTimeout):
-            assert role.git is not None
-            return RunResult(Outcome.BLOCKED, error=(
-                f"making its worktree failed within merge_timeout {role.git.merge_timeout:g}s: "
-                f"{error}; fix the repository's post-checkout hook (or raise merge_timeout), "
-                f"then unblock the task"))
-        if isinstance(error, (OSError, ValueError, StoreError)):
-            return self._not_started(error, now)
-        log.error("making a worktree: %r", error)  # a bug: the task is not charged for it
-        return RunResult(Outcome.LOST, error=f"could not start: {error!r}")
+        """Spawn the agent for a fresh claim, or begin making its worktree first."""
+        return self.starts.start(claim, now, probe)
 
     def adopt(self, run: Run, task: Task, now: float, at_start: bool = False) -> LiveRun | None:
-        """Re-attach to an agent an earlier daemon started; settle it if it already ended.
-        `at_start`: adopted as this daemon starts, after a time when none ran on the node."""
-        role = self.config.role(run.role)
-        if run.pid is None and run.log_path is None:
-            run = self._spawn_left_on_disk(run, now)
-            if run.pid is None and at_start:
-                log.info("run %s: no agent started yet; its shim has %gs to show", run.id,
-                         SHIM_GRACE)
-                self._unstarted[run.id] = now + SHIM_GRACE
-                return None
-        if run.pid is None or run.log_path is None:
-            error = "no process to re-adopt after a restart (never spawned, or a chat call)"
-            self._settle_now(run, RunResult(Outcome.LOST, error=error))
-            return None
-        handle = procs.adopt(run.pid, run.pid_started_at or 0.0, Path(run.log_path))
-        if handle is None:
-            self._settle_now(run, RunResult(Outcome.CRASHED, error="process and log are gone"))
-            return None
-        try:
-            runtime = runtime_for(role.runtime)
-        except ValueError as error:
-            self._settle_now(run, RunResult(Outcome.FAILED, error=str(error)))
-            return None
-        live = self._watch(run, task, role, runtime, handle, run.spawned_at or now, now)
-        live.ended_unwatched = at_start and not handle.is_alive()
-        cooldown = self.store.cooldown_of(role.runtime)
-        live.probe = cooldown is not None and cooldown.probe_run_id == run.id
-        log.info("run %s: re-adopted pid %s (%s)", run.id, run.pid,
-                 "alive" if handle.is_alive() else "already ended")
-        return live
+        """Re-attach to an agent an earlier daemon started; settle it if it already ended."""
+        return self.starts.adopt(run, task, now, at_start)
 
-    def _spawn_left_on_disk(self, run: Run, now: float) -> Run:
-        """A run of this node with no spawn on record: the earlier daemon died between
-        starting its agent and recording it, or before starting one. The run's log says which:
-        the shim writes its header there before the agent starts, and its exit file when the
-        agent ends. A started agent is recorded now and adopted (or settled from its exit
-        file) like any other, never started a second time; the run is returned unchanged
-        when no agent ever started."""
-        log_path = self.log_dir / f"run-{run.id}.log"
-        found = procs.unrecorded_spawn(log_path)
-        if found is None:
-            return run
-        pid, started_at = found
-        log.warning("run %s: its agent (shim pid %s) started before the earlier daemon could "
-                    "record it: recording it now", run.id, pid)
-        recorded = dataclasses.replace(run, pid=pid, pid_started_at=started_at,
-                                       log_path=str(log_path), spawned_at=now)
-        try:
-            self.store.mark_spawned(run.id, now, self.config.daemon.lease, pid=pid,
-                                    pid_started_at=started_at, log_path=str(log_path))
-        except TransitionRefused:
-            pass  # cancelled meanwhile: watched all the same, so that its agent is stopped
-        except StoreError as error:
-            log.warning("run %s: could not record its spawn: %s", run.id, error)
-        return recorded
+    # -- watching ------------------------------------------------------------------------
 
-    def _watch(self, run: Run, task: Task, role: RoleConfig, runtime: Runtime,
-               handle: Execution, spawned_at: float, active_at: float | None = None) -> LiveRun:
+    def watch(self, run: Run, task: Task, role: RoleConfig, runtime: Runtime,
+              handle: Execution, spawned_at: float, active_at: float | None = None) -> LiveRun:
+        """Watch a started agent until it ends: looked at in rounds, settled when it exits."""
         pools = frozenset(p for p in (role.pool, task.pool) if p)
         live = LiveRun(run, task, role, runtime, handle, runtime.reader(role), spawned_at,
                        pools, last_activity=active_at or spawned_at, looked_at=spawned_at)
@@ -366,9 +175,9 @@ class Supervisor:
         A dev server or a watcher started in the background would otherwise outlive its run
         and pile up run after run, as service managers' control-group kill prevents.
         """
-        if live.handle.pid is None:
+        if not isinstance(live.handle, procs.ProcessHandle):
             return  # an in-process call: no process group
-        if not getattr(live.handle, "started_at", None):
+        if not live.handle.started_at:
             # Adopted with no start time (a shim known only from its log's header, gone when
             # found): its pid may lead another process group by now, which must not be stopped.
             return
@@ -378,8 +187,6 @@ class Supervisor:
             log.warning("run %s: the agent left %d process(es) running; stopping them",
                         live.run.id, len(leftovers))
             await live.handle.terminate(KILL_GRACE)
-
-    # -- watching ------------------------------------------------------------------------
 
     def next_wake(self, now: float) -> float:
         """The next round: when the earliest look falls (rounds LOOK_GAP apart at least), at
@@ -411,6 +218,7 @@ class Supervisor:
     def reload(self, config: Config) -> None:
         """The daemon's reloaded config: the next pass reads it."""
         self.config = config
+        self.starts.reload(config)
 
     def run_once(self, now: float) -> dict[str, int]:
         """One pass: watch what runs, stop what a person cancelled, adopt what is unwatched."""
@@ -425,29 +233,11 @@ class Supervisor:
             self._swept_cancels = now
             if not heard and self._swept_open == float("-inf"):
                 self._swept_open = now - SWEEP_EVERY / 2
-        counts["adopted"] = self._look_at_unstarted(now) if self._unstarted else 0
+        counts["adopted"] = self.starts.look_at_unstarted(now) if self.starts.unstarted else 0
         if heard or now - self._swept_open >= SWEEP_EVERY:
             counts["adopted"] += self._sweep_open_runs(now)
             self._swept_open = now
         return counts
-
-    def _look_at_unstarted(self, now: float) -> int:
-        """The runs found unstarted at start-up (SHIM_GRACE): adopted once their shim's
-        header shows, settled as never started when their time is up."""
-        adopted = 0
-        for run_id, deadline in list(self._unstarted.items()):
-            if now < deadline and procs.unrecorded_spawn(
-                    self.log_dir / f"run-{run_id}.log") is None:
-                continue
-            try:
-                run = self.store.get_run(run_id)
-                task = self.store.get_task(run.task_id)
-            except StoreError:
-                continue  # the database is away: looked at again in the next pass
-            del self._unstarted[run_id]
-            if run.ended_at is None and self.adopt(run, task, now) is not None:
-                adopted += 1
-        return adopted
 
     def _stop_cancelled(self) -> int:
         """Kill agents whose task a person cancelled while they worked."""
@@ -501,8 +291,8 @@ class Supervisor:
         began = time.perf_counter()
         # CPU time matters only where it could keep a run from a threshold: sampled while
         # the run is busy, or from SAMPLE_AHEAD before its input or idle threshold.
-        sampled = {live.handle.pid for live in due
-                   if live.handle.pid and (live.cpu_busy or now >= live.sample_from)}
+        sampled = {pid for live in due if (pid := live.handle.pid)
+                   and (live.cpu_busy or now >= live.sample_from)}
         cpu = activity.tree_cpu_seconds(sampled) if sampled else {}
         changes = []
         for index, live in enumerate(due):
@@ -516,7 +306,8 @@ class Supervisor:
                 self._looks.schedule(live, now + self.settings.interval)
                 continue
             counts["checked"] += 1
-            verdict = self._look(live, now, cpu.get(live.handle.pid))
+            pid = live.handle.pid
+            verdict = self._look(live, now, cpu.get(pid) if pid else None)
             if verdict.end is not None:
                 counts[verdict.end[0].value] = counts.get(verdict.end[0].value, 0) + 1
                 self.kill(live, *verdict.end)
@@ -720,24 +511,15 @@ class Supervisor:
         # machine's fault, not a strike.
         result = self.disk.judge_end(result, run.report, self.clock())
         self._forget(live.run.id)
-        self._settle_now(run, result, ended_at)
+        self.settle_now(run, result, ended_at)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")
         self.on_change()
 
-    def _settle_now(self, run: Run, result: RunResult, ended_at: float | None = None) -> None:
+    def settle_now(self, run: Run, result: RunResult, ended_at: float | None = None) -> None:
         self.settles.settle(run, result, self.clock() if ended_at is None else ended_at)
 
-    def _not_started(self, error: Exception, now: float) -> RunResult:
-        """A run whose agent could not start: a failure of the task (a strike), unless the
-        machine is at fault (a full disk): then the claim is released as it was."""
-        fault = faults.fault_of(error)
-        if fault is None:
-            return RunResult(Outcome.FAILED, error=f"could not start: {error}")
-        reason = self.disk.met(error, now)
-        return RunResult(Outcome.LOST, error=f"could not start: {reason}", fault=fault)
-
-    def _store_fault(self, error: StoreError) -> None:
+    def store_fault(self, error: StoreError) -> None:
         if faults.fault_of(error) is not None:
             self.disk.met(error, self.clock())
 
@@ -746,7 +528,7 @@ class Supervisor:
         whose worktree was being made are given up (their git stopped) and released: lost,
         no strike; their next run makes the worktree again, or finds it made."""
         for preparation in await self.preparations.stop_all():
-            self._settle_now(preparation.claim.run, RunResult(
+            self.settle_now(preparation.claim.run, RunResult(
                 Outcome.LOST, error="the daemon stopped while its worktree was being made"))
         if mode == "detach" or not self.live:
             for live in self.live.values():

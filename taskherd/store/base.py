@@ -12,6 +12,7 @@ import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from taskherd.model import (
     Claim,
@@ -25,9 +26,9 @@ from taskherd.model import (
     TaskState,
 )
 from taskherd.model.settings import RetryPolicy
-from taskherd.policy.admission import ClaimAttempt, ClaimRequest
 from taskherd.policy.chains import Workflow
 from taskherd.store.agents import AgentStore
+from taskherd.store.charts import ChartStore
 from taskherd.store.delivery import DeliveryStore
 from taskherd.store.errors import (
     ParentNotFound,
@@ -49,6 +50,9 @@ from taskherd.store.task_lists import TaskListStore
 from taskherd.store.tokens import TokenStore
 from taskherd.store.watch import WatchStore
 from taskherd.store.worktrees import WorktreeStore
+
+if TYPE_CHECKING:  # admission's records are the daemon's: see sql_claims.py
+    from taskherd.policy.admission import ClaimAttempt, ClaimRequest
 
 __all__ = [
     "ParentNotFound", "RunNotFound", "StoreError", "StoreUnavailable", "TaskNotFound",
@@ -74,7 +78,7 @@ class StateCount:
 
 class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStore,
             MemoryStore, DeliveryStore, RequestStore, TaskListStore, ReportStore,
-            WorktreeStore, abc.ABC):
+            WorktreeStore, ChartStore, abc.ABC):
     """A durable task queue. Implementations: `SQLiteStore` (and later PostgreSQL)."""
 
     # The roles' chains and reviewers (`policy.chains.workflow_of(config)`): given when the

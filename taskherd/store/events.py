@@ -14,12 +14,8 @@ a notification at commit and drops it with a rollback.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import logging
 import os
-import secrets
 import socket
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
@@ -30,8 +26,6 @@ from taskherd.model import Event
 
 if TYPE_CHECKING:
     import asyncio
-
-log = logging.getLogger(__name__)
 
 MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS; keep a margin
 SOCKET_SUFFIX = ".sock"
@@ -48,6 +42,11 @@ def socket_dir(database: str | os.PathLike[str]) -> Path:
     beside = Path(f"{path}.events")
     if len(str(beside)) + 1 + _NAME_LENGTH <= MAX_SOCKET_PATH:
         return beside
+    # Imported here, for a long path only: every store opens this, and the two cost a
+    # command's start more than the rest of this module.
+    import hashlib
+    import tempfile
+
     digest = hashlib.sha256(path.encode()).hexdigest()[:16]
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     base = Path(runtime) / "taskherd" if runtime else Path(
@@ -125,9 +124,13 @@ def _receiver(queue: asyncio.Queue[Event]) -> asyncio.DatagramProtocol:
     """The protocol that turns datagrams into events on `queue`.
 
     asyncio is imported here, not at the top: publishing (every CLI write) needs only a
-    socket, and importing asyncio would add ~50 ms to each command's start.
+    socket, and importing asyncio would add ~50 ms to each command's start (logging too,
+    which asyncio loads anyway).
     """
     import asyncio
+    import logging
+
+    log = logging.getLogger(__name__)
 
     class Received(asyncio.DatagramProtocol):
         def datagram_received(self, data: bytes, addr: object) -> None:
@@ -193,7 +196,7 @@ class SocketListener(Listener):
     def __init__(self, folder: Path):
         super().__init__()
         self.folder = folder
-        self.path = folder / f"{os.getpid()}-{secrets.token_hex(6)}{SOCKET_SUFFIX}"
+        self.path = folder / f"{os.getpid()}-{os.urandom(6).hex()}{SOCKET_SUFFIX}"
         self._transport: asyncio.BaseTransport | None = None
 
     async def _start(self) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskherd.model import EventKind
 from taskherd.model.delivery import BUDGET_PAUSED, BUDGET_RESUMED
-from taskherd.policy.budgets import COOLDOWN_PREFIX
+from taskherd.model.settings import BUDGET_COOLDOWN
 
 if TYPE_CHECKING:
     from taskherd.store.connection import Connection
@@ -35,7 +35,7 @@ class SQLBudgets:
         pause held, or only a lifted one not yet cleared): then, in the same transaction, the
         event and one outbox row per target. A pause already held only moves to a later
         `until` (a month's limit reached while the day's held), and tells nobody again."""
-        name = COOLDOWN_PREFIX + scope
+        name = BUDGET_COOLDOWN + scope
         with self._write() as db:
             self._order_claims(db)  # two nodes pausing at once: one begins it, one sees it
             rows = db.execute(self.q["cooldown_of"], {"runtime": name}).fetchall()
@@ -57,7 +57,7 @@ class SQLBudgets:
         """End `scope`'s pause, the one that ran until `until` (a pause begun or moved since
         by another node is left alone). True when this call ended it: then the event, and
         an outbox row for each target."""
-        name = COOLDOWN_PREFIX + scope
+        name = BUDGET_COOLDOWN + scope
         with self._write() as db:
             lifted = db.execute(self.q["lift_budget_pause"],
                                 {"runtime": name, "until": until}).rowcount > 0

@@ -13,17 +13,21 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskherd.model import ANY_ROLE, Claim, EventKind, InboxLimit, Run, Task
-from taskherd.model.settings import FLEET
-from taskherd.policy import admission, budgets
-from taskherd.policy.admission import ClaimAttempt, ClaimRequest, Refusal, Usage
-from taskherd.policy.limits import NODE, ClaimLimits
+from taskherd.model.settings import FLEET, NODE
 from taskherd.store.connection import Connection
 from taskherd.store.sql_parts import SQLParts
 from taskherd.store.sql_parts import one_row as _one
 from taskherd.store.sql_reports import budget_rows
+
+# policy/admission is imported where a claim is made or counted: every command opens this
+# store, only a daemon claims, and the records of the claim's rules cost a command's start ~5%.
+if TYPE_CHECKING:
+    from taskherd.policy.admission import ClaimAttempt, ClaimRequest, Refusal, Usage
+    from taskherd.policy.budgets import Pause
+    from taskherd.policy.limits import ClaimLimits
 
 
 class SQLClaims(SQLParts):
@@ -31,6 +35,8 @@ class SQLClaims(SQLParts):
         return self.attempt_claim(request).claim
 
     def attempt_claim(self, request: ClaimRequest) -> ClaimAttempt:
+        from taskherd.policy.admission import ClaimAttempt
+
         if request.limits is None:
             return ClaimAttempt(self._claim_next(request))
         return self._claim_within(request, request.limits)
@@ -62,6 +68,8 @@ class SQLClaims(SQLParts):
         candidate that does not fit is passed by (its role, or its full task pool: `pass_by`)
         and the next one tried, each in a transaction of its own, so no lock outlives the
         candidate it was taken for. The refusals met on the way come back with the claim."""
+        from taskherd.policy.admission import ClaimAttempt
+
         allowed, full = list(request.roles or ()), list(request.full_pools)
         refused: list[Refusal] = []
         while allowed:
@@ -96,6 +104,8 @@ class SQLClaims(SQLParts):
 
     def _limits_refusal(self, db: Connection, request: ClaimRequest, limits: ClaimLimits,
                         role: str, task_pool: str | None) -> Refusal | None:
+        from taskherd.policy import admission
+
         now = request.now
         params = usage_params(request.node, now, limits, role, task_pool)
         # The lock and the count go together: every claim that counts across nodes holds
@@ -116,7 +126,7 @@ class SQLClaims(SQLParts):
         return refusal
 
     def _budget_pauses(self, db: Connection, limits: ClaimLimits, role: str,
-                       now: float) -> dict[str, budgets.Pause]:
+                       now: float) -> dict[str, Pause]:
         """The budgets of a budgeted role with no room for its next run, from the spend read
         after the claims were ordered: every run claimed before this one, on any node, counts
         (its cost, or its expected cost while it is open), so no node starts a run once the
@@ -175,6 +185,8 @@ def usage_params(node: str, now: float, limits: ClaimLimits, role: str,
 
 def usage_of(row: Mapping[str, Any], params: Mapping[str, Any]) -> Usage:
     """The Usage a row of limit_usage's columns read, for the pools `params` named."""
+    from taskherd.policy.admission import Usage
+
     running = {pool: row[column] for pool, column in
                ((params["pool_a"], "pool_a_running"), (params["pool_b"], "pool_b_running"))
                if pool}

@@ -76,7 +76,7 @@ class SQLRuns(SQLParts):
                 {"task_id": row["task_id"], "run_id": run_id, "now": now,
                  "lease_until": now + lease_seconds},
             )
-            return self._get_run(db, run_id)
+            return Run.from_row(row)
 
     def renew_leases(self, node: str, now: float, lease_seconds: float) -> int:
         with self._write() as db:

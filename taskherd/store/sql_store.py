@@ -25,6 +25,7 @@ from taskherd.store.base import Store
 from taskherd.store.connection import Connection
 from taskherd.store.sql_agents import SQLAgents
 from taskherd.store.sql_budgets import SQLBudgets
+from taskherd.store.sql_charts import SQLCharts
 from taskherd.store.sql_claims import SQLClaims
 from taskherd.store.sql_cooldowns import SQLCooldowns
 from taskherd.store.sql_credentials import SQLCredentials
@@ -55,7 +56,7 @@ Emitted = tuple[EventKind, float, dict[str, Any]]
 class SQLStore(SQLTasks, SQLClaims, SQLRuns, SQLMoves, SQLCooldowns, SQLReads, SQLHistory,
                SQLJobs, SQLNodes, SQLCredentials, SQLReports, SQLWatch, SQLTokens,
                SQLMessages, SQLAgents, SQLMemory, SQLDelivery, SQLWorkflows, SQLWorktrees,
-               SQLBudgets, SQLRequests, SQLTaskLists, Store):
+               SQLBudgets, SQLRequests, SQLTaskLists, SQLCharts, Store):
     q: Mapping[str, str]  # the dialect's named SQL blocks
 
     # -- what a dialect provides ---------------------------------------------------------

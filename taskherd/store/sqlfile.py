@@ -1,12 +1,18 @@
-"""Loads the named SQL blocks and numbered migrations of a dialect from `store/sql/<dialect>/`."""
+"""Loads the named SQL blocks and numbered migrations of a dialect from `store/sql/<dialect>/`.
+
+Nothing is read at import, and a block is made ready (its comments out, the blocks it names
+put in, its parameters in the driver's style) when first used: a command runs a handful of
+the store's two hundred statements, and readying them all cost `taskherd task add` more than
+running its own. A migration's text is read only when it is applied.
+"""
 
 from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 SQL_ROOT = Path(__file__).parent / "sql"
@@ -21,14 +27,49 @@ _LITERAL_OR_PARAMETER = re.compile(r"'(?:[^']|'')*'|(?<![:\w]):([A-Za-z_]\w*)")
 class Migration:
     version: int
     name: str
-    sql: str
+    path: Path
+
+    @property
+    def sql(self) -> str:
+        return self.path.read_text()
 
     def statements(self) -> list[str]:
         return split_statements(self.sql)
 
 
+class Blocks(Mapping[str, str]):
+    """Named SQL blocks by name, their files read at the first lookup and each block made
+    ready when first used (then kept)."""
+
+    def __init__(self, dialect: str, names: Callable[[], Mapping[str, str]],
+                 ready: Callable[[str, Mapping[str, str]], str]):
+        self._dialect = dialect
+        self._names = names  # -> the blocks this mapping holds, as written
+        self._ready = ready  # (a block as written, this mapping's blocks) -> its statement
+        self._made: dict[str, str] = {}
+
+    @cached_property
+    def _written(self) -> Mapping[str, str]:
+        return self._names()
+
+    def __getitem__(self, name: str) -> str:
+        sql = self._made.get(name)
+        if sql is None:
+            sql = self._ready(self._written[name], self._written)
+            if self._dialect == "postgres":
+                sql = _psycopg_parameters(sql)
+            self._made[name] = sql
+        return sql
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._written)
+
+    def __len__(self) -> int:
+        return len(self._written)
+
+
 @cache
-def queries(dialect: str) -> dict[str, str]:
+def queries(dialect: str) -> Blocks:
     """Every `-- name: X` block of `common/` and of the dialect's folder, by name.
 
     A block both define is the dialect's override of the common one (its reason is written
@@ -36,27 +77,24 @@ def queries(dialect: str) -> dict[str, str]:
     stands for the block named `other` (a SELECT, put in as a subquery), so two queries over
     the same rows write those rows' selection once (a block put in may name others in turn).
     """
-    written = _blocks(SQL_ROOT / "common") | _blocks(SQL_ROOT / dialect)
-    found = {name: _SUBQUERY.sub(
-                 lambda used: _put_in(written[used[1]].strip().rstrip(";"), written), sql)
-             for name, sql in written.items()}
-    if dialect == "postgres":
-        return {name: _psycopg_parameters(sql) for name, sql in found.items()}
-    return found
+    return Blocks(dialect, lambda: _blocks(SQL_ROOT / "common") | _blocks(SQL_ROOT / dialect),
+                  _with_subqueries)
 
 
 @cache
-def machinery(dialect: str) -> dict[str, str]:
+def machinery(dialect: str) -> Blocks:
     """The named blocks of a dialect's own machinery (`<dialect>/machinery/`): migrations'
     bookkeeping, locks, notifications. Kept apart from `queries`, whose blocks exist in both
     dialects alike and are tested side by side. `{other}` stands for the block of `queries`
     or of the machinery named `other`, as in `queries`."""
-    written = _every_block(dialect)
-    found = {name: _put_in(written[name], written)
-             for name in _blocks(SQL_ROOT / dialect / "machinery")}
-    if dialect == "postgres":
-        return {name: _psycopg_parameters(sql) for name, sql in found.items()}
-    return found
+    return Blocks(dialect, lambda: _blocks(SQL_ROOT / dialect / "machinery"),
+                  lambda sql, _: _put_in(sql, _every_block(dialect)))
+
+
+def _with_subqueries(sql: str, written: Mapping[str, str]) -> str:
+    """A query with each `{other}` put in; one naming no query is a mistake (KeyError)."""
+    return _SUBQUERY.sub(lambda used: _put_in(written[used[1]].strip().rstrip(";"), written),
+                         sql)
 
 
 @cache
@@ -71,20 +109,23 @@ def function_definition(dialect: str, name: str) -> str:
         _put_in(written[name], written))
 
 
+@cache
 def _every_block(dialect: str) -> dict[str, str]:
     """The blocks of `queries` and of the machinery, as written (they share no name)."""
     return (_blocks(SQL_ROOT / "common") | _blocks(SQL_ROOT / dialect)
             | _blocks(SQL_ROOT / dialect / "machinery"))
 
 
-def _put_in(sql: str, written: dict[str, str]) -> str:
+def _put_in(sql: str, written: Mapping[str, str]) -> str:
     """`sql` with each `{other}` that names a block of `written` put in (theirs too); a brace
     that names none is left for its caller to fill (notify_event's {payload})."""
     return _SUBQUERY.sub(lambda used: _put_in(written[used[1]].strip().rstrip(";"), written)
                          if used[1] in written else used[0], sql)
 
 
+@cache
 def _blocks(folder: Path) -> dict[str, str]:
+    """A folder's blocks as written (read once; callers copy, never change it)."""
     found: dict[str, str] = {}
     for path in sorted(folder.glob("*.sql")):
         parts = _NAME_LINE.split(path.read_text())
@@ -103,7 +144,7 @@ def migrations(dialect: str) -> tuple[Migration, ...]:
         match = _MIGRATION_FILE.match(path.name)
         if not match:
             raise ValueError(f"migration file {path.name!r} is not named NNNN_name.sql")
-        found.append(Migration(int(match.group(1)), match.group(2), path.read_text()))
+        found.append(Migration(int(match.group(1)), match.group(2), path))
     versions = [m.version for m in found]
     if versions != list(range(1, len(found) + 1)):
         raise ValueError(f"migrations of {dialect} are not numbered 1..n without gaps: {versions}")

@@ -27,7 +27,7 @@ AXE = REPO / ".axe-core" / "node_modules" / "axe-core" / "axe.min.js"
 DOCS_SHOTS = REPO / "docs" / "screenshots"
 PAGES = ("/", "/tasks", "/tasks/new", "/tasks/1", "/dead", "/review", "/blocked", "/jobs",
          "/jobs/nightly", "/nodes", "/cooldowns", "/cost", "/messages?address=qa", "/memory",
-         "/delivery")
+         "/delivery", "/charts")
 SHOWN = {"/": "board", "/nodes": "nodes", "/jobs": "jobs", "/jobs/nightly": "job",
          "/tasks": "tasks", "/messages?address=qa": "messages", "/delivery": "delivery"}
 BAD = ("serious", "critical")

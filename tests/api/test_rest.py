@@ -92,6 +92,9 @@ def test_every_route_answers_as_the_openapi_document_says(api):
         ("GET", "/v1/cost?by=role", None),
         ("GET", "/v1/cost?by=day", None),
         ("GET", "/v1/cooldowns", None),
+        *[("GET", f"/v1/charts/{chart}?range={span}", None)
+          for chart, span in (("finished", "1h"), ("latency", "24h"), ("depth", "7d"),
+                              ("cost", "24h"))],
         ("GET", "/v1/tokens", None),
         ("POST", "/v1/tokens", {"name": "scraper", "scope": "read", "expires": "30d"}),
         ("DELETE", "/v1/tokens/scraper", None),

@@ -120,6 +120,10 @@ class Storm:
         self.tasks: list[int] = []
         self.killed = 0
 
+    def _daemons_up(self) -> int:
+        """How many daemons of the storm said they are up (and so handle SIGTERM)."""
+        return self.fleet.daemon_log.read_text(errors="replace").count("taskherd up: node")
+
     def run(self, finish_within: float = 120.0) -> StormResult:
         self.fleet.up()
         self.tasks = [self.fleet.add(f"storm {index}").id for index in range(self.count)]
@@ -135,6 +139,10 @@ class Storm:
                               what="every task of the storm to finish")
         self.fleet.wait_until(lambda: not self.fleet.store.open_runs(), timeout=30,
                               what="every run to end")
+        # The last daemon may have been started after every task had finished: it is asked
+        # to stop once it is up (its signals handled), not in the middle of its start.
+        self.fleet.wait_until(lambda: self._daemons_up() > self.killed, timeout=30,
+                              what="the last daemon to be up")
         assert self.fleet.stop() == 0
         return self.result()
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,14 +56,50 @@ def test_an_agent_message_loads_no_store(agent_env) -> None:
     assert loaded(["msg", "send", "qa", "hello"], DAEMON_SIDE, agent_env) == []
 
 
-def test_task_add_loads_no_process_machinery(tmp_path: Path) -> None:
+@pytest.fixture
+def person_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A person's shell with a config file naming its database and data dir. The data dir's
+    path is short, as a real one is (~/.local/share/taskherd): the sockets in it then fit a
+    socket address as they are, where a test's deep temporary path (longer still under
+    pytest-xdist) would have the store hash it into a short one."""
+    data = Path(tempfile.mkdtemp(prefix="th-", dir="/tmp"))
     config = tmp_path / "taskherd.toml"
-    config.write_text(f'[daemon]\ndatabase = "{tmp_path}/q.db"\n'
-                      f'data_dir = "{tmp_path}/data"\n\n'
+    config.write_text(f'[daemon]\ndatabase = "{data}/q.db"\n'
+                      f'data_dir = "{data}/data"\n\n'
                       '[roles.coder]\nruntime = "command"\ncommand = ["true"]\n')
     env = {key: value for key, value in os.environ.items() if not key.startswith("TASKHERD_")}
+    yield env | {"TASKHERD_CONFIG": str(config)}
+    shutil.rmtree(data, ignore_errors=True)
+
+
+# What a command that opens the queue without claiming, logging or checking a token has no
+# use for: the claim's rules (admission, limits, budgets), the token machinery, the prompt
+# builder, and the standard library's logging, hashing, temp files, zones and platform folders.
+DAEMON_ONLY = ["asyncio", "psutil", "taskherd.policy.admission", "taskherd.policy.limits",
+               "taskherd.policy.budgets", "taskherd.ops.tokens", "taskherd.policy.prompt",
+               "logging", "hashlib", "tempfile", "secrets", "zoneinfo", "platformdirs"]
+
+
+def test_task_add_loads_only_what_adding_uses(person_env) -> None:
     # Nor what reads and renders an agent's log (`task log`, the same command group).
-    watched = ["asyncio", "psutil", "taskherd.cli.logs", "taskherd.runtimes.claude_render"]
-    found = loaded(["task", "add", "-r", "coder", "a title"], watched,
-                   env | {"TASKHERD_CONFIG": str(config)})
-    assert found == []
+    watched = [*DAEMON_ONLY, "taskherd.cli.logs", "taskherd.runtimes.claude_render"]
+    assert loaded(["task", "add", "-r", "coder", "a title"], watched, person_env) == []
+
+
+def test_status_loads_only_what_the_board_uses(person_env) -> None:
+    # Why a task waits is read only for a P0 task waiting (none here), a log only by --watch.
+    watched = [*DAEMON_ONLY, "taskherd.policy.waits", "taskherd.runtimes.claude_render"]
+    assert loaded(["task", "add", "-r", "coder", "a title"], [], person_env) == []  # P2
+    assert loaded(["status"], watched, person_env) == []
+
+
+def test_status_says_why_a_p0_task_waits(person_env) -> None:
+    """The board still tells why a P0 task waits: the rule is loaded when one does."""
+    def taskherd(*argv: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "taskherd", *argv], capture_output=True,
+                              text=True, env=person_env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    taskherd("task", "add", "-r", "coder", "-P", "P0", "urgent")
+    assert "P0 task 1 (coder) waits: no node that is up runs role coder" in taskherd("status")

@@ -13,6 +13,7 @@ import pytest
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.limits import ClaimLimits, RoleLimit
 from taskherd.store.sqlfile import migrations
 from taskherd.store.sqlite import SQLiteStore
 
@@ -217,3 +218,66 @@ def test_no_index_is_a_prefix_of_another_on_the_same_rows(tmp_path: Path) -> Non
         and other_columns[:len(columns)] == columns
     ]
     assert redundant == []
+
+
+def test_the_open_runs_of_an_old_database_are_found_through_the_one_open_runs_index(tmp_path):
+    """0035 replaces the three open-runs indexes with one: the runs open when a fleet upgrades
+    (one spawned that called in, one claimed and not spawned) are still seen by the node's
+    reads and counted by a claim within limits, and an ended one is not."""
+    path = tmp_path / "old.db"
+    before = next(m.version for m in MIGRATIONS if m.name.endswith("index_of_open_runs")) - 1
+    old_database(path, before)
+    db = sqlite3.connect(path, isolation_level=None)
+    for task, state in ((1, "running"), (2, "claimed"), (3, "completed"), (4, "ready")):
+        leased = state in ("running", "claimed")
+        db.execute("INSERT INTO tasks (id, role, title, state, run_after, lease_node, "
+                   "lease_expires_at, created_at, updated_at, finished_at) VALUES "
+                   "(?, 'qa', 't', ?, ?, ?, ?, ?, ?, ?)",
+                   (task, state, NOW, "n1" if leased else None, NOW + 60 if leased else None,
+                    NOW, NOW, NOW + 2 if state == "completed" else None))
+    db.execute("INSERT INTO runs (id, task_id, attempt, node, role, claimed_at, spawned_at, "
+               "heartbeat_at) VALUES (7, 1, 1, 'n1', 'qa', ?, ?, ?)", (NOW, NOW, NOW + 5))
+    db.execute("INSERT INTO runs (id, task_id, attempt, node, role, claimed_at) "
+               "VALUES (8, 2, 1, 'n1', 'qa', ?)", (NOW,))
+    db.execute("INSERT INTO runs (id, task_id, attempt, node, role, claimed_at, spawned_at, "
+               "heartbeat_at, ended_at, outcome) VALUES (6, 3, 1, 'n1', 'qa', ?, ?, ?, ?, "
+               "'succeeded')", (NOW, NOW, NOW + 5, NOW + 2))
+    db.close()
+    with SQLiteStore(path) as store:
+        assert store.heartbeats_since("n1", NOW + 1) == {7: NOW + 5}
+        assert store.unspawned_run_ids("n1") == [8]
+        assert store.open_run_ids("n1") == {7: NOW, 8: None}
+        assert [run.id for run in store.open_runs("n1")] == [7, 8]
+        two = ClaimLimits({"qa": RoleLimit(max_concurrent=2)})
+        attempt = store.attempt_claim(ClaimRequest("n1", NOW, 60.0, roles=["qa"], limits=two))
+        assert attempt.claim is None
+        assert "role qa is at max_concurrent 2 (2 running)" in attempt.refused[0].reason
+
+
+def test_an_old_queue_is_claimed_rescued_and_counted_through_tasks_queue(tmp_path):
+    """0036 folds tasks_ready and tasks_clock into tasks_queue: the tasks of a fleet that
+    upgrades are claimed in the same order (P0 first, FIFO within a priority), a lease that
+    expired before the upgrade is rescued, and the board counts every side."""
+    path = tmp_path / "old.db"
+    before = next(m.version for m in MIGRATIONS if m.name.endswith("ready_beside_the_leases")) - 1
+    old_database(path, before)
+    db = sqlite3.connect(path, isolation_level=None)
+    rows = [(1, "completed", 2, None, None, NOW + 1), (2, "ready", 2, None, None, None),
+            (3, "running", 2, "gone", NOW - 5, None), (4, "ready", 0, None, None, None),
+            (5, "ready", 2, None, None, None), (6, "dead", 2, None, None, NOW + 2)]
+    for task, state, priority, node, lease, finished in rows:
+        db.execute("INSERT INTO tasks (id, role, title, state, priority, run_after, lease_node, "
+                   "lease_expires_at, created_at, updated_at, finished_at) VALUES "
+                   "(?, 'qa', 't', ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (task, state, priority, NOW - 10, node, lease, NOW - 10, NOW - 10, finished))
+    db.execute("INSERT INTO runs (id, task_id, attempt, node, role, claimed_at, spawned_at) "
+               "VALUES (9, 3, 1, 'gone', 'qa', ?, ?)", (NOW - 70, NOW - 70))
+    db.close()
+    with SQLiteStore(path) as store:
+        counts = {(c.state.value, c.count) for c in store.counts()}
+        assert counts == {("ready", 3), ("running", 1), ("completed", 1), ("dead", 1)}
+        [rescued] = store.rescue_expired(NOW, lambda role: RetryPolicy())
+        assert (rescued.task.id, rescued.run.outcome) == (3, Outcome.LOST)
+        claimed = [store.claim(ClaimRequest("n1", NOW, 60.0)).task.id for _ in range(4)]
+        assert claimed == [4, 2, 3, 5]  # P0 first; the rescued task 3 is ready again, FIFO
+        assert store.claim(ClaimRequest("n1", NOW, 60.0)) is None

@@ -161,6 +161,9 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "job": "nightly", "pattern": "%review%", "text_id": 3, "only_id": None, "trigrams": None,
     "short_scan": 100_000,
     "finished_from": NOW - 60, "finished_to": NOW + 60, "offset": 0, "cap": 100,
+    "start_ms": round((NOW - 3600) * 1000), "width_ms": 60_000, "first_id": 1, "at": NOW,
+    "ready": 3, "chart": "cost", "label": "succeeded", "n": 2,
+    "unpriced": 1,
 }
 # The task lists' filters one at a time, over the whole table and over each state's index.
 _ONE_FILTER = dict.fromkeys(("state", "role", "priority", "node", "job", "pattern", "trigrams",

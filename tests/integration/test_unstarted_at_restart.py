@@ -14,7 +14,8 @@ from taskherd.config import parse_config
 from taskherd.host import procs
 from taskherd.model import NewTask, Outcome, TaskState
 from taskherd.policy.admission import ClaimRequest
-from taskherd.services.supervisor import SHIM_GRACE, Supervisor
+from taskherd.services.starts import SHIM_GRACE
+from taskherd.services.supervisor import Supervisor
 from taskherd.store import open_store
 from tests.fleet import PYTHON, agent, until
 

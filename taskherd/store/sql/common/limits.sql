@@ -19,7 +19,7 @@ RETURNING *;
 -- An open run holds its place until it ends, on whatever node, live or not: an agent on a
 -- node that went silent may still be working, until the node is declared down.
 -- A pool that is NULL is not counted at all (the constant test skips the scan), and the role's
--- runs are found by runs_open_role: a claim costs the same with a thousand agents running.
+-- runs are a range of runs_open: a claim costs the same with a thousand agents running.
 SELECT
     (SELECT count(*) FROM runs
      WHERE ended_at IS NULL AND role = :role

@@ -66,7 +66,8 @@ UPDATE messages SET read_at = :now WHERE id = :id AND read_at IS NULL RETURNING 
 UPDATE messages SET read_at = :now WHERE recipient = :recipient AND read_at IS NULL;
 
 -- name: ready_tasks_of_role
-SELECT count(*) AS n FROM tasks WHERE role = :role AND state = 'ready';
+-- The ready side of tasks_queue (migration 0036), by its own expression, holds the role.
+SELECT count(*) AS n FROM tasks WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 2 AND role = :role AND state = 'ready';
 
 -- name: prune_messages
 -- Pruned with history: read, delivered into a prompt, or expired before :before. A message

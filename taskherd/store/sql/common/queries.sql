@@ -19,10 +19,11 @@ SELECT * FROM tasks WHERE id = (SELECT task_id FROM runs WHERE id = :run_id);
 -- indexes that hold them anyway (ready; leased; waiting for a person), finished ones from the
 -- counters the monitor rolls up, plus the few finished since its mark, :tasks_through (read
 -- by the caller: a mark read in the statement leaves PostgreSQL planning the range blind).
-SELECT state, role, count(*) AS n FROM tasks WHERE state = 'ready' GROUP BY state, role
+SELECT state, role, count(*) AS n FROM tasks WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 2 AND state = 'ready'
+GROUP BY state, role
 UNION ALL
 SELECT state, role, count(*) FROM tasks
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at IS NOT NULL
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 1 AND lease_expires_at IS NOT NULL
   AND state IN ('claimed', 'running')
 GROUP BY state, role
 UNION ALL
@@ -35,8 +36,8 @@ SELECT state, role, sum(n) FROM (
     SELECT state, role, n FROM finished_counts WHERE n > 0
     UNION ALL
     SELECT state, role, count(*) FROM tasks
-    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
-      AND coalesce(finished_at, lease_expires_at) >= :tasks_through
+    WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 0 AND finished_at IS NOT NULL
+      AND coalesce(finished_at, lease_expires_at, priority) >= :tasks_through
       AND state IN ('completed', 'dead', 'cancelled')
     GROUP BY state, role
 ) AS finished
@@ -46,13 +47,13 @@ ORDER BY role, state;
 -- name: roll_up_finished_tasks
 -- Adds the tasks finished between the mark and :through to the counters; advance_tasks_mark
 -- then moves the mark, in the same transaction. `+tasks_through`:
--- a bound with the column's REAL affinity keeps SQLite from using it on tasks_clock's
+-- a bound with the column's REAL affinity keeps SQLite from using it on tasks_queue's
 -- expression, which has none, and the range became a scan of the whole history.
 INSERT INTO finished_counts (state, role, n)
 SELECT state, role, count(*) FROM tasks
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
-  AND coalesce(finished_at, lease_expires_at) >= (SELECT +tasks_through FROM rollup_marks)
-  AND coalesce(finished_at, lease_expires_at) < :through
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 0 AND finished_at IS NOT NULL
+  AND coalesce(finished_at, lease_expires_at, priority) >= (SELECT +tasks_through FROM rollup_marks)
+  AND coalesce(finished_at, lease_expires_at, priority) < :through
   AND state IN ('completed', 'dead', 'cancelled')
 GROUP BY state, role
 ON CONFLICT (state, role) DO UPDATE SET n = finished_counts.n + excluded.n;
@@ -92,10 +93,11 @@ SET state = 'running', lease_expires_at = :lease_until, updated_at = :now
 WHERE id = :task_id AND state = 'claimed' AND lease_node = :node;
 
 -- name: touch_run
+-- The whole run as it now is: the heartbeat's answer, with no read after the write.
 UPDATE runs
 SET heartbeat_at = :now, progress = coalesce(:progress, progress)
 WHERE id = :run_id AND ended_at IS NULL
-RETURNING task_id, node;
+RETURNING *;
 
 -- name: renew_task_lease
 -- Only the latest run's heartbeat holds the lease: an old agent still dying must not.
@@ -105,27 +107,27 @@ WHERE id = :task_id AND state IN ('claimed', 'running')
   AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.task_id = :task_id AND runs.id > :run_id);
 
 -- name: renew_node_leases
--- `(CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1` and `lease_expires_at IS NOT NULL` say nothing new of a
--- leased task, but let the lease side of tasks_clock find the node's tasks: without them,
+-- `(CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 1` and `lease_expires_at IS NOT NULL` say nothing new of a
+-- leased task, but let the lease side of tasks_queue find the node's tasks: without them,
 -- each renewal scanned every task ever kept.
 UPDATE tasks
 SET lease_expires_at = :lease_until
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at IS NOT NULL AND lease_node = :node
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 1 AND lease_expires_at IS NOT NULL AND lease_node = :node
   AND state IN ('claimed', 'running');
 
 -- name: renew_due_leases
 -- The node's leases that were renewed longest ago, before :renew_before, a batch at a time:
 -- the monitor renews a little each pass instead of every lease at once (a thousand rows in
--- one write held the daemon's event loop). Found and ordered by tasks_clock's expressions.
+-- one write held the daemon's event loop). Found and ordered by tasks_queue's expressions.
 UPDATE tasks
 SET lease_expires_at = :lease_until
 WHERE id IN (
     SELECT id FROM tasks
-    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1
-      AND coalesce(finished_at, lease_expires_at) < :renew_before
+    WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 1
+      AND coalesce(finished_at, lease_expires_at, priority) < :renew_before
       AND lease_expires_at IS NOT NULL AND lease_node = :node
       AND state IN ('claimed', 'running')
-    ORDER BY coalesce(finished_at, lease_expires_at)
+    ORDER BY coalesce(finished_at, lease_expires_at, priority)
     LIMIT :batch);
 
 -- name: end_run
@@ -199,7 +201,7 @@ WHERE node = :node AND ended_at IS NULL AND heartbeat_at >= :since;
 SELECT id, spawned_at FROM runs WHERE ended_at IS NULL AND node = :node;
 
 -- name: unspawned_run_ids
--- Claimed on the node and not spawned yet (runs_unspawned): a handful, however many run.
+-- Claimed on the node and not spawned yet: read from runs_open's entries, not the rows.
 SELECT id FROM runs WHERE node = :node AND ended_at IS NULL AND spawned_at IS NULL;
 
 -- name: open_runs_of_final_tasks
@@ -222,10 +224,10 @@ RETURNING *;
 
 -- name: tasks_to_prune
 -- The finished tasks that pruning deletes, finished before :before: the history side of
--- tasks_clock (migration 0012), by its own expressions.
+-- tasks_queue (migration 0036), by its own expressions.
 SELECT id FROM tasks
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
-  AND coalesce(finished_at, lease_expires_at) < :before;
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 0 AND finished_at IS NOT NULL
+  AND coalesce(finished_at, lease_expires_at, priority) < :before;
 
 -- name: fold_pruned_runs
 -- In the prune's transaction, before they go: the ended runs of the tasks it deletes are
@@ -261,11 +263,12 @@ LIMIT :limit;
 -- name: open_tasks_in_state
 -- The open tasks in :state (of :role, or any), for list_tasks and page_tasks: a filter of
 -- NULL-or-equal can use no index, and read the whole history for a state of a few rows. Each
--- open state has an index that holds it only: ready tasks tasks_ready, waiting ones
--- tasks_waiting, leased ones the open side of tasks_clock (the range on its second column
+-- open state has an index that holds it only: ready and leased tasks their sides of
+-- tasks_queue, waiting ones tasks_waiting (the range on the leased side's clock
 -- steers SQLite's planner, which has no statistics, to the index). A part whose state is not
 -- asked reads nothing.
-SELECT * FROM tasks WHERE state = 'ready' AND CAST(:state AS TEXT) = 'ready'
+SELECT * FROM tasks WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 2 AND state = 'ready'
+  AND CAST(:state AS TEXT) = 'ready'
   AND (CAST(:role AS TEXT) IS NULL OR role = :role)
 UNION ALL
 SELECT * FROM tasks
@@ -274,8 +277,8 @@ WHERE state = :state AND (state = 'pending' OR state = 'needs_review' OR state =
   AND (CAST(:role AS TEXT) IS NULL OR role = :role)
 UNION ALL
 SELECT * FROM tasks
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1
-  AND coalesce(finished_at, lease_expires_at) > 0 AND lease_expires_at IS NOT NULL
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 1
+  AND coalesce(finished_at, lease_expires_at, priority) > 0 AND lease_expires_at IS NOT NULL
   AND (state = 'claimed' OR state = 'running') AND state = :state
   AND (CAST(:role AS TEXT) IS NULL OR role = :role);
 
@@ -286,24 +289,27 @@ LIMIT :limit;
 
 -- name: list_finished_tasks_in_state
 -- list_tasks for completed, dead or cancelled: the most recently finished first, read down
--- tasks_clock (migration 0012) by its own expressions. The index holds the state, so the
+-- tasks_queue (migration 0036) by its own expressions. The index holds the state, so the
 -- read stops after :limit rows of it rather than sorting a million.
 SELECT * FROM tasks
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 0 AND finished_at IS NOT NULL
   AND state = :state AND (CAST(:role AS TEXT) IS NULL OR role = :role)
-ORDER BY coalesce(finished_at, lease_expires_at) DESC
+ORDER BY coalesce(finished_at, lease_expires_at, priority) DESC
 LIMIT :limit;
 
 -- name: waiting_at_priority
 -- The tasks of one priority not yet running: the ready ones (in claim order), then the ones
 -- pending approval, oldest first, at most :limit of each. Each half reads an index the queue
--- keeps anyway: tasks_ready is (priority, id) over the ready tasks, so the first half reads
+-- keeps anyway: tasks_queue's ready side is (priority, id), so the first half reads
 -- exactly the rows it returns; tasks_waiting holds the pending tasks, whose priority is then
 -- checked row by row (a fleet's pending tasks wait for a person: 50,000 of them cost 9 ms).
 -- list_tasks' NULL-or-equal filters cannot use an index: the board and the dispatcher's P0
 -- warning scanned the whole history through it.
 SELECT * FROM (
-    SELECT * FROM tasks WHERE state = 'ready' AND priority = :priority ORDER BY id LIMIT :limit
+    SELECT * FROM tasks
+    WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 2 AND state = 'ready'
+      AND coalesce(finished_at, lease_expires_at, priority) = :priority
+    ORDER BY id LIMIT :limit
 ) AS ready
 UNION ALL
 SELECT * FROM (

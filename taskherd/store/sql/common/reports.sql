@@ -38,13 +38,13 @@ ORDER BY role;
 
 -- name: task_history
 -- Finished tasks, newest first, finished since :since (a role filter as list_tasks has).
--- The history side of tasks_clock (migration 0012), by its own expressions: there,
--- coalesce(finished_at, lease_expires_at) is finished_at.
+-- The history side of tasks_queue (migration 0036), by its own expressions: there,
+-- coalesce(finished_at, lease_expires_at, priority) is finished_at.
 SELECT * FROM tasks
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
-  AND coalesce(finished_at, lease_expires_at) >= :since
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 0 AND finished_at IS NOT NULL
+  AND coalesce(finished_at, lease_expires_at, priority) >= :since
   AND (CAST(:role AS TEXT) IS NULL OR role = :role)
-ORDER BY coalesce(finished_at, lease_expires_at) DESC, id DESC
+ORDER BY coalesce(finished_at, lease_expires_at, priority) DESC, id DESC
 LIMIT :limit;
 
 -- name: first_run_start

@@ -4,7 +4,7 @@
 -- name: filtered_tasks
 -- The candidates are the open tasks in :state through the indexes that hold them only
 -- (open_tasks_in_state), the finished ones in :state through the finished side of
--- tasks_clock (from :finished_from on), the one task :only_id by its key, or, with no :state,
+-- tasks_queue (from :finished_from on), the one task :only_id by its key, or, with no :state,
 -- the whole table: an arm not asked for reads nothing (its parameter-only test fails before
 -- any row). The other filters are NULL-or-equal: they narrow the rows read, and the sort
 -- blocks below stop after :limit of them. A node is any node that ran the task (looked up
@@ -22,8 +22,8 @@ SELECT * FROM (
     {open_tasks_in_state}
     UNION ALL
     SELECT * FROM tasks
-    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
-      AND coalesce(finished_at, lease_expires_at)
+    WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 0 AND finished_at IS NOT NULL
+      AND coalesce(finished_at, lease_expires_at, priority)
           >= coalesce(CAST(:finished_from AS DOUBLE PRECISION), 0)
       AND CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled') AND state = :state
       AND CAST(:only_id AS BIGINT) IS NULL

@@ -85,13 +85,13 @@ ORDER BY gate_checks.id;
 
 -- name: open_task_of_role
 -- Whether a task of :role is open (the planner runs one at a time). Open tasks are found
--- through the partial indexes the queue keeps anyway: ready ones (tasks_ready), leased ones
--- (the lease side of tasks_clock, by its own expressions) and those waiting for a person
+-- through the indexes the queue keeps anyway: ready and leased ones (those sides of
+-- tasks_queue, by its own expressions) and those waiting for a person
 -- (tasks_waiting); each WHERE repeats its index's, so no scan of the history is needed.
-SELECT id FROM tasks WHERE state = 'ready' AND role = :role
+SELECT id FROM tasks WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 2 AND state = 'ready' AND role = :role
 UNION ALL
 SELECT id FROM tasks
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at IS NOT NULL
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 1 AND lease_expires_at IS NOT NULL
   AND role = :role
 UNION ALL
 SELECT id FROM tasks
@@ -106,17 +106,18 @@ LIMIT 1;
 SELECT created_at AS at FROM tasks WHERE role = :role ORDER BY id DESC LIMIT 1;
 
 -- name: ready_count
-SELECT count(*) AS n FROM tasks WHERE state = 'ready';
+-- The ready side of tasks_queue, by its own expression: its entries alone are counted.
+SELECT count(*) AS n FROM tasks WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 2 AND state = 'ready';
 
 -- name: recent_dead
--- The history side of tasks_clock, by its own expressions (as task_history reads it).
+-- The history side of tasks_queue, by its own expressions (as task_history reads it).
 SELECT * FROM tasks
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
-  AND coalesce(finished_at, lease_expires_at) >= :since AND state = 'dead'
-ORDER BY coalesce(finished_at, lease_expires_at) DESC, id DESC
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 0 AND finished_at IS NOT NULL
+  AND coalesce(finished_at, lease_expires_at, priority) >= :since AND state = 'dead'
+ORDER BY coalesce(finished_at, lease_expires_at, priority) DESC, id DESC
 LIMIT :limit;
 
 -- name: next_run_after
 -- When the earliest waiting ready task becomes claimable: the dispatcher wakes then, so a
--- delayed child does not wait for the next poll.
-SELECT min(run_after) AS at FROM tasks WHERE state = 'ready' AND run_after > :now;
+-- delayed child does not wait for the next poll. The ready side of tasks_queue holds them.
+SELECT min(run_after) AS at FROM tasks WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 2 AND state = 'ready' AND run_after > :now;

@@ -49,24 +49,26 @@ ORDER BY r.ordinal
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING;
 
 -- name: claim_next
--- The sub-select walks tasks_ready in (priority, id) order: P0 first, FIFO within a priority.
+-- The sub-select walks the ready side of tasks_queue (migration 0036) in (priority, id)
+-- order, by the index's own expressions: P0 first, FIFO within a priority.
 -- :roles and :full_pools are JSON arrays (NULL = no filter) so the statement stays static.
 -- Unlike sqlite's (one writer at a time, BEGIN IMMEDIATE), several nodes claim at once here:
 -- FOR UPDATE locks the chosen row until commit, and SKIP LOCKED passes over rows another
 -- claim holds instead of waiting for it and then finding the row no longer ready. A row
 -- claimed and committed meanwhile is re-checked by FOR UPDATE against `state = 'ready'` and
 -- skipped, so no task is claimed twice. No INDEXED BY: PostgreSQL has none, and its planner
--- picks the partial index for `state = 'ready' ORDER BY priority, id` by itself.
+-- picks tasks_queue for its side and clock by itself.
 UPDATE tasks
 SET state = 'claimed', lease_node = :node, lease_expires_at = :lease_until, updated_at = :now
 WHERE id = (
     SELECT id FROM tasks
-    WHERE state = 'ready' AND run_after <= :now
+    WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 2
+      AND state = 'ready' AND run_after <= :now
       AND (:roles::jsonb IS NULL OR role = 'any'
            OR role IN (SELECT jsonb_array_elements_text(:roles::jsonb)))
       AND (:full_pools::jsonb IS NULL OR pool IS NULL
            OR pool NOT IN (SELECT jsonb_array_elements_text(:full_pools::jsonb)))
-    ORDER BY priority, id
+    ORDER BY coalesce(finished_at, lease_expires_at, priority), id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
@@ -78,12 +80,13 @@ RETURNING *;
 -- runs first, and the lock keeps every other node off this row meanwhile, so the claimed task
 -- is this row with what the claim sets (PostgresStore reads it no more).
 SELECT * FROM tasks
-WHERE state = 'ready' AND run_after <= :now
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 2
+  AND state = 'ready' AND run_after <= :now
   AND (:roles::jsonb IS NULL OR role = 'any'
        OR role IN (SELECT jsonb_array_elements_text(:roles::jsonb)))
   AND (:full_pools::jsonb IS NULL OR pool IS NULL
        OR pool NOT IN (SELECT jsonb_array_elements_text(:full_pools::jsonb)))
-ORDER BY priority, id
+ORDER BY coalesce(finished_at, lease_expires_at, priority), id
 LIMIT 1
 FOR UPDATE SKIP LOCKED;
 
@@ -104,9 +107,9 @@ FOR UPDATE SKIP LOCKED;
 -- FOR UPDATE SKIP LOCKED: every node's monitor rescues expired leases; two of them at once
 -- each take the rows the other has not locked, instead of one waiting to find the other's
 -- rescue done and failing its whole pass on a run that already ended. The lease side of
--- tasks_clock (migration 0012), by its own expressions.
+-- tasks_queue (migration 0036), by its own expressions.
 SELECT * FROM tasks
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND coalesce(finished_at, lease_expires_at) < :now
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 1 AND coalesce(finished_at, lease_expires_at, priority) < :now
   AND lease_expires_at IS NOT NULL AND state IN ('claimed', 'running')
 ORDER BY id
 FOR UPDATE SKIP LOCKED;
@@ -205,8 +208,8 @@ SELECT id FROM tasks WHERE id = :task_id FOR UPDATE;
 -- requeued meanwhile no longer matches), so it counts only what it deletes; the DELETE that
 -- follows in the transaction finds the rows it locked.
 SELECT id FROM tasks
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
-  AND coalesce(finished_at, lease_expires_at) < :before
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 0 AND finished_at IS NOT NULL
+  AND coalesce(finished_at, lease_expires_at, priority) < :before
 FOR UPDATE;
 
 -- name: live_admin_tokens

@@ -41,7 +41,8 @@ ORDER BY key
 ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO NOTHING;
 
 -- name: claim_next
--- The sub-select walks tasks_ready in (priority, id) order: P0 first, FIFO within a priority.
+-- The sub-select walks the ready side of tasks_queue (migration 0036) in (priority, id)
+-- order, by the index's own expressions: P0 first, FIFO within a priority.
 -- :roles and :full_pools are JSON arrays (NULL = no filter) so the statement stays static.
 -- INDEXED BY: without statistics the planner may pick another index and then sort every
 -- ready task in a temp B-tree on each claim, O(backlog) per claim: with a 5,000-task backlog
@@ -49,12 +50,13 @@ ON CONFLICT (dedup_key) WHERE dedup_key IS NOT NULL AND finished_at IS NULL DO N
 UPDATE tasks
 SET state = 'claimed', lease_node = :node, lease_expires_at = :lease_until, updated_at = :now
 WHERE id = (
-    SELECT id FROM tasks INDEXED BY tasks_ready
-    WHERE state = 'ready' AND run_after <= :now
+    SELECT id FROM tasks INDEXED BY tasks_queue
+    WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 2
+      AND state = 'ready' AND run_after <= :now
       AND (:roles IS NULL OR role = 'any' OR role IN (SELECT value FROM json_each(:roles)))
       AND (:full_pools IS NULL OR pool IS NULL
            OR pool NOT IN (SELECT value FROM json_each(:full_pools)))
-    ORDER BY priority, id
+    ORDER BY coalesce(finished_at, lease_expires_at, priority), id
     LIMIT 1
 )
 RETURNING *;
@@ -63,21 +65,22 @@ RETURNING *;
 -- The next ready task as claim_next picks it (and INDEXED BY for the same reason), but not yet
 -- claimed: a claim within limits (common/limits.sql) counts its role's and pools' runs first.
 -- Every column, as PostgreSQL's, whose claim makes the claimed task of it.
-SELECT * FROM tasks INDEXED BY tasks_ready
-WHERE state = 'ready' AND run_after <= :now
+SELECT * FROM tasks INDEXED BY tasks_queue
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 2
+  AND state = 'ready' AND run_after <= :now
   AND (:roles IS NULL OR role = 'any' OR role IN (SELECT value FROM json_each(:roles)))
   AND (:full_pools IS NULL OR pool IS NULL
        OR pool NOT IN (SELECT value FROM json_each(:full_pools)))
-ORDER BY priority, id
+ORDER BY coalesce(finished_at, lease_expires_at, priority), id
 LIMIT 1;
 
 -- name: open_run_of_task
 SELECT * FROM runs WHERE task_id = :task_id AND ended_at IS NULL ORDER BY id DESC LIMIT 1;
 
 -- name: expired_leases
--- The lease side of tasks_clock (migration 0012), by its own expressions.
+-- The lease side of tasks_queue (migration 0036), by its own expressions.
 SELECT * FROM tasks
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND coalesce(finished_at, lease_expires_at) < :now
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 1 AND coalesce(finished_at, lease_expires_at, priority) < :now
   AND lease_expires_at IS NOT NULL AND state IN ('claimed', 'running')
 ORDER BY id;
 
@@ -124,26 +127,26 @@ ORDER BY day_start;
 -- INDEXED BY: for ORDER BY id the planner prefers walking every run ever kept in id order
 -- over the partial index of the open ones and a sort of those few (128 ms a call with a
 -- million runs kept; the supervisor asks every second). PostgreSQL plans this itself.
-SELECT * FROM runs INDEXED BY runs_open_heartbeat
+SELECT * FROM runs INDEXED BY runs_open
 WHERE ended_at IS NULL AND (CAST(:node AS TEXT) IS NULL OR node = :node)
 ORDER BY id;
 
 -- name: open_runs_of_down_node
 -- The runs of a node being declared down, for its rescue to end: SQLite's one writer at a
 -- time already keeps an agent's report from landing between the rescue's read and its end.
-SELECT * FROM runs INDEXED BY runs_open_heartbeat
+SELECT * FROM runs INDEXED BY runs_open
 WHERE ended_at IS NULL AND node = :node
 ORDER BY id;
 
 -- name: count_by_state_and_role
 -- As the common block, with the indexes named: without statistics the planner would rather
 -- scan the table than look up the rows of a partial index.
-SELECT state, role, count(*) AS n FROM tasks INDEXED BY tasks_ready
-WHERE state = 'ready'
+SELECT state, role, count(*) AS n FROM tasks INDEXED BY tasks_queue
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 2 AND state = 'ready'
 GROUP BY state, role
 UNION ALL
-SELECT state, role, count(*) FROM tasks INDEXED BY tasks_clock
-WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 1 AND lease_expires_at IS NOT NULL
+SELECT state, role, count(*) FROM tasks INDEXED BY tasks_queue
+WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 1 AND lease_expires_at IS NOT NULL
   AND state IN ('claimed', 'running')
 GROUP BY state, role
 UNION ALL
@@ -155,9 +158,9 @@ UNION ALL
 SELECT state, role, sum(n) FROM (
     SELECT state, role, n FROM finished_counts WHERE n > 0
     UNION ALL
-    SELECT state, role, count(*) FROM tasks INDEXED BY tasks_clock
-    WHERE (CASE WHEN finished_at IS NULL THEN 1 ELSE 0 END) = 0 AND finished_at IS NOT NULL
-      AND coalesce(finished_at, lease_expires_at) >= :tasks_through
+    SELECT state, role, count(*) FROM tasks INDEXED BY tasks_queue
+    WHERE (CASE WHEN finished_at IS NOT NULL THEN 0 WHEN lease_expires_at IS NOT NULL THEN 1 WHEN state = 'ready' THEN 2 ELSE 3 END) = 0 AND finished_at IS NOT NULL
+      AND coalesce(finished_at, lease_expires_at, priority) >= :tasks_through
       AND state IN ('completed', 'dead', 'cancelled')
     GROUP BY state, role
 )
@@ -166,7 +169,7 @@ ORDER BY role, state;
 
 -- name: runs_mark
 -- As the common block; INDEXED BY, or min(id) walks the ended runs from the first.
-SELECT coalesce((SELECT min(id) FROM runs INDEXED BY runs_open_heartbeat WHERE ended_at IS NULL),
+SELECT coalesce((SELECT min(id) FROM runs INDEXED BY runs_open WHERE ended_at IS NULL),
                 (SELECT coalesce(max(id), 0) + 1 FROM runs)) - 1 AS through,
        (SELECT runs_through FROM rollup_marks) AS marked;
 

@@ -44,7 +44,7 @@ SELECT pg_advisory_xact_lock(1953001060, 1);
 -- -35 %). What follows a claim does wait (the spawn's record, a run's end), and WAL is flushed
 -- in order, so it carries the claim to disk with it. A server crash before that loses the
 -- claim only: the task is ready again, and the agent whose spawn cannot be recorded is stopped.
--- enable_sort off: a claim walks tasks_ready in (priority, id) order and stops at the first
+-- enable_sort off: a claim walks tasks_queue's ready side in (priority, id) order and stops at the first
 -- task that fits. Planned on statistics from before a burst of new tasks (until autovacuum
 -- analyzes the table, up to a minute later; on a new database, until it first does),
 -- PostgreSQL reads every ready task and sorts them instead: 0.9 ms per claim at 2,000 ready
