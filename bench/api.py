@@ -347,7 +347,7 @@ CHART_ROUTES = tuple(f"/v1/charts/{name}?range=7d" for name in ("finished", "lat
                                                                   "cost"))
 LIST_URL = "/tasks?state=dead&role=qa&per_page=50"
 # A word one task of the million holds (fill_the_board adds it): before the trigram index
-# (migration 0034) the list read every task to find it.
+# (migration 0037) the list read every task to find it.
 SEARCH_URL = "/tasks?q=kestrel&per_page=50"
 
 

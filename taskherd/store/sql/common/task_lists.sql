@@ -12,7 +12,7 @@
 -- made it. :pattern is lower-cased with %, _ and \ escaped by the caller; :text_id is the
 -- text read as an id (a task's number matches as well as its title).
 -- A text of three characters or more is looked up in the trigram index instead
--- (search_tasks_*), unless it is a number or the state is open. A shorter one has no trigram:
+-- (search_tasks_*), unless the state is open (its own small index). A shorter one has no trigram:
 -- with :short_scan given, the whole table and a finished state are read over the newest
 -- :short_scan tasks only (ids are given in order; a range on the key, which NULL opens to
 -- every id), so a search of one letter stays bounded at a million tasks; the task :text_id
