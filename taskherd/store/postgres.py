@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -491,6 +492,25 @@ def _said(error: Exception) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
+def _apply(db: Any, version: int, statement: str) -> None:
+    """One statement of migration `version`; an extension the role may not create (or the
+    server lacks) is said in words a person can act on, not as the server's error alone."""
+    import psycopg
+
+    extension = re.search(r"^CREATE EXTENSION IF NOT EXISTS (\w+)", statement, re.MULTILINE)
+    try:
+        db.execute(statement)
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFile) as error:
+        if not extension:
+            raise
+        name = extension.group(1)
+        raise StoreError(
+            f"migration {version} needs PostgreSQL's {name} extension, which this role cannot "
+            f"create ({_said(error)}): a role with CREATE on the database (or a superuser) "
+            f"runs 'CREATE EXTENSION IF NOT EXISTS {name};' in it once (the server's contrib "
+            f"package provides it), then taskherd starts; see docs/operating.md") from None
+
+
 def _migrate(db: Any) -> None:
     """Apply the numbered migrations not yet recorded, all in one transaction, by one node at
     a time (an advisory lock): several nodes starting together apply each migration once.
@@ -512,7 +532,7 @@ def _migrate(db: Any) -> None:
             if migration.version in applied:
                 continue
             for statement in migration.statements():
-                db.execute(statement)
+                _apply(db, migration.version, statement)
             db.execute(M["record_migration"], {"version": migration.version,
                                                "name": migration.name, "now": time.time()})
         known = len(migrations("postgres"))

@@ -105,10 +105,10 @@ class SQLiteStore(SQLStore):
     def _insert_many(self, db: Connection, name: str,
                      rows: Iterable[Mapping[str, Any]]) -> int:
         conn = cast(sqlite3.Connection, db)  # this store's transactions run on its own sqlite3
-        # total_changes, not rowcount: a duplicate of an open task's dedup key inserts nothing.
-        before = conn.total_changes
-        conn.executemany(self.q[name], rows)
-        return conn.total_changes - before
+        # rowcount sums each statement's own changes (sqlite3_changes), 0 for a duplicate of an
+        # open task's dedup key; total_changes would count the rows the statement's triggers
+        # wrote too (the search index's, five more a task).
+        return conn.executemany(self.q[name], rows).rowcount
 
     def _inserted_id(self, cursor: sqlite3.Cursor) -> int:
         # SQLite's executemany refuses statements that return rows, so insert_task has no

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from taskherd.store.sql_task_lists import trigram_query
 from taskherd.store.sqlfile import migrations, queries
 from tests.pg import PgServer
 
@@ -27,7 +28,7 @@ except ImportError:  # pg_server then skips these tests, or fails them under CI,
 
 SQLITE_ONLY = {"wal_checkpoint"}  # PostgreSQL checkpoints by itself
 # PostgreSQL's full-text indexes, which SQLite keeps as an FTS5 virtual table instead.
-FULL_TEXT_INDEXES = {"memories_fts_document"}
+FULL_TEXT_INDEXES = {"memories_fts_document", "tasks_fts_trigrams"}
 # Locks PostgreSQL takes, which return nothing; SQLite's transaction holds the whole database
 # already, and its block of the same name only reads.
 LOCKS = {"lock_runs_for_rollup"}
@@ -157,27 +158,46 @@ PARAMS: dict[str, Any] = task(title="another", now=NOW + 10) | JOB_STATE | FIRE 
     "pool": "gpu", "role_node": None, "pool_a": "gpu", "pool_a_node": None, "pool_b": None,
     "pool_b_node": "node-a", "tags": '["gpu"]', "timeout": 15.0, "by": "node-b",
     "request_id": "3f1c9a", "made": '{"task_ids": [3]}',
-    "job": "nightly", "pattern": "%review%", "text_id": 3, "only_id": None,
+    "job": "nightly", "pattern": "%review%", "text_id": 3, "only_id": None, "trigrams": None,
+    "short_scan": 100_000,
     "finished_from": NOW - 60, "finished_to": NOW + 60, "offset": 0, "cap": 100,
     "start_ms": round((NOW - 3600) * 1000), "width_ms": 60_000, "first_id": 1, "at": NOW,
     "ready": 3, "chart": "cost", "label": "succeeded", "n": 2,
     "unpriced": 1,
 }
 # The task lists' filters one at a time, over the whole table and over each state's index.
-_ONE_FILTER = dict.fromkeys(("state", "role", "priority", "node", "job", "pattern",
-                             "finished_from", "finished_to"))
+_ONE_FILTER = dict.fromkeys(("state", "role", "priority", "node", "job", "pattern", "trigrams",
+                             "text_id", "finished_from", "finished_to"))
 TASK_LIST_VARIANTS = [
     _ONE_FILTER, _ONE_FILTER | {"state": "cancelled"}, _ONE_FILTER | {"state": "ready"},
     _ONE_FILTER | {"state": "running", "node": "node-a"}, _ONE_FILTER | {"job": "nightly"},
     _ONE_FILTER | {"pattern": "%to\\_cancel%"}, _ONE_FILTER | {"pattern": "%cancel%"},
+    # Too short for a trigram: the newest tasks scanned (two of them), an id by its key.
+    _ONE_FILTER | {"pattern": "%a%", "short_scan": 2},
+    _ONE_FILTER | {"pattern": "%a%", "short_scan": 2, "state": "cancelled"},
+    _ONE_FILTER | {"pattern": "%3%", "text_id": 3, "short_scan": 2},
+    _ONE_FILTER | {"pattern": "%1%", "text_id": 1, "short_scan": 2, "state": "cancelled"},
     _ONE_FILTER | {"state": "cancelled", "finished_from": NOW - 1, "finished_to": NOW + 1},
     _ONE_FILTER | {"offset": 1, "priority": 2}, _ONE_FILTER | {"only_id": 3},
     _ONE_FILTER | {"only_id": 4, "state": "cancelled"},
     _ONE_FILTER | {"only_id": 3, "state": "running"},
 ]
+# Through the trigram index: SQLite's FTS5 query beside the pattern PostgreSQL reads.
+SEARCH_VARIANTS = [
+    _ONE_FILTER | {"pattern": "%to cancel%", "trigrams": trigram_query("TO CANCEL")},
+    _ONE_FILTER | {"pattern": "%cancel%", "trigrams": trigram_query("CANCEL")},
+    _ONE_FILTER | {"pattern": "%cancel%", "trigrams": trigram_query("cancel"),
+                   "state": "cancelled", "offset": 0, "limit": 1},
+    _ONE_FILTER | {"pattern": "%task%", "trigrams": trigram_query("task"), "role": "qa"},
+    _ONE_FILTER | {"pattern": "%task%", "trigrams": trigram_query("task"), "offset": 1},
+    _ONE_FILTER | {"pattern": "%xyz%", "trigrams": trigram_query("xyz")},
+]
 # Per block, the parameter sets to run beyond PARAMS itself (each merged over PARAMS).
 VARIANTS: dict[str, list[dict[str, Any]]] = {
     "budget_spend": [{"role": None}],
+    **{name: SEARCH_VARIANTS for name in ("tasks_with_text", "searched_tasks",
+                                          "search_tasks_newest", "search_tasks_oldest",
+                                          "count_searched_tasks")},
     "open_task_by_dedup_key": [{"dedup_key": "nightly"}],
     "settle_task": [{"state": "completed"}, {"state": "ready", "run_id": 0}],
     "move_task": [{"task_id": 2, "from_state": "ready", "state": "cancelled"},

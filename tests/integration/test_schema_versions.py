@@ -82,3 +82,33 @@ def test_a_role_that_only_reads_and_writes_opens_a_schema_its_owner_migrated(pg_
     with PostgresStore(url, durability="normal") as store:
         added = store.enqueue(NewTask(role="coder", title="as the application's role"), 1.0)
         assert store.get_task(added.task.id).title == "as the application's role"
+
+
+def test_a_role_that_cannot_create_pg_trgm_is_told_what_to_run(pg_server, pg_url):
+    """The task search's migration creates pg_trgm: a role without CREATE on the database
+    (which PostgreSQL asks for a trusted extension) is told the statement a superuser runs,
+    and the migration is not recorded."""
+    import psycopg
+
+    from taskherd.store.postgres import PostgresStore
+
+    every = migrations("postgres")
+    search = next(m.version for m in every if m.name == "task_text_search")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE schema_migrations (version integer PRIMARY KEY,"
+                     " name text NOT NULL, applied_at double precision NOT NULL)")
+        for migration in every[:search - 1]:  # the database as the release before left it
+            with conn.transaction():
+                for statement in migration.statements():
+                    conn.execute(statement)
+            conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, 0)",
+                         (migration.version, migration.name))
+    url = pg_server.url_without_temporary(pg_url)  # no CREATE on the database
+    with pytest.raises(StoreError) as refused:
+        PostgresStore(url, durability="normal")
+    message = str(refused.value)
+    assert f"migration {search} needs PostgreSQL's pg_trgm extension" in message
+    assert "runs 'CREATE EXTENSION IF NOT EXISTS pg_trgm;'" in message
+    with psycopg.connect(pg_url) as conn:
+        versions = [row[0] for row in conn.execute("SELECT version FROM schema_migrations")]
+    assert max(versions) == search - 1

@@ -11,6 +11,13 @@
 -- per task through runs_task, so a page of a busy node stops early); a job, any fire that
 -- made it. :pattern is lower-cased with %, _ and \ escaped by the caller; :text_id is the
 -- text read as an id (a task's number matches as well as its title).
+-- A text of three characters or more is looked up in the trigram index instead
+-- (search_tasks_*), unless the state is open (its own small index). A shorter one has no trigram:
+-- with :short_scan given, the whole table and a finished state are read over the newest
+-- :short_scan tasks only (ids are given in order; a range on the key, which NULL opens to
+-- every id), so a search of one letter stays bounded at a million tasks; the task :text_id
+-- names is then read by its key, in an arm of its own (the bounded arms leave it out, so it
+-- is never listed twice).
 SELECT * FROM (
     {open_tasks_in_state}
     UNION ALL
@@ -20,12 +27,21 @@ SELECT * FROM (
           >= coalesce(CAST(:finished_from AS DOUBLE PRECISION), 0)
       AND CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled') AND state = :state
       AND CAST(:only_id AS BIGINT) IS NULL
+      AND id > coalesce((SELECT max(id) FROM tasks) - CAST(:short_scan AS BIGINT), 0)
+      AND (CAST(:short_scan AS BIGINT) IS NULL OR id IS DISTINCT FROM CAST(:text_id AS BIGINT))
     UNION ALL
     SELECT * FROM tasks WHERE id = :only_id
       AND (CAST(:state AS TEXT) IS NULL
            OR CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled'))
     UNION ALL
     SELECT * FROM tasks WHERE CAST(:state AS TEXT) IS NULL AND CAST(:only_id AS BIGINT) IS NULL
+      AND id > coalesce((SELECT max(id) FROM tasks) - CAST(:short_scan AS BIGINT), 0)
+      AND (CAST(:short_scan AS BIGINT) IS NULL OR id IS DISTINCT FROM CAST(:text_id AS BIGINT))
+    UNION ALL
+    SELECT * FROM tasks WHERE id = :text_id AND CAST(:short_scan AS BIGINT) IS NOT NULL
+      AND CAST(:only_id AS BIGINT) IS NULL
+      AND (CAST(:state AS TEXT) IS NULL
+           OR CAST(:state AS TEXT) IN ('completed', 'dead', 'cancelled'))
 ) AS candidates
 WHERE (CAST(:state AS TEXT) IS NULL OR state = :state)
   AND (CAST(:only_id AS BIGINT) IS NULL OR id = :only_id)
@@ -48,6 +64,39 @@ SELECT * FROM ({filtered_tasks}) AS found ORDER BY id LIMIT :limit OFFSET :offse
 
 -- name: filter_tasks_priority
 SELECT * FROM ({filtered_tasks}) AS found ORDER BY priority, id LIMIT :limit OFFSET :offset;
+
+-- name: searched_tasks
+-- The tasks holding a text of three characters or more, as filtered_tasks' filters would
+-- list them, from the dialect's trigram index (tasks_with_text: candidates in id order).
+-- The LIKE keeps the real matches (SQLite's index keeps no positions). The sort blocks order
+-- by matched.id, the index's own order: SQLite then reads the index newest (or oldest)
+-- first and stops after a page, where ordering by tasks.id would read and sort every match
+-- of a common word first (seconds at a million tasks).
+-- CROSS JOIN: SQLite keeps the index as the outer loop (PostgreSQL plans it as any join).
+SELECT tasks.* FROM ({tasks_with_text}) AS matched CROSS JOIN tasks
+WHERE tasks.id = matched.id
+  AND (CAST(:state AS TEXT) IS NULL OR tasks.state = :state)
+  AND (CAST(:role AS TEXT) IS NULL OR tasks.role = :role)
+  AND (CAST(:priority AS INTEGER) IS NULL OR tasks.priority = :priority)
+  AND (CAST(:node AS TEXT) IS NULL
+       OR EXISTS (SELECT 1 FROM runs WHERE runs.task_id = tasks.id AND runs.node = :node))
+  AND (CAST(:job AS TEXT) IS NULL
+       OR tasks.id IN (SELECT task_id FROM job_fires
+                       WHERE job_name = :job AND task_id IS NOT NULL))
+  AND (lower(tasks.title) LIKE :pattern ESCAPE '\' OR lower(tasks.prompt) LIKE :pattern ESCAPE '\')
+  AND (CAST(:finished_from AS DOUBLE PRECISION) IS NULL OR tasks.finished_at >= :finished_from)
+  AND (CAST(:finished_to AS DOUBLE PRECISION) IS NULL OR tasks.finished_at < :finished_to)
+
+-- name: search_tasks_newest
+{searched_tasks}
+ORDER BY matched.id DESC LIMIT :limit OFFSET :offset;
+
+-- name: search_tasks_oldest
+{searched_tasks}
+ORDER BY matched.id LIMIT :limit OFFSET :offset;
+
+-- name: count_searched_tasks
+SELECT count(*) AS n FROM ({searched_tasks} LIMIT :cap) AS capped;
 
 -- name: count_filtered_tasks
 -- How many match, counted up to :cap: past it the page says "more than", rather than read a
