@@ -347,9 +347,18 @@ def adopt(pid: int, started_at: float, log_path: Path, *,
 
 
 def _watch(pid: int, started_at: float, log_path: Path) -> ProcessHandle:
-    """A shim the fork server started for us (its log exists): a handle as `adopt` gives."""
-    live = _live_handle(pid, started_at, log_path, START_TIME_TOLERANCE)
-    return live if live is not None else _ended_handle(pid, started_at, log_path)
+    """A shim the fork server started for us (its log exists): a handle as `adopt` gives.
+
+    The pidfd is opened first, then the process looked at once: the fd pins it, so one look
+    tells the shim from a later owner of its pid (`_live_handle` looks before and after, as
+    an adopted pid may be anyone's; each look reads /proc three times, on the spawn's path).
+    """
+    pidfd = _open_pidfd(pid)
+    if _same_process_alive(pid, started_at):
+        return ProcessHandle(pid, started_at, log_path, pidfd=pidfd)
+    if pidfd is not None:
+        os.close(pidfd)
+    return _ended_handle(pid, started_at, log_path)
 
 
 def _live_handle(pid: int, started_at: float, log_path: Path,

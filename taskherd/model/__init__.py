@@ -422,6 +422,9 @@ class Claim:
     task: Task
     run: Run
     inbox: tuple[Message, ...] = ()
+    # The run's credential when the claim recorded it (ClaimRequest.credential); None: the
+    # launch issues one.
+    credential: str | None = None
 
 
 class EventKind(str, enum.Enum):

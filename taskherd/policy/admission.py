@@ -86,7 +86,9 @@ class ClaimRequest:
     counted across every node in the claim's transaction (`refusal`); a task that does not
     fit is passed by and the next one tried. The run's runtime is `runtime`, else
     `runtime_of[role]`. With `inbox`, the run's messages are delivered in the claim's
-    transaction."""
+    transaction. With `credential` (a token minted before the claim), the run's credential
+    is recorded in the claim's transaction too, its digest only, and the token handed back
+    on the claim: no write of its own between the claim and the agent's start."""
 
     node: str
     now: float
@@ -98,6 +100,7 @@ class ClaimRequest:
     runtime_of: Mapping[str, str] = field(default_factory=dict)
     inbox: InboxLimit | None = None
     limits: ClaimLimits | None = None
+    credential: str | None = None
 
     def runtime_for(self, role: str) -> str | None:
         return self.runtime or self.runtime_of.get(role)

@@ -16,6 +16,7 @@ first pass that finds room.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -156,7 +157,10 @@ class Dispatcher:
             self.config.daemon.node, now, self.config.daemon.lease,
             roles=[role.name for role in roles], full_pools=full_pools,
             as_role=roles[0].name, runtime_of={role.name: role.runtime for role in roles},
-            inbox=self._inbox_limit(), limits=limits))
+            inbox=self._inbox_limit(), limits=limits,
+            # The run's credential is recorded with the claim, not in a transaction of its
+            # own between the claim and the agent's start (the spawn's hot path).
+            credential=secrets.token_urlsafe(32)))
         self._refused.update((refusal.role, refusal) for refusal in attempt.refused)
         return attempt.claim
 

@@ -261,7 +261,8 @@ class Launch:
             "TASKHERD_ROLE": claim.run.role,
             "TASKHERD_HOME": str(self.config.daemon.data_dir),  # where agent.sock is
             # The agent's only key: its own run, while the run is open. Never the database.
-            "TASKHERD_RUN_TOKEN": self._issue_credential(claim.run.id),
+            # Minted with the claim (recorded in its transaction) when the dispatcher made it.
+            "TASKHERD_RUN_TOKEN": claim.credential or self._issue_credential(claim.run.id),
             # How long its commands wait for a daemon that is away (restarting).
             "TASKHERD_REPORT_WAIT": str(self.config.daemon.agent_report_wait),
         }

@@ -314,6 +314,8 @@ class PostgresStore(SQLStore):
         lease_until = now + request.lease_seconds
         task = dataclasses.replace(Task.from_row(candidate), state=TaskState.CLAIMED,
                                    lease_node=node, lease_expires_at=lease_until, updated_at=now)
+        # No credential: the one statement records none (its function would have to take the
+        # token's digest), so the launch issues it as it did before claims could.
         return Claim(task, Run.from_row(row), tuple(messages))
 
     def _announce(self, db: Any, outbox: Sequence[Emitted]) -> None:

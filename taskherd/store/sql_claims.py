@@ -15,9 +15,10 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import ANY_ROLE, Claim, EventKind, InboxLimit, Run, Task
+from taskherd.model import ANY_ROLE, Claim, EventKind, Run, Task
 from taskherd.model.settings import FLEET, NODE
 from taskherd.store.connection import Connection
+from taskherd.store.sql_credentials import token_digest
 from taskherd.store.sql_parts import SQLParts
 from taskherd.store.sql_parts import one_row as _one
 from taskherd.store.sql_reports import budget_rows
@@ -61,7 +62,7 @@ class SQLClaims(SQLParts):
             run_params = {"task_id": task.id, "node": request.node, "role": role,
                           "runtime": request.runtime_for(role), "pool": None, "now": now}
             run = Run.from_row(_one(db.execute(self.q["insert_run"], run_params)))
-            return self._claimed(db, task, run, now, request.inbox)
+            return self._claimed(db, task, run, now, request)
 
     def _claim_within(self, request: ClaimRequest, limits: ClaimLimits) -> ClaimAttempt:
         """Claim the first ready task whose role and pools have room across every node; a
@@ -153,16 +154,21 @@ class SQLClaims(SQLParts):
             if limit.stagger:
                 db.execute(self.q["note_role_claim"], {"role": role, "node": node, "now": now})
         return self._claimed(db, Task.from_row(_one(task_claimed)),
-                             Run.from_row(_one(run_inserted)), now, request.inbox)
+                             Run.from_row(_one(run_inserted)), now, request)
 
     def _claimed(self, db: Connection, task: Task, run: Run, now: float,
-                 inbox: InboxLimit | None) -> Claim:
+                 request: ClaimRequest) -> Claim:
         """The claim of `task` by `run`, its inbox delivered in the claim's transaction: a
-        claim that rolls back delivers nothing, and two runs never receive the same message."""
+        claim that rolls back delivers nothing, and two runs never receive the same message.
+        The run's credential too, when the request brings one."""
+        inbox, credential = request.inbox, request.credential
         messages = self._deliver_inbox(db, run, inbox, now) if inbox else ()
+        if credential is not None:
+            db.execute(self.q["issue_run_credential"], {
+                "token_sha256": token_digest(credential), "run_id": run.id, "now": now})
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=run.id,
                    state=task.state, role=task.role)
-        return Claim(task, run, messages)
+        return Claim(task, run, messages, credential)
 
 
 def usage_params(node: str, now: float, limits: ClaimLimits, role: str,

@@ -8,7 +8,9 @@ import pytest
 from taskherd.model import NewTask, Outcome, RunResult
 from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.limits import ClaimLimits
 from taskherd.store import StoreError
+from taskherd.store.postgres import PostgresStore
 
 LEASE = 60.0
 
@@ -53,3 +55,29 @@ def test_pruning_a_run_takes_its_credential(store):
     store.issue_run_credential(run.id, "token-a", 1000.0)
     store.finish_run(run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), 1001.0)
     assert store.prune(before=2000.0) == 1
+
+
+@pytest.mark.parametrize("limits", [None, ClaimLimits()], ids=["next", "within_limits"])
+def test_a_claim_records_the_credential_it_is_given_in_its_transaction(store, limits):
+    """The dispatcher mints the run's token before the claim; the claim records its digest,
+    so the agent's first call is answered with no write between the claim and its start."""
+    store.enqueue(NewTask(role="coder", title="a"), 1000.0)
+    claimed = store.claim(ClaimRequest("n1", 1000.0, LEASE, roles=["coder"], limits=limits,
+                                       credential="token-a"))
+    if claimed.credential is None:
+        # PostgreSQL's claim within limits in one statement records none: the launch issues
+        # the run's credential itself, as before.
+        assert isinstance(store, PostgresStore) and limits is not None
+        assert store.run_of_credential("token-a") is None
+        return
+    assert claimed.credential == "token-a"
+    assert store.run_of_credential("token-a").id == claimed.run.id
+    store.finish_run(claimed.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), 1001.0)
+    assert store.run_of_credential("token-a") is None  # dies with its run, as one issued later
+
+
+def test_a_claim_without_a_credential_records_none(store):
+    store.enqueue(NewTask(role="coder", title="a"), 1000.0)
+    claimed = store.claim(ClaimRequest("n1", 1000.0, LEASE))
+    assert claimed.credential is None
+    assert store.run_of_credential("") is None
