@@ -30,6 +30,13 @@ if TYPE_CHECKING:
     from taskherd.store.requests import RequestKey
 
 
+class Unread:
+    """A row the caller has not read (None would say there is no such row): read it."""
+
+
+UNREAD = Unread()
+
+
 class SQLParts:
     if TYPE_CHECKING:
         q: Mapping[str, str]
@@ -55,7 +62,8 @@ class SQLParts:
         def _finish(self, db: Connection, run_id: int, result: RunResult, policy: RetryPolicy,
                     now: float) -> Finished: ...
         def _finalize(self, db: Connection, task: Task, now: float,
-                      result: RunResult | None = None) -> Task: ...
+                      result: RunResult | None = None,
+                      worktree: Mapping[str, Any] | None | Unread = UNREAD) -> Task: ...
         def _move_in(self, db: Connection, task: Task, action: str, now: float,
                      targets: Mapping[TaskState, TaskState], *, reason: str | None = None,
                      reset_counts: bool = False) -> Task: ...
@@ -70,7 +78,8 @@ class SQLParts:
         def _prune_messages(self, db: Connection, before: float) -> int: ...
         def _note_request(self, db: Connection, key: RequestKey | None,
                           made: dict[str, Any]) -> None: ...
-        def _merge_due(self, db: Connection, task: Task, now: float) -> Task: ...
+        def _merge_due(self, db: Connection, task: Task, now: float,
+                       worktree: Mapping[str, Any] | None | Unread = UNREAD) -> Task: ...
         def _settle_workflow(self, db: Connection, task: Task, now: float,
                              result: RunResult | None) -> None: ...
         def _write_outbox(self, db: Connection, task: Task, now: float) -> int: ...
