@@ -28,7 +28,7 @@ from taskherd.model.settings import Config
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops
 from taskherd.ops import tokens as token_ops
-from taskherd.policy.timefmt import is_time, iso_time
+from taskherd.policy.timefmt import with_iso
 from taskherd.store import (
     JobNotFound,
     JobRefused,
@@ -442,31 +442,9 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def jsonable(value: Any, zone: tzinfo | None = None) -> Any:
-    """Records as their dicts, recursively, with `<name>_iso` beside every time `<name>`
-    (unix seconds) in `zone`, as `timefmt.with_iso` adds it: one walk of the answer, which
-    on a busy route cost more than the operation. What json.dumps takes as it is stays."""
-    if value is None or isinstance(value, str | int | float):  # (a bool is an int)
-        return value
-    if isinstance(value, dict):
-        shown: dict[str, Any] = {}
-        for key, item in value.items():
-            shown[key] = jsonable(item, zone)
-            if is_time(key, item):
-                shown[f"{key}_iso"] = iso_time(item, zone)
-        return shown
-    if isinstance(value, list | tuple):
-        return [jsonable(item, zone) for item in value]
-    if hasattr(value, "to_dict"):
-        return jsonable(value.to_dict(), zone)
-    if hasattr(value, "__dataclass_fields__"):
-        return jsonable(dict(value.__dict__), zone)
-    return value
-
-
 def json_response(data: Any, status: int = 200, zone: tzinfo | None = None) -> Response:
     """`data` as JSON; every time (unix seconds, as ever) with its ISO 8601 form beside it as
     `<name>_iso`, in `zone` (the fleet's; taskherd.policy.timefmt)."""
-    body = json.dumps(jsonable(data, zone), separators=(",", ":"), allow_nan=False,
+    body = json.dumps(with_iso(data, zone), separators=(",", ":"), allow_nan=False,
                       default=str)
     return Response(body, status_code=status, media_type="application/json")
