@@ -196,8 +196,9 @@ class PostgresStore(SQLStore):
         cursor = db.execute(self.q["insert_tasks"], {"rows": rows, "now": now})
         return max(int(cursor.rowcount), 0)
 
-    def _inserted_id(self, cursor: Any) -> int:
-        return int(cursor.fetchone()["id"])  # insert_task returns the id in this dialect
+    def _inserted(self, cursor: Any) -> tuple[int, Mapping[str, Any]]:
+        row = cursor.fetchone()  # insert_task returns the row in this dialect
+        return int(row["id"]), row
 
     def _is_foreign_key_error(self, error: Exception) -> bool:
         return isinstance(error, self._errors.ForeignKeyViolation)

@@ -4,6 +4,8 @@ one step every settle passes, `_finalize`); a part of `SQLStore`."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 from taskherd.model import (
     EventKind,
@@ -21,7 +23,7 @@ from taskherd.policy.queue import rescued_result, settle
 from taskherd.store.base import PolicyLookup, StoreError, TransitionRefused
 from taskherd.store.connection import Connection
 from taskherd.store.errors import ReportRefused
-from taskherd.store.sql_parts import SQLParts
+from taskherd.store.sql_parts import UNREAD, SQLParts, Unread
 from taskherd.store.sql_parts import one_row as _one
 
 S = TaskState
@@ -178,12 +180,18 @@ class SQLRuns(SQLParts):
             "error_tail": result.error_tail,
             "reason": settlement.reason,
         }
-        row = _one(db.execute(self.q["settle_task"], task_fields))
+        with self._together(db):
+            settling = db.execute(self.q["settle_task"], task_fields)
+            # Read with the settle, in its round trip (a completed task with an active
+            # worktree waits in merging): not a round trip of its own after it.
+            worktree_read = db.execute(self.q["worktree_of"], {"task_id": task.id})
+        row, worktree = _one(settling), _one(worktree_read)
         self._emit(EventKind.RUN_ENDED, now, task_id=task.id, run_id=run.id, role=run.role,
                    runtime=run.runtime)
         if row is None:  # cancelled (or otherwise moved) while the run went on
             return Finished(run, task, moved=False)
-        return Finished(run, self._finalize(db, Task.from_row(row), now, result), moved=True)
+        return Finished(run, self._finalize(db, Task.from_row(row), now, result, worktree),
+                        moved=True)
 
     def _review_needs_verdict(self, db: Connection, review: Task, result: RunResult) -> RunResult:
         """A review that ends without a verdict while its task still waits has not done its
@@ -203,7 +211,8 @@ class SQLRuns(SQLParts):
                          turns=result.turns, session_id=result.session_id)
 
     def _finalize(self, db: Connection, task: Task, now: float,
-                  result: RunResult | None = None) -> Task:
+                  result: RunResult | None = None,
+                  worktree: Mapping[str, Any] | None | Unread = UNREAD) -> Task:
         """The one step every settle of a task passes, in the settling transaction: a run's
         end (finished, rescued, rate-limited, dead) and a person's move (approve, reject,
         cancel, block, unblock, requeue). Whatever must happen when a task settles attaches
@@ -215,7 +224,7 @@ class SQLRuns(SQLParts):
         and the outbox rows of the delivery targets the task names (sent after the commit).
         """
         if task.state is TaskState.COMPLETED:
-            task = self._merge_due(db, task, now)
+            task = self._merge_due(db, task, now, worktree)
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, state=task.state,
                    role=task.role)
         self._settle_workflow(db, task, now, result)

@@ -75,8 +75,9 @@ class SQLStore(SQLTasks, SQLClaims, SQLRuns, SQLMoves, SQLCooldowns, SQLReads, S
         """Run the named INSERT once per row; the number of rows inserted."""
 
     @abstractmethod
-    def _inserted_id(self, cursor: Any) -> int:
-        """The id of the row the named INSERT just added."""
+    def _inserted(self, cursor: Any) -> tuple[int, Mapping[str, Any] | None]:
+        """The id of the task insert_task just added, and its whole row where the dialect's
+        INSERT returns it (None: read it when it is wanted)."""
 
     @abstractmethod
     def _is_foreign_key_error(self, error: Exception) -> bool: ...

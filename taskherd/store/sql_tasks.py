@@ -4,11 +4,11 @@ part of `SQLStore`."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from taskherd.model import EventKind, NewTask, TaskState
+from taskherd.model import EventKind, NewTask, Task, TaskState
 from taskherd.policy.chains import encode_chain
 from taskherd.store.base import Enqueued, ParentNotFound, StoreError
 from taskherd.store.connection import Connection
@@ -25,12 +25,13 @@ class SQLTasks(SQLParts):
                 once: RequestKey | None = None) -> Enqueued:
         with self._parents_checked([new]), self._write() as db:
             self._spawn_room(db, allowance)
-            task_id, created = self._add_task(db, new, now)
+            task_id, created, row = self._add_task_row(db, new, now)
             if task_id is None:
                 raise StoreError(f"the open task with dedup key {new.dedup_key!r} finished while "
                                  "this one was being added: add it again")
             self._note_request(db, once, {"task": task_id, "created": created})
-            return Enqueued(self._get_task(db, task_id), created=created)
+            task = Task.from_row(row) if row is not None else self._get_task(db, task_id)
+            return Enqueued(task, created=created)
 
     def enqueue_many(self, batch: Sequence[NewTask], now: float) -> int:
         with self._parents_checked(batch), self._write() as db:
@@ -60,15 +61,22 @@ class SQLTasks(SQLParts):
     def _add_task(self, db: Connection, new: NewTask, now: float) -> tuple[int | None, bool]:
         """Insert `new`: (its id, True), or (the id of the open task holding its dedup key,
         False): a duplicate of an open task is not added."""
+        task_id, created, _ = self._add_task_row(db, new, now)
+        return task_id, created
+
+    def _add_task_row(self, db: Connection, new: NewTask, now: float
+                      ) -> tuple[int | None, bool, Mapping[str, Any] | None]:
+        """As _add_task, with the added task's row where the INSERT returned it (PostgreSQL),
+        so that an enqueue answers without reading the task back."""
         cursor = db.execute(self.q["insert_task"], task_params(new, now))
         if cursor.rowcount == 1:
-            task_id = self._inserted_id(cursor)
+            task_id, added = self._inserted(cursor)
             state = S.PENDING if new.pending else S.READY
             self._emit(EventKind.TASK_ADDED, now, task_id=task_id, state=state, role=new.role)
-            return task_id, True
+            return task_id, True, added
         row = _one(db.execute(self.q["open_task_by_dedup_key"], {"dedup_key": new.dedup_key}))
         # None only if that task finished in between, which PostgreSQL's READ COMMITTED allows.
-        return (row["id"] if row is not None else None), False
+        return (row["id"] if row is not None else None), False, None
 
     @contextmanager
     def _parents_checked(self, batch: Sequence[NewTask]) -> Iterator[None]:

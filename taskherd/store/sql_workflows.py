@@ -26,6 +26,7 @@ from taskherd.model import (
 from taskherd.policy.chains import NO_WORKFLOW, Workflow, review_of, review_verdict
 from taskherd.store.connection import Connection
 from taskherd.store.errors import TransitionRefused
+from taskherd.store.sql_parts import UNREAD, Unread
 
 if TYPE_CHECKING:
     from taskherd.store.requests import RequestKey
@@ -153,7 +154,8 @@ class SQLWorkflows:
                               reason=f"task {task_id} was decided without this review")
 
     def _finalize(self, db: Connection, task: Task, now: float,
-                  result: RunResult | None = None) -> Task:
+                  result: RunResult | None = None,
+                  worktree: Mapping[str, Any] | None | Unread = UNREAD) -> Task:
         raise NotImplementedError
 
     # -- cancels that follow the chain -----------------------------------------------------

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskherd.model import Task
 from taskherd.store.connection import Connection
+from taskherd.store.sql_parts import UNREAD, Unread
 from taskherd.store.worktrees import WorktreeRecord
 
 __all__ = ["SQLWorktrees", "WorktreeRecord"]
@@ -85,10 +86,14 @@ class SQLWorktrees:
             moved = row.fetchone()
             return self._finalize(db, Task.from_row(moved), now) if moved is not None else None
 
-    def _merge_due(self, db: Any, task: Task, now: float) -> Task:
+    def _merge_due(self, db: Any, task: Task, now: float,
+                   worktree: Mapping[str, Any] | None | Unread = UNREAD) -> Task:
         """A task that reached `completed` with an active worktree waits in `merging` for the
-        worktree service: nothing its completion sets off (chain, notifications) happens yet."""
-        row = db.execute(self.q["worktree_of"], {"task_id": task.id}).fetchone()
+        worktree service: nothing its completion sets off (chain, notifications) happens yet.
+        `worktree` is the task's row in worktrees where the caller read it already (a run's
+        end reads it with the task's settle, in the same round trip)."""
+        row = (db.execute(self.q["worktree_of"], {"task_id": task.id}).fetchone()
+               if isinstance(worktree, Unread) else worktree)
         if row is None or row["state"] != "active":
             return task
         moved = db.execute(self.q["merge_due_task"], {"task_id": task.id, "now": now}).fetchone()

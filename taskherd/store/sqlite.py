@@ -110,11 +110,11 @@ class SQLiteStore(SQLStore):
         # wrote too (the search index's, five more a task).
         return conn.executemany(self.q[name], rows).rowcount
 
-    def _inserted_id(self, cursor: sqlite3.Cursor) -> int:
+    def _inserted(self, cursor: sqlite3.Cursor) -> tuple[int, None]:
         # SQLite's executemany refuses statements that return rows, so insert_task has no
-        # RETURNING: the id comes from the cursor.
+        # RETURNING: the id comes from the cursor (a read of the row costs no round trip).
         assert cursor.lastrowid is not None
-        return cursor.lastrowid
+        return cursor.lastrowid, None
 
     def _is_foreign_key_error(self, error: Exception) -> bool:
         return isinstance(error, sqlite3.IntegrityError) and "FOREIGN KEY" in str(error)

@@ -32,9 +32,9 @@ FULL_TEXT_INDEXES = {"memories_fts_document", "tasks_fts_trigrams"}
 # Locks PostgreSQL takes, which return nothing; SQLite's transaction holds the whole database
 # already, and its block of the same name only reads.
 LOCKS = {"lock_runs_for_rollup"}
-# Blocks that return the new row's id in PostgreSQL only (psycopg has no lastrowid): their
-# rows there count what SQLite's rowcount counts.
-RETURNS_ID_IN_POSTGRES_ONLY = {"insert_task"}
+# Blocks that return the new row in PostgreSQL only (psycopg has no lastrowid; an enqueue
+# answers with the row): their rows there count what SQLite's rowcount counts.
+RETURNS_ROW_IN_POSTGRES_ONLY = {"insert_task"}
 PG = queries("postgres")
 LITE = queries("sqlite")
 NOW = 1_700_000_000.0
@@ -288,7 +288,7 @@ def run_postgres(conn: Any, sql: str, params: Mapping[str, Any]) -> tuple:
 
 def as_sqlite_would(name: str, result: tuple) -> tuple:
     names, rows = result
-    if name in RETURNS_ID_IN_POSTGRES_ONLY and names == ["id"]:
+    if name in RETURNS_ROW_IN_POSTGRES_ONLY and "id" in names:
         return (), len(rows)
     return result
 
