@@ -1,8 +1,8 @@
 // taskherd's charts page: draws each chart's numbers (the JSON the server put in the page,
 // `<script type="application/json" data-chart>`) with uPlot, vendored beside this file.
 // Colours are read from the page's legend (style.css .c0-.c5), so dark mode and the
-// palette live in one place. live.js swaps the page's fragment in when the queue changes:
-// the charts are drawn again from the new numbers. The tables beside stay the text version.
+// palette live in one place. live.js changes the page's fragment when the queue changes and
+// says so ("live:updated"): the charts are drawn again from the new numbers. The tables beside stay the text version.
 (function () {
   "use strict";
   var live = document.getElementById("live");
@@ -52,8 +52,10 @@
   }
 
   draw();
-  if (live && window.MutationObserver) {
-    new MutationObserver(draw).observe(live, {childList: true});
+  if (live) {
+    // live.js tells when it has changed the fragment (which also takes out what uPlot
+    // drew into it, being no part of the page the server sent).
+    live.addEventListener("live:updated", draw);
   }
   if (window.matchMedia) {
     window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", draw);

@@ -52,6 +52,8 @@
           if (html !== shown) {
             shown = html;
             morph(live, html);
+            // What draws into the fragment (the charts) draws again from its new content.
+            live.dispatchEvent(new CustomEvent("live:updated"));
           }
           document.body.setAttribute("data-refreshed", String(Date.now()));
           followRunning();
