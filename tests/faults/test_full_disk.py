@@ -132,6 +132,11 @@ def test_agents_fill_the_disk_and_nothing_is_lost(tmp_path: Path, small_disk: Pa
         for task_id in fillers + added:
             assert fleet.wait_final(task_id).state is TaskState.COMPLETED
         assert fleet.daemon.poll() is None  # it rode it out: no crash, no restart
+        # Notifications go out from the delivery loop, after the change that made them: the
+        # resume is told once that loop has come round (a stop before would keep it, to be
+        # sent by the next daemon).
+        fleet.wait_until(lambda: told.exists() and "node_resumed" in told.read_text(),
+                         what="the resume to be told")
     finally:
         fleet.stop()
         fleet.close()
