@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -91,17 +92,32 @@ def test_every_page_passes_axe_core_in_light_and_dark(browser, fleet, axe):  # n
     assert {page: bad for page, bad in found.items() if bad} == {}
 
 
+def body_background(driver) -> tuple[int, ...] | None:
+    """The page's background as (red, green, blue), once style.css applies to it: under a
+    loaded machine the script can run before the sheet's rules are in (the body is then
+    transparent, rgba(0, 0, 0, 0))."""
+    colour = driver.execute_script(
+        "const sheet = [...document.styleSheets].find(s => (s.href || '')"
+        ".endsWith('/static/style.css'));"
+        "return sheet && sheet.cssRules.length ? getComputedStyle(document.body)"
+        ".backgroundColor : null;")
+    if colour is None:
+        return None
+    parts = tuple(int(float(part)) for part in re.findall(r"[\d.]+", colour))
+    return parts[:3] if len(parts) == 3 or parts[3:] == (1,) else None
+
+
 def test_dark_mode_follows_the_system(browser, fleet):  # noqa: F811
     log_in(browser, fleet, fleet.tokens["read"])
-    background = "return getComputedStyle(document.body).backgroundColor"
     dark(browser, False)
     browser.get(fleet.url + "/nodes")
-    light = browser.execute_script(background)
+    light = wait_for(browser, body_background, 10, "the light page's background")
     dark(browser, True)
     browser.get(fleet.url + "/nodes")
-    shade = browser.execute_script(background)
+    shade = wait_for(browser, body_background, 10, "the dark page's background")
     assert light != shade
-    assert sum(int(part) for part in shade[4:-1].split(",")) < 3 * 64, shade  # dark indeed
+    assert sum(light) > 3 * 192, light  # light indeed
+    assert sum(shade) < 3 * 64, shade  # dark indeed
     icon = browser.execute_script(
         "return document.querySelector('link[rel=icon]').href")
     assert icon.endswith("/static/favicon.svg")
