@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from taskherd.model.record import Record
 
 
 class TaskState(str, enum.Enum):
@@ -152,8 +154,7 @@ def _from_columns(cls: Any, data: dict[str, Any]) -> Any:
     return record  # a task for role `any` may be claimed by any role
 
 
-@dataclass(frozen=True)
-class NewTask:
+class NewTask(Record):
     """What a caller supplies to enqueue a task; the store fills in the rest."""
 
     role: str
@@ -173,8 +174,7 @@ class NewTask:
     chain: tuple[Any, ...] = ()
 
 
-@dataclass(frozen=True)
-class Task:
+class Task(Record):
     id: int
     role: str
     title: str
@@ -225,8 +225,7 @@ class Task:
         return data
 
 
-@dataclass(frozen=True)
-class Run:
+class Run(Record):
     id: int
     task_id: int
     attempt: int
@@ -269,8 +268,7 @@ class Run:
         return data
 
 
-@dataclass(frozen=True)
-class RunResult:
+class RunResult(Record):
     """What a runtime learnt about a finished run; the queue policy turns it into a transition."""
 
     outcome: Outcome
@@ -293,8 +291,7 @@ class RunResult:
     fault: Fault | None = None
 
 
-@dataclass(frozen=True)
-class GateCheck:
+class GateCheck(Record):
     """One quality gate a role ran on a run whose agent reported success."""
 
     id: int
@@ -319,8 +316,7 @@ class GateCheck:
         return dict(self.__dict__)
 
 
-@dataclass(frozen=True)
-class Cooldown:
+class Cooldown(Record):
     """A runtime paused by a rate limit, or by its endpoint being down, until `until` (unix
     seconds)."""
 
@@ -376,8 +372,7 @@ SYSTEM_SENDER = "@taskherd"  # a sender: taskherd itself (the answer to a spawn 
 TASK_ADDRESS = "task:"  # a recipient or sender that is one task: 'task:42'
 
 
-@dataclass(frozen=True)
-class Message:
+class Message(Record):
     id: int
     sender: str
     sender_role: str | None
@@ -406,16 +401,14 @@ class Message:
         return dict(self.__dict__)
 
 
-@dataclass(frozen=True)
-class InboxLimit:
+class InboxLimit(Record):
     """How much of its inbox a starting run receives in its prompt; the rest waits."""
 
     messages: int = 20
     bytes: int = 16_000
 
 
-@dataclass(frozen=True)
-class Claim:
+class Claim(Record):
     """A claimed task, the run row created for this attempt, and the messages delivered to
     the run with it (they go into its prompt)."""
 
@@ -449,8 +442,7 @@ class EventKind(str, enum.Enum):
 _EVENT_KINDS = {kind.value: kind for kind in EventKind}
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(Record):
     """One committed change, as listeners receive it: small, and never more than a hint.
 
     A listener that needs the whole task reads it from the store; an event may be missed
@@ -483,8 +475,7 @@ class Event:
         return cls(**fields)
 
 
-@dataclass(frozen=True)
-class Finished:
+class Finished(Record):
     """What `finish_run` did: the run is always recorded; the task moves only if it was leased."""
 
     run: Run

@@ -3,10 +3,10 @@ endpoint tells them: what config, the store, the senders and the doors all name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from taskherd.model import row_fields
+from taskherd.model.record import Record
 
 CHANNELS = ("webhook", "command", "file")
 FORMATS = ("json", "slack", "discord")
@@ -31,8 +31,7 @@ ROLE_EVENTS = EVENTS + BUDGET_EVENTS + NODE_EVENTS + ENDPOINT_EVENTS
 DEFAULT_ROLE_EVENTS = DEFAULT_EVENTS + (BUDGET_PAUSED, NODE_PAUSED, ENDPOINT_DOWN)
 
 
-@dataclass(frozen=True)
-class Alias:
+class Alias(Record):
     name: str
     channel: str
     target: str
@@ -45,8 +44,7 @@ class Alias:
         return cls(**row_fields(row))
 
 
-@dataclass(frozen=True)
-class Delivery:
+class Delivery(Record):
     id: int
     alias: str
     event: str

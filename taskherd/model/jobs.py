@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from taskherd.model import FireStatus, NewTask, row_fields
+from taskherd.model.record import Record
 
 # The job columns a claim or a settle may change (the definition is changed by upsert_job).
 STATE_COLUMNS = (
@@ -17,8 +18,7 @@ STATE_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
-class JobDefinition:
+class JobDefinition(Record):
     """What a person defines (a [[jobs]] table or `taskherd jobs add`), as plain data."""
 
     name: str
@@ -39,8 +39,7 @@ def _canonical(definition: JobDefinition) -> str:
     return json.dumps(definition.__dict__, sort_keys=True, default=str)
 
 
-@dataclass(frozen=True)
-class Job:
+class Job(Record):
     id: int
     name: str
     template: dict[str, Any]
@@ -108,8 +107,7 @@ def wake_time(job: Job, now: float) -> float | None:
     return min(times, default=None)
 
 
-@dataclass(frozen=True)
-class JobFire:
+class JobFire(Record):
     id: int
     job_id: int | None
     job_name: str
@@ -134,8 +132,7 @@ class JobFire:
         return dict(self.__dict__)
 
 
-@dataclass(frozen=True)
-class PlannedFire:
+class PlannedFire(Record):
     """One fire the scheduler decided on; the store records it (and makes its task)."""
 
     scheduled_for: float
@@ -149,8 +146,7 @@ class PlannedFire:
     release: bool = False  # the task goes to the job's oldest queued fire, not a new record
 
 
-@dataclass(frozen=True)
-class FireClaim:
+class FireClaim(Record):
     """A claim on one due job: `job` as read (its next_run_at and version guard the claim),
     the job's new state columns, and the fires to record."""
 
@@ -159,8 +155,7 @@ class FireClaim:
     fires: Sequence[PlannedFire] = field(default_factory=tuple)
 
 
-@dataclass(frozen=True)
-class Upserted:
+class Upserted(Record):
     job: Job
     change: str  # created, updated or unchanged
 

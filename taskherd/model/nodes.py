@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection
-from dataclasses import dataclass
 from typing import Any
 
 from taskherd.model import ANY_ROLE, row_fields
+from taskherd.model.record import Record
 
 DOWN_AFTER_LEASES = 3
 
@@ -19,8 +19,7 @@ def runs_role(roles: Collection[str], role: str) -> bool:
     return role == ANY_ROLE or role in roles
 
 
-@dataclass(frozen=True)
-class Node:
+class Node(Record):
     name: str
     host: str
     pid: int | None

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from taskherd.model import Priority
+from taskherd.model.record import Record
 
 # A task's follow-ups, and how deep chains go.
 
@@ -20,8 +21,7 @@ DEFAULT_MAX_DEPTH = 10
 DEFAULT_MAX_REVIEWS = 3
 
 
-@dataclass(frozen=True)
-class FollowUp:
+class FollowUp(Record):
     """A child a task creates when it settles, described by templates."""
 
     role: str
@@ -57,8 +57,7 @@ CLUSTER, NODE = "cluster", "node"
 SCOPES = (CLUSTER, NODE)
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(Record):
     """One scope's limits; None: no limit of that kind."""
 
     daily_usd: float | None = None
@@ -71,8 +70,7 @@ class Limits:
                                                    self.daily_tokens, self.monthly_tokens))
 
 
-@dataclass(frozen=True)
-class Budgets:
+class Budgets(Record):
     """The config's [budgets] (the fleet's limits, the estimates) and each role's `budget`."""
 
     fleet: Limits = field(default_factory=Limits)
@@ -96,8 +94,7 @@ class Budgets:
 DEFAULT_TIMEOUT = 10 * 60.0
 
 
-@dataclass(frozen=True)
-class Gate:
+class Gate(Record):
     name: str
     argv: tuple[str, ...]
     workdir: str | None = None
@@ -111,8 +108,7 @@ class Gate:
 PER = 1_000_000
 
 
-@dataclass(frozen=True)
-class Price:
+class Price(Record):
     input: float  # USD per million input tokens (not read from the cache)
     output: float  # USD per million output tokens (reasoning included)
     cached_input: float | None = None  # USD per million cached input tokens; None: as input
@@ -148,8 +144,7 @@ RATE_LIMIT_WINDOW = 24 * 3600.0
 DEFAULT_RATE_LIMIT_COOLDOWN = 3600.0
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
+class RetryPolicy(Record):
     """How a role's failed runs are retried. Defaults: 15 s × 2^(n−1), capped at 15 min."""
 
     backoff_base: float = DEFAULT_BACKOFF_BASE
@@ -178,8 +173,7 @@ MODES = ("off", "bwrap")
 NETWORKS = ("host", "none", "loopback")
 
 
-@dataclass(frozen=True)
-class IsolationSettings:
+class IsolationSettings(Record):
     """A role's ``[roles.NAME.isolation]``: its sandbox and the caps on its process tree."""
 
     mode: str = "off"  # "bwrap": the agent runs in a sandbox; "off": as the daemon's user
@@ -200,8 +194,7 @@ class IsolationSettings:
 MERGE_MODES = ("merge-commit", "fast-forward")
 
 
-@dataclass(frozen=True)
-class GitSettings:
+class GitSettings(Record):
     """A role's `[roles.NAME.git]`: each task in a worktree of `repo` on its own branch."""
 
     repo: Path
@@ -230,8 +223,7 @@ class ConfigError(ValueError):
     """A configuration problem, worded for the person who wrote the file."""
 
 
-@dataclass(frozen=True)
-class DaemonConfig:
+class DaemonConfig(Record):
     data_dir: Path
     database: str  # a SQLite file path, or a postgres:// URL for several nodes
     durability: str = "full"
@@ -265,8 +257,7 @@ class DaemonConfig:
         return self.data_dir / "logs"
 
 
-@dataclass(frozen=True)
-class RoleConfig:
+class RoleConfig(Record):
     name: str
     runtime: str = "command"
     command: tuple[str, ...] = ()  # argv template for the command runtime
@@ -348,8 +339,7 @@ DEFAULT_PLANNER_PROMPT = ("The queue is running low. Look at the state of the wo
                           "add the next tasks with `taskherd task add`.")
 
 
-@dataclass(frozen=True)
-class MonitorConfig:
+class MonitorConfig(Record):
     """[monitor]: the planner that keeps the queue fed, and what an agent may add."""
 
     planner: str | None = None  # the planner's role; None: no planner is started
@@ -359,8 +349,7 @@ class MonitorConfig:
     max_spawn: int = 20  # tasks one run may add with `taskherd task add`
 
 
-@dataclass(frozen=True)
-class ApiConfig:
+class ApiConfig(Record):
     """The HTTP API, the dashboard and /metrics (`[api]`); off unless `listen` is set."""
 
     listen: str | None = None  # "HOST:PORT"; the starter config sets 127.0.0.1:8765
@@ -385,8 +374,7 @@ class ApiConfig:
         return split_listen(self.listen)[1]
 
 
-@dataclass(frozen=True)
-class BackupConfig:
+class BackupConfig(Record):
     """Where and how often the daemon backs up its database (`[backup]`)."""
 
     target: str | None = None  # a local folder, or s3://bucket/prefix; None: no backups
@@ -409,16 +397,14 @@ class BackupConfig:
         return self.target is not None and self.target.startswith(S3_SCHEME)
 
 
-@dataclass(frozen=True)
-class MessagesConfig:
+class MessagesConfig(Record):
     """[messages]: how much of its inbox a starting run gets in its prompt."""
 
     inbox_messages: int = 20  # the rest wait for the role's next run
     inbox_bytes: int = 16_000
 
 
-@dataclass(frozen=True)
-class EmbeddingsConfig:
+class EmbeddingsConfig(Record):
     """An OpenAI-compatible embeddings endpoint: long-term memory ranks by meaning too."""
 
     base_url: str  # e.g. http://127.0.0.1:8080/v1 (POST {base_url}/embeddings)
@@ -426,8 +412,7 @@ class EmbeddingsConfig:
     api_key_env: str | None = None  # the daemon's variable holding the key, never the key
 
 
-@dataclass(frozen=True)
-class MemoryConfig:
+class MemoryConfig(Record):
     """[memory]: the short-term file's cap and the optional embeddings endpoint."""
 
     short_term_lines: int = 80
@@ -437,8 +422,7 @@ class MemoryConfig:
         return data_dir / "memory" / f"{role}.md"
 
 
-@dataclass(frozen=True)
-class DeliveryConfig:
+class DeliveryConfig(Record):
     """[delivery]: how the outbox is sent to delivery aliases."""
 
     timeout: float = 10.0  # of one send
@@ -447,8 +431,7 @@ class DeliveryConfig:
     backoff_cap: float = 600.0
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Record):
     daemon: DaemonConfig
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
     pools: Mapping[str, int] = field(default_factory=dict)  # capacity of each pool

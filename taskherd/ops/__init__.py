@@ -10,8 +10,9 @@ value and what would be accepted), and calls the store. The store's own refusals
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
+
+from taskherd.model.record import Record
 
 if TYPE_CHECKING:
     from taskherd.model.settings import Config
@@ -23,8 +24,7 @@ class BadInput(ValueError):
     accepted. Nothing was changed."""
 
 
-@dataclass(frozen=True)
-class Queue:
+class Queue(Record):
     """A config and the store it names, open together. Close it (or use `with`) when done."""
 
     config: Config

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from taskherd.model import (
     EVERYONE,
@@ -26,6 +25,7 @@ from taskherd.model import (
     Priority,
     Run,
 )
+from taskherd.model.record import Record
 from taskherd.ops import BadInput, Queue
 from taskherd.ops.agent import made_before
 from taskherd.store import TaskNotFound
@@ -38,8 +38,7 @@ PRIORITY_NAMES = {"normal": 0, "high": 1, "urgent": 2}
 MAX_LIST = MAX_MESSAGES_LISTED
 
 
-@dataclass(frozen=True)
-class Sender:
+class Sender(Record):
     """Who sends: an address, and the run behind it when an agent sends."""
 
     address: str

@@ -3,11 +3,11 @@ store's event channel. The API's counters and event hub call these, as every doo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from taskherd.model import Cooldown
 from taskherd.model.jobs import JobFire
+from taskherd.model.record import Record
 from taskherd.ops import Queue
 from taskherd.store import StateCount
 from taskherd.store.events import Listener
@@ -15,8 +15,7 @@ from taskherd.store.events import Listener
 RECENT_FIRES = 50  # a scrape's view of the scheduler: its latest fires
 
 
-@dataclass(frozen=True)
-class Scrape:
+class Scrape(Record):
     """The store's figures for one scrape: tasks by state and role, runs and cost by role and
     outcome, the cooldowns on now, the latest fires."""
 

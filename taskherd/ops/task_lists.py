@@ -10,11 +10,12 @@ the board's own counts give it (state and role only) and counted up to COUNT_CAP
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from datetime import datetime
 from typing import Any
 
 from taskherd.model import OPEN_STATES, TaskState
+from taskherd.model.record import Record
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import board as board_ops
 from taskherd.ops import tasks as task_ops
@@ -33,8 +34,7 @@ PAGE_KEYS = {"fragment", "seen"}
 FILTER_KEYS = ("state", "role", "priority", "node", "job", "q", "finished_from", "finished_to")
 
 
-@dataclass(frozen=True)
-class ListQuery:
+class ListQuery(Record):
     """A list as asked: the filter, the order and the page (1 is the first)."""
 
     wanted: TaskFilter = field(default_factory=TaskFilter)

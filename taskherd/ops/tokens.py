@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from taskherd.model import Run
+from taskherd.model.record import Record
 from taskherd.ops import BadInput, Queue
 from taskherd.ops import agent as agent_ops
 from taskherd.policy.durations import DurationError, parse_duration
@@ -55,8 +56,7 @@ class Forbidden(Exception):
     """A valid token whose scope does not allow the request."""
 
 
-@dataclass(frozen=True)
-class NewToken:
+class NewToken(Record):
     token: str  # the secret itself: shown once, never stored
     record: ApiToken
 

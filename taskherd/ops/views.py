@@ -11,12 +11,12 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from taskherd.model import Run, Task, TaskState
+from taskherd.model.record import Record
 from taskherd.store import Store
 
 # The supervisor's first line of every run log (procs.HEADER_PREFIX); not imported from
@@ -29,8 +29,7 @@ TAIL_BYTES = 64 * 1024
 ARROW = " → "
 
 
-@dataclass(frozen=True)
-class RunningAgent:
+class RunningAgent(Record):
     run_id: int
     pid: int | None
     role: str
@@ -40,8 +39,7 @@ class RunningAgent:
     progress: str | None = None  # the agent's own note (`taskherd heartbeat --progress`)
 
 
-@dataclass(frozen=True)
-class Board:
+class Board(Record):
     """One snapshot of the queue: tasks by state, and the agents running now."""
 
     by_state: dict[str, int]

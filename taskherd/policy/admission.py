@@ -21,18 +21,18 @@ counts what it can see, and the same rule judges it:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 
 from taskherd.model import Claim, InboxLimit
 from taskherd.model.nodes import runs_role
+from taskherd.model.record import Record
 from taskherd.model.settings import FLEET
 from taskherd.policy import budgets
 from taskherd.policy.limits import NODE, ClaimLimits
 
 
-@dataclass(frozen=True)
-class Refusal:
+class Refusal(Record):
     """Why a candidate may not start now; `pool` names a task pool that is full (its other
     tasks wait too), `retry_at` when a stagger lets the role start again."""
 
@@ -43,8 +43,7 @@ class Refusal:
     budget: budgets.Pause | None = None  # the budget pause that refused it, if one did
 
 
-@dataclass(frozen=True)
-class NodeRoom:
+class NodeRoom(Record):
     """One node that is up, as far as starting a run on it goes."""
 
     name: str
@@ -55,8 +54,7 @@ class NodeRoom:
     tags: tuple[str, ...] | None = None  # its tags, when known (to say which one a role lacks)
 
 
-@dataclass(frozen=True)
-class Usage:
+class Usage(Record):
     """What the caller counted at `now` about a run of one role: its open runs (on the node
     alone when its scope is node), its last claim, the open runs of each pool and the pools
     a count made elsewhere found full, its runtime's pause, the budgets paused by scope (the
@@ -75,8 +73,7 @@ class Usage:
     node: NodeRoom | None = None
 
 
-@dataclass(frozen=True)
-class ClaimRequest:
+class ClaimRequest(Record):
     """What a node asks the store for: the first ready task it may run now, with a run of
     `node` leased for `lease_seconds`.
 
@@ -112,8 +109,7 @@ class ClaimRequest:
         return allowed[0]
 
 
-@dataclass(frozen=True)
-class ClaimAttempt:
+class ClaimAttempt(Record):
     """What a claim came back with: the claim, if it made one, and why each candidate it
     passed by on the way could not start (a role full on other nodes, a pool, a budget)."""
 

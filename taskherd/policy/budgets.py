@@ -13,17 +13,16 @@ Periods are calendar days and months in the fleet's zone: a pause lasts until th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
+from taskherd.model.record import Record
 from taskherd.model.settings import BUDGET_COOLDOWN, FLEET, Budgets
 
 COOLDOWN_PREFIX = BUDGET_COOLDOWN  # a budget pause is a cooldown named budget:ROLE or budget:fleet
 
 
-@dataclass(frozen=True)
-class Spend:
+class Spend(Record):
     """One scope's spend in one period, from the store (budget_spend)."""
 
     cost: float = 0.0  # known cost
@@ -36,16 +35,14 @@ class Spend:
                      self.open_runs + other.open_runs, self.tokens + other.tokens)
 
 
-@dataclass(frozen=True)
-class Periods:
+class Periods(Record):
     day_start: float
     next_day: float
     month_start: float
     next_month: float
 
 
-@dataclass(frozen=True)
-class Line:
+class Line(Record):
     """One limit of one scope as `budget status` shows it."""
 
     scope: str
@@ -69,8 +66,7 @@ class Line:
         return {**self.__dict__, "allows_another": self.allows_another}
 
 
-@dataclass(frozen=True)
-class Pause:
+class Pause(Record):
     """Spawns of `scope` wait until `until`, for `reason`."""
 
     scope: str

@@ -13,10 +13,11 @@ import json
 import re
 import string
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from taskherd.model import NewTask, Priority, Task, TaskState
+from taskherd.model.record import Record
 from taskherd.model.settings import DEFAULT_MAX_DEPTH, DEFAULT_MAX_REVIEWS, Config, FollowUp
 from taskherd.policy.durations import parse_duration
 
@@ -172,8 +173,7 @@ def one_line_title(text: str) -> str:
 # -- what a role demands -----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RoleFlow:
+class RoleFlow(Record):
     """A role's part in workflows: its default chain, its reviewer, and the defaults its
     children are created with (the store knows no config)."""
 
@@ -184,8 +184,7 @@ class RoleFlow:
     review: bool = False
 
 
-@dataclass(frozen=True)
-class Spawn:
+class Spawn(Record):
     """What a settle creates: the children, and why the chain stopped short, if it did."""
 
     children: tuple[NewTask, ...] = ()
@@ -195,8 +194,7 @@ class Spawn:
 NO_SPAWN = Spawn()
 
 
-@dataclass(frozen=True)
-class Workflow:
+class Workflow(Record):
     """Every role's workflow settings and the depth limit, from the config."""
 
     roles: Mapping[str, RoleFlow] = field(default_factory=dict)

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from taskherd.model import Fault, Outcome
+from taskherd.model.record import Record
 from taskherd.policy.sizes import format_size
 
 # What a disk answers when it takes no more: full, over the user's quota, mounted read-only.
@@ -95,8 +95,7 @@ def fault_at_end(outcome: Outcome, report: str | None, disk_short: str | None) -
     return None
 
 
-@dataclass(frozen=True)
-class DiskReading:
+class DiskReading(Record):
     """One folder the node writes to, as the file system reports it."""
 
     path: str

@@ -12,7 +12,6 @@ import functools
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from zoneinfo import ZoneInfo
 
 from taskherd.model import NewTask, OverlapPolicy
 from taskherd.model.jobs import Job, JobDefinition
+from taskherd.model.record import Record
 from taskherd.policy.job_chains import (
     AFTER,
     LINK_KEYS,
@@ -54,8 +54,7 @@ class JobError(ValueError):
     """A job that cannot be built; the message names the key, the value and what is accepted."""
 
 
-@dataclass(frozen=True)
-class JobSpec:
+class JobSpec(Record):
     name: str
     template: Mapping[str, Any]  # task fields, validated
     trigger: Trigger

@@ -18,12 +18,13 @@ spend (`budget_pauses`), and asks it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import tzinfo
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from taskherd.model import settings
+from taskherd.model.record import Record
 from taskherd.model.settings import FLEET, Budgets, Limits
 from taskherd.policy import budgets
 from taskherd.policy.budgets import Pause, Periods
@@ -35,8 +36,7 @@ if TYPE_CHECKING:
 CLUSTER, NODE, SCOPES = settings.CLUSTER, settings.NODE, settings.SCOPES
 
 
-@dataclass(frozen=True)
-class RoleLimit:
+class RoleLimit(Record):
     max_concurrent: int | None = None
     stagger: float = 0.0
     scope: str = CLUSTER
@@ -45,14 +45,12 @@ class RoleLimit:
     tags: tuple[str, ...] = ()  # the node tags a run of the role needs
 
 
-@dataclass(frozen=True)
-class PoolLimit:
+class PoolLimit(Record):
     capacity: int
     scope: str = CLUSTER
 
 
-@dataclass(frozen=True)
-class ClaimLimits:
+class ClaimLimits(Record):
     roles: Mapping[str, RoleLimit] = field(default_factory=dict)
     pools: Mapping[str, PoolLimit] = field(default_factory=dict)
     budgets: Budgets = field(default_factory=Budgets)

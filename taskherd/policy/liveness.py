@@ -13,11 +13,12 @@ claim for longer than the role's idle_timeout (or a limit the caller gives).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 
 from taskherd.model import Liveness, Outcome, Run
 from taskherd.model.nodes import Node
+from taskherd.model.record import Record
 from taskherd.model.settings import RoleConfig
 
 
@@ -70,8 +71,7 @@ CPU_BUSY_SHARE = 0.05  # share of one core, between two samples, that counts as 
 Shown = tuple[Liveness, float, "str | None"]  # a verdict as a person reads it: what, since, note
 
 
-@dataclass(frozen=True)
-class RunFacts:
+class RunFacts(Record):
     """What the supervisor knows of a running agent when it looks at it: the facts its
     verdict is decided from, gathered from its log, its heartbeats and its CPU time."""
 
@@ -88,8 +88,7 @@ class RunFacts:
     shown: Shown | None = None  # the verdict as last written to the store
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Record):
     """What to do with a run after a look, and when to look again."""
 
     next_look: float

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from taskherd.model.record import Record
+
 SECTIONS = ("Mistakes", "Learnings", "Feedback", "Session log")
 DEFAULT_LINES = 80
 _HEADING = re.compile(r"^##\s+(?P<title>.+?)\s*$")
@@ -26,8 +28,7 @@ def template(role: str) -> str:
     return "\n".join(parts)
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Record):
     section: str
     text: str  # one line, or a line with its indented continuation lines
 
@@ -44,8 +45,7 @@ class _Section:
     blank_lines: int = 0
 
 
-@dataclass(frozen=True)
-class Trimmed:
+class Trimmed(Record):
     text: str
     moved: tuple[Entry, ...]
 

@@ -9,10 +9,10 @@ byte for byte, as it was written.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from taskherd.model import Message, MessagePriority, Task
+from taskherd.model.record import Record
 from taskherd.policy.gates import is_gate_failure
 
 SECTION_LIMIT = 8000  # characters of one section's text: a log tail must not drown the task
@@ -20,8 +20,7 @@ PRIORITY_WORDS = {int(MessagePriority.NORMAL): "normal", int(MessagePriority.HIG
                   int(MessagePriority.URGENT): "URGENT"}
 
 
-@dataclass(frozen=True)
-class PromptContext:
+class PromptContext(Record):
     """What the queue holds for one run beyond its task: the messages delivered to it at its
     claim (their size was bounded there), and its role's short-term memory."""
 
@@ -30,8 +29,7 @@ class PromptContext:
     memory_path: str | None = None
 
 
-@dataclass(frozen=True)
-class Section:
+class Section(Record):
     """One delimited part of a prompt: a heading, a line saying what it is, a fenced text."""
 
     title: str

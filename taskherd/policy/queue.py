@@ -6,7 +6,6 @@ records a fire's end, so each decision and its write are one."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from taskherd.model import (
@@ -19,6 +18,7 @@ from taskherd.model import (
     Task,
     TaskState,
 )
+from taskherd.model.record import Record
 from taskherd.model.settings import RetryPolicy
 
 if TYPE_CHECKING:  # the store imports this module: its records are only named here
@@ -31,8 +31,7 @@ FAILURE_BACKOFF = (30.0, 60.0, 300.0, 900.0, 3600.0)
 RETRY_BASE = 30.0  # seconds before a failed fire's first retry (max_retries), doubling after
 
 
-@dataclass(frozen=True)
-class Settlement:
+class Settlement(Record):
     """The task transition a finished run leads to."""
 
     state: TaskState

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime, time, timedelta
 from typing import Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -44,6 +44,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterError, croniter
 
 from taskherd.model import OverlapPolicy
+from taskherd.model.record import Record
 from taskherd.policy import walltime
 from taskherd.policy.durations import DurationError, parse_duration
 from taskherd.policy.walltime import (
@@ -126,8 +127,7 @@ def _require_zone(tz: object) -> None:
         )
 
 
-@dataclass(frozen=True)
-class CronTrigger:
+class CronTrigger(Record):
     """A 5-field cron expression or an alias (``@daily``…), in ``tz``."""
 
     expression: str
@@ -212,8 +212,7 @@ def _fields_matcher(
     )
 
 
-@dataclass(frozen=True)
-class CalendarEntry:
+class CalendarEntry(Record):
     """One launchd StartCalendarInterval dict; a missing key means any value,
     as in launchd (so ``hour=9`` alone fires every minute from 09:00 to 09:59)."""
 
@@ -239,8 +238,7 @@ class CalendarEntry:
         return {k: getattr(self, k) for k in CALENDAR_RANGES if getattr(self, k) is not None}
 
 
-@dataclass(frozen=True)
-class CalendarTrigger:
+class CalendarTrigger(Record):
     """Fires whenever any entry matches (launchd semantics; when both day and
     weekday are set, either matches, as in cron and launchd)."""
 
@@ -298,8 +296,7 @@ def _check_entry(where: str, entry: object) -> None:
         raise _bad(where, entry, "never matches a date", "a day that exists in that month")
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(Record):
     """A daily span of wall time, both ends inclusive; it may not cross midnight."""
 
     start: time
@@ -323,8 +320,7 @@ class Window:
         return f"{self.start:%H:%M}-{self.end:%H:%M}"
 
 
-@dataclass(frozen=True)
-class EveryTrigger:
+class EveryTrigger(Record):
     """Every ``interval`` of wall time from ``window.start`` to ``window.end``
     (inclusive) each local day, or from local midnight through the day when
     there is no window: "every 30m, 08:00-22:30" fires 08:00, 08:30 … 22:30.
@@ -376,8 +372,7 @@ def _text(interval: object) -> object:
     return f"{interval.total_seconds():g}s" if isinstance(interval, timedelta) else interval
 
 
-@dataclass(frozen=True)
-class AtTrigger:
+class AtTrigger(Record):
     """Fires once, at ``at`` (stored in UTC); afterwards ``next_after`` is None."""
 
     at: datetime
@@ -395,8 +390,7 @@ class AtTrigger:
         return {"at": self.at.astimezone(self.tz).isoformat(), "timezone": self.tz.key}
 
 
-@dataclass(frozen=True)
-class ManualTrigger:
+class ManualTrigger(Record):
     """Never fires by itself; tasks come from ``taskherd jobs run``."""
 
     tz: ZoneInfo

@@ -12,10 +12,11 @@ could take it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from taskherd.model import ANY_ROLE, Cooldown, Task, TaskState
 from taskherd.model.nodes import runs_role
+from taskherd.model.record import Record
 from taskherd.policy import admission
 from taskherd.policy.admission import NodeRoom, moment, rate_limited
 from taskherd.policy.budgets import Pause
@@ -24,8 +25,7 @@ from taskherd.policy.limits import ClaimLimits
 __all__ = ["Counts", "NodeRoom", "cooldown_wait", "role_wait", "task_wait"]
 
 
-@dataclass(frozen=True)
-class Counts:
+class Counts(Record):
     """What the caller counted at `now`: open runs per role and per pool, the pools a count
     made elsewhere found full (a claim's), each role's last spawn, the runtimes paused (rate
     limit, endpoint down, probe) with why, the budget scopes paused (a role's name or FLEET),

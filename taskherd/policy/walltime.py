@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import bisect
 import os
-from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from croniter import CroniterError, croniter
+
+from taskherd.model.record import Record
 
 MINUTE = timedelta(minutes=1)
 DAY = timedelta(days=1)
@@ -30,8 +31,7 @@ class Walls(Protocol):
         """The first naive wall time strictly after ``after``, or None."""
 
 
-@dataclass(frozen=True)
-class FieldMatcher:
+class FieldMatcher(Record):
     """Minute/hour/day/month/weekday sets in cron's sense; None means any."""
 
     minutes: tuple[int, ...]
@@ -80,8 +80,7 @@ def _first_of_next_month(day: date) -> date:
     return date(day.year + 1, 1, 1) if day.month == 12 else date(day.year, day.month + 1, 1)
 
 
-@dataclass(frozen=True)
-class CroniterWalls:
+class CroniterWalls(Record):
     """croniter's own naive iteration, for what the field matcher does not
     model (``L`` last day, ``5#2`` nth weekday); slower, so only for those."""
 
@@ -95,8 +94,7 @@ class CroniterWalls:
             return None
 
 
-@dataclass(frozen=True)
-class IntervalWalls:
+class IntervalWalls(Record):
     """``start``, ``start + interval``, … up to ``end`` on every local day."""
 
     interval: timedelta
@@ -224,8 +222,7 @@ _STEP = timedelta(hours=6)
 _SAMPLES = 37
 
 
-@dataclass(frozen=True)
-class _OffsetSamples:
+class _OffsetSamples(Record):
     since: datetime
     offsets: tuple[timedelta, ...]
     run_ends: tuple[int, ...]  # for each sample, the last index of its run of equal offsets

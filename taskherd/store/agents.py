@@ -6,14 +6,13 @@ from __future__ import annotations
 import abc
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from taskherd.model import Run, row_fields
+from taskherd.model.record import Record
 
 
-@dataclass(frozen=True)
-class RegisteredAgent:
+class RegisteredAgent(Record):
     name: str
     runtime: str | None
     capabilities: tuple[str, ...]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,7 @@ from taskherd.model import (
     Task,
     TaskState,
 )
+from taskherd.model.record import Record
 from taskherd.model.settings import RetryPolicy
 from taskherd.policy.chains import Workflow
 from taskherd.store.agents import AgentStore
@@ -63,14 +63,12 @@ __all__ = [
 PolicyLookup = Callable[[str], RetryPolicy]
 
 
-@dataclass(frozen=True)
-class Enqueued:
+class Enqueued(Record):
     task: Task
     created: bool  # False: an open task with the same dedup key was returned instead
 
 
-@dataclass(frozen=True)
-class StateCount:
+class StateCount(Record):
     state: TaskState
     role: str
     count: int

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from taskherd.model.record import Record
 
-@dataclass(frozen=True)
-class Buckets:
+
+class Buckets(Record):
     """`count` buckets of `width` seconds from `start`: bucket i is [start + i·width,
     start + (i+1)·width)."""
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from taskherd.model import Fault, TaskState
+from taskherd.model.record import Record
 
 
 class StoreError(Exception):
@@ -48,8 +48,7 @@ class RunNotFound(StoreError):
         self.run_id = run_id
 
 
-@dataclass(frozen=True)
-class SpawnAllowance:
+class SpawnAllowance(Record):
     """What a run may still add below its task: at most `max_spawn` tasks and jobs since
     `since` (its claim). Counted in the transaction that adds, under a lock on the task, so
     two additions at once cannot both take the last place."""

@@ -6,10 +6,10 @@ from __future__ import annotations
 import abc
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from taskherd.model import row_fields
+from taskherd.model.record import Record
 from taskherd.store.requests import RequestKey
 
 SHARED = "@shared"  # the scope every role searches besides its own
@@ -17,8 +17,7 @@ WORD = re.compile(r"\w+", re.UNICODE)
 MAX_QUERY_WORDS = 32
 
 
-@dataclass(frozen=True)
-class NewMemory:
+class NewMemory(Record):
     scope: str
     text: str
     source: str  # agent, person, short-term
@@ -27,8 +26,7 @@ class NewMemory:
     embedding_model: str | None = None
 
 
-@dataclass(frozen=True)
-class Memory:
+class Memory(Record):
     id: int
     scope: str
     section: str | None

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from taskherd.model import InboxLimit as InboxLimit  # its home is model; named here too
 from taskherd.model import Message, NewTask
+from taskherd.model.record import Record
 
 if TYPE_CHECKING:
     from taskherd.model.jobs import JobDefinition
@@ -21,8 +21,7 @@ if TYPE_CHECKING:
     from taskherd.store.requests import RequestKey
 
 
-@dataclass(frozen=True)
-class NewMessage:
+class NewMessage(Record):
     sender: str
     recipient: str
     body: str
@@ -35,8 +34,7 @@ class NewMessage:
     sender_run_id: int | None = None
 
 
-@dataclass(frozen=True)
-class NewJob:
+class NewJob(Record):
     """A job a spawn message asks for: the definition `taskherd jobs add` would store (source
     'cli', so people change it with `taskherd jobs`), its first scheduled fire, and the task
     whose run asked for it (counted against that run's max_spawn)."""

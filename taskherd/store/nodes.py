@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from taskherd.model import Run
 from taskherd.model.nodes import Node
+from taskherd.model.record import Record
 
 if TYPE_CHECKING:
     from taskherd.model import Finished
     from taskherd.model.settings import RetryPolicy
 
 
-@dataclass(frozen=True)
-class DownNode:
+class DownNode(Record):
     """A node declared down, and what its runs became."""
 
     node: Node

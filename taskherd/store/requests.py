@@ -12,12 +12,12 @@ report) are the same whether applied once or twice, and need no note.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 from typing import Any
 
+from taskherd.model.record import Record
 
-@dataclass(frozen=True)
-class RequestKey:
+
+class RequestKey(Record):
     """One request of a run's agent, however many times it is tried."""
 
     run_id: int

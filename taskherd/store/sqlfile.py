@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
+
+from taskherd.model.record import Record
 
 SQL_ROOT = Path(__file__).parent / "sql"
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
@@ -23,8 +24,7 @@ _SUBQUERY = re.compile(r"\{(\w+)\}")  # another block's name, in braces
 _LITERAL_OR_PARAMETER = re.compile(r"'(?:[^']|'')*'|(?<![:\w]):([A-Za-z_]\w*)")
 
 
-@dataclass(frozen=True)
-class Migration:
+class Migration(Record):
     version: int
     name: str
     path: Path

@@ -6,15 +6,14 @@ decided in `ops/task_lists.py`; the store only reads the rows (`sql/common/task_
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
 
 from taskherd.model import Task, TaskState
+from taskherd.model.record import Record
 
 SORTS = ("newest", "oldest", "priority")
 
 
-@dataclass(frozen=True)
-class TaskFilter:
+class TaskFilter(Record):
     """Tasks matching every field given (None: any). `text` is found in the title or the
     prompt (any case), or is the task's id; a finished range is [finished_from, finished_to)."""
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import abc
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from taskherd.model import row_fields
+from taskherd.model.record import Record
 from taskherd.store.errors import StoreError
 
 
@@ -35,8 +35,7 @@ class LastAdminToken(TokenRefused):
         self.name = name
 
 
-@dataclass(frozen=True)
-class ApiToken:
+class ApiToken(Record):
     id: int
     name: str
     scope: str

@@ -12,18 +12,17 @@ import abc
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from taskherd.model import Cooldown, EventKind, Liveness
 from taskherd.model.delivery import ENDPOINT_DOWN, ENDPOINT_UP
+from taskherd.model.record import Record
 
 if TYPE_CHECKING:
     from taskherd.store.connection import Connection
 
 
-@dataclass(frozen=True)
-class VerdictChange:
+class VerdictChange(Record):
     """A running agent's new liveness verdict."""
 
     run_id: int

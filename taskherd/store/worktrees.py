@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import abc
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from taskherd.model import Task, row_fields
+from taskherd.model.record import Record
 
 
-@dataclass(frozen=True)
-class WorktreeRecord:
+class WorktreeRecord(Record):
     task_id: int
     repo: str
     base: str
