@@ -48,7 +48,7 @@ class _RecordMeta(type):
             if name == _FIELDS and _unmade(cls):
                 make(cls)
                 return cls.__dict__[_FIELDS]
-            raise AttributeError(f"type object {cls.__name__!r} has no attribute {name!r}")
+            raise AttributeError(name)
 
 
 class Record(metaclass=_RecordMeta):
