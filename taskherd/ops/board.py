@@ -56,11 +56,17 @@ def state_counts(queue: Queue) -> tuple[dict[str, dict[str, int]], dict[str, int
 
 
 def backup_line(queue: Queue) -> dict[str, Any]:
-    """The backup service's last snapshot and failures, from the data dir (no network)."""
+    """The backup service's last snapshot and failures, from the data dir (no network); none
+    when the config names no target (a file left from before backups were turned off is not
+    what the service does now)."""
+    target = queue.config.backup.target
+    if target is None:
+        return {"target": None, "last_snapshot": None, "failures_in_a_row": 0,
+                "last_failure": None}
     from taskherd.backups.state import read_state
 
     state = read_state(queue.config.daemon.data_dir)
-    return {"target": queue.config.backup.target, "last_snapshot": state.last_snapshot,
+    return {"target": target, "last_snapshot": state.last_snapshot,
             "failures_in_a_row": state.failures_in_a_row, "last_failure": state.last_failure}
 
 

@@ -8,7 +8,6 @@ thing whether the daemon is this process, another one, or gone. The board's snap
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -75,7 +74,10 @@ def last_line(log_path: str | os.PathLike[str]) -> str:
 
 def board_lines(board: Board, width: int | None = None) -> list[str]:
     """The board as lines of text, each clipped to `width` so a redraw never wraps."""
-    width = width or shutil.get_terminal_size((100, 24)).columns
+    if not width:
+        import shutil  # only --watch draws the board: shutil loads zlib, bz2 and lzma with it
+
+        width = shutil.get_terminal_size((100, 24)).columns
     counts = "  ".join(f"{state} {count}" for state, count in board.by_state.items() if count)
     lines = [f"queue   {counts or 'empty'}   (total {board.total})"]
     if not board.running:

@@ -154,6 +154,14 @@ def test_doctor_and_status_report_a_failing_backup_and_its_reason(tmp_path):
     assert board["backup"]["failures_in_a_row"] == 3
     assert "AccessDenied" in board["backup"]["last_failure"]["error"]
 
+    # Backups turned off since: the file's failures are not the service's now.
+    off = parse_config({"daemon": {"database": config.daemon.database,
+                                   "data_dir": str(tmp_path / "data")}}, base_dir=tmp_path)
+    with SQLiteStore(config.daemon.database) as store:
+        board = status_board(Queue(off, store), T0)
+    assert board["backup"] == {"target": None, "last_snapshot": None, "failures_in_a_row": 0,
+                               "last_failure": None}
+
 
 def test_two_backups_in_one_second_are_both_kept_and_each_restores_its_own(tmp_path):
     """Keys were one a minute: a second snapshot in that minute (and a second rollup in the

@@ -18,12 +18,25 @@ from pathlib import Path
 
 import pytest
 
-# Run the CLI as `taskherd` does, then name (on stderr) the modules of WATCHED it loaded.
+# Run the CLI as `taskherd` does, then name (on stderr) the modules of WATCHED it loaded, and
+# the records (taskherd/model/record.py) it made into dataclasses.
 PROBE = """
 import atexit, json, sys
 WATCHED = json.loads(sys.argv.pop(1))
+
+def made():
+    from taskherd.model.record import Record
+    found, stack = [], list(Record.__subclasses__())
+    while stack:
+        record = stack.pop()
+        stack.extend(record.__subclasses__())
+        if "__dataclass_fields__" in record.__dict__:
+            found.append(record.__module__ + "." + record.__qualname__)
+    return sorted(found)
+
 atexit.register(lambda: print(json.dumps(sorted(m for m in WATCHED if m in sys.modules)),
-                              file=sys.stderr))
+                              json.dumps(made() if "taskherd.model" in sys.modules else []),
+                              sep="\\n", file=sys.stderr))
 from taskherd.cli import main
 sys.argv[0] = "taskherd"
 main()
@@ -31,10 +44,16 @@ main()
 DAEMON_SIDE = ["taskherd.store", "taskherd.ops", "asyncio", "psutil", "taskherd.host.procs"]
 
 
-def loaded(argv: list[str], watched: list[str], env: dict[str, str]) -> list[str]:
+def probe(argv: list[str], watched: list[str], env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The modules of `watched` the command loaded, and every record it made."""
     done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(watched), *argv],
                           capture_output=True, text=True, env=env, timeout=60)
-    return json.loads(done.stderr.strip().splitlines()[-1])
+    modules, records = done.stderr.strip().splitlines()[-2:]
+    return json.loads(modules), json.loads(records)
+
+
+def loaded(argv: list[str], watched: list[str], env: dict[str, str]) -> list[str]:
+    return probe(argv, watched, env)[0]
 
 
 @pytest.fixture
@@ -80,17 +99,37 @@ DAEMON_ONLY = ["asyncio", "psutil", "taskherd.policy.admission", "taskherd.polic
                "logging", "hashlib", "tempfile", "secrets", "zoneinfo", "platformdirs"]
 
 
+# The records every command that opens the queue makes: the settings (the config's sections
+# are made with their defaults when the file has none), the store's workflow and its schema's
+# migrations. A record is made at its first use (taskherd/model/record.py), ~0.5 ms each:
+# the run's, job's, message's, node's and the claim's records are none of these commands'.
+SETTINGS = [f"taskherd.model.settings.{name}" for name in (
+    "ApiConfig", "BackupConfig", "Budgets", "Config", "DaemonConfig", "DeliveryConfig", "Limits",
+    "MemoryConfig", "MessagesConfig", "MonitorConfig", "RoleConfig")]
+OPENING = [*SETTINGS, "taskherd.ops.Queue", "taskherd.policy.chains.RoleFlow",
+           "taskherd.policy.chains.Spawn", "taskherd.policy.chains.Workflow",
+           "taskherd.store.sqlfile.Migration"]
+
+
 def test_task_add_loads_only_what_adding_uses(person_env) -> None:
     # Nor what reads and renders an agent's log (`task log`, the same command group).
     watched = [*DAEMON_ONLY, "taskherd.cli.logs", "taskherd.runtimes.claude_render"]
-    assert loaded(["task", "add", "-r", "coder", "a title"], watched, person_env) == []
+    modules, records = probe(["task", "add", "-r", "coder", "a title"], watched, person_env)
+    assert modules == []
+    assert records == sorted([*OPENING, "taskherd.model.NewTask", "taskherd.model.Task",
+                              "taskherd.store.base.Enqueued"])
 
 
 def test_status_loads_only_what_the_board_uses(person_env) -> None:
-    # Why a task waits is read only for a P0 task waiting (none here), a log only by --watch.
-    watched = [*DAEMON_ONLY, "taskherd.policy.waits", "taskherd.runtimes.claude_render"]
+    # Why a task waits is read only for a P0 task waiting (none here), a log only by --watch
+    # (and the terminal's width with shutil, which loads zlib, bz2 and lzma); the backup
+    # service's state only when the config names a target.
+    watched = [*DAEMON_ONLY, "taskherd.policy.waits", "taskherd.runtimes.claude_render",
+               "shutil", "taskherd.backups.state"]
     assert loaded(["task", "add", "-r", "coder", "a title"], [], person_env) == []  # P2
-    assert loaded(["status"], watched, person_env) == []
+    modules, records = probe(["status"], watched, person_env)
+    assert modules == []
+    assert records == sorted([*OPENING, "taskherd.store.base.StateCount"])
 
 
 def test_status_says_why_a_p0_task_waits(person_env) -> None:
