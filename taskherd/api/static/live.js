@@ -53,20 +53,24 @@
         if (html !== null && html !== undefined && choosing()) {
           stale = true;  // held while a person ticks tasks or types: swapped when done
         } else if (html !== null && html !== undefined) {
-          if (html !== shown) {
-            shown = html;
-            morph(live, html);
-            // What draws into the fragment (the charts) draws again from its new content.
-            live.dispatchEvent(new CustomEvent("live:updated"));
-          }
-          document.body.setAttribute("data-refreshed", String(Date.now()));
-          followRunning();
+          show(html);
         }
       }, function () { stale = true; })
       .then(function () {
         fetching = false;
         if (stale) { schedule(); }
       });
+  }
+
+  function show(html) {
+    if (html !== shown) {
+      shown = html;
+      morph(live, html);
+      // What draws into the fragment (the charts) draws again from its new content.
+      live.dispatchEvent(new CustomEvent("live:updated"));
+    }
+    document.body.setAttribute("data-refreshed", String(Date.now()));
+    followRunning();
   }
 
   // The fragment fetched is put in by changing only what differs from the page shown (a
@@ -135,8 +139,10 @@
 
   if (live) {
     // gather: the server tells at most one "changed" every MIN_GAP_MS, whatever the rate of
-    // events.
-    var events = new EventSource("/v1/events?gather=" + MIN_GAP_MS / 1000);
+    // events. The board has a stream of its own that carries its fragment (data-stream): a
+    // fetch cost a browser more than the rest of a refresh together.
+    var events = new EventSource(live.dataset.stream ||
+                                 "/v1/events?gather=" + MIN_GAP_MS / 1000);
     events.addEventListener("hello", function () {
       seen = 0;  // a server started again counts its changes from 0
       document.body.setAttribute("data-live", "yes");
@@ -146,6 +152,17 @@
       seen = Math.max(seen, JSON.parse(message.data).seq);
       schedule();
     });
+    events.addEventListener("board", function (message) {
+      var board = JSON.parse(message.data);
+      seen = Math.max(seen, board.seq);
+      if (timer !== null || fetching || choosing()) {
+        schedule();  // a fetch planned or under way shows it; a person choosing is not moved
+      } else {
+        stale = false;
+        show(board.html);
+      }
+    });
+    events.addEventListener("logout", function () { location.href = "/login"; });
   }
 
   // The add page's JSON Lines file is read here into the form's text, sent as a plain form.
