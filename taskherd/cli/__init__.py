@@ -7,6 +7,7 @@ them cost four times a bare click program. `--help` still lists every command.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from typing import Any
@@ -113,3 +114,10 @@ def main() -> None:
             raise
         click.echo(f"Error: {line}", err=True)
         sys.exit(EXIT_REFUSED)
+    finally:
+        # The process ends here (click exits at every command's end). The interpreter's
+        # shutdown would run the cycle collector over every object still alive (modules,
+        # classes, click's), a second each time it clears a part: ~11 ms of a 100 ms
+        # `task add`, to free memory the exit frees anyway. Frozen, they are left to it;
+        # Python never promised __del__ at exit, and the store closed its database itself.
+        gc.freeze()
