@@ -175,6 +175,8 @@ class NewTask(Record):
 
 
 class Task(Record):
+    """A task as the store holds it: what to do, where it stands, and its history's counts."""
+
     id: int
     role: str
     title: str

@@ -224,6 +224,8 @@ class ConfigError(ValueError):
 
 
 class DaemonConfig(Record):
+    """[daemon]: this node, its database and data dir, and the limits of its runs."""
+
     data_dir: Path
     database: str  # a SQLite file path, or a postgres:// URL for several nodes
     durability: str = "full"
@@ -258,6 +260,8 @@ class DaemonConfig(Record):
 
 
 class RoleConfig(Record):
+    """[roles.NAME]: how a role's agents run, are watched, retried and checked."""
+
     name: str
     runtime: str = "command"
     command: tuple[str, ...] = ()  # argv template for the command runtime
@@ -432,6 +436,8 @@ class DeliveryConfig(Record):
 
 
 class Config(Record):
+    """The whole of taskherd.toml, each table a record (defaults for a table not written)."""
+
     daemon: DaemonConfig
     roles: Mapping[str, RoleConfig] = field(default_factory=dict)
     pools: Mapping[str, int] = field(default_factory=dict)  # capacity of each pool

@@ -64,11 +64,15 @@ PolicyLookup = Callable[[str], RetryPolicy]
 
 
 class Enqueued(Record):
+    """What an enqueue did: the task added, or the open one its dedup key named."""
+
     task: Task
     created: bool  # False: an open task with the same dedup key was returned instead
 
 
 class StateCount(Record):
+    """How many tasks of a role are in a state."""
+
     state: TaskState
     role: str
     count: int

@@ -25,6 +25,8 @@ _LITERAL_OR_PARAMETER = re.compile(r"'(?:[^']|'')*'|(?<![:\w]):([A-Za-z_]\w*)")
 
 
 class Migration(Record):
+    """A numbered migration file of a dialect (NNNN_name.sql)."""
+
     version: int
     name: str
     path: Path
