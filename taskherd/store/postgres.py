@@ -45,9 +45,10 @@ from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sql_tasks import task_params
 from taskherd.store.sqlfile import (
     function_definition,
+    latest_migration,
     machinery,
-    migrations,
     newer_schema_error,
+    pending,
     queries,
 )
 
@@ -531,13 +532,11 @@ def _migrate(db: Any) -> None:
         refused = newer_schema_error(applied, release_of, "postgres")
         if refused:
             raise StoreError(refused)
-        for migration in migrations("postgres"):
-            if migration.version in applied:
-                continue
+        for migration in pending("postgres", applied):
             for statement in migration.statements():
                 _apply(db, migration.version, statement)
             db.execute(M["record_migration"], {"version": migration.version,
                                                "name": migration.name, "now": time.time()})
-        known = len(migrations("postgres"))
+        known = latest_migration("postgres")
         if release_of(known) is None:
             db.execute(M["record_release"], {"version": known, "taskherd": __version__})

@@ -8,6 +8,7 @@ running its own. A migration's text is read only when it is applied.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
@@ -140,24 +141,45 @@ def _blocks(folder: Path) -> dict[str, str]:
 
 
 @cache
-def migrations(dialect: str) -> tuple[Migration, ...]:
+def _migration_files(dialect: str) -> tuple[tuple[int, str, str], ...]:
+    """(version, name, file name) of each migration, in order. The folder's names are listed
+    (os.listdir): every open reads them, and an open that finds them all applied, as most
+    do, has no other use for them."""
     found = []
-    for path in sorted((SQL_ROOT / dialect / "migrations").glob("*.sql")):
-        match = _MIGRATION_FILE.match(path.name)
+    for file in sorted(os.listdir(SQL_ROOT / dialect / "migrations")):
+        if not file.endswith(".sql"):
+            continue
+        match = _MIGRATION_FILE.match(file)
         if not match:
-            raise ValueError(f"migration file {path.name!r} is not named NNNN_name.sql")
-        found.append(Migration(int(match.group(1)), match.group(2), path))
-    versions = [m.version for m in found]
+            raise ValueError(f"migration file {file!r} is not named NNNN_name.sql")
+        found.append((int(match.group(1)), match.group(2), file))
+    versions = [version for version, _, _ in found]
     if versions != list(range(1, len(found) + 1)):
         raise ValueError(f"migrations of {dialect} are not numbered 1..n without gaps: {versions}")
     return tuple(found)
+
+
+def migrations(dialect: str) -> tuple[Migration, ...]:
+    return pending(dialect, set())
+
+
+def pending(dialect: str, applied: set[int]) -> tuple[Migration, ...]:
+    """The migrations of `dialect` not in `applied`, in order."""
+    folder = SQL_ROOT / dialect / "migrations"
+    return tuple(Migration(version, name, folder / file)
+                 for version, name, file in _migration_files(dialect) if version not in applied)
+
+
+def latest_migration(dialect: str) -> int:
+    """The number of the newest migration `dialect` has (they are numbered 1..n)."""
+    return len(_migration_files(dialect))
 
 
 def newer_schema_error(applied: set[int], release_of: Callable[[int], str | None],
                        dialect: str) -> str | None:
     """Why this taskherd must not use a database whose schema is newer than it knows (a
     newer node migrated it), naming the release it needs; None when it knows the schema."""
-    known = len(migrations(dialect))
+    known = latest_migration(dialect)
     newest = max(applied, default=0)
     if newest <= known:
         return None

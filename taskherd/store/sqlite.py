@@ -19,7 +19,13 @@ from taskherd.store.connection import Connection
 from taskherd.store.errors import StoreDiskFull
 from taskherd.store.events import SocketListener, publish, socket_dir
 from taskherd.store.sql_store import Emitted, SQLStore, built
-from taskherd.store.sqlfile import machinery, migrations, newer_schema_error, queries
+from taskherd.store.sqlfile import (
+    latest_migration,
+    machinery,
+    newer_schema_error,
+    pending,
+    queries,
+)
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
 # Long enough that a burst of writers from several processes queues up instead of failing:
@@ -302,9 +308,7 @@ def _migrate(db: sqlite3.Connection) -> None:
     refused = newer_schema_error(applied, lambda version: _release_of(db, version), "sqlite")
     if refused:
         raise StoreError(refused)
-    for migration in migrations("sqlite"):
-        if migration.version in applied:
-            continue
+    for migration in pending("sqlite", applied):
         db.execute(M["begin_write"])
         try:
             if not db.execute(M["migration_applied"], {"version": migration.version}).fetchone():
@@ -316,7 +320,7 @@ def _migrate(db: sqlite3.Connection) -> None:
             db.execute(M["rollback"])
             raise
         db.execute(M["commit"])
-    known = len(migrations("sqlite"))
+    known = latest_migration("sqlite")
     if _release_of(db, known) is None:  # a write only the first time: opens are mostly reads
         db.execute(M["record_release"], {"version": known, "taskherd": __version__})
 

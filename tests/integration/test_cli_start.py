@@ -100,20 +100,21 @@ DAEMON_ONLY = ["asyncio", "psutil", "taskherd.policy.admission", "taskherd.polic
 
 
 # The records every command that opens the queue makes: the settings (the config's sections
-# are made with their defaults when the file has none), the store's workflow and its schema's
-# migrations. A record is made at its first use (taskherd/model/record.py), ~0.5 ms each:
-# the run's, job's, message's, node's and the claim's records are none of these commands'.
+# are made with their defaults when the file has none) and the store's workflow; a migration
+# only when one is to be applied. A record is made at its first use (model/record.py), ~0.5
+# ms each: the run's, job's, message's, node's and the claim's records are none of these
+# commands'.
 SETTINGS = [f"taskherd.model.settings.{name}" for name in (
     "ApiConfig", "BackupConfig", "Budgets", "Config", "DaemonConfig", "DeliveryConfig", "Limits",
     "MemoryConfig", "MessagesConfig", "MonitorConfig", "RoleConfig")]
 OPENING = [*SETTINGS, "taskherd.ops.Queue", "taskherd.policy.chains.RoleFlow",
-           "taskherd.policy.chains.Spawn", "taskherd.policy.chains.Workflow",
-           "taskherd.store.sqlfile.Migration"]
+           "taskherd.policy.chains.Spawn", "taskherd.policy.chains.Workflow"]
 
 
 def test_task_add_loads_only_what_adding_uses(person_env) -> None:
     # Nor what reads and renders an agent's log (`task log`, the same command group).
     watched = [*DAEMON_ONLY, "taskherd.cli.logs", "taskherd.runtimes.claude_render"]
+    assert loaded(["task", "add", "-r", "coder", "first"], [], person_env) == []  # the schema
     modules, records = probe(["task", "add", "-r", "coder", "a title"], watched, person_env)
     assert modules == []
     assert records == sorted([*OPENING, "taskherd.model.NewTask", "taskherd.model.Task",
