@@ -58,7 +58,7 @@ class Blocks(Mapping[str, str]):
     def __getitem__(self, name: str) -> str:
         sql = self._made.get(name)
         if sql is None:
-            sql = self._ready(self._written[name], self._written)
+            sql = self._ready(_strip_comment_lines(self._written[name]), self._written)
             if self._dialect == "postgres":
                 sql = _psycopg_parameters(sql)
             self._made[name] = sql
@@ -96,7 +96,7 @@ def machinery(dialect: str) -> Blocks:
 
 def _with_subqueries(sql: str, written: Mapping[str, str]) -> str:
     """A query with each `{other}` put in; one naming no query is a mistake (KeyError)."""
-    return _SUBQUERY.sub(lambda used: _put_in(written[used[1]].strip().rstrip(";"), written),
+    return _SUBQUERY.sub(lambda used: _put_in(_statement(written[used[1]]), written),
                          sql)
 
 
@@ -109,7 +109,7 @@ def function_definition(dialect: str, name: str) -> str:
     written = _every_block(dialect)
     return _LITERAL_OR_PARAMETER.sub(
         lambda match: match.group(0) if match.group(1) is None else f"arg_{match.group(1)}",
-        _put_in(written[name], written))
+        _put_in(_strip_comment_lines(written[name]), written))
 
 
 @cache
@@ -122,21 +122,24 @@ def _every_block(dialect: str) -> dict[str, str]:
 def _put_in(sql: str, written: Mapping[str, str]) -> str:
     """`sql` with each `{other}` that names a block of `written` put in (theirs too); a brace
     that names none is left for its caller to fill (notify_event's {payload})."""
-    return _SUBQUERY.sub(lambda used: _put_in(written[used[1]].strip().rstrip(";"), written)
+    return _SUBQUERY.sub(lambda used: _put_in(_statement(written[used[1]]), written)
                          if used[1] in written else used[0], sql)
 
 
 @cache
 def _blocks(folder: Path) -> dict[str, str]:
-    """A folder's blocks as written (read once; callers copy, never change it)."""
+    """A folder's blocks as written, comments in: each is made ready (comments out) when
+    first used, as a command uses a handful (read once; callers copy, never change it)."""
     found: dict[str, str] = {}
-    for path in sorted(folder.glob("*.sql")):
-        parts = _NAME_LINE.split(path.read_text())
+    for file in sorted(os.listdir(folder)):  # not pathlib's glob: its Paths sort slowly
+        if not file.endswith(".sql"):
+            continue
+        parts = _NAME_LINE.split((folder / file).read_text())
         # parts = [preamble, name1, body1, name2, body2, ...]
         for name, body in zip(parts[1::2], parts[2::2], strict=True):
             if name in found:
                 raise ValueError(f"SQL block {name!r} is defined twice in {folder.name}/")
-            found[name] = _strip_comment_lines(body)
+            found[name] = body
     return found
 
 
@@ -215,6 +218,11 @@ def _psycopg_parameters(sql: str) -> str:
         lambda match: match.group(0) if match.group(1) is None else f"%({match.group(1)})s",
         sql.replace("%", "%%"),
     )
+
+
+def _statement(block: str) -> str:
+    """A block as put into another: its comment lines out, no closing semicolon."""
+    return _strip_comment_lines(block).rstrip(";")
 
 
 def _strip_comment_lines(sql: str) -> str:
