@@ -191,8 +191,6 @@ class Spawn(Record):
     refused: str | None = None
 
 
-NO_SPAWN = Spawn()
-
 
 class Workflow(Record):
     """Every role's workflow settings and the depth limit, from the config."""
@@ -218,7 +216,7 @@ class Workflow(Record):
         """The children `parent` creates on settling where it is now (COMPLETED or DEAD)."""
         due = [f for f in self.follow_ups(parent) if fires(f, parent.state, text)]
         if not due:
-            return NO_SPAWN
+            return Spawn()
         if parent.depth + 1 > self.max_depth:
             roles = ", ".join(sorted({f.role for f in due}))
             return Spawn(refused=(f"chain stopped: a child ({roles}) would be at depth "

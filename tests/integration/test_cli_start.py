@@ -108,7 +108,7 @@ SETTINGS = [f"taskherd.model.settings.{name}" for name in (
     "ApiConfig", "BackupConfig", "Budgets", "Config", "DaemonConfig", "DeliveryConfig", "Limits",
     "MemoryConfig", "MessagesConfig", "MonitorConfig", "RoleConfig")]
 OPENING = [*SETTINGS, "taskherd.ops.Queue", "taskherd.policy.chains.RoleFlow",
-           "taskherd.policy.chains.Spawn", "taskherd.policy.chains.Workflow"]
+           "taskherd.policy.chains.Workflow"]
 
 
 def test_task_add_loads_only_what_adding_uses(person_env) -> None:
