@@ -3,8 +3,8 @@
 `dataclass()` writes and compiles six methods for each class it makes (__init__, __repr__,
 __eq__, __hash__, __setattr__, __delattr__): about half a millisecond a class, whatever its
 fields. model/, policy/, store/ and ops/ declare some hundred records, and `taskherd task add`,
-run by scripts and agents many times a day, uses about ten of them: making every one at
-import was a third of its time. A record is therefore made into its frozen dataclass when the
+run by scripts and agents many times a day, uses some fifteen of them: making the 59 it
+imported took a third of its time. A record is therefore made into its frozen dataclass when the
 program first uses it, by its first instance or a look at its fields (`dataclasses.fields`,
 `is_dataclass`); from then on it is that dataclass, with nothing in between.
 
@@ -36,6 +36,8 @@ _FIELDS = "__dataclass_fields__"
 @dataclass_transform(frozen_default=True, field_specifiers=(field, Field))
 class _RecordMeta(type):
     def __new__(mcls, name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> Any:
+        if bases and "__init__" in namespace:  # make() would replace it with the dataclass's
+            raise TypeError(f"record {name} defines __init__: use __post_init__")
         cls = super().__new__(mcls, name, bases, namespace)
         if bases:  # a record, not Record itself: made by its first instance
             cls.__init__ = _first_init_of(cls)  # type: ignore[misc]  # make() replaces it

@@ -92,6 +92,15 @@ def test_a_wrong_record_fails_at_each_use_with_dataclass_s_own_error() -> None:
             Wrong(1, 2)
 
 
+def test_a_record_of_its_own_init_is_refused_where_it_is_declared() -> None:
+    with pytest.raises(TypeError, match="record Own defines __init__"):
+        class Own(Record):
+            a: int
+
+            def __init__(self, a: int) -> None:
+                object.__setattr__(self, "a", a)
+
+
 def test_threads_making_a_record_at_once_get_one_dataclass() -> None:
     class Raced(Record):
         a: int
