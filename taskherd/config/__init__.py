@@ -76,12 +76,16 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
     problems: list[str] = []
     no_unknown_keys(raw, set(TOP_LEVEL_KEYS), "", problems)
     daemon = parse_daemon(sub_table(raw, "daemon"), base_dir, source is not None, problems)
-    api = parse_api(sub_table(raw, "api"), base_dir, problems)
-    backup = parse_backup(sub_table(raw, "backup"), base_dir, problems)
+    tables: dict[str, Any] = {}
+    if "api" in raw:
+        tables["api"] = parse_api(sub_table(raw, "api"), base_dir, problems)
+    if "backup" in raw:
+        tables["backup"] = parse_backup(sub_table(raw, "backup"), base_dir, problems)
     pools, pool_scopes = parse_pools(sub_table(raw, "pools"), problems)
-    messages = parse_messages(sub_table(raw, "messages"), problems)
-    memory = parse_memory(sub_table(raw, "memory"), problems)
-    delivery = parse_delivery(sub_table(raw, "delivery"), problems)
+    for name, parse in (("messages", parse_messages), ("memory", parse_memory),
+                        ("delivery", parse_delivery)):
+        if name in raw:
+            tables[name] = parse(sub_table(raw, name), problems)
     prices = parse_prices(sub_table(raw, "prices"), problems)
     roles = {}
     for name in sub_table(raw, "roles"):
@@ -92,7 +96,8 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
                                   price=prices.get(role.model) if role.model else None)
     budgets = parse_budgets(sub_table(raw, "budgets"), roles, problems)
     check_workflows(roles, pools, problems)
-    monitor = parse_monitor(sub_table(raw, "monitor"), roles, problems)
+    if "monitor" in raw:
+        tables["monitor"] = parse_monitor(sub_table(raw, "monitor"), roles, problems)
     jobs = raw.get("jobs", [])
     if not isinstance(jobs, list) or not all(isinstance(job, dict) for job in jobs):
         problems.append("jobs must be an array of tables ([[jobs]])")
@@ -100,10 +105,8 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: Path | None 
         problems.append("daemon.timezone is required when jobs are defined (e.g. 'Europe/Paris')")
     if problems:
         raise ConfigError(all_problems(problems))
-    config = Config(daemon, roles, pools, tuple(jobs), source, api=api, backup=backup,
-                    messages=messages, memory=memory, delivery=delivery, monitor=monitor,
-                    prices=prices, budgets=budgets,
-                    pool_scopes=pool_scopes)
+    config = Config(daemon, roles, pools, tuple(jobs), source, tables=tables, prices=prices,
+                    budgets=budgets, pool_scopes=pool_scopes)
     if jobs:
         # Late import: jobs.py validates templates against this Config. A bad [[jobs]] entry
         # stops `taskherd up` here, naming jobs[N].key, before any daemon starts.
