@@ -3,7 +3,7 @@
 `dataclass()` writes and compiles six methods for each class it makes (__init__, __repr__,
 __eq__, __hash__, __setattr__, __delattr__): about half a millisecond a class, whatever its
 fields. model/, policy/, store/ and ops/ declare some hundred records, and `taskherd task add`,
-run by scripts and agents many times a day, uses some fifteen of them: making the 59 it
+run by scripts and agents many times a day, uses about a dozen of them: making the 59 it
 imported took a third of its time. A record is therefore made into its frozen dataclass when the
 program first uses it, by its first instance or a look at its fields (`dataclasses.fields`,
 `is_dataclass`); from then on it is that dataclass, with nothing in between.
