@@ -61,6 +61,8 @@ TAIL_ROOM = 4
 ALIGN_WINDOW = 1 << 12  # the kept tail starts at a line when one starts this close to its cut
 DRAIN_CHUNKS = 64  # more than the largest pipe buffer (1 MiB) in SPLICE_CHUNKs
 NONBLOCK = getattr(os, "SPLICE_F_NONBLOCK", 2)
+HAS_SPLICE = hasattr(os, "splice")
+PIPE_BUF = 4096  # a pipe's write of at most this many bytes is read whole (POSIX: >= 512)
 
 _agent_pid = 0
 _pending_signals: list[int] = []
@@ -244,14 +246,18 @@ class _CappedLog:
     TAIL_ROOM x tail past the head and its cut line. Written at explicit offsets through a
     descriptor of its own (no O_APPEND: the tail is moved down in place)."""
 
+    __slots__ = ("fd", "size", "head", "tail", "limit", "cut", "_splice")
+
     def __init__(self, path, head, tail):
         self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        self.size = os.fstat(self.fd).st_size  # the header, or more from an earlier attempt
+        # The header, or more from an earlier attempt (lseek, not fstat: a forked shim owns
+        # each page it writes, and a stat result is some twenty new objects).
+        self.size = os.lseek(self.fd, 0, os.SEEK_END)
         self.head = max(head, self.size)  # the header is never cut
         self.tail = tail
         self.limit = self.head + CUT_LINE_SIZE + TAIL_ROOM * tail
         self.cut = -1  # bytes cut so far; -1: none yet (no cut line in the file)
-        self._splice = hasattr(os, "splice")
+        self._splice = HAS_SPLICE
 
     def take(self, pipe_fd, flags=0):
         """Copy what the pipe holds (at most one chunk) to the log; 0 at end of output."""
@@ -445,8 +451,10 @@ def serve():
     """
     gc.collect()
     gc.freeze()
+    gc.disable()  # what the server and its shims make is freed by refcount: no walk
     _signal.signal(_signal.SIGCHLD, _reap_children)
     server = os.getpid()
+    devnull = os.open(os.devnull, os.O_RDWR)  # each spare's 0 and 1 (not inherited)
     while True:
         told_read, told_write = os.pipe()
         try:
@@ -454,7 +462,7 @@ def serve():
         except OSError:  # EAGAIN, ENOMEM: no spare to read the next run, so none may wait
             return 1
         if pid == 0:
-            _spare(server, told_read, told_write)
+            _spare(server, told_read, told_write, devnull)
         os.close(told_write)
         # b"": the spare ended without a run (killed): another is forked at once.
         told = os.read(told_read, 1)
@@ -466,78 +474,66 @@ def serve():
 TOOK_RUN, END_OF_INPUT = b"R", b"E"  # what a spare tells its server
 
 
-def _spare(server, told_read, told_write):
-    """A forked shim: fork the starter of its agent now, then wait for it; never returns."""
+def _spare(server, told_read, told_write, devnull):
+    """A forked shim: fork the starter of its agent now, then wait for it; never returns.
+
+    What it does from its fork on is written so as to touch few objects: a forked shim owns
+    every page it writes, and Python writes the reference count of each object it touches
+    (~4 KiB for a first call of a function, ~90 KiB for a stat result or a _read_exactly).
+    The run's work is its starter's, whose pages go away at its exec.
+    """
+    global _agent_pid
     code = 1
     try:
         os.close(told_read)
-        gc.disable()  # the few objects a shim makes are freed by refcount: no walk
         _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # waitpid must see the agent's end
         # Its own session, as a cold shim has: then its group never becomes orphaned
         # when this server exits, which would SIGHUP a stopped agent (job control).
         os.setsid()
         report_read, report_write = os.pipe()
         output_read, output_write = os.pipe()  # the agent's output, when its log is capped
-        # Before the fork: a signal that comes once the daemon knows this shim (a run's quick
-        # stop) is forwarded to the agent as soon as it exists. Its starter takes defaults.
-        for signum in FORWARDED_SIGNALS:
-            _signal.signal(signum, _on_signal)
         agent = os.fork()
         if agent == 0:
             os.close(report_read)
             _starter(server, told_write, report_write, output_read, output_write)
-        for fd in (told_write, report_write, output_write):
-            os.close(fd)
+        # From here a signal is forwarded to the group: before the exec, the starter (with
+        # the default actions) ends of it, as its agent would.
+        _agent_pid = agent
+        for signum in FORWARDED_SIGNALS:
+            _signal.signal(signum, _on_signal)
+        os.close(told_write)
+        os.close(report_write)
+        os.close(output_write)
         # The server's pipes to its owner are not kept: a copy of them here would hide the
         # server's end from the owner (no EOF, no broken pipe). The starter has its own.
-        devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
-        os.close(devnull)
-        code = _shim_of(agent, report_read, output_read)
+        told = os.read(report_read, PIPE_BUF)  # its starter's one write: whole
+        while len(told) >= PIPE_BUF and (more := os.read(report_read, PIPE_BUF)):
+            told += more  # (paths longer than the pipe writes at once)
+        code = _shim_of(agent, told, output_read)
     finally:
         os._exit(code)  # never back into the server's loop, no interpreter teardown
 
 
-def _shim_of(agent, report_read, output_read):
-    """What a forked shim does while its agent runs: what `main` does once it started it."""
-    global _agent_pid
-    size = _read_exactly(report_read, 4)
-    if len(size) < 4:  # the starter ended without a run (end of input, its server gone)
+def _shim_of(agent, told, output_read):
+    """What a forked shim does while its agent runs, once its starter `told` it what it must
+    know: as `main` does once it started its agent. An exec that failed ends the starter with
+    EXEC_FAILED_CODE, and the reason in the log."""
+    if not told:  # the starter ended without a run (end of input, its server gone)
         os.waitpid(agent, 0)
         return 1
-    exit_path, input_path, log_path, head, tail, copier_cgroups = marshal.loads(
-        _read_exactly(report_read, int.from_bytes(size, "little")))
+    exit_path, input_path, log_path, head, tail, copier_cgroups = marshal.loads(told)
     if input_path:
         # The run's input FIFO, read and write: this shim holds it open for the run's life,
         # so the agent never reads an end of input and `taskherd task answer` reaches it.
         os.open(input_path, os.O_RDWR)
-    failed = _read_exactly(report_read, 1)  # nothing (end of file): its exec worked
-    os.close(report_read)
-    if failed:  # it said why in the log
-        os.waitpid(agent, 0)
-        _write_exit_file(exit_path, EXEC_FAILED_CODE, None, 0)
-        return EXEC_FAILED_CODE
-    _agent_pid = agent
-    for signum in _pending_signals:
-        _broadcast_to_group(signum)
     if head > 0:
         _join(copier_cgroups)
         _copy_output(output_read, _CappedLog(log_path, head, tail), agent)
     else:
         os.close(output_read)
     return _record_end(exit_path, agent)
-
-
-def _read_exactly(fd, count):
-    """`count` bytes from `fd`, or fewer at end of file."""
-    data = b""
-    while len(data) < count:
-        chunk = os.read(fd, count - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 def _starter(server, told_write, report_write, output_read, output_write):
@@ -549,8 +545,6 @@ def _starter(server, told_write, report_write, output_read, output_write):
     is never also started here. A starter whose server or shim died exits without reading."""
     code = EXEC_FAILED_CODE
     try:
-        for signum in FORWARDED_SIGNALS:
-            _signal.signal(signum, _signal.SIG_DFL)
         os.close(output_read)
         shim = os.getppid()
         waiting = select.poll()
@@ -568,31 +562,33 @@ def _starter(server, told_write, report_write, output_read, output_write):
         os.close(told_write)
         if int(_stat_fields(shim)[1]) != server:
             return  # the server's end came before the daemon could know of this run
-        told = marshal.dumps((run["exit_path"], run.get("input"), run["log"],
-                              run.get("log_head", 0), run.get("log_tail", 0),
-                              run.get("copier_cgroups", [])))
-        os.write(report_write, len(told).to_bytes(4, "little") + told)
-        _become_agent(run, shim, output_write, report_write)
+        _become_agent(run, shim, report_write, output_write)
     finally:
         os._exit(code)
 
 
-def _become_agent(run, shim, output_write, report):
-    """Take on the run's log, stdin, cwd, cgroups and files, and exec its agent. When that
-    fails, says why in the log, and a byte on `report` to its shim."""
+def _become_agent(run, shim, report_write, output_write):
+    """Take on the run's log (its header written), tell the shim what it needs, take on the
+    run's stdin, cwd, cgroups and files, and exec its agent; when that fails, say why in the
+    log (the starter then ends with EXEC_FAILED_CODE)."""
     log_fd = os.open(run["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    _write_header(run["header"], shim)
+    # Once the log exists, which the shim opens to copy a capped log into.
+    os.write(report_write, marshal.dumps((
+        run["exit_path"], run.get("input"), run["log"], run.get("log_head", 0),
+        run.get("log_tail", 0), run.get("copier_cgroups", []))))
+    os.close(report_write)  # end of file: its shim has read all
     if run.get("input"):
         stdin_fd = os.open(run["input"], os.O_RDWR)
     else:
         stdin_fd = os.open(run["stdin"] or os.devnull, os.O_RDONLY)
     os.dup2(stdin_fd, 0)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
     os.close(stdin_fd)
-    _write_header(run["header"], shim)
     files = run.get("files", ())
-    # The agent's files go on 3, 4, …: what is still needed after them moves out of the way.
-    log_fd, report = _above(log_fd, 3 + len(files)), _above(report, 3 + len(files))
+    # The agent's files go on 3, 4, …: the log, still needed after them, moves out of the way.
+    log_fd = _above(log_fd, 3 + len(files))
     what = run["argv"][0]
     try:
         if run["cwd"]:
@@ -620,7 +616,6 @@ def _become_agent(run, shim, output_write, report):
         os.execvpe(run["argv"][0], run["argv"], run["env"])
     except OSError as error:
         os.write(log_fd, f"# taskherd exec failed: {what}: {error}\n".encode())
-        os.write(report, b"!")
 
 
 def _above(fd, floor):

@@ -326,3 +326,18 @@ def test_a_process_behind_a_descriptor_past_1024_is_still_seen_ending():
         os.close(high)
         os.close(pidfd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_forked_runs_with_a_capped_log_each_get_their_output_and_status(server, tmp_path):
+    # The shim opens the log to copy a capped log into; its agent's starter makes the log
+    # and writes its header, so the shim must learn of the run only once the log exists.
+    env = procs.agent_env(os.environ["PATH"], {}, {})
+    burst = [procs.spawn(["sh", "-c", f"echo out {index}; exit {index}"], env=env,
+                         cwd=str(tmp_path), log_path=tmp_path / f"capped-{index}.log",
+                         header={"run": index}, max_log_bytes=1 << 20)
+             for index in range(12)]
+    for index, process in enumerate(burst):
+        assert not process.handle.is_child  # forked
+        status = wait_exit(process)
+        assert (status.code, status.source) == (index, "exit_file")
+        assert process.log_path.read_text().splitlines()[1:] == [f"out {index}"]
