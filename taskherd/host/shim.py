@@ -338,12 +338,11 @@ def _copy_output(pipe_fd, log, agent_pid):
         agent_fd = os.pidfd_open(agent_pid)
     except (OSError, AttributeError):  # Linux < 5.3: the exit waits for the end of output
         agent_fd = None
-    poller = select.poll()
-    poller.register(pipe_fd, select.POLLIN)
-    if agent_fd is not None:
-        poller.register(agent_fd, select.POLLIN)
+    # select(), not a poll object: fewer objects made and touched in a shim that owns each page
+    # it writes; its descriptors are few, far below select()'s limit of 1024.
+    watched = [pipe_fd] if agent_fd is None else [pipe_fd, agent_fd]
     while True:
-        ready = dict(poller.poll())  # EINTR retried (PEP 475); signals are forwarded meanwhile
+        ready = select.select(watched, (), ())[0]  # EINTR retried (PEP 475)
         if agent_fd in ready:
             break
         if pipe_fd in ready and not log.take(pipe_fd):
@@ -449,6 +448,7 @@ def serve():
     process can be forked (the owner starts its runs cold meanwhile). Shims it forked are
     not touched by that; they run on, re-parented like any shim after a daemon restart.
     """
+    _warm_capped_log()
     gc.collect()
     gc.freeze()
     gc.disable()  # what the server and its shims make is freed by refcount: no walk
@@ -472,6 +472,16 @@ def serve():
 
 
 TOOK_RUN, END_OF_INPUT = b"R", b"E"  # what a spare tells its server
+WARM_UP_CALLS = 10  # more than Python 3.11 runs a function before specializing its code
+
+
+def _warm_capped_log():
+    """Make capped logs (on /dev/null) here, before the shims are forked: the first ones
+    write what a class's first instances write once (its code specialized, its attributes'
+    lookups cached), which each shim would otherwise copy for itself (~50 KiB a shim); a
+    shim's own then writes little more than the new object."""
+    for _ in range(WARM_UP_CALLS):
+        os.close(_CappedLog(os.devnull, 1, 1).fd)
 
 
 def _spare(server, told_read, told_write, devnull):
@@ -529,7 +539,8 @@ def _shim_of(agent, told, output_read):
         # so the agent never reads an end of input and `taskherd task answer` reaches it.
         os.open(input_path, os.O_RDWR)
     if head > 0:
-        _join(copier_cgroups)
+        if copier_cgroups:
+            _join(copier_cgroups)
         _copy_output(output_read, _CappedLog(log_path, head, tail), agent)
     else:
         os.close(output_read)
