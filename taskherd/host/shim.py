@@ -347,6 +347,8 @@ def _copy_output(pipe_fd, log, agent_pid):
             break
         if pipe_fd in ready and not log.take(pipe_fd):
             os.close(pipe_fd)  # end of output: every writer has closed the pipe
+            if agent_fd is not None:
+                os.close(agent_fd)
             return
     os.close(agent_fd)
     # The agent has ended, its descriptors closed: what it wrote is in the pipe. More than a
