@@ -4,9 +4,10 @@ Forked for each run by the daemon's fork server (``shim.py --serve``, see `serve
 ``taskherd.host.forkserver``), or, when none is up, started cold by ``taskherd.host.procs.spawn`` as
 ``python -I -S .../shim.py EXIT_PATH HEADER LOG HEAD TAIL [OPTION PATH]... -- ARGV...`` (the
 options: `--cgroup`, `--file`, `--copier-cgroup`, see `main`) with stdout/stderr already
-pointing at the run's log. Either way it writes the log header,
-starts the agent as its child (same process group; inside the run's cgroups when given), waits
-for it, and writes the agent's exit status to EXIT_PATH atomically before exiting.
+pointing at the run's log. Either way the log header is written, the agent started as its
+child (same process group; inside the run's cgroups when given: a forked shim's agent is the
+child it forked ahead, which took the run and execs it, see `_spare`), and the shim waits for
+it and writes the agent's exit status to EXIT_PATH atomically before exiting.
 
 With HEAD > 0 the log is capped (a role's ``max_log_bytes``): the agent writes into a pipe and
 the shim copies it into the log (`os.splice`, no copy through user space), keeping the first
@@ -581,18 +582,16 @@ def _starter(server, told_write, report_write, output_read, output_write):
 
 
 def _become_agent(run, shim, report_write, output_write):
-    """Take on the run's log (its header written), tell the shim what it needs, take on the
-    run's stdin, cwd, cgroups and files, and exec its agent; when that fails, say why in the
-    log (the starter then ends with EXEC_FAILED_CODE)."""
+    """Take on the run's log (its header written), stdin, cwd, cgroups and files, tell the
+    shim what it needs, and exec the agent; when that fails, say why in the log (the starter
+    then ends with EXEC_FAILED_CODE)."""
     log_fd = os.open(run["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     _write_header(run["header"], shim)
-    # Once the log exists, which the shim opens to copy a capped log into.
-    os.write(report_write, marshal.dumps((
-        run["exit_path"], run.get("input"), run["log"], run.get("log_head", 0),
-        run.get("log_tail", 0), run.get("copier_cgroups", []))))
-    os.close(report_write)  # end of file: its shim has read all
+    told = marshal.dumps((run["exit_path"], run.get("input"), run["log"],
+                          run.get("log_head", 0), run.get("log_tail", 0),
+                          run.get("copier_cgroups", [])))
     if run.get("input"):
         stdin_fd = os.open(run["input"], os.O_RDWR)
     else:
@@ -600,8 +599,8 @@ def _become_agent(run, shim, report_write, output_write):
     os.dup2(stdin_fd, 0)
     os.close(stdin_fd)
     files = run.get("files", ())
-    # The agent's files go on 3, 4, …: the log, still needed after them, moves out of the way.
-    log_fd = _above(log_fd, 3 + len(files))
+    # The agent's files go on 3, 4, …: what is still needed after them moves out of the way.
+    log_fd, report_write = (_above(fd, 3 + len(files)) for fd in (log_fd, report_write))
     what = run["argv"][0]
     try:
         if run["cwd"]:
@@ -626,9 +625,33 @@ def _become_agent(run, shim, report_write, output_write):
                 os.set_inheritable(fd, True)
         for signum in RESET_IN_CHILD + FORWARDED_SIGNALS:
             _signal.signal(signum, _signal.SIG_DFL)
-        os.execvpe(run["argv"][0], run["argv"], run["env"])
+        # Last: the shim wakes (to open the log it copies into, then wait) while this execs.
+        os.write(report_write, told)
+        told = b""
+        _exec(run["argv"], run["env"])
     except OSError as error:
         os.write(log_fd, f"# taskherd exec failed: {what}: {error}\n".encode())
+        if told:
+            os.write(report_write, told)
+
+
+def _exec(argv, env):
+    """execvpe, searching the agent's PATH: os.execvpe's own search (get_exec_path, with its
+    warnings filters) takes about a millisecond in a freshly forked interpreter, on the way
+    from a claim to the agent's start. Raises OSError as execvpe does."""
+    program = argv[0]
+    if "/" in program:
+        os.execve(program, argv, env)
+    failed = None
+    for folder in env.get("PATH", os.defpath).split(":"):
+        try:
+            os.execve(f"{folder or '.'}/{program}", argv, env)
+        except (FileNotFoundError, NotADirectoryError) as error:
+            failed = failed or error
+        except OSError as error:  # EACCES, ENOEXEC…: said unless a later folder has it
+            if failed is None or isinstance(failed, (FileNotFoundError, NotADirectoryError)):
+                failed = error
+    raise failed or FileNotFoundError(2, "No such file or directory", program)
 
 
 def _above(fd, floor):
