@@ -47,14 +47,13 @@ import time
 from pathlib import Path
 from typing import Self
 
-from taskherd.policy.admission import ClaimRequest
-
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent))  # the checkout's taskherd, installed or not
 
 import httpx  # noqa: E402
 
 from bench.loadgen import drive, request_bytes  # noqa: E402
+from taskherd.policy.admission import ClaimRequest  # noqa: E402
 
 HEARTBEAT_P99 = 0.025
 BOARD_P99 = 0.100

@@ -4,23 +4,28 @@ A person logs in with an API token (read, operator or admin); the page keeps a s
 cookie (HttpOnly, SameSite=Strict) and never the token. Every action is a form POST carrying
 the session's CSRF secret, so another site cannot act through a logged-in browser. Pages
 work without JavaScript; `static/live.js` only makes them live: on each event it fetches the
-page's fragment again (`?fragment=1`), and a task page follows its run's log.
+page's fragment again (`?fragment=1`), and a task page follows its run's log. The board,
+the page most left open, gets its fragment on its own event stream (`/board/events`), so a
+page on it fetches nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from taskherd.api import page_charts, pages
 from taskherd.api.app import SESSION_COOKIE, Api, ApiError, Session, answer_for
+from taskherd.api.events import KEEPALIVE_LINE, gathered, sse
 from taskherd.ops import tasks as task_ops
 from taskherd.ops import tokens as token_ops
 from taskherd.ops.tokens import ACT, GRANTS, READ
@@ -33,11 +38,16 @@ PAGES: dict[str, Callable[..., str]] = {
     "/cooldowns": pages.cooldowns, "/cost": pages.cost, "/charts": page_charts.charts,
 }
 ACTIONS = ("approve", "reject", "block", "unblock", "requeue", "cancel")
+BOARD_GATHER = 2.0  # seconds between two boards sent to one page at most (live.js MIN_GAP_MS)
+# Each page's board is sent after a pause of its own, up to this: twenty dashboards told of
+# a change at the same instant would wake twenty browsers at once on the fleet's host.
+BOARD_SPREAD = 0.7
 
 
 def routes(api: Api) -> list[Route]:
     found = [Route(path, _page(api, render)) for path, render in PAGES.items()]
     found += [
+        Route("/board/events", _board_events(api)),
         Route("/login", _login_form(api), methods=["GET"]),
         Route("/login", _login(api), methods=["POST"]),
         Route("/logout", _logout(api), methods=["POST"]),
@@ -56,20 +66,14 @@ def _page(api: Api, render: Callable[..., str], title: str | None = None
             if request.query_params.get("fragment"):
                 return Response("log in again", status_code=401)
             return RedirectResponse("/login", status_code=303)
-        session, token = logged
-        view = pages.View(api.queue, api.clock(), token, session.csrf,
-                          may_act=ACT in GRANTS[token.scope], path=request.url.path,
-                          params=dict(request.path_params),
-                          query=tuple(request.query_params.multi_items()))
+        view = _view(api, *logged, request.url.path, dict(request.path_params),
+                     tuple(request.query_params.multi_items()))
         seen = request.query_params.get("seen", "")
-        shared = render is pages.board and request.query_params.get("fragment")
-        if shared and seen.isdigit() and api.board.serves(int(seen), view.now):
-            return HTMLResponse(api.board.html)
         try:
-            sequence = api.hub.sequence  # read before the store: the render shows at least it
-            body = await api.run(render, view)
-            if shared:
-                api.board.keep(sequence, body, view.now)
+            if render is pages.board and request.query_params.get("fragment"):
+                body = await _board_fragment(api, view, int(seen) if seen.isdigit() else None)
+            else:
+                body = await api.run(render, view)
         except Exception as error:  # noqa: BLE001 - a missing task is a page saying so
             failure = answer_for(error, f"page {request.url.path}")
             return HTMLResponse(pages.layout(view, "taskherd", f'<p class="error">'
@@ -81,6 +85,63 @@ def _page(api: Api, render: Callable[..., str], title: str | None = None
         return HTMLResponse(pages.layout(view, shown, body))
 
     return handle
+
+
+def _view(api: Api, session: Session, token: ApiToken, path: str = "/",
+          params: dict[str, str] | None = None,
+          query: tuple[tuple[str, str], ...] = ()) -> pages.View:
+    return pages.View(api.queue, api.clock(), token, session.csrf,
+                      may_act=ACT in GRANTS[token.scope], path=path, params=params or {},
+                      query=query)
+
+
+def _board_events(api: Api) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        logged = await _logged_in(api, request)
+        if logged is None:
+            return Response("log in again", status_code=401)
+        return StreamingResponse(_boards(api, request), media_type="text/event-stream",
+                                 headers={"X-Accel-Buffering": "no"})
+
+    return handle
+
+
+async def _boards(api: Api, request: Request) -> AsyncIterator[bytes]:
+    """`event: board` with the board's fragment when the fleet changed, at most every
+    BOARD_GATHER seconds: a page on the board then fetches nothing (a fetch cost a browser
+    more CPU than rendering the fragment, shared by every viewer, costs the server).
+    `event: logout` once the session's token is revoked; `event: changed` (fetch it
+    yourself) when the fragment could not be read."""
+    with api.hub.gather() as changes:
+        yield b"retry: 1000\n\n"
+        yield sse("hello", {"gather": BOARD_GATHER})
+        async for change in gathered(changes, BOARD_GATHER):
+            if change is None:
+                yield KEEPALIVE_LINE
+                continue
+            await asyncio.sleep(random.uniform(0, BOARD_SPREAD))
+            logged = await _logged_in(api, request)
+            if logged is None:
+                yield sse("logout", {})
+                return
+            view = _view(api, *logged)
+            try:
+                html = await _board_fragment(api, view, change["seq"])
+            except Exception:  # noqa: BLE001 - the page fetches it and shows what failed
+                yield sse("changed", change)
+                continue
+            yield sse("board", {"seq": change["seq"], "html": html})
+
+
+async def _board_fragment(api: Api, view: pages.View, seen: int | None) -> str:
+    """The board's fragment showing at least change `seen`: the one rendered for every viewer
+    when it does, else rendered now (and kept for the others)."""
+    if seen is not None and api.board.serves(seen, view.now):
+        return api.board.html
+    sequence = api.hub.sequence  # read before the store: the render shows at least it
+    body = await api.run(pages.board, view)
+    api.board.keep(sequence, body, view.now)
+    return body
 
 
 async def _logged_in(api: Api, request: Request) -> tuple[Session, ApiToken] | None:

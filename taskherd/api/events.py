@@ -19,7 +19,7 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING, Any
 
 from taskherd.api.app import ApiError
-from taskherd.api.fanout import EventHub
+from taskherd.api.fanout import Changes, EventHub
 from taskherd.model import Event
 from taskherd.policy.timefmt import with_iso
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("taskherd.api")
 
 KEEPALIVE = 15.0  # a comment line this often keeps proxies from closing an idle stream
+KEEPALIVE_LINE = b": keepalive\n\n"
 LOG_POLL = 0.25  # a log file has no event of its own: it is looked at this often
 LOG_CHUNK = 64 * 1024
 LOG_BEHIND = 1 << 20  # further behind a log's end than this, its stream jumps to the end
@@ -63,7 +64,7 @@ async def event_stream(hub: EventHub, zone: tzinfo | None = None) -> AsyncIterat
             try:
                 event = await asyncio.wait_for(queue.get(), KEEPALIVE)
             except TimeoutError:
-                yield b": keepalive\n\n"
+                yield KEEPALIVE_LINE
                 continue
             messages = []
             while event is not None:
@@ -80,29 +81,35 @@ async def event_stream(hub: EventHub, zone: tzinfo | None = None) -> AsyncIterat
 async def gathered_stream(hub: EventHub, seconds: float) -> AsyncIterator[bytes]:
     """`event: changed` at most once every `seconds`, naming the kinds of the changes since
     the last one and the number of the last (`seq`, counted by this server): what a page
-    that fetches its view again on any change needs. The first
-    change after a quiet spell is told at once; later ones wait out the gap, gathered into
-    one message. A busy fleet commits hundreds of changes a second: twenty dashboards on the
-    full stream are that many messages written by the daemon's process twenty times over,
-    and as many wake-ups of each browser."""
-    loop = asyncio.get_running_loop()
+    that fetches its view again on any change needs. A busy fleet commits hundreds of
+    changes a second: twenty dashboards on the full stream are that many messages written
+    by the daemon's process twenty times over, and as many wake-ups of each browser."""
     with hub.gather() as changes:
         yield b"retry: 1000\n\n"
         yield sse("hello", {"subscribers": hub.subscribers, "gather": seconds})
-        told_at = -seconds
-        while True:
-            try:
-                await asyncio.wait_for(changes.arrived.wait(), KEEPALIVE)
-            except TimeoutError:
-                yield b": keepalive\n\n"
-                continue
-            gap = told_at + seconds - loop.time()
-            if gap > 0:
-                await asyncio.sleep(gap)
-            if changes.closed:
-                return
-            told_at = loop.time()
-            yield sse("changed", changes.take())
+        async for change in gathered(changes, seconds):
+            yield KEEPALIVE_LINE if change is None else sse("changed", change)
+
+
+async def gathered(changes: Changes, seconds: float) -> AsyncIterator[dict[str, Any] | None]:
+    """What `changes` (from `EventHub.gather`) holds, taken together at most once every
+    `seconds` (None: nothing changed for KEEPALIVE seconds, time for a keepalive). The
+    first change after a quiet spell comes at once; later ones wait out the gap."""
+    loop = asyncio.get_running_loop()
+    told_at = -seconds
+    while True:
+        try:
+            await asyncio.wait_for(changes.arrived.wait(), KEEPALIVE)
+        except TimeoutError:
+            yield None
+            continue
+        gap = told_at + seconds - loop.time()
+        if gap > 0:
+            await asyncio.sleep(gap)
+        if changes.closed:
+            return
+        told_at = loop.time()
+        yield changes.take()
 
 
 def gather_seconds(text: str | None) -> float | None:

@@ -106,8 +106,14 @@ def layout(view: View, title: str, body: str) -> str:
 <span class="who">{h(view.token.name)} ({h(view.token.scope)})</span>
 <form class="inline" method="post" action="/logout"><input type="hidden" name="csrf"
  value="{h(view.csrf)}"><button>Log out</button></form></header>
-<div class="page"><h1>{h(title)}</h1><main id="live">{body}</main>{_log_panel(view)}</div>
+<div class="page"><h1>{h(title)}</h1><main id="live"{_stream(view)}>{body}</main>
+{_log_panel(view)}</div>
 <script src="/static/live.js"></script>{extra_scripts}</body></html>"""
+
+
+def _stream(view: View) -> str:
+    """The board's own event stream (it carries the board): live.js fetches nothing there."""
+    return ' data-stream="/board/events"' if view.path == "/" else ""
 
 
 def login_page(error: str = "") -> str:

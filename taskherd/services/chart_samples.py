@@ -5,7 +5,7 @@ sums, not a day or a week of rows. Samples and sums older than a week are forgot
 
 Every node samples; the first sample of a minute stays (`Store.sample_queue_depth`), so a
 fleet keeps one row per minute and role whichever nodes are up, and none while none is.
-Run in a thread: the first roll-up after an upgrade sums a whole week once.
+Run in a thread: the first roll-up after an upgrade sums a whole week, a day per read.
 """
 
 from __future__ import annotations

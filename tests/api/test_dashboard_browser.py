@@ -149,6 +149,10 @@ def test_an_operator_watches_and_acts_on_the_fleet(browser, fleet):
     wait_for(browser, lambda d: "watch me talk" in d.find_element(By.ID, "live").text, 2.0,
              "the CLI's task on the board")
     assert browser.execute_script("return window.notReloaded === true;")
+    # The board came on its own stream: the page fetched no fragment for it.
+    assert browser.execute_script(
+        "return performance.getEntriesByType('resource')"
+        ".filter(e => e.name.includes('fragment=')).length;") == 0
     wait_for(browser, lambda d: "working, line" in d.find_element(By.ID, "running").text, 20,
              "the running agent's last line")
     shot(browser, "board")

@@ -253,6 +253,43 @@ def test_a_gathered_event_stream_tells_many_changes_in_few_messages(api):
     assert len(messages) < added and messages[0]["kinds"] == ["task_added"]
 
 
+def test_the_board_comes_on_its_own_stream_until_the_token_is_revoked(api):
+    """A page on the board needs no fetch: its stream carries the board's fragment after each
+    change (gathered), and says `logout` once the session's token is revoked."""
+    import json
+
+    import httpx
+
+    from taskherd.ops import tokens as token_ops
+
+    assert api.client().get("/board/events").status_code == 401  # no session, no board
+    assert 'data-stream="/board/events"' in logged_in(api, "read").get("/").text
+    client = logged_in(api, "read")
+    with httpx.stream("GET", api.url + "/board/events", timeout=30,
+                      cookies=dict(client.cookies)) as stream:
+        assert stream.status_code == 200
+        told: list[tuple[str, str]] = []
+        kind = None
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: "):
+                told.append((kind, line[6:]))
+                if kind == "hello":
+                    api.queue.store.enqueue(
+                        NewTask(role="coder", title="streamed", priority=0), 1000.0)
+                elif kind == "board":
+                    token_ops.revoke_token(api.queue, "read", 1001.0)
+                    api.queue.store.enqueue(NewTask(role="coder", title="after"), 1001.0)
+                elif kind == "logout":
+                    break
+    kinds = [kind for kind, _ in told]
+    assert kinds == ["hello", "board", "logout"], kinds
+    board = json.loads(told[1][1])
+    assert "streamed" in board["html"] and board["seq"] >= 1
+    assert "csrf" not in board["html"] and "<html" not in board["html"]  # the fragment only
+
+
 def test_a_bad_gather_is_refused_and_names_the_parameter(api):
     client = api.client("read")
     for bad in ("0", "0.05", "61", "nan", "inf", "soon", ""):

@@ -184,3 +184,14 @@ def test_a_run_ending_after_its_hour_was_summed_counts_when_summed_again(store):
     # Summing the same hours again, from another node as well, changes nothing.
     store.roll_up_chart_sums(T0 + 2 * 3600 + 5, again=86400.0)
     assert len(store.cost_buckets(HOURS)) == 1
+
+
+def test_a_week_is_summed_a_day_per_read(store, monkeypatch):
+    """The first roll-up after an upgrade sums a week: each read covers a day at most, so a
+    daemon's dispatch, waiting on the store, waits for a day's rows and not a week's."""
+    read: list[int] = []
+    live = store._finished_live
+    monkeypatch.setattr(store, "_finished_live", lambda spans: read.append(spans.count)
+                        or live(spans))
+    assert store.roll_up_chart_sums(T0 + 5, again=0.0) == 672
+    assert max(read) == 96 and sum(read) == 672
