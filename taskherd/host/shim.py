@@ -492,8 +492,9 @@ def _spare(server, told_read, told_write, devnull):
 
     What it does from its fork on is written so as to touch few objects: a forked shim owns
     every page it writes, and Python writes the reference count of each object it touches
-    (~4 KiB for a first call of a function, ~90 KiB for a stat result or a _read_exactly).
-    The run's work is its starter's, whose pages go away at its exec.
+    (a page or more for each function called the first time, each new object; `python
+    bench/shim_pages.py` shows them). The run's work is its starter's, whose pages go away
+    at its exec.
     """
     global _agent_pid
     code = 1
@@ -509,8 +510,8 @@ def _spare(server, told_read, told_write, devnull):
         if agent == 0:
             os.close(report_read)
             _starter(server, told_write, report_write, output_read, output_write)
-        # From here a signal is forwarded to the group: before the exec, the starter (with
-        # the default actions) ends of it, as its agent would.
+        # From here a signal is forwarded to the group: before its exec the starter (with
+        # the default actions) dies of it, as its agent would.
         _agent_pid = agent
         for signum in FORWARDED_SIGNALS:
             _signal.signal(signum, _on_signal)
