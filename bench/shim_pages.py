@@ -1,17 +1,20 @@
 """Where a forked shim's private memory comes from: the pages copied per run, by side.
 
-    .venv/bin/python bench/shim_pages.py --runs 5
+    .venv/bin/python bench/shim_pages.py --runs 5 [--boxed]
 
 A forked shim shares its fork server's pages copy-on-write; each page either side writes
 after the fork is copied, and the copy that stays with the shim is its own (private) from
 then on. This starts the real fork server (``shim.py --serve``), hands it --runs runs of
-`sleep 60` one at a time, and reads /proc/PID/pagemap (needs root: page frame numbers)
-before and after each: a writable page whose frame changed was copied. It prints, per run,
-the KiB copied by the server (its answer, the hand-over and the next spare's fork: the old
-frames stay with the spare forked before) and by the shim (taking its run, starting its
-agent), by mapping; then Private_Dirty and Pss of the last shim (smaps_rollup). Beside
-them, the floor: a minimal Python loop that only forks (`os.fork`, one byte read and
-written), whose copies per fork are what any Python fork server pays.
+`sleep 60` one at a time (their logs capped, as a role's is by default: the shim copies the
+output), and reads /proc/PID/pagemap (needs root: page frame numbers) before and after
+each: a writable page whose frame changed was copied. It prints, per run, the KiB copied by
+the server (forking the next spare: the old frames stay with the spare forked before) and
+by the waiting shim (its run taken, its agent started), by mapping; then Private_Dirty and
+Pss of the last shim (smaps_rollup) and of its processes. With --boxed each run is a
+sandboxed agent's (`bwrap OPTIONS -- sleep 60`, the options taskherd.host.sandbox builds
+for a role with mode = "bwrap", and an agent's environment): its box's two bwrap processes
+are shown too. Beside them, the floor: a minimal Python loop that only forks (`os.fork`,
+one byte read and written), whose copies per fork are what any Python fork server pays.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from taskherd.host import forkserver
+from taskherd.host import forkserver, logfile, procs, sandbox
+from taskherd.model.settings import DEFAULT_MAX_LOG_BYTES, IsolationSettings
 
 FRAME = (1 << 55) - 1  # pagemap: bits 0-54 the page frame number, bit 63 present
 MINIMAL_LOOP = """
@@ -88,7 +92,35 @@ def children(pid: int) -> list[int]:
     return [int(text) for text in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
-def fork_server(runs: int, folder: Path) -> None:
+def agent_run(folder: Path, boxed: bool) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of an idle agent, in its box when `boxed`."""
+    argv = ["sleep", "60"]
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"}
+    if not boxed:
+        return argv, env
+    env = procs.agent_env(env["PATH"], {}, {"TASKHERD_TASK_ID": "1", "TASKHERD_RUN_ID": "1",
+                                            "TASKHERD_ROLE": "boxed",
+                                            "TASKHERD_HOME": str(folder / "data")})
+    data = folder / "data"
+    (data / "doors").mkdir(parents=True, exist_ok=True)
+    (folder / "work").mkdir(exist_ok=True)
+    box = sandbox.AgentBox(IsolationSettings(mode="bwrap"), "command", folder / "work", data,
+                           data / "doors" / "1.sock", run_files=(folder / "0.log",))
+    bwrap, problem = sandbox.probe()
+    if bwrap is None:
+        raise SystemExit(f"no sandbox to measure: {problem}")
+    return box.wrap(argv, env, bwrap), env
+
+
+def tree(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children(found[-1])
+    return found
+
+
+def fork_server(runs: int, folder: Path, boxed: bool) -> None:
     server = subprocess.Popen(forkserver.shim_command("--serve"), stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, bufsize=0, env={},
                               start_new_session=True)
@@ -98,10 +130,13 @@ def fork_server(runs: int, folder: Path) -> None:
         for index in range(runs):
             spare = next(pid for pid in children(server.pid) if pid not in shims)
             spare_before, server_before = frames(spare), frames(server.pid)
+            argv, env = agent_run(folder, boxed)
+            # The log capped as a role's is by default: the shim copies the agent's output.
+            head, tail = logfile.layout(DEFAULT_MAX_LOG_BYTES, 128)
             run = {"log": str(folder / f"{index}.log"), "input": None, "stdin": None,
                    "exit_path": str(folder / f"{index}.exit"), "header": '{"run": 0',
-                   "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/"},
-                   "argv": ["sleep", "60"], "cwd": "/", "log_head": 0, "log_tail": 0}
+                   "env": env, "argv": argv, "cwd": "/", "log_head": head, "log_tail": tail,
+                   "cgroups": [], "files": [], "copier_cgroups": []}
             server.stdin.write(marshal.dumps(run).hex().encode() + b"\n")
             shims.append(int(server.stdout.readline().split()[0]))
             time.sleep(0.3)  # the agent started, the next spare forked
@@ -109,6 +144,11 @@ def fork_server(runs: int, folder: Path) -> None:
                   f"; shim copied {shown(copied(spare_before, frames(spare)))}")
         use = rollup(shims[-1])
         print(f"last shim: Private_Dirty {use['Private_Dirty']} KiB, Pss {use['Pss']} KiB")
+        for pid in tree(shims[-1])[1:]:
+            use = rollup(pid)
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            print(f"  its {name} ({pid}): Private_Dirty {use['Private_Dirty']} KiB, Pss "
+                  f"{use['Pss']} KiB")
     finally:
         server.stdin.close()
         server.wait()
@@ -140,12 +180,14 @@ def minimal_loop(forks: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--boxed", action="store_true",
+                        help="each run a sandboxed agent's (bwrap, an agent's environment)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("page frame numbers are read as root only")
     print(f"load average {os.getloadavg()[0]:.2f}; Python {sys.version.split()[0]}")
     with tempfile.TemporaryDirectory(prefix="taskherd-shim-pages-") as folder:
-        fork_server(args.runs, Path(folder))
+        fork_server(args.runs, Path(folder), args.boxed)
     minimal_loop(args.runs)
     return 0
 

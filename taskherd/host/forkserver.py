@@ -4,10 +4,11 @@ Every agent runs under `taskherd/host/shim.py` (why: see `taskherd.host.procs`).
 started as an interpreter of its own costs ~10 ms of start-up before the agent can start,
 and ~3 MB of memory (Pss) for the run's whole life: 3 GB for a thousand agents. The fork server
 (``shim.py --serve``) is started once; for each run it forks a shim that shares the
-server's pages copy-on-write, for ~0.2 MB. The server forks each run's shim before the run
-asks, so a run waits for no fork: it takes the spare waiting for it, and the server forks
-the next while nobody waits. Spares are sized by demand: one waits, as many as runs need
-are made, for the price of one idle interpreter and one idle shim.
+server's pages copy-on-write, and owns only those written after its fork (see
+`shim.serve`). The server forks each run's shim before the run asks, so a run waits for no
+fork: it takes the spare waiting for it, and the server forks the next while nobody waits.
+Spares are sized by demand: one waits, as many as runs need are made, for the price of one
+idle interpreter and one idle shim (with the starter of its agent).
 
 What it guarantees:
 
@@ -15,9 +16,10 @@ What it guarantees:
   log's header, the exit file, the kept-open input FIFO. It is the server's child, not the
   daemon's, so the daemon watches it as it watches a run adopted after a restart: by pidfd
   and start time, its status from the exit file.
-- A run is started once. The shim starts its agent only after the server has sent its pid;
-  a server that dies before that leaves a shim that exits without starting anything, and
-  the run goes to a cold shim instead.
+- A run is started once. The spare reads the run from the server's input and answers
+  with its pid itself, and starts its agent only once the server is known to have been
+  alive after that answer: a server that dies first leaves a spare that exits without
+  starting anything, and the run goes to a cold shim instead.
 - The server belongs to the process that started it. A forked child of the owner sees no
   server, never sends it a run, and closes its copies of the server's pipes.
 - The server dies with its owner: it exits at end of input, and the kernel closes its input

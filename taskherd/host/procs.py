@@ -9,7 +9,7 @@ session leader and process-group leader (pgid == shim pid), starts the agent
 as its child, waits for it and writes its exit status to ``<log>.exit``. The
 shim exists because a restarted daemon is not the agent's parent and could
 never learn the exit status by waitpid(). A spawn has the daemon's fork server
-fork the shim when one is up (`taskherd.host.forkserver`: ~0.2 MB a shim instead of
+fork the shim when one is up (`taskherd.host.forkserver`: ~0.4 MB a shim instead of
 an interpreter's ~3 MB), and starts a cold one otherwise.
 """
 

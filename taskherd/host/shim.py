@@ -4,9 +4,10 @@ Forked for each run by the daemon's fork server (``shim.py --serve``, see `serve
 ``taskherd.host.forkserver``), or, when none is up, started cold by ``taskherd.host.procs.spawn`` as
 ``python -I -S .../shim.py EXIT_PATH HEADER LOG HEAD TAIL [OPTION PATH]... -- ARGV...`` (the
 options: `--cgroup`, `--file`, `--copier-cgroup`, see `main`) with stdout/stderr already
-pointing at the run's log. Either way it writes the log header,
-starts the agent as its child (same process group; inside the run's cgroups when given), waits
-for it, and writes the agent's exit status to EXIT_PATH atomically before exiting.
+pointing at the run's log. Either way the log header is written, the agent started as its
+child (same process group; inside the run's cgroups when given: a forked shim's agent is the
+child it forked ahead, which took the run and execs it, see `_spare`), and the shim waits for
+it and writes the agent's exit status to EXIT_PATH atomically before exiting.
 
 With HEAD > 0 the log is capped (a role's ``max_log_bytes``): the agent writes into a pipe and
 the shim copies it into the log (`os.splice`, no copy through user space), keeping the first
@@ -61,6 +62,8 @@ TAIL_ROOM = 4
 ALIGN_WINDOW = 1 << 12  # the kept tail starts at a line when one starts this close to its cut
 DRAIN_CHUNKS = 64  # more than the largest pipe buffer (1 MiB) in SPLICE_CHUNKs
 NONBLOCK = getattr(os, "SPLICE_F_NONBLOCK", 2)
+HAS_SPLICE = hasattr(os, "splice")
+PIPE_BUF = 4096  # a pipe's write of at most this many bytes is read whole (POSIX: >= 512)
 
 _agent_pid = 0
 _pending_signals: list[int] = []
@@ -105,10 +108,10 @@ def _write_exit_file(exit_path, code, signum, agent_pid):
     os.replace(temp_path, exit_path)
 
 
-def _write_header(header_prefix):
+def _write_header(header_prefix, shim_pid=None):
     # One os.write on an O_APPEND fd: the line lands whole, before the agent
     # exists, so even an empty run leaves proof it was born.
-    fields = f'"pid": {os.getpid()}, "time": {time.time():.6f}}}'
+    fields = f'"pid": {shim_pid or os.getpid()}, "time": {time.time():.6f}}}'
     sep = "" if header_prefix.rstrip().endswith("{") else ", "
     os.write(1, ("# taskherd " + header_prefix + sep + fields + "\n").encode())
 
@@ -209,6 +212,11 @@ def main(args, env=None):
     if output_read is not None:
         _join(given["--copier-cgroup"])
         _copy_output(output_read, _CappedLog(log_path, head, tail), agent_pid)
+    return _record_end(exit_path, agent_pid)
+
+
+def _record_end(exit_path, agent_pid):
+    """Wait for the agent and write its exit file; the shim's exit code."""
     _, wait_status = os.waitpid(agent_pid, 0)  # retried on EINTR (PEP 475)
     if os.WIFSIGNALED(wait_status):
         signum = os.WTERMSIG(wait_status)
@@ -239,14 +247,18 @@ class _CappedLog:
     TAIL_ROOM x tail past the head and its cut line. Written at explicit offsets through a
     descriptor of its own (no O_APPEND: the tail is moved down in place)."""
 
+    __slots__ = ("fd", "size", "head", "tail", "limit", "cut", "_splice")
+
     def __init__(self, path, head, tail):
         self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        self.size = os.fstat(self.fd).st_size  # the header, or more from an earlier attempt
+        # The header, or more from an earlier attempt (lseek, not fstat: a forked shim owns
+        # each page it writes, and a stat result is some twenty new objects).
+        self.size = os.lseek(self.fd, 0, os.SEEK_END)
         self.head = max(head, self.size)  # the header is never cut
         self.tail = tail
         self.limit = self.head + CUT_LINE_SIZE + TAIL_ROOM * tail
         self.cut = -1  # bytes cut so far; -1: none yet (no cut line in the file)
-        self._splice = hasattr(os, "splice")
+        self._splice = HAS_SPLICE
 
     def take(self, pipe_fd, flags=0):
         """Copy what the pipe holds (at most one chunk) to the log; 0 at end of output."""
@@ -327,16 +339,17 @@ def _copy_output(pipe_fd, log, agent_pid):
         agent_fd = os.pidfd_open(agent_pid)
     except (OSError, AttributeError):  # Linux < 5.3: the exit waits for the end of output
         agent_fd = None
-    poller = select.poll()
-    poller.register(pipe_fd, select.POLLIN)
-    if agent_fd is not None:
-        poller.register(agent_fd, select.POLLIN)
+    # select(), not a poll object: fewer objects made and touched in a shim that owns each page
+    # it writes; its descriptors are few, far below select()'s limit of 1024.
+    watched = [pipe_fd] if agent_fd is None else [pipe_fd, agent_fd]
     while True:
-        ready = dict(poller.poll())  # EINTR retried (PEP 475); signals are forwarded meanwhile
+        ready = select.select(watched, (), ())[0]  # EINTR retried (PEP 475)
         if agent_fd in ready:
             break
         if pipe_fd in ready and not log.take(pipe_fd):
             os.close(pipe_fd)  # end of output: every writer has closed the pipe
+            if agent_fd is not None:
+                os.close(agent_fd)
             return
     os.close(agent_fd)
     # The agent has ended, its descriptors closed: what it wrote is in the pipe. More than a
@@ -399,46 +412,6 @@ def read_run(fd, pending):
     return None if line is None else marshal.loads(bytes.fromhex(line.decode()))
 
 
-def take_run(run):
-    """Take on the run's log, stdin, cwd and environment, then go on as ``main``."""
-    log_fd = os.open(run["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    if run.get("input"):
-        # The run's input FIFO, read and write: this shim holds it open for the run's life,
-        # so the agent never reads an end of input and `taskherd task answer` reaches it.
-        stdin_fd = os.open(run["input"], os.O_RDWR)
-    else:
-        stdin_fd = os.open(run["stdin"] or os.devnull, os.O_RDONLY)
-    os.dup2(stdin_fd, 0)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    os.close(stdin_fd)
-    os.close(log_fd)
-    # The agent gets the run's environment as it is; only PATH is set in ours, since
-    # posix_spawnp searches our PATH. (Not os.environ.update: its pure-Python machinery
-    # would write to pages this shim shares with its fork server.)
-    env = run["env"]
-    if "PATH" in env:
-        os.putenv("PATH", env["PATH"])
-    args = [run["exit_path"], run["header"], run["log"], str(run.get("log_head", 0)),
-            str(run.get("log_tail", 0))]
-    for path in run.get("cgroups", ()):
-        args += ["--cgroup", path]
-    for path in run.get("files", ()):
-        args += ["--file", path]
-    for path in run.get("copier_cgroups", ()):
-        args += ["--copier-cgroup", path]
-    args += ["--"] + run["argv"]
-    if run["cwd"]:
-        try:
-            os.chdir(run["cwd"])
-        except OSError as error:
-            _write_header(run["header"])
-            os.write(2, f"# taskherd exec failed: cwd {run['cwd']}: {error}\n".encode())
-            _write_exit_file(run["exit_path"], EXEC_FAILED_CODE, None, 0)
-            return EXEC_FAILED_CODE
-    return main(args, env)
-
-
 def _reap_children(_signum, _frame):
     # The fork server's shims are its children until it exits: reaped as they end, so no
     # zombie waits for the next request.
@@ -449,138 +422,265 @@ def _reap_children(_signum, _frame):
         pass
 
 
-def _start_ticks(pid):
-    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+def serve():
+    """``shim.py --serve``: a fork server, one per daemon, that forks a shim for each run.
+
+    It forks a spare shim ahead of each run and does nothing else; the spare has forked its
+    agent's starter (`_spare`), which reads the run from the server's input itself
+    (`read_run`: one request at a time, so nothing past its line is there), answers
+    ``PID START_TICKS`` (its shim's) on the server's output, and tells the server, which
+    forks the next spare. The fork, and the copy-on-write faults that follow it in both
+    processes, so happen while nobody waits: with a thousand shims alive, a fork now and
+    then takes several milliseconds, which a run would otherwise wait for between its claim
+    and its agent's start.
+
+    Memory: every shim forked here shares this process's pages copy-on-write and owns only
+    the pages written after its fork, on either side (a page the server writes before
+    forking the next spare stays the spare's alone, its old frame). Every object Python
+    touches is written (its reference count), so the server's loop is a pipe, a fork and a
+    one-byte read (~90 KiB copied per run, as a bare Python fork loop), and the work of a
+    run (reading, answering, opening its files, building its argv) is done by the starter,
+    whose copies go away at its exec: the shim that stays writes only what it keeps.
+    (With the server reading, answering and handing over each run, and the shim preparing
+    it, ~600 KiB stayed with every shim.)
+
+    Single-threaded on purpose: a fork copies only the calling thread, and nothing here
+    holds a lock another thread could own. The heap is frozen (`gc.freeze`) so the
+    collector never walks, and so never dirties, the pages the shims share. Exits at end of
+    input (its owner went away: the spare's starter reads it and says so), or when no
+    process can be forked (the owner starts its runs cold meanwhile). Shims it forked are
+    not touched by that; they run on, re-parented like any shim after a daemon restart.
+    """
+    _warm_capped_log()
+    gc.collect()
+    gc.freeze()
+    gc.disable()  # what the server and its shims make is freed by refcount: no walk
+    _signal.signal(_signal.SIGCHLD, _reap_children)
+    server = os.getpid()
+    devnull = os.open(os.devnull, os.O_RDWR)  # each spare's 0 and 1 (not inherited)
+    while True:
+        told_read, told_write = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:  # EAGAIN, ENOMEM: no spare to read the next run, so none may wait
+            return 1
+        if pid == 0:
+            _spare(server, told_read, told_write, devnull)
+        os.close(told_write)
+        # b"": the spare ended without a run (killed): another is forked at once.
+        told = os.read(told_read, 1)
+        os.close(told_read)
+        if told == END_OF_INPUT:
+            return 0
+
+
+TOOK_RUN, END_OF_INPUT = b"R", b"E"  # what a spare tells its server
+WARM_UP_CALLS = 10  # more than Python 3.11 runs a function before specializing its code
+
+
+def _warm_capped_log():
+    """Make capped logs (on /dev/null) here, before the shims are forked: the first ones
+    write what a class's first instances write once (its code specialized, its attributes'
+    lookups cached), which each shim would otherwise copy for itself (~50 KiB a shim); a
+    shim's own then writes little more than the new object."""
+    for _ in range(WARM_UP_CALLS):
+        os.close(_CappedLog(os.devnull, 1, 1).fd)
+
+
+def _spare(server, told_read, told_write, devnull):
+    """A forked shim: fork the starter of its agent now, then wait for it; never returns.
+
+    What it does from its fork on is written so as to touch few objects: a forked shim owns
+    every page it writes, and Python writes the reference count of each object it touches
+    (a page or more for each function called the first time, each new object; `python
+    bench/shim_pages.py` shows them). The run's work is its starter's, whose pages go away
+    at its exec.
+    """
+    global _agent_pid
+    code = 1
+    try:
+        os.close(told_read)
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # waitpid must see the agent's end
+        # Its own session, as a cold shim has: then its group never becomes orphaned
+        # when this server exits, which would SIGHUP a stopped agent (job control).
+        os.setsid()
+        report_read, report_write = os.pipe()
+        output_read, output_write = os.pipe()  # the agent's output, when its log is capped
+        agent = os.fork()
+        if agent == 0:
+            os.close(report_read)
+            _starter(server, told_write, report_write, output_read, output_write)
+        # From here a signal is forwarded to the group: before its exec the starter (with
+        # the default actions) dies of it, as its agent would.
+        _agent_pid = agent
+        for signum in FORWARDED_SIGNALS:
+            _signal.signal(signum, _on_signal)
+        os.close(told_write)
+        os.close(report_write)
+        os.close(output_write)
+        # The server's pipes to its owner are not kept: a copy of them here would hide the
+        # server's end from the owner (no EOF, no broken pipe). The starter has its own.
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        told = os.read(report_read, PIPE_BUF)  # its starter's one write: whole
+        while len(told) >= PIPE_BUF and (more := os.read(report_read, PIPE_BUF)):
+            told += more  # (paths longer than the pipe writes at once)
+        code = _shim_of(agent, told, output_read)
+    finally:
+        os._exit(code)  # never back into the server's loop, no interpreter teardown
+
+
+def _shim_of(agent, told, output_read):
+    """What a forked shim does while its agent runs, once its starter `told` it what it must
+    know: as `main` does once it started its agent. An exec that failed ends the starter with
+    EXEC_FAILED_CODE, and the reason in the log."""
+    if not told:  # the starter ended without a run (end of input, its server gone)
+        os.waitpid(agent, 0)
+        return 1
+    exit_path, input_path, log_path, head, tail, copier_cgroups = marshal.loads(told)
+    if input_path:
+        # The run's input FIFO, read and write: this shim holds it open for the run's life,
+        # so the agent never reads an end of input and `taskherd task answer` reaches it.
+        os.open(input_path, os.O_RDWR)
+    if head > 0:
+        if copier_cgroups:
+            _join(copier_cgroups)
+        _copy_output(output_read, _CappedLog(log_path, head, tail), agent)
+    else:
+        os.close(output_read)
+    return _record_end(exit_path, agent)
+
+
+def _starter(server, told_write, report_write, output_read, output_write):
+    """The agent's starter, forked by its shim ahead of the run: waits for the run, answers
+    for its shim, tells it what it must know (`_shim_of`), prepares the run and becomes its
+    agent; never returns. The agent starts only once the answer is on its way to the daemon
+    and the server is known to have been alive after it: the daemon reads what came before
+    the server's end (see forkserver.fork_shim), so a run it gave up on, and starts cold,
+    is never also started here. A starter whose server or shim died exits without reading."""
+    code = EXEC_FAILED_CODE
+    try:
+        os.close(output_read)
+        shim = os.getppid()
+        waiting = select.poll()
+        waiting.register(0, select.POLLIN)
+        for fd in (told_write, report_write):
+            waiting.register(fd, 0)  # POLLERR once the reading end is closed: its holder died
+        if set(dict(waiting.poll())) - {0}:
+            return
+        run = read_run(0, bytearray())
+        if run is None:
+            os.write(told_write, END_OF_INPUT)
+            return
+        _answer(f"{shim} {_stat_fields(shim)[19].decode()}\n".encode())
+        os.write(told_write, TOOK_RUN)
+        os.close(told_write)
+        if int(_stat_fields(shim)[1]) != server:
+            return  # the server's end came before the daemon could know of this run
+        _become_agent(run, shim, report_write, output_write)
+    finally:
+        os._exit(code)
+
+
+def _become_agent(run, shim, report_write, output_write):
+    """Take on the run's log (its header written), stdin, cwd, cgroups and files, tell the
+    shim what it needs, and exec the agent; when that fails, say why in the log (the starter
+    then ends with EXEC_FAILED_CODE)."""
+    log_fd = os.open(run["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    _write_header(run["header"], shim)
+    told = marshal.dumps((run["exit_path"], run.get("input"), run["log"],
+                          run.get("log_head", 0), run.get("log_tail", 0),
+                          run.get("copier_cgroups", [])))
+    if run.get("input"):
+        stdin_fd = os.open(run["input"], os.O_RDWR)
+    else:
+        stdin_fd = os.open(run["stdin"] or os.devnull, os.O_RDONLY)
+    os.dup2(stdin_fd, 0)
+    os.close(stdin_fd)
+    files = run.get("files", ())
+    # The agent's files go on 3, 4, …: what is still needed after them moves out of the way.
+    log_fd, report_write = (_above(fd, 3 + len(files)) for fd in (log_fd, report_write))
+    what = run["argv"][0]
+    try:
+        if run["cwd"]:
+            what = f"cwd {run['cwd']}"
+            os.chdir(run["cwd"])
+            what = run["argv"][0]
+        for path in run.get("cgroups", ()):
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")  # 0: the writing process
+            finally:
+                os.close(fd)
+        if run.get("log_head", 0) > 0:
+            os.dup2(output_write, 1)
+            os.dup2(output_write, 2)
+        for number, path in enumerate(files, start=3):
+            fd = os.open(path, os.O_RDONLY)
+            if fd != number:
+                os.dup2(fd, number)  # inheritable: bwrap reads it
+                os.close(fd)
+            else:
+                os.set_inheritable(fd, True)
+        for signum in RESET_IN_CHILD + FORWARDED_SIGNALS:
+            _signal.signal(signum, _signal.SIG_DFL)
+        # Last: the shim wakes (to open the log it copies into, then wait) while this execs.
+        os.write(report_write, told)
+        told = b""
+        _exec(run["argv"], run["env"])
+    except OSError as error:
+        os.write(log_fd, f"# taskherd exec failed: {what}: {error}\n".encode())
+        if told:
+            os.write(report_write, told)
+
+
+def _exec(argv, env):
+    """execvpe, searching the agent's PATH: os.execvpe's own search (get_exec_path, with its
+    warnings filters) takes about a millisecond in a freshly forked interpreter, on the way
+    from a claim to the agent's start. Raises OSError as execvpe does."""
+    program = argv[0]
+    if "/" in program:
+        os.execve(program, argv, env)
+    failed = None
+    for folder in env.get("PATH", os.defpath).split(":"):
+        try:
+            os.execve(f"{folder or '.'}/{program}", argv, env)
+        except (FileNotFoundError, NotADirectoryError) as error:
+            failed = failed or error
+        except OSError as error:  # EACCES, ENOEXEC…: said unless a later folder has it
+            if failed is None or isinstance(failed, (FileNotFoundError, NotADirectoryError)):
+                failed = error
+    raise failed or FileNotFoundError(2, "No such file or directory", program)
+
+
+def _above(fd, floor):
+    """`fd`, or a copy of it numbered `floor` or more in its place."""
+    held = []
+    while fd < floor:
+        held.append(fd)
+        fd = os.dup(fd)  # the lowest number free, past those held
+    for old in held:
+        os.close(old)
+    return fd
+
+
+def _answer(data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(1, view):]
+
+
+def _stat_fields(pid):
+    """/proc/PID/stat's fields after the command's name: [1] the parent's pid, [19] the start
+    time in clock ticks since boot."""
     fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     try:
         stat = os.read(fd, 4096)
     finally:
         os.close(fd)
-    return int(stat[stat.rindex(b")") + 2:].split()[19])
-
-
-def serve():
-    """``shim.py --serve``: a fork server, one per daemon, that forks a shim for each run.
-
-    Reads runs on stdin (`read_line`), one after another, and hands each to a spare shim it
-    forked beforehand, answering ``PID START_TICKS`` (the spare's) on stdout. The fork, and
-    the copy-on-write faults that follow it in both processes, so happen while nobody
-    waits: with a thousand shims alive, a fork now and then takes several milliseconds,
-    which a run would otherwise wait for between its claim and its agent's start. Every
-    shim forked here shares this process's pages copy-on-write, so one costs the few pages
-    it writes to (~0.2 MB) instead of a whole interpreter (~3 MB); the one spare waiting
-    costs the same.
-
-    Single-threaded on purpose: a fork copies only the calling thread, and nothing here
-    holds a lock another thread could own. The heap is frozen (`gc.freeze`) so the
-    collector never walks, and so never dirties, the pages the shims share. Exits at end of
-    input: its owner went away; its spare then exits without starting anything. Shims it
-    forked are not touched by that; they run on, re-parented like any shim after a daemon
-    restart.
-    """
-    gc.collect()
-    gc.freeze()
-    _signal.signal(_signal.SIGCHLD, _reap_children)
-    pending = bytearray()
-    spare = _fork_spare()
-    while (line := read_line(0, pending)) is not None:
-        if spare is None or spare.gone():  # killed, or a fork that failed: one now
-            spare = _fork_spare()
-            if spare is None:
-                return 1  # no process can be forked: the owner starts this run cold
-        # The spare starts the agent only once its pid is on its way to the daemon: if this
-        # server dies first, the spare reads an end of input and exits without starting
-        # anything, so the daemon, which then starts the run another way, never runs it
-        # twice. The answer does not wait for the shim to start: the daemon treats a group
-        # whose agent has not started yet as a shim still running (see procs.terminate).
-        os.write(1, f"{spare.pid} {spare.start_ticks}\n".encode())
-        spare.hand(line + b"\n")
-        spare = _fork_spare()  # the next run's shim, forked while nobody waits
-    return 0
-
-
-class _Spare:
-    """A forked shim waiting for its run on a pipe from the server."""
-
-    def __init__(self, pid, start_ticks, run_fd):
-        self.pid = pid
-        self.start_ticks = start_ticks
-        self._run_fd = run_fd
-
-    def gone(self):
-        try:
-            ended = os.waitpid(self.pid, os.WNOHANG)[0] == self.pid
-        except ChildProcessError:  # already reaped by `_reap_children`
-            ended = True
-        if ended:
-            os.close(self._run_fd)
-        return ended
-
-    def hand(self, run_line):
-        """Send the run; the spare takes it on and starts its agent."""
-        try:
-            view = memoryview(run_line)
-            while view:
-                view = view[os.write(self._run_fd, view):]
-        except OSError:
-            # Killed after the answer went out: the daemon sees a shim that ended without
-            # an exit file, as it sees one killed after it started.
-            pass
-        finally:
-            os.close(self._run_fd)
-
-
-def _fork_spare():
-    """Fork the shim the next run will take, or None when no process can be forked now."""
-    run_read, run_write = os.pipe()
-    # SIGCHLD held back until the start time is read: a shim that ends at once must not be
-    # reaped (and its pid freed) before its identity is known.
-    _signal.pthread_sigmask(_signal.SIG_BLOCK, [_signal.SIGCHLD])
-    try:
-        try:
-            pid = os.fork()
-        except OSError:  # EAGAIN, ENOMEM: the next run asks again, or goes cold
-            os.close(run_read)
-            os.close(run_write)
-            return None
-        if pid == 0:
-            _become_spare(run_read, run_write)
-        os.close(run_read)
-        try:
-            start_ticks = _start_ticks(pid)
-        except (OSError, ValueError, IndexError):
-            start_ticks = 0
-    finally:
-        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [_signal.SIGCHLD])
-    return _Spare(pid, start_ticks, run_write)
-
-
-def _become_spare(run_read, run_write):
-    code = 1
-    try:
-        os.close(run_write)
-        # Its own session, as a cold shim has: then its group never becomes orphaned
-        # when this server exits, which would SIGHUP a stopped agent (job control).
-        os.setsid()
-        # The server's pipes to its owner are not kept while waiting: a copy of them here
-        # would hide the server's end from the owner (no EOF, no broken pipe).
-        devnull = os.open(os.devnull, os.O_RDWR)
-        os.dup2(devnull, 0)
-        os.dup2(devnull, 1)
-        os.close(devnull)
-        run = read_run(run_read, bytearray())
-        if run is not None:
-            os.close(run_read)
-            code = _forked_shim(run)
-    finally:
-        os._exit(code)  # never back into the server's loop, no interpreter teardown
-
-
-def _forked_shim(run):
-    gc.disable()  # the few objects a shim makes are freed by refcount; no walk of shared pages
-    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # waitpid must see the agent's end
-    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [_signal.SIGCHLD])
-    return take_run(run)  # replaces what is on 0, 1 and 2 with the run's own
+    return stat[stat.rindex(b")") + 2:].split()
 
 
 if __name__ == "__main__":

@@ -13,9 +13,7 @@ import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from taskherd.host.procs import ExitStatus
 from taskherd.model import Outcome, Run, RunResult, Task
@@ -30,6 +28,9 @@ from taskherd.runtimes.ratelimit import (
     known_reset,
     retry_after_to_reset,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 CONNECT_TIMEOUT = 10.0
 ERROR_BODY_LIMIT = 2000
@@ -93,6 +94,11 @@ class ChatCall:
         self._status = ExitStatus(code=code, ended_at=time.time(), source="chat")
 
     async def _post(self, log) -> int:
+        # Imported at a chat role's first call, not with the daemon: httpx (with its command
+        # line's rich, pygments and click) is ~11 MB of the memory of every daemon, a third
+        # of it (bench/sandbox.py part b), most of which runs no chat role.
+        import httpx
+
         headers = {SESSION_HEADER: self.session_key}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"

@@ -169,16 +169,19 @@ def test_a_run_terminated_at_once_is_stopped_before_its_agent_starts(server, spa
     assert procs.live_group_members(process.pid) == []
 
 
-def test_a_stopped_server_is_replaced_and_the_run_starts_once(server, spawn, tmp_path,
-                                                              monkeypatch):
+def test_a_stopped_server_is_replaced_and_each_run_starts_once(server, spawn, tmp_path,
+                                                               monkeypatch):
     monkeypatch.setattr(forkserver, "REPLY_TIMEOUT", 0.3)
-    marks = tmp_path / "marks"
-    os.kill(server, signal.SIGSTOP)  # it can neither fork nor answer
-    process = spawn(["sh", "-c", f"echo started >> {marks}"])
-    assert process.handle.is_child  # the spawn went cold after the timeout
-    assert wait_exit(process).succeeded
+    spare = spare_of(server)
+    os.kill(server, signal.SIGSTOP)  # it can fork no spare after the one waiting
+    marks = [tmp_path / "first", tmp_path / "second"]
+    first = spawn(["sh", "-c", f"echo started >> {marks[0]}"])
+    assert first.pid == spare  # the spare takes its run itself
+    second = spawn(["sh", "-c", f"echo started >> {marks[1]}"])
+    assert second.handle.is_child  # no spare answered: the spawn went cold after the timeout
+    assert wait_exit(first).succeeded and wait_exit(second).succeeded
     assert wait_gone(server)  # killed, not left stopped
-    assert marks.read_text() == "started\n"
+    assert [mark.read_text() for mark in marks] == ["started\n", "started\n"]
 
 
 def test_a_spawn_never_waits_for_a_server_to_start(spawn, monkeypatch):
@@ -323,3 +326,18 @@ def test_a_process_behind_a_descriptor_past_1024_is_still_seen_ending():
         os.close(high)
         os.close(pidfd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_forked_runs_with_a_capped_log_each_get_their_output_and_status(server, tmp_path):
+    # The shim opens the log to copy a capped log into; its agent's starter makes the log
+    # and writes its header, so the shim must learn of the run only once the log exists.
+    env = procs.agent_env(os.environ["PATH"], {}, {})
+    burst = [procs.spawn(["sh", "-c", f"echo out {index}; exit {index}"], env=env,
+                         cwd=str(tmp_path), log_path=tmp_path / f"capped-{index}.log",
+                         header={"run": index}, max_log_bytes=1 << 20)
+             for index in range(12)]
+    for index, process in enumerate(burst):
+        assert not process.handle.is_child  # forked
+        status = wait_exit(process)
+        assert (status.code, status.source) == (index, "exit_file")
+        assert process.log_path.read_text().splitlines()[1:] == [f"out {index}"]
