@@ -111,7 +111,7 @@ async def _boards(api: Api, request: Request) -> AsyncIterator[bytes]:
     BOARD_GATHER seconds: a page on the board then fetches nothing (a fetch cost a browser
     more CPU than rendering the fragment, shared by every viewer, costs the server).
     `event: logout` once the session's token is revoked; `event: changed` (fetch it
-    yourself) when the fragment could not be read."""
+    yourself) when the store could not answer (a locked or full disk): the stream goes on."""
     with api.hub.gather() as changes:
         yield b"retry: 1000\n\n"
         yield sse("hello", {"gather": BOARD_GATHER})
@@ -120,16 +120,16 @@ async def _boards(api: Api, request: Request) -> AsyncIterator[bytes]:
                 yield KEEPALIVE_LINE
                 continue
             await asyncio.sleep(random.uniform(0, BOARD_SPREAD))
-            logged = await _logged_in(api, request)
-            if logged is None:
-                yield sse("logout", {})
-                return
-            view = _view(api, *logged)
-            try:
-                html = await _board_fragment(api, view, change["seq"])
+            try:  # the session too is read from the store, which may not answer now
+                logged = await _logged_in(api, request)
+                html = None if logged is None else await _board_fragment(
+                    api, _view(api, *logged), change["seq"])
             except Exception:  # noqa: BLE001 - the page fetches it and shows what failed
                 yield sse("changed", change)
                 continue
+            if html is None:
+                yield sse("logout", {})
+                return
             yield sse("board", {"seq": change["seq"], "html": html})
 
 
