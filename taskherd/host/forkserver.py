@@ -28,6 +28,16 @@ What it guarantees:
   stuck), `fork_shim` says so at once and the caller starts a cold shim, while a background
   thread of the owner starts a new server.
 
+A boxed role (a sandbox, no git) also has a **box spare**: a spare whose starter has
+already exec'd bubblewrap with the role's options around the in-box starter
+(``shim.py --in-box``, see `shim.in_box`), so that a run waits neither for a fork nor for
+bwrap's own start (~3-5 ms of CPU). It is asked for like a run (`want_box_spare`, made by
+the owner's background thread), waits for one run on a FIFO of its own, and answers on the
+server's output as a spare does. A run is still started once: the owner gives up on a spare
+that does not answer by killing its process group (the box dies with its shim), and
+starts the run the cold way. No spare for the role, a dead one, or one made with other
+options (a reload: `SparePlan.fingerprint`) → the cold way, and a new spare is asked for.
+
 This module also says how every shim is started (`shim_command`), forked or cold, so that
 the two cannot drift apart.
 """
@@ -38,14 +48,18 @@ import contextlib
 import marshal
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:  # not imported: a command that spawns nothing boxed needs none of it
+    from taskherd.host.sandbox import SparePlan
 
 SHIM_PATH = str(Path(__file__).with_name("shim.py"))
 # -I: ignore PYTHON* env vars and user site (the agent's env must not change
@@ -73,6 +87,17 @@ class ForkedShim:
     started_at: float  # its create time as psutil gives it: the run's pid_started_at
 
 
+@dataclass(frozen=True)
+class _BoxSpare:
+    """A box spare alive (as far as we know): its shim, its channel, what it was made of."""
+
+    shim: ForkedShim
+    start_ticks: int
+    channel: Path
+    fingerprint: tuple
+    server: subprocess.Popen  # whose output it answers on
+
+
 class _ForkServer:
     """At most one ``shim.py --serve`` process, owned by the process that wanted it."""
 
@@ -85,6 +110,9 @@ class _ForkServer:
         self._owner = 0  # the process that started `_server`; a forked child must not use it
         self._wanted = False
         self._starter_pid = 0  # the process whose starter thread runs; threads die at fork
+        self._boxes: dict[str, _BoxSpare] = {}  # a role's box spare
+        self._box_wishes: dict[str, SparePlan] = {}  # spares to make
+        self._channels = 0
 
     def want(self, wanted: bool) -> None:
         with self._changed:
@@ -100,34 +128,119 @@ class _ForkServer:
     def fork_shim(self, run: dict) -> ForkedShim | None:
         """Have the server fork a shim for `run`; None when no server could (start cold)."""
         with self._changed:
-            if not self._wanted:
-                return None
-            server = self._server
-            if server is None or server.poll() is not None:
-                self._server = None
-                self._changed.notify_all()  # the starter thread brings up a new one
-                return None
-            try:
-                # The shim's format (see shim.read_run): json there would cost every spawn.
-                _write_all(_stdin(server).fileno(), marshal.dumps(run).hex().encode() + b"\n")
-            except OSError:  # it died meanwhile: nothing was forked
-                self._server = None
-                self._changed.notify_all()
-                _stop(server)
-                return None
-            reply = _read_reply(_stdout(server).fileno(), REPLY_TIMEOUT)
-            if reply is None:
-                # Stopped or dead before answering: once it is gone its shim, if it forked
-                # one, never gets its go and starts nothing; an answer sent just before the
-                # end still counts, since that shim got its go.
-                self._server = None
-                self._changed.notify_all()
-                _stop(server)
-                reply = _read_reply(_stdout(server).fileno(), 0)
-            if reply is None:
-                return None
+            reply = self._request(run)
+        if reply is None:
+            return None
         pid, start_ticks = reply
         return ForkedShim(pid, psutil.boot_time() + start_ticks / _CLOCK_TICKS)
+
+    def _request(self, run: dict) -> tuple[int, int] | None:
+        """A spare's answer to `run` (held: `_changed`)."""
+        if not self._wanted:
+            return None
+        server = self._server
+        if server is None or server.poll() is not None:
+            self._server = None
+            self._changed.notify_all()  # the starter thread brings up a new one
+            return None
+        try:
+            # The shim's format (see shim.read_run): json there would cost every spawn.
+            _write_all(_stdin(server).fileno(), marshal.dumps(run).hex().encode() + b"\n")
+        except OSError:  # it died meanwhile: nothing was forked
+            self._server = None
+            self._changed.notify_all()
+            _stop(server)
+            return None
+        reply = _read_reply(_stdout(server).fileno(), REPLY_TIMEOUT)
+        if reply is None:
+            # Stopped or dead before answering: once it is gone its shim, if it forked
+            # one, never gets its go and starts nothing; an answer sent just before the
+            # end still counts, since that shim got its go.
+            self._server = None
+            self._changed.notify_all()
+            _stop(server)
+            reply = _read_reply(_stdout(server).fileno(), 0)
+        return reply
+
+    def fork_boxed(self, plan: SparePlan, run: dict) -> ForkedShim | None:
+        """Give `run` to the box spare of `plan.key`; None when there is none to take it (no
+        spare, a dead one, one made of other options, one that did not answer): nothing
+        was started, and the caller starts the run the cold way."""
+        with self._changed:
+            spare = self._boxes.pop(plan.key, None)
+            if spare is None:
+                return None
+            if spare.fingerprint != plan.fingerprint or spare.server is not self._server:
+                _end_box(spare)
+                return None
+            try:  # non-blocking: with no reader (the spare is gone) the open fails at once
+                fd = os.open(spare.channel, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                _end_box(spare)
+                return None
+            try:
+                os.set_blocking(fd, True)
+                _write_all(fd, marshal.dumps(run).hex().encode() + b"\n")
+            except OSError:
+                _end_box(spare)
+                return None
+            finally:
+                os.close(fd)
+            reply = _read_reply(_stdout(spare.server).fileno(), REPLY_TIMEOUT)
+            if reply != (spare.shim.pid, spare.start_ticks):
+                # Stopped or wedged: killed (its box with it) before the run goes the cold
+                # way, so that it is never started twice; the server is replaced, since an
+                # answer written meanwhile would be read as the next request's.
+                _end_box(spare)
+                self._server = None
+                self._changed.notify_all()
+                _stop(spare.server)
+                return None
+            spare.channel.unlink(missing_ok=True)
+            return spare.shim
+
+    def want_box_spare(self, plan: SparePlan) -> None:
+        """Have a box spare made for `plan` (in the background), unless one is there."""
+        with self._changed:
+            spare = self._boxes.get(plan.key)
+            if spare is not None and spare.fingerprint == plan.fingerprint:
+                return
+            self._box_wishes[plan.key] = plan
+            self._ensure_starter()
+            self._changed.notify_all()
+
+    def box_spare_pid(self, key: str) -> int | None:
+        with self._changed:
+            spare = self._boxes.get(key)
+            return spare.shim.pid if spare is not None else None
+
+    def _make_box_spares(self) -> None:
+        """The box spares wished for (held: `_changed`)."""
+        while self._box_wishes and self._server is not None:
+            key, plan = self._box_wishes.popitem()
+            channel_dir = Path(plan.channels)
+            old = self._boxes.pop(key, None)
+            if old is not None:
+                _end_box(old)  # made of other options (a reload)
+            self._channels += 1
+            channel = channel_dir / f"box-{os.getpid()}-{self._channels}"
+            try:
+                channel_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                channel.unlink(missing_ok=True)
+                os.mkfifo(channel, 0o600)  # whoever can write it gives the box its run
+            except OSError:
+                continue
+            server = self._server
+            reply = self._request({"box_spare": list(plan.argv), "files": list(plan.files),
+                                   "channel": str(channel), "stage": plan.stage,
+                                   "source": plan.source})
+            if reply is None:
+                channel.unlink(missing_ok=True)
+                continue
+            pid, start_ticks = reply
+            shim = ForkedShim(pid, psutil.boot_time() + start_ticks / _CLOCK_TICKS)
+            assert server is not None
+            self._boxes[key] = _BoxSpare(shim, start_ticks, channel, plan.fingerprint, server)
 
     def pid(self) -> int | None:
         with self._changed:
@@ -156,7 +269,11 @@ class _ForkServer:
     def _start_forever(self) -> None:
         while True:
             with self._changed:
-                self._changed.wait_for(lambda: self._wanted and self._server is None)
+                self._changed.wait_for(lambda: self._wanted and (
+                    self._server is None or bool(self._box_wishes)))
+                if self._server is not None:
+                    self._make_box_spares()
+                    continue
             server = _start_server()  # outside the lock: a spawn must not wait for this
             surplus = None
             with self._changed:
@@ -204,6 +321,40 @@ def fork_shim(run: dict) -> ForkedShim | None:
     caller starts a cold shim.
     """
     return _server.fork_shim(run)
+
+
+def fork_boxed(plan: SparePlan, run: dict) -> ForkedShim | None:
+    """A shim whose agent is started in its role's box spare (see the module's docstring);
+    None when there is no spare to take it: the caller starts the run the cold way."""
+    return _server.fork_boxed(plan, run)
+
+
+def want_box_spare(plan: SparePlan) -> None:
+    """Have a box spare made ahead for `plan`'s role, unless one made of the same options
+    waits; returns at once."""
+    _server.want_box_spare(plan)
+
+
+def box_spare_pid(key: str) -> int | None:
+    """The shim pid of role `key`'s box spare, if one is known."""
+    return _server.box_spare_pid(key)
+
+
+def _end_box(spare: _BoxSpare) -> None:
+    """Kill a box spare's process group (its shim leads it; bwrap dies with its parent)."""
+    spare.channel.unlink(missing_ok=True)
+    if _start_ticks(spare.shim.pid) == spare.start_ticks:  # not a later owner of the pid
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(spare.shim.pid, signal.SIGKILL)
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(b")") + 2:].split()[19])
 
 
 def _start_server() -> subprocess.Popen | None:

@@ -29,10 +29,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
 from taskherd.host import forkserver, logfile
+
+if TYPE_CHECKING:
+    from taskherd.host.sandbox import SparePlan
 
 HEADER_PREFIX = "# taskherd "
 # psutil's create_time comes from boot-relative ticks plus the wall-clock boot
@@ -232,7 +236,8 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
           stdin_path: Path | None = None, header: Mapping | None = None,
           keep_input_open: bool = False, max_log_bytes: int | None = None,
           cgroups: Sequence[str] = (), open_files: Sequence[str] = (),
-          copier_cgroups: Sequence[str] = ()) -> SpawnedProcess:
+          copier_cgroups: Sequence[str] = (),
+          box: SparePlan | None = None) -> SpawnedProcess:
     """Start `argv` under the shim in a new session, output appended to `log_path`.
 
     With `max_log_bytes` the output reaches the log through the shim, which keeps its head and
@@ -246,6 +251,8 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
     itself stays out of them). `open_files`: opened read-only on the agent's fds 3, 4, … (its
     sandbox's seccomp filter). `copier_cgroups`: where the shim moves itself while it copies
     a capped log (the role's cpu cap: a chatty agent's output is copied on its cores).
+    `box`: `argv` is its role's box around the agent; the run goes through the role's box spare
+    when one waits (`forkserver.fork_boxed`), and a spare is asked for the next run.
 
     Raises FileNotFoundError naming the program when it cannot be found on the
     env's PATH, before anything is started. Returns once the shim has been
@@ -279,7 +286,10 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
                    "files": list(open_files), "copier_cgroups": list(copier_cgroups)}
             # A missing cwd goes the cold way, where Popen raises for it; a forked shim
             # would only report it as the run's exit 127.
-            forked = forkserver.fork_shim(run) if cwd is None or os.path.isdir(cwd) else None
+            usable = cwd is None or os.path.isdir(cwd)
+            forked = _fork_boxed(box, run, stdin_path) if usable and box else None
+            if forked is None and usable:
+                forked = forkserver.fork_shim(run)
             if forked is None:
                 joins = [arg for path in cgroups for arg in ("--cgroup", path)]
                 joins += [arg for path in open_files for arg in ("--file", path)]
@@ -295,12 +305,27 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
                 started_at = psutil.Process(popen.pid).create_time()
     finally:
         os.close(log_fd)
+    if box is not None:
+        forkserver.want_box_spare(box)
     if forked is not None:
         # The fork server's child, not ours: watched like a run adopted after a restart.
         handle = _watch(forked.pid, forked.started_at, log_path)
         return SpawnedProcess(forked.pid, forked.started_at, log_path, exit_path, handle)
     handle = ProcessHandle(popen.pid, started_at, log_path, popen=popen)
     return SpawnedProcess(popen.pid, started_at, log_path, exit_path, handle)
+
+
+def _fork_boxed(box: SparePlan, run: dict,
+                stdin_path: Path | None) -> forkserver.ForkedShim | None:
+    """`run` given to its role's box spare, whose in-box starter opens its files through the
+    log dir's bind (`box.source`): by their real paths, which lie there."""
+    from taskherd.host.sandbox import within  # loaded already: the box was made there
+
+    real = {key: os.path.realpath(run[key]) for key in ("log", "input", "stdin") if run[key]}
+    if not all(within(Path(path), Path(box.source)) for path in real.values()):
+        return None  # a stdin file elsewhere: the cold box opens it outside
+    return forkserver.fork_boxed(box, {**run, **real, "argv": list(box.agent_argv),
+                                       "box_files": list(box.run_files)})
 
 
 def _make_input_channel(log_path: Path) -> Path:

@@ -26,6 +26,7 @@ never run unconfined. Nothing here reads task text: paths come from the config a
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import struct
@@ -65,6 +66,35 @@ I386 = (0x40000003, 359, 102)  # x86's 32-bit ABI: socket(2), and socketcall(2) 
 ALLOW, REFUSE = 0x7FFF0000, 0x00050000 | 97  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO(EAFNOSUPPORT)
 REFUSED_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET
 SECCOMP_FD = 3  # where the shim's child opens the filter for bwrap --seccomp
+# Where a box spare's in-box starter sees the daemon's log dir until its run's files are bound
+# (in the data dir's hiding tmpfs; unmounted before the agent's exec).
+STAGE_NAME = ".box-stage"
+BOX_CHANNELS = "boxes"  # the folder of the box spares' FIFOs, in the data dir
+# What the in-box starter needs to bind its run's files, and drops before the agent's exec.
+SPARE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP")
+
+
+@dataclass(frozen=True)
+class SparePlan:
+    """How one run goes through its role's box spare (see `taskherd.host.forkserver`): the
+    box made ahead with the role's static options, the run's own files bound in by the
+    spare's in-box starter (`shim.in_box`) from `source` (the daemon's log dir), staged at
+    `stage` inside the box."""
+
+    key: str  # the role: one spare each
+    argv: tuple[str, ...]  # bwrap and the role's static options, without "--"
+    files: tuple[str, ...]  # opened on fds 3, 4, … for bwrap (its seccomp filter)
+    stage: str
+    source: str
+    agent_argv: tuple[str, ...]
+    run_files: tuple[str, ...]  # bound read-only at their paths, within `source`
+    channels: str  # the folder of the spares' FIFOs (0700, in the data dir)
+
+    @property
+    def fingerprint(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """What a spare made for this plan must have been made with (a reload that changes
+        the role's box makes the old spare unusable)."""
+        return self.argv, self.files
 
 
 @dataclass(frozen=True)
@@ -77,9 +107,14 @@ class Confinement:
     open_files: tuple[str, ...] = ()
     cgroups: tuple[str, ...] = ()  # the cgroup.procs files it joins before its exec
     copier_cgroups: tuple[str, ...] = ()  # where its shim copies its output (its cpu cap)
+    # argv, env → how the run goes through its role's box spare; None: no spare for it
+    spare: Callable[[list[str], dict[str, str]], SparePlan | None] | None = None
 
     def argv(self, argv: list[str], env: dict[str, str]) -> list[str]:
         return argv if self.wrap is None else self.wrap(argv, env)
+
+    def spare_plan(self, argv: list[str], env: dict[str, str]) -> SparePlan | None:
+        return None if self.spare is None else self.spare(argv, env)
 
 
 class SandboxUnavailable(Exception):
@@ -106,12 +141,39 @@ class AgentBox:
     def wrap(self, argv: list[str], env: dict[str, str], bwrap: str) -> list[str]:
         """`argv` as started in this box. Raises SandboxUnavailable for a `writable` path
         that is missing (the box would not be what the role says)."""
+        self._check_writable()
+        return [bwrap, *self.options(env, argv[0]), "--", *argv]
+
+    def _check_writable(self) -> None:
         for path in self.settings.writable:
             if not path.exists():
                 raise SandboxUnavailable(
                     f"the sandbox's writable path {path} does not exist: create it, or take "
                     "it out of the role's [isolation] writable list")
-        return [bwrap, *self.options(env, argv[0]), "--", *argv]
+
+    def spare_plan(self, key: str, argv: list[str], env: dict[str, str], bwrap: str,
+                   source: Path) -> SparePlan | None:
+        """How a run of this box goes through a box spare of role `key`: None when it cannot
+        (a git role's worktree is per task; a run file outside the log dir `source`)."""
+        if self.git_dir is not None:
+            return None
+        source = Path(os.path.realpath(source))
+        files = [path for path in self.run_files if path.exists()]
+        if not all(within(Path(os.path.realpath(path)), source) for path in files):
+            return None
+        self._check_writable()  # SandboxUnavailable, as the cold box raises
+        static = dataclasses.replace(self, run_files=())
+        stage = self.data_dir / STAGE_NAME
+        options = static.options(env, argv[0])
+        caps = [arg for cap in SPARE_CAPS for arg in ("--cap-add", cap)]
+        at = options.index("--cap-drop") + 2
+        options[at:at] = caps  # the in-box starter's alone: dropped before the agent's exec
+        chdir = options.index("--chdir")
+        options[chdir:chdir] = ["--bind", str(source), str(stage)]
+        return SparePlan(key, (bwrap, *options), tuple(str(p) for p in self.open_files),
+                         str(stage), str(source), tuple(argv),
+                         tuple(os.path.realpath(path) for path in files),
+                         str(self.data_dir / BOX_CHANNELS))
 
     @property
     def open_files(self) -> tuple[Path, ...]:

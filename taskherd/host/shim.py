@@ -506,10 +506,12 @@ def _spare(server, told_read, told_write, devnull):
         os.setsid()
         report_read, report_write = os.pipe()
         output_read, output_write = os.pipe()  # the agent's output, when its log is capped
+        go_read, go_write = os.pipe()  # a box spare's: its cgroups joined (see `_join_box`)
         agent = os.fork()
         if agent == 0:
             os.close(report_read)
-            _starter(server, told_write, report_write, output_read, output_write)
+            os.close(go_write)
+            _starter(server, told_write, report_write, output_read, output_write, go_read)
         # From here a signal is forwarded to the group: before its exec the starter (with
         # the default actions) dies of it, as its agent would.
         _agent_pid = agent
@@ -518,6 +520,7 @@ def _spare(server, told_read, told_write, devnull):
         os.close(told_write)
         os.close(report_write)
         os.close(output_write)
+        os.close(go_read)
         # The server's pipes to its owner are not kept: a copy of them here would hide the
         # server's end from the owner (no EOF, no broken pipe). The starter has its own.
         os.dup2(devnull, 0)
@@ -525,19 +528,22 @@ def _spare(server, told_read, told_write, devnull):
         told = os.read(report_read, PIPE_BUF)  # its starter's one write: whole
         while len(told) >= PIPE_BUF and (more := os.read(report_read, PIPE_BUF)):
             told += more  # (paths longer than the pipe writes at once)
-        code = _shim_of(agent, told, output_read)
+        code = _shim_of(agent, told, output_read, go_write)
     finally:
         os._exit(code)  # never back into the server's loop, no interpreter teardown
 
 
-def _shim_of(agent, told, output_read):
+def _shim_of(agent, told, output_read, go_write):
     """What a forked shim does while its agent runs, once its starter `told` it what it must
     know: as `main` does once it started its agent. An exec that failed ends the starter with
     EXEC_FAILED_CODE, and the reason in the log."""
     if not told:  # the starter ended without a run (end of input, its server gone)
         os.waitpid(agent, 0)
         return 1
-    exit_path, input_path, log_path, head, tail, copier_cgroups = marshal.loads(told)
+    exit_path, input_path, log_path, head, tail, copier_cgroups, *box = marshal.loads(told)
+    if box:
+        _join_box(agent, box[0], go_write)
+    os.close(go_write)
     if input_path:
         # The run's input FIFO, read and write: this shim holds it open for the run's life,
         # so the agent never reads an end of input and `taskherd task answer` reaches it.
@@ -551,7 +557,44 @@ def _shim_of(agent, told, output_read):
     return _record_end(exit_path, agent)
 
 
-def _starter(server, told_write, report_write, output_read, output_write):
+def _join_box(agent, cgroup_files, go_write):
+    """A box spare's run with caps: its in-box starter cannot join its cgroups itself (the
+    box's /sys/fs/cgroup is read-only, its pids are not the host's), so this shim, the box's
+    parent, moves the box's processes in by their host pids and answers (b"1": joined, b"0":
+    not; the starter then starts nothing), before the agent's exec."""
+    joined = b"1"
+    try:
+        pids = _descendants(agent)
+        for path in cgroup_files:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                for pid in pids:
+                    os.write(fd, str(pid).encode())
+            finally:
+                os.close(fd)
+    except OSError:
+        joined = b"0"
+    os.write(go_write, joined)
+
+
+def _descendants(pid):
+    """`pid` and every process below it (bwrap, its namespace's init, the in-box starter)."""
+    found, index = [pid], 0
+    while index < len(found):
+        here = found[index]
+        index += 1
+        try:
+            fd = os.open(f"/proc/{here}/task/{here}/children", os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            found += [int(child) for child in os.read(fd, 65536).split()]
+        finally:
+            os.close(fd)
+    return found
+
+
+def _starter(server, told_write, report_write, output_read, output_write, go_read):
     """The agent's starter, forked by its shim ahead of the run: waits for the run, answers
     for its shim, tells it what it must know (`_shim_of`), prepares the run and becomes its
     agent; never returns. The agent starts only once the answer is on its way to the daemon
@@ -572,11 +615,16 @@ def _starter(server, told_write, report_write, output_read, output_write):
         if run is None:
             os.write(told_write, END_OF_INPUT)
             return
-        _answer(f"{shim} {_stat_fields(shim)[19].decode()}\n".encode())
+        start_ticks = _stat_fields(shim)[19].decode()
+        _answer(f"{shim} {start_ticks}\n".encode())
         os.write(told_write, TOOK_RUN)
         os.close(told_write)
         if int(_stat_fields(shim)[1]) != server:
             return  # the server's end came before the daemon could know of this run
+        if run.get("box_spare"):
+            _become_box(run, shim, start_ticks, report_write, output_write, go_read)
+            return
+        os.close(go_read)
         _become_agent(run, shim, report_write, output_write)
     finally:
         os._exit(code)
@@ -636,6 +684,159 @@ def _become_agent(run, shim, report_write, output_write):
             os.write(report_write, told)
 
 
+def _become_box(request, shim, start_ticks, report_write, output_write, go_read):
+    """A box spare (``forkserver.make_box_spare``): exec bwrap with its role's options around
+    the in-box starter (`in_box`), which waits in there for a run on a channel of its own.
+    What it must know of its shim (pid, start ticks) is known here, outside its PID
+    namespace, and passed in; so are the shim's pipes, the server's (its 0 and 1) and the
+    box's seccomp filter (on 3, 4, …), all inherited through bwrap."""
+    channel = os.open(request["channel"], os.O_RDWR)  # never an end of input: see `in_box`
+    files = request.get("files", ())
+    kept = [_above(fd, 3 + len(files)) for fd in (channel, report_write, output_write, go_read)]
+    for number, path in enumerate(files, start=3):
+        fd = os.open(path, os.O_RDONLY)
+        if fd != number:
+            os.dup2(fd, number)  # inheritable: bwrap reads it
+            os.close(fd)
+        else:
+            os.set_inheritable(fd, True)
+    for fd in kept:
+        os.set_inheritable(fd, True)
+    for signum in RESET_IN_CHILD + FORWARDED_SIGNALS:
+        _signal.signal(signum, _signal.SIG_DFL)
+    argv = [*request["box_spare"], "--", sys.executable, "-I", "-S", os.path.abspath(__file__),
+            "--in-box", *map(str, kept), str(shim), start_ticks, request["stage"],
+            request["source"]]
+    os.execve(argv[0], argv, {})
+
+
+# What the in-box starter calls through ctypes (<linux/mount.h>, <linux/prctl.h>,
+# <linux/capability.h>).
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
+MNT_DETACH = 2
+PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _Kernel:
+    """The calls Python has no module for, loaded before the run comes (ctypes costs
+    milliseconds to import and resolve, which a run would wait for)."""
+
+    def __init__(self):
+        import ctypes
+
+        self.ctypes = ctypes
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open("/proc/sys/kernel/cap_last_cap", os.O_RDONLY)
+        try:
+            self.last_cap = int(os.read(fd, 32))
+        finally:
+            os.close(fd)
+
+    def _check(self, result, what):
+        if result != 0:
+            number = self.ctypes.get_errno()
+            raise OSError(number, f"{what}: {os.strerror(number)}")
+
+    def bind_read_only(self, source, target):
+        self._check(self.libc.mount(source.encode(), target.encode(), None, MS_BIND, None),
+                    f"bind {target}")
+        self._check(self.libc.mount(None, target.encode(), None,
+                                    MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                                    None), f"read-only {target}")
+
+    def unmount(self, path):
+        self._check(self.libc.umount2(path.encode(), MNT_DETACH), f"unmount {path}")
+
+    def drop_capabilities(self):
+        """None left, none to gain: the bounding set emptied (CAP_SETPCAP, needed for that,
+        last), the ambient set cleared, then effective, permitted and inheritable zeroed.
+        bwrap set no_new_privs: no setuid program or file capability gives any back."""
+        for cap in range(self.last_cap + 1):
+            self._check(self.libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop bounding cap")
+        self._check(self.libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0),
+                    "clear ambient caps")
+        header = (self.ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+        data = (self.ctypes.c_uint32 * 6)()
+        self._check(self.libc.capset(header, data), "capset")
+
+
+def in_box(args):
+    """``shim.py --in-box CHANNEL REPORT OUTPUT GO SHIM START_TICKS STAGE SOURCE``: a box
+    spare's starter, run by bwrap inside its role's box, made before any run was claimed.
+
+    It waits for one run on CHANNEL (a FIFO of its own the daemon writes), and goes away
+    when the daemon does (its fork server's input, our 0, hangs up) or its shim does. Then,
+    as `_starter` and `_become_agent` do outside: it answers for its shim on the server's
+    output (our 1), takes on the run's log (header written), stdin and input through STAGE
+    (a bind of SOURCE, the daemon's log dir, that only it uses), binds the run's files
+    read-only at their real paths, unmounts STAGE, drops every capability (bwrap gave it
+    CAP_SYS_ADMIN and CAP_SETPCAP for this alone), tells its shim (which moves the box into
+    the run's cgroups first, when it has caps) and execs the agent."""
+    channel, report, output, go = (int(fd) for fd in args[:4])
+    shim, start_ticks, stage, source = int(args[4]), args[5], args[6], args[7]
+    for fd in (channel, report, output, go):
+        os.set_inheritable(fd, False)  # none of them is the agent's
+    kernel = _Kernel()
+    waiting = select.poll()
+    waiting.register(channel, select.POLLIN)
+    for fd in (0, report):
+        waiting.register(fd, 0)  # POLLHUP, POLLERR: the daemon, or the shim, went away
+    ready = dict(waiting.poll())
+    if set(ready) - {channel}:
+        return 1
+    run = read_run(channel, bytearray())
+    if run is None:
+        return 1
+    _answer(f"{shim} {start_ticks}\n".encode())
+
+    def staged(path):
+        return stage + path[len(source):]
+
+    log_fd = os.open(staged(run["log"]), os.O_WRONLY | os.O_APPEND)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    _write_header(run["header"], shim)
+    cgroups = run.get("cgroups", [])
+    told = marshal.dumps((run["exit_path"], run.get("input"), run["log"],
+                          run.get("log_head", 0), run.get("log_tail", 0),
+                          run.get("copier_cgroups", []), *([cgroups] if cgroups else [])))
+    what = "its box"
+    try:
+        if run.get("input"):
+            stdin_fd = os.open(staged(run["input"]), os.O_RDWR)
+        else:
+            stdin_fd = os.open(staged(run["stdin"]) if run["stdin"] else os.devnull,
+                               os.O_RDONLY)
+        os.dup2(stdin_fd, 0)  # the server's input is not the agent's
+        os.close(stdin_fd)
+        for path in run["box_files"]:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)  # in the hiding tmpfs
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            kernel.bind_read_only(staged(path), path)
+        kernel.unmount(stage)
+        os.rmdir(stage)
+        what = f"cwd {run['cwd']}"
+        os.chdir(run["cwd"])
+        what = run["argv"][0]
+        if run.get("log_head", 0) > 0:
+            os.dup2(output, 1)
+            os.dup2(output, 2)
+        for signum in RESET_IN_CHILD + FORWARDED_SIGNALS + (_signal.SIGINT,):
+            _signal.signal(signum, _signal.SIG_DFL)
+        kernel.drop_capabilities()
+        os.write(report, told)
+        told = b""
+        if cgroups and os.read(go, 1) != b"1":
+            raise OSError(1, "its cgroups (its caps) could not be joined")
+        _exec(run["argv"], run["env"])
+    except OSError as error:
+        os.write(log_fd, f"# taskherd exec failed: {what}: {error}\n".encode())
+        if told:
+            os.write(report, told)
+    return EXEC_FAILED_CODE
+
+
 def _exec(argv, env):
     """execvpe, searching the agent's PATH: os.execvpe's own search (get_exec_path, with its
     warnings filters) takes about a millisecond in a freshly forked interpreter, on the way
@@ -684,4 +885,6 @@ def _stat_fields(pid):
 
 
 if __name__ == "__main__":
-    sys.exit(serve() if sys.argv[1:] == ["--serve"] else main(sys.argv[1:]))
+    if sys.argv[1:] == ["--serve"]:
+        sys.exit(serve())
+    sys.exit(in_box(sys.argv[2:]) if sys.argv[1:2] == ["--in-box"] else main(sys.argv[1:]))

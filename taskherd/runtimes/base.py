@@ -240,7 +240,8 @@ class CommandLineRuntime(Runtime):
                               keep_input_open=role.on_input == "wait",
                               max_log_bytes=role.max_log_bytes, cgroups=confined.cgroups,
                               open_files=confined.open_files,
-                              copier_cgroups=confined.copier_cgroups)
+                              copier_cgroups=confined.copier_cgroups,
+                              box=confined.spare_plan(launch.argv, env))
         return spawned.handle
 
 

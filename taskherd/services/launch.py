@@ -12,7 +12,7 @@ import logging
 import os
 import secrets
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from taskherd.host import cgroups
@@ -166,8 +166,45 @@ class Launch:
             return Confinement(cgroups=joins, copier_cgroups=copier) if joins else None
         box = self.box(role, run_files, memory_file)
         bwrap = self.bubblewrap.path()
+        spare = None
+        if role.git is None:  # a git role's box holds its task's worktree: made cold
+            spare = functools.partial(box.spare_plan, role.name, bwrap=bwrap,
+                                      source=self.config.daemon.log_dir)
         return Confinement(functools.partial(box.wrap, bwrap=bwrap),
-                           tuple(str(path) for path in box.open_files), joins, copier)
+                           tuple(str(path) for path in box.open_files), joins, copier, spare)
+
+    def warm_box_spares(self, roles: Iterable[RoleConfig]) -> int:
+        """Have a box spare made for each boxed role without git, ahead of its first run; the
+        number asked for. What a run's agent will be given is guessed here (its program, its
+        role's env); a guess that proves wrong costs that run the cold box, and the spare
+        is made again from the run's own. A role whose box cannot be made gets none (its
+        run says why)."""
+        from taskherd.host import forkserver, procs
+
+        asked = 0
+        for role in roles:
+            isolation = role.isolation
+            if (isolation is None or not isolation.confined or role.git is not None
+                    or role.runtime == "chat"):
+                continue
+            program = (role.command[:1] if role.runtime == "command"
+                       else [role.binary or role.runtime])
+            if not program:
+                continue
+            memory = (str(memory_ops.short_term_file(self.config, role.name))
+                      if role.memory else None)
+            env = procs.agent_env(agent_path(self.config, role), role.env, {})
+            try:
+                plan = self.box(role, (), memory).spare_plan(
+                    role.name, list(program), env, self.bubblewrap.path(),
+                    self.config.daemon.log_dir)
+            except (SandboxUnavailable, OSError) as error:
+                log.info("role %s: no box spare made ahead: %s", role.name, error)
+                continue
+            if plan is not None:
+                forkserver.want_box_spare(plan)
+                asked += 1
+        return asked
 
     def cgroup_host(self) -> cgroups.Host:
         """Where this daemon's run cgroups go (read once: the host does not change under
