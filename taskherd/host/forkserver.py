@@ -117,7 +117,13 @@ class _ForkServer:
     def want(self, wanted: bool) -> None:
         with self._changed:
             self._wanted = wanted
-            server, self._server = (None, self._server) if not wanted else (self._server, None)
+            # Not wanted: the server is taken out and stopped (it had been kept, and stopped
+            # only by the next start, with the box spares waiting on its pipes), its box
+            # spares and wishes forgotten (they end with its input).
+            server, self._server = (self._server, None) if not wanted else (None, self._server)
+            if not wanted:
+                self._boxes.clear()
+                self._box_wishes.clear()
             if wanted:
                 self._ensure_starter()
                 self._changed.notify_all()
@@ -173,20 +179,30 @@ class _ForkServer:
             if spare.fingerprint != plan.fingerprint or spare.server is not self._server:
                 _end_box(spare)
                 return None
+            try:
+                # Pinned first: a spare gone before the run is given (killed, its box
+                # failed) is told by its pid; one gone after, by the pidfd turning readable.
+                pidfd = os.pidfd_open(spare.shim.pid)
+            except OSError:
+                pidfd = None
+            if pidfd is None or _start_ticks(spare.shim.pid) != spare.start_ticks:
+                _end_box(spare)
+                return self._closed(pidfd)
             try:  # non-blocking: with no reader (the spare is gone) the open fails at once
                 fd = os.open(spare.channel, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError:
                 _end_box(spare)
-                return None
+                return self._closed(pidfd)
             try:
                 os.set_blocking(fd, True)
                 _write_all(fd, marshal.dumps(run).hex().encode() + b"\n")
             except OSError:
                 _end_box(spare)
-                return None
+                return self._closed(pidfd)
             finally:
                 os.close(fd)
-            reply = _read_reply(_stdout(spare.server).fileno(), REPLY_TIMEOUT)
+            reply = _read_reply(_stdout(spare.server).fileno(), REPLY_TIMEOUT, pidfd)
+            os.close(pidfd)
             if reply != (spare.shim.pid, spare.start_ticks):
                 # Stopped or wedged: killed (its box with it) before the run goes the cold
                 # way, so that it is never started twice; the server is replaced, since an
@@ -199,20 +215,29 @@ class _ForkServer:
             spare.channel.unlink(missing_ok=True)
             return spare.shim
 
+    @staticmethod
+    def _closed(pidfd: int | None) -> None:
+        if pidfd is not None:
+            os.close(pidfd)
+
     def want_box_spare(self, plan: SparePlan) -> None:
         """Have a box spare made for `plan` (in the background), unless one is there."""
         with self._changed:
             spare = self._boxes.get(plan.key)
-            if spare is not None and spare.fingerprint == plan.fingerprint:
+            if (spare is not None and spare.fingerprint == plan.fingerprint
+                    and spare.server is self._server):
                 return
             self._box_wishes[plan.key] = plan
             self._ensure_starter()
             self._changed.notify_all()
 
-    def box_spare_pid(self, key: str) -> int | None:
+    def box_spare_pid(self, plan: SparePlan) -> int | None:
         with self._changed:
-            spare = self._boxes.get(key)
-            return spare.shim.pid if spare is not None else None
+            spare = self._boxes.get(plan.key)
+            if (spare is None or spare.server is not self._server
+                    or spare.fingerprint != plan.fingerprint):
+                return None
+            return spare.shim.pid
 
     def _make_box_spares(self) -> None:
         """The box spares wished for (held: `_changed`)."""
@@ -335,9 +360,9 @@ def want_box_spare(plan: SparePlan) -> None:
     _server.want_box_spare(plan)
 
 
-def box_spare_pid(key: str) -> int | None:
-    """The shim pid of role `key`'s box spare, if one is known."""
-    return _server.box_spare_pid(key)
+def box_spare_pid(plan: SparePlan) -> int | None:
+    """The shim pid of the box spare `plan` would take, if one is known."""
+    return _server.box_spare_pid(plan)
 
 
 def _end_box(spare: _BoxSpare) -> None:
@@ -401,14 +426,23 @@ def wait_readable(fd: int, timeout: float) -> bool:
     return bool(poller.poll(max(timeout, 0) * 1000))
 
 
-def _read_reply(fd: int, timeout: float) -> tuple[int, int] | None:
-    """``PID START_TICKS``, or None when nothing whole came within `timeout` s.
+def _read_reply(fd: int, timeout: float,
+                gone: int | None = None) -> tuple[int, int] | None:
+    """``PID START_TICKS``, or None when nothing whole came within `timeout` s, or `gone` (a
+    box spare's pidfd) turned readable first.
 
     Requests are one at a time, so an answer is never mixed with another's.
     """
     reply = b""
     while not reply.endswith(b"\n"):
-        if not wait_readable(fd, timeout):
+        if gone is not None:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.register(gone, select.POLLIN)
+            # The answer counts whenever it is there: a quick run's shim may be gone by then.
+            if fd not in dict(poller.poll(max(timeout, 0) * 1000)):
+                return None
+        elif not wait_readable(fd, timeout):
             return None
         chunk = os.read(fd, 64)
         if not chunk:

@@ -324,7 +324,9 @@ def _fork_boxed(box: SparePlan, run: dict,
     real = {key: os.path.realpath(run[key]) for key in ("log", "input", "stdin") if run[key]}
     if not all(within(Path(path), Path(box.source)) for path in real.values()):
         return None  # a stdin file elsewhere: the cold box opens it outside
+    # The header says so (`"box": "spare"`): the argv it shows is the cold box's, the same box.
     return forkserver.fork_boxed(box, {**run, **real, "argv": list(box.agent_argv),
+                                       "header": run["header"] + ', "box": "spare"',
                                        "box_files": list(box.run_files)})
 
 

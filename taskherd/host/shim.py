@@ -615,6 +615,7 @@ def _starter(server, told_write, report_write, output_read, output_write, go_rea
         if run is None:
             os.write(told_write, END_OF_INPUT)
             return
+        channel = _open_channel(run) if run.get("box_spare") else None
         start_ticks = _stat_fields(shim)[19].decode()
         _answer(f"{shim} {start_ticks}\n".encode())
         os.write(told_write, TOOK_RUN)
@@ -622,7 +623,9 @@ def _starter(server, told_write, report_write, output_read, output_write, go_rea
         if int(_stat_fields(shim)[1]) != server:
             return  # the server's end came before the daemon could know of this run
         if run.get("box_spare"):
-            _become_box(run, shim, start_ticks, report_write, output_write, go_read)
+            if channel is not None:
+                _become_box(run, channel, shim, start_ticks, report_write, output_write,
+                            go_read)
             return
         os.close(go_read)
         _become_agent(run, shim, report_write, output_write)
@@ -684,13 +687,21 @@ def _become_agent(run, shim, report_write, output_write):
             os.write(report_write, told)
 
 
-def _become_box(request, shim, start_ticks, report_write, output_write, go_read):
+def _open_channel(request):
+    """A box spare's channel, opened before its answer: once the daemon knows of the spare, a
+    run written there has a reader (an open that finds none says the spare is gone)."""
+    try:
+        return os.open(request["channel"], os.O_RDWR)  # never an end of input: see `in_box`
+    except OSError:
+        return None  # answered all the same, then gone: its runs go the cold way
+
+
+def _become_box(request, channel, shim, start_ticks, report_write, output_write, go_read):
     """A box spare (``forkserver.make_box_spare``): exec bwrap with its role's options around
     the in-box starter (`in_box`), which waits in there for a run on a channel of its own.
     What it must know of its shim (pid, start ticks) is known here, outside its PID
     namespace, and passed in; so are the shim's pipes, the server's (its 0 and 1) and the
     box's seccomp filter (on 3, 4, …), all inherited through bwrap."""
-    channel = os.open(request["channel"], os.O_RDWR)  # never an end of input: see `in_box`
     files = request.get("files", ())
     kept = [_above(fd, 3 + len(files)) for fd in (channel, report_write, output_write, go_read)]
     for number, path in enumerate(files, start=3):

@@ -28,6 +28,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from taskherd.host import procs
 from taskherd.model import FINAL_STATES, Outcome, Task, TaskState
 from tests.fleet import PYTHON, Fleet
 
@@ -413,6 +414,19 @@ def test_every_escape_fails_in_the_box_and_succeeds_out_of_it(attempts):
     assert ("written by an agent" in attempts.fleet.config_path.read_text()) is not boxed
     assert ("curl evil" in (root / "home" / ".bashrc").read_text()) is not boxed
     assert (root / "outside.txt").exists() is not boxed
+
+
+def test_a_boxed_agent_without_git_starts_in_its_roles_box_spare(attempts):
+    # Made before the claim (the daemon asks for one per boxed role at its start), so the
+    # escapes above were tried from a box spare's agent; a git role's box is made cold.
+    fleet = attempts.fleet
+    started = {attempt: procs.read_header(Path(fleet.store.runs_of_task(task.id)[-1].log_path))
+               for attempt, task in attempts.tasks.items()}
+    spared = {attempt for attempt, header in started.items() if header.get("box") == "spare"}
+    if attempts.boxed:
+        assert spared == set(attempts.tasks) - set(GIT_ROLES)
+    else:
+        assert not spared
 
 
 def test_the_data_dir_shows_a_boxed_agent_its_door_alone(attempts):
