@@ -188,6 +188,14 @@ class _ForkServer:
             if pidfd is None or _start_ticks(spare.shim.pid) != spare.start_ticks:
                 _end_box(spare)
                 return self._closed(pidfd)
+            if run.get("cgroups"):
+                joined = _join_box(spare.shim.pid, run["cgroups"])
+                if joined is None:  # its box not up yet: kept for the next run
+                    self._boxes[plan.key] = spare
+                    return self._closed(pidfd)
+                if not joined:  # the cold box's starter meets the same refusal, and says it
+                    _end_box(spare)
+                    return self._closed(pidfd)
             try:  # non-blocking: with no reader (the spare is gone) the open fails at once
                 fd = os.open(spare.channel, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError:
@@ -363,6 +371,43 @@ def want_box_spare(plan: SparePlan) -> None:
 def box_spare_pid(plan: SparePlan) -> int | None:
     """The shim pid of the box spare `plan` would take, if one is known."""
     return _server.box_spare_pid(plan)
+
+
+def _join_box(shim: int, cgroup_files: list[str]) -> bool | None:
+    """Move a box spare's in-box starter (the agent to be) into a run's cgroups, from here:
+    inside, the box's /sys/fs/cgroup is read-only and its pids are not the host's. Done
+    before the run is given, so the agent is capped from its first instruction, with no
+    round trip between the box and its shim on the way to its exec. True: moved; False: a
+    cgroup refused; None: the box has no starter yet (bwrap still making it)."""
+    starter = _box_starter(shim)
+    if starter is None:
+        return None
+    try:
+        for path in cgroup_files:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, str(starter).encode())
+            finally:
+                os.close(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _box_starter(shim: int) -> int | None:
+    """The in-box starter's host pid: the shim's child is bwrap, whose child is the box's
+    init (bwrap again), whose child is the starter."""
+    pid = shim
+    for _ in range(3):
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children", "rb") as children:
+                found = children.read().split()
+        except OSError:
+            return None
+        if len(found) != 1:
+            return None
+        pid = int(found[0])
+    return pid
 
 
 def _end_box(spare: _BoxSpare) -> None:

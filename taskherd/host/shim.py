@@ -506,12 +506,10 @@ def _spare(server, told_read, told_write, devnull):
         os.setsid()
         report_read, report_write = os.pipe()
         output_read, output_write = os.pipe()  # the agent's output, when its log is capped
-        go_read, go_write = os.pipe()  # a box spare's: its cgroups joined (see `_join_box`)
         agent = os.fork()
         if agent == 0:
             os.close(report_read)
-            os.close(go_write)
-            _starter(server, told_write, report_write, output_read, output_write, go_read)
+            _starter(server, told_write, report_write, output_read, output_write)
         # From here a signal is forwarded to the group: before its exec the starter (with
         # the default actions) dies of it, as its agent would.
         _agent_pid = agent
@@ -520,7 +518,6 @@ def _spare(server, told_read, told_write, devnull):
         os.close(told_write)
         os.close(report_write)
         os.close(output_write)
-        os.close(go_read)
         # The server's pipes to its owner are not kept: a copy of them here would hide the
         # server's end from the owner (no EOF, no broken pipe). The starter has its own.
         os.dup2(devnull, 0)
@@ -528,22 +525,19 @@ def _spare(server, told_read, told_write, devnull):
         told = os.read(report_read, PIPE_BUF)  # its starter's one write: whole
         while len(told) >= PIPE_BUF and (more := os.read(report_read, PIPE_BUF)):
             told += more  # (paths longer than the pipe writes at once)
-        code = _shim_of(agent, told, output_read, go_write)
+        code = _shim_of(agent, told, output_read)
     finally:
         os._exit(code)  # never back into the server's loop, no interpreter teardown
 
 
-def _shim_of(agent, told, output_read, go_write):
+def _shim_of(agent, told, output_read):
     """What a forked shim does while its agent runs, once its starter `told` it what it must
     know: as `main` does once it started its agent. An exec that failed ends the starter with
     EXEC_FAILED_CODE, and the reason in the log."""
     if not told:  # the starter ended without a run (end of input, its server gone)
         os.waitpid(agent, 0)
         return 1
-    exit_path, input_path, log_path, head, tail, copier_cgroups, *box = marshal.loads(told)
-    if box:
-        _join_box(agent, box[0], go_write)
-    os.close(go_write)
+    exit_path, input_path, log_path, head, tail, copier_cgroups = marshal.loads(told)
     if input_path:
         # The run's input FIFO, read and write: this shim holds it open for the run's life,
         # so the agent never reads an end of input and `taskherd task answer` reaches it.
@@ -557,44 +551,7 @@ def _shim_of(agent, told, output_read, go_write):
     return _record_end(exit_path, agent)
 
 
-def _join_box(agent, cgroup_files, go_write):
-    """A box spare's run with caps: its in-box starter cannot join its cgroups itself (the
-    box's /sys/fs/cgroup is read-only, its pids are not the host's), so this shim, the box's
-    parent, moves the box's processes in by their host pids and answers (b"1": joined, b"0":
-    not; the starter then starts nothing), before the agent's exec."""
-    joined = b"1"
-    try:
-        pids = _descendants(agent)
-        for path in cgroup_files:
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                for pid in pids:
-                    os.write(fd, str(pid).encode())
-            finally:
-                os.close(fd)
-    except OSError:
-        joined = b"0"
-    os.write(go_write, joined)
-
-
-def _descendants(pid):
-    """`pid` and every process below it (bwrap, its namespace's init, the in-box starter)."""
-    found, index = [pid], 0
-    while index < len(found):
-        here = found[index]
-        index += 1
-        try:
-            fd = os.open(f"/proc/{here}/task/{here}/children", os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            found += [int(child) for child in os.read(fd, 65536).split()]
-        finally:
-            os.close(fd)
-    return found
-
-
-def _starter(server, told_write, report_write, output_read, output_write, go_read):
+def _starter(server, told_write, report_write, output_read, output_write):
     """The agent's starter, forked by its shim ahead of the run: waits for the run, answers
     for its shim, tells it what it must know (`_shim_of`), prepares the run and becomes its
     agent; never returns. The agent starts only once the answer is on its way to the daemon
@@ -624,10 +581,8 @@ def _starter(server, told_write, report_write, output_read, output_write, go_rea
             return  # the server's end came before the daemon could know of this run
         if run.get("box_spare"):
             if channel is not None:
-                _become_box(run, channel, shim, start_ticks, report_write, output_write,
-                            go_read)
+                _become_box(run, channel, shim, start_ticks, report_write, output_write)
             return
-        os.close(go_read)
         _become_agent(run, shim, report_write, output_write)
     finally:
         os._exit(code)
@@ -696,14 +651,14 @@ def _open_channel(request):
         return None  # answered all the same, then gone: its runs go the cold way
 
 
-def _become_box(request, channel, shim, start_ticks, report_write, output_write, go_read):
+def _become_box(request, channel, shim, start_ticks, report_write, output_write):
     """A box spare (``forkserver.make_box_spare``): exec bwrap with its role's options around
     the in-box starter (`in_box`), which waits in there for a run on a channel of its own.
     What it must know of its shim (pid, start ticks) is known here, outside its PID
     namespace, and passed in; so are the shim's pipes, the server's (its 0 and 1) and the
     box's seccomp filter (on 3, 4, …), all inherited through bwrap."""
     files = request.get("files", ())
-    kept = [_above(fd, 3 + len(files)) for fd in (channel, report_write, output_write, go_read)]
+    kept = [_above(fd, 3 + len(files)) for fd in (channel, report_write, output_write)]
     for number, path in enumerate(files, start=3):
         fd = os.open(path, os.O_RDONLY)
         if fd != number:
@@ -773,7 +728,7 @@ class _Kernel:
 
 
 def in_box(args):
-    """``shim.py --in-box CHANNEL REPORT OUTPUT GO SHIM START_TICKS STAGE SOURCE``: a box
+    """``shim.py --in-box CHANNEL REPORT OUTPUT SHIM START_TICKS STAGE SOURCE``: a box
     spare's starter, run by bwrap inside its role's box, made before any run was claimed.
 
     It waits for one run on CHANNEL (a FIFO of its own the daemon writes), and goes away
@@ -782,11 +737,12 @@ def in_box(args):
     output (our 1), takes on the run's log (header written), stdin and input through STAGE
     (a bind of SOURCE, the daemon's log dir, that only it uses), binds the run's files
     read-only at their real paths, unmounts STAGE, drops every capability (bwrap gave it
-    CAP_SYS_ADMIN and CAP_SETPCAP for this alone), tells its shim (which moves the box into
-    the run's cgroups first, when it has caps) and execs the agent."""
-    channel, report, output, go = (int(fd) for fd in args[:4])
-    shim, start_ticks, stage, source = int(args[4]), args[5], args[6], args[7]
-    for fd in (channel, report, output, go):
+    CAP_SYS_ADMIN and CAP_SETPCAP for this alone), tells its shim and execs the agent. A
+    run with caps finds it already in its cgroups: the daemon moved it in before giving the
+    run (`forkserver.fork_boxed`; the box's /sys/fs/cgroup is read-only)."""
+    channel, report, output = (int(fd) for fd in args[:3])
+    shim, start_ticks, stage, source = int(args[3]), args[4], args[5], args[6]
+    for fd in (channel, report, output):
         os.set_inheritable(fd, False)  # none of them is the agent's
     kernel = _Kernel()
     waiting = select.poll()
@@ -808,10 +764,9 @@ def in_box(args):
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     _write_header(run["header"], shim)
-    cgroups = run.get("cgroups", [])
     told = marshal.dumps((run["exit_path"], run.get("input"), run["log"],
                           run.get("log_head", 0), run.get("log_tail", 0),
-                          run.get("copier_cgroups", []), *([cgroups] if cgroups else [])))
+                          run.get("copier_cgroups", [])))
     what = "its box"
     try:
         if run.get("input"):
@@ -838,8 +793,6 @@ def in_box(args):
         kernel.drop_capabilities()
         os.write(report, told)
         told = b""
-        if cgroups and os.read(go, 1) != b"1":
-            raise OSError(1, "its cgroups (its caps) could not be joined")
         _exec(run["argv"], run["env"])
     except OSError as error:
         os.write(log_fd, f"# taskherd exec failed: {what}: {error}\n".encode())

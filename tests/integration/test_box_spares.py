@@ -96,9 +96,18 @@ def spare_of(plan) -> int:
     return pid
 
 
+def in_box(spare: int) -> list[psutil.Process]:
+    """The spare's in-box starter, once bwrap has started it."""
+    return [process for process in psutil.Process(spare).children(recursive=True)
+            if "--in-box" in process.cmdline() and process.name() != "bwrap"]
+
+
 def spare_made(plan) -> int:
+    """A spare for `plan`, its box up (a capped run finds a box not yet up, and goes cold)."""
     forkserver.want_box_spare(plan)
-    return spare_of(plan)
+    spare = spare_of(plan)
+    until(lambda: in_box(spare), "the in-box starter")
+    return spare
 
 
 def ended(process: procs.SpawnedProcess) -> procs.ExitStatus:
@@ -201,13 +210,7 @@ def test_a_spare_that_does_not_answer_is_killed_and_the_run_starts_cold_once(
         boxed, monkeypatch):
     monkeypatch.setattr(forkserver, "REPLY_TIMEOUT", 0.5)
     spare = spare_made(boxed.plan(0))
-
-    def in_box():
-        return [process for process in psutil.Process(spare).children(recursive=True)
-                if "--in-box" in process.cmdline() and process.name() != "bwrap"]
-
-    until(in_box, "the in-box starter")
-    for process in in_box():
+    for process in in_box(spare):
         process.suspend()  # wedged: it never answers
     process = boxed.spawn(1)
     assert wait_gone(spare)  # killed with its box before the run went cold
