@@ -166,6 +166,12 @@ class AgentBox:
         stage = self.data_dir / STAGE_NAME
         options = static.options(env, argv[0])
         caps = [arg for cap in SPARE_CAPS for arg in ("--cap-add", cap)]
+        if os.geteuid() != 0:
+            # Root of its user namespace, which then owns the box's mounts: its starter binds
+            # the run's files, then maps the user back (shim._Kernel.become).
+            # (CAP_SETFCAP: the kernel maps a namespace's root to its parent's only for a
+            # process that had it when it unshared.)
+            caps += ["--cap-add", "CAP_SETFCAP", "--unshare-user", "--uid", "0", "--gid", "0"]
         at = options.index("--cap-drop") + 2
         options[at:at] = caps  # the in-box starter's alone: dropped before the agent's exec
         chdir = options.index("--chdir")

@@ -672,7 +672,7 @@ def _become_box(request, channel, shim, start_ticks, report_write, output_write)
         _signal.signal(signum, _signal.SIG_DFL)
     argv = [*request["box_spare"], "--", sys.executable, "-I", "-S", os.path.abspath(__file__),
             "--in-box", *map(str, kept), str(shim), start_ticks, request["stage"],
-            request["source"]]
+            request["source"], f"{os.getuid()}:{os.getgid()}"]
     os.execve(argv[0], argv, {})
 
 
@@ -681,6 +681,7 @@ def _become_box(request, channel, shim, start_ticks, report_write, output_write)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
 MNT_DETACH = 2
 PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+CLONE_NEWUSER = 0x10000000
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
@@ -714,6 +715,22 @@ class _Kernel:
     def unmount(self, path):
         self._check(self.libc.umount2(path.encode(), MNT_DETACH), f"unmount {path}")
 
+    def become(self, uid, gid):
+        """Be `uid`:`gid` again, as the agent of a box made for its run alone is: a box spare
+        of a daemon run as a normal user is made as root of its user namespace (bwrap's own
+        second namespace, mapping the user back, would own none of the box's mounts, which the
+        starter could then not make), so the starter enters a user namespace of its own that
+        maps the user back, once its mounts are made (bwrap gave it CAP_SETFCAP for this: the
+        kernel lets a namespace map its parent's root only to one who had it)."""
+        self._check(self.libc.unshare(CLONE_NEWUSER), "unshare a user namespace")
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} 0 1"),
+                           ("gid_map", f"{gid} 0 1")):
+            fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+            try:
+                os.write(fd, text.encode())
+            finally:
+                os.close(fd)
+
     def drop_capabilities(self):
         """None left, none to gain: the bounding set emptied (CAP_SETPCAP, needed for that,
         last), the ambient set cleared, then effective, permitted and inheritable zeroed.
@@ -728,7 +745,7 @@ class _Kernel:
 
 
 def in_box(args):
-    """``shim.py --in-box CHANNEL REPORT OUTPUT SHIM START_TICKS STAGE SOURCE``: a box
+    """``shim.py --in-box CHANNEL REPORT OUTPUT SHIM START_TICKS STAGE SOURCE UID:GID``: a box
     spare's starter, run by bwrap inside its role's box, made before any run was claimed.
 
     It waits for one run on CHANNEL (a FIFO of its own the daemon writes), and goes away
@@ -742,6 +759,7 @@ def in_box(args):
     run (`forkserver.fork_boxed`; the box's /sys/fs/cgroup is read-only)."""
     channel, report, output = (int(fd) for fd in args[:3])
     shim, start_ticks, stage, source = int(args[3]), args[4], args[5], args[6]
+    uid, gid = (int(number) for number in args[7].split(":"))
     for fd in (channel, report, output):
         os.set_inheritable(fd, False)  # none of them is the agent's
     kernel = _Kernel()
@@ -782,6 +800,8 @@ def in_box(args):
             kernel.bind_read_only(staged(path), path)
         kernel.unmount(stage)
         os.rmdir(stage)
+        if os.getuid() != uid:  # root of the box's user namespace: see _Kernel.become
+            kernel.become(uid, gid)
         what = f"cwd {run['cwd']}"
         os.chdir(run["cwd"])
         what = run["argv"][0]
