@@ -373,6 +373,20 @@ def box_spare_pid(plan: SparePlan) -> int | None:
     return _server.box_spare_pid(plan)
 
 
+def clear_box_channels(folder: Path) -> None:
+    """Remove the FIFOs of box spares that earlier daemons left in `folder` (their spares went
+    away with them), not this process's."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    own = f"box-{os.getpid()}-"
+    for name in names:
+        if name.startswith("box-") and not name.startswith(own):
+            with contextlib.suppress(OSError):
+                os.unlink(folder / name)
+
+
 def _join_box(shim: int, cgroup_files: list[str]) -> bool | None:
     """Move a box spare's in-box starter (the agent to be) into a run's cgroups, from here:
     inside, the box's /sys/fs/cgroup is read-only and its pids are not the host's. Done

@@ -17,7 +17,14 @@ from pathlib import Path
 
 from taskherd.host import cgroups
 from taskherd.host.door_path import SOCKET_NAME, door_dir
-from taskherd.host.sandbox import AgentBox, Bubblewrap, Confinement, SandboxUnavailable, within
+from taskherd.host.sandbox import (
+    BOX_CHANNELS,
+    AgentBox,
+    Bubblewrap,
+    Confinement,
+    SandboxUnavailable,
+    within,
+)
 from taskherd.host.service import ENV_FILE
 from taskherd.model import Claim, Outcome, Run, RunResult, Task
 from taskherd.model.settings import Config, RoleConfig
@@ -53,6 +60,7 @@ class Launch:
         self.store = store
         self.clock = clock
         self.bubblewrap = Bubblewrap()
+        self._box_channels_cleared = False  # an earlier daemon's spares' FIFOs, at the first warm
         self._cgroup_host: cgroups.Host | None = None
 
     @property
@@ -181,6 +189,9 @@ class Launch:
         run says why)."""
         from taskherd.host import forkserver, procs
 
+        if not self._box_channels_cleared:
+            self._box_channels_cleared = True
+            forkserver.clear_box_channels(self.config.daemon.data_dir / BOX_CHANNELS)
         asked = 0
         for role in roles:
             isolation = role.isolation

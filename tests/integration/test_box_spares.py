@@ -217,3 +217,20 @@ def test_a_spare_that_does_not_answer_is_killed_and_the_run_starts_cold_once(
     assert ended(process).code == 0 and process.pid != spare
     assert "box" not in header(boxed, 1)
     assert boxed.ran.read_text() == "ran\n"
+
+
+def test_a_reload_that_changes_the_box_replaces_the_spare_before_any_run(boxed):
+    old = spare_made(boxed.plan(0))
+    changed = boxed.plan(0, IsolationSettings(mode="bwrap", network="loopback"))
+    new = spare_made(changed)  # what the daemon asks for at a reload
+    assert new != old and wait_gone(old)
+    assert forkserver.box_spare_pid(boxed.plan(0)) is None
+
+
+def test_the_fifos_of_an_earlier_daemons_spares_are_removed(boxed):
+    folder = boxed.data / "boxes"
+    folder.mkdir()
+    for name in ("box-1-1", f"box-{os.getpid()}-1"):
+        os.mkfifo(folder / name, 0o600)
+    forkserver.clear_box_channels(folder)
+    assert os.listdir(folder) == [f"box-{os.getpid()}-1"]
