@@ -20,7 +20,8 @@ a. ready → exec: one daemon (max_concurrent 8), --tasks tasks of each role, en
 b. idle fleets: for each role in --fleets, a daemon of its own starts --agents idle agents
    (`sleep 600`, idle_timeout 1 h). Once every agent has exec'd: the daemon's own CPU time
    over a --window s window in % of one core (as bench/daemon.py part c), and the Pss
-   (/proc/PID/smaps_rollup) of every process: the daemon, its helpers (fork server) and each
+   (/proc/PID/smaps_rollup) of every process: the daemon, its helpers (fork server, its spare,
+   each boxed role's box spare) and each
    shim's whole tree (the shim, bwrap's two processes, the agent). Per agent: taskherd's cost
    (daemon + helpers + shims + bwrap) and the same with the agent itself. Beside: the machine's
    kernel slab growth over the fleet (mount, PID and IPC namespaces, a tmpfs per box; no
@@ -283,8 +284,12 @@ def idle_fleet(root: Path, name: str, agents: int, window: float,
         shims = [r.pid for r in node.store.open_runs() if r.pid]
         trees = shim_trees(shims)
         pss = {"daemon": pss_kib(daemon.pid), "shims": 0, "bwrap": 0, "agents": 0}
-        pss["helpers"] = sum(pss_kib(child.pid) for child in daemon.children()
-                             if child.pid not in trees)
+        # Helpers: every process under the daemon that is not a run's: the fork server, its
+        # spare (a shim and its starter) and each boxed role's box spare (a shim, bwrap's two
+        # processes and the in-box starter waiting in there).
+        in_runs = {process.pid for tree in trees.values() for process in tree}
+        pss["helpers"] = sum(pss_kib(child.pid) for child in daemon.children(recursive=True)
+                             if child.pid not in in_runs)
         boxes = []  # the Pss of each box's bwrap processes
         for shim, tree in trees.items():
             box = 0
