@@ -324,8 +324,13 @@ def _fork_boxed(box: SparePlan, run: dict,
     real = {key: os.path.realpath(run[key]) for key in ("log", "input", "stdin") if run[key]}
     if not all(within(Path(path), Path(box.source)) for path in real.values()):
         return None  # a stdin file elsewhere: the cold box opens it outside
+    # Its cgroups joined from inside by their bound folders when it can (a move of itself);
+    # else the daemon moves it in (forkserver.fork_boxed).
+    staged = box.staged_cgroups(run["cgroups"]) if run["cgroups"] else None
+    joins = {"cgroups": [], "box_cgroups": staged} if staged else {}
     # The header says so (`"box": "spare"`): the argv it shows is the cold box's, the same box.
-    return forkserver.fork_boxed(box, {**run, **real, "argv": list(box.agent_argv),
+    return forkserver.fork_boxed(box, {**run, **real, **joins, "argv": list(box.agent_argv),
+                                       "cgroup_stages": list(box.cgroup_stages),
                                        "header": run["header"] + ', "box": "spare"',
                                        "box_files": list(box.run_files)})
 

@@ -69,6 +69,7 @@ SECCOMP_FD = 3  # where the shim's child opens the filter for bwrap --seccomp
 # Where a box spare's in-box starter sees the daemon's log dir until its run's files are bound
 # (in the data dir's hiding tmpfs; unmounted before the agent's exec).
 STAGE_NAME = ".box-stage"
+CGROUP_STAGE_PREFIX = ".box-cgroup-"  # and the cgroup folders its starter joins a run's in
 BOX_CHANNELS = "boxes"  # the folder of the box spares' FIFOs, in the data dir
 # What the in-box starter needs to bind its run's files, and drops before the agent's exec.
 SPARE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP")
@@ -89,6 +90,21 @@ class SparePlan:
     agent_argv: tuple[str, ...]
     run_files: tuple[str, ...]  # bound read-only at their paths, within `source`
     channels: str  # the folder of the spares' FIFOs (0700, in the data dir)
+    cgroup_bases: tuple[str, ...] = ()  # cgroup v1 folders, bound in at `cgroup_stages`
+    cgroup_stages: tuple[str, ...] = ()
+
+    def staged_cgroups(self, join_files: list[str]) -> list[str] | None:
+        """The run's cgroup join files as its in-box starter sees them; None when one lies
+        outside the bound folders (the daemon moves the box in instead)."""
+        staged = []
+        for path in join_files:
+            found = [stage + path[len(base):] for base, stage in
+                     zip(self.cgroup_bases, self.cgroup_stages, strict=True)
+                     if within(Path(path), Path(base))]
+            if not found:
+                return None
+            staged.append(found[0])
+        return staged
 
     @property
     def fingerprint(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -152,9 +168,11 @@ class AgentBox:
                     "it out of the role's [isolation] writable list")
 
     def spare_plan(self, key: str, argv: list[str], env: dict[str, str], bwrap: str,
-                   source: Path) -> SparePlan | None:
+                   source: Path, cgroup_bases: tuple[Path, ...] = ()) -> SparePlan | None:
         """How a run of this box goes through a box spare of role `key`: None when it cannot
-        (a git role's worktree is per task; a run file outside the log dir `source`)."""
+        (a git role's worktree is per task; a run file outside the log dir `source`).
+        `cgroup_bases`: the cgroup v1 folders its runs' cgroups are made in, bound in for its
+        starter to join its run's by writing 0 (a move of itself: the kernel's fast path)."""
         if self.git_dir is not None:
             return None
         source = Path(os.path.realpath(source))
@@ -175,11 +193,16 @@ class AgentBox:
         at = options.index("--cap-drop") + 2
         options[at:at] = caps  # the in-box starter's alone: dropped before the agent's exec
         chdir = options.index("--chdir")
-        options[chdir:chdir] = ["--bind", str(source), str(stage)]
+        cgroup_stages = tuple(str(self.data_dir / f"{CGROUP_STAGE_PREFIX}{index}")
+                              for index in range(len(cgroup_bases)))
+        options[chdir:chdir] = ["--bind", str(source), str(stage), *(
+            arg for base, staged in zip(cgroup_bases, cgroup_stages, strict=True)
+            for arg in ("--bind", str(base), staged))]
         return SparePlan(key, (bwrap, *options), tuple(str(p) for p in self.open_files),
                          str(stage), str(source), tuple(argv),
                          tuple(os.path.realpath(path) for path in files),
-                         str(self.data_dir / BOX_CHANNELS))
+                         str(self.data_dir / BOX_CHANNELS),
+                         tuple(str(base) for base in cgroup_bases), cgroup_stages)
 
     @property
     def open_files(self) -> tuple[Path, ...]:

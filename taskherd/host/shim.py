@@ -794,6 +794,16 @@ def in_box(args):
                                os.O_RDONLY)
         os.dup2(stdin_fd, 0)  # the server's input is not the agent's
         os.close(stdin_fd)
+        what = "its cgroups"
+        for path in run.get("box_cgroups") or ():
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")  # 0: the writing process (the kernel's fast path)
+            finally:
+                os.close(fd)
+        for cgroup_stage in run.get("cgroup_stages", ()):
+            kernel.unmount(cgroup_stage)
+            os.rmdir(cgroup_stage)
         for path in run["box_files"]:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)  # in the hiding tmpfs
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))

@@ -64,19 +64,21 @@ class Boxed:
         return ["sh", "-c", program, "sh", str(self.logs / f"run-{run}.prompt"), str(self.ran)]
 
     def plan(self, run: int, settings: IsolationSettings = BOXED,
-             argv: list[str] | None = None):
+             argv: list[str] | None = None, cgroup_bases: tuple[Path, ...] = ()):
         return self.box(run, settings).spare_plan("worker", argv or self.argv(run), self.env,
-                                                  self.bwrap, self.logs)
+                                                  self.bwrap, self.logs, cgroup_bases)
 
     def spawn(self, run: int, settings: IsolationSettings = BOXED,
-              argv: list[str] | None = None, **given) -> procs.SpawnedProcess:
+              argv: list[str] | None = None, cgroup_bases: tuple[Path, ...] = (),
+              **given) -> procs.SpawnedProcess:
         argv = argv or self.argv(run)
         box = self.box(run, settings)
         log_path = self.logs / f"run-{run}.log"
         log_path.touch(mode=0o600)  # as the runtime makes it: a run file bound in
         return procs.spawn(box.wrap(argv, self.env, self.bwrap), env=self.env,
                            cwd=str(self.work), log_path=log_path, header={"run": run},
-                           box=box.spare_plan("worker", argv, self.env, self.bwrap, self.logs),
+                           box=box.spare_plan("worker", argv, self.env, self.bwrap, self.logs,
+                                              cgroup_bases),
                            **given)
 
 
@@ -161,11 +163,19 @@ HOST = cgroups.host()
 
 @pytest.mark.skipif(not HOST.bases and not os.environ.get("CI"),
                     reason=f"this host has no cgroup this user may write: {HOST.missing}")
-def test_a_capped_run_through_a_box_spare_runs_in_its_cgroup(boxed):
+@pytest.mark.parametrize("joined_by", ["its starter", "the daemon"])
+def test_a_capped_run_through_a_box_spare_runs_in_its_cgroup(boxed, joined_by):
+    # Its starter joins from inside where the cgroups' folder is bound in (v1), else the
+    # daemon moves it in before giving the run.
+    if joined_by == "its starter" and HOST.version != 1:
+        pytest.skip("a box's starter joins its cgroups itself on cgroup v1 only")
+    bases = (HOST.bases["pids"],) if joined_by == "its starter" else ()
     group = cgroups.create(boxed.data, 1, Caps(pids=64), HOST)
     try:
-        spare_made(boxed.plan(0))
-        process = boxed.spawn(1, argv=["sleep", "60"], cgroups=group.join_files)
+        spare_made(boxed.plan(0, cgroup_bases=bases))
+        process = boxed.spawn(1, argv=["sh", "-c", "grep -c box- /proc/self/mountinfo; "
+                                       "exec sleep 60"], cgroups=group.join_files,
+                              cgroup_bases=bases)
         assert header(boxed, 1)["box"] == "spare"
         shim = psutil.Process(process.pid)
 
@@ -178,6 +188,8 @@ def test_a_capped_run_through_a_box_spare_runs_in_its_cgroup(boxed):
             members = {int(pid) for pid in (folder / "cgroup.procs").read_text().split()}
             assert sleeper.pid in members
             assert process.pid not in members  # the shim records the exit: never capped
+        # Neither the log dir's stage nor the cgroups' is left mounted for the agent.
+        assert (boxed.logs / "run-1.log").read_text().splitlines()[1] == "0"
         procs.terminate(process.handle, grace=1)
     finally:
         cgroups.release(boxed.data, 1, HOST)
