@@ -239,6 +239,13 @@ class _ForkServer:
             self._ensure_starter()
             self._changed.notify_all()
 
+    def keep_box_spares(self, keys: set[str]) -> None:
+        with self._changed:
+            for key in [key for key in self._boxes if key not in keys]:
+                _end_box(self._boxes.pop(key))
+            for key in [key for key in self._box_wishes if key not in keys]:
+                del self._box_wishes[key]
+
     def box_spare_pid(self, plan: SparePlan) -> int | None:
         with self._changed:
             spare = self._boxes.get(plan.key)
@@ -366,6 +373,11 @@ def want_box_spare(plan: SparePlan) -> None:
     """Have a box spare made ahead for `plan`'s role, unless one made of the same options
     waits; returns at once."""
     _server.want_box_spare(plan)
+
+
+def keep_box_spares(keys: set[str]) -> None:
+    """End the box spares of roles not in `keys` (taken out of the config)."""
+    _server.keep_box_spares(keys)
 
 
 def box_spare_pid(plan: SparePlan) -> int | None:

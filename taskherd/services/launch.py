@@ -61,6 +61,7 @@ class Launch:
         self.clock = clock
         self.bubblewrap = Bubblewrap()
         self._box_channels_cleared = False  # an earlier daemon's spares' FIFOs, at the first warm
+        self._guessed: dict[str, tuple] = {}  # role → the box its spare was last made from, guessed
         self._cgroup_host: cgroups.Host | None = None
 
     @property
@@ -193,6 +194,8 @@ class Launch:
         if not self._box_channels_cleared:
             self._box_channels_cleared = True
             forkserver.clear_box_channels(self.config.daemon.data_dir / BOX_CHANNELS)
+        roles = list(roles)
+        forkserver.keep_box_spares({role.name for role in roles})  # a role taken out: its spare
         asked = 0
         for role in roles:
             isolation = role.isolation
@@ -214,7 +217,10 @@ class Launch:
             except (SandboxUnavailable, OSError) as error:
                 log.info("role %s: no box spare made ahead: %s", role.name, error)
                 continue
-            if plan is not None:
+            # The same guess as before (a reload that left the role's box alone): its spare
+            # stays, which a run may have remade from its own plan since.
+            if plan is not None and self._guessed.get(role.name) != plan.fingerprint:
+                self._guessed[role.name] = plan.fingerprint
                 forkserver.want_box_spare(plan)
                 asked += 1
         return asked

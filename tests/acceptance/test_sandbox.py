@@ -16,8 +16,10 @@ import shutil
 import signal
 from pathlib import Path
 
+import psutil
 import pytest
 
+from taskherd.host import procs
 from taskherd.model import Outcome, TaskState
 from tests.fleet import PYTHON, Fleet, agent
 
@@ -386,3 +388,32 @@ def test_a_program_installed_in_tmp_still_runs_in_the_box(host_dir, tmp_path):
             fleet.close()
     finally:
         shutil.rmtree(installed, ignore_errors=True)
+
+
+def box_spares(fleet: Fleet) -> list[psutil.Process]:
+    """The bwrap processes of the daemon's box spares (their box's starter waiting in there)."""
+    daemon = psutil.Process(fleet.daemon.pid)
+    return [process for process in daemon.children(recursive=True)
+            if process.name() == "bwrap" and "--in-box" in process.cmdline()
+            and process.parent().name() != "bwrap"]
+
+
+def test_a_boxed_role_waits_in_a_box_spare_and_a_reload_that_changes_its_box_remakes_it(
+        fleet):
+    fleet.up()
+    [old] = fleet.wait_until(lambda: box_spares(fleet), what="the role's box spare")
+    assert "--unshare-net" not in old.cmdline()
+    text = fleet.config_path.read_text()
+    fleet.config_path.write_text(text.replace('[roles.worker.isolation]\n',
+                                              '[roles.worker.isolation]\nnetwork = "loopback"\n'))
+    fleet.cli("reload")
+    [new] = fleet.wait_until(lambda: [spare for spare in box_spares(fleet)
+                                      if spare.pid != old.pid], what="a spare of the new box")
+    assert "--unshare-net" in new.cmdline()
+    old.wait(10)  # the old box gone with its spare
+    task = fleet.add("look around")
+    fleet.wait_until((fleet.root / "work" / "found").exists, what="the agent to look around")
+    (fleet.root / "work" / "gate").write_text("go")
+    assert fleet.wait_final(task.id).state is TaskState.COMPLETED
+    [run] = fleet.store.runs_of_task(task.id)
+    assert procs.read_header(Path(run.log_path))["box"] == "spare"
