@@ -173,7 +173,9 @@ class Daemon:
         # One fork server forks every run's shim: any burst finds a shim at once, and a
         # thousand running shims share one interpreter's pages.
         forkserver.start()
-        supervisor.launch.warm_box_spares(self.config.roles.values())  # made once it is up
+        # made once it is up, for the roles this node runs
+        supervisor.launch.warm_box_spares(self.config.roles[name]
+                                          for name in self.config.runnable_roles)
         scheduler = Scheduler(self.config, store, self.clock)
         log.info("jobs synced from the config: %s", _summary(scheduler.sync_config()))
         if not self.config.roles:

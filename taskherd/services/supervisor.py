@@ -219,7 +219,8 @@ class Supervisor:
         """The daemon's reloaded config: the next pass reads it."""
         self.config = config
         self.starts.reload(config)
-        self.launch.warm_box_spares(config.roles.values())  # a changed box: a new spare
+        # A changed box: a new spare (for the roles this node runs).
+        self.launch.warm_box_spares(config.roles[name] for name in config.runnable_roles)
 
     def run_once(self, now: float) -> dict[str, int]:
         """One pass: watch what runs, stop what a person cancelled, adopt what is unwatched."""
