@@ -755,8 +755,9 @@ def in_box(args):
     (a bind of SOURCE, the daemon's log dir, that only it uses), binds the run's files
     read-only at their real paths, unmounts STAGE, drops every capability (bwrap gave it
     CAP_SYS_ADMIN and CAP_SETPCAP for this alone), tells its shim and execs the agent. A
-    run with caps finds it already in its cgroups: the daemon moved it in before giving the
-    run (`forkserver.fork_boxed`; the box's /sys/fs/cgroup is read-only)."""
+    run with caps has it join its cgroups first, through their folders bound in for this
+    (cgroup v1; unmounted then), or finds it moved in by the daemon (v2: the box's
+    /sys/fs/cgroup is read-only, and its cgroup namespace would refuse the move)."""
     channel, report, output = (int(fd) for fd in args[:3])
     shim, start_ticks, stage, source = int(args[3]), args[4], args[5], args[6]
     uid, gid = (int(number) for number in args[7].split(":"))
@@ -778,13 +779,17 @@ def in_box(args):
     def staged(path):
         return stage + path[len(source):]
 
-    log_fd = os.open(staged(run["log"]), os.O_WRONLY | os.O_APPEND)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    _write_header(run["header"], shim)
     told = marshal.dumps((run["exit_path"], run.get("input"), run["log"],
                           run.get("log_head", 0), run.get("log_tail", 0),
                           run.get("copier_cgroups", [])))
+    try:
+        log_fd = os.open(staged(run["log"]), os.O_WRONLY | os.O_APPEND)
+    except OSError:
+        os.write(report, told)  # its shim records the exit (127) all the same
+        return EXEC_FAILED_CODE
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    _write_header(run["header"], shim)
     what = "its box"
     try:
         if run.get("input"):
@@ -804,6 +809,7 @@ def in_box(args):
         for cgroup_stage in run.get("cgroup_stages", ()):
             kernel.unmount(cgroup_stage)
             os.rmdir(cgroup_stage)
+        what = "its run files"
         for path in run["box_files"]:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)  # in the hiding tmpfs
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))

@@ -246,3 +246,13 @@ def test_the_fifos_of_an_earlier_daemons_spares_are_removed(boxed):
         os.mkfifo(folder / name, 0o600)
     forkserver.clear_box_channels(folder)
     assert os.listdir(folder) == [f"box-{os.getpid()}-1"]
+
+
+def test_an_agent_its_box_cannot_start_ends_with_127_and_the_reason_in_its_log(boxed):
+    argv = ["/work/no-such-program"]
+    spare = spare_made(boxed.plan(0, argv=argv))
+    process = boxed.spawn(1, argv=argv)
+    assert process.pid == spare
+    assert ended(process).code == 127
+    said = (boxed.logs / "run-1.log").read_text()
+    assert "# taskherd exec failed: /work/no-such-program:" in said
