@@ -330,7 +330,6 @@ def _fork_boxed(box: SparePlan, run: dict,
     joins = {"cgroups": [], "box_cgroups": staged} if staged else {}
     # The header says so (`"box": "spare"`): the argv it shows is the cold box's, the same box.
     return forkserver.fork_boxed(box, {**run, **real, **joins, "argv": list(box.agent_argv),
-                                       "cgroup_stages": list(box.cgroup_stages),
                                        "header": run["header"] + ', "box": "spare"',
                                        "box_files": list(box.run_files)})
 

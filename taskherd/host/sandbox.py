@@ -68,8 +68,9 @@ REFUSED_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET
 SECCOMP_FD = 3  # where the shim's child opens the filter for bwrap --seccomp
 # Where a box spare's in-box starter sees the daemon's log dir until its run's files are bound
 # (in the data dir's hiding tmpfs; unmounted before the agent's exec).
+# (a tmpfs holding the log dir's bind and the cgroup folders' it joins a run's in: one unmount
+# takes them all, and each unmount waits for an RCU grace period).
 STAGE_NAME = ".box-stage"
-CGROUP_STAGE_PREFIX = ".box-cgroup-"  # and the cgroup folders its starter joins a run's in
 BOX_CHANNELS = "boxes"  # the folder of the box spares' FIFOs, in the data dir
 # What the in-box starter needs to bind its run's files, and drops before the agent's exec.
 SPARE_CAPS = ("CAP_SYS_ADMIN", "CAP_SETPCAP")
@@ -80,7 +81,7 @@ class SparePlan:
     """How one run goes through its role's box spare (see `taskherd.host.forkserver`): the
     box made ahead with the role's static options, the run's own files bound in by the
     spare's in-box starter (`shim.in_box`) from `source` (the daemon's log dir), staged at
-    `stage` inside the box."""
+    `stage` inside the box (in a tmpfs of its own, unmounted whole before the agent's exec)."""
 
     key: str  # the role: one spare each
     argv: tuple[str, ...]  # bwrap and the role's static options, without "--"
@@ -181,7 +182,8 @@ class AgentBox:
             return None
         self._check_writable()  # SandboxUnavailable, as the cold box raises
         static = dataclasses.replace(self, run_files=())
-        stage = self.data_dir / STAGE_NAME
+        stage_root = self.data_dir / STAGE_NAME
+        stage = stage_root / "logs"
         options = static.options(env, argv[0])
         caps = [arg for cap in SPARE_CAPS for arg in ("--cap-add", cap)]
         if os.geteuid() != 0:
@@ -193,9 +195,9 @@ class AgentBox:
         at = options.index("--cap-drop") + 2
         options[at:at] = caps  # the in-box starter's alone: dropped before the agent's exec
         chdir = options.index("--chdir")
-        cgroup_stages = tuple(str(self.data_dir / f"{CGROUP_STAGE_PREFIX}{index}")
+        cgroup_stages = tuple(str(stage_root / f"cgroup-{index}")
                               for index in range(len(cgroup_bases)))
-        options[chdir:chdir] = ["--bind", str(source), str(stage), *(
+        options[chdir:chdir] = ["--tmpfs", str(stage_root), "--bind", str(source), str(stage), *(
             arg for base, staged in zip(cgroup_bases, cgroup_stages, strict=True)
             for arg in ("--bind", str(base), staged))]
         return SparePlan(key, (bwrap, *options), tuple(str(p) for p in self.open_files),

@@ -753,7 +753,7 @@ def in_box(args):
     as `_starter` and `_become_agent` do outside: it answers for its shim on the server's
     output (our 1), takes on the run's log (header written), stdin and input through STAGE
     (a bind of SOURCE, the daemon's log dir, that only it uses), binds the run's files
-    read-only at their real paths, unmounts STAGE, drops every capability (bwrap gave it
+    read-only at their real paths, unmounts STAGE's tmpfs, drops every capability (bwrap gave it
     CAP_SYS_ADMIN and CAP_SETPCAP for this alone), tells its shim and execs the agent. A
     run with caps has it join its cgroups first, through their folders bound in for this
     (cgroup v1; unmounted then), or finds it moved in by the daemon (v2: the box's
@@ -806,16 +806,15 @@ def in_box(args):
                 os.write(fd, b"0")  # 0: the writing process (the kernel's fast path)
             finally:
                 os.close(fd)
-        for cgroup_stage in run.get("cgroup_stages", ()):
-            kernel.unmount(cgroup_stage)
-            os.rmdir(cgroup_stage)
         what = "its run files"
         for path in run["box_files"]:
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)  # in the hiding tmpfs
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             kernel.bind_read_only(staged(path), path)
-        kernel.unmount(stage)
-        os.rmdir(stage)
+        # The stage's tmpfs, with the log dir's bind and the cgroup folders' in it: one
+        # unmount (each waits for an RCU grace period).
+        kernel.unmount(os.path.dirname(stage))
+        os.rmdir(os.path.dirname(stage))
         if os.getuid() != uid:  # root of the box's user namespace: see _Kernel.become
             kernel.become(uid, gid)
         what = f"cwd {run['cwd']}"
