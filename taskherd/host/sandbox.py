@@ -26,7 +26,6 @@ never run unconfined. Nothing here reads task text: paths come from the config a
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import struct
@@ -154,6 +153,8 @@ class AgentBox:
     database_files: tuple[Path, ...] = ()  # a SQLite database outside the data dir
     git_dir: Path | None = None  # the repository's common .git of a worktree role
     home: Path = field(default_factory=Path.home)
+    # `_role_options`' made (the box is one run's: the role's paths are looked at once a run)
+    _made: dict = field(default_factory=dict, compare=False, repr=False)
 
     def wrap(self, argv: list[str], env: dict[str, str], bwrap: str) -> list[str]:
         """`argv` as started in this box. Raises SandboxUnavailable for a `writable` path
@@ -181,10 +182,10 @@ class AgentBox:
         if not all(within(Path(os.path.realpath(path)), source) for path in files):
             return None
         self._check_writable()  # SandboxUnavailable, as the cold box raises
-        static = dataclasses.replace(self, run_files=())
+        head, tail = self._role_options(env, argv[0])
+        options = head + tail
         stage_root = self.data_dir / STAGE_NAME
         stage = stage_root / "logs"
-        options = static.options(env, argv[0])
         caps = [arg for cap in SPARE_CAPS for arg in ("--cap-add", cap)]
         if os.geteuid() != 0:
             # Root of its user namespace, which then owns the box's mounts: its starter binds
@@ -214,6 +215,28 @@ class AgentBox:
         return (self.data_dir / f"no-network-{os.uname().machine}.bpf",)
 
     def options(self, env: dict[str, str], program: str | None = None) -> list[str]:
+        """bwrap's options for this run: its role's (`_role_options`), with its own run files
+        bound read-only where they belong."""
+        head, tail = self._role_options(env, program)
+        run_files = [arg for path in self.run_files if path.exists()
+                     for arg in ("--ro-bind", str(path), str(path))]
+        return [*head, *run_files, *tail]
+
+    def _role_options(self, env: dict[str, str],
+                      program: str | None) -> tuple[list[str], list[str]]:
+        """The options around the run files' binds (before them, after them): made once per
+        box for its argv's program and env, which the cold box's argv and its box spare's
+        plan both ask for on the way from a claim to the agent's start."""
+        key = (program, tuple(sorted(env.items())))
+        if self.settings.network == "none":
+            _write_once(self.open_files[0], no_network_filter())
+        found = self._made.get(key)
+        if found is None:
+            found = self._made[key] = self._make_role_options(env, program)
+        return list(found[0]), list(found[1])
+
+    def _make_role_options(self, env: dict[str, str],
+                           program: str | None) -> tuple[list[str], list[str]]:
         # No capabilities, even for a daemon run as root: with CAP_SYS_ADMIN an agent would
         # unmount what hides the data dir. (bwrap also sets no_new_privs: no setuid program
         # gives them back.)
@@ -222,7 +245,6 @@ class AgentBox:
         if self.settings.network != "host":
             options.append("--unshare-net")
         if self.settings.network == "none":
-            _write_once(self.open_files[0], no_network_filter())
             options += ["--seccomp", str(SECCOMP_FD)]
         options += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
                     "--tmpfs", "/tmp"]
@@ -260,13 +282,11 @@ class AgentBox:
         options += ["--ro-bind", str(self.door.parent), str(self.door.parent),
                     "--symlink", f"{self.door.parent.name}/{self.door.name}",
                     str(self.data_dir / self.door.name)]
-        for path in self.run_files:
-            if path.exists():
-                options += ["--ro-bind", str(path), str(path)]
+        tail = []  # after the run files' binds
         if self.memory_file is not None and self.memory_file.exists():
-            options += ["--bind", str(self.memory_file), str(self.memory_file)]
-        options += ["--chdir", str(self.workdir)]
-        return options
+            tail += ["--bind", str(self.memory_file), str(self.memory_file)]
+        tail += ["--chdir", str(self.workdir)]
+        return options, tail
 
     def _writable(self, env: dict[str, str]) -> list[Path]:
         paths = [self.workdir, *self.settings.writable]
