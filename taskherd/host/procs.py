@@ -287,7 +287,7 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
             # A missing cwd goes the cold way, where Popen raises for it; a forked shim
             # would only report it as the run's exit 127.
             usable = cwd is None or os.path.isdir(cwd)
-            forked = _fork_boxed(box, run, stdin_path) if usable and box else None
+            forked = _fork_boxed(box, run) if usable and box else None
             if forked is None and usable:
                 forked = forkserver.fork_shim(run)
             if forked is None:
@@ -315,8 +315,7 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | None, log_path: Pa
     return SpawnedProcess(popen.pid, started_at, log_path, exit_path, handle)
 
 
-def _fork_boxed(box: SparePlan, run: dict,
-                stdin_path: Path | None) -> forkserver.ForkedShim | None:
+def _fork_boxed(box: SparePlan, run: dict) -> forkserver.ForkedShim | None:
     """`run` given to its role's box spare, whose in-box starter opens its files through the
     log dir's bind (`box.source`): by their real paths, which lie there."""
     from taskherd.host.sandbox import within  # loaded already: the box was made there

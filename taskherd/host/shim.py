@@ -7,7 +7,8 @@ options: `--cgroup`, `--file`, `--copier-cgroup`, see `main`) with stdout/stderr
 pointing at the run's log. Either way the log header is written, the agent started as its
 child (same process group; inside the run's cgroups when given: a forked shim's agent is the
 child it forked ahead, which took the run and execs it, see `_spare`), and the shim waits for
-it and writes the agent's exit status to EXIT_PATH atomically before exiting.
+it and writes the agent's exit status to EXIT_PATH atomically before exiting. A boxed role's
+box spare runs ``shim.py --in-box`` inside its box, made before its run (see `in_box`).
 
 With HEAD > 0 the log is capped (a role's ``max_log_bytes``): the agent writes into a pipe and
 the shim copies it into the log (`os.splice`, no copy through user space), keeping the first
@@ -652,7 +653,7 @@ def _open_channel(request):
 
 
 def _become_box(request, channel, shim, start_ticks, report_write, output_write):
-    """A box spare (``forkserver.make_box_spare``): exec bwrap with its role's options around
+    """A box spare (``forkserver.want_box_spare``): exec bwrap with its role's options around
     the in-box starter (`in_box`), which waits in there for a run on a channel of its own.
     What it must know of its shim (pid, start ticks) is known here, outside its PID
     namespace, and passed in; so are the shim's pipes, the server's (its 0 and 1) and the
