@@ -341,3 +341,13 @@ def test_forked_runs_with_a_capped_log_each_get_their_output_and_status(server, 
         status = wait_exit(process)
         assert (status.code, status.source) == (index, "exit_file")
         assert process.log_path.read_text().splitlines()[1:] == [f"out {index}"]
+
+
+def test_stop_ends_the_server_at_once():
+    # (It was kept, and ended only by the next start: a box spare waiting on its input too.)
+    forkserver.start()
+    assert forkserver.wait_until_up(TIMEOUT)
+    pid = forkserver.server_pid()
+    forkserver.stop()
+    assert forkserver.server_pid() is None
+    assert wait_gone(pid), "the server outlived stop()"
