@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sqlite3
 import threading
@@ -40,7 +39,6 @@ TAIL_CHUNK = 5_000
 
 Q = queries("sqlite")
 M = machinery("sqlite")
-log = logging.getLogger("taskherd.store")
 
 
 class SQLiteStore(SQLStore):
@@ -197,8 +195,11 @@ class SQLiteStore(SQLStore):
             while self.index_task_text(TAIL_CHUNK) == TAIL_CHUNK:
                 pass
         except (sqlite3.Error, StoreError) as error:
-            log.warning("the search's index could not take the newest tasks (%s): "
-                        "the search reads them one by one", error)
+            import logging  # here alone: a command that opens the store loads no logging
+
+            logging.getLogger("taskherd.store").warning(
+                "the search's index could not take the newest tasks (%s): the search reads "
+                "them one by one", error)
 
     def backup(self, destination: Path) -> None:
         backup_file(self.path, destination, self.busy_timeout)

@@ -124,3 +124,22 @@ def test_the_migration_marks_the_tasks_an_older_release_indexed(tmp_path):
         assert found(store, "gannet") == [*newer[::-1], 3, 2, 1]
         assert in_index(store, "gannet") == [1, 2, 3]
         index_whole(store)
+
+
+def test_a_search_that_cannot_index_the_long_tail_reads_it(tmp_path, monkeypatch, caplog):
+    """Another process holds the write lock past the busy timeout: the search still answers,
+    from the tail, and says why it did not index."""
+    monkeypatch.setattr(sqlite_store, "LONG_TAIL", 10)
+    with SQLiteStore(tmp_path / "q.db", durability="normal", busy_timeout=0.05) as store:
+        ids = add(store, 20)
+        writer = sqlite3.connect(store.path, isolation_level=None)
+        writer.execute("BEGIN IMMEDIATE")
+        try:
+            assert found(store, "routine") == ids[::-1]
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+        assert in_index(store, "routine") == []
+        assert "the search reads them one by one" in caplog.text
+        assert found(store, "routine") == ids[::-1]  # the lock gone: indexed, then read
+        assert in_index(store, "routine") == ids
