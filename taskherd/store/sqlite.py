@@ -59,6 +59,7 @@ class SQLiteStore(SQLStore):
         self._events = socket_dir(self.path)
         self._events_folder = str(self._events)  # every commit stats it: no Path calls
         self._lock = threading.RLock()
+        self._holding = threading.local()  # .events: the commits' events a batch holds
         try:
             self._open(busy_timeout, durability, autocheckpoint)
         except sqlite3.Error as error:
@@ -139,7 +140,26 @@ class SQLiteStore(SQLStore):
         return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
 
     def _published(self, outbox: Sequence[Emitted]) -> None:
+        held = getattr(self._holding, "events", None)
+        if held is not None:
+            held.extend(outbox)
+            return
         publish(self._events_folder, built(outbox))
+
+    @contextmanager
+    def events_held(self) -> Iterator[None]:
+        # Per thread: a write of another thread (the API's loop) is told at its commit.
+        if getattr(self._holding, "events", None) is not None:
+            yield  # held already, by an outer batch
+            return
+        held: list[Emitted] = []
+        self._holding.events = held
+        try:
+            yield
+        finally:
+            self._holding.events = None
+            if held:
+                publish(self._events_folder, built(held))
 
     def listen(self) -> SocketListener:
         return SocketListener(self._events)
