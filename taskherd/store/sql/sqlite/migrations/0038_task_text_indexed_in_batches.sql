@@ -5,7 +5,8 @@
 -- the daemon's indexer (services/text_index.py) indexes the tail in chunks and moves the mark.
 --
 -- The one rule every trigger keeps: a task is in the index if and only if its id is at or
--- below the mark (FTS5's 'delete' of a row it does not hold would corrupt it).
+-- below the mark (FTS5's 'delete' of a row it does not hold would corrupt it). FTS5's own
+-- 'rebuild' reads every task: whoever runs it sets the mark to max(id) in its transaction.
 CREATE TABLE tasks_fts_mark (
     only_row   INTEGER PRIMARY KEY CHECK (only_row = 1),
     indexed_to INTEGER NOT NULL  -- every task whose id is at or below it is in tasks_fts
