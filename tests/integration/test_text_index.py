@@ -143,3 +143,15 @@ def test_a_search_that_cannot_index_the_long_tail_reads_it(tmp_path, monkeypatch
         assert "the search reads them one by one" in caplog.text
         assert found(store, "routine") == ids[::-1]  # the lock gone: indexed, then read
         assert in_index(store, "routine") == ids
+
+
+def test_the_tail_is_filtered_as_the_index_matches_are():
+    """searched_tail repeats searched_tasks' filters (common/task_lists.sql): word for word,
+    or a filter would hold for tasks already indexed and not for the newest."""
+    from taskherd.store.sqlfile import queries
+
+    for dialect in ("sqlite", "postgres"):
+        blocks = queries(dialect)
+        filters = [blocks[name].split("WHERE tasks.id = matched.id", 1)[1]
+                   for name in ("searched_tasks", "searched_tail")]
+        assert filters[0] == filters[1] and "LIKE" in filters[0], dialect
