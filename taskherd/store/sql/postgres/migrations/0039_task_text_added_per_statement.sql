@@ -9,13 +9,15 @@
 -- too, so it is kept small: 256 kB is ~32 pages scanned (a rare word's search 0.1-0.2 ms at
 -- 20,000 tasks; the default 4 MB made it 4x slower, see 0025). A change of a task's text
 -- stays a row trigger: PostgreSQL allows no transition table on UPDATE OF a column list.
+-- The INSERT keeps 0037's ON CONFLICT, so a text already there is replaced as it was.
 -- (CREATE OR REPLACE TRIGGER: the migration splitter reads a bare CREATE TRIGGER as
 -- SQLite's, which waits for an END.)
 DROP TRIGGER tasks_fts_insert ON tasks;
 CREATE OR REPLACE FUNCTION tasks_fts_added() RETURNS trigger LANGUAGE plpgsql AS '
 BEGIN
     INSERT INTO tasks_fts (task_id, title, prompt)
-    SELECT id, lower(title), lower(prompt) FROM added;
+    SELECT id, lower(title), lower(prompt) FROM added
+    ON CONFLICT (task_id) DO UPDATE SET title = excluded.title, prompt = excluded.prompt;
     RETURN NULL;
 END';
 CREATE OR REPLACE TRIGGER tasks_fts_insert AFTER INSERT ON tasks REFERENCING NEW TABLE AS added
