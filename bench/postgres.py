@@ -3,6 +3,7 @@ procrastinate.
 
     python bench/postgres.py              # default sizes (< 2 min on 2 cores)
     python bench/postgres.py --tasks 5000
+    python bench/postgres.py --prompt-chars 200   # tasks with text, as agents' tasks have
 
 Information, except two targets (exit status 1 if either is missed): claim+complete with
 --workers processes on PostgreSQL with cluster-wide limits costs at most 15 % of the figure
@@ -13,7 +14,10 @@ synchronous_commit and full_page_writes stay on, as on a production server, beca
 durable queue pays is a WAL flush per commit, and a bench without it would measure a queue
 nobody should run. Every contender runs in this one run, one after another, with the same
 number (--tasks) of no-op tasks, and each figure on its own fresh database (a new PostgreSQL
-database, or a new SQLite file in a temporary directory, where the fsync is on the same disk):
+database, or a new SQLite file in a temporary directory, where the fsync is on the same disk).
+A task's text is a title of a few characters, and with --prompt-chars a prompt of that many
+characters of words (procrastinate's jobs carry the same text as an argument): what a task's
+search index costs an enqueue shows with it.
 
 - taskherd on PostgreSQL, `PostgresStore(url, durability="full")` (synchronous_commit on):
   - enqueue, single: `store.enqueue(NewTask)` once per task, a transaction each.
@@ -104,6 +108,11 @@ LIMITS = ClaimLimits({ROLE: RoleLimit(max_concurrent=64, pool="bench-pool")},
                      {"bench-pool": PoolLimit(64)})
 NO_LIMITS = ClaimLimits()  # what a daemon claims with when none are configured
 LIMITS_TARGET = 0.85  # cluster limits may cost at most 15 % of claim+complete
+# Each task's text with --prompt-chars (taskherd's prompt, procrastinate's job argument): the
+# words of a task search index, which an enqueue writes (none by default, as the figures before).
+WORDS = ("deploy build test fix gateway parser flaky module review retry cache index schema "
+         "migrate docs release branch merge config timeout worker queue node agent").split()
+PROMPT_CHARS = 0  # set by main from --prompt-chars
 
 
 @dataclass
@@ -131,7 +140,20 @@ def timed(contender: str, figure: str, count: int, work: Callable[[], object]) -
 
 
 def new_tasks(count: int) -> list[NewTask]:
-    return [NewTask(role=ROLE, title=f"task {i}") for i in range(count)]
+    return [NewTask(role=ROLE, title=f"task {i}", prompt=prompt(i)) for i in range(count)]
+
+
+def prompt(number: int) -> str:
+    """About PROMPT_CHARS characters of words, in an order of the task's own."""
+    words: list[str] = []
+    while PROMPT_CHARS and sum(len(word) + 1 for word in words) < PROMPT_CHARS:
+        words.append(WORDS[(number * 7 + len(words) * 3) % len(WORDS)] + str(len(words)))
+    return " ".join(words)
+
+
+def job_args(count: int) -> Iterator[dict[str, str]]:
+    """procrastinate's jobs' arguments: none, or the text a taskherd task would carry."""
+    return ({"prompt": prompt(i)} if PROMPT_CHARS else {} for i in range(count))
 
 
 # -- worker processes -----------------------------------------------------------------------
@@ -351,7 +373,7 @@ PROCRASTINATE_TASK = "bench_noop"
 PROCRASTINATE_DONE: list[int] = []
 
 
-async def procrastinate_noop(context: Any) -> None:
+async def procrastinate_noop(context: Any, **_text: str) -> None:
     PROCRASTINATE_DONE.append(context.job.id)
 
 
@@ -382,8 +404,8 @@ def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) 
         noop = app.tasks[PROCRASTINATE_TASK]
 
         def defer_single() -> None:
-            for _ in range(tasks):
-                noop.defer()
+            for arguments in job_args(tasks):
+                noop.defer(**arguments)
 
         rates.append(timed(contender, "enqueue (single)", tasks, defer_single))
 
@@ -394,7 +416,7 @@ def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) 
 
         def defer_batched() -> None:
             for start in range(0, tasks, batch):
-                deferred.extend(noop.batch_defer(*({} for _ in range(min(batch, tasks - start)))))
+                deferred.extend(noop.batch_defer(*job_args(min(batch, tasks - start))))
 
         rates.append(timed(contender, f"enqueue (batches of {batch})", tasks, defer_batched))
 
@@ -432,7 +454,7 @@ def procrastinate_processes(server: PgServer, tasks: int, batch: int, workers: i
         deferred = []
         noop = app.tasks[PROCRASTINATE_TASK]
         for start in range(0, tasks, batch):
-            deferred.extend(noop.batch_defer(*({} for _ in range(min(batch, tasks - start)))))
+            deferred.extend(noop.batch_defer(*job_args(min(batch, tasks - start))))
     url = server.url(name)
     with Workers(procrastinate_worker, url, workers) as pool:
         per_worker: list[list[int]] = []
@@ -524,10 +546,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="no-op tasks per figure and contender (default: 2000)")
     parser.add_argument("--batch", type=int, default=1000, help="batched enqueue size")
     parser.add_argument("--workers", type=int, default=4, help="processes sharing one queue")
+    parser.add_argument("--prompt-chars", type=int, default=0,
+                        help="characters of text in each task (default: none)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of the processes' figure with and without cluster limits, "
                              "and of procrastinate's beside them")
     args = parser.parse_args(argv)
+    global PROMPT_CHARS
+    PROMPT_CHARS = args.prompt_chars
 
     # A TERM (a timeout, a CI cancel) unwinds like an exception, so the `finally` clauses
     # below stop the server and the worker processes instead of leaving them running.
@@ -542,7 +568,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"taskherd postgres bench: skipped: {error}")
         return 0
     try:
-        print(f"taskherd postgres bench: {versions(server)}; tmp {tempfile.gettempdir()}")
+        print(f"taskherd postgres bench: {versions(server)}; tmp {tempfile.gettempdir()}; "
+              f"text a task {PROMPT_CHARS} characters")
         peer_databases = itertools.count()
         rates = bench_taskherd(
             "taskherd postgres", fresh_databases(server), args.tasks, args.batch, args.workers,

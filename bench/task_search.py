@@ -1,18 +1,21 @@
-"""Task search benchmark: the trigram index (migration 0037) at a million tasks, SQLite.
+"""Task search benchmark: the trigram index (migrations 0037, 0038) at a million tasks, SQLite.
 
     .venv/bin/python bench/task_search.py                    # 1,000,000 tasks, ~3 minutes
     .venv/bin/python bench/task_search.py --tasks 100000 --prompt-chars 100
 
 1. A database of --tasks finished tasks as the release before left it (no index): titles of
    a few words and a number, prompts of about --prompt-chars characters of ordinary words.
-   Then the migration, timed, as a node starting on it runs it; the database's bytes before
-   and after (pages in use, not the file's free pages) and the extra bytes a task.
+   Then the migrations, timed, as a node starting on it runs them; the database's bytes
+   before and after (pages in use, not the file's free pages) and the extra bytes a task.
 2. Searches as the dashboard's list asks (50 rows, newest first, and the capped count), p50
    and p99 of --repeat each: a word no task holds, a word three tasks hold, a common word, a
    number, one character. Beside each, the same list read the way it was before the index
    (LIKE over every task, filtered_tasks with no trigram query): the floor, in this process.
+   Then the same searches with --tail tasks added and not indexed yet (the index is kept in
+   batches: a search reads those one by one; 20,000 is the most it reads before indexing).
 3. `task add`'s store step (store.enqueue, a transaction each) with such a text, with the
-   index's triggers and on a copy of the database without them: microseconds a task.
+   index's triggers and on a copy of the database without them: microseconds a task; and
+   the indexer's pass over those tasks (store.index_task_text, chunks of 1,000).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ WORDS = ("deploy build test fix the gateway parser flaky module review retry cac
 RARE = "kestrel"
 UNDO_MIGRATION = """
 DROP TRIGGER tasks_fts_insert; DROP TRIGGER tasks_fts_delete; DROP TRIGGER tasks_fts_update;
-DROP TABLE tasks_fts; DELETE FROM schema_migrations WHERE name = 'task_text_search';
+DROP TABLE tasks_fts; DROP TABLE tasks_fts_mark;
+DELETE FROM schema_migrations WHERE name IN ('task_text_search', 'task_text_indexed_in_batches');
 """
 
 
@@ -89,7 +93,7 @@ def percentiles(seconds: list[float]) -> str:
     return f"p50 {pick(0.5):7.1f} ms  p99 {pick(0.99):7.1f} ms"
 
 
-def searches(store, repeat: int) -> bool:
+def searches(store, repeat: int, heading: str) -> bool:
     from taskherd.store.sql_task_lists import _filter_params
     from taskherd.store.task_lists import TaskFilter
 
@@ -111,7 +115,7 @@ def searches(store, repeat: int) -> bool:
             times.append(time.perf_counter() - begin)
         return times
 
-    print(f"== the list of 50 and its capped count, {repeat} times each")
+    print(f"== the list of 50 and its capped count, {repeat} times each, {heading}")
     ok = True
     for name, text in (("a word no task holds", "zebrafish"), ("a word 3 tasks hold", RARE),
                        ("a common word", "gateway"), ("a number", "123456"),
@@ -122,6 +126,17 @@ def searches(store, repeat: int) -> bool:
               f"{percentiles(before)}   {ratio:6.1f} × faster at p50")
         ok &= sorted(after)[int(0.99 * len(after))] <= 0.100
     return ok
+
+
+def add_tail(store, count: int, prompt_chars: int) -> None:
+    """Tasks added after the indexer's last pass: the search reads them one by one."""
+    from taskherd.model import NewTask
+
+    rng = random.Random(13)
+    for start in range(0, count, 1000):
+        store.enqueue_many([NewTask(role="coder", title=f"{text(rng, 24)} tail {n}",
+                                    prompt=text(rng, prompt_chars))
+                            for n in range(start, min(count, start + 1000))], time.time())
 
 
 def enqueue_cost(path: Path, count: int, prompt_chars: int) -> None:
@@ -150,6 +165,16 @@ def enqueue_cost(path: Path, count: int, prompt_chars: int) -> None:
         finally:
             store.close()
         print(f"{name:<30} {per_task[name] * 1e6:7.0f} µs a task")
+        if database == path:
+            store = open_store(str(database), durability="normal")
+            try:
+                begin = time.perf_counter()
+                while store.index_task_text(1000):
+                    pass
+                print(f"{'then the indexer, 1,000 a pass':<30} "
+                      f"{(time.perf_counter() - begin) / count * 1e6:7.0f} µs a task")
+            finally:
+                store.close()
     extra = per_task["with them"] - per_task["without the index's triggers"]
     print(f"the index costs {extra * 1e6:+.0f} µs a task "
           f"({per_task['with them'] / per_task['without the index' + chr(39) + 's triggers']:.2f}"
@@ -162,6 +187,8 @@ def main() -> int:
     parser.add_argument("--prompt-chars", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--adds", type=int, default=2000)
+    parser.add_argument("--tail", type=int, default=20_000,
+                        help="tasks added after the indexer's last pass (at most LONG_TAIL)")
     args = parser.parse_args()
     from taskherd.store import open_store
 
@@ -178,11 +205,16 @@ def main() -> int:
         store = open_store(str(path))  # the migration, as a node starting on it runs it
         migrated = time.perf_counter() - started
         after = bytes_in_use(path)
-        print(f"migration 0037 (the index, filled): {migrated:.1f} s; {after / 2**20:.0f} MiB, "
+        print(f"migrations 0037-0038 (the index, filled): {migrated:.1f} s; "
+              f"{after / 2**20:.0f} MiB, "
               f"+{(after - before) / args.tasks:.0f} bytes a task "
               f"(+{100 * (after - before) / before:.0f} %)")
         try:
-            ok = searches(store, args.repeat)
+            ok = searches(store, args.repeat, "every task indexed")
+            add_tail(store, args.tail, args.prompt_chars)
+            ok &= searches(store, args.repeat, f"{args.tail:,} newest tasks not indexed yet")
+            while store.index_task_text(1000):
+                pass
         finally:
             store.close()
         enqueue_cost(path, args.adds, args.prompt_chars)

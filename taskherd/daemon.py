@@ -39,6 +39,7 @@ from taskherd.services.planner import Planner
 from taskherd.services.runner import ServiceLoop, run_service
 from taskherd.services.scheduler import Scheduler
 from taskherd.services.supervisor import KILL_GRACE, Supervisor
+from taskherd.services.text_index import TextIndexer
 from taskherd.services.worktrees import Merger, WorktreeJanitor
 from taskherd.store import Store, StoreError, node_lock_path, open_store, shown
 
@@ -186,7 +187,8 @@ class Daemon:
         starting = [self._start(name) for name in ("dispatcher", "scheduler")]
         watching = [self._start(name) for name in ("supervisor", "monitor", "planner",
                                                    "checkpoints", "backups", "delivery",
-                                                   "worktrees", "merges", "charts")]
+                                                   "worktrees", "merges", "charts",
+                                                   "text_index")]
         watching.append(asyncio.create_task(self._reload_on_request(scheduler), name="reload"))
         watching.append(asyncio.create_task(self._wake_on_events(events, supervisor),
                                             name="events"))
@@ -319,6 +321,8 @@ class Daemon:
             ServiceLoop("charts", sampler, in_thread=True, reload=sampler.reload),
             ServiceLoop("planner", planner, on_counts=self._planned, reload=planner.reload),
             ServiceLoop("checkpoints", checkpoints, in_thread=True),
+            # In a thread: each chunk writes the index's pages (the search reads what waits).
+            ServiceLoop("text_index", TextIndexer(store), in_thread=True),
             ServiceLoop("backups", backups, in_thread=True, reload=backups.reload,
                         stop=backups.stop),
             ServiceLoop("delivery", Deliverer(store, self.clock,

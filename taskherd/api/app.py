@@ -277,7 +277,10 @@ class Api:
         self.queue = Queue(self.config, self.store)
         self.hub = EventHub(self.queue)
         self.board = SharedBoard()
-        self.store_thread = StoreThread()
+        # A batch's commits told to listeners (this process's hub among them) together: one
+        # datagram a commit woke the loop once a commit, and its wake-ups took the interpreter
+        # lock from the batch.
+        self.store_thread = StoreThread(hold=self.store.events_held)
 
     async def run(self, function: Callable[..., Any], *args: Any) -> Any:
         """A store call off the event loop, so streams and other requests keep moving."""

@@ -25,8 +25,11 @@ Answer = tuple[asyncio.Future[Any], bool, Any]  # (its future, succeeded, result
 
 
 class StoreThread:
-    def __init__(self, name: str = "taskherd-api-store") -> None:
+    def __init__(self, name: str = "taskherd-api-store",
+                 hold: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+                 ) -> None:
         self._name = name
+        self._hold = hold  # around each batch: the store's events told once, at its end
         self._waiting: deque[Call] = deque()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -53,11 +56,12 @@ class StoreThread:
                 if not self._waiting:
                     self._wake.clear()  # under the lock: a call queued after sets it again
             answers: list[Answer] = []
-            for function, args, future in calls:
-                try:
-                    answers.append((future, True, function(*args)))
-                except BaseException as error:  # noqa: BLE001 - raised again in the caller
-                    answers.append((future, False, error))
+            with self._hold():
+                for function, args, future in calls:
+                    try:
+                        answers.append((future, True, function(*args)))
+                    except BaseException as error:  # noqa: BLE001 - raised again in the caller
+                        answers.append((future, False, error))
             for loop, batch in _by_loop(answers).items():
                 with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits
                     loop.call_soon_threadsafe(_settle, batch)

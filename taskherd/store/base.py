@@ -9,7 +9,9 @@ that someone else moved it. Every method takes `now` (unix seconds): nothing rea
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -359,6 +361,13 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
         An event is a hint that something changed, never the only record of it: a listener
         may miss some (it was not running, its connection was lost), so it reads the store.
         """
+
+    def events_held(self) -> AbstractContextManager[None]:
+        """Within it, the events this thread's commits make are told together when it ends,
+        after the last commit, rather than one at a time (each commit still emits its own).
+        For a caller committing a burst (the API's store thread): a listener is woken once
+        for it. A store whose database delivers events itself (PostgreSQL) holds none."""
+        return contextlib.nullcontext()
 
     def hold_node(self, node: str) -> None:
         """Hold `node` for this store's lifetime, or raise StoreError naming who holds it.

@@ -56,13 +56,20 @@ class SQLTaskLists(TaskListStore):
         params = _filter_params(wanted) | {"cap": cap}
         if params["trigrams"] is None:
             return int(self._all("count_filtered_tasks", params)[0]["n"])
+        self._catch_up_text_index()
         counted = int(self._all("count_searched_tasks", params)[0]["n"])
         return min(counted + (self._task_by_number(wanted) is not None), cap)
 
     def _searched(self, params: dict[str, Any], sort: str, limit: int, offset: int
                   ) -> list[Task]:
-        rows = self._all(f"search_tasks_{sort}", params | {"limit": limit, "offset": offset})
+        self._catch_up_text_index()
+        rows = self._all(f"search_tasks_{sort}", params | {
+            "limit": limit, "offset": offset, "window": limit + offset})
         return [Task.from_row(row) for row in rows]
+
+    def _catch_up_text_index(self) -> None:
+        """Before a search through the index: a store whose index takes tasks in batches
+        (SQLite) indexes a long tail of tasks it does not hold yet."""
 
     def _task_by_number(self, wanted: TaskFilter) -> Task | None:
         """The task a text of digits names by its id, if it passes the other filters and its

@@ -31,6 +31,11 @@ DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_
 # Long enough that a burst of writers from several processes queues up instead of failing:
 # "database is locked" must never reach a caller.
 DEFAULT_BUSY_TIMEOUT = 60.0
+# A search reads the tasks its index does not hold yet one by one: past this many (a few
+# hundredths of a second of LIKE, as a short text's scan) it indexes them first, a chunk of
+# TAIL_CHUNK a transaction.
+LONG_TAIL = 20_000
+TAIL_CHUNK = 5_000
 
 Q = queries("sqlite")
 M = machinery("sqlite")
@@ -54,6 +59,7 @@ class SQLiteStore(SQLStore):
         self._events = socket_dir(self.path)
         self._events_folder = str(self._events)  # every commit stats it: no Path calls
         self._lock = threading.RLock()
+        self._holding = threading.local()  # .events: the commits' events a batch holds
         try:
             self._open(busy_timeout, durability, autocheckpoint)
         except sqlite3.Error as error:
@@ -134,7 +140,26 @@ class SQLiteStore(SQLStore):
         return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
 
     def _published(self, outbox: Sequence[Emitted]) -> None:
+        held = getattr(self._holding, "events", None)
+        if held is not None:
+            held.extend(outbox)
+            return
         publish(self._events_folder, built(outbox))
+
+    @contextmanager
+    def events_held(self) -> Iterator[None]:
+        # Per thread: a write of another thread (the API's loop) is told at its commit.
+        if getattr(self._holding, "events", None) is not None:
+            yield  # held already, by an outer batch
+            return
+        held: list[Emitted] = []
+        self._holding.events = held
+        try:
+            yield
+        finally:
+            self._holding.events = None
+            if held:
+                publish(self._events_folder, built(held))
 
     def listen(self) -> SocketListener:
         return SocketListener(self._events)
@@ -165,6 +190,36 @@ class SQLiteStore(SQLStore):
                 raise StoreDiskFull(f"WAL checkpoint: {error}") from error
             raise StoreError(f"WAL checkpoint: {error}") from error
         return not busy
+
+    def index_task_text(self, most: int) -> int:
+        # Not on the enqueue path (migration 0038): the search reads the tasks above the
+        # mark one by one until a pass like this one takes them into the index.
+        with self._write() as db:
+            upto = db.execute(Q["text_index_upto"], {"most": most}).fetchone()["upto"]
+            if upto is None:
+                return 0
+            indexed = db.execute(Q["index_task_text"], {"upto": upto}).rowcount
+            db.execute(Q["move_text_mark"], {"upto": upto})
+            return int(indexed)
+
+    def _catch_up_text_index(self) -> None:
+        if self._all("text_index_waiting")[0]["waiting"] <= LONG_TAIL:
+            return
+        # A write in a read path, on purpose: a tail this long is a burst faster than the
+        # daemon's indexer, or tasks added while no daemon ran (nothing indexes them then),
+        # and each search would read it all again; indexed once, it is read through the
+        # index from then on. A file this
+        # process may not write leaves the tail as it is: the search reads it, slower but
+        # right.
+        try:
+            while self.index_task_text(TAIL_CHUNK) == TAIL_CHUNK:
+                pass
+        except (sqlite3.Error, StoreError) as error:
+            import logging  # here alone: a command that opens the store loads no logging
+
+            logging.getLogger("taskherd.store").warning(
+                "the search's index could not take the newest tasks (%s): the search reads "
+                "them one by one", error)
 
     def backup(self, destination: Path) -> None:
         backup_file(self.path, destination, self.busy_timeout)

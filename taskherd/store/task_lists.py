@@ -40,3 +40,10 @@ class TaskListStore(abc.ABC):
     @abc.abstractmethod
     def set_priority(self, task_id: int, priority: int, now: float) -> Task:
         """Give an open task `priority` (0-3); TransitionRefused for a finished task."""
+
+    def index_task_text(self, most: int) -> int:
+        """Put up to `most` of the tasks the text search's index does not hold yet into it
+        (the oldest first), in one short writing transaction; how many it put (0: none
+        waits). The search finds them before and after. A store whose index takes each task
+        as it is added (PostgreSQL) has nothing to do."""
+        return 0

@@ -135,9 +135,11 @@ def test_a_rare_word_is_looked_up_in_the_index_not_read_from_every_task(tmp_path
 
     store.enqueue_many(routine(200), NOW)
     rare = store.enqueue(NewTask(role="coder", title="calibrate the Kestrel"), NOW).task.id
+    caught_up(store)
     assert counted(lambda: store.filter_tasks(TaskFilter(text="kestrel"))) == [rare]
     among_few = steps[0]
     store.enqueue_many(routine(4000), NOW)
+    caught_up(store)
     assert counted(lambda: store.filter_tasks(TaskFilter(text="kestrel"))) == [rare]
     assert steps[0] < 2 * among_few + 10, (among_few, steps[0])
     store.close()
@@ -164,3 +166,60 @@ def test_a_number_finds_its_task_among_the_tasks_holding_it_page_by_page(store):
     assert store.count_filtered_tasks(TaskFilter(text="123"), 10) == 3
     assert _found(store, "1234") == [early]  # no task 1234: the text alone
     assert _found(store, "123", role="qa") == []
+
+
+def caught_up(store) -> int:
+    """The indexer's passes until none is left (the daemon's text_index service)."""
+    indexed = 0
+    while taken := store.index_task_text(100):
+        indexed += taken
+    return indexed
+
+
+def test_tasks_added_since_the_last_indexing_are_found_and_still_once_it_catches_up(store):
+    """A task is indexed in batches after it is added (SQLite; PostgreSQL as it is added):
+    a search finds it either way, in the same order, on every page and in the count."""
+    def add(title: str, **fields) -> int:
+        return store.enqueue(NewTask(role="coder", title=title, **fields), NOW).task.id
+
+    older = [add(f"rotate the gateway keys {n}") for n in range(3)]
+    add("unrelated")
+    caught_up(store)
+    newer = [add(f"Gateway timeout {n}") for n in range(3)]
+    done = add("unrelated gateway")
+    store.cancel(done, NOW + 1)
+
+    def seen() -> tuple:
+        pages = [[t.id for t in store.filter_tasks(TaskFilter(text="gateway"), sort=sort,
+                                                   limit=2, offset=offset)]
+                 for sort in ("newest", "oldest") for offset in (0, 2, 4, 6)]
+        return (pages, _found(store, "GATEW"), _found(store, "gateway",
+                                                      state=TaskState.CANCELLED),
+                store.count_filtered_tasks(TaskFilter(text="gateway"), 100),
+                store.count_filtered_tasks(TaskFilter(text="gateway"), 5))
+
+    every = [*older, *newer, done]
+    before = seen()
+    assert before[0] == [every[::-1][:2], every[::-1][2:4], every[::-1][4:6], every[::-1][6:],
+                         every[:2], every[2:4], every[4:6], every[6:]]
+    assert before[1:] == (every[::-1], [done], 7, 5)
+    caught_up(store)
+    assert store.index_task_text(100) == 0  # nothing left
+    assert seen() == before
+
+
+def test_an_edit_or_a_delete_reaches_the_search_before_and_after_indexing(store):
+    """The text of a task not indexed yet is read as it is now; once indexed, the index
+    follows its edits and forgets it when it goes."""
+    early = store.enqueue(NewTask(role="coder", title="early plover"), NOW).task.id
+    caught_up(store)
+    late = store.enqueue(NewTask(role="coder", title="late plover"), NOW).task.id
+    for task_id, title in ((early, "early heron"), (late, "late heron")):
+        with store._write() as db:  # no command edits a task's text yet
+            db.execute(f"UPDATE tasks SET title = '{title}' WHERE id = {task_id}")
+    assert _found(store, "plover") == [] and _found(store, "heron") == [late, early]
+    caught_up(store)
+    assert _found(store, "plover") == [] and _found(store, "heron") == [late, early]
+    with store._write() as db:
+        db.execute(f"DELETE FROM tasks WHERE id = {late}")
+    assert _found(store, "heron") == [early]

@@ -410,3 +410,27 @@ def test_one_fork_server_forks_every_shim_and_dies_with_the_daemon(fleet, tmp_pa
         assert readable, "the fork server outlived its daemon"
     finally:
         os.close(pidfd)
+
+
+def test_the_daemon_indexes_the_tasks_added_for_the_search(fleet, database):
+    """A task is found by its text as soon as it is added, and the daemon's text_index
+    service takes it into the search's index behind it (SQLite; PostgreSQL indexes it as it
+    is added)."""
+    import sqlite3
+
+    from taskherd.store.task_lists import TaskFilter
+
+    f = fleet()
+    f.up()
+    added = f.add("calibrate the kestrel", prompt="complete")
+    assert [t.id for t in f.store.filter_tasks(TaskFilter(text="KESTREL"))] == [added.id]
+    if database.endswith(".db"):
+        def mark() -> int:
+            with sqlite3.connect(database) as db:
+                return db.execute("SELECT indexed_to FROM tasks_fts_mark").fetchone()[0]
+
+        f.wait_until(lambda: mark() >= added.id, what="the daemon's indexer")
+        with sqlite3.connect(database) as db:
+            assert db.execute("SELECT rowid FROM tasks_fts WHERE tasks_fts MATCH '\"kes\"'"
+                              ).fetchall() == [(added.id,)]
+    assert [t.id for t in f.store.filter_tasks(TaskFilter(text="KESTREL"))] == [added.id]

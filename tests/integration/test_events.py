@@ -216,3 +216,43 @@ def test_a_postgres_listener_listens_again_after_losing_its_connection(pg_url, m
     with open_store(pg_url, durability="normal") as store:
         assert asyncio.run(scenario(store)).role == "coder"
     assert "events from other nodes paused" in caplog.text
+
+
+def test_events_held_by_a_batch_are_told_after_it_and_another_threads_at_once(tmp_path):
+    """SQLite: the API's store thread holds the events of a batch's commits and tells them
+    together at its end (a listener is woken once, not once a commit); a commit of another
+    thread meanwhile is told at its own commit. None is lost, each keeps its order."""
+    import threading
+
+    store = open_store(str(tmp_path / "q.db"), durability="normal")
+    held_done, go = threading.Event(), threading.Event()
+    held_ids: list[int] = []
+
+    def batch() -> None:
+        with store.events_held():
+            for n in range(30):
+                held_ids.append(store.enqueue(NewTask(role="coder", title=f"held {n}"),
+                                              NOW).task.id)
+            held_done.set()
+            go.wait(WAIT)
+
+    async def scenario() -> tuple[int, list[int]]:
+        async with store.listen() as events:
+            worker = threading.Thread(target=batch)
+            worker.start()
+            assert await asyncio.to_thread(held_done.wait, WAIT)
+            alone = await asyncio.to_thread(
+                store.enqueue, NewTask(role="coder", title="alone"), NOW)
+            first = await next_event(events, EventKind.TASK_ADDED)
+            go.set()
+            later = [(await next_event(events, EventKind.TASK_ADDED)).task_id
+                     for _ in range(30)]
+            await asyncio.to_thread(worker.join, WAIT)
+            assert first.task_id == alone.task.id
+            return first.task_id, later
+
+    try:
+        _, later = asyncio.run(scenario())
+        assert later == held_ids
+    finally:
+        store.close()

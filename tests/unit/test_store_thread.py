@@ -71,3 +71,43 @@ def test_calls_from_two_event_loops_each_answered_on_their_own():
     for thread in threads:
         thread.join(10)
     assert results == {"a": 1, "b": 2}
+
+
+def test_a_batch_runs_inside_the_hold_it_is_given_even_when_a_call_fails():
+    """The API holds the store's events around a batch: entered before its first call,
+    left after its last, once a batch, in the store thread."""
+    import contextlib
+
+    seen: list[str] = []
+
+    @contextlib.contextmanager
+    def hold():
+        seen.append(f"hold {threading.current_thread().name}")
+        try:
+            yield
+        finally:
+            seen.append("told")
+
+    worker = StoreThread(hold=hold)
+
+    def call(number: int) -> int:
+        seen.append(f"call {number}")
+        if number == 1:
+            raise LookupError("no task 1")
+        return number
+
+    async def main() -> list[object]:
+        return await asyncio.gather(*(worker.run(call, n) for n in range(3)),
+                                    return_exceptions=True)
+
+    answers = asyncio.run(main())
+    assert answers[0] == 0 and isinstance(answers[1], LookupError) and answers[2] == 2
+    holds = [n for n, step in enumerate(seen) if step.startswith("hold")]
+    assert seen[holds[0]] == "hold taskherd-api-store"
+    # Every call between a hold and its telling; as many holds as tellings.
+    assert seen.count("told") == len(holds) and seen[-1] == "told"
+    assert [s for s in seen if s.startswith("call")] == ["call 0", "call 1", "call 2"]
+    depth = 0
+    for step in seen:
+        depth += step.startswith("hold") - (step == "told")
+        assert depth in (0, 1) and (depth == 1 or not step.startswith("call"))

@@ -87,16 +87,48 @@ WHERE tasks.id = matched.id
   AND (CAST(:finished_from AS DOUBLE PRECISION) IS NULL OR tasks.finished_at >= :finished_from)
   AND (CAST(:finished_to AS DOUBLE PRECISION) IS NULL OR tasks.finished_at < :finished_to)
 
+-- name: searched_tail
+-- The same list over the tasks the index does not hold yet (tasks_not_indexed: SQLite's
+-- newest, added since its indexer's last pass; none in PostgreSQL), each read by its key and
+-- checked by the LIKE. Its filters are searched_tasks' own, word for word (a test holds them
+-- so). A block apart, not a UNION ALL inside tasks_with_text: SQLite would then sort every
+-- match of a common word to find a page (it cannot tell a compound's rows come in order).
+SELECT tasks.* FROM ({tasks_not_indexed}) AS matched CROSS JOIN tasks
+WHERE tasks.id = matched.id
+  AND (CAST(:state AS TEXT) IS NULL OR tasks.state = :state)
+  AND (CAST(:role AS TEXT) IS NULL OR tasks.role = :role)
+  AND (CAST(:priority AS INTEGER) IS NULL OR tasks.priority = :priority)
+  AND (CAST(:node AS TEXT) IS NULL
+       OR EXISTS (SELECT 1 FROM runs WHERE runs.task_id = tasks.id AND runs.node = :node))
+  AND (CAST(:job AS TEXT) IS NULL
+       OR tasks.id IN (SELECT task_id FROM job_fires
+                       WHERE job_name = :job AND task_id IS NOT NULL))
+  AND (lower(tasks.title) LIKE :pattern ESCAPE '\' OR lower(tasks.prompt) LIKE :pattern ESCAPE '\')
+  AND (CAST(:finished_from AS DOUBLE PRECISION) IS NULL OR tasks.finished_at >= :finished_from)
+  AND (CAST(:finished_to AS DOUBLE PRECISION) IS NULL OR tasks.finished_at < :finished_to)
+
 -- name: search_tasks_newest
-{searched_tasks}
-ORDER BY matched.id DESC LIMIT :limit OFFSET :offset;
+-- A page of the index's matches and the tail's, in one statement (one snapshot: a task the
+-- indexer moves meanwhile is read once). Each side stops after :window (limit + offset) rows
+-- in its own order; the page is cut from the two, at most 2 × :window rows sorted.
+SELECT * FROM ({searched_tasks} ORDER BY matched.id DESC LIMIT :window) AS indexed
+UNION ALL
+SELECT * FROM ({searched_tail} ORDER BY matched.id DESC LIMIT :window) AS tail
+ORDER BY id DESC LIMIT :limit OFFSET :offset;
 
 -- name: search_tasks_oldest
-{searched_tasks}
-ORDER BY matched.id LIMIT :limit OFFSET :offset;
+SELECT * FROM ({searched_tasks} ORDER BY matched.id LIMIT :window) AS indexed
+UNION ALL
+SELECT * FROM ({searched_tail} ORDER BY matched.id LIMIT :window) AS tail
+ORDER BY id LIMIT :limit OFFSET :offset;
 
 -- name: count_searched_tasks
-SELECT count(*) AS n FROM ({searched_tasks} LIMIT :cap) AS capped;
+SELECT count(*) AS n FROM (
+    SELECT id FROM ({searched_tasks} LIMIT :cap) AS indexed
+    UNION ALL
+    SELECT id FROM ({searched_tail} LIMIT :cap) AS tail
+    LIMIT :cap
+) AS capped;
 
 -- name: count_filtered_tasks
 -- How many match, counted up to :cap: past it the page says "more than", rather than read a

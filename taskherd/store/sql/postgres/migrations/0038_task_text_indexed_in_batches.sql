@@ -1,0 +1,5 @@
+-- Nothing to do in PostgreSQL: SQLite's FTS5 index wrote its pages at every task added, and
+-- SQLite's 0038 moves that work to a batch indexer behind a high-water mark. PostgreSQL's
+-- tasks_fts (0037) is a plain table written by a row trigger, whose GIN index takes new
+-- entries without a rebuild; the numbers stay alike in both dialects (one schema version).
+-- No statement below: the migration is recorded as applied and changes nothing.

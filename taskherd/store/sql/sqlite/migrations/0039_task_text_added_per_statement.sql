@@ -1,0 +1,4 @@
+-- Nothing to do in SQLite: PostgreSQL's 0039 writes the text of the tasks a statement adds
+-- into its trigram index once per statement instead of once per task; SQLite's FTS5 index
+-- is fed as its 0038 says. The numbers stay alike in both dialects (one schema version).
+-- No statement below: the migration is recorded as applied and changes nothing.
