@@ -175,8 +175,9 @@ class Daemon:
         # thousand running shims share one interpreter's pages.
         forkserver.start()
         # made once it is up, for the roles this node runs
-        supervisor.launch.warm_box_spares(self.config.roles[name]
-                                          for name in self.config.runnable_roles)
+        runnable = [self.config.roles[name] for name in self.config.runnable_roles]
+        supervisor.launch.warm_box_spares(runnable)
+        supervisor.launch.warm_caps(runnable)
         scheduler = Scheduler(self.config, store, self.clock)
         log.info("jobs synced from the config: %s", _summary(scheduler.sync_config()))
         if not self.config.roles:

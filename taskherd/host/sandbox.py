@@ -66,9 +66,8 @@ ALLOW, REFUSE = 0x7FFF0000, 0x00050000 | 97  # SECCOMP_RET_ALLOW, SECCOMP_RET_ER
 REFUSED_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET
 SECCOMP_FD = 3  # where the shim's child opens the filter for bwrap --seccomp
 # Where a box spare's in-box starter sees the daemon's log dir until its run's files are bound
-# (in the data dir's hiding tmpfs; unmounted before the agent's exec).
-# (a tmpfs holding the log dir's bind and the cgroup folders' it joins a run's in: one unmount
-# takes them all, and each unmount waits for an RCU grace period).
+# (in the data dir's hiding tmpfs): a tmpfs holding the log dir's bind and the cgroup folders'
+# it joins a run's in, covered whole by an empty read-only tmpfs before the agent's exec.
 STAGE_NAME = ".box-stage"
 BOX_CHANNELS = "boxes"  # the folder of the box spares' FIFOs, in the data dir
 # What the in-box starter needs to bind its run's files, and drops before the agent's exec.
@@ -80,7 +79,7 @@ class SparePlan:
     """How one run goes through its role's box spare (see `taskherd.host.forkserver`): the
     box made ahead with the role's static options, the run's own files bound in by the
     spare's in-box starter (`shim.in_box`) from `source` (the daemon's log dir), staged at
-    `stage` inside the box (in a tmpfs of its own, unmounted whole before the agent's exec)."""
+    `stage` inside the box (in a tmpfs of its own, covered whole before the agent's exec)."""
 
     key: str  # the role: one spare each
     argv: tuple[str, ...]  # bwrap and the role's static options, without "--"

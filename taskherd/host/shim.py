@@ -679,8 +679,7 @@ def _become_box(request, channel, shim, start_ticks, report_write, output_write)
 
 # What the in-box starter calls through ctypes (<linux/mount.h>, <linux/prctl.h>,
 # <linux/capability.h>).
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND = 1, 2, 4, 32, 4096
-MNT_DETACH = 2
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
 PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
 CLONE_NEWUSER = 0x10000000
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -713,8 +712,16 @@ class _Kernel:
                                     MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
                                     None), f"read-only {target}")
 
-    def unmount(self, path):
-        self._check(self.libc.umount2(path.encode(), MNT_DETACH), f"unmount {path}")
+    def cover(self, path):
+        """An empty read-only tmpfs over `path`: what was mounted there can no longer be
+        reached by any path. Not an unmount, which waits for an RCU grace period (0.1 to
+        1.5 ms on the way to the agent's exec). The agent holds no capability, so it cannot
+        take the cover off; in a user namespace of its own it gets a copy of it locked to
+        what it covers (the kernel's rule for mounts from a more privileged namespace), as
+        bwrap's own hiding of the data dir is."""
+        self._check(self.libc.mount(b"tmpfs", path.encode(), b"tmpfs",
+                                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"mode=0"),
+                    f"cover {path}")
 
     def become(self, uid, gid):
         """Be `uid`:`gid` again, as the agent of a box made for its run alone is: a box spare
@@ -754,10 +761,11 @@ def in_box(args):
     as `_starter` and `_become_agent` do outside: it answers for its shim on the server's
     output (our 1), takes on the run's log (header written), stdin and input through STAGE
     (a bind of SOURCE, the daemon's log dir, that only it uses), binds the run's files
-    read-only at their real paths, unmounts STAGE's tmpfs, drops every capability (bwrap gave it
-    CAP_SYS_ADMIN and CAP_SETPCAP for this alone), tells its shim and execs the agent. A
+    read-only at their real paths, covers STAGE's tmpfs with an empty one, drops every
+    capability (bwrap gave it CAP_SYS_ADMIN and CAP_SETPCAP for this alone), tells its
+    shim and execs the agent. A
     run with caps has it join its cgroups first, through their folders bound in for this
-    (cgroup v1; unmounted then), or finds it moved in by the daemon (v2: the box's
+    (cgroup v1; covered then), or finds it moved in by the daemon (v2: the box's
     /sys/fs/cgroup is read-only, and its cgroup namespace would refuse the move)."""
     channel, report, output = (int(fd) for fd in args[:3])
     shim, start_ticks, stage, source = int(args[3]), args[4], args[5], args[6]
@@ -812,10 +820,9 @@ def in_box(args):
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)  # in the hiding tmpfs
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             kernel.bind_read_only(staged(path), path)
-        # The stage's tmpfs, with the log dir's bind and the cgroup folders' in it: one
-        # unmount (each waits for an RCU grace period).
-        kernel.unmount(os.path.dirname(stage))
-        os.rmdir(os.path.dirname(stage))
+        # The stage's tmpfs, with the log dir's bind and the cgroup folders' in it: covered
+        # whole by one mount.
+        kernel.cover(os.path.dirname(stage))
         if os.getuid() != uid:  # root of the box's user namespace: see _Kernel.become
             kernel.become(uid, gid)
         what = f"cwd {run['cwd']}"

@@ -63,6 +63,7 @@ class Launch:
         self._box_channels_cleared = False  # an earlier daemon's spares' FIFOs, at the first warm
         self._guessed: dict[str, tuple] = {}  # role → the box its spare was last made from, guessed
         self._cgroup_host: cgroups.Host | None = None
+        self._ready_caps: dict[cgroups.Caps, list[str]] = {}  # caps → sets made ahead, unused
 
     @property
     def worktree_root(self) -> Path:
@@ -165,9 +166,10 @@ class Launch:
         joins: tuple[str, ...] = ()
         copier: tuple[str, ...] = ()
         if caps.any:
+            ready = self._ready_caps.get(caps)
             try:
                 group = cgroups.create(self.config.daemon.data_dir, run_id, caps,
-                                       self.cgroup_host())
+                                       self.cgroup_host(), ready.pop() if ready else None)
             except cgroups.CgroupUnavailable as error:
                 raise SandboxUnavailable(f"its caps ({caps.describe()}): {error}") from error
             joins, copier = tuple(group.join_files), tuple(group.copier_files)
@@ -182,6 +184,22 @@ class Launch:
                                       cgroup_bases=self.cgroup_bases(caps))
         return Confinement(functools.partial(box.wrap, bwrap=bwrap),
                            tuple(str(path) for path in box.open_files), joins, copier, spare)
+
+    def warm_caps(self, roles: Iterable[RoleConfig]) -> None:
+        """Make the cgroups of each capped role's next run ahead (cgroups.prepare), one set
+        per caps: its claim then renames them, where making them would be on its way to its
+        agent's exec. A set that cannot be made is left to the run, which says why."""
+        for role in roles:
+            if role.isolation is None:
+                continue
+            caps = cgroups.Caps(role.isolation.memory, role.isolation.pids, role.isolation.cpu)
+            if not caps.any or self._ready_caps.get(caps):
+                continue
+            try:
+                name = cgroups.prepare(self.config.daemon.data_dir, caps, self.cgroup_host())
+            except (OSError, cgroups.CgroupUnavailable):
+                continue
+            self._ready_caps.setdefault(caps, []).append(name)
 
     def warm_box_spares(self, roles: Iterable[RoleConfig]) -> int:
         """Have a box spare made for each boxed role without git, ahead of its first run; the

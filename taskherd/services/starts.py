@@ -140,6 +140,9 @@ class Starts:
             live = self.watcher.watch(claim.run, claim.task, role, runtime, handle, now)
             self.watcher.kill(live, Outcome.LOST, f"its spawn could not be recorded: {error}")
             return None
+        # The role's next run's cgroups, made now that this one's agent is off: not on the
+        # way from a claim to its exec.
+        self.launch.warm_caps([role])
         live = self.watcher.watch(claim.run, claim.task, role, runtime, handle, now)
         live.probe = probe
         if continued:

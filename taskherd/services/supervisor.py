@@ -220,7 +220,9 @@ class Supervisor:
         self.config = config
         self.starts.reload(config)
         # A changed box: a new spare (for the roles this node runs).
-        self.launch.warm_box_spares(config.roles[name] for name in config.runnable_roles)
+        runnable = [config.roles[name] for name in config.runnable_roles]
+        self.launch.warm_box_spares(runnable)
+        self.launch.warm_caps(runnable)
 
     def run_once(self, now: float) -> dict[str, int]:
         """One pass: watch what runs, stop what a person cancelled, adopt what is unwatched."""

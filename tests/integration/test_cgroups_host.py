@@ -92,6 +92,18 @@ def test_a_process_past_its_memory_cap_is_killed_and_counted(data_dir):
     assert cgroups.memory_killed(data_dir, 1, HOST) == 1
 
 
+def test_a_set_made_ahead_becomes_the_runs_with_its_cap_in_force(data_dir):
+    needs("pids")
+    ready = cgroups.prepare(data_dir, Caps(pids=16), HOST)
+    group = cgroups.create(data_dir, 3, Caps(pids=16), HOST, ready)
+    forker = joined(group, FORK_100, stdin=subprocess.PIPE)
+    forked, refused = map(int, forker.stdout.readline().split())
+    assert (forked, refused) == (15, 85)  # its cap, written before the run was claimed
+    assert cgroups.pids_refused(data_dir, 3, HOST) == refused
+    cgroups.release(data_dir, 3, HOST)
+    assert forker.wait(timeout=10) == -9
+
+
 def test_a_fork_bomb_stops_at_its_pids_cap_and_release_stops_what_is_left(data_dir):
     needs("pids")
     group = cgroups.create(data_dir, 2, Caps(pids=16), HOST)

@@ -172,6 +172,45 @@ def test_stale_run_cgroups_are_removed_and_open_ones_kept(tmp_path):
     assert cgroups.run_folders(tmp_path / "data", 2, host)
 
 
+@pytest.mark.parametrize("layout", ["v1", "v2"])
+def test_a_run_takes_the_cgroups_made_ahead_for_its_caps_by_a_rename(tmp_path, layout):
+    root, host = v1_host(tmp_path) if layout == "v1" else v2_host(tmp_path)
+    data = tmp_path / "data"
+    ready = cgroups.prepare(data, CAPS, host)
+    assert ready.startswith(cgroups.READY_PREFIX)
+    made = sorted(path for path in root.rglob(ready) if path.is_dir())
+    assert made  # one in each hierarchy (v1), one under the delegated cgroup (v2)
+    limits = {path: sorted(child.name for child in path.iterdir()) for path in made}
+
+    group = cgroups.create(data, 4, CAPS, host, ready)
+    assert not any(path.exists() for path in made)  # renamed, not copied
+    assert sorted(group.folders) == [path.with_name("run-4") for path in made]
+    for path in made:  # the limits written ahead are the run's
+        assert sorted(child.name for child in path.with_name("run-4").iterdir()) == limits[path]
+    assert all("/run-4/" in path for path in group.join_files)
+
+
+def test_a_set_made_ahead_that_cannot_be_the_runs_is_removed_and_the_runs_made(tmp_path):
+    root, host = v1_host(tmp_path, controllers=("pids",))
+    data = tmp_path / "data"
+    cgroups.create(data, 5, Caps(pids=5), host)  # a leftover of the run's own name
+    ready = cgroups.prepare(data, Caps(pids=5), host)
+    folder = root / "pids" / cgroups.group_name(data) / ready
+    (folder / "pids.max").unlink()  # a fake tree's folder holds files, which rmdir refuses
+    group = cgroups.create(data, 5, Caps(pids=9), host, ready)
+    assert not folder.exists()
+    assert (group.folders[0] / "pids.max").read_text() == "9"  # the run's caps, written
+
+
+def test_sets_made_ahead_by_an_earlier_daemon_are_removed_at_start(tmp_path):
+    root, host = v1_host(tmp_path, controllers=("pids",))
+    ready = cgroups.prepare(tmp_path / "data", Caps(pids=5), host)
+    folder = root / "pids" / cgroups.group_name(tmp_path / "data") / ready
+    (folder / "pids.max").unlink()
+    cgroups.release_stale(tmp_path / "data", keep=set(), where=host)
+    assert not folder.exists()
+
+
 def test_the_shim_copies_a_capped_agents_output_under_its_cpu_cap_alone(tmp_path):
     root, host = v1_host(tmp_path)
     group = cgroups.create(tmp_path / "data", 4, CAPS, host)
