@@ -186,10 +186,13 @@ def test_two_backups_in_one_second_are_both_kept_and_each_restores_its_own(tmp_p
 
 
 def damage_pages(path: Path) -> None:
-    """Zero a hundred bytes in every seventh page past the first ten: the file is still a
-    SQLite database, and PRAGMA integrity_check finds a problem in each of those pages."""
+    """Zero a hundred bytes in every third page of the file's second half: the file is still
+    a SQLite database, and PRAGMA integrity_check finds a problem in each of those pages.
+    The second half holds the tasks' pages alone: the schema's pages lie among the first
+    hundred (made by the migrations, before any task), and a damaged schema page would make
+    it no readable database at all."""
     data = bytearray(path.read_bytes())
-    for offset in range(10 * 4096, len(data) - 4096, 7 * 4096):
+    for offset in range(len(data) // 2 // 4096 * 4096, len(data) - 4096, 3 * 4096):
         data[offset + 100:offset + 200] = bytes(100)
     path.write_bytes(bytes(data))
 
