@@ -208,9 +208,8 @@ class SQLiteStore(SQLStore):
         # A write in a read path, on purpose: a tail this long is a burst faster than the
         # daemon's indexer, or tasks added while no daemon ran (nothing indexes them then),
         # and each search would read it all again; indexed once, it is read through the
-        # index from then on. A file this
-        # process may not write leaves the tail as it is: the search reads it, slower but
-        # right.
+        # index from then on. A file this process may not write leaves the tail as it is:
+        # the search reads it, slower but right.
         try:
             while self.index_task_text(TAIL_CHUNK) == TAIL_CHUNK:
                 pass
