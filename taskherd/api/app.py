@@ -339,8 +339,10 @@ class Api:
         caller = self._caller(request, spec.need, now) if spec.need else Caller()
         self.check(caller, spec.need)
         body = parse_body(request, data) if data is not None else None
-        call = Call(self, caller, dict(request.path_params), dict(request.query_params), body,
-                    self.clock(), spec.query)
+        # No query string (an agent's heartbeat, a task added): no parse of one.
+        query = dict(request.query_params) if request.scope.get("query_string") else {}
+        call = Call(self, caller, dict(request.path_params), query, body, self.clock(),
+                    spec.query)
         return spec.handler(call)
 
     def _caller(self, request: Request, need: str, now: float) -> Caller:
@@ -448,6 +450,10 @@ def _no_constant(name: str) -> Any:
 def json_response(data: Any, status: int = 200, zone: tzinfo | None = None) -> Response:
     """`data` as JSON; every time (unix seconds, as ever) with its ISO 8601 form beside it as
     `<name>_iso`, in `zone` (the fleet's; taskherd.policy.timefmt)."""
-    body = json.dumps(with_iso(data, zone), separators=(",", ":"), allow_nan=False,
-                      default=str)
-    return Response(body, status_code=status, media_type="application/json")
+    return Response(json_body(data, zone), status_code=status, media_type="application/json")
+
+
+def json_body(data: Any, zone: tzinfo | None = None) -> bytes:
+    """`data` as `json_response`'s body."""
+    return json.dumps(with_iso(data, zone), separators=(",", ":"), allow_nan=False,
+                      default=str).encode()
