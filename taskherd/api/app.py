@@ -280,11 +280,17 @@ class Api:
         # A batch's commits told to listeners (this process's hub among them) together: one
         # datagram a commit woke the loop once a commit, and its wake-ups took the interpreter
         # lock from the batch.
-        self.store_thread = StoreThread(hold=self.store.events_held)
+        self.store_thread = StoreThread(hold=self.store.events_held,
+                                        group=self.store.writes_grouped)
 
     async def run(self, function: Callable[..., Any], *args: Any) -> Any:
         """A store call off the event loop, so streams and other requests keep moving."""
         return await self.store_thread.run(function, *args)
+
+    async def run_grouped(self, function: Callable[..., Any], *args: Any) -> Any:
+        """As `run`, for a call of a few short writes: committed with the others of its
+        batch (`StoreThread.run_grouped`)."""
+        return await self.store_thread.run_grouped(function, *args)
 
     # -- who is calling --------------------------------------------------------------
 

@@ -31,8 +31,11 @@ class HotRoutes:
         self.app = app
         self.security = security
         specs = {(spec.method, spec.path): spec for spec in ROUTES}
-        self.add_task = _answering(api, specs["POST", "/v1/tasks"], security, api.run)
-        self.agent_op = _answering(api, specs["POST", AGENT_PREFIX + "{op}"], security, api.run)
+        # A task added and a heartbeat are a short write each: committed a batch at a time.
+        self.add_task = _answering(api, specs["POST", "/v1/tasks"], security, api.run_grouped)
+        agent = specs["POST", AGENT_PREFIX + "{op}"]
+        self.heartbeat = _answering(api, agent, security, api.run_grouped)
+        self.agent_op = _answering(api, agent, security, api.run)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -44,7 +47,8 @@ class HotRoutes:
                 op = path[len(AGENT_PREFIX):]
                 if op and "/" not in op:  # the route's pattern: one segment, not empty
                     scope["path_params"] = {"op": op}
-                    await self.agent_op(scope, receive, send)
+                    await (self.heartbeat if op == "heartbeat" else self.agent_op)(
+                        scope, receive, send)
                     return
         await self.app(scope, receive, send)
 
