@@ -43,6 +43,11 @@ from taskherd.store.tokens import ApiToken, TokenNotFound, TokenRefused
 
 log = logging.getLogger("taskherd.api")
 
+try:
+    import orjson as _orjson
+except ImportError:  # the `fast` extra is not installed
+    _orjson = None  # type: ignore[assignment]
+
 SESSION_COOKIE = "taskherd_session"
 CSRF_HEADER = "x-csrf-token"
 RETRY_AFTER_FAULT = 5  # seconds a client waits before trying a faulty database again
@@ -460,6 +465,13 @@ def json_response(data: Any, status: int = 200, zone: tzinfo | None = None) -> R
 
 
 def json_body(data: Any, zone: tzinfo | None = None) -> bytes:
-    """`data` as `json_response`'s body."""
-    return json.dumps(with_iso(data, zone), separators=(",", ":"), allow_nan=False,
-                      default=str).encode()
+    """`data` as `json_response`'s body: by orjson where installed (the `fast` extra; a task's
+    answer in a tenth of the standard library's time; NaN, which the standard library
+    refuses, as null), else by the standard library."""
+    walked = with_iso(data, zone)
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(walked, default=str, option=_orjson.OPT_NON_STR_KEYS)
+        except TypeError:  # what it refuses (a lone surrogate in a text): as it was
+            pass
+    return json.dumps(walked, separators=(",", ":"), allow_nan=False, default=str).encode()
