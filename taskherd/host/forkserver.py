@@ -71,6 +71,10 @@ SHIM_PYTHON_FLAGS = ("-I", "-S")
 # because it answers in well under a millisecond even on a loaded machine.
 REPLY_TIMEOUT = 10.0
 RESTART_INTERVAL = 1.0  # after a server could not be started (out of pids or memory)
+# With no run waiting, the server forks its next spare this long after the last spare's agent
+# exec'd, not beside that exec (see shim._await_next_spare); a run that comes sooner has it
+# forked at once.
+NEXT_SPARE_DELAY = 0.010
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -456,9 +460,9 @@ def _start_ticks(pid: int) -> int | None:
 def _start_server() -> subprocess.Popen | None:
     try:
         return subprocess.Popen(
-            shim_command("--serve"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env={}, cwd="/", start_new_session=True,
-            close_fds=True, bufsize=0)
+            shim_command("--serve", str(round(NEXT_SPARE_DELAY * 1000))),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={},
+            cwd="/", start_new_session=True, close_fds=True, bufsize=0)
     except OSError:  # EAGAIN, ENOMEM, EMFILE
         return None
 

@@ -65,6 +65,9 @@ DRAIN_CHUNKS = 64  # more than the largest pipe buffer (1 MiB) in SPLICE_CHUNKs
 NONBLOCK = getattr(os, "SPLICE_F_NONBLOCK", 2)
 HAS_SPLICE = hasattr(os, "splice")
 PIPE_BUF = 4096  # a pipe's write of at most this many bytes is read whole (POSIX: >= 512)
+# With no run waiting, the fork server forks its next spare this long after the last one's
+# agent exec'd (`_await_next_spare`); its owner passes its own (forkserver.NEXT_SPARE_DELAY).
+NEXT_SPARE_MS = 10
 
 _agent_pid = 0
 _pending_signals: list[int] = []
@@ -423,17 +426,20 @@ def _reap_children(_signum, _frame):
         pass
 
 
-def serve():
-    """``shim.py --serve``: a fork server, one per daemon, that forks a shim for each run.
+def serve(next_spare_ms=NEXT_SPARE_MS):
+    """``shim.py --serve [NEXT_SPARE_MS]``: a fork server, one per daemon, that forks a shim
+    for each run.
 
     It forks a spare shim ahead of each run and does nothing else; the spare has forked its
     agent's starter (`_spare`), which reads the run from the server's input itself
     (`read_run`: one request at a time, so nothing past its line is there), answers
-    ``PID START_TICKS`` (its shim's) on the server's output, and tells the server, which
-    forks the next spare. The fork, and the copy-on-write faults that follow it in both
-    processes, so happen while nobody waits: with a thousand shims alive, a fork now and
-    then takes several milliseconds, which a run would otherwise wait for between its claim
-    and its agent's start.
+    ``PID START_TICKS`` (its shim's) on the server's output, tells the server it took a
+    run, and execs the agent. The server forks the next spare when another run waits on its
+    input, else NEXT_SPARE_MS after that exec (`_await_next_spare`). The fork, and the
+    copy-on-write faults that follow it in both processes, so happen while nobody waits:
+    with a thousand shims alive, a fork now and then takes several milliseconds, which a run
+    would otherwise wait for between its claim and its agent's start; nor beside the exec
+    of the agent just started, which they slowed by ~1 ms on a 2-core machine.
 
     Memory: every shim forked here shares this process's pages copy-on-write and owns only
     the pages written after its fork, on either side (a page the server writes before
@@ -470,9 +476,27 @@ def serve():
         os.close(told_write)
         # b"": the spare ended without a run (killed): another is forked at once.
         told = os.read(told_read, 1)
+        if told == TOOK_RUN:
+            _await_next_spare(told_read, next_spare_ms)
         os.close(told_read)
         if told == END_OF_INPUT:
             return 0
+
+
+def _await_next_spare(told_read, next_spare_ms):
+    """Return when the next spare is to be forked, its starter having taken its run: at once
+    when a run waits on our input (or it ended), else `next_spare_ms` after the starter
+    exec'd its agent (`told_read`'s end: the starter's copy closes on exec, or when it dies).
+    Then the two forks of a spare (the server's, the spare's of its starter) compete neither
+    with that exec nor with the agent's first milliseconds (its dynamic linking): forked at
+    once, they slowed the agent's start by ~1 ms on a 2-core machine. A starter that does not
+    reach its exec (its stdin a FIFO nobody opens) holds up no other run."""
+    waits = select.poll()
+    waits.register(0, select.POLLIN)
+    waits.register(told_read, select.POLLIN)
+    if all(fd != 0 for fd, _ in waits.poll()):
+        waits.unregister(told_read)
+        waits.poll(next_spare_ms)
 
 
 TOOK_RUN, END_OF_INPUT = b"R", b"E"  # what a spare tells its server
@@ -555,7 +579,8 @@ def _shim_of(agent, told, output_read):
 def _starter(server, told_write, report_write, output_read, output_write):
     """The agent's starter, forked by its shim ahead of the run: waits for the run, answers
     for its shim, tells it what it must know (`_shim_of`), prepares the run and becomes its
-    agent; never returns. The agent starts only once the answer is on its way to the daemon
+    agent; never returns (its server learns of the exec by `told_write`'s end: it closes on
+    exec). The agent starts only once the answer is on its way to the daemon
     and the server is known to have been alive after it: the daemon reads what came before
     the server's end (see forkserver.fork_shim), so a run it gave up on, and starts cold,
     is never also started here. A starter whose server or shim died exits without reading."""
@@ -563,6 +588,7 @@ def _starter(server, told_write, report_write, output_read, output_write):
     try:
         os.close(output_read)
         shim = os.getppid()
+        start_ticks = _stat_fields(shim)[19].decode()
         waiting = select.poll()
         waiting.register(0, select.POLLIN)
         for fd in (told_write, report_write):
@@ -574,10 +600,8 @@ def _starter(server, told_write, report_write, output_read, output_write):
             os.write(told_write, END_OF_INPUT)
             return
         channel = _open_channel(run) if run.get("box_spare") else None
-        start_ticks = _stat_fields(shim)[19].decode()
         _answer(f"{shim} {start_ticks}\n".encode())
-        os.write(told_write, TOOK_RUN)
-        os.close(told_write)
+        os.write(told_write, TOOK_RUN)  # its input is the next run's from here
         if int(_stat_fields(shim)[1]) != server:
             return  # the server's end came before the daemon could know of this run
         if run.get("box_spare"):
@@ -892,6 +916,6 @@ def _stat_fields(pid):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--serve"]:
-        sys.exit(serve())
+    if sys.argv[1:2] == ["--serve"]:
+        sys.exit(serve(*map(int, sys.argv[2:3])))
     sys.exit(in_box(sys.argv[2:]) if sys.argv[1:2] == ["--in-box"] else main(sys.argv[1:]))
