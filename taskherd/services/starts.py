@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from taskherd.host import procs
+from taskherd.host.run_files import SpareFiles
 from taskherd.host.sandbox import SandboxUnavailable
 from taskherd.host.worktrees import GitTimeout
 from taskherd.model import FINAL_STATES, Claim, Outcome, Run, RunResult, Task
@@ -22,7 +23,7 @@ from taskherd.policy import faults
 from taskherd.runtimes.base import Execution, RunFiles, Runtime
 from taskherd.runtimes.registry import runtime_for
 from taskherd.services.disk_pause import DiskPause
-from taskherd.services.launch import Launch, create_private
+from taskherd.services.launch import Launch
 from taskherd.services.live_runs import LiveRun
 from taskherd.services.preparations import Preparation, Preparations
 from taskherd.store import Store, StoreError, TransitionRefused
@@ -34,6 +35,9 @@ log = logging.getLogger("taskherd.supervisor")
 # started (`lost`, no strike): given up at once, a late shim would start its agent beside the
 # task's next run.
 SHIM_GRACE = 5.0
+# Run files (a log and a prompt each) made ahead of the claims: enough for the starts between
+# two of the supervisor's passes, which make more (host.run_files).
+SPARE_RUN_FILES = 16
 
 
 class Watcher(Protocol):
@@ -68,6 +72,7 @@ class Starts:
         self.on_change = on_change
         self.log_dir = config.daemon.log_dir
         self.unstarted: dict[int, float] = {}  # run id → when it is taken as never started
+        self.spare_files = SpareFiles(self.log_dir, SPARE_RUN_FILES)
 
     def reload(self, config: Config) -> None:
         self.config = config
@@ -92,7 +97,9 @@ class Starts:
                          self.log_dir / f"run-{claim.run.id}.prompt")
         try:
             runtime = runtime_for(role.runtime)
-            create_private(files.prompt)
+            # Renamed from files made ahead, not created here, on the way to the exec.
+            self.spare_files.take_private(files.prompt)
+            self.spare_files.take(files.log)  # (else the spawn creates it)
             if worktree is not None:
                 role = self.launch.in_worktree(role, claim.task, worktree, now)
             handle, continued = self.launch.begin(runtime, role, claim, files)
@@ -151,6 +158,10 @@ class Starts:
                  f" as pid {handle.pid}" if handle.pid else "",
                  " to probe its runtime's rate limit" if probe else "")
         return live
+
+    def make_files_ahead(self) -> int:
+        """Make the run files the next claims take (between runs: off the way to an exec)."""
+        return self.spare_files.fill()
 
     def _prepare(self, claim: Claim, role: RoleConfig, probe: bool) -> Preparation:
         """Make the task's worktree in a thread and spawn the run when it is ready: `git
