@@ -7,6 +7,7 @@ the supervisor, which watches it until it ends.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -35,9 +36,11 @@ log = logging.getLogger("taskherd.supervisor")
 # started (`lost`, no strike): given up at once, a late shim would start its agent beside the
 # task's next run.
 SHIM_GRACE = 5.0
-# Run files (a log and a prompt each) made ahead of the claims: enough for the starts between
-# two of the supervisor's passes, which make more (host.run_files).
+# Run files (a log and a prompt each) made ahead of the claims (host.run_files): enough for a
+# dispatcher's pass of starts. Those taken are made again this long after a start, once its
+# agent is running (a creation beside its exec would slow it), and at the supervisor's passes.
 SPARE_RUN_FILES = 16
+REMAKE_FILES_AFTER = 0.02
 
 
 class Watcher(Protocol):
@@ -73,6 +76,7 @@ class Starts:
         self.log_dir = config.daemon.log_dir
         self.unstarted: dict[int, float] = {}  # run id → when it is taken as never started
         self.spare_files = SpareFiles(self.log_dir, SPARE_RUN_FILES)
+        self._remake: asyncio.TimerHandle | None = None  # the spare files' next making
 
     def reload(self, config: Config) -> None:
         self.config = config
@@ -100,6 +104,7 @@ class Starts:
             # Renamed from files made ahead, not created here, on the way to the exec.
             self.spare_files.take_private(files.prompt)
             self.spare_files.take(files.log)  # (else the spawn creates it)
+            self._remake_files_later()
             if worktree is not None:
                 role = self.launch.in_worktree(role, claim.task, worktree, now)
             handle, continued = self.launch.begin(runtime, role, claim, files)
@@ -161,7 +166,19 @@ class Starts:
 
     def make_files_ahead(self) -> int:
         """Make the run files the next claims take (between runs: off the way to an exec)."""
+        if self._remake is not None:
+            self._remake.cancel()
+            self._remake = None
         return self.spare_files.fill()
+
+    def _remake_files_later(self) -> None:
+        if self._remake is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # started outside the daemon's loop: the next pass makes them
+            return
+        self._remake = loop.call_later(REMAKE_FILES_AFTER, self.make_files_ahead)
 
     def _prepare(self, claim: Claim, role: RoleConfig, probe: bool) -> Preparation:
         """Make the task's worktree in a thread and spawn the run when it is ready: `git

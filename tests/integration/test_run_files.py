@@ -42,6 +42,8 @@ def test_a_run_takes_its_log_and_prompt_from_files_made_ahead(tmp_path):
         claim = store.claim(ClaimRequest("n1", time.time(), 60.0))
         assert supervisor.start(claim, time.time()) is not None
         await until(lambda: store.get_task(task.id).state is TaskState.COMPLETED)
+        # The two taken are made again soon after the start, with no pass of the supervisor.
+        await until(lambda: len(spares(config.daemon.log_dir)) == len(made))
         return claim.run.id, made
 
     try:
