@@ -71,9 +71,9 @@ SHIM_PYTHON_FLAGS = ("-I", "-S")
 # because it answers in well under a millisecond even on a loaded machine.
 REPLY_TIMEOUT = 10.0
 RESTART_INTERVAL = 1.0  # after a server could not be started (out of pids or memory)
-# With no run waiting, the server forks its next spare this long after the last spare's agent
-# exec'd, not beside that exec (see shim._await_next_spare); a run that comes sooner has it
-# forked at once.
+# With no run waiting, the server forks its next spare this long after the last spare took its
+# run, not beside its agent's exec (see shim.serve); a run that comes sooner has it forked at
+# once.
 NEXT_SPARE_DELAY = 0.010
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
