@@ -426,15 +426,16 @@ def _reap_children(_signum, _frame):
         pass
 
 
-def serve(next_spare_ms=NEXT_SPARE_MS):
-    """``shim.py --serve [NEXT_SPARE_MS]``: a fork server, one per daemon, that forks a shim
-    for each run.
+def serve(next_spare_ms=NEXT_SPARE_MS, burst_ms=NEXT_SPARE_MS):
+    """``shim.py --serve [NEXT_SPARE_MS BURST_MS]``: a fork server, one per daemon, that forks
+    a shim for each run.
 
     It forks a spare shim ahead of each run and does nothing else; the spare has forked its
     agent's starter (`_spare`), which reads the run from the server's input itself
     (`read_run`: one request at a time, so nothing past its line is there), answers
     ``PID START_TICKS`` (its shim's) on the server's output, and tells the server, which
-    forks the next spare when another run waits on its input, else NEXT_SPARE_MS later. The
+    forks the next spare when another run waits on its input, else NEXT_SPARE_MS later (at
+    once in a burst: a spare taken within BURST_MS of its fork). The
     fork, and the copy-on-write faults that follow it in both processes, so happen while
     nobody waits: with a thousand shims alive, a fork now and then takes several
     milliseconds, which a run would otherwise wait for between its claim and its agent's
@@ -466,7 +467,7 @@ def serve(next_spare_ms=NEXT_SPARE_MS):
     _signal.signal(_signal.SIGCHLD, _reap_children)
     server = os.getpid()
     devnull = os.open(os.devnull, os.O_RDWR)  # each spare's 0 and 1 (not inherited)
-    next_spare = next_spare_ms / 1000
+    next_spare, burst = next_spare_ms / 1000, burst_ms / 1000
     while True:
         told_read, told_write = os.pipe()
         try:
@@ -476,16 +477,20 @@ def serve(next_spare_ms=NEXT_SPARE_MS):
         if pid == 0:
             _spare(server, told_read, told_write, devnull)
         os.close(told_write)
+        # Taken within `burst` s of its fork: runs come in a burst.
+        in_burst = burst > 0 and select.select((told_read,), (), (), burst)[0]
         # b"": the spare ended without a run (killed): another is forked at once.
         told = os.read(told_read, 1)
-        if told == TOOK_RUN:
+        if told == TOOK_RUN and not in_burst:
             # The next spare is forked once another run waits on our input (or it ended),
             # else `next_spare` s after this one took its run, when its agent has long been
             # exec'd: its two forks (ours, the spare's of its starter) then compete neither
             # with that exec nor with the agent's first milliseconds (its dynamic linking);
-            # forked at once, they slowed the agent's start by ~1 ms on a 2-core machine. One
-            # select() with a constant: each object made or touched here is a page the spare
-            # forked next owns (`bench/shim_pages.py`).
+            # forked at once, they slowed the agent's start by ~1 ms on a 2-core machine. In
+            # a burst it is forked at once, as the last run is prepared: each run would wait
+            # for a fork otherwise (300 agents started in 4.5 s, not 1.9). select(), few
+            # objects: each one made or touched here is a page the spare forked next owns
+            # (`bench/shim_pages.py`).
             select.select(INPUT, (), (), next_spare)
         os.close(told_read)
         if told == END_OF_INPUT:
@@ -939,5 +944,5 @@ def _stat_fields(pid):
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
-        sys.exit(serve(*map(int, sys.argv[2:3])))
+        sys.exit(serve(*map(int, sys.argv[2:4])))
     sys.exit(in_box(sys.argv[2:]) if sys.argv[1:2] == ["--in-box"] else main(sys.argv[1:]))
