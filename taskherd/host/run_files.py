@@ -55,11 +55,15 @@ class SpareFiles:
 
     def take(self, path: Path) -> bool:
         """Rename a spare to `path`; False when none waits or `path` is there already (a
-        rename would replace it): then the caller makes the file itself."""
+        rename would replace it): then the caller makes the file itself. Safe beside a
+        `fill` in another thread (one list operation each)."""
         while self._ready:
             if os.path.lexists(path):
                 return False
-            spare = self._ready.pop()
+            try:
+                spare = self._ready.pop()
+            except IndexError:  # taken meanwhile
+                return False
             try:
                 os.rename(spare, path)
             except FileNotFoundError:

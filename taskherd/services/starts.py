@@ -77,6 +77,7 @@ class Starts:
         self.unstarted: dict[int, float] = {}  # run id → when it is taken as never started
         self.spare_files = SpareFiles(self.log_dir, SPARE_RUN_FILES)
         self._remake: asyncio.TimerHandle | None = None  # the spare files' next making
+        self._making = False  # a thread makes spare files now
 
     def reload(self, config: Config) -> None:
         self.config = config
@@ -165,11 +166,28 @@ class Starts:
         return live
 
     def make_files_ahead(self) -> int:
-        """Make the run files the next claims take (between runs: off the way to an exec)."""
+        """Make the run files the next claims take (between runs: off the way to an exec), in
+        a thread when called on the daemon's loop: a creation waits for the disk's journal
+        (milliseconds when another process syncs), and a claim must not wait for it. The
+        number made here (0 when a thread makes them)."""
         if self._remake is not None:
             self._remake.cancel()
             self._remake = None
-        return self.spare_files.fill()
+        if self._making:
+            return 0
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self.spare_files.fill()
+        self._making = True
+        loop.run_in_executor(None, self._make_files)
+        return 0
+
+    def _make_files(self) -> None:
+        try:
+            self.spare_files.fill()
+        finally:
+            self._making = False
 
     def _remake_files_later(self) -> None:
         if self._remake is not None:

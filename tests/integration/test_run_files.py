@@ -13,6 +13,7 @@ from taskherd.host.run_files import PREFIX, SpareFiles
 from taskherd.model import NewTask, TaskState
 from taskherd.policy.admission import ClaimRequest
 from taskherd.runtimes.base import write_prompt
+from taskherd.services.starts import SPARE_RUN_FILES
 from taskherd.services.supervisor import Supervisor
 from taskherd.store.sqlite import SQLiteStore
 from tests.fleet import until
@@ -33,8 +34,9 @@ def test_a_run_takes_its_log_and_prompt_from_files_made_ahead(tmp_path):
 
     async def scenario():
         supervisor = Supervisor(config, store, time.time)
-        supervisor.run_once(time.time())  # a pass makes them
-        made = spares(config.daemon.log_dir)
+        supervisor.run_once(time.time())  # a pass has them made (in a thread)
+        made = await until(lambda: len(found := spares(config.daemon.log_dir))
+                           == SPARE_RUN_FILES and found)
         assert made and all(stat.S_IMODE(os.stat(config.daemon.log_dir / name).st_mode)
                             == 0o600 for name in made.values())
         task = store.enqueue(NewTask(role="worker", title="t", prompt="secret plan ✓"),
