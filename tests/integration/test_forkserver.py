@@ -194,14 +194,18 @@ def test_a_starter_held_before_its_exec_holds_up_no_other_run(lazy_server, spawn
     os.mkfifo(held_at)  # its starter's write to "join a cgroup" waits for our read
     held = procs.spawn(["true"], env=env, cwd=str(tmp_path), log_path=tmp_path / "held.log",
                        cgroups=[str(held_at)])
-    other = spawn(["echo", "not held up"])
-    assert not other.handle.is_child and parent_of(other.pid) == lazy_server
-    assert wait_exit(other).succeeded
-    assert other.log_path.read_text().splitlines()[1:] == ["not held up"]
-    assert held.handle.is_alive()
-    with open(held_at, "rb") as joined:
-        assert joined.read() == b"0"
-    assert wait_exit(held).succeeded
+    try:
+        other = spawn(["echo", "not held up"])
+        assert not other.handle.is_child and parent_of(other.pid) == lazy_server
+        assert wait_exit(other).succeeded
+        assert other.log_path.read_text().splitlines()[1:] == ["not held up"]
+        assert held.handle.is_alive()
+        with open(held_at, "rb") as joined:
+            assert joined.read() == b"0"
+        assert wait_exit(held).succeeded
+    finally:
+        if held.handle.is_alive():  # failed above: its starter would wait on the FIFO forever
+            procs.terminate(held.handle, grace=0)
 
 
 def test_a_killed_spare_is_replaced_when_a_run_comes_and_the_run_starts_once(server, spawn,
