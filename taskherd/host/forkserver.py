@@ -71,6 +71,12 @@ SHIM_PYTHON_FLAGS = ("-I", "-S")
 # because it answers in well under a millisecond even on a loaded machine.
 REPLY_TIMEOUT = 10.0
 RESTART_INTERVAL = 1.0  # after a server could not be started (out of pids or memory)
+# With no run waiting, the server forks its next spare this long after the last spare took its
+# run, not beside its agent's exec (see shim.serve); a run that comes sooner has it forked at
+# once.
+NEXT_SPARE_DELAY = 0.010
+# A spare taken this soon after its fork: runs come in a burst, and the next is forked at once.
+BURST_WINDOW = 0.010
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -456,9 +462,10 @@ def _start_ticks(pid: int) -> int | None:
 def _start_server() -> subprocess.Popen | None:
     try:
         return subprocess.Popen(
-            shim_command("--serve"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env={}, cwd="/", start_new_session=True,
-            close_fds=True, bufsize=0)
+            shim_command("--serve", *(str(round(delay * 1000))
+                                      for delay in (NEXT_SPARE_DELAY, BURST_WINDOW))),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={},
+            cwd="/", start_new_session=True, close_fds=True, bufsize=0)
     except OSError:  # EAGAIN, ENOMEM, EMFILE
         return None
 

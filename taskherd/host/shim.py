@@ -65,6 +65,9 @@ DRAIN_CHUNKS = 64  # more than the largest pipe buffer (1 MiB) in SPLICE_CHUNKs
 NONBLOCK = getattr(os, "SPLICE_F_NONBLOCK", 2)
 HAS_SPLICE = hasattr(os, "splice")
 PIPE_BUF = 4096  # a pipe's write of at most this many bytes is read whole (POSIX: >= 512)
+# With no run waiting, the fork server forks its next spare this long after the last one took
+# its run (see `serve`); its owner passes its own (forkserver.NEXT_SPARE_DELAY).
+NEXT_SPARE_MS = 10
 
 _agent_pid = 0
 _pending_signals: list[int] = []
@@ -423,17 +426,21 @@ def _reap_children(_signum, _frame):
         pass
 
 
-def serve():
-    """``shim.py --serve``: a fork server, one per daemon, that forks a shim for each run.
+def serve(next_spare_ms=NEXT_SPARE_MS, burst_ms=NEXT_SPARE_MS):
+    """``shim.py --serve [NEXT_SPARE_MS BURST_MS]``: a fork server, one per daemon, that forks
+    a shim for each run.
 
     It forks a spare shim ahead of each run and does nothing else; the spare has forked its
     agent's starter (`_spare`), which reads the run from the server's input itself
     (`read_run`: one request at a time, so nothing past its line is there), answers
     ``PID START_TICKS`` (its shim's) on the server's output, and tells the server, which
-    forks the next spare. The fork, and the copy-on-write faults that follow it in both
-    processes, so happen while nobody waits: with a thousand shims alive, a fork now and
-    then takes several milliseconds, which a run would otherwise wait for between its claim
-    and its agent's start.
+    forks the next spare when another run waits on its input, else NEXT_SPARE_MS later (at
+    once in a burst: a spare taken within BURST_MS of its fork). The
+    fork, and the copy-on-write faults that follow it in both processes, so happen while
+    nobody waits: with a thousand shims alive, a fork now and then takes several
+    milliseconds, which a run would otherwise wait for between its claim and its agent's
+    start; nor beside the exec of the agent just started, which they slowed by ~1 ms on a
+    2-core machine.
 
     Memory: every shim forked here shares this process's pages copy-on-write and owns only
     the pages written after its fork, on either side (a page the server writes before
@@ -453,12 +460,14 @@ def serve():
     not touched by that; they run on, re-parented like any shim after a daemon restart.
     """
     _warm_capped_log()
+    _rehearse_run(WARM_UP_CALLS)
     gc.collect()
     gc.freeze()
     gc.disable()  # what the server and its shims make is freed by refcount: no walk
     _signal.signal(_signal.SIGCHLD, _reap_children)
     server = os.getpid()
     devnull = os.open(os.devnull, os.O_RDWR)  # each spare's 0 and 1 (not inherited)
+    next_spare, burst = next_spare_ms / 1000, burst_ms / 1000
     while True:
         told_read, told_write = os.pipe()
         try:
@@ -468,14 +477,28 @@ def serve():
         if pid == 0:
             _spare(server, told_read, told_write, devnull)
         os.close(told_write)
+        # Taken within `burst` s of its fork: runs come in a burst.
+        in_burst = burst > 0 and select.select((told_read,), (), (), burst)[0]
         # b"": the spare ended without a run (killed): another is forked at once.
         told = os.read(told_read, 1)
+        if told == TOOK_RUN and not in_burst:
+            # The next spare is forked once another run waits on our input (or it ended),
+            # else `next_spare` s after this one took its run, when its agent has long been
+            # exec'd: its two forks (ours, the spare's of its starter) then compete neither
+            # with that exec nor with the agent's first milliseconds (its dynamic linking);
+            # forked at once, they slowed the agent's start by ~1 ms on a 2-core machine. In
+            # a burst it is forked at once, as the last run is prepared: each run would wait
+            # for a fork otherwise (300 agents started in 4.5 s, not 1.9). select(), few
+            # objects: each one made or touched here is a page the spare forked next owns
+            # (`bench/shim_pages.py`).
+            select.select(INPUT, (), (), next_spare)
         os.close(told_read)
         if told == END_OF_INPUT:
             return 0
 
 
 TOOK_RUN, END_OF_INPUT = b"R", b"E"  # what a spare tells its server
+INPUT = (0,)  # the server's input, where the daemon's runs wait
 WARM_UP_CALLS = 10  # more than Python 3.11 runs a function before specializing its code
 
 
@@ -486,6 +509,33 @@ def _warm_capped_log():
     shim's own then writes little more than the new object."""
     for _ in range(WARM_UP_CALLS):
         os.close(_CappedLog(os.devnull, 1, 1).fd)
+
+
+# A run as the daemon sends one, of a usual size: read ahead of any run (`_rehearse_run`).
+_SAMPLE_RUN = {"exit_path": "/" + "x" * 80, "header": "x" * 200, "argv": ["x" * 20] * 3,
+               "env": {f"X{number}": "x" * 60 for number in range(12)}, "cwd": "/",
+               "log": "/" + "x" * 80, "stdin": None, "input": None, "log_head": 1,
+               "log_tail": 1, "cgroups": [], "files": [], "copier_cgroups": []}
+
+
+def _rehearse_run(times):
+    """Read a made-up run `times` times as a starter reads its own, and build what it tells
+    its shim. Here in the server, before the spares are forked, the code's specialization
+    is done once, in pages every starter shares; in a starter, as it waits, the pages the
+    reading writes (the allocator's pools, the reference counts of what it touches) become
+    its own before its run comes, not on the way from the claim to the exec (~0.15 ms of
+    it on a 2-core machine; they go away with its exec)."""
+    line = marshal.dumps(_SAMPLE_RUN).hex().encode() + b"\n"
+    for _ in range(times):
+        read_end, write_end = os.pipe()
+        try:
+            os.write(write_end, line)
+            run = read_run(read_end, bytearray())
+        finally:
+            os.close(read_end)
+            os.close(write_end)
+        marshal.dumps((run["exit_path"], run.get("input"), run["log"], run.get("log_head", 0),
+                       run.get("log_tail", 0), run.get("copier_cgroups", [])))
 
 
 def _spare(server, told_read, told_write, devnull):
@@ -563,6 +613,8 @@ def _starter(server, told_write, report_write, output_read, output_write):
     try:
         os.close(output_read)
         shim = os.getppid()
+        start_ticks = _stat_fields(shim)[19].decode()
+        _rehearse_run(1)
         waiting = select.poll()
         waiting.register(0, select.POLLIN)
         for fd in (told_write, report_write):
@@ -574,9 +626,8 @@ def _starter(server, told_write, report_write, output_read, output_write):
             os.write(told_write, END_OF_INPUT)
             return
         channel = _open_channel(run) if run.get("box_spare") else None
-        start_ticks = _stat_fields(shim)[19].decode()
         _answer(f"{shim} {start_ticks}\n".encode())
-        os.write(told_write, TOOK_RUN)
+        os.write(told_write, TOOK_RUN)  # its input is the next run's from here
         os.close(told_write)
         if int(_stat_fields(shim)[1]) != server:
             return  # the server's end came before the daemon could know of this run
@@ -892,6 +943,6 @@ def _stat_fields(pid):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--serve"]:
-        sys.exit(serve())
+    if sys.argv[1:2] == ["--serve"]:
+        sys.exit(serve(*map(int, sys.argv[2:4])))
     sys.exit(in_box(sys.argv[2:]) if sys.argv[1:2] == ["--in-box"] else main(sys.argv[1:]))

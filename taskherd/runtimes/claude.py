@@ -20,7 +20,13 @@ from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.model.settings import RoleConfig
 from taskherd.policy.loops import RepeatedCalls
 from taskherd.policy.timefmt import reading_zone
-from taskherd.runtimes.base import CommandLineRuntime, Launch, OutputReader, RunFiles
+from taskherd.runtimes.base import (
+    CommandLineRuntime,
+    Launch,
+    OutputReader,
+    RunFiles,
+    write_prompt,
+)
 from taskherd.runtimes.claude_stream import (
     ClaudeEvent,
     ClaudeRunResult,
@@ -111,7 +117,7 @@ class ClaudeRuntime(CommandLineRuntime):
 
     def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
                prompt: str) -> Launch:
-        files.prompt.write_text(prompt)
+        write_prompt(files.prompt, prompt)
         # The prompt goes on stdin, never in argv: task text (from an import, a job, another
         # agent) that starts with '-' would otherwise be read as Claude Code's own options, and
         # a long prompt would hit the kernel's limit on one argument.

@@ -21,7 +21,14 @@ from taskherd.host.procs import ExitStatus
 from taskherd.model import Outcome, Run, RunResult, Task
 from taskherd.model.settings import RoleConfig
 from taskherd.policy.timefmt import reading_zone
-from taskherd.runtimes.base import CommandLineRuntime, Launch, OutputReader, RunFiles, failure
+from taskherd.runtimes.base import (
+    CommandLineRuntime,
+    Launch,
+    OutputReader,
+    RunFiles,
+    failure,
+    write_prompt,
+)
 from taskherd.runtimes.codex_stream import CodexStreamReader, CodexStreamState
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
 from taskherd.runtimes.sessions import shown
@@ -91,7 +98,7 @@ class CodexRuntime(CommandLineRuntime):
 
     def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
                prompt: str) -> Launch:
-        files.prompt.write_text(prompt)
+        write_prompt(files.prompt, prompt)
         argv = [role.binary or "codex", "exec", "--json", "--skip-git-repo-check",
                 "--sandbox", own_sandbox(role), "-c",
                 f"approval_policy={_toml_string(role.approval)}"]

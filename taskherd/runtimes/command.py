@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from taskherd.model import Run, Task
 from taskherd.model.settings import RoleConfig
-from taskherd.runtimes.base import CommandLineRuntime, Launch, RunFiles
+from taskherd.runtimes.base import CommandLineRuntime, Launch, RunFiles, write_prompt
 
 PLACEHOLDERS = ("task_id", "run_id", "role", "prompt_file", "workdir")
 # Linux refuses a single argv string over 128 KiB (MAX_ARG_STRLEN): a longer prompt for a
@@ -35,7 +35,7 @@ class CommandRuntime(CommandLineRuntime):
 
     def launch(self, role: RoleConfig, task: Task, run: Run, files: RunFiles,
                prompt: str) -> Launch:
-        files.prompt.write_text(prompt)
+        write_prompt(files.prompt, prompt)
         values = {
             "task_id": str(task.id),
             "run_id": str(run.id),

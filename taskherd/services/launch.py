@@ -49,11 +49,6 @@ def agent_path(config: Config, role: RoleConfig) -> str:
     return path if own_bin in path.split(os.pathsep) else f"{path}{os.pathsep}{own_bin}"
 
 
-def create_private(path: Path) -> None:
-    """An empty file only its owner may read (a run's prompt may hold the task's secrets)."""
-    os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600))
-
-
 class Launch:
     def __init__(self, config: Config, store: Store, clock: Callable[[], float]):
         self.config = config

@@ -7,6 +7,7 @@ the supervisor, which watches it until it ends.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from taskherd.host import procs
+from taskherd.host.run_files import SpareFiles
 from taskherd.host.sandbox import SandboxUnavailable
 from taskherd.host.worktrees import GitTimeout
 from taskherd.model import FINAL_STATES, Claim, Outcome, Run, RunResult, Task
@@ -22,7 +24,7 @@ from taskherd.policy import faults
 from taskherd.runtimes.base import Execution, RunFiles, Runtime
 from taskherd.runtimes.registry import runtime_for
 from taskherd.services.disk_pause import DiskPause
-from taskherd.services.launch import Launch, create_private
+from taskherd.services.launch import Launch
 from taskherd.services.live_runs import LiveRun
 from taskherd.services.preparations import Preparation, Preparations
 from taskherd.store import Store, StoreError, TransitionRefused
@@ -34,6 +36,11 @@ log = logging.getLogger("taskherd.supervisor")
 # started (`lost`, no strike): given up at once, a late shim would start its agent beside the
 # task's next run.
 SHIM_GRACE = 5.0
+# Run files (a log and a prompt each) made ahead of the claims (host.run_files): enough for a
+# dispatcher's pass of starts. Those taken are made again this long after a start, once its
+# agent is running (a creation beside its exec would slow it), and at the supervisor's passes.
+SPARE_RUN_FILES = 16
+REMAKE_FILES_AFTER = 0.02
 
 
 class Watcher(Protocol):
@@ -68,6 +75,9 @@ class Starts:
         self.on_change = on_change
         self.log_dir = config.daemon.log_dir
         self.unstarted: dict[int, float] = {}  # run id → when it is taken as never started
+        self.spare_files = SpareFiles(self.log_dir, SPARE_RUN_FILES)
+        self._remake: asyncio.TimerHandle | None = None  # the spare files' next making
+        self._making = False  # a thread makes spare files now
 
     def reload(self, config: Config) -> None:
         self.config = config
@@ -92,7 +102,10 @@ class Starts:
                          self.log_dir / f"run-{claim.run.id}.prompt")
         try:
             runtime = runtime_for(role.runtime)
-            create_private(files.prompt)
+            # Renamed from files made ahead, not created here, on the way to the exec.
+            self.spare_files.take_private(files.prompt)
+            self.spare_files.take(files.log)  # (else the spawn creates it)
+            self._remake_files_later()
             if worktree is not None:
                 role = self.launch.in_worktree(role, claim.task, worktree, now)
             handle, continued = self.launch.begin(runtime, role, claim, files)
@@ -151,6 +164,39 @@ class Starts:
                  f" as pid {handle.pid}" if handle.pid else "",
                  " to probe its runtime's rate limit" if probe else "")
         return live
+
+    def make_files_ahead(self) -> int:
+        """Make the run files the next claims take (between runs: off the way to an exec), in
+        a thread when called on the daemon's loop: a creation waits for the disk's journal
+        (milliseconds when another process syncs), and a claim must not wait for it. The
+        number made here (0 when a thread makes them)."""
+        if self._remake is not None:
+            self._remake.cancel()
+            self._remake = None
+        if self._making:
+            return 0
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return self.spare_files.fill()
+        self._making = True
+        loop.run_in_executor(None, self._make_files)
+        return 0
+
+    def _make_files(self) -> None:
+        try:
+            self.spare_files.fill()
+        finally:
+            self._making = False
+
+    def _remake_files_later(self) -> None:
+        if self._remake is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # started outside the daemon's loop: the next pass makes them
+            return
+        self._remake = loop.call_later(REMAKE_FILES_AFTER, self.make_files_ahead)
 
     def _prepare(self, claim: Claim, role: RoleConfig, probe: bool) -> Preparation:
         """Make the task's worktree in a thread and spawn the run when it is ready: `git

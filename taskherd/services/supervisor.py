@@ -238,6 +238,7 @@ class Supervisor:
             if not heard and self._swept_open == float("-inf"):
                 self._swept_open = now - SWEEP_EVERY / 2
         counts["adopted"] = self.starts.look_at_unstarted(now) if self.starts.unstarted else 0
+        counts["run_files_made"] = self.starts.make_files_ahead()
         if heard or now - self._swept_open >= SWEEP_EVERY:
             counts["adopted"] += self._sweep_open_runs(now)
             self._swept_open = now

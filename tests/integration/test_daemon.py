@@ -380,7 +380,7 @@ def fork_servers(daemon: subprocess.Popen) -> list[int]:
     servers = []
     for child in psutil.Process(daemon.pid).children():
         try:
-            if child.cmdline()[-1:] == ["--serve"]:
+            if "--serve" in child.cmdline():
                 servers.append(child.pid)
         except psutil.Error:  # exited while being looked at
             continue
