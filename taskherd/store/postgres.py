@@ -28,15 +28,21 @@ from taskherd.model import (
     Claim,
     Event,
     EventKind,
+    Finished,
     Message,
     NewTask,
+    Outcome,
     Run,
+    RunResult,
     Task,
     TaskState,
 )
+from taskherd.model.settings import RetryPolicy
 from taskherd.policy import admission
 from taskherd.policy.admission import ClaimRequest, Refusal
+from taskherd.policy.chains import REVIEW_OF, Workflow
 from taskherd.policy.limits import NODE, ClaimLimits
+from taskherd.policy.queue import Settlement, plain_settlement
 from taskherd.store.base import StoreError, StoreUnavailable
 from taskherd.store.errors import StoreDiskFull
 from taskherd.store.events import Listener
@@ -57,6 +63,9 @@ DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_
 USAGE_COLUMNS = ("role_running", "role_last_claim", "pool_a_running", "pool_b_running",
                  "cooldown_until", "notified")
 RELISTEN_DELAY = 5.0  # seconds between attempts to get a lost LISTEN connection back
+# The meta keys whose task's settle sets off more than the settle (its reviewed task's
+# verdict, the outbox of its delivery targets): finish_run_procedure leaves it to the steps.
+SETTLE_META = [REVIEW_OF, "deliver_to"]
 M = machinery("postgres")
 
 
@@ -228,7 +237,7 @@ class PostgresStore(SQLStore):
         if any(limits.budget_scopes(role) for role in allowed):
             return super()._try_candidate(request, limits, allowed, full)
         with self._connection() as conn:
-            if not self._has_claim_function(conn):
+            if not self._has_server_calls(conn):
                 return super()._try_candidate(request, limits, allowed, full)
             answer = conn.execute(self._claim_within_call,
                                   self._claim_call_params(request, limits, allowed, full)
@@ -266,21 +275,23 @@ class PostgresStore(SQLStore):
             "any_role": request.any_role(allowed),
         }
 
-    def _has_claim_function(self, conn: Any) -> bool:
-        """Whether this connection has claim_within_function, created in its temporary schema
-        the first time it is asked: it lasts as long as the connection (a new one after a
-        loss creates its own), and it is always this taskherd's, whatever version another
-        node runs on the same database. A role without the TEMPORARY privilege cannot create
-        it, and claims in steps."""
-        if conn.claim_function is None:
+    def _has_server_calls(self, conn: Any) -> bool:
+        """Whether this connection has claim_within_function and finish_run_procedure,
+        created in its temporary schema the first time it is asked: they last as long as the
+        connection (a new one after a loss creates its own), and they are always this
+        taskherd's, whatever version another node runs on the same database. A role without
+        the TEMPORARY privilege cannot create them, and claims and finishes in steps."""
+        if conn.server_calls is None:
             try:
-                conn.execute(function_definition("postgres", "claim_within_function"))
-                conn.claim_function = True
+                with conn.transaction():
+                    conn.execute(function_definition("postgres", "claim_within_function"))
+                    conn.execute(function_definition("postgres", "finish_run_procedure"))
+                conn.server_calls = True
             except self._errors.InsufficientPrivilege as error:
-                log.warning("claims take several round trips: the database role cannot create "
-                            "a temporary function (%s)", _said(error))
-                conn.claim_function = False
-        return bool(conn.claim_function)
+                log.warning("claims and run ends take several round trips: the database "
+                            "role cannot create a temporary function (%s)", _said(error))
+                conn.server_calls = False
+        return bool(conn.server_calls)
 
     def _claim_answered(self, request: ClaimRequest, limits: ClaimLimits,
                         candidate: Mapping[str, Any], role: str, answer: Mapping[str, Any],
@@ -319,6 +330,56 @@ class PostgresStore(SQLStore):
         # No credential: the one statement records none (its function would have to take the
         # token's digest), so the launch issues it as it did before claims could.
         return Claim(task, Run.from_row(row), tuple(messages))
+
+    _finish_run_call = M["finish_run_call"]
+
+    def finish_run(self, run_id: int, result: RunResult, policy: RetryPolicy,
+                   now: float) -> Finished:
+        """As SQLStore's, but one call of finish_run_procedure where the settle is plain (its
+        settlement known before the task is read, and nothing set off beyond it): the run's
+        end, the task's settle, the COMMIT and the events in one round trip. The procedure
+        answers nothing, and writes nothing, where the steps are needed."""
+        settlement = None if result.outcome is Outcome.LOST else plain_settlement(result, now)
+        if settlement is not None:
+            with self._connection() as conn:
+                idle = self._psycopg.pq.TransactionStatus.IDLE
+                answer = None
+                # The procedure commits: only outside a transaction (none is under way).
+                if (not conn.opening and conn.info.transaction_status == idle
+                        and self._has_server_calls(conn)):
+                    params = self._finish_call_params(run_id, result, settlement, now)
+                    answer = conn.execute(self._finish_run_call, params).fetchone()["answer"]
+            if answer is not None:
+                return Finished(Run.from_row(answer["run"]), Task.from_row(answer["task"]),
+                                moved=answer["moved"])
+        return super().finish_run(run_id, result, policy, now)
+
+    # The workflow _slow_roles last read, and its answer: a reload gives the store a new one.
+    _slow_roles_of: tuple[Workflow | None, list[str]] = (None, [])
+
+    def _slow_roles(self) -> list[str]:
+        workflow, roles = self._slow_roles_of
+        if workflow is not self.workflow:
+            workflow, roles = self.workflow, _slow_roles(self.workflow)
+            self._slow_roles_of = (workflow, roles)
+        return roles
+
+    def _finish_call_params(self, run_id: int, result: RunResult, settlement: Settlement,
+                            now: float) -> dict[str, Any]:
+        return {
+            "run_id": run_id, "now": now, "outcome": result.outcome.value,
+            "exit_code": result.exit_code, "summary": result.summary, "error": result.error,
+            "error_tail": result.error_tail, "cost_usd": result.cost_usd,
+            "input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
+            "turns": result.turns, "session_id": result.session_id,
+            "state": settlement.state.value, "run_after": settlement.run_after,
+            "strike": settlement.strike, "rescue": settlement.rescue,
+            "rate_limit": settlement.rate_limit, "reason": settlement.reason,
+            "slow_roles": self._slow_roles(), "slow_meta": SETTLE_META,
+            # The events as SQLRuns._finish emits them, but for what the database adds.
+            "run_ended": Event(EventKind.RUN_ENDED, now).to_json(),
+            "task_changed": Event(EventKind.TASK_CHANGED, now).to_json(),
+        }
 
     def _announce(self, db: Any, outbox: Sequence[Emitted]) -> None:
         self._notifying = [event.to_json() for event in built(outbox)]  # sent with the COMMIT
@@ -362,8 +423,9 @@ class PostgresStore(SQLStore):
         if row["granted"]:
             return None
         return (f"role {row['role']} may not create temporary objects in database "
-                f"{row['database']}: claims within limits take several round trips each "
-                f"(GRANT TEMPORARY ON DATABASE {row['database']} TO {row['role']})")
+                f"{row['database']}: claims within limits and runs' ends take several "
+                f"round trips each (GRANT TEMPORARY ON DATABASE {row['database']} TO "
+                f"{row['role']})")
 
     def checkpoint(self, truncate: bool = False, timeout: float | None = None) -> bool:
         """Nothing to do: PostgreSQL checkpoints its own write-ahead log."""
@@ -383,6 +445,13 @@ def _role_terms(limits: ClaimLimits, role: str, run_runtime: str | None) -> dict
             "run_runtime": run_runtime, "crosses_nodes": limits.role_counted_across_nodes(role)}
 
 
+def _slow_roles(workflow: Workflow) -> list[str]:
+    """The roles whose settle may set off more than itself (a reviewer's task, a chain's
+    children): finish_run_procedure leaves their runs' ends to the steps."""
+    return sorted(name for name, flow in workflow.roles.items()
+                  if flow.review_by is not None or flow.chain)
+
+
 @functools.cache
 def _opening_connection() -> Any:
     """psycopg's connection, with the opening of a transaction sent with its first statement.
@@ -395,7 +464,7 @@ def _opening_connection() -> Any:
 
     class OpeningConnection(psycopg.Connection):
         opening: tuple[str, ...] = ()
-        claim_function: bool | None = None  # PostgresStore._has_claim_function
+        server_calls: bool | None = None  # PostgresStore._has_server_calls
 
         def open_with(self, statement: str) -> None:
             """`statement` sent with the opening still owed, or at once if none is."""
