@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -65,7 +64,8 @@ USAGE_COLUMNS = ("role_running", "role_last_claim", "pool_a_running", "pool_b_ru
 RELISTEN_DELAY = 5.0  # seconds between attempts to get a lost LISTEN connection back
 # The meta keys whose task's settle sets off more than the settle (its reviewed task's
 # verdict, the outbox of its delivery targets): finish_run_procedure leaves it to the steps.
-SETTLE_META = [REVIEW_OF, "deliver_to"]
+# JSON, as the roles beside them: psycopg adapts a list to an array element by element.
+SETTLE_META = json.dumps([REVIEW_OF, "deliver_to"])
 M = machinery("postgres")
 
 
@@ -253,18 +253,26 @@ class PostgresStore(SQLStore):
         return self._claim_answered(request, limits, candidate, role, answer["claim"], counted,
                                     answer["messages"])
 
-    @staticmethod
-    def _claim_call_params(request: ClaimRequest, limits: ClaimLimits, allowed: list[str],
+    # The last claim's limits, its roles' runtimes and their terms as JSON: a daemon claims
+    # with one ClaimLimits a whole pass, and the terms' dumps were a tenth of a claim's time.
+    _limit_terms: tuple[ClaimLimits | None, tuple[tuple[str, str | None], ...], str, str] = (
+        None, (), "", "")
+
+    def _claim_call_params(self, request: ClaimRequest, limits: ClaimLimits, allowed: list[str],
                            full: list[str]) -> dict[str, Any]:
         now, inbox = request.now, request.inbox
+        runtimes = tuple((role, request.runtime_for(role)) for role in allowed)
+        known, known_runtimes, role_limits, pool_limits = self._limit_terms
+        if known is not limits or known_runtimes != runtimes:
+            role_limits = json.dumps({role: _role_terms(limits, role, runtime)
+                                      for role, runtime in runtimes})
+            pool_limits = json.dumps({name: {"capacity": pool.capacity,
+                                             "node_scope": pool.scope == NODE}
+                                      for name, pool in limits.pools.items()})
+            self._limit_terms = (limits, runtimes, role_limits, pool_limits)
         return {
             "now": now, "node": request.node, "lease_until": now + request.lease_seconds,
-            "role_limits": json.dumps({role: _role_terms(limits, role,
-                                                         request.runtime_for(role))
-                                       for role in allowed}),
-            "pool_limits": json.dumps({name: {"capacity": pool.capacity,
-                                              "node_scope": pool.scope == NODE}
-                                       for name, pool in limits.pools.items()}),
+            "role_limits": role_limits, "pool_limits": pool_limits,
             # The event as the base store emits it, but for what the database adds: the
             # task's id and role, and the run's id if the claim is made.
             "event": Event(EventKind.TASK_CHANGED, now, state=TaskState.CLAIMED).to_json(),
@@ -324,9 +332,9 @@ class PostgresStore(SQLStore):
                           key=lambda message: (-message.priority, message.id))
         # The candidate's row was locked from its read to the claim: the task claimed is that
         # row with what claim_if_room set.
-        lease_until = now + request.lease_seconds
-        task = dataclasses.replace(Task.from_row(candidate), state=TaskState.CLAIMED,
-                                   lease_node=node, lease_expires_at=lease_until, updated_at=now)
+        task = Task.from_row({**candidate, "state": TaskState.CLAIMED.value, "lease_node": node,
+                              "lease_expires_at": now + request.lease_seconds,
+                              "updated_at": now})
         # No credential: the one statement records none (its function would have to take the
         # token's digest), so the launch issues it as it did before claims could.
         return Claim(task, Run.from_row(row), tuple(messages))
@@ -355,9 +363,9 @@ class PostgresStore(SQLStore):
         return super().finish_run(run_id, result, policy, now)
 
     # The workflow _slow_roles last read, and its answer: a reload gives the store a new one.
-    _slow_roles_of: tuple[Workflow | None, list[str]] = (None, [])
+    _slow_roles_of: tuple[Workflow | None, str] = (None, "[]")
 
-    def _slow_roles(self) -> list[str]:
+    def _slow_roles(self) -> str:
         workflow, roles = self._slow_roles_of
         if workflow is not self.workflow:
             workflow, roles = self.workflow, _slow_roles(self.workflow)
@@ -445,11 +453,11 @@ def _role_terms(limits: ClaimLimits, role: str, run_runtime: str | None) -> dict
             "run_runtime": run_runtime, "crosses_nodes": limits.role_counted_across_nodes(role)}
 
 
-def _slow_roles(workflow: Workflow) -> list[str]:
+def _slow_roles(workflow: Workflow) -> str:
     """The roles whose settle may set off more than itself (a reviewer's task, a chain's
-    children): finish_run_procedure leaves their runs' ends to the steps."""
-    return sorted(name for name, flow in workflow.roles.items()
-                  if flow.review_by is not None or flow.chain)
+    children), as JSON: finish_run_procedure leaves their runs' ends to the steps."""
+    return json.dumps(sorted(name for name, flow in workflow.roles.items()
+                             if flow.review_by is not None or flow.chain))
 
 
 @functools.cache

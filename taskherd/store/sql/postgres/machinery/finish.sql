@@ -14,9 +14,10 @@
 -- Only a settle that sets off nothing beyond itself is made here: Python gives the
 -- settlement (policy/queue.py's plain_settlement), so the task must await no review, have no
 -- chain of its own, belong to none of :slow_roles (a reviewer or a chain in the workflow),
--- name none of :slow_meta in its meta (its reviewed task, delivery targets) and have no
--- active worktree (a completion waits in `merging`). Anything else, an unknown run or one
--- ended meanwhile, answers NULL before anything is written, and the store takes the steps.
+-- name none of :slow_meta in its meta (its reviewed task, delivery targets; both are JSON
+-- arrays) and have no active worktree (a completion waits in `merging`). Anything else, an
+-- unknown run or one ended meanwhile, answers NULL before anything is written, and the store
+-- takes the steps.
 -- The answer: the run as ended, the task as settled (as read, and `moved` false, when a
 -- person moved it meanwhile or a newer run holds it: settle_task's guards).
 -- :run_ended and :task_changed are the events as the store emits them, but for what the
@@ -26,7 +27,7 @@ CREATE OR REPLACE PROCEDURE pg_temp.taskherd_finish_run(
     arg_summary TEXT, arg_error TEXT, arg_error_tail TEXT, arg_cost_usd DOUBLE PRECISION,
     arg_input_tokens BIGINT, arg_output_tokens BIGINT, arg_turns BIGINT, arg_session_id TEXT,
     arg_state TEXT, arg_run_after DOUBLE PRECISION, arg_strike BIGINT, arg_rescue BIGINT,
-    arg_rate_limit BIGINT, arg_reason TEXT, arg_slow_roles TEXT[], arg_slow_meta TEXT[],
+    arg_rate_limit BIGINT, arg_reason TEXT, arg_slow_roles TEXT, arg_slow_meta TEXT,
     arg_run_ended TEXT, arg_task_changed TEXT, INOUT answer JSONB DEFAULT NULL)
 LANGUAGE plpgsql AS $procedure$
 DECLARE
@@ -45,10 +46,11 @@ BEGIN
         RETURN;  -- no such run: the steps name it
     END IF;
     IF var_task.review <> 0 OR coalesce(var_task.chain, '') <> ''
-       OR var_task.role = ANY (arg_slow_roles)
+       OR CAST(arg_slow_roles AS JSONB) ? var_task.role
        -- In parentheses: the IF's condition would end at the CASE's THEN.
        OR (CASE WHEN var_task.meta IN ('', '{}') THEN false
-                ELSE CAST(var_task.meta AS JSONB) ?| arg_slow_meta END)
+                ELSE CAST(var_task.meta AS JSONB) ?| ARRAY(
+                    SELECT jsonb_array_elements_text(CAST(arg_slow_meta AS JSONB))) END)
        OR EXISTS (SELECT 1 FROM worktrees
                   WHERE worktrees.task_id = var_task.id AND worktrees.state = 'active') THEN
         RETURN;
