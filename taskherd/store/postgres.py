@@ -42,9 +42,10 @@ from taskherd.policy.admission import ClaimRequest, Refusal
 from taskherd.policy.chains import REVIEW_OF, Workflow
 from taskherd.policy.limits import NODE, ClaimLimits
 from taskherd.policy.queue import Settlement, plain_settlement
-from taskherd.store.base import StoreError, StoreUnavailable
-from taskherd.store.errors import StoreDiskFull
+from taskherd.store.base import Enqueued, StoreError, StoreUnavailable
+from taskherd.store.errors import SpawnAllowance, StoreDiskFull
 from taskherd.store.events import Listener
+from taskherd.store.requests import RequestKey
 from taskherd.store.sql_claims import usage_of, usage_params
 from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sql_tasks import task_params
@@ -67,6 +68,9 @@ RELISTEN_DELAY = 5.0  # seconds between attempts to get a lost LISTEN connection
 # JSON, as the roles beside them: psycopg adapts a list to an array element by element.
 SETTLE_META = json.dumps([REVIEW_OF, "deliver_to"])
 M = machinery("postgres")
+# The functions and procedures each connection creates in its temporary schema (machinery
+# blocks): a claim within limits, a run's end and an enqueue, each one round trip.
+SERVER_CALLS = ("claim_within_function", "finish_run_procedure", "enqueue_procedure")
 
 
 log = logging.getLogger(__name__)
@@ -284,20 +288,21 @@ class PostgresStore(SQLStore):
         }
 
     def _has_server_calls(self, conn: Any) -> bool:
-        """Whether this connection has claim_within_function and finish_run_procedure,
-        created in its temporary schema the first time it is asked: they last as long as the
-        connection (a new one after a loss creates its own), and they are always this
-        taskherd's, whatever version another node runs on the same database. A role without
-        the TEMPORARY privilege cannot create them, and claims and finishes in steps."""
+        """Whether this connection has the SERVER_CALLS, created in its temporary schema the
+        first time it is asked: they last as long as the connection (a new one after a loss
+        creates its own), and they are always this taskherd's, whatever version another node
+        runs on the same database. A role without the TEMPORARY privilege cannot create
+        them, and claims, ends runs and adds tasks in steps."""
         if conn.server_calls is None:
             try:
                 with conn.transaction():
-                    conn.execute(function_definition("postgres", "claim_within_function"))
-                    conn.execute(function_definition("postgres", "finish_run_procedure"))
+                    for name in SERVER_CALLS:
+                        conn.execute(function_definition("postgres", name))
                 conn.server_calls = True
             except self._errors.InsufficientPrivilege as error:
-                log.warning("claims and run ends take several round trips: the database "
-                            "role cannot create a temporary function (%s)", _said(error))
+                log.warning("claims, run ends and enqueues take several round trips: the "
+                            "database role cannot create a temporary function (%s)",
+                            _said(error))
                 conn.server_calls = False
         return bool(conn.server_calls)
 
@@ -339,6 +344,35 @@ class PostgresStore(SQLStore):
         # token's digest), so the launch issues it as it did before claims could.
         return Claim(task, Run.from_row(row), tuple(messages))
 
+    def _server_call(self, call: str, params: Mapping[str, Any]) -> Any:
+        """The answer of a SERVER_CALLS procedure `call` (it commits on the server), or None
+        where it cannot be called: a transaction is under way (a procedure that commits is
+        refused inside one), or the connection may not create it."""
+        with self._connection() as conn:
+            idle = self._psycopg.pq.TransactionStatus.IDLE
+            if (conn.opening or conn.info.transaction_status != idle
+                    or not self._has_server_calls(conn)):
+                return None
+            return conn.execute(call, params).fetchone()["answer"]
+
+    _enqueue_call = M["enqueue_call"]
+
+    def enqueue(self, new: NewTask, now: float, allowance: SpawnAllowance | None = None,
+                once: RequestKey | None = None) -> Enqueued:
+        """As SQLStore's, but one call of enqueue_procedure where neither a run's spawns
+        are counted nor an agent's request noted: the INSERT, the COMMIT and the event in one
+        round trip. A duplicate of an open task, which it does not add, takes the steps."""
+        if allowance is None and once is None:
+            params = task_params(new, now)
+            # The event as SQLTasks emits it, but for the task's id, which the database adds.
+            params["event"] = Event(EventKind.TASK_ADDED, now, state=TaskState(params["state"]),
+                                    role=new.role).to_json()
+            with self._parents_checked([new]):
+                answer = self._server_call(self._enqueue_call, params)
+            if answer is not None:
+                return Enqueued(Task.from_row(answer), created=True)
+        return super().enqueue(new, now, allowance, once)
+
     _finish_run_call = M["finish_run_call"]
 
     def finish_run(self, run_id: int, result: RunResult, policy: RetryPolicy,
@@ -349,14 +383,8 @@ class PostgresStore(SQLStore):
         answers nothing, and writes nothing, where the steps are needed."""
         settlement = None if result.outcome is Outcome.LOST else plain_settlement(result, now)
         if settlement is not None:
-            with self._connection() as conn:
-                idle = self._psycopg.pq.TransactionStatus.IDLE
-                answer = None
-                # The procedure commits: only outside a transaction (none is under way).
-                if (not conn.opening and conn.info.transaction_status == idle
-                        and self._has_server_calls(conn)):
-                    params = self._finish_call_params(run_id, result, settlement, now)
-                    answer = conn.execute(self._finish_run_call, params).fetchone()["answer"]
+            answer = self._server_call(self._finish_run_call,
+                                       self._finish_call_params(run_id, result, settlement, now))
             if answer is not None:
                 return Finished(Run.from_row(answer["run"]), Task.from_row(answer["task"]),
                                 moved=answer["moved"])

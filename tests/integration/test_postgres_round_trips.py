@@ -60,18 +60,42 @@ def round_trips(monkeypatch, act) -> int:
     return trips[0]
 
 
-def test_an_enqueue_is_its_insert_and_its_commit_with_no_read_back(monkeypatch, pg_url):
+def test_an_enqueue_is_one_call_with_no_read_back(monkeypatch, pg_url):
+    """The INSERT, the COMMIT and the event: one call of the connection's enqueue_procedure
+    (the steps took two round trips: the BEGIN with the INSERT, the COMMIT with the event)."""
     with PostgresStore(pg_url, durability="normal") as store:
         store.enqueue(NewTask(role="coder", title="warm"), NOW)  # the first one prepares
         answers = []
         sent = first_words(monkeypatch, store, lambda: answers.append(
             store.enqueue(NewTask(role="coder", title="fix", priority=2), NOW)))
-        assert sent == ["BEGIN", "INSERT", "COMMIT"]
+        assert sent == ["CALL"]
         assert round_trips(monkeypatch, lambda: store.enqueue(NewTask(role="coder", title="x"),
-                                                              NOW)) == 2
+                                                              NOW)) == 1
         added = answers[0].task
         assert added == store.get_task(added.id)  # the row the INSERT returned is the task
         assert (added.title, added.priority, answers[0].created) == ("fix", 2, True)
+
+
+def test_an_enqueue_in_one_call_tells_what_the_steps_tell(pg_url):
+    with PostgresStore(pg_url, durability="normal") as store:
+        async def heard() -> tuple[Event, int]:
+            async with store.listen() as events:
+                added = await asyncio.to_thread(store.enqueue, NewTask(role="qa", title="x",
+                                                                        pending=True), NOW)
+                return await asyncio.wait_for(anext(events), 20.0), added.task.id
+
+        event, task_id = asyncio.run(heard())
+        assert event == Event(EventKind.TASK_ADDED, NOW, task_id=task_id,
+                              state=TaskState.PENDING, role="qa")
+
+
+def test_a_duplicate_of_an_open_task_takes_the_steps_and_adds_nothing(pg_url):
+    with PostgresStore(pg_url, durability="normal") as store:
+        first = store.enqueue(NewTask(role="coder", title="fix", dedup_key="k"), NOW)
+        again = store.enqueue(NewTask(role="coder", title="fix again", dedup_key="k"), NOW)
+        assert (first.created, again.created) == (True, False)
+        assert again.task == first.task
+        assert [task.title for task in store.list_tasks()] == ["fix"]
 
 
 def claimed(store, role="coder"):
