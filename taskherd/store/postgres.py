@@ -459,8 +459,8 @@ class PostgresStore(SQLStore):
         if row["granted"]:
             return None
         return (f"role {row['role']} may not create temporary objects in database "
-                f"{row['database']}: claims within limits and runs' ends take several "
-                f"round trips each (GRANT TEMPORARY ON DATABASE {row['database']} TO "
+                f"{row['database']}: claims within limits, runs' ends and enqueues take "
+                f"several round trips each (GRANT TEMPORARY ON DATABASE {row['database']} TO "
                 f"{row['role']})")
 
     def checkpoint(self, truncate: bool = False, timeout: float | None = None) -> bool:
