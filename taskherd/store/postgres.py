@@ -47,6 +47,7 @@ from taskherd.store.errors import SpawnAllowance, StoreDiskFull
 from taskherd.store.events import Listener
 from taskherd.store.requests import RequestKey
 from taskherd.store.sql_claims import usage_of, usage_params
+from taskherd.store.sql_credentials import token_digest
 from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sql_tasks import task_params
 from taskherd.store.sqlfile import (
@@ -285,6 +286,8 @@ class PostgresStore(SQLStore):
             "inbox_bytes": inbox.bytes if inbox else None,
             "roles": json.dumps(allowed), "full_pools": json.dumps(full) if full else None,
             "any_role": request.any_role(allowed),
+            "token_sha256": (token_digest(request.credential)
+                             if request.credential is not None else None),
         }
 
     def _has_server_calls(self, conn: Any) -> bool:
@@ -340,9 +343,8 @@ class PostgresStore(SQLStore):
         task = Task.from_row({**candidate, "state": TaskState.CLAIMED.value, "lease_node": node,
                               "lease_expires_at": now + request.lease_seconds,
                               "updated_at": now})
-        # No credential: the one statement records none (its function would have to take the
-        # token's digest), so the launch issues it as it did before claims could.
-        return Claim(task, Run.from_row(row), tuple(messages))
+        # The credential, if the request brought one, was recorded with the claim.
+        return Claim(task, Run.from_row(row), tuple(messages), request.credential)
 
     def _server_call(self, call: str, params: Mapping[str, Any]) -> Any:
         """The answer of a SERVER_CALLS procedure `call` (it commits on the server), or None
