@@ -7,7 +7,7 @@ procrastinate.
 
 Information, except two targets (exit status 1 if either is missed): claim+complete with
 --workers processes on PostgreSQL with cluster-wide limits costs at most 15 % of the figure
-without them, and stays at least at procrastinate's worker with as many processes.
+without them, and runs at least 1.5 times procrastinate's worker with as many processes.
 
 It starts one throwaway PostgreSQL server (tests/pg.py's `start_server(durable=True)`): fsync,
 synchronous_commit and full_page_writes stay on, as on a production server, because what a
@@ -108,6 +108,7 @@ LIMITS = ClaimLimits({ROLE: RoleLimit(max_concurrent=64, pool="bench-pool")},
                      {"bench-pool": PoolLimit(64)})
 NO_LIMITS = ClaimLimits()  # what a daemon claims with when none are configured
 LIMITS_TARGET = 0.85  # cluster limits may cost at most 15 % of claim+complete
+PEER_TARGET = 1.5  # claim+complete with cluster limits against procrastinate's worker
 # Each task's text with --prompt-chars (taskherd's prompt, procrastinate's job argument): the
 # words of a task search index, which an enqueue writes (none by default, as the figures before).
 WORDS = ("deploy build test fix gateway parser flaky module review retry cache index schema "
@@ -523,11 +524,11 @@ def report_limits(rates: list[Rate], workers: int) -> bool:
     plain = by[("taskherd postgres", figure)]
     limited = by[("taskherd postgres", f"{figure}, cluster limits")]
     peer = by[("procrastinate", f"worker, {workers} processes")]
-    cost_ok, peer_ok = limited / plain >= LIMITS_TARGET, limited / peer >= 1.0
+    cost_ok, peer_ok = limited / plain >= LIMITS_TARGET, limited / peer >= PEER_TARGET
     print(f"\ncluster limits, {figure} on PostgreSQL:")
     print(f"  with / without limits  {limited / plain:6.2f}x  (they cost "
           f"{1 - limited / plain:.0%}; target ≤ 15 %: {'PASS' if cost_ok else 'FAIL'})")
-    print(f"  with limits / procrastinate  {limited / peer:6.2f}x  (target ≥ 1x: "
+    print(f"  with limits / procrastinate  {limited / peer:6.2f}x  (target ≥ {PEER_TARGET:g}x: "
           f"{'PASS' if peer_ok else 'FAIL'})")
     return cost_ok and peer_ok
 

@@ -55,19 +55,11 @@ def settle(
     before this one.
     """
     outcome = result.outcome
-    if outcome is Outcome.SUCCEEDED:
-        state = TaskState.NEEDS_REVIEW if task.review else TaskState.COMPLETED
-        return Settlement(state, now)
-    if outcome in BLOCKING_OUTCOMES:
-        # needs_input: the question the agent waits at is the reason a person reads.
-        return Settlement(TaskState.BLOCKED, now, reason=result.summary or result.error)
-    if outcome is Outcome.CANCELLED:
-        return Settlement(TaskState.CANCELLED, now, reason=result.error)
-    if result.fault is not None:
-        # The machine's fault (faults.py: a full disk), not the agent's: back in the queue as
-        # it was, no strike and no counter. Nothing loops: the node that met it starts nothing
-        # until a probe shows the fault gone.
-        return Settlement(TaskState.READY, now)
+    if outcome is Outcome.SUCCEEDED and task.review:
+        return Settlement(TaskState.NEEDS_REVIEW, now)
+    plain = plain_settlement(result, now)
+    if plain is not None:
+        return plain
     if outcome is Outcome.RATE_LIMITED:
         return _after_rate_limit(result, policy, now, recent_rate_limits)
     if outcome is Outcome.LOST:
@@ -81,6 +73,26 @@ def settle(
         reason = f"{outcome.value} on attempt {strikes} of {task.max_attempts}"
         return Settlement(TaskState.DEAD, now, strike=1, reason=reason)
     return Settlement(TaskState.READY, now + policy.backoff(strikes), strike=1)
+
+
+def plain_settlement(result: RunResult, now: float) -> Settlement | None:
+    """Where `result` takes a task that awaits no review, whatever the task's counts; None
+    when its counts decide (a strike, a rescue, a rate limit). `settle` begins with it, and
+    PostgreSQL's one-call finish settles with it before reading the task."""
+    outcome = result.outcome
+    if outcome is Outcome.SUCCEEDED:
+        return Settlement(TaskState.COMPLETED, now)
+    if outcome in BLOCKING_OUTCOMES:
+        # needs_input: the question the agent waits at is the reason a person reads.
+        return Settlement(TaskState.BLOCKED, now, reason=result.summary or result.error)
+    if outcome is Outcome.CANCELLED:
+        return Settlement(TaskState.CANCELLED, now, reason=result.error)
+    if result.fault is not None:
+        # The machine's fault (faults.py: a full disk), not the agent's: back in the queue as
+        # it was, no strike and no counter. Nothing loops: the node that met it starts nothing
+        # until a probe shows the fault gone.
+        return Settlement(TaskState.READY, now)
+    return None
 
 
 def rescued_result(run: Run, lost: RunResult, policy: RetryPolicy) -> RunResult:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import json
 import logging
@@ -28,19 +27,27 @@ from taskherd.model import (
     Claim,
     Event,
     EventKind,
+    Finished,
     Message,
     NewTask,
+    Outcome,
     Run,
+    RunResult,
     Task,
     TaskState,
 )
+from taskherd.model.settings import RetryPolicy
 from taskherd.policy import admission
 from taskherd.policy.admission import ClaimRequest, Refusal
+from taskherd.policy.chains import REVIEW_OF, Workflow
 from taskherd.policy.limits import NODE, ClaimLimits
-from taskherd.store.base import StoreError, StoreUnavailable
-from taskherd.store.errors import StoreDiskFull
+from taskherd.policy.queue import Settlement, plain_settlement
+from taskherd.store.base import Enqueued, StoreError, StoreUnavailable
+from taskherd.store.errors import SpawnAllowance, StoreDiskFull
 from taskherd.store.events import Listener
+from taskherd.store.requests import RequestKey
 from taskherd.store.sql_claims import usage_of, usage_params
+from taskherd.store.sql_credentials import token_digest
 from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sql_tasks import task_params
 from taskherd.store.sqlfile import (
@@ -57,7 +64,14 @@ DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_
 USAGE_COLUMNS = ("role_running", "role_last_claim", "pool_a_running", "pool_b_running",
                  "cooldown_until", "notified")
 RELISTEN_DELAY = 5.0  # seconds between attempts to get a lost LISTEN connection back
+# The meta keys whose task's settle sets off more than the settle (its reviewed task's
+# verdict, the outbox of its delivery targets): finish_run_procedure leaves it to the steps.
+# JSON, as the roles beside them: psycopg adapts a list to an array element by element.
+SETTLE_META = json.dumps([REVIEW_OF, "deliver_to"])
 M = machinery("postgres")
+# The functions and procedures each connection creates in its temporary schema (machinery
+# blocks): a claim within limits, a run's end and an enqueue, each one round trip.
+SERVER_CALLS = ("claim_within_function", "finish_run_procedure", "enqueue_procedure")
 
 
 log = logging.getLogger(__name__)
@@ -228,7 +242,7 @@ class PostgresStore(SQLStore):
         if any(limits.budget_scopes(role) for role in allowed):
             return super()._try_candidate(request, limits, allowed, full)
         with self._connection() as conn:
-            if not self._has_claim_function(conn):
+            if not self._has_server_calls(conn):
                 return super()._try_candidate(request, limits, allowed, full)
             answer = conn.execute(self._claim_within_call,
                                   self._claim_call_params(request, limits, allowed, full)
@@ -244,18 +258,26 @@ class PostgresStore(SQLStore):
         return self._claim_answered(request, limits, candidate, role, answer["claim"], counted,
                                     answer["messages"])
 
-    @staticmethod
-    def _claim_call_params(request: ClaimRequest, limits: ClaimLimits, allowed: list[str],
+    # The last claim's limits, its roles' runtimes and their terms as JSON: a daemon claims
+    # with one ClaimLimits a whole pass, and the terms' dumps were a tenth of a claim's time.
+    _limit_terms: tuple[ClaimLimits | None, tuple[tuple[str, str | None], ...], str, str] = (
+        None, (), "", "")
+
+    def _claim_call_params(self, request: ClaimRequest, limits: ClaimLimits, allowed: list[str],
                            full: list[str]) -> dict[str, Any]:
         now, inbox = request.now, request.inbox
+        runtimes = tuple((role, request.runtime_for(role)) for role in allowed)
+        known, known_runtimes, role_limits, pool_limits = self._limit_terms
+        if known is not limits or known_runtimes != runtimes:
+            role_limits = json.dumps({role: _role_terms(limits, role, runtime)
+                                      for role, runtime in runtimes})
+            pool_limits = json.dumps({name: {"capacity": pool.capacity,
+                                             "node_scope": pool.scope == NODE}
+                                      for name, pool in limits.pools.items()})
+            self._limit_terms = (limits, runtimes, role_limits, pool_limits)
         return {
             "now": now, "node": request.node, "lease_until": now + request.lease_seconds,
-            "role_limits": json.dumps({role: _role_terms(limits, role,
-                                                         request.runtime_for(role))
-                                       for role in allowed}),
-            "pool_limits": json.dumps({name: {"capacity": pool.capacity,
-                                              "node_scope": pool.scope == NODE}
-                                       for name, pool in limits.pools.items()}),
+            "role_limits": role_limits, "pool_limits": pool_limits,
             # The event as the base store emits it, but for what the database adds: the
             # task's id and role, and the run's id if the claim is made.
             "event": Event(EventKind.TASK_CHANGED, now, state=TaskState.CLAIMED).to_json(),
@@ -264,23 +286,28 @@ class PostgresStore(SQLStore):
             "inbox_bytes": inbox.bytes if inbox else None,
             "roles": json.dumps(allowed), "full_pools": json.dumps(full) if full else None,
             "any_role": request.any_role(allowed),
+            "token_sha256": (token_digest(request.credential)
+                             if request.credential is not None else None),
         }
 
-    def _has_claim_function(self, conn: Any) -> bool:
-        """Whether this connection has claim_within_function, created in its temporary schema
-        the first time it is asked: it lasts as long as the connection (a new one after a
-        loss creates its own), and it is always this taskherd's, whatever version another
-        node runs on the same database. A role without the TEMPORARY privilege cannot create
-        it, and claims in steps."""
-        if conn.claim_function is None:
+    def _has_server_calls(self, conn: Any) -> bool:
+        """Whether this connection has the SERVER_CALLS, created in its temporary schema the
+        first time it is asked: they last as long as the connection (a new one after a loss
+        creates its own), and they are always this taskherd's, whatever version another node
+        runs on the same database. A role without the TEMPORARY privilege cannot create
+        them, and claims, ends runs and adds tasks in steps."""
+        if conn.server_calls is None:
             try:
-                conn.execute(function_definition("postgres", "claim_within_function"))
-                conn.claim_function = True
+                with conn.transaction():
+                    for name in SERVER_CALLS:
+                        conn.execute(function_definition("postgres", name))
+                conn.server_calls = True
             except self._errors.InsufficientPrivilege as error:
-                log.warning("claims take several round trips: the database role cannot create "
-                            "a temporary function (%s)", _said(error))
-                conn.claim_function = False
-        return bool(conn.claim_function)
+                log.warning("claims, run ends and enqueues take several round trips: the "
+                            "database role cannot create a temporary function (%s)",
+                            _said(error))
+                conn.server_calls = False
+        return bool(conn.server_calls)
 
     def _claim_answered(self, request: ClaimRequest, limits: ClaimLimits,
                         candidate: Mapping[str, Any], role: str, answer: Mapping[str, Any],
@@ -313,12 +340,84 @@ class PostgresStore(SQLStore):
                           key=lambda message: (-message.priority, message.id))
         # The candidate's row was locked from its read to the claim: the task claimed is that
         # row with what claim_if_room set.
-        lease_until = now + request.lease_seconds
-        task = dataclasses.replace(Task.from_row(candidate), state=TaskState.CLAIMED,
-                                   lease_node=node, lease_expires_at=lease_until, updated_at=now)
-        # No credential: the one statement records none (its function would have to take the
-        # token's digest), so the launch issues it as it did before claims could.
-        return Claim(task, Run.from_row(row), tuple(messages))
+        task = Task.from_row({**candidate, "state": TaskState.CLAIMED.value, "lease_node": node,
+                              "lease_expires_at": now + request.lease_seconds,
+                              "updated_at": now})
+        # The credential, if the request brought one, was recorded with the claim.
+        return Claim(task, Run.from_row(row), tuple(messages), request.credential)
+
+    def _server_call(self, call: str, params: Mapping[str, Any]) -> Any:
+        """The answer of a SERVER_CALLS procedure `call` (it commits on the server), or None
+        where it cannot be called: a transaction is under way (a procedure that commits is
+        refused inside one), or the connection may not create it."""
+        with self._connection() as conn:
+            idle = self._psycopg.pq.TransactionStatus.IDLE
+            if (conn.opening or conn.info.transaction_status != idle
+                    or not self._has_server_calls(conn)):
+                return None
+            return conn.execute(call, params).fetchone()["answer"]
+
+    _enqueue_call = M["enqueue_call"]
+
+    def enqueue(self, new: NewTask, now: float, allowance: SpawnAllowance | None = None,
+                once: RequestKey | None = None) -> Enqueued:
+        """As SQLStore's, but one call of enqueue_procedure where neither a run's spawns
+        are counted nor an agent's request noted: the INSERT, the COMMIT and the event in one
+        round trip. A duplicate of an open task, which it does not add, takes the steps."""
+        if allowance is None and once is None:
+            params = task_params(new, now)
+            # The event as SQLTasks emits it, but for the task's id, which the database adds.
+            params["event"] = Event(EventKind.TASK_ADDED, now, state=TaskState(params["state"]),
+                                    role=new.role).to_json()
+            with self._parents_checked([new]):
+                answer = self._server_call(self._enqueue_call, params)
+            if answer is not None:
+                return Enqueued(Task.from_row(answer), created=True)
+        return super().enqueue(new, now, allowance, once)
+
+    _finish_run_call = M["finish_run_call"]
+
+    def finish_run(self, run_id: int, result: RunResult, policy: RetryPolicy,
+                   now: float) -> Finished:
+        """As SQLStore's, but one call of finish_run_procedure where the settle is plain (its
+        settlement known before the task is read, and nothing set off beyond it): the run's
+        end, the task's settle, the COMMIT and the events in one round trip. The procedure
+        answers nothing, and writes nothing, where the steps are needed."""
+        settlement = None if result.outcome is Outcome.LOST else plain_settlement(result, now)
+        if settlement is not None:
+            answer = self._server_call(self._finish_run_call,
+                                       self._finish_call_params(run_id, result, settlement, now))
+            if answer is not None:
+                return Finished(Run.from_row(answer["run"]), Task.from_row(answer["task"]),
+                                moved=answer["moved"])
+        return super().finish_run(run_id, result, policy, now)
+
+    # The workflow _slow_roles last read, and its answer: a reload gives the store a new one.
+    _slow_roles_of: tuple[Workflow | None, str] = (None, "[]")
+
+    def _slow_roles(self) -> str:
+        workflow, roles = self._slow_roles_of
+        if workflow is not self.workflow:
+            workflow, roles = self.workflow, _slow_roles(self.workflow)
+            self._slow_roles_of = (workflow, roles)
+        return roles
+
+    def _finish_call_params(self, run_id: int, result: RunResult, settlement: Settlement,
+                            now: float) -> dict[str, Any]:
+        return {
+            "run_id": run_id, "now": now, "outcome": result.outcome.value,
+            "exit_code": result.exit_code, "summary": result.summary, "error": result.error,
+            "error_tail": result.error_tail, "cost_usd": result.cost_usd,
+            "input_tokens": result.input_tokens, "output_tokens": result.output_tokens,
+            "turns": result.turns, "session_id": result.session_id,
+            "state": settlement.state.value, "run_after": settlement.run_after,
+            "strike": settlement.strike, "rescue": settlement.rescue,
+            "rate_limit": settlement.rate_limit, "reason": settlement.reason,
+            "slow_roles": self._slow_roles(), "slow_meta": SETTLE_META,
+            # The events as SQLRuns._finish emits them, but for what the database adds.
+            "run_ended": Event(EventKind.RUN_ENDED, now).to_json(),
+            "task_changed": Event(EventKind.TASK_CHANGED, now).to_json(),
+        }
 
     def _announce(self, db: Any, outbox: Sequence[Emitted]) -> None:
         self._notifying = [event.to_json() for event in built(outbox)]  # sent with the COMMIT
@@ -362,8 +461,9 @@ class PostgresStore(SQLStore):
         if row["granted"]:
             return None
         return (f"role {row['role']} may not create temporary objects in database "
-                f"{row['database']}: claims within limits take several round trips each "
-                f"(GRANT TEMPORARY ON DATABASE {row['database']} TO {row['role']})")
+                f"{row['database']}: claims within limits, runs' ends and enqueues take "
+                f"several round trips each (GRANT TEMPORARY ON DATABASE {row['database']} TO "
+                f"{row['role']})")
 
     def checkpoint(self, truncate: bool = False, timeout: float | None = None) -> bool:
         """Nothing to do: PostgreSQL checkpoints its own write-ahead log."""
@@ -383,6 +483,13 @@ def _role_terms(limits: ClaimLimits, role: str, run_runtime: str | None) -> dict
             "run_runtime": run_runtime, "crosses_nodes": limits.role_counted_across_nodes(role)}
 
 
+def _slow_roles(workflow: Workflow) -> str:
+    """The roles whose settle may set off more than itself (a reviewer's task, a chain's
+    children), as JSON: finish_run_procedure leaves their runs' ends to the steps."""
+    return json.dumps(sorted(name for name, flow in workflow.roles.items()
+                             if flow.review_by is not None or flow.chain))
+
+
 @functools.cache
 def _opening_connection() -> Any:
     """psycopg's connection, with the opening of a transaction sent with its first statement.
@@ -395,7 +502,7 @@ def _opening_connection() -> Any:
 
     class OpeningConnection(psycopg.Connection):
         opening: tuple[str, ...] = ()
-        claim_function: bool | None = None  # PostgresStore._has_claim_function
+        server_calls: bool | None = None  # PostgresStore._has_server_calls
 
         def open_with(self, statement: str) -> None:
             """`statement` sent with the opening still owed, or at once if none is."""
