@@ -36,6 +36,7 @@ from taskherd.api.app import (
     route,
 )
 from taskherd.api.events import event_stream, gather_seconds, gathered_stream, log_stream
+from taskherd.api.hot import HotRoutes
 from taskherd.ops.tokens import READ
 from taskherd.policy.timefmt import zone_named
 
@@ -183,7 +184,8 @@ def stream(api: Api, make: Callable[[Request, Caller], AsyncIterator[bytes]],
     return handle
 
 
-def build_app(api: Api) -> Starlette:
+def build_app(api: Api) -> HotRoutes:
+    """The app: the busiest routes answered in front of Starlette (`hot`), all else by it."""
     from taskherd.api import dashboard, dashboard_fleet, dashboard_lists, metrics, openapi
 
     counters = metrics.Metrics(api)
@@ -213,7 +215,7 @@ def build_app(api: Api) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_exception})
     app.add_middleware(_SecurityHeaders)
-    return app
+    return HotRoutes(app, api, _SECURITY_PAIRS)
 
 
 def _events(api: Api, request: Request) -> AsyncIterator[bytes]:

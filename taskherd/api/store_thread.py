@@ -7,12 +7,19 @@ that drains what has queued up meanwhile pays that once for a burst: under fifty
 batch holds many calls. One thread is enough, since the store serialises its calls behind
 one lock anyway; the answers of a batch go back to the loop together, every BATCH calls at
 the most, so the first caller of a long batch does not wait for its last.
+
+A call made by `run_grouped` (a task added, a heartbeat: one short write each) is committed
+with the grouped calls next to it in the batch, in one transaction of the store's
+(`Store.writes_grouped`), each its own savepoint: a commit a group, not a call. Each is
+answered only after that commit; if it fails, every call of the group that had succeeded
+gets its error instead, since none of their writes was kept.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -20,16 +27,18 @@ from typing import Any
 
 BATCH = 16  # calls answered together at the most
 
-Call = tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any]]
+Call = tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any], bool]  # bool: grouped
+Around = Callable[[], contextlib.AbstractContextManager[Any]]
 Answer = tuple[asyncio.Future[Any], bool, Any]  # (its future, succeeded, result or error)
 
 
 class StoreThread:
     def __init__(self, name: str = "taskherd-api-store",
-                 hold: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
-                 ) -> None:
+                 hold: Around = contextlib.nullcontext,
+                 group: Around = contextlib.nullcontext) -> None:
         self._name = name
         self._hold = hold  # around each batch: the store's events told once, at its end
+        self._group = group  # around each run of grouped calls: their writes committed once
         self._waiting: deque[Call] = deque()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -37,9 +46,18 @@ class StoreThread:
 
     async def run(self, function: Callable[..., Any], *args: Any) -> Any:
         """`function(*args)` in the thread; its result, or its exception raised here."""
+        return await self._queued(function, args, False)
+
+    async def run_grouped(self, function: Callable[..., Any], *args: Any) -> Any:
+        """As `run`, its writes committed with the grouped calls beside it in a batch: for a
+        call of a few short writes, no slow read, no I/O (the group holds the store)."""
+        return await self._queued(function, args, True)
+
+    async def _queued(self, function: Callable[..., Any], args: tuple[Any, ...],
+                      grouped: bool) -> Any:
         future = asyncio.get_running_loop().create_future()
         with self._lock:
-            self._waiting.append((function, args, future))
+            self._waiting.append((function, args, future, grouped))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._serve, name=self._name,
                                                 daemon=True)
@@ -57,14 +75,31 @@ class StoreThread:
                     self._wake.clear()  # under the lock: a call queued after sets it again
             answers: list[Answer] = []
             with self._hold():
-                for function, args, future in calls:
-                    try:
-                        answers.append((future, True, function(*args)))
-                    except BaseException as error:  # noqa: BLE001 - raised again in the caller
-                        answers.append((future, False, error))
+                for grouped, run in itertools.groupby(calls, key=lambda call: call[3]):
+                    together = list(run)
+                    answers += self._grouped(together) if grouped else map(_answer, together)
             for loop, batch in _by_loop(answers).items():
                 with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits
                     loop.call_soon_threadsafe(_settle, batch)
+
+
+    def _grouped(self, calls: list[Call]) -> list[Answer]:
+        answers: list[Answer] = []
+        try:
+            with self._group():
+                answers = [_answer(call) for call in calls]
+        except BaseException as error:  # noqa: BLE001 - its commit failed: nothing was kept
+            return [(future, False, error if succeeded else value)
+                    for future, succeeded, value in answers]
+        return answers
+
+
+def _answer(call: Call) -> Answer:
+    function, args, future, _ = call
+    try:
+        return future, True, function(*args)
+    except BaseException as error:  # noqa: BLE001 - raised again in the caller
+        return future, False, error
 
 
 def _by_loop(answers: list[Answer]) -> dict[asyncio.AbstractEventLoop, list[Answer]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime, tzinfo
+from functools import lru_cache
 from typing import Any
 
 # Times whose name does not end in `_at`.
@@ -23,9 +24,17 @@ def is_time(key: str, value: Any) -> bool:
 
 def iso_time(timestamp: float, zone: tzinfo | None = None) -> str:
     """ISO 8601 with its offset, to the millisecond, in `zone` (None: the machine's)."""
-    moment = datetime.fromtimestamp(timestamp, zone) if zone else (
-        datetime.fromtimestamp(timestamp).astimezone())
-    return moment.isoformat(timespec="milliseconds")
+    if zone is not None:
+        return _iso_in(timestamp, zone)
+    return datetime.fromtimestamp(timestamp).astimezone().isoformat(timespec="milliseconds")
+
+
+@lru_cache(maxsize=1024)
+def _iso_in(timestamp: float, zone: tzinfo) -> str:
+    # Kept: an answer's times repeat (a task just added is created, updated and due at the
+    # same moment) and so do the answers' (a burst shares its moments); each costs a zone
+    # lookup and a format. The machine's own zone (None) is read each time, as it may change.
+    return datetime.fromtimestamp(timestamp, zone).isoformat(timespec="milliseconds")
 
 
 def zone_named(name: str | None) -> tzinfo | None:

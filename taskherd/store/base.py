@@ -369,6 +369,16 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
         for it. A store whose database delivers events itself (PostgreSQL) holds none."""
         return contextlib.nullcontext()
 
+    def writes_grouped(self) -> AbstractContextManager[None]:
+        """Within it, this thread's writing transactions are committed together when it ends
+        (one commit, one fsync), each still kept or rolled back on its own; the group holds
+        the store, so keep it to a few short writes. It raises at its end if that commit
+        fails, and then none of them was kept. Events as in `events_held`, told only once
+        committed. For a caller answering a burst of small writes (the API's store thread:
+        an answer goes back only after the group's commit). A store that commits each
+        transaction as it ends (PostgreSQL, here) groups none."""
+        return contextlib.nullcontext()
+
     def hold_node(self, node: str) -> None:
         """Hold `node` for this store's lifetime, or raise StoreError naming who holds it.
 

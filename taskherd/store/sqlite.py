@@ -59,7 +59,8 @@ class SQLiteStore(SQLStore):
         self._events = socket_dir(self.path)
         self._events_folder = str(self._events)  # every commit stats it: no Path calls
         self._lock = threading.RLock()
-        self._holding = threading.local()  # .events: the commits' events a batch holds
+        # .events: the commits' events a batch holds; .group: this thread's writes_grouped
+        self._holding = threading.local()
         try:
             self._open(busy_timeout, durability, autocheckpoint)
         except sqlite3.Error as error:
@@ -100,9 +101,39 @@ class SQLiteStore(SQLStore):
                     raise
                 time.sleep(0.01)
 
-    def _transaction(self) -> _Transaction:
-        """One transaction that takes the write lock up front, so it never has to upgrade."""
+    def _transaction(self) -> _Transaction | _Savepoint:
+        """One transaction that takes the write lock up front, so it never has to upgrade; in a
+        group of this thread's (`writes_grouped`), a savepoint of the group's transaction."""
+        group = getattr(self._holding, "group", None)
+        if group is not None:
+            return _Savepoint(self._conn, group)
         return _Transaction(self._conn, self._lock)
+
+    @contextmanager
+    def writes_grouped(self) -> Iterator[None]:
+        # One BEGIN IMMEDIATE at the group's first write and one COMMIT at its end, each
+        # write of the group a savepoint of it: a commit (and its fsync, at durability full)
+        # a group rather than a write. The group's events are told after that commit, or
+        # dropped with the group.
+        with self._lock, self.events_held():
+            held: list[Emitted] = self._holding.events
+            told_before = len(held)
+            group = self._holding.group = _Group()
+            try:
+                try:
+                    yield
+                finally:
+                    self._holding.group = None
+                if group.lost is not None:
+                    lost = group.lost
+                    raise (StoreDiskFull if _disk_full(lost) else StoreError)(
+                        f"a write grouped with this one failed, and the group with it: {lost}")
+                if group.begun:
+                    _Transaction.end(self._conn, None, None)
+            except BaseException:
+                _roll_back(self._conn)
+                del held[told_before:]  # nothing of the group was committed: nothing to tell
+                raise
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -321,22 +352,83 @@ class _Transaction:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
         try:
-            if kind is None:
-                try:
-                    self.conn.execute(M["commit"])
-                except sqlite3.Error as failure:
-                    _roll_back(self.conn)
-                    error = failure
-            else:
-                _roll_back(self.conn)
-            if error is not None and _disk_full(error):
-                # The machine's fault, typed so that callers can tell it (faults.py): a
-                # daemon keeps the run open and settles it later, a person reads one line.
-                raise StoreDiskFull(str(error)) from error
-            if kind is None and error is not None:
-                raise error
+            _Transaction.end(self.conn, kind, error)
         finally:
             self.lock.release()
+
+    @staticmethod
+    def end(conn: sqlite3.Connection, kind: type[BaseException] | None,
+            error: BaseException | None) -> None:
+        """Commit (`kind` None) or roll back the transaction open on `conn`."""
+        if kind is None:
+            try:
+                conn.execute(M["commit"])
+            except sqlite3.Error as failure:
+                _roll_back(conn)
+                error = failure
+        else:
+            _roll_back(conn)
+        if error is not None and _disk_full(error):
+            # The machine's fault, typed so that callers can tell it (faults.py): a
+            # daemon keeps the run open and settles it later, a person reads one line.
+            raise StoreDiskFull(str(error)) from error
+        if kind is None and error is not None:
+            raise error
+
+
+class _Group:
+    """A group of one thread's transactions committed as one (`writes_grouped`)."""
+
+    __slots__ = ("begun", "lost")
+
+    def __init__(self) -> None:
+        self.begun = False  # its BEGIN IMMEDIATE made, at its first write
+        self.lost: BaseException | None = None  # why its transaction ended before its end
+
+
+class _Savepoint:
+    """A transaction inside a group: its writes kept or rolled back alone, committed with
+    the group's. The group holds the store's lock."""
+
+    __slots__ = ("conn", "group")
+
+    def __init__(self, conn: sqlite3.Connection, group: _Group):
+        self.conn = conn
+        self.group = group
+
+    def __enter__(self) -> sqlite3.Connection:
+        lost = self.group.lost
+        if lost is not None:
+            raise (StoreDiskFull if _disk_full(lost) else StoreError)(
+                f"a write grouped with this one failed, and the group with it: {lost}")
+        if not self.group.begun:
+            self.conn.execute(M["begin_write"])
+            self.group.begun = True
+        self.conn.execute(M["savepoint"])
+        return self.conn
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if kind is None:
+            return self._release()
+        if self.conn.in_transaction:
+            self.conn.execute(M["rollback_to_savepoint"])
+            self.conn.execute(M["release_savepoint"])
+        else:
+            # SQLite ended the whole transaction itself (after SQLITE_FULL it may): the
+            # writes of the group's earlier savepoints went with it.
+            self.group.begun, self.group.lost = False, error
+        if error is not None and _disk_full(error):
+            raise StoreDiskFull(str(error)) from error
+        return None
+
+    def _release(self) -> None:
+        try:
+            self.conn.execute(M["release_savepoint"])
+        except sqlite3.Error as failure:
+            self.group.lost = failure  # kept or not, the group's commit must not say
+            raise (StoreDiskFull if _disk_full(failure) else StoreError)(str(failure)) \
+                from failure
 
 
 def _roll_back(conn: sqlite3.Connection) -> None:

@@ -283,3 +283,31 @@ def test_tokens_never_appear_in_the_logs(api, caplog):
     assert text  # the report was logged
     for leaked in (secret, "thk_wrong-secret", token):
         assert leaked not in text
+
+
+def test_every_answer_carries_the_security_headers_the_busiest_routes_too(api):
+    """Nothing is cached, framed or sniffed, whichever way an answer was made: the routes
+    agents call by the thousand (answered in front of the router) as the others, and their
+    refusals as their answers."""
+    from taskherd.api.asgi import SECURITY_HEADERS
+
+    with api.client("admin") as admin, api.client() as nobody:
+        _, run_token = started_run(api, "headers", None)
+        answers = {
+            "task added": admin.post("/v1/tasks", json={"role": "coder", "title": "sec"}),
+            "task refused": admin.post("/v1/tasks", json={"role": "coder"}),
+            "no token": nobody.post("/v1/tasks", json={"role": "coder", "title": "x"}),
+            "heartbeat": nobody.post("/v1/agent/heartbeat", json={},
+                                     headers={"Authorization": f"Bearer {run_token}"}),
+            "no such op": nobody.post("/v1/agent/fly", json={},
+                                      headers={"Authorization": f"Bearer {run_token}"}),
+            "not json": admin.post("/v1/tasks", content=b"{", headers={
+                "content-type": "application/json"}),
+            "status": admin.get("/v1/status"),
+            "no such route": admin.post("/v1/tasks/x/y"),
+        }
+    for name, answer in answers.items():
+        for header, value in SECURITY_HEADERS.items():
+            assert answer.headers.get(header) == value, (name, answer.status_code, header)
+    assert [answers[name].status_code for name in answers] == [201, 422, 401, 200, 422, 400,
+                                                              200, 404]

@@ -304,3 +304,39 @@ def test_a_large_task_on_a_full_disk_is_refused_as_disk_full(tmp_path: Path,
         assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         check.close()
+
+
+def test_a_group_of_adds_whose_commit_meets_a_full_disk_keeps_none_and_tells_each(
+        small_disk: Path, monkeypatch: pytest.MonkeyPatch):
+    """The API's store thread commits a batch's tasks together: when that commit meets a full
+    disk, every add of the group is answered with the disk's error (none was kept, though each
+    one's own write had gone through), nothing is told to listeners, and once space is freed
+    the next group is kept."""
+    from taskherd.api.store_thread import StoreThread
+    from taskherd.store import sqlite as sqlite_store
+    from tests.integration.test_grouped_writes import run_batch
+
+    database = small_disk / "q.db"
+    store = open_store(str(database), durability="normal", autocheckpoint=False)
+    worker = StoreThread(hold=store.events_held, group=store.writes_grouped)
+    try:
+        store.enqueue(NewTask(role="worker", title="before"), time.time())
+        assert store.checkpoint(truncate=True)  # an empty WAL: the commit must grow it
+        fill(small_disk / "filler")
+        told: list[int | None] = []
+        publish = sqlite_store.publish
+        monkeypatch.setattr(sqlite_store, "publish", lambda folder, events: publish(
+            folder, [told.append(event.task_id) or event for event in events]))
+        answers = run_batch(worker, store, [
+            NewTask(role="worker", title="small"),
+            NewTask(role="worker", title="big", prompt="x" * (1 << 20)),
+            NewTask(role="worker", title="small too")])
+        assert all(isinstance(answer, StoreDiskFull) for answer in answers), answers
+        assert "disk full" in str(answers[0]) and told == []
+        (small_disk / "filler").unlink()
+        assert [t.title for t in store.list_tasks()] == ["before"]
+        after = run_batch(worker, store, [NewTask(role="worker", title="after")])[0]
+        assert [t.title for t in store.list_tasks()] == ["before", "after"]
+        assert told == [after.task.id]
+    finally:
+        store.close()

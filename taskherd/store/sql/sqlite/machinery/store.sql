@@ -39,6 +39,17 @@ COMMIT;
 -- name: rollback
 ROLLBACK;
 
+-- name: savepoint
+-- One transaction of a group committed together (SQLiteStore.writes_grouped): a failure rolls
+-- back its own writes, not the group's.
+SAVEPOINT grouped;
+
+-- name: release_savepoint
+RELEASE grouped;
+
+-- name: rollback_to_savepoint
+ROLLBACK TO grouped;
+
 -- name: journal_wal
 -- Readers never block the writer, nor it them.
 PRAGMA journal_mode = WAL;
