@@ -233,6 +233,30 @@ def bare_database(path: Path, durability: str, schema: str) -> sqlite3.Connectio
     return db
 
 
+def bare_cycles(db: sqlite3.Connection, rounds: int, record_runs: bool) -> Callable[[], None]:
+    """The bare queue's claim+complete loop over `rounds` ready tasks, each step its own
+    transaction; with `record_runs`, the claim adds the run's row and the completion ends it."""
+
+    def claim_complete() -> None:
+        done = 0
+        while True:
+            db.execute("BEGIN IMMEDIATE")
+            task = db.execute(BARE_CLAIM).fetchone()
+            run = db.execute(HISTORY_START, task).fetchone() if record_runs and task else None
+            db.execute("COMMIT")
+            if task is None:
+                break
+            db.execute("BEGIN IMMEDIATE")
+            if run is not None:
+                db.execute(HISTORY_END, run)
+            db.execute(BARE_COMPLETE, task)
+            db.execute("COMMIT")
+            done += 1
+        assert done == rounds, (done, rounds)
+
+    return claim_complete
+
+
 def bench_bare(folder: Path, durability: str, rounds: int, batch: int) -> list[Rate]:
     db = bare_database(folder / "bare.db", durability, BARE_SCHEMA)
     rows = [(f"task {i}",) for i in range(rounds)]
@@ -243,23 +267,10 @@ def bench_bare(folder: Path, durability: str, rounds: int, batch: int) -> list[R
             db.executemany("INSERT INTO tasks (title) VALUES (?)", rows[start:start + batch])
             db.execute("COMMIT")
 
-    def claim_complete() -> None:
-        done = 0
-        while True:
-            db.execute("BEGIN IMMEDIATE")
-            row = db.execute(BARE_CLAIM).fetchone()
-            db.execute("COMMIT")
-            if row is None:
-                break
-            db.execute("BEGIN IMMEDIATE")
-            db.execute(BARE_COMPLETE, row)
-            db.execute("COMMIT")
-            done += 1
-        assert done == rounds, (done, rounds)
-
     rates = [
         timed(f"bare sqlite3 enqueue (batches of {batch})", rounds, enqueue_batched),
-        timed("bare sqlite3 minimal claim+complete", rounds, claim_complete),
+        timed("bare sqlite3 minimal claim+complete", rounds,
+              bare_cycles(db, rounds, record_runs=False)),
     ]
     db.close()
     return rates
@@ -273,24 +284,8 @@ def bench_history_floor(folder: Path, durability: str, rounds: int) -> list[Rate
     db.executemany("INSERT INTO tasks (title) VALUES (?)", [(f"task {i}",) for i in range(rounds)])
     db.execute("COMMIT")
 
-    def claim_complete() -> None:
-        done = 0
-        while True:
-            db.execute("BEGIN IMMEDIATE")
-            task = db.execute(BARE_CLAIM).fetchone()
-            if task is None:
-                db.execute("COMMIT")
-                break
-            run = db.execute(HISTORY_START, task).fetchone()
-            db.execute("COMMIT")
-            db.execute("BEGIN IMMEDIATE")
-            db.execute(HISTORY_END, run)
-            db.execute(BARE_COMPLETE, task)
-            db.execute("COMMIT")
-            done += 1
-        assert done == rounds, (done, rounds)
-
-    rates = [timed("bare sqlite3 minimal + run record claim+complete", rounds, claim_complete)]
+    rates = [timed("bare sqlite3 minimal + run record claim+complete", rounds,
+                   bare_cycles(db, rounds, record_runs=True))]
     db.close()
     return rates
 
