@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -52,6 +53,8 @@ from taskherd.store.task_lists import TaskListStore
 from taskherd.store.tokens import TokenStore
 from taskherd.store.watch import WatchStore
 from taskherd.store.worktrees import WorktreeStore
+
+log = logging.getLogger("taskherd.store")
 
 if TYPE_CHECKING:  # admission's records are the daemon's: see sql_claims.py
     from taskherd.policy.admission import ClaimAttempt, ClaimRequest
@@ -178,6 +181,23 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
     def finish_run(
         self, run_id: int, result: RunResult, policy: RetryPolicy, now: float
     ) -> Finished: ...
+
+    def finish_run_and_claim(self, run_id: int, result: RunResult, policy: RetryPolicy,
+                             now: float, request: ClaimRequest) -> tuple[Finished, ClaimAttempt]:
+        """`finish_run`, then `attempt_claim(request)`: the node whose run ended takes the
+        next task for the slot it freed. A store may write both in one transaction (one
+        commit where there were two). The run's end stands whatever the claim meets: a claim
+        the store cannot make for its own reasons (unavailable, disk full) is answered as
+        none, and the node's next dispatch pass claims as it always does. A run's end the
+        store refuses raises as `finish_run`'s, and nothing is claimed."""
+        from taskherd.policy.admission import ClaimAttempt
+
+        finished = self.finish_run(run_id, result, policy, now)
+        try:
+            return finished, self.attempt_claim(request)
+        except StoreError as error:
+            log.warning("the claim after run %s ended was not made: %s", run_id, error)
+            return finished, ClaimAttempt(None)
 
     @abc.abstractmethod
     def report(self, run_id: int, verdict: str, now: float, summary: str | None = None) -> Run:
