@@ -1,0 +1,76 @@
+"""On PostgreSQL a run's end and the node's next claim are one call of the connection's
+finish_and_claim_procedure: one round trip where finish_run and attempt_claim took two. The
+run's end stands when the claim after it fails. The contract itself (what is ended, claimed
+and told) is tests/contract/test_run_end_and_claim_contract.py's."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+
+from taskherd.model import NewTask, Outcome, RunResult, TaskState
+from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimRequest
+from taskherd.policy.limits import ClaimLimits, PoolLimit, RoleLimit
+from taskherd.store.postgres import PostgresStore
+from tests.integration.test_postgres_round_trips import round_trips
+
+NOW = 1_700_000_000.0
+# Counted across nodes, so the claim takes the claims' lock (limits_lock).
+LIMITS = ClaimLimits({"coder": RoleLimit(max_concurrent=8, pool="cpu")}, {"cpu": PoolLimit(8)})
+LIMITS_LOCK = "SELECT pg_advisory_lock(1953001060, 1)"  # machinery/store.sql's limits_lock
+DONE = RunResult(Outcome.SUCCEEDED, summary="done")
+
+
+def request(now=NOW):
+    return ClaimRequest("node-a", now, 60.0, roles=["coder"], limits=LIMITS,
+                        runtime_of={"coder": "claude"}, credential=f"token-{now}")
+
+
+def end_and_claim(store, run_id, now):
+    return store.finish_run_and_claim(run_id, DONE, RetryPolicy(), now, request(now))
+
+
+def test_a_runs_end_and_the_next_claim_are_one_round_trip(monkeypatch, pg_url):
+    with PostgresStore(pg_url, durability="full") as store:
+        for title in ("warm 1", "warm 2", "next"):
+            store.enqueue(NewTask(role="coder", title=title), NOW)
+        run = store.claim(request()).run
+        run = end_and_claim(store, run.id, NOW + 1)[1].claim.run  # the first call makes it
+        answers = []
+        assert round_trips(monkeypatch, lambda: answers.append(
+            end_and_claim(store, run.id, NOW + 2))) == 1
+        [(finished, attempt)] = answers
+        assert (finished.run.id, finished.task.state) == (run.id, TaskState.COMPLETED)
+        assert finished.run == store.get_run(run.id)
+        assert attempt.claim.task.title == "next"
+        assert attempt.claim.run == store.get_run(attempt.claim.run.id)
+
+
+def test_a_claim_that_fails_after_the_end_leaves_the_end_committed(pg_url, caplog):
+    """Another node holds the claims' lock past this connection's lock_timeout: the claim
+    fails for the store's reasons, and is answered as none; the run's end, committed before
+    it, stands."""
+    with PostgresStore(pg_url, durability="full") as store:
+        for title in ("work", "next"):
+            store.enqueue(NewTask(role="coder", title=title), NOW)
+        running = store.claim(request())
+    impatient = f"{pg_url}?options=-c%20lock_timeout%3D50"
+    with PostgresStore(impatient, durability="full") as store, \
+            psycopg.connect(pg_url, autocommit=True) as other_node, \
+            caplog.at_level(logging.WARNING, logger="taskherd.store"):
+        other_node.execute(LIMITS_LOCK)
+        finished, attempt = end_and_claim(store, running.run.id, NOW + 1)
+        other_node.execute("SELECT pg_advisory_unlock_all()")
+    assert attempt.claim is None
+    assert f"the claim after run {running.run.id} ended was not made" in caplog.text
+    assert "lock" in caplog.text
+    with PostgresStore(pg_url, durability="full") as store:
+        assert finished.run == store.get_run(running.run.id)
+        assert finished.task == store.get_task(running.task.id)
+        assert finished.task.state is TaskState.COMPLETED
+        assert store.open_runs() == []
+        assert [task.state for task in store.list_tasks(state=TaskState.READY)] == [
+            TaskState.READY]
+        assert store.claim(request(NOW + 2)).task.title == "next"  # the node's next pass
