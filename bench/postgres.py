@@ -23,10 +23,15 @@ search index costs an enqueue shows with it.
   - enqueue, single: `store.enqueue(NewTask)` once per task, a transaction each.
   - enqueue, batched: `store.enqueue_many(batch)` in batches of --batch.
   - claim+complete, 1 process: `store.claim(ClaimRequest(node, now, lease, roles=[role],
-    limits=ClaimLimits()))` then `store.finish_run(run_id, RunResult(SUCCEEDED), RetryPolicy(),
-    now)`, each its own transaction, in this process, until the queue (filled by the batched
-    enqueue) is empty. A claim names its roles and the limits of the fleet, none here, as a
-    daemon's always does (a daemon without limits configured claims so).
+    limits=ClaimLimits()))` for the first task, then `store.finish_run_and_claim(run_id,
+    RunResult(SUCCEEDED), RetryPolicy(), now, request)` for each run's end and the next claim,
+    as the daemon claims when a run's end frees a slot (one call, one round trip on
+    PostgreSQL), in this process, until the queue (filled by the batched enqueue) is empty. A
+    claim names its roles and the limits of the fleet, none here, as a daemon's always does (a
+    daemon without limits configured claims so).
+  - claim+complete, 1 process, two calls (information): the same with `store.claim` and
+    `store.finish_run` called one after the other, each its own transaction, on a queue of
+    its own: what the one call saves.
   - claim+complete, --workers processes: the same loop in that many real processes (spawned,
     as tests/integration/test_concurrent_claims.py does) sharing one queue; each opens its
     store first, then all start together, timed until the last one has found the queue empty.
@@ -41,6 +46,8 @@ search index costs an enqueue shows with it.
     On PostgreSQL this figure and the one without limits are taken --rounds times each,
     alternating on fresh databases with procrastinate's, and the best of each is kept (the
     machine is shared).
+  - claim+complete, --workers processes, cluster limits, two calls (information, PostgreSQL):
+    the same with claim and finish_run one after the other, taken in the same rounds.
 - taskherd on SQLite, durability full: the same four figures, as the reference: the same store
   code with no server and no network round trip, where writers queue for one lock.
 - procrastinate, the established PostgreSQL task queue for Python, on its own schema
@@ -167,23 +174,50 @@ def taskherd_limited_worker(database: str, node: str, start: Any, out: Any) -> N
     taskherd_worker(database, node, start, out, LIMITS)
 
 
+def taskherd_limited_two_calls_worker(database: str, node: str, start: Any, out: Any) -> None:
+    taskherd_worker(database, node, start, out, LIMITS, loop=claim_then_finish)
+
+
 def taskherd_worker(database: str, node: str, start: Any, out: Any,
-                    limits: ClaimLimits = NO_LIMITS) -> None:
+                    limits: ClaimLimits = NO_LIMITS, loop: Loop | None = None) -> None:
     claimed: list[int] = []
     try:
         store = open_store(database, durability=DURABILITY)
         out.put(("ready", node, None, None))
         start.wait(READY_TIMEOUT)
-        policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
-        roles = [ROLE]
-        while (claim := store.claim(ClaimRequest(node, time.time(), LEASE, roles=roles,
-                                    limits=limits))) is not None:
-            claimed.append(claim.task.id)
-            store.finish_run(claim.run.id, success, policy, time.time())
+        (loop or finish_and_claim)(store, node, limits, claimed, time.time)
         out.put(("done", node, claimed, None))
         store.close()
     except BaseException:  # noqa: BLE001 - every failure goes back to the parent, named
         out.put(("done", node, claimed, traceback.format_exc()))
+
+
+# A claim+complete loop: (store, node, limits, ids claimed, clock) until the queue is empty.
+Loop = Callable[[Store, str, ClaimLimits, list[int], Callable[[], float]], None]
+
+
+def finish_and_claim(store: Store, node: str, limits: ClaimLimits, claimed: list[int],
+                     clock: Callable[[], float]) -> None:
+    """The daemon's way: the first claim alone, then each run's end and the next claim in one
+    call (finish_run_and_claim)."""
+    policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
+    claim = store.claim(ClaimRequest(node, clock(), LEASE, roles=[ROLE], limits=limits))
+    while claim is not None:
+        claimed.append(claim.task.id)
+        now = clock()
+        claim = store.finish_run_and_claim(
+            claim.run.id, success, policy, now,
+            ClaimRequest(node, now, LEASE, roles=[ROLE], limits=limits))[1].claim
+
+
+def claim_then_finish(store: Store, node: str, limits: ClaimLimits, claimed: list[int],
+                      clock: Callable[[], float]) -> None:
+    """The two calls one after the other (information: what the one call saves)."""
+    policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
+    while (claim := store.claim(ClaimRequest(node, clock(), LEASE, roles=[ROLE],
+                                             limits=limits))) is not None:
+        claimed.append(claim.task.id)
+        store.finish_run(claim.run.id, success, policy, clock())
 
 
 def procrastinate_worker(url: str, node: str, start: Any, out: Any) -> None:
@@ -312,19 +346,12 @@ def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: 
             store.enqueue_many(batched[start:start + batch], now)
 
     rates.append(timed(contender, f"enqueue (batches of {batch})", tasks, enqueue_batched))
-    policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
-    claimed: list[int] = []
-
-    def claim_complete() -> None:
-        while (claim := store.claim(ClaimRequest("bench-node", now, LEASE, roles=[ROLE],
-                                    limits=NO_LIMITS))) is not None:
-            claimed.append(claim.task.id)
-            store.finish_run(claim.run.id, success, policy, now)
-
-    rates.append(timed(contender, "claim+complete, 1 process", tasks, claim_complete))
-    check_once(contender, [claimed], tasks)
-    check_settled(contender, store, tasks)
-    store.close()
+    rates.append(one_process_figure(contender, "claim+complete, 1 process", store, tasks,
+                                    finish_and_claim, now))
+    store = open_store(next(databases), durability=DURABILITY)
+    store.enqueue_many(new_tasks(tasks), now)
+    rates.append(one_process_figure(contender, "claim+complete, 1 process, two calls", store,
+                                    tasks, claim_then_finish, now))
 
     figure = f"claim+complete, {workers} processes"
     if not limited_rounds:
@@ -332,19 +359,34 @@ def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: 
                                       taskherd_worker))
         return rates
     # Without and with cluster limits, alternating, each on a fresh database; the best of each.
-    plain, limited, peers = [], [], []
+    plain, limited, two_calls, peers = [], [], [], []
     for _ in range(limited_rounds):
         plain.append(processes_figure(contender, figure, next(databases), tasks, workers,
                                       taskherd_worker))
         limited.append(processes_figure(contender, f"{figure}, cluster limits", next(databases),
                                         tasks, workers, taskherd_limited_worker))
+        two_calls.append(processes_figure(
+            contender, f"{figure}, cluster limits, two calls", next(databases), tasks, workers,
+            taskherd_limited_two_calls_worker))
         if peer is not None:
             peers.append(peer())
-    rates.append(max(plain, key=lambda rate: rate.per_second))
-    rates.append(max(limited, key=lambda rate: rate.per_second))
-    if peers:
-        rates.append(max(peers, key=lambda rate: rate.per_second))
+    for taken in (plain, limited, two_calls, peers):
+        if taken:
+            rates.append(max(taken, key=lambda rate: rate.per_second))
     return rates
+
+
+def one_process_figure(contender: str, figure: str, store: Store, tasks: int, loop: Loop,
+                       now: float) -> Rate:
+    """`loop` in this process over the `tasks` in `store`'s queue (its clock stopped at
+    `now`); `store` is closed after."""
+    claimed: list[int] = []
+    rate = timed(contender, figure, tasks,
+                 lambda: loop(store, "bench-node", NO_LIMITS, claimed, lambda: now))
+    check_once(contender, [claimed], tasks)
+    check_settled(contender, store, tasks)
+    store.close()
+    return rate
 
 
 def processes_figure(contender: str, figure: str, database: str, tasks: int, workers: int,
@@ -516,6 +558,11 @@ def report(rates: list[Rate], workers: int, batch: int) -> None:
         peer = by[("procrastinate", theirs)]
         print(f"  {ours:<{figure_width}}  taskherd pg / procrastinate {pg / peer:6.2f}x   "
               f"taskherd pg / taskherd sqlite {pg / sqlite:6.2f}x")
+    print("\none call (finish_run_and_claim) / two calls (claim, then finish_run), PostgreSQL:")
+    for one in ("claim+complete, 1 process",
+                f"claim+complete, {workers} processes, cluster limits"):
+        ratio = by[("taskherd postgres", one)] / by[("taskherd postgres", f"{one}, two calls")]
+        print(f"  {one:<{figure_width}}  {ratio:6.2f}x")
 
 
 def report_limits(rates: list[Rate], workers: int) -> bool:
@@ -579,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  peer_databases))
         with tempfile.TemporaryDirectory(prefix="taskherd-bench-pg-") as tmp:
             sqlite_files = (str(Path(tmp) / f"{name}.db")
-                            for name in ("single", "batched", "processes"))
+                            for name in ("single", "batched", "two-calls", "processes"))
             rates += bench_taskherd("taskherd sqlite", sqlite_files, args.tasks, args.batch,
                                     args.workers)
         rates += bench_procrastinate(server, args.tasks, args.batch, args.workers)
