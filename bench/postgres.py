@@ -45,7 +45,8 @@ search index costs an enqueue shows with it.
     and the figure is what the counting and the advisory lock that orders the claims cost.
     On PostgreSQL this figure and the one without limits are taken --rounds times each,
     alternating on fresh databases with procrastinate's, and the best of each is kept (the
-    machine is shared).
+    machine is shared); the two take turns to go first in a round, and each round's own
+    ratios are printed beside the best's.
   - claim+complete, --workers processes, cluster limits, two calls (information, PostgreSQL):
     the same with claim and finish_run one after the other, taken in the same rounds.
 - taskherd on SQLite, durability full: the same four figures, as the reference: the same store
@@ -318,11 +319,11 @@ def check_once(contender: str, per_worker: list[list[int]], expected: set[int] |
 
 def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: int,
                    workers: int, limited_rounds: int = 0,
-                   peer: Callable[[], Rate] | None = None) -> list[Rate]:
-    """The four figures on the fresh databases `databases` yields, in order; with
-    `limited_rounds`, the processes' figure with and without cluster limits that many times,
-    each round also taking the `peer`'s figure, so that all three meet the same load; the
-    best of each is kept."""
+                   peer: Callable[[], Rate] | None = None,
+                   rounds_taken: list[list[Rate]] | None = None) -> list[Rate]:
+    """The figures on the fresh databases `databases` yields, in order; with
+    `limited_rounds`, the processes' figures (processes_rounds, each round's into
+    `rounds_taken`), the best of each kept."""
     now = time.time()
     rates = []
 
@@ -353,27 +354,40 @@ def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: 
     rates.append(one_process_figure(contender, "claim+complete, 1 process, two calls", store,
                                     tasks, claim_then_finish, now))
 
-    figure = f"claim+complete, {workers} processes"
     if not limited_rounds:
-        rates.append(processes_figure(contender, figure, next(databases), tasks, workers,
-                                      taskherd_worker))
+        rates.append(processes_figure(contender, f"claim+complete, {workers} processes",
+                                      next(databases), tasks, workers, taskherd_worker))
         return rates
-    # Without and with cluster limits, alternating, each on a fresh database; the best of each.
-    plain, limited, two_calls, peers = [], [], [], []
-    for _ in range(limited_rounds):
-        plain.append(processes_figure(contender, figure, next(databases), tasks, workers,
-                                      taskherd_worker))
-        limited.append(processes_figure(contender, f"{figure}, cluster limits", next(databases),
-                                        tasks, workers, taskherd_limited_worker))
-        two_calls.append(processes_figure(
-            contender, f"{figure}, cluster limits, two calls", next(databases), tasks, workers,
-            taskherd_limited_two_calls_worker))
-        if peer is not None:
-            peers.append(peer())
-    for taken in (plain, limited, two_calls, peers):
-        if taken:
-            rates.append(max(taken, key=lambda rate: rate.per_second))
+    taken = processes_rounds(contender, databases, tasks, workers, limited_rounds, peer)
+    if rounds_taken is not None:
+        rounds_taken.extend(taken)
+    for column in zip(*taken, strict=True):
+        rates.append(max(column, key=lambda rate: rate.per_second))
     return rates
+
+
+def processes_rounds(contender: str, databases: Iterator[str], tasks: int, workers: int,
+                     rounds: int, peer: Callable[[], Rate] | None) -> list[list[Rate]]:
+    """`rounds` rounds, each of the processes' figures without cluster limits, with them,
+    with them in two calls and the `peer`'s, each on a fresh database, so that all meet the
+    same load; a round's figures in this order (as listed), but the first two take turns to
+    go first: a figure taken right after another meets what that one left behind (its
+    database's autovacuum, its WAL to checkpoint)."""
+    figure = f"claim+complete, {workers} processes"
+    kinds: list[tuple[str, Callable[..., None]]] = [
+        (figure, taskherd_worker), (f"{figure}, cluster limits", taskherd_limited_worker),
+        (f"{figure}, cluster limits, two calls", taskherd_limited_two_calls_worker)]
+    taken = []
+    for number in range(rounds):
+        order = [1, 0, 2] if number % 2 else [0, 1, 2]
+        measured: dict[int, Rate] = {}
+        for kind in order:
+            name, target = kinds[kind]
+            measured[kind] = processes_figure(contender, name, next(databases), tasks,
+                                              workers, target)
+        taken.append([measured[kind] for kind in range(len(kinds))]
+                     + ([peer()] if peer is not None else []))
+    return taken
 
 
 def one_process_figure(contender: str, figure: str, store: Store, tasks: int, loop: Loop,
@@ -565,18 +579,23 @@ def report(rates: list[Rate], workers: int, batch: int) -> None:
         print(f"  {one:<{figure_width}}  {ratio:6.2f}x")
 
 
-def report_limits(rates: list[Rate], workers: int) -> bool:
+def report_limits(rates: list[Rate], workers: int, rounds: list[list[Rate]]) -> bool:
     by = {(rate.contender, rate.figure): rate.per_second for rate in rates}
     figure = f"claim+complete, {workers} processes"
     plain = by[("taskherd postgres", figure)]
     limited = by[("taskherd postgres", f"{figure}, cluster limits")]
     peer = by[("procrastinate", f"worker, {workers} processes")]
     cost_ok, peer_ok = limited / plain >= LIMITS_TARGET, limited / peer >= PEER_TARGET
-    print(f"\ncluster limits, {figure} on PostgreSQL:")
+    print(f"\ncluster limits, {figure} on PostgreSQL (the best of each):")
     print(f"  with / without limits  {limited / plain:6.2f}x  (they cost "
           f"{1 - limited / plain:.0%}; target ≤ 15 %: {'PASS' if cost_ok else 'FAIL'})")
     print(f"  with limits / procrastinate  {limited / peer:6.2f}x  (target ≥ {PEER_TARGET:g}x: "
           f"{'PASS' if peer_ok else 'FAIL'})")
+    # Each round's own ratios (information): its figures met about the same load.
+    print("  by round, with / without limits: "
+          + ", ".join(f"{r[1].per_second / r[0].per_second:.2f}x" for r in rounds)
+          + "; with limits / procrastinate: "
+          + ", ".join(f"{r[1].per_second / r[3].per_second:.2f}x" for r in rounds))
     return cost_ok and peer_ok
 
 
@@ -619,11 +638,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"taskherd postgres bench: {versions(server)}; tmp {tempfile.gettempdir()}; "
               f"text a task {PROMPT_CHARS} characters")
         peer_databases = itertools.count()
+        rounds: list[list[Rate]] = []
         rates = bench_taskherd(
             "taskherd postgres", fresh_databases(server), args.tasks, args.batch, args.workers,
             limited_rounds=args.rounds,
             peer=lambda: procrastinate_processes(server, args.tasks, args.batch, args.workers,
-                                                 peer_databases))
+                                                 peer_databases),
+            rounds_taken=rounds)
         with tempfile.TemporaryDirectory(prefix="taskherd-bench-pg-") as tmp:
             sqlite_files = (str(Path(tmp) / f"{name}.db")
                             for name in ("single", "batched", "two-calls", "processes"))
@@ -633,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_server(server)
     report(rates, args.workers, args.batch)
-    passed = report_limits(rates, args.workers)
+    passed = report_limits(rates, args.workers, rounds)
     print(f"\ndone in {time.perf_counter() - started:.1f} s")
     return 0 if passed else 1
 

@@ -74,3 +74,16 @@ def test_a_claim_that_fails_after_the_end_leaves_the_end_committed(pg_url, caplo
         assert [task.state for task in store.list_tasks(state=TaskState.READY)] == [
             TaskState.READY]
         assert store.claim(request(NOW + 2)).task.title == "next"  # the node's next pass
+
+
+def test_a_role_that_may_not_create_the_procedure_ends_the_run_then_claims(pg_server, pg_url):
+    PostgresStore(pg_url, durability="normal").close()  # migrated by the database's owner
+    with PostgresStore(pg_server.url_without_temporary(pg_url), durability="full") as store:
+        for title in ("work", "next"):
+            store.enqueue(NewTask(role="coder", title=title), NOW)
+        running = store.claim(request())
+        finished, attempt = end_and_claim(store, running.run.id, NOW + 1)
+        assert finished.task == store.get_task(running.task.id)
+        assert finished.task.state is TaskState.COMPLETED
+        assert attempt.claim.task.title == "next"
+        assert attempt.claim.run == store.get_run(attempt.claim.run.id)
