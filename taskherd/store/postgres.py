@@ -42,7 +42,7 @@ from taskherd.policy.admission import ClaimAttempt, ClaimRequest, Refusal
 from taskherd.policy.chains import REVIEW_OF, Workflow
 from taskherd.policy.limits import NODE, ClaimLimits
 from taskherd.policy.queue import Settlement, plain_settlement
-from taskherd.store.base import Enqueued, Store, StoreError, StoreUnavailable
+from taskherd.store.base import Enqueued, StoreError, StoreUnavailable
 from taskherd.store.errors import SpawnAllowance, StoreDiskFull
 from taskherd.store.events import Listener
 from taskherd.store.requests import RequestKey
@@ -408,24 +408,23 @@ class PostgresStore(SQLStore):
         candidate's claim (or refusal) and the claim's event in one round trip. The candidates
         after a refusal are tried one call each, as attempt_claim tries them.
 
-        Anything else takes the Store's way: finish_run, then attempt_claim, each committing
-        on its own. Not SQLStore's, if it has one that writes both in one transaction: this
-        store's claim commits without waiting for the disk (claim_settings), and would take the
-        run's end, which must wait, along with it."""
+        Anything else (a settle the procedure leaves to the steps, a claim without limits or
+        with a budget, a role without TEMPORARY) takes the parent's way.
+
+        The claim within limits is made after the end's COMMIT, not in its transaction: the
+        claims' lock would be held through the end's disk flush, and every node's claims
+        would queue behind it (the reason a claim alone does not wait for the disk)."""
         limits, allowed = request.limits, list(request.roles or ())
         settlement = _plain_settlement(result, now)
         if settlement is None or limits is None or not allowed or _budgeted(limits, allowed):
-            return Store.finish_run_and_claim(self, run_id, result, policy, now, request)
+            return super().finish_run_and_claim(run_id, result, policy, now, request)
         full = list(request.full_pools)
         params = self._claim_call_params(request, limits, allowed, full)
         params["claim_now"] = request.now
         params.update(self._finish_call_params(run_id, result, settlement, now))
         answer = self._server_call(self._finish_and_claim_call, params)
-        if answer is None:  # the procedures cannot be made here: the steps, one by one
-            return Store.finish_run_and_claim(self, run_id, result, policy, now, request)
-        if answer["finished"] is None:  # a settle the procedure leaves to the steps
-            finished = super().finish_run(run_id, result, policy, now)
-            return finished, self._claim_after_end(run_id, request)
+        if answer is None or answer["finished"] is None:  # nothing written: the parent's way
+            return super().finish_run_and_claim(run_id, result, policy, now, request)
         finished = _finished(answer["finished"])
         try:
             return finished, self._claims_from(self._fused_claim(request, limits, answer),
@@ -456,15 +455,6 @@ class PostgresStore(SQLStore):
                 return ClaimAttempt(None, tuple(refused))
             claimed = self._try_candidate(request, limits, allowed, full)
         return ClaimAttempt(claimed, tuple(refused))
-
-    def _claim_after_end(self, run_id: int, request: ClaimRequest) -> ClaimAttempt:
-        """attempt_claim after the run's end committed: a claim the store cannot make is
-        answered as none (the Store's contract)."""
-        try:
-            return self.attempt_claim(request)
-        except StoreError as error:
-            log.warning("the claim after run %s ended was not made: %s", run_id, error)
-            return ClaimAttempt(None)
 
     # The workflow _slow_roles last read, and its answer: a reload gives the store a new one.
     _slow_roles_of: tuple[Workflow | None, str] = (None, "[]")

@@ -2,7 +2,7 @@
 them when a run frees a slot: the end stands as finish_run's would, the claim is
 attempt_claim's (within limits: the refusals on the way, then the next candidate), and a
 listener hears what the two calls one after the other tell. PostgreSQL makes both in one
-call; its round trips and faults are tests/integration/test_postgres_end_and_claim.py's."""
+call; its round trips and faults are tests/integration/test_postgres_end_and_claim_call.py's."""
 
 from __future__ import annotations
 
