@@ -11,9 +11,10 @@
 -- runs in the transaction that sends the end's events, which does not wait for the disk
 -- either (event_without_flush), so the end's events, the claim and its event commit together
 -- and a listener reads them in the steps' order. The claim is a block of its own (a
--- savepoint): when it fails (another node held the claims' lock past lock_timeout, the
--- server's disk filled) it alone is rolled back, the end and its events stand, and the
--- answer says why (its SQLSTATE and message), for the store to answer it as no claim.
+-- savepoint): when it fails (another node held the claims' lock past lock_timeout or
+-- statement_timeout, the server's disk filled) it alone is rolled back, the end and its
+-- events stand, and the answer says why (its SQLSTATE and message), for the store to answer
+-- it as no claim.
 -- The answer: `finished`, finish_run_procedure's (NULL when it wrote nothing: the end and
 -- then the claim take the steps), and `claimed`, claim_within_function's (absent when the end
 -- took the steps), or `claim_error` and `claim_message`.
@@ -49,7 +50,9 @@ BEGIN
             arg_claim_now, arg_node, arg_lease_until, arg_roles, arg_full_pools, arg_any_role,
             arg_role_limits, arg_pool_limits, arg_event, arg_task_address_prefix,
             arg_inbox_messages, arg_inbox_bytes, arg_token_sha256));
-    EXCEPTION WHEN OTHERS THEN
+    -- OTHERS leaves out query_canceled: a statement_timeout met by the claim (the claims'
+    -- lock held long by another node) is the claim's fault alone, as a lock_timeout is.
+    EXCEPTION WHEN query_canceled OR OTHERS THEN
         answer := answer || jsonb_build_object('claim_error', SQLSTATE,
                                                'claim_message', SQLERRM);
     END;
