@@ -94,3 +94,35 @@ def test_a_role_that_may_not_create_the_procedure_ends_the_run_then_claims(pg_se
         assert finished.task.state is TaskState.COMPLETED
         assert attempt.claim.task.title == "next"
         assert attempt.claim.run == store.get_run(attempt.claim.run.id)
+
+
+# Where the WAL stood at each run's end (its UPDATE, written before its COMMIT's record).
+END_LSN = """
+CREATE TABLE end_lsn (run_id bigint, lsn pg_lsn);
+CREATE FUNCTION note_end() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+    INSERT INTO end_lsn VALUES (new.id, pg_current_wal_insert_lsn());
+    RETURN new;
+END $$;
+CREATE TRIGGER note_end AFTER UPDATE OF ended_at ON runs
+FOR EACH ROW EXECUTE FUNCTION note_end();
+"""
+
+
+def test_the_runs_end_is_on_the_disk_when_the_call_answers(pg_url):
+    """durability full: the end's COMMIT waits for its WAL's flush before the claim, whose
+    own commit does not (a claim alone does not). Read from the server's flush position as
+    the call answers: past the end's record (an end committed without waiting is found
+    behind it, unless the WAL writer flushed it in the meantime)."""
+    with PostgresStore(pg_url, durability="full") as store, \
+            psycopg.connect(pg_url, autocommit=True) as server:
+        for title in ("work", "next", "last"):
+            store.enqueue(NewTask(role="coder", title=title), NOW)
+        server.execute(END_LSN)
+        run = store.claim(request()).run
+        for now in (NOW + 1, NOW + 2):
+            ended = run.id
+            run = end_and_claim(store, ended, now)[1].claim.run
+            flushed = server.execute("SELECT pg_current_wal_flush_lsn()").fetchone()[0]
+            ended_at = server.execute("SELECT lsn FROM end_lsn WHERE run_id = %s",
+                                      (ended,)).fetchone()[0]
+            assert ended_at < flushed, f"run {ended}'s end at {ended_at}, flushed {flushed}"
