@@ -1,7 +1,7 @@
 """PostgreSQL queue benchmark: taskherd's PostgreSQL store beside its SQLite store and
 procrastinate.
 
-    python bench/postgres.py              # default sizes (< 2 min on 2 cores)
+    python bench/postgres.py              # default sizes (2-4 min on 2 shared cores)
     python bench/postgres.py --tasks 5000
     python bench/postgres.py --prompt-chars 200   # tasks with text, as agents' tasks have
 
