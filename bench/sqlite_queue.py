@@ -15,7 +15,8 @@ file in one temporary directory, with the same number of tasks. Measured, per du
   then `store.finish_run(...)`, each its own transaction, as the CLI, the API, a rescue and a
   dispatch pass's first claims make them.
 - bare sqlite3, same SQL (the floor): taskherd's own claim and completion statements (the named
-  blocks of store/sql/sqlite/queries.sql) on taskherd's schema, run straight on a sqlite3
+  blocks of store/sql/sqlite/queries.sql that SQLRuns._finish and the claim run for a plain
+  success, in their order) on taskherd's schema, run straight on a sqlite3
   connection with the same PRAGMAs, fused as the store fuses them: each run's end and the next
   claim one BEGIN IMMEDIATE … COMMIT, the claim in a savepoint. What the SQL costs with no store
   code around it; the store's ratio to it is its overhead.
@@ -385,9 +386,10 @@ def bench_same_sql(folder: Path, durability: str, rounds: int, batch: int) -> li
             task_id, run_id = held
             db.execute("BEGIN IMMEDIATE")
             db.execute(Q["end_run"], end | {"run_id": run_id}).fetchall()
-            db.execute(Q["get_task"], {"id": task_id}).fetchall()
+            db.execute(Q["task_of_run"], {"run_id": run_id}).fetchall()
             db.execute(Q["settle_task"], settle | {"task_id": task_id, "run_id": run_id}
                        ).fetchall()
+            db.execute(Q["worktree_of"], {"task_id": task_id}).fetchall()
             db.execute(M["inner_savepoint"])
             held = claimed()
             db.execute(M["release_inner"])
