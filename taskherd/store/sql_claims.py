@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskherd.model import ANY_ROLE, Claim, EventKind, Finished, Run, RunResult, Task
 from taskherd.model.settings import FLEET, NODE, RetryPolicy
-from taskherd.store.base import StoreError, log
+from taskherd.store.base import StoreError
 from taskherd.store.connection import Connection
 from taskherd.store.sql_credentials import token_digest
 from taskherd.store.sql_parts import SQLParts
@@ -69,7 +69,10 @@ class SQLClaims(SQLParts):
                 return self._attempt_claim_in(db, request)
         except StoreError as error:
             del outbox[told:]  # the claim's event: nothing of it is committed
-            log.warning("the claim after run %s ended was not made: %s", run_id, error)
+            import logging  # (here: a command's start does not load logging)
+
+            logging.getLogger("taskherd.store").warning(
+                "the claim after run %s ended was not made: %s", run_id, error)
             return ClaimAttempt(None)
 
     def _attempt_claim_in(self, db: Connection, request: ClaimRequest) -> ClaimAttempt:
