@@ -49,31 +49,39 @@ class SQLClaims(SQLParts):
     def finish_run_and_claim(self, run_id: int, result: RunResult, policy: RetryPolicy,
                              now: float, request: ClaimRequest) -> tuple[Finished, ClaimAttempt]:
         """As Store's, in one transaction: the run's end, then the claim in a savepoint of it
-        (one commit, and the pages both halves write are written once). A claim the store
-        cannot make (a StoreError) is rolled back to the savepoint alone and answered as
-        none; the end commits all the same. Anything else raised rolls both back, as in any
-        transaction. Committed durably, as a run's end is: the claim's own transaction does
-        not wait for the disk (`_claim_started`), this one must."""
+        (one commit, and the pages both halves write are written once). A claim that fails
+        is rolled back to the savepoint alone and the end commits all the same: one the
+        store cannot make (a StoreError) is answered as none, anything else raised once the
+        end is committed, as Store's does. Committed durably, as a run's end is: the claim's
+        own transaction does not wait for the disk (`_claim_started`), this one must."""
         with self._write() as db:
             finished = self._finish(db, run_id, result, policy, now)
-            return finished, self._claim_after_end(db, run_id, request)
+            attempt, failure = self._claim_after_end(db, run_id, request)
+        if failure is not None:
+            raise failure
+        return finished, attempt
 
     def _claim_after_end(self, db: Connection, run_id: int,
-                         request: ClaimRequest) -> ClaimAttempt:
+                         request: ClaimRequest) -> tuple[ClaimAttempt, Exception | None]:
+        """The claim in a savepoint of the end's transaction, or none and why not."""
         from taskherd.policy.admission import ClaimAttempt
 
         assert self._outbox is not None
         outbox, told = self._outbox, len(self._outbox)
         try:
             with self._savepoint(db):
-                return self._attempt_claim_in(db, request)
-        except StoreError as error:
+                return self._attempt_claim_in(db, request), None
+        except Exception as error:
+            if self._transaction_lost(db):
+                raise  # the end went with it: the transaction's end says why
             del outbox[told:]  # the claim's event: nothing of it is committed
+            if not isinstance(error, StoreError):
+                return ClaimAttempt(None), error
             import logging  # (here: a command's start does not load logging)
 
             logging.getLogger("taskherd.store").warning(
                 "the claim after run %s ended was not made: %s", run_id, error)
-            return ClaimAttempt(None)
+            return ClaimAttempt(None), None
 
     def _attempt_claim_in(self, db: Connection, request: ClaimRequest) -> ClaimAttempt:
         """`attempt_claim`'s claim inside the caller's transaction on `db`; within limits,

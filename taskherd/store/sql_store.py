@@ -94,6 +94,11 @@ class SQLStore(SQLTasks, SQLClaims, SQLRuns, SQLMoves, SQLCooldowns, SQLReads, S
         dialect's transaction opened inside another, which PostgreSQL's makes a savepoint."""
         return self._transaction()
 
+    def _transaction_lost(self, db: Connection) -> bool:
+        """Whether the database ended the transaction under way on `db` itself, after a
+        failure inside it (SQLite may, after SQLITE_FULL): nothing of it can be committed."""
+        return False
+
     def _order_claims(self, db: Connection) -> None:
         """Order this transaction after every other claim that counts runs across nodes (and
         every cooldown set), until it ends: PostgreSQL's advisory lock. A no-op where the

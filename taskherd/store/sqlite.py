@@ -113,6 +113,9 @@ class SQLiteStore(SQLStore):
     def _savepoint(self, db: Connection) -> _Inner:
         return _Inner(self._conn)
 
+    def _transaction_lost(self, db: Connection) -> bool:
+        return not self._conn.in_transaction
+
     @contextmanager
     def writes_grouped(self) -> Iterator[None]:
         # One BEGIN IMMEDIATE at the group's first write and one COMMIT at its end, each

@@ -130,6 +130,23 @@ def test_a_claim_the_store_cannot_make_leaves_the_end_standing_and_nothing_else(
     assert store.claim(next_claim(NOW + 2, **asked)).task.id == second.id  # it serves on
 
 
+def test_a_claim_that_fails_otherwise_is_raised_once_the_end_is_committed(store, monkeypatch):
+    first, second = add(store, "first"), add(store, "second")
+    run = running(store)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the claim's last step")
+
+    monkeypatch.setattr(store, "_claimed", broken)  # after the claim's writes
+    with pytest.raises(RuntimeError, match="a bug"):
+        store.finish_run_and_claim(run.id, DONE, POLICY, NOW + 1, next_claim())
+    monkeypatch.undo()
+    assert store.get_run(run.id).outcome is Outcome.SUCCEEDED  # its record is not lost
+    assert state_of(store, first.id) is TaskState.COMPLETED
+    assert state_of(store, second.id) is TaskState.READY
+    assert store.runs_of_task(second.id) == []
+
+
 def test_an_end_the_store_refuses_raises_and_claims_nothing(store):
     add(store, "first")
     second = add(store, "second")
