@@ -56,6 +56,9 @@ search index costs an enqueue shows with it.
   - enqueue, single: `task.defer()` once per task; batched: `task.batch_defer(...)`.
   - worker, 1 process: `app.run_worker_async(wait=False, concurrency=1)` in this process (the
     app opened beforehand), which fetches and finishes jobs until it finds none.
+  These three are the peers of taskherd's enqueues and one-process claim+complete on
+  PostgreSQL, so each round takes taskherd's one-process figures, then these (--rounds
+  times, on fresh databases), and the best of each is kept, for the reason below.
   - worker, --workers processes: that worker in that many processes, started as above. It is
     the peer of the target, so it is taken in the same rounds as taskherd's two figures with
     --workers processes (plain, with limits, procrastinate; --rounds times, each on a fresh
@@ -320,10 +323,32 @@ def check_once(contender: str, per_worker: list[list[int]], expected: set[int] |
 def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: int,
                    workers: int, limited_rounds: int = 0,
                    peer: Callable[[], Rate] | None = None,
-                   rounds_taken: list[list[Rate]] | None = None) -> list[Rate]:
+                   rounds_taken: list[list[Rate]] | None = None,
+                   single_peer: Callable[[int], list[Rate]] | None = None) -> list[Rate]:
     """The figures on the fresh databases `databases` yields, in order; with
-    `limited_rounds`, the processes' figures (processes_rounds, each round's into
-    `rounds_taken`), the best of each kept."""
+    `limited_rounds`, the one-process figures that many times, each round also taking the
+    `single_peer`'s (given the round's number), then the processes' figures (processes_rounds,
+    each round's into `rounds_taken`); the best of each kept."""
+    taken = []
+    for number in range(limited_rounds or 1):
+        taken.append(single_figures(contender, databases, tasks, batch)
+                     + (single_peer(number) if single_peer is not None else []))
+    rates = [max(column, key=lambda rate: rate.per_second) for column in zip(*taken, strict=True)]
+    if not limited_rounds:
+        rates.append(processes_figure(contender, f"claim+complete, {workers} processes",
+                                      next(databases), tasks, workers, taskherd_worker))
+        return rates
+    taken = processes_rounds(contender, databases, tasks, workers, limited_rounds, peer)
+    if rounds_taken is not None:
+        rounds_taken.extend(taken)
+    for column in zip(*taken, strict=True):
+        rates.append(max(column, key=lambda rate: rate.per_second))
+    return rates
+
+
+def single_figures(contender: str, databases: Iterator[str], tasks: int,
+                   batch: int) -> list[Rate]:
+    """The enqueues' and one process's claim+complete figures, each on a fresh database."""
     now = time.time()
     rates = []
 
@@ -353,16 +378,6 @@ def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: 
     store.enqueue_many(new_tasks(tasks), now)
     rates.append(one_process_figure(contender, "claim+complete, 1 process, two calls", store,
                                     tasks, claim_then_finish, now))
-
-    if not limited_rounds:
-        rates.append(processes_figure(contender, f"claim+complete, {workers} processes",
-                                      next(databases), tasks, workers, taskherd_worker))
-        return rates
-    taken = processes_rounds(contender, databases, tasks, workers, limited_rounds, peer)
-    if rounds_taken is not None:
-        rounds_taken.extend(taken)
-    for column in zip(*taken, strict=True):
-        rates.append(max(column, key=lambda rate: rate.per_second))
     return rates
 
 
@@ -445,7 +460,9 @@ def procrastinate_app(url: str) -> Any:
     return app
 
 
-def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) -> list[Rate]:
+def procrastinate_single(server: PgServer, tasks: int, batch: int, number: int) -> list[Rate]:
+    """procrastinate's enqueues and its worker in this process, on fresh databases (their
+    names ending in `number`): taken in the rounds beside taskherd's one-process figures."""
     contender = "procrastinate"
     rates = []
 
@@ -456,7 +473,7 @@ def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) 
             app.schema_manager.apply_schema()
         return app
 
-    app = fresh_app("procrastinate_single")
+    app = fresh_app(f"procrastinate_single_{number}")
     with app.open():
         noop = app.tasks[PROCRASTINATE_TASK]
 
@@ -466,7 +483,8 @@ def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) 
 
         rates.append(timed(contender, "enqueue (single)", tasks, defer_single))
 
-    app = fresh_app("procrastinate_batched")
+    batched = f"procrastinate_batched_{number}"
+    app = fresh_app(batched)
     deferred: list[int] = []
     with app.open():
         noop = app.tasks[PROCRASTINATE_TASK]
@@ -478,7 +496,7 @@ def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) 
         rates.append(timed(contender, f"enqueue (batches of {batch})", tasks, defer_batched))
 
     # A fresh app object for the worker: an async pool, opened before the clock starts.
-    app = procrastinate_app(server.url("procrastinate_batched"))
+    app = procrastinate_app(server.url(batched))
     PROCRASTINATE_DONE.clear()
     with asyncio.Runner() as runner:
         runner.run(app.open_async().__aenter__())
@@ -494,7 +512,7 @@ def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) 
         finally:
             runner.run(app.close_async())
     check_once(contender, [list(PROCRASTINATE_DONE)], set(deferred))
-    check_jobs(contender, server.url("procrastinate_batched"), tasks)
+    check_jobs(contender, server.url(batched), tasks)
 
     return rates
 
@@ -644,13 +662,14 @@ def main(argv: list[str] | None = None) -> int:
             limited_rounds=args.rounds,
             peer=lambda: procrastinate_processes(server, args.tasks, args.batch, args.workers,
                                                  peer_databases),
-            rounds_taken=rounds)
+            rounds_taken=rounds,
+            single_peer=lambda number: procrastinate_single(server, args.tasks, args.batch,
+                                                            number))
         with tempfile.TemporaryDirectory(prefix="taskherd-bench-pg-") as tmp:
             sqlite_files = (str(Path(tmp) / f"{name}.db")
                             for name in ("single", "batched", "two-calls", "processes"))
             rates += bench_taskherd("taskherd sqlite", sqlite_files, args.tasks, args.batch,
                                     args.workers)
-        rates += bench_procrastinate(server, args.tasks, args.batch, args.workers)
     finally:
         stop_server(server)
     report(rates, args.workers, args.batch)
