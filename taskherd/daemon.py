@@ -121,16 +121,18 @@ class Daemon:
         self._wake = asyncio.Event()
         self._schedule = asyncio.Event()  # the scheduler's own: job changes, reloads, task ends
         self._reload = asyncio.Event()
-        self._deliver = asyncio.Event()  # the deliverer's own: a settle may have queued some
+        self._deliver = asyncio.Event()  # the deliverer's own: some were queued or retried
         self._merge = asyncio.Event()  # the merger's own: a task is waiting in `merging`
         self._loop: asyncio.AbstractEventLoop | None = None  # set by _serve
         self._stop = asyncio.Event()
         self.services: dict[str, ServiceLoop] = {}
 
     def wake(self) -> None:
+        # Not the deliverer: it wakes for the events that queue deliveries (DELIVERY_QUEUED),
+        # not for every change. Its pass runs in a thread and reads the store under the
+        # store's lock, beside the dispatcher's claim of the task that woke them both.
         self._wake.set()
         self._schedule.set()
-        self._deliver.set()
 
     def reload(self) -> None:
         """SIGHUP / `taskherd reload`: re-read the config file and give it to every service."""
@@ -259,6 +261,8 @@ class Daemon:
             supervisor.hear(event)
             if event.kind is EventKind.TASK_CHANGED and event.state == TaskState.MERGING:
                 self._merge.set()
+            if event.kind is EventKind.DELIVERY_QUEUED:
+                self._deliver.set()
             if _may_give_work(event):
                 self.wake()
 
