@@ -346,6 +346,13 @@ def test_a_forked_child_neither_uses_nor_keeps_alive_its_parents_server(server, 
         os.waitpid(child, 0)
 
 
+def test_a_server_is_up_once_its_first_spare_waits(server):
+    # Runs go to a server only once it is up: one sent during its start-up (an interpreter,
+    # its warm-ups: tens of milliseconds) waited for it between its claim and its agent's
+    # exec, and held the daemon's loop meanwhile.
+    assert psutil.Process(server).children(), "said up before its first spare was forked"
+
+
 def test_the_server_imports_no_module_that_its_shims_would_carry():
     # Every module the server holds is memory in each shim it forks, and json (re, enum,
     # functools...) would also cost each cold spawn as much CPU as Python's own start-up.
