@@ -11,8 +11,9 @@ a. ready → exec: 1,000 tasks of a no-op agent, enqueued one by one at a steady
    from then on). "exec" is the agent's own word: the agent is `date +%s.%N`, a tiny C program
    that reads the clock as it starts (≈0.5 ms after execve, dynamic linking included) and
    prints it into the run's log. Beside it: the same agent started by a bare `subprocess.Popen`
-   (own session, output to a file; the floor), one every --interval as the tasks arrive (and,
-   for information, back to back), and the seeds' 60 s polling loop, whose latency
+   (own session, output to a file; the floor), one every --interval, each half an interval
+   after a task, so that both meet the same load (and, for information, back to back after
+   the daemon's run), and the seeds' 60 s polling loop, whose latency
    is uniform on [0, 60) s (printed analytically, not run for minutes). Targets: p50 ≤ 20 ms
    and p99 ≤ 100 ms, and against the floor of the same run p50 ≤ 2× its p50, p99 ≤ 3× its p99.
    The --warmup tasks (10) sent first, as the daemon starts, meet its start-up (the first pass
@@ -178,19 +179,21 @@ def printed_time(log_path: str | Path) -> float:
 
 # -- a. ready → exec ---------------------------------------------------------------------
 
-def ready_to_exec(tmp: Path, count: int, interval: float, durability: str,
-                  warmup: int) -> tuple[list[float], dict[str, list[float]], list[float]]:
-    """Ready → exec of `count` tasks at a daemon that is up, and, apart, of the `warmup`
-    tasks sent first, as it starts: they meet its start-up (the first pass of every service,
-    the first claim, settle and spare files, tens to hundreds of milliseconds), once a
-    restart, which would otherwise be the p99 of a few hundred tasks."""
+def ready_to_exec(tmp: Path, count: int, interval: float, durability: str, warmup: int
+                  ) -> tuple[list[float], dict[str, list[float]], list[float], list[float]]:
+    """Ready → exec of `count` tasks at a daemon that is up, the floor's starts between them
+    (each half an interval after a task: the machine's load, which colleagues' work swings
+    from second to second, is the same for both), and, apart, of the `warmup` tasks sent
+    first, as it starts: they meet its start-up (the first pass of every service, the first
+    claim, settle and spare files, tens to hundreds of milliseconds), once a restart, which
+    would otherwise be the p99 of a few hundred tasks."""
     node = Node(tmp / "ready", 8, {"noop": {"command": str(NOOP).replace("'", '"')}}, durability)
     node.up()
     try:
         first = steady_noops(node, warmup, interval)
         node.wait_until(lambda: _all_final(node.store, first), 60, "the first tasks to finish")
         # A steady rate: tasks arrive one by one, as users and schedules add them.
-        ready = steady_noops(node, count, interval)
+        ready, floor = steady_noops_beside_floor(node, count, interval, tmp / "bare-beside")
         node.wait_until(lambda: _all_final(node.store, {**first, **ready}), 60,
                         "noop tasks to finish")
         started = [printed_time(node.store.runs_of_task(task_id)[-1].log_path) - ready_at
@@ -205,7 +208,7 @@ def ready_to_exec(tmp: Path, count: int, interval: float, durability: str,
             phases["ready → claimed"].append(run.claimed_at - ready_at)
             phases["claimed → shim running"].append(shim_at - run.claimed_at)
             phases["shim running → agent exec"].append(exec_at - shim_at)
-        return latencies, phases, started
+        return latencies, phases, started, floor
     finally:
         node.down()
 
@@ -223,14 +226,18 @@ def bare_popen(tmp: Path, count: int, interval: float = 0.0) -> list[float]:
     for index in range(count):
         if (delay := start + index * interval - time.monotonic()) > 0:
             time.sleep(delay)
-        log_path = log_dir / f"{index}.log"
-        called_at = time.time()
-        with open(log_path, "ab") as log:
-            popen = subprocess.Popen(NOOP, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                     env=env, start_new_session=True)
-        popen.wait()
-        latencies.append(printed_time(log_path) - called_at)
+        latencies.append(one_popen(log_dir / f"{index}.log", env))
     return latencies
+
+
+def one_popen(log_path: Path, env: dict[str, str]) -> float:
+    """The floor's one start: call → the agent's own clock."""
+    called_at = time.time()
+    with open(log_path, "ab") as log:
+        popen = subprocess.Popen(NOOP, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                 env=env, start_new_session=True)
+    popen.wait()
+    return printed_time(log_path) - called_at
 
 
 def _all_final(store: SQLiteStore, tasks: dict[int, float]) -> bool:
@@ -303,6 +310,28 @@ def pss_kib(pid: int) -> int:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         pass
     return 0
+
+
+def steady_noops_beside_floor(node: Node, count: int, interval: float,
+                              log_dir: Path) -> tuple[dict[int, float], list[float]]:
+    """`count` no-op tasks at a steady rate, and half an interval after each the floor's
+    start of the same agent (`one_popen`): their ready times, the floor's latencies."""
+    log_dir.mkdir()
+    env = procs.agent_env("/usr/bin:/bin", {}, {})
+    ready: dict[int, float] = {}
+    floor = []
+    start = time.monotonic()
+    for index in range(count):
+        for offset in (0.0, 0.5):
+            delay = start + (index + offset) * interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if offset:
+                floor.append(one_popen(log_dir / f"{index}.log", env))
+            else:
+                task_id, ready_at = node.add("noop")
+                ready[task_id] = ready_at
+    return ready, floor
 
 
 def steady_noops(node: Node, count: int, interval: float) -> dict[int, float]:
@@ -504,16 +533,15 @@ def main() -> int:
             print(f"\na. ready → exec: {args.tasks} tasks of `{' '.join(NOOP)}`, one every "
                   f"{args.interval * 1e3:g} ms, max_concurrent 8, after the {args.warmup} "
                   "sent as the daemon starts")
-            latencies, phases, first = ready_to_exec(tmp, args.tasks, args.interval,
-                                                     args.durability, args.warmup)
-            floor = bare_popen(tmp, args.tasks, args.interval)
+            latencies, phases, first, floor = ready_to_exec(tmp, args.tasks, args.interval,
+                                                            args.durability, args.warmup)
             back_to_back = bare_popen(tmp, args.tasks)
             print(row("taskherd up (enqueue → exec)", latencies))
             for name, values in phases.items():
                 print(row(f"  {name}", values))
             if first:
                 print(row("  the first, as the daemon starts", first) + " (info)")
-            print(row("bare subprocess.Popen (floor)", floor))
+            print(row("bare subprocess.Popen (floor)", floor) + " (between the tasks)")
             print(row("  the same, back to back (info)", back_to_back))
             print(f"{'seeds: 60 s polling loop (analytic)':<34} n=-     p50={ms(SEEDS_POLL * .5)} "
                   f"p90={ms(SEEDS_POLL * .9)} p99={ms(SEEDS_POLL * .99)} max={ms(SEEDS_POLL)}")
