@@ -250,6 +250,10 @@ def test_a_stopped_server_is_replaced_and_each_run_starts_once(server, spawn, tm
 
 
 def test_a_spawn_never_waits_for_a_server_to_start(spawn, monkeypatch):
+    # Up first: no start of an earlier test still under way (a server says it is up tens of
+    # milliseconds after its process starts), which the start below would then install.
+    forkserver.start()
+    assert forkserver.wait_until_up(TIMEOUT)
     forkserver.stop()
     starting = threading.Event()
     release_start = threading.Event()
