@@ -25,17 +25,16 @@ b. death → settled: 200 agents `sh -c 'sleep 0.3; exec date +%s.%N'`; the last
    `ended_at` in the database (the daemon's clock at `finish_run`; the task moves in the same
    transaction). Stall: agents that print the clock once and then sleep silently, role
    idle_timeout 2 s; the figure is `ended_at` (outcome stalled) minus that last output.
-c. a thousand agents: one daemon; first 1,000 no-op tasks with nothing else running (ready →
-   exec as in a), then 1,000 idle agents (`sleep 600`, idle_timeout 1 h) are started; over
-   a --window s window the daemon's CPU time (user+system, its own, not its children's) in %
-   of one core, its RSS, and the whole fleet's proportional memory (Pss from
-   /proc/PID/smaps_rollup: the daemon and its fork server, every shim, every agent) per
-   agent, beside the floor: the Pss of an idle `sleep`, of an idle bare `python -I -S` and
-   of a cold-started shim, 50 of each alive side by side (`memory_floors`); then 1,000 no-op
-   tasks again with the 1,000 still running. The ratio of the two ready → exec p99s is the
-   figure: the watch loop's cost must not grow with the agents that merely exist. The first
-   line says whether the kernel's DAMON memory monitor runs, which lengthens that tail
-   (`memory_monitor`).
+c. a thousand agents: one daemon; first 1,000 no-op tasks with nothing else running (ready → exec as
+   in a, after the --warmup ones sent as it starts), then 1,000 idle agents (`sleep 600`,
+   idle_timeout 1 h) are started; over a --window s window the daemon's CPU time (user+system, its
+   own, not its children's) in % of one core, its RSS, and the whole fleet's proportional memory
+   (Pss from /proc/PID/smaps_rollup: the daemon and its fork server, every shim, every agent) per
+   agent, beside the floor: the Pss of an idle `sleep`, of an idle bare `python -I -S` and of a
+   cold-started shim, 50 of each alive side by side (`memory_floors`); then 1,000 no-op tasks again
+   with the 1,000 still running. The ratio of the two ready → exec p99s is the figure: the watch
+   loop's cost must not grow with the agents that merely exist. The first line says whether the
+   kernel's DAMON memory monitor runs, which lengthens that tail (`memory_monitor`).
    A thousand agents hold a thousand pidfds in the daemon and two thousand processes: the
    bench raises its soft RLIMIT_NOFILE to the hard limit (the daemon inherits it) and
    checks RLIMIT_NPROC, as a service unit would set LimitNOFILE (docs/operating.md).
@@ -406,12 +405,13 @@ def noop_wave(node: Node, count: int, interval: float) -> list[float]:
 
 
 def thousand(tmp: Path, agents: int, window: float, noops: int, interval: float,
-             durability: str) -> dict[str, object]:
+             durability: str, warmup: int) -> dict[str, object]:
     roles = {"noop": {"command": str(NOOP).replace("'", '"'), "max_concurrent": "8"},
              "idle": {"command": '["sleep", "600"]', "idle_timeout": '"1h"'}}
     node = Node(tmp / "idle", agents + 8, roles, durability)
     node.up()
     try:
+        noop_wave(node, warmup, interval)  # its start-up, as in part a: not the quiet figure
         quiet = noop_wave(node, noops, interval)
         began = time.monotonic()
         node.store.enqueue_many([NewTask(role="idle", title=f"idle {i}") for i in range(agents)],
@@ -555,7 +555,8 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=0.04,
                         help="seconds between two enqueues (steady rate)")
     parser.add_argument("--warmup", type=int, default=10,
-                        help="part a: tasks sent first, as the daemon starts, counted apart")
+                        help="parts a and c: tasks sent first, as the daemon starts, not "
+                             "counted")
     parser.add_argument("--deaths", type=int, default=200)
     parser.add_argument("--agents", type=int, default=1000, help="idle agents for part c")
     parser.add_argument("--window", type=float, default=30.0, help="overhead window, seconds")
@@ -623,7 +624,7 @@ def main() -> int:
                   f"{args.noops} no-op tasks before and while they run; {limits}")
             floors = memory_floors(tmp)
             use = thousand(tmp, args.agents, args.window, args.noops, args.interval,
-                           args.durability)
+                           args.durability, args.warmup)
             pss = use["pss_kib"]
             fleet = pss["daemon"] + pss["helpers"] + pss["shims"]
             alive = max(use["alive"], 1)
