@@ -18,7 +18,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from taskherd import __version__
 from taskherd.agent.door import AgentDoor
@@ -52,6 +52,10 @@ FORK_SERVER_WAIT = 2.0  # seconds the first dispatch waits for the fork server a
 
 class DaemonError(Exception):
     pass
+
+
+class Hearer(Protocol):
+    def hear(self, event: Event) -> None: ...
 
 
 def _holder_words(recorded: str) -> str:
@@ -199,7 +203,9 @@ class Daemon:
                                                    "worktrees", "merges", "charts",
                                                    "text_index")]
         watching.append(asyncio.create_task(self._reload_on_request(scheduler), name="reload"))
-        watching.append(asyncio.create_task(self._wake_on_events(events, supervisor),
+        dispatcher = self.services["dispatcher"].service
+        assert isinstance(dispatcher, Dispatcher)
+        watching.append(asyncio.create_task(self._wake_on_events(events, supervisor, dispatcher),
                                             name="events"))
         loops = starting + watching
         try:
@@ -259,12 +265,14 @@ class Daemon:
         return {name: {"counts": dict(loop.counts), "errors": loop.errors}
                 for name, loop in self.services.items()}
 
-    async def _wake_on_events(self, events: AsyncIterator[Event], supervisor: Supervisor) -> None:
+    async def _wake_on_events(self, events: AsyncIterator[Event], *hearers: Hearer) -> None:
         """Any committed change, by this node, the CLI, an agent or another node, may give
-        the loops work: they look now rather than at their next poll. The supervisor hears
-        of cancels and runs ended elsewhere before its next sweep."""
+        the loops work: they look now rather than at their next poll. The `hearers` hear of
+        it first: the supervisor of cancels and runs ended elsewhere before its next sweep,
+        the dispatcher of cooldowns set or lifted."""
         async for event in events:
-            supervisor.hear(event)
+            for hearer in hearers:
+                hearer.hear(event)
             if event.kind is EventKind.TASK_CHANGED and event.state == TaskState.MERGING:
                 self._merge.set()
             if event.kind is EventKind.DELIVERY_QUEUED:

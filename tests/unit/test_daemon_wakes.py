@@ -20,7 +20,7 @@ async def woken(daemon: Daemon, event: Event) -> set[str]:
     async def events():
         yield event
 
-    await daemon._wake_on_events(events(), Heard())
+    await daemon._wake_on_events(events(), Heard(), Heard())
     flags = {"dispatcher": daemon._wake, "scheduler": daemon._schedule,
              "deliverer": daemon._deliver}
     return {name for name, flag in flags.items() if flag.is_set()}
