@@ -120,6 +120,7 @@ class _ForkServer:
         self._boxes: dict[str, _BoxSpare] = {}  # a role's box spare
         self._box_wishes: dict[str, SparePlan] = {}  # spares to make
         self._channels = 0
+        self._stops = 0  # stop()s so far: a server whose start began before one is not used
 
     def want(self, wanted: bool) -> None:
         with self._changed:
@@ -129,6 +130,7 @@ class _ForkServer:
             # spares and wishes forgotten (they end with its input).
             server, self._server = (self._server, None) if not wanted else (None, self._server)
             if not wanted:
+                self._stops += 1
                 self._boxes.clear()
                 self._box_wishes.clear()
             if wanted:
@@ -321,6 +323,7 @@ class _ForkServer:
                 if self._server is not None:
                     self._make_box_spares()
                     continue
+                stops = self._stops
             server = _start_server()  # outside the lock: a spawn must not wait for this
             surplus = None
             with self._changed:
@@ -328,11 +331,13 @@ class _ForkServer:
                     # Out of processes or memory: spawns go cold meanwhile, and a prompt
                     # retry would only hammer a machine that is already short.
                     self._changed.wait(RESTART_INTERVAL)
-                elif self._wanted and self._server is None:
+                elif self._wanted and self._server is None and self._stops == stops:
                     self._server, self._owner = server, os.getpid()
                     self._changed.notify_all()
                 else:
-                    surplus = server  # no longer wanted while it was starting
+                    # No longer wanted while it was starting: stopped since, whatever start()
+                    # came after (it was started with the settings of before the stop).
+                    surplus = server
             if surplus is not None:
                 _stop(surplus)
 
