@@ -194,15 +194,18 @@ def test_in_a_burst_the_next_spare_is_forked_at_once(monkeypatch, spawn):
         forkserver.stop()
 
 
-def test_a_starter_held_before_its_exec_holds_up_no_other_run(lazy_server, spawn, tmp_path):
+def test_a_starter_held_before_its_exec_holds_up_no_other_run(lazy_server, spawn, tmp_path,
+                                                              gate):
     env = procs.agent_env(os.environ["PATH"], {}, {})
     held_at = tmp_path / "held"
     os.mkfifo(held_at)  # its starter's write to "join a cgroup" waits for our read
     held = procs.spawn(["true"], env=env, cwd=str(tmp_path), log_path=tmp_path / "held.log",
                        cgroups=[str(held_at)])
     try:
-        other = spawn(["echo", "not held up"])
+        # It stays until the gate opens: its parent is read while it is surely alive.
+        other = spawn(["sh", "-c", 'read go < "$1"; echo not held up', "sh", str(gate)])
         assert not other.handle.is_child and parent_of(other.pid) == lazy_server
+        release(gate)
         assert wait_exit(other).succeeded
         assert other.log_path.read_text().splitlines()[1:] == ["not held up"]
         assert held.handle.is_alive()
