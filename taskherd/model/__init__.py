@@ -257,8 +257,8 @@ class Run(Record):
     liveness_since: float | None = None  # when that verdict began (quiet: the last activity)
     liveness_note: str | None = None  # the question an agent waits at, or the repeated block
     pool: str | None = None  # the role's pool when claimed: the run holds a place in it
-    # The sha256 of the run's credential (`<id>.<secret>`), written by its claim; kept out of
-    # what the run is shown as (to_dict, repr): the store compares it, nobody reads it.
+    # The sha256 of the secret of the run's credential (`<id>.<secret>`), written by its
+    # claim; kept out of what the run is shown as (to_dict, repr): the store compares it.
     credential_sha256: str | None = field(default=None, repr=False)
 
     @classmethod

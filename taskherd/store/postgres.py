@@ -47,7 +47,7 @@ from taskherd.store.errors import SpawnAllowance, StoreDiskFull
 from taskherd.store.events import Listener
 from taskherd.store.requests import RequestKey
 from taskherd.store.sql_claims import usage_of, usage_params
-from taskherd.store.sql_credentials import run_token
+from taskherd.store.sql_credentials import run_token, token_digest
 from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sql_tasks import task_params
 from taskherd.store.sqlfile import (
@@ -286,8 +286,8 @@ class PostgresStore(SQLStore):
             "inbox_bytes": inbox.bytes if inbox else None,
             "roles": json.dumps(allowed), "full_pools": json.dumps(full) if full else None,
             "any_role": request.any_role(allowed),
-            # The token names the run the function inserts: it makes the token's digest.
-            "credential_secret": request.credential,
+            "token_sha256": (token_digest(request.credential)  # the secret's: see run_token
+                             if request.credential is not None else None),
         }
 
     def _has_server_calls(self, conn: Any) -> bool:

@@ -209,12 +209,11 @@ class SQLClaims(SQLParts):
         """The claim of `task` by `run`, its inbox delivered in the claim's transaction: a
         claim that rolls back delivers nothing, and two runs never receive the same message.
         The run's credential too, when the request brings its secret: the token names the
-        run, and its digest goes on the row just inserted (the same page)."""
+        run, and the secret's digest goes on the row just inserted (the same page)."""
         inbox, secret, credential = request.inbox, request.credential, None
         messages = self._deliver_inbox(db, run, inbox, now) if inbox else ()
         if secret is not None:
-            credential = run_token(run.id, secret)
-            digest = token_digest(credential)
+            credential, digest = run_token(run.id, secret), token_digest(secret)
             db.execute(self.q["note_run_credential"], {"token_sha256": digest, "run_id": run.id})
             run = Run.from_row({**run.__dict__, "credential_sha256": digest})  # as now stored
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=run.id,

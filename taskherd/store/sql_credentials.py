@@ -3,9 +3,12 @@
 An agent gets a random token at spawn and acts on its own run with it. The store keeps only
 the token's sha256: whoever reads the database (a backup, a dump) cannot act as an agent.
 
-A token names its run, `<run_id>.<secret>`, and its digest is kept on the run's own row,
-written by the claim that inserts the run: a lookup reads that run by its key. Tokens
-issued before (no run named, or a run whose row has no digest) are in run_credentials.
+A token names its run, `<run_id>.<secret>`, and its secret's digest is kept on the run's
+own row, written by the claim that inserts the run: a lookup reads that run by its key and
+compares. The digest is the secret's, not the whole token's, so that PostgreSQL's claim
+function, which alone knows the run's id, is given the digest and never the secret (a
+server's statement log would keep it). Tokens issued before (no run named, or a run whose
+row has no digest) are in run_credentials, by the whole token's digest.
 """
 
 from __future__ import annotations
@@ -30,17 +33,21 @@ def token_digest(token: str) -> str:
 
 
 def run_token(run_id: int, secret: str) -> str:
-    """The credential of run `run_id` whose secret part is `secret`."""
+    """The credential of run `run_id` whose secret part is `secret` (its digest is kept)."""
     return f"{run_id}{SEPARATOR}{secret}"
 
 
-def run_named(token: str) -> int | None:
-    """The run id a token names, or None: an old token, or anything that does not parse."""
+def run_named(token: str) -> tuple[int, str] | None:
+    """The run id a token names and its secret, or None: an old token, or anything that
+    does not parse."""
     named, separator, secret = token.partition(SEPARATOR)
     # isascii: str.isdigit takes other scripts' digits, which int() would read as a number
     if not (separator and secret and named.isascii() and named.isdigit()):
         return None
-    return int(named) if len(named) <= 19 else None  # PostgreSQL's bigint holds 19 digits
+    # str(int) must give the token back: "07.x" is no run's (its row could never match)
+    if len(named) > 19 or named != str(int(named)):  # PostgreSQL's bigint holds 19 digits
+        return None
+    return int(named), secret
 
 
 class SQLCredentials:
@@ -54,29 +61,32 @@ class SQLCredentials:
         """A token that names `run_id` goes on the run's row; one that names no run (a
         caller's own form) into run_credentials, as every token did before."""
         named = run_named(token)
-        if named is not None and named != run_id:
-            raise ValueError(f"credential names run {named}, not run {run_id}")
-        params = {"token_sha256": token_digest(token), "run_id": run_id, "now": now}
+        if named is None:
+            with self._write() as db:
+                db.execute(self.q["issue_run_credential"], {
+                    "token_sha256": token_digest(token), "run_id": run_id, "now": now})
+            return
+        if named[0] != run_id:
+            raise ValueError(f"credential names run {named[0]}, not run {run_id}")
+        params = {"token_sha256": token_digest(named[1]), "run_id": run_id}
         with self._write() as db:
-            if named is None:
-                db.execute(self.q["issue_run_credential"], params)
-            elif db.execute(self.q["note_run_credential"], params).rowcount < 1:
+            if db.execute(self.q["note_run_credential"], params).rowcount < 1:
                 raise StoreError(f"no run {run_id}: its credential was not issued")
 
     def run_of_credential(self, token: str) -> Run | None:
-        digest = token_digest(token)
-        run_id = run_named(token)
-        if run_id is not None:
-            rows = self._all("open_run_named", {"run_id": run_id})
+        named = run_named(token)
+        if named is not None:
+            rows = self._all("open_run_named", {"run_id": named[0]})
             if not rows:
                 return None
             run = Run.from_row(rows[0])
             if run.credential_sha256 is not None:
                 import hmac  # here: a command that checks no credential does not load it
 
-                return run if hmac.compare_digest(run.credential_sha256, digest) else None
+                kept, given = run.credential_sha256, token_digest(named[1])
+                return run if hmac.compare_digest(kept, given) else None
         # An old token, or a run claimed before its credential went on its row.
-        rows = self._all("open_run_of_credential", {"token_sha256": digest})
+        rows = self._all("open_run_of_credential", {"token_sha256": token_digest(token)})
         return Run.from_row(rows[0]) if rows else None
 
     def record_reported_usage(self, run_id: int, *, cost_usd: float | None,

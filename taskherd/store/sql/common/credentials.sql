@@ -12,8 +12,9 @@ FROM run_credentials JOIN runs ON runs.id = run_credentials.run_id
 WHERE run_credentials.token_sha256 = :token_sha256 AND runs.ended_at IS NULL;
 
 -- name: note_run_credential
--- The digest of a credential that names its run, on the run's row: in a claim, the row it
--- has just inserted (the same page, no index of its own).
+-- The digest of the secret of a credential that names its run (`<run_id>.<secret>`), on
+-- the run's row: in a claim, the row it has just inserted (the same page, no index of its
+-- own).
 UPDATE runs SET credential_sha256 = :token_sha256 WHERE id = :run_id;
 
 -- name: open_run_named

@@ -84,18 +84,17 @@ RETURNING messages.*;
 -- that of its cooldown and `run_runtime` the run's) and by pool, and the candidate's pools
 -- and node filters are worked out from it as usage_params does; PostgresStore checks the
 -- pools named against usage_params before it believes the answer.
--- With :credential_secret (the secret of the run's credential the dispatcher minted before
--- the claim), the claimed run's credential is recorded too, as the steps' claim records it:
--- the token names the run (`<run_id>.<secret>`, known here only), its sha256 goes on the
--- run's row (note_run_credential): no write of its own between the claim and the agent's
--- start.
+-- With :token_sha256 (the digest of the secret of the run's credential the dispatcher
+-- minted before the claim), the claimed run's credential is recorded too, on the run's row
+-- (note_run_credential), as the steps' claim records it: no write of its own between the
+-- claim and the agent's start. The secret itself never reaches the server.
 -- The answer is NULL (no ready task), or the candidate, its role and pools, the counts and
 -- whether they left room, and if so the run and its inbox's messages.
 CREATE OR REPLACE FUNCTION pg_temp.taskherd_claim_within(
     arg_now DOUBLE PRECISION, arg_node TEXT, arg_lease_until DOUBLE PRECISION,
     arg_roles TEXT, arg_full_pools TEXT, arg_any_role TEXT, arg_role_limits TEXT,
     arg_pool_limits TEXT, arg_event TEXT, arg_task_address_prefix TEXT,
-    arg_inbox_messages BIGINT, arg_inbox_bytes BIGINT, arg_credential_secret TEXT)
+    arg_inbox_messages BIGINT, arg_inbox_bytes BIGINT, arg_token_sha256 TEXT)
 RETURNS JSONB LANGUAGE plpgsql AS $function$
 DECLARE
     var_task RECORD;
@@ -123,7 +122,6 @@ DECLARE
     arg_limit BIGINT := arg_inbox_messages;
     arg_bytes BIGINT := arg_inbox_bytes;
     arg_run_id BIGINT;
-    arg_token_sha256 TEXT;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true), set_config('enable_sort', 'off', true);
     FOR var_task IN {claim_candidate} LOOP
@@ -175,11 +173,8 @@ BEGIN
     FOR var_claim IN {claim_if_room} LOOP
         EXIT;
     END LOOP;
-    IF var_claim.id IS NOT NULL AND arg_credential_secret IS NOT NULL THEN
+    IF var_claim.id IS NOT NULL AND arg_token_sha256 IS NOT NULL THEN
         arg_run_id := var_claim.id;
-        -- token_digest's: the hex sha256 of the token's UTF-8 (run_token's form)
-        arg_token_sha256 := encode(sha256(convert_to(
-            var_claim.id || '.' || arg_credential_secret, 'UTF8')), 'hex');
         {note_run_credential};
         var_claim.credential_sha256 := arg_token_sha256;  -- the run as now stored
     END IF;
@@ -199,4 +194,4 @@ $function$;
 -- claim_within_function called, by this connection (its temporary schema is pg_temp).
 SELECT pg_temp.taskherd_claim_within(
     :now, :node, :lease_until, :roles, :full_pools, :any_role, :role_limits, :pool_limits,
-    :event, :task_address_prefix, :inbox_messages, :inbox_bytes, :credential_secret) AS claimed;
+    :event, :task_address_prefix, :inbox_messages, :inbox_bytes, :token_sha256) AS claimed;
