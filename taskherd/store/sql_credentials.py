@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from taskherd.store.connection import Connection
 
 SEPARATOR = "."  # never in a secrets.token_urlsafe secret, nor in a run's id
+BIGINT_PAST = 2**63  # the first id past PostgreSQL's bigint (SQLite's INTEGER key alike)
 
 
 def token_digest(token: str) -> str:
@@ -44,10 +45,13 @@ def run_named(token: str) -> tuple[int, str] | None:
     # isascii: str.isdigit takes other scripts' digits, which int() would read as a number
     if not (separator and secret and named.isascii() and named.isdigit()):
         return None
-    # str(int) must give the token back: "07.x" is no run's (its row could never match)
-    if len(named) > 19 or named != str(int(named)):  # PostgreSQL's bigint holds 19 digits
+    # A key PostgreSQL's bigint holds (a longer one is refused before int() reads it), and
+    # one spelling of each run: the digest is the secret's, so "07.<secret>" would otherwise
+    # pass for run 7's own token.
+    run_id = int(named) if len(named) <= 19 else BIGINT_PAST
+    if run_id >= BIGINT_PAST or named != str(run_id):
         return None
-    return int(named), secret
+    return run_id, secret
 
 
 class SQLCredentials:

@@ -100,7 +100,8 @@ def test_a_credential_with_a_forged_run_or_a_wrong_secret_is_refused(store, limi
             f"{mine.run.id}.secret-b",  # another run's secret under my run's id
             f"{mine.run.id}.secret-", f"{mine.run.id}.secret-aa", f"{mine.run.id}.",
             f"{theirs.run.id + 1000}.secret-a",  # no such run
-            "9" * 40 + ".secret-a",  # past any key (PostgreSQL's bigint)
+            "9" * 40 + ".secret-a", "9223372036854775808.secret-a",  # past any key (bigint)
+            "9" * 5000 + ".secret-a",  # past what int() reads
             f"0{mine.run.id}.secret-a", f"+{mine.run.id}.secret-a",
             "\uff11.secret-a",  # a digit of another script, which int() reads as 1
             ".secret-a", "secret-a", "", "."):
