@@ -257,6 +257,9 @@ class Run(Record):
     liveness_since: float | None = None  # when that verdict began (quiet: the last activity)
     liveness_note: str | None = None  # the question an agent waits at, or the repeated block
     pool: str | None = None  # the role's pool when claimed: the run holds a place in it
+    # The sha256 of the secret of the run's credential (`<id>.<secret>`), written by its
+    # claim; kept out of what the run is shown as (to_dict, repr): the store compares it.
+    credential_sha256: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_row(cls, row: Any) -> Run:
@@ -267,6 +270,7 @@ class Run(Record):
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.__dict__)
         data["outcome"] = self.outcome.value if self.outcome else None
+        del data["credential_sha256"]
         return data
 
 
@@ -417,8 +421,8 @@ class Claim(Record):
     task: Task
     run: Run
     inbox: tuple[Message, ...] = ()
-    # The run's credential when the claim recorded it (ClaimRequest.credential); None: the
-    # launch issues one.
+    # The run's credential when the claim recorded it (`<run_id>.<ClaimRequest.credential>`);
+    # None: the launch issues one.
     credential: str | None = None
 
 

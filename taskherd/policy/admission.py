@@ -83,9 +83,10 @@ class ClaimRequest(Record):
     counted across every node in the claim's transaction (`refusal`); a task that does not
     fit is passed by and the next one tried. The run's runtime is `runtime`, else
     `runtime_of[role]`. With `inbox`, the run's messages are delivered in the claim's
-    transaction. With `credential` (a token minted before the claim), the run's credential
-    is recorded in the claim's transaction too, its digest only, and the token handed back
-    on the claim: no write of its own between the claim and the agent's start."""
+    transaction. With `credential` (a secret minted before the claim), the run's credential
+    is recorded in the claim's transaction too: the token names the run (`<run_id>.<secret>`),
+    its digest only is kept on the run's row, and the token is handed back on the claim: no
+    write of its own between the claim and the agent's start."""
 
     node: str
     now: float

@@ -232,7 +232,8 @@ class Dispatcher:
             as_role=roles[0].name, runtime_of={role.name: role.runtime for role in roles},
             inbox=self._inbox_limit(), limits=limits,
             # The run's credential is recorded with the claim, not in a transaction of its
-            # own between the claim and the agent's start (the spawn's hot path).
+            # own between the claim and the agent's start (the spawn's hot path): its secret
+            # here, the store names the run in the token (`<run_id>.<secret>`).
             credential=secrets.token_urlsafe(32))
 
     def _inbox_limit(self) -> InboxLimit:

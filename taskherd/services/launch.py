@@ -36,6 +36,7 @@ from taskherd.runtimes.base import AgentEnv, CommandLineRuntime, Execution, RunF
 from taskherd.runtimes.sessions import shown, valid_session_id
 from taskherd.store import Store, StoreError
 from taskherd.store.events import socket_dir
+from taskherd.store.sql_credentials import run_token
 
 log = logging.getLogger("taskherd.supervisor")
 
@@ -353,7 +354,7 @@ class Launch:
         return agent_vars
 
     def _issue_credential(self, run_id: int) -> str:
-        token = secrets.token_urlsafe(32)
+        token = run_token(run_id, secrets.token_urlsafe(32))
         self.store.issue_run_credential(run_id, token, self.clock())
         return token
 

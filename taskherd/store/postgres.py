@@ -47,7 +47,7 @@ from taskherd.store.errors import SpawnAllowance, StoreDiskFull
 from taskherd.store.events import Listener
 from taskherd.store.requests import RequestKey
 from taskherd.store.sql_claims import pass_by, usage_of, usage_params
-from taskherd.store.sql_credentials import token_digest
+from taskherd.store.sql_credentials import run_token, token_digest
 from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sql_tasks import task_params
 from taskherd.store.sqlfile import (
@@ -293,7 +293,7 @@ class PostgresStore(SQLStore):
             "inbox_bytes": inbox.bytes if inbox else None,
             "roles": json.dumps(allowed), "full_pools": json.dumps(full) if full else None,
             "any_role": request.any_role(allowed),
-            "token_sha256": (token_digest(request.credential)
+            "token_sha256": (token_digest(request.credential)  # the secret's: see run_token
                              if request.credential is not None else None),
         }
 
@@ -350,8 +350,11 @@ class PostgresStore(SQLStore):
         task = Task.from_row({**candidate, "state": TaskState.CLAIMED.value, "lease_node": node,
                               "lease_expires_at": now + request.lease_seconds,
                               "updated_at": now})
-        # The credential, if the request brought one, was recorded with the claim.
-        return Claim(task, Run.from_row(row), tuple(messages), request.credential)
+        # The credential, if the request brought its secret, was recorded with the claim.
+        run = Run.from_row(row)
+        credential = (None if request.credential is None
+                      else run_token(run.id, request.credential))
+        return Claim(task, run, tuple(messages), credential)
 
     def _server_call(self, call: str, params: Mapping[str, Any]) -> Any:
         """The answer of a SERVER_CALLS procedure `call` (it commits on the server), or None

@@ -22,7 +22,7 @@ from taskherd.model import ANY_ROLE, Claim, EventKind, Finished, Run, RunResult,
 from taskherd.model.settings import FLEET, NODE, RetryPolicy
 from taskherd.store.base import StoreError
 from taskherd.store.connection import Connection
-from taskherd.store.sql_credentials import token_digest
+from taskherd.store.sql_credentials import run_token, token_digest
 from taskherd.store.sql_parts import SQLParts
 from taskherd.store.sql_parts import one_row as _one
 from taskherd.store.sql_reports import budget_rows
@@ -208,12 +208,14 @@ class SQLClaims(SQLParts):
                  request: ClaimRequest) -> Claim:
         """The claim of `task` by `run`, its inbox delivered in the claim's transaction: a
         claim that rolls back delivers nothing, and two runs never receive the same message.
-        The run's credential too, when the request brings one."""
-        inbox, credential = request.inbox, request.credential
+        The run's credential too, when the request brings its secret: the token names the
+        run, and the secret's digest goes on the row just inserted (the same page)."""
+        inbox, secret, credential = request.inbox, request.credential, None
         messages = self._deliver_inbox(db, run, inbox, now) if inbox else ()
-        if credential is not None:
-            db.execute(self.q["issue_run_credential"], {
-                "token_sha256": token_digest(credential), "run_id": run.id, "now": now})
+        if secret is not None:
+            credential, digest = run_token(run.id, secret), token_digest(secret)
+            db.execute(self.q["note_run_credential"], {"token_sha256": digest, "run_id": run.id})
+            run = Run.from_row({**run.__dict__, "credential_sha256": digest})  # as now stored
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=run.id,
                    state=task.state, role=task.role)
         return Claim(task, run, messages, credential)

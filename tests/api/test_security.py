@@ -11,7 +11,8 @@ import re
 import pytest
 
 from taskherd.api.app import ROUTES
-from taskherd.model import NewTask
+from taskherd.model import NewTask, Outcome, RunResult
+from taskherd.model.settings import RetryPolicy
 from taskherd.ops import tokens as token_ops
 from taskherd.policy.admission import ClaimRequest
 from tests.api_server import CONFIG, served
@@ -85,11 +86,11 @@ def test_a_revoked_or_expired_token_is_refused(api):
 def started_run(api, title: str, log_path: str | None):
     store = api.queue.store
     store.enqueue(NewTask(role="qa", title=title), 1000.0)
-    claim = store.claim(ClaimRequest("n1", 1000.0, 600, roles=["qa"]))
+    # The credential as the daemon's claim records it: `<run_id>.<secret>`.
+    claim = store.claim(ClaimRequest("n1", 1000.0, 600, roles=["qa"],
+                                     credential=f"secret-{title}"))
     store.mark_spawned(claim.run.id, 1000.0, 600, pid=1, pid_started_at=1.0, log_path=log_path)
-    token = f"run-token-{title}"
-    store.issue_run_credential(claim.run.id, token, 1000.0)
-    return claim.run, token
+    return claim.run, claim.credential
 
 
 def test_a_run_credential_acts_on_its_own_run_only(api):
@@ -181,6 +182,35 @@ def test_a_good_token_does_not_wipe_the_count_of_wrong_ones(api):
         good = client.get("/v1/status", headers=bearer(api.tokens["admin"]))
         assert good.status_code == 200
     assert answers[:20] == [401] * 20 and set(answers[20:]) == {429}
+
+
+def test_a_forged_run_credential_is_refused_as_an_unknown_one_and_counted_as_a_guess(api):
+    """A credential names its run: another run's id, a wrong secret, or a run that ended are
+    refused as an unknown credential is, each a guess to the throttle."""
+    client = api.client()
+    mine, my_credential = started_run(api, "mine", None)
+    theirs, their_credential = started_run(api, "theirs", None)
+    ended, ended_credential = started_run(api, "ended", None)
+    api.queue.store.finish_run(ended.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), 1001.0)
+    secret = my_credential.partition(".")[2]
+    forged = [f"{theirs.id}.{secret}", f"{mine.id}.{secret}x", f"{mine.id + 100}.{secret}",
+              f"0{mine.id}.{secret}", ended_credential]
+    before = api.queue.store.get_run(theirs.id)
+    unknown = client.post("/v1/agent/heartbeat", headers=bearer("no-such-credential"), json={})
+    assert unknown.status_code == 401
+    answers = []
+    for n in range(21):
+        answer = client.post("/v1/agent/heartbeat", headers=bearer(forged[n % len(forged)]),
+                             json={})
+        if answer.status_code == 401:
+            assert answer.json() == unknown.json()
+        answers.append(answer.status_code)
+    assert answers[:19] == [401] * 19 and answers[19:] == [429] * 2
+    assert api.queue.store.get_run(theirs.id) == before
+    # Nobody holding a valid credential is refused.
+    for run, credential in ((mine, my_credential), (theirs, their_credential)):
+        assert client.post("/v1/agent/heartbeat", headers=bearer(credential),
+                           json={}).json() == {"run_id": run.id}
 
 
 def test_a_valid_credential_of_the_wrong_kind_is_refused_but_no_guess(api):

@@ -10,6 +10,7 @@ from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
 from taskherd.policy.limits import ClaimLimits
 from taskherd.store import StoreError
+from taskherd.store.sql_credentials import token_digest
 
 LEASE = 60.0
 
@@ -56,17 +57,84 @@ def test_pruning_a_run_takes_its_credential(store):
     assert store.prune(before=2000.0) == 1
 
 
+def claimed_with(store, secret: str, limits: ClaimLimits | None = None, title: str = "a"):
+    store.enqueue(NewTask(role="coder", title=title), 1000.0)
+    return store.claim(ClaimRequest("n1", 1000.0, LEASE, roles=["coder"], limits=limits,
+                                    credential=secret))
+
+
+def credential_rows(store) -> int:
+    with store._write() as db:
+        return db.execute("SELECT count(*) AS n FROM run_credentials").fetchall()[0]["n"]
+
+
+def issued_before_the_upgrade(store, run_id: int, token: str) -> None:
+    """A credential as taskherd issued them before they went on the run's row."""
+    with store._write() as db:
+        db.execute(f"INSERT INTO run_credentials (token_sha256, run_id, created_at) "
+                   f"VALUES ('{token_digest(token)}', {run_id}, 1000.0)")
+
+
 @pytest.mark.parametrize("limits", [None, ClaimLimits()], ids=["next", "within_limits"])
 def test_a_claim_records_the_credential_it_is_given_in_its_transaction(store, limits):
-    """The dispatcher mints the run's token before the claim; the claim records its digest,
-    so the agent's first call is answered with no write between the claim and its start."""
-    store.enqueue(NewTask(role="coder", title="a"), 1000.0)
-    claimed = store.claim(ClaimRequest("n1", 1000.0, LEASE, roles=["coder"], limits=limits,
-                                       credential="token-a"))
-    assert claimed.credential == "token-a"
-    assert store.run_of_credential("token-a").id == claimed.run.id
+    """The dispatcher mints the run's secret before the claim; the claim names the run in
+    the token and keeps its digest on the run's row, so the agent's first call is answered
+    with no write between the claim and its start, and no row of run_credentials."""
+    claimed = claimed_with(store, "secret-a", limits)
+    token = claimed.credential
+    assert token == f"{claimed.run.id}.secret-a"
+    assert store.run_of_credential(token).id == claimed.run.id
+    assert store.get_run(claimed.run.id) == claimed.run  # the claim's run is the row's
+    assert credential_rows(store) == 0
     store.finish_run(claimed.run.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), 1001.0)
-    assert store.run_of_credential("token-a") is None  # dies with its run, as one issued later
+    assert store.run_of_credential(token) is None  # dies with its run, as one issued later
+
+
+@pytest.mark.parametrize("limits", [None, ClaimLimits()], ids=["next", "within_limits"])
+def test_a_credential_with_a_forged_run_or_a_wrong_secret_is_refused(store, limits):
+    mine = claimed_with(store, "secret-a", limits, "a")
+    theirs = claimed_with(store, "secret-b", limits, "b")
+    assert store.run_of_credential(mine.credential).id == mine.run.id
+    for forged in (
+            f"{theirs.run.id}.secret-a",  # my secret, another open run named
+            f"{mine.run.id}.secret-b",  # another run's secret under my run's id
+            f"{mine.run.id}.secret-", f"{mine.run.id}.secret-aa", f"{mine.run.id}.",
+            f"{theirs.run.id + 1000}.secret-a",  # no such run
+            "9" * 40 + ".secret-a", "9223372036854775808.secret-a",  # past any key (bigint)
+            "9" * 5000 + ".secret-a",  # past what int() reads
+            f"0{mine.run.id}.secret-a", f"+{mine.run.id}.secret-a",
+            "\uff11.secret-a",  # a digit of another script, which int() reads as 1
+            ".secret-a", "secret-a", "", "."):
+        assert store.run_of_credential(forged) is None, forged
+    assert store.run_of_credential(theirs.credential).id == theirs.run.id
+
+
+def test_a_credential_issued_before_the_upgrade_still_names_its_run(store):
+    """Agents running across an upgrade hold tokens kept in run_credentials: an old random
+    one, and one in the run's form whose run has no digest on its row."""
+    old, named = started_run(store, "a"), started_run(store, "b")
+    issued_before_the_upgrade(store, old.id, "OldRandomToken_-x")
+    issued_before_the_upgrade(store, named.id, f"{named.id}.old-secret")
+    assert store.run_of_credential("OldRandomToken_-x").id == old.id
+    assert store.run_of_credential(f"{named.id}.old-secret").id == named.id
+    assert store.run_of_credential(f"{named.id}.other-secret") is None
+    assert store.run_of_credential(f"{old.id}.OldRandomToken_-x") is None
+    store.finish_run(old.id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), 1001.0)
+    assert store.run_of_credential("OldRandomToken_-x") is None
+
+
+def test_a_credential_issued_apart_in_the_runs_form_goes_on_its_row(store):
+    run, other = started_run(store, "a"), started_run(store, "b")
+    store.issue_run_credential(run.id, f"{run.id}.later", 1000.0)
+    assert store.run_of_credential(f"{run.id}.later").id == run.id
+    assert store.get_run(run.id).credential_sha256 == token_digest("later")  # the secret's
+    assert credential_rows(store) == 0
+    with pytest.raises(ValueError, match=f"names run {other.id}, not run {run.id}"):
+        store.issue_run_credential(run.id, f"{other.id}.later", 1000.0)
+    assert store.run_of_credential(f"{other.id}.later") is None
+    shown = store.get_run(run.id)  # the digest is compared, never shown
+    assert "credential_sha256" not in shown.to_dict()
+    assert token_digest("later") not in repr(shown)
 
 
 def test_a_claim_without_a_credential_records_none(store):

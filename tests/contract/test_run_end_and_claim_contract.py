@@ -42,9 +42,9 @@ def other(reopen):
 def test_the_run_ends_as_finish_run_ends_it_and_the_next_task_is_claimed(store):
     first, second = add(store, "coder", "fix 1"), add(store, "coder", "fix 2")
     running = store.claim(request(now=NOW))
-    token = "run-credential-of-the-next-claim"
+    secret = "secret-of-the-next-claims-credential"
     finished, attempt = store.finish_run_and_claim(running.run.id, DONE, RetryPolicy(),
-                                                   NOW + 1, request(credential=token))
+                                                   NOW + 1, request(credential=secret))
     assert finished.moved
     assert finished.run == store.get_run(running.run.id)
     assert (finished.run.outcome, finished.run.ended_at) == (Outcome.SUCCEEDED, NOW + 1)
@@ -56,7 +56,8 @@ def test_the_run_ends_as_finish_run_ends_it_and_the_next_task_is_claimed(store):
     assert claim.task == store.get_task(second.id)
     assert claim.run == store.get_run(claim.run.id)
     assert (claim.run.node, claim.run.claimed_at) == ("node-a", NOW + 1)
-    assert store.run_of_credential(token).id == claim.run.id
+    assert claim.credential == f"{claim.run.id}.{secret}"  # the token names its run
+    assert store.run_of_credential(claim.credential).id == claim.run.id
     assert attempt.refused == ()
 
 

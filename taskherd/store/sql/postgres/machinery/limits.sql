@@ -84,9 +84,10 @@ RETURNING messages.*;
 -- that of its cooldown and `run_runtime` the run's) and by pool, and the candidate's pools
 -- and node filters are worked out from it as usage_params does; PostgresStore checks the
 -- pools named against usage_params before it believes the answer.
--- With :token_sha256 (the digest of the run's credential the dispatcher minted before the
--- claim), the claimed run's credential is recorded too (issue_run_credential), as the steps'
--- claim records it: no write of its own between the claim and the agent's start.
+-- With :token_sha256 (the digest of the secret of the run's credential the dispatcher
+-- minted before the claim), the claimed run's credential is recorded too, on the run's row
+-- (note_run_credential), as the steps' claim records it: no write of its own between the
+-- claim and the agent's start. The secret itself never reaches the server.
 -- The answer is NULL (no ready task), or the candidate, its role and pools, the counts and
 -- whether they left room, and if so the run and its inbox's messages.
 CREATE OR REPLACE FUNCTION pg_temp.taskherd_claim_within(
@@ -174,7 +175,8 @@ BEGIN
     END LOOP;
     IF var_claim.id IS NOT NULL AND arg_token_sha256 IS NOT NULL THEN
         arg_run_id := var_claim.id;
-        {issue_run_credential};
+        {note_run_credential};
+        var_claim.credential_sha256 := arg_token_sha256;  -- the run as now stored
     END IF;
     IF var_claim.id IS NOT NULL AND arg_inbox_messages IS NOT NULL THEN
         arg_task_address := arg_task_address_prefix || var_task.id;
