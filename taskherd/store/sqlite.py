@@ -26,6 +26,8 @@ from taskherd.store.sqlfile import (
     pending,
     queries,
 )
+from taskherd.store.token_cache import TokenCache, data_version
+from taskherd.store.tokens import ApiToken
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
 # Long enough that a burst of writers from several processes queues up instead of failing:
@@ -82,6 +84,7 @@ class SQLiteStore(SQLStore):
             # holds the event loop for the fsync of the whole database (p99 spawn latency).
             self._conn.execute(M["no_autocheckpoint"])
         self.busy_timeout = busy_timeout
+        self._tokens = TokenCache(data_version(self._conn, M["data_version"]))
         try:
             _migrate(self._conn)
         except BaseException:
@@ -152,6 +155,16 @@ class SQLiteStore(SQLStore):
         # open task's dedup key; total_changes would count the rows the statement's triggers
         # wrote too (the search index's, five more a task).
         return conn.executemany(self.q[name], rows).rowcount
+
+    def live_api_token(self, token_sha256: str, now: float) -> ApiToken | None:
+        with self._lock:
+            return self._tokens.live(token_sha256, now, super().live_api_token)
+
+    def revoke_api_token(self, name: str, now: float, *,
+                         keep_an_admin: bool = True) -> ApiToken:
+        with self._lock:
+            self._tokens.forget()  # before: a group's revoke may still be rolled back after
+            return super().revoke_api_token(name, now, keep_an_admin=keep_an_admin)
 
     def _inserted(self, cursor: sqlite3.Cursor) -> tuple[int, None]:
         # SQLite's executemany refuses statements that return rows, so insert_task has no
