@@ -442,6 +442,7 @@ class EventKind(str, enum.Enum):
 
 
 _EVENT_KINDS = {kind.value: kind for kind in EventKind}
+_KIND_PREFIX = b'{"kind":"'
 
 
 class Event(Record):
@@ -462,11 +463,22 @@ class Event(Record):
     runtime: str | None = None
 
     def to_json(self) -> str:
-        fields = {name: value for name, value in self.__dict__.items() if value is not None}
-        fields["kind"] = self.kind.value
+        # The kind first, always: `kind_of` reads it without decoding the rest.
+        fields = {"kind": self.kind.value}
+        fields |= {name: value for name, value in self.__dict__.items()
+                   if value is not None and name != "kind"}
         if self.state is not None:
             fields["state"] = self.state.value
         return json.dumps(fields, separators=(",", ":"))
+
+    @staticmethod
+    def kind_of(line: bytes) -> str | None:
+        """The kind of an event `to_json` wrote, read from its start (a listener passes over
+        the kinds nobody asked for without decoding them); None for a line not so written."""
+        if not line.startswith(_KIND_PREFIX):
+            return None
+        kind, quote, _ = line[len(_KIND_PREFIX):].partition(b'"')
+        return kind.decode("ascii", "replace") if quote else None
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Event:
