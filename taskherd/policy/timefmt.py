@@ -8,6 +8,7 @@ the fleet's zone ([daemon] timezone; the machine's when unset).
 
 from __future__ import annotations
 
+import math
 import os
 from datetime import UTC, datetime, tzinfo
 from functools import lru_cache
@@ -32,9 +33,25 @@ def iso_time(timestamp: float, zone: tzinfo | None = None) -> str:
 @lru_cache(maxsize=1024)
 def _iso_in(timestamp: float, zone: tzinfo) -> str:
     # Kept: an answer's times repeat (a task just added is created, updated and due at the
-    # same moment) and so do the answers' (a burst shares its moments); each costs a zone
-    # lookup and a format. The machine's own zone (None) is read each time, as it may change.
-    return datetime.fromtimestamp(timestamp, zone).isoformat(timespec="milliseconds")
+    # same moment). A new moment is its second's text with its milliseconds put in: a zone
+    # changes its offset only at a whole second, and a burst's moments share their seconds,
+    # where each made its own datetime in its zone (6 µs, a tenth of the API's work on a task
+    # added). The machine's own zone (None) is read each time, as it may change.
+    fraction, whole = math.modf(timestamp)
+    micro = round(fraction * 1e6)  # as datetime.fromtimestamp rounds: half to even
+    if micro >= 1_000_000:
+        whole, micro = whole + 1, micro - 1_000_000
+    elif micro < 0:
+        whole, micro = whole - 1, micro + 1_000_000
+    head, tail = _second_in(int(whole), zone)
+    return f"{head}.{micro // 1000:03d}{tail}"
+
+
+@lru_cache(maxsize=256)
+def _second_in(second: int, zone: tzinfo) -> tuple[str, str]:
+    """A whole second's ISO 8601 text in `zone`, cut where its milliseconds go."""
+    text = datetime.fromtimestamp(second, zone).isoformat(timespec="seconds")
+    return text[:19], text[19:]  # YYYY-MM-DDTHH:MM:SS, then its offset
 
 
 def zone_named(name: str | None) -> tzinfo | None:
