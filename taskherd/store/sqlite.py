@@ -14,10 +14,13 @@ from types import TracebackType
 from typing import Any, cast
 
 from taskherd import __version__
+from taskherd.model import Finished, Run, RunResult
+from taskherd.model.settings import RetryPolicy
 from taskherd.store.base import StoreError
 from taskherd.store.connection import Connection
 from taskherd.store.errors import StoreDiskFull
 from taskherd.store.events import SocketListener, publish, socket_dir
+from taskherd.store.sql_credentials import token_digest
 from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sqlfile import (
     latest_migration,
@@ -26,7 +29,7 @@ from taskherd.store.sqlfile import (
     pending,
     queries,
 )
-from taskherd.store.token_cache import TokenCache, data_version
+from taskherd.store.token_cache import RunCache, TokenCache, data_version
 from taskherd.store.tokens import ApiToken
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
@@ -85,6 +88,7 @@ class SQLiteStore(SQLStore):
             self._conn.execute(M["no_autocheckpoint"])
         self.busy_timeout = busy_timeout
         self._tokens = TokenCache(data_version(self._conn, M["data_version"]))
+        self._runs = RunCache(data_version(self._conn, M["data_version"]))
         try:
             _migrate(self._conn)
         except BaseException:
@@ -165,6 +169,16 @@ class SQLiteStore(SQLStore):
         with self._lock:
             self._tokens.forget()  # before: a group's revoke may still be rolled back after
             return super().revoke_api_token(name, now, keep_an_admin=keep_an_admin)
+
+    def run_of_credential(self, token: str) -> Run | None:
+        with self._lock:
+            return self._runs.get(token_digest(token), lambda: super(
+                SQLiteStore, self).run_of_credential(token))
+
+    def _finish(self, db: Connection, run_id: int, result: RunResult, policy: RetryPolicy,
+                now: float) -> Finished:
+        self._runs.forget()  # every run's end passes here: its credential dies with it
+        return super()._finish(db, run_id, result, policy, now)
 
     def _inserted(self, cursor: sqlite3.Cursor) -> tuple[int, None]:
         # SQLite's executemany refuses statements that return rows, so insert_task has no
