@@ -29,7 +29,7 @@ from taskherd.store.sqlfile import (
     pending,
     queries,
 )
-from taskherd.store.token_cache import RunCache, TokenCache, data_version
+from taskherd.store.token_cache import RunCache, TokenCache
 from taskherd.store.tokens import ApiToken
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
@@ -87,8 +87,8 @@ class SQLiteStore(SQLStore):
             # holds the event loop for the fsync of the whole database (p99 spawn latency).
             self._conn.execute(M["no_autocheckpoint"])
         self.busy_timeout = busy_timeout
-        self._tokens = TokenCache(data_version(self._conn, M["data_version"]))
-        self._runs = RunCache(data_version(self._conn, M["data_version"]))
+        self._tokens = TokenCache(self._data_version)
+        self._runs = RunCache(self._data_version)
         try:
             _migrate(self._conn)
         except BaseException:
@@ -159,6 +159,18 @@ class SQLiteStore(SQLStore):
         # open task's dedup key; total_changes would count the rows the statement's triggers
         # wrote too (the search index's, five more a task).
         return conn.executemany(self.q[name], rows).rowcount
+
+    def _data_version(self) -> int:
+        # Once a group holds the write lock (its BEGIN IMMEDIATE made), no other connection
+        # can commit until its COMMIT: the number read first inside it stands for the rest
+        # of the group's calls (a statement each, and the interpreter lock handed over).
+        group: _Group | None = getattr(self._holding, "group", None)
+        if group is not None and group.begun and group.version is not None:
+            return group.version
+        version = int(self._conn.execute(M["data_version"]).fetchone()[0])
+        if group is not None and group.begun:
+            group.version = version
+        return version
 
     def live_api_token(self, token_sha256: str, now: float) -> ApiToken | None:
         with self._lock:
@@ -406,11 +418,12 @@ class _Transaction:
 class _Group:
     """A group of one thread's transactions committed as one (`writes_grouped`)."""
 
-    __slots__ = ("begun", "lost")
+    __slots__ = ("begun", "lost", "version")
 
     def __init__(self) -> None:
         self.begun = False  # its BEGIN IMMEDIATE made, at its first write
         self.lost: BaseException | None = None  # why its transaction ended before its end
+        self.version: int | None = None  # PRAGMA data_version, read once it was begun
 
 
 class _Savepoint:

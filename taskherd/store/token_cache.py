@@ -13,7 +13,6 @@ never kept: a guess reads the database each time, as before.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -67,7 +66,3 @@ class RunCache(_Cache[Run]):
     """The open run of each credential. A run kept is as it was read: its identity (id,
     task, role, node) is what an agent's request reads of it; what changes (its heartbeat,
     its report) the store reads and guards itself."""
-
-
-def data_version(conn: sqlite3.Connection, statement: str) -> Callable[[], int]:
-    return lambda: int(conn.execute(statement).fetchone()[0])

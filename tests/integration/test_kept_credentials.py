@@ -45,3 +45,21 @@ def test_a_runs_credential_dies_with_its_run_at_the_next_check(stores, ender):
     ending.finish_run(run_id, RunResult(Outcome.SUCCEEDED), RetryPolicy(), NOW + 2)
     assert api.run_of_credential(token) is None
     assert api.run_of_credential(other).id == other_id
+
+
+def test_a_revoke_committed_before_a_groups_write_counts_inside_the_group(stores):
+    """The API's grouped calls read the database's change count once the group holds the
+    write lock (nobody else commits then), not before: a revoke that came between the
+    group's first check and its first write still counts at the next call."""
+    from taskherd.store.sql_credentials import token_digest
+
+    api, daemon = stores
+    digest = token_digest("intake-secret")
+    daemon.add_api_token("intake", "intake", digest, NOW)
+    with api.writes_grouped():
+        assert api.live_api_token(digest, NOW) is not None  # checked, and kept
+        daemon.revoke_api_token("intake", NOW, keep_an_admin=False)
+        api.enqueue(NewTask(role="coder", title="first write"), NOW)  # takes the lock
+        assert api.live_api_token(digest, NOW) is None
+        assert api.live_api_token(digest, NOW) is None
+    assert api.live_api_token(digest, NOW) is None
