@@ -78,8 +78,11 @@ def with_iso(data: Any, zone: tzinfo | None = None) -> Any:
             # call each (a task's answer is forty of them, on the API's busiest routes).
             if kind is int or kind is float:
                 shown[key] = value
-                if key.endswith("_at") or key in TIME_FIELDS:
-                    shown[f"{key}_iso"] = iso_time(value, zone)
+                iso_key = _ISO_KEYS.get(key)
+                if iso_key is None:
+                    iso_key = _iso_key(key)
+                if iso_key:
+                    shown[iso_key] = _iso_in(value, zone) if zone is not None else iso_time(value)
             elif kind is str or value is None or kind is bool:
                 shown[key] = value
             else:
@@ -92,6 +95,16 @@ def with_iso(data: Any, zone: tzinfo | None = None) -> Any:
     if hasattr(data, "__dataclass_fields__"):
         return with_iso(dict(data.__dict__), zone)
     return data
+
+
+_ISO_KEYS: dict[str, str] = {}  # a name's `_iso` name, "" when it is no time: kept
+
+
+def _iso_key(key: str) -> str:
+    iso_key = f"{key}_iso" if key.endswith("_at") or key in TIME_FIELDS else ""
+    if len(_ISO_KEYS) < 4096:  # an answer's own names; a meta table's may be any
+        _ISO_KEYS[key] = iso_key
+    return iso_key
 
 
 def reading_zone(name: str | None) -> tzinfo:
