@@ -450,7 +450,10 @@ class _Savepoint:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
         if kind is None:
-            return self._release()
+            # Kept, and left open: the group's COMMIT releases its savepoints together (a
+            # RELEASE a call was a statement, and the interpreter lock handed over, more). A
+            # later call's ROLLBACK TO reaches its own savepoint alone, the newest of the name.
+            return None
         if self.conn.in_transaction:
             self.conn.execute(M["rollback_to_savepoint"])
             self.conn.execute(M["release_savepoint"])
@@ -462,13 +465,6 @@ class _Savepoint:
             raise StoreDiskFull(str(error)) from error
         return None
 
-    def _release(self) -> None:
-        try:
-            self.conn.execute(M["release_savepoint"])
-        except sqlite3.Error as failure:
-            self.group.lost = failure  # kept or not, the group's commit must not say
-            raise (StoreDiskFull if _disk_full(failure) else StoreError)(str(failure)) \
-                from failure
 
 
 def _roll_back(conn: sqlite3.Connection) -> None:
