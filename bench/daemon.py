@@ -39,6 +39,12 @@ d. liveness: an agent that prints a `[y/N]` question and waits (input_timeout 5 
    CPU-bound agent (--compute s of computation printing nothing, idle_timeout 20 s) is never
    marked stalled; an agent looping over the same two lines is ended as `looping` within its
    loop_window (30 s).
+e. a busy node drains a backlog (information): --backlog no-op tasks waiting as the daemon
+   starts, max_concurrent 8; tasks per second from the first claim to the last run's end
+   (the database's times). A run's end claims the next task for its slot in the same
+   transaction, so the node keeps its slots full without a dispatch pass between one agent
+   and the next. Beside it, the floor: 8 threads each starting the agent with a bare
+   `subprocess.Popen` and waiting for it, back to back.
 
 Exit status 1 if a target is missed.
 """
@@ -230,6 +236,47 @@ def bare_popen(tmp: Path, count: int, interval: float = 0.0) -> list[float]:
 def _all_final(store: SQLiteStore, tasks: dict[int, float]) -> bool:
     counts = {c.state: c.count for c in store.counts()}
     return counts.get(TaskState.COMPLETED, 0) + counts.get(TaskState.DEAD, 0) >= len(tasks)
+
+
+# -- e. a busy node drains a backlog -------------------------------------------------------
+
+def drain(tmp: Path, count: int, durability: str) -> float:
+    """Tasks per second through a node with 8 slots and `count` tasks waiting as it starts."""
+    node = Node(tmp / "drain", 8, {"noop": {"command": str(NOOP).replace("'", '"')}}, durability)
+    node.store.enqueue_many([NewTask(role="noop", title="noop") for _ in range(count)],
+                            time.time())
+    try:
+        node.up()
+        node.wait_until(lambda: _all_final(node.store, dict.fromkeys(range(count), 0.0)),
+                        120, "the backlog to drain")
+        runs = node.store.list_runs(limit=count + 10)
+        span = max(run.ended_at or 0.0 for run in runs) - min(run.claimed_at for run in runs)
+        return len(runs) / span
+    finally:
+        node.down()
+
+
+def bare_drain(tmp: Path, count: int, workers: int = 8) -> float:
+    """The floor of `drain`: `workers` threads starting the agent back to back."""
+    import threading
+
+    env = procs.agent_env("/usr/bin:/bin", {}, {})
+    log_dir = tmp / "bare-drain"
+    log_dir.mkdir()
+
+    def work(worker: int) -> None:
+        for index in range(worker, count, workers):
+            with open(log_dir / f"{index}.log", "ab") as log:
+                subprocess.Popen(NOOP, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                 env=env, start_new_session=True).wait()
+
+    threads = [threading.Thread(target=work, args=(worker,)) for worker in range(workers)]
+    began = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return count / (time.monotonic() - began)
 
 
 # -- b. death → settled, and stalls --------------------------------------------------------
@@ -481,8 +528,9 @@ def main() -> int:
                         help="no-op tasks before and while the idle agents run (part c)")
     parser.add_argument("--compute", type=float, default=180.0,
                         help="seconds of silent computation in part d")
+    parser.add_argument("--backlog", type=int, default=2000, help="no-op tasks for part e")
     parser.add_argument("--durability", choices=["full", "normal"], default="full")
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: a,b,c,d")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: a,b,c,d,e")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     began = time.monotonic()
@@ -585,6 +633,13 @@ def main() -> int:
                          crunched is Outcome.SUCCEEDED),
                         ("loop ended after", f"{loop_took:.1f} s", f"≤ {LOOP_WINDOW:g} s",
                          looped is Outcome.LOOPING and loop_took <= LOOP_WINDOW)]
+        if "e" not in skip:
+            print(f"\ne. a busy node drains {args.backlog} waiting no-op tasks, max_concurrent 8 "
+                  f"(information)")
+            rate = drain(tmp, args.backlog, args.durability)
+            floor_rate = bare_drain(tmp, args.backlog)
+            print(f"taskherd up: {rate:,.0f} tasks/s; bare Popen, 8 threads: "
+                  f"{floor_rate:,.0f} /s; ratio {rate / floor_rate:.2f}x")
     print(f"\n(bench took {time.monotonic() - began:.0f} s; load average "
           f"{os.getloadavg()[0]:.2f} at the end)")
     print(f"\n{'measure':<38} {'value':>12}  {'target':<10} result")

@@ -303,6 +303,7 @@ class Daemon:
         """Every service, sharing the store and the read-only view of live runs."""
         dispatcher = Dispatcher(self.config, store, supervisor.view, supervisor.start,
                                 disk=supervisor.disk)
+        supervisor.hand_freed_slots_to(dispatcher)
         monitor = Monitor(self.config, store, supervisor.view)
         checkpoints = Checkpoints(store)
         backups = Backups(self.config, store, after_snapshot=checkpoints.request_truncate)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from taskherd.model import Claim, Cooldown, InboxLimit, Priority, TaskState
 from taskherd.model.settings import Config, RoleConfig
 from taskherd.policy import admission, waits
-from taskherd.policy.admission import ClaimRequest, Refusal
+from taskherd.policy.admission import ClaimAttempt, ClaimRequest, Refusal
 from taskherd.policy.budgets import COOLDOWN_PREFIX, Pause
 from taskherd.policy.limits import ClaimLimits
 from taskherd.services.disk_pause import DiskPause
@@ -78,13 +78,17 @@ class Dispatcher:
         self._over: dict[str, Pause] = {}  # budget scopes paused (this pass)
         self._refused: dict[str, Refusal] = {}  # the store's word on the last pass
         self._more = False  # the last pass stopped at starts_per_pass with room left
+        # The last pass's view of the runtimes paused (rate limits, outages, probes awaited)
+        # and its limits, for the claims made as runs end between passes (`follow_on`).
+        self._cooled: dict[str, str] | None = None
+        self._limits: tuple[Config, ClaimLimits] | None = None
 
     def reload(self, config: Config) -> None:
         """The daemon's reloaded config: the next pass reads it."""
         self.config = config
 
     def run_once(self, now: float) -> dict[str, int]:
-        limits = ClaimLimits.from_config(self.config)  # the config may have been reloaded
+        limits = self._limits_now()
         if (paused := self.disk.check(now)) is not None:
             self._more = False
             self._warn_waiting_p0(now, {}, limits)
@@ -94,6 +98,7 @@ class Dispatcher:
         budget_paused = [c for c in cooldowns if c.runtime.startswith(COOLDOWN_PREFIX)]
         cooldowns = [c for c in cooldowns if not c.runtime.startswith(COOLDOWN_PREFIX)]
         cooled = {c.runtime: waits.cooldown_wait(c, now) for c in cooldowns}
+        self._cooled = cooled
         self._over = self._over_budget(now, budget_paused)
         started = 0
         self._refused = {}
@@ -149,20 +154,52 @@ class Dispatcher:
                  runtime, claim.run.id, claim.task.id)
         return self.start(claim, now, probe=True) is not None
 
+    def follow_on(self, now: float) -> ClaimRequest | None:
+        """The claim for the slot a run's end just freed, made in the store's transaction
+        that ends the run (`Store.finish_run_and_claim`), so a busy node takes its next task
+        in the commit that settles its last: None when this node would not claim now (its
+        disk paused, no role with room, no pass made yet). The runtimes paused are the last
+        pass's; the store's claim counts every limit again across nodes, a cooldown or a
+        budget begun since among them, and a runtime whose probe is awaited waits for it."""
+        if self._cooled is None or self.disk.faulted or self.disk.check(now) is not None:
+            return None
+        limits = self._limits_now()
+        room = self.room(now, self._cooled, limits)
+        if not room.roles:
+            return None
+        return self._request(now, room.roles, room.full_pools, limits)
+
+    def took(self, attempt: ClaimAttempt, now: float) -> None:
+        """What the claim `follow_on` asked for came back with: its run started, and why
+        others were passed by kept for the next pass, as a pass's own claims."""
+        self._refused.update((refusal.role, refusal) for refusal in attempt.refused)
+        if attempt.claim is not None:
+            self.start(attempt.claim, now)
+
+    def _limits_now(self) -> ClaimLimits:
+        """The limits of the config as last reloaded, made once per config."""
+        if self._limits is None or self._limits[0] is not self.config:
+            self._limits = (self.config, ClaimLimits.from_config(self.config))
+        return self._limits[1]
+
     def _claim(self, now: float, roles: tuple[RoleConfig, ...], full_pools: tuple[str, ...],
                limits: ClaimLimits) -> Claim | None:
         """The store's claim of a task of `roles` (the first of them for a task of role any),
         within `limits`; why it passed others by is kept for the rest of the pass."""
-        attempt = self.store.attempt_claim(ClaimRequest(
+        attempt = self.store.attempt_claim(self._request(now, roles, full_pools, limits))
+        self._refused.update((refusal.role, refusal) for refusal in attempt.refused)
+        return attempt.claim
+
+    def _request(self, now: float, roles: tuple[RoleConfig, ...], full_pools: tuple[str, ...],
+                 limits: ClaimLimits) -> ClaimRequest:
+        return ClaimRequest(
             self.config.daemon.node, now, self.config.daemon.lease,
             roles=[role.name for role in roles], full_pools=full_pools,
             as_role=roles[0].name, runtime_of={role.name: role.runtime for role in roles},
             inbox=self._inbox_limit(), limits=limits,
             # The run's credential is recorded with the claim, not in a transaction of its
             # own between the claim and the agent's start (the spawn's hot path).
-            credential=secrets.token_urlsafe(32)))
-        self._refused.update((refusal.role, refusal) for refusal in attempt.refused)
-        return attempt.claim
+            credential=secrets.token_urlsafe(32))
 
     def _inbox_limit(self) -> InboxLimit:
         return InboxLimit(self.config.messages.inbox_messages, self.config.messages.inbox_bytes)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from taskherd.model import Run, RunResult
 from taskherd.model.settings import RetryPolicy
+from taskherd.policy.admission import ClaimAttempt, ClaimRequest
 from taskherd.store import Store, StoreError, StoreUnavailable
 
 log = logging.getLogger("taskherd.supervisor")
@@ -45,22 +46,39 @@ class PendingSettles:
     def settle(self, run: Run, result: RunResult, ended_at: float) -> bool:
         """End `run` with `result` now, or keep it for a later pass when the store cannot
         take it for now; False unless it was written."""
+        return self._write(run, result, ended_at, None) is not None
+
+    def settle_and_claim(self, run: Run, result: RunResult, ended_at: float,
+                         request: ClaimRequest) -> ClaimAttempt | None:
+        """`settle`, with the node's next claim (`request`) made in the same call
+        (`Store.finish_run_and_claim`): what the claim came back with, or None when the end
+        was not written (kept, or dropped, as `settle` does), and then nothing was claimed."""
+        return self._write(run, result, ended_at, request)
+
+    def _write(self, run: Run, result: RunResult, ended_at: float,
+               request: ClaimRequest | None) -> ClaimAttempt | None:
+        policy = self.policy_for(run.role)
         try:
-            self.store.finish_run(run.id, result, self.policy_for(run.role), ended_at)
+            if request is None:
+                self.store.finish_run(run.id, result, policy, ended_at)
+                attempt = ClaimAttempt(None)
+            else:
+                _, attempt = self.store.finish_run_and_claim(run.id, result, policy, ended_at,
+                                                             request)
         except StoreUnavailable as error:
             if run.id not in self._pending:
                 log.warning("run %s could not be settled (%s): kept as %s, tried again each "
                             "pass", run.id, error, result.outcome.value)
             self._pending[run.id] = _Pending(run, result, ended_at)
             self.on_fault(error)
-            return False
+            return None
         except StoreError as error:  # ended meanwhile (a rescue), or gone: nothing to keep
             log.warning("run %s could not be settled: %s", run.id, error)
             self._pending.pop(run.id, None)
-            return False
+            return None
         if self._pending.pop(run.id, None) is not None:
             log.info("run %s settled as %s, late", run.id, result.outcome.value)
-        return True
+        return attempt
 
     def retry(self) -> int:
         """Try every kept settle again, oldest first; how many were written. The first that

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from taskherd.config import make_private_dir
 from taskherd.host import activity, procs
@@ -48,6 +49,7 @@ from taskherd.model import (
 )
 from taskherd.model.settings import Config, Gate, RoleConfig
 from taskherd.policy import faults, liveness
+from taskherd.policy.admission import ClaimAttempt, ClaimRequest
 from taskherd.policy.liveness import LOOK_GAP
 from taskherd.runtimes.base import Execution, Runtime
 from taskherd.runtimes.ratelimit import RateLimitSignal, known_reset
@@ -79,6 +81,14 @@ class SupervisorSettings:
     # still due then are taken in the next pass, after whatever else waits for the loop.
     pass_budget: float = 0.002
     looks_per_pass: int = 200  # due runs taken from the heap at once (one CPU sampling round)
+
+
+class NextClaims(Protocol):
+    """What a run's end asks of the dispatcher (services/dispatcher.py) for the slot it frees."""
+
+    def follow_on(self, now: float) -> ClaimRequest | None: ...
+
+    def took(self, attempt: ClaimAttempt, now: float) -> None: ...
 
 
 class Supervisor:
@@ -116,6 +126,7 @@ class Supervisor:
         self.disk = disk or DiskPause(store, lambda: self.config)
         self.settles = PendingSettles(store, lambda role: self.config.policy_for(role),
                                       on_fault=self.store_fault)
+        self.next_claims: NextClaims | None = None  # see hand_freed_slots_to
         self.starts = Starts(config, store, clock, self, self.launch, self.preparations,
                              self.disk, self.last_spawn, on_change)
 
@@ -516,10 +527,28 @@ class Supervisor:
         # machine's fault, not a strike.
         result = self.disk.judge_end(result, run.report, self.clock())
         self._forget(live.run.id)
-        self.settle_now(run, result, ended_at)
+        attempt = self._settle_freeing_slot(run, result, ended_at)
         log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
                  f" ({result.error})" if result.error else "")
+        if attempt is not None and self.next_claims is not None:
+            self.next_claims.took(attempt, self.clock())
         self.on_change()
+
+    def hand_freed_slots_to(self, claims: NextClaims) -> None:
+        """From now on a run's end that frees a slot takes the node's next claim, asked of
+        `claims` (the dispatcher), in the store's transaction that settles the run."""
+        self.next_claims = claims
+
+    def _settle_freeing_slot(self, run: Run, result: RunResult,
+                             ended_at: float) -> ClaimAttempt | None:
+        """Settle `run`, whose slot is free, with the next claim in the same transaction
+        when the dispatcher would claim now: one commit where there were two, and the next
+        agent starts without waiting for a dispatch pass. The claim, if one was asked."""
+        request = self.next_claims.follow_on(self.clock()) if self.next_claims else None
+        if request is None:
+            self.settle_now(run, result, ended_at)
+            return None
+        return self.settles.settle_and_claim(run, result, ended_at, request)
 
     def settle_now(self, run: Run, result: RunResult, ended_at: float | None = None) -> None:
         self.settles.settle(run, result, self.clock() if ended_at is None else ended_at)
@@ -532,6 +561,7 @@ class Supervisor:
         """On daemon stop: leave agents running (detach), wait for them, or kill them. Runs
         whose worktree was being made are given up (their git stopped) and released: lost,
         no strike; their next run makes the worktree again, or finds it made."""
+        self.next_claims = None  # nothing new starts: a run's end claims nothing more
         for preparation in await self.preparations.stop_all():
             self.settle_now(preparation.claim.run, RunResult(
                 Outcome.LOST, error="the daemon stopped while its worktree was being made"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -53,8 +52,6 @@ from taskherd.store.task_lists import TaskListStore
 from taskherd.store.tokens import TokenStore
 from taskherd.store.watch import WatchStore
 from taskherd.store.worktrees import WorktreeStore
-
-log = logging.getLogger("taskherd.store")
 
 if TYPE_CHECKING:  # admission's records are the daemon's: see sql_claims.py
     from taskherd.policy.admission import ClaimAttempt, ClaimRequest
@@ -196,7 +193,10 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
         try:
             return finished, self.attempt_claim(request)
         except StoreError as error:
-            log.warning("the claim after run %s ended was not made: %s", run_id, error)
+            import logging  # (here: a command's start does not load logging)
+
+            logging.getLogger("taskherd.store").warning(
+                "the claim after run %s ended was not made: %s", run_id, error)
             return finished, ClaimAttempt(None)
 
     @abc.abstractmethod
