@@ -200,6 +200,19 @@ def test_a_hundred_bad_tokens_in_a_row_are_slowed_down_but_a_valid_token_is_serv
     assert login.status_code == 303
 
 
+def test_wrong_credentials_on_the_busiest_routes_are_guesses_too(api):
+    """POST /v1/tasks and the agent's routes are answered ahead of Starlette: a wrong token
+    or run credential there is counted as a guess as anywhere else."""
+    client = api.client()
+    answers = [client.post("/v1/tasks", headers=bearer(f"thk_guess{n}"),
+                           json={"role": "qa", "title": "t"}).status_code for n in range(12)]
+    answers += [client.post("/v1/agent/heartbeat", headers=bearer(f"run-guess{n}"),
+                            json={}).status_code for n in range(12)]
+    assert answers[:20] == [401] * 20 and set(answers[20:]) == {429}
+    assert client.post("/v1/tasks", headers=bearer(api.tokens["operator"]),
+                       json={"role": "qa", "title": "served"}).status_code == 201
+
+
 def test_a_good_token_does_not_wipe_the_count_of_wrong_ones(api):
     client = api.client()
     answers = []
