@@ -65,7 +65,10 @@ class StoreThread:
                 self._thread = threading.Thread(target=self._serve, name=self._name,
                                                 daemon=True)
                 self._thread.start()
-        self._wake.set()
+            # Set already: the thread has not taken the calls waiting, ours among them (it
+            # clears it under this lock once none waits). Setting it again notified nobody.
+            if not self._wake.is_set():
+                self._wake.set()
         return await future
 
     def _serve(self) -> None:
