@@ -148,9 +148,10 @@ def _from_columns(cls: Any, data: dict[str, Any]) -> Any:
     The columns are exactly the fields (the schema test keeps them so); a frozen dataclass's
     __init__ sets each of 25 fields through object.__setattr__, a third of a claim's time.
     """
-    missing = cls.__dataclass_fields__.keys() - data.keys()
-    for name in missing:  # fields newer than the row's query, e.g. optional report columns
-        data[name] = cls.__dataclass_fields__[name].default
+    fields = cls.__dataclass_fields__
+    if len(data) != len(fields):  # a row of every field: no set of names compared (2.5 µs)
+        for name in fields.keys() - data.keys():  # fields newer than the row's query, e.g.
+            data[name] = fields[name].default   # optional report columns
     record = object.__new__(cls)
     record.__dict__.update(data)
     return record  # a task for role `any` may be claimed by any role
