@@ -6,17 +6,21 @@ task (`claim_next`); within limits, the first ready candidate is counted against
 claimed only if policy/admission.py's rule leaves it room, else passed by and the next one
 tried, each candidate in a transaction of its own (`_try_candidate`: the steps here, one
 statement in PostgresStore's).
+
+And the claim a run's end makes room for (`finish_run_and_claim`): the end and the node's
+next claim in one transaction, every candidate within limits tried in it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import ANY_ROLE, Claim, EventKind, Run, Task
-from taskherd.model.settings import FLEET, NODE
+from taskherd.model import ANY_ROLE, Claim, EventKind, Finished, Run, RunResult, Task
+from taskherd.model.settings import FLEET, NODE, RetryPolicy
+from taskherd.store.base import StoreError
 from taskherd.store.connection import Connection
 from taskherd.store.sql_credentials import token_digest
 from taskherd.store.sql_parts import SQLParts
@@ -42,8 +46,62 @@ class SQLClaims(SQLParts):
             return ClaimAttempt(self._claim_next(request))
         return self._claim_within(request, request.limits)
 
+    def finish_run_and_claim(self, run_id: int, result: RunResult, policy: RetryPolicy,
+                             now: float, request: ClaimRequest) -> tuple[Finished, ClaimAttempt]:
+        """As Store's, in one transaction: the run's end, then the claim in a savepoint of it
+        (one commit, and the pages both halves write are written once). A claim that fails
+        is rolled back to the savepoint alone and the end commits all the same: one the
+        store cannot make (a StoreError) is answered as none, anything else raised once the
+        end is committed, as Store's does. Committed durably, as a run's end is: the claim's
+        own transaction does not wait for the disk (`_claim_started`), this one must."""
+        with self._write() as db:
+            finished = self._finish(db, run_id, result, policy, now)
+            attempt, failure = self._claim_after_end(db, run_id, request)
+        if failure is not None:
+            raise failure
+        return finished, attempt
+
+    def _claim_after_end(self, db: Connection, run_id: int,
+                         request: ClaimRequest) -> tuple[ClaimAttempt, Exception | None]:
+        """The claim in a savepoint of the end's transaction, or none and why not."""
+        from taskherd.policy.admission import ClaimAttempt
+
+        assert self._outbox is not None
+        outbox, told = self._outbox, len(self._outbox)
+        try:
+            with self._savepoint(db):
+                return self._attempt_claim_in(db, request), None
+        except Exception as error:
+            if self._transaction_lost(db):
+                raise  # the end went with it: the transaction's end says why
+            del outbox[told:]  # the claim's event: nothing of it is committed
+            if not isinstance(error, StoreError):
+                return ClaimAttempt(None), error
+            import logging  # (here: a command's start does not load logging)
+
+            logging.getLogger("taskherd.store").warning(
+                "the claim after run %s ended was not made: %s", run_id, error)
+            return ClaimAttempt(None), None
+
+    def _attempt_claim_in(self, db: Connection, request: ClaimRequest) -> ClaimAttempt:
+        """`attempt_claim`'s claim inside the caller's transaction on `db`; within limits,
+        every candidate is tried in it (SQLite's holds the write lock already; PostgreSQL's
+        holds the claims' lock, once a candidate took it, to its end)."""
+        from taskherd.policy.admission import ClaimAttempt
+
+        limits = request.limits
+        if limits is None:
+            return ClaimAttempt(self._claim_next_in(db, request))
+        return claim_within(request, lambda allowed, full: self._try_candidate_in(
+            db, request, limits, allowed, full))
+
     def _claim_next(self, request: ClaimRequest) -> Claim | None:
         """The first ready task of the request's roles, in one statement: no limit to count."""
+        with self._write() as db:
+            self._claim_started(db)
+            return self._claim_next_in(db, request)
+
+    def _claim_next_in(self, db: Connection, request: ClaimRequest) -> Claim | None:
         now = request.now
         params = {
             "node": request.node,
@@ -52,56 +110,46 @@ class SQLClaims(SQLParts):
             "roles": json.dumps(list(request.roles)) if request.roles is not None else None,
             "full_pools": json.dumps(list(request.full_pools)) if request.full_pools else None,
         }
-        with self._write() as db:
-            self._claim_started(db)
-            row = _one(db.execute(self.q["claim_next"], params))
-            if row is None:
-                return None
-            task = Task.from_row(row)
-            role = request.as_role if task.role == ANY_ROLE and request.as_role else task.role
-            run_params = {"task_id": task.id, "node": request.node, "role": role,
-                          "runtime": request.runtime_for(role), "pool": None, "now": now}
-            run = Run.from_row(_one(db.execute(self.q["insert_run"], run_params)))
-            return self._claimed(db, task, run, now, request)
+        row = _one(db.execute(self.q["claim_next"], params))
+        if row is None:
+            return None
+        task = Task.from_row(row)
+        role = request.as_role if task.role == ANY_ROLE and request.as_role else task.role
+        run_params = {"task_id": task.id, "node": request.node, "role": role,
+                      "runtime": request.runtime_for(role), "pool": None, "now": now}
+        run = Run.from_row(_one(db.execute(self.q["insert_run"], run_params)))
+        return self._claimed(db, task, run, now, request)
 
     def _claim_within(self, request: ClaimRequest, limits: ClaimLimits) -> ClaimAttempt:
         """Claim the first ready task whose role and pools have room across every node; a
         candidate that does not fit is passed by (its role, or its full task pool: `pass_by`)
         and the next one tried, each in a transaction of its own, so no lock outlives the
         candidate it was taken for. The refusals met on the way come back with the claim."""
-        from taskherd.policy.admission import ClaimAttempt
-
-        allowed, full = list(request.roles or ()), list(request.full_pools)
-        refused: list[Refusal] = []
-        while allowed:
-            claimed = self._try_candidate(request, limits, allowed, full)
-            if claimed is None:
-                break
-            if isinstance(claimed, Claim):
-                return ClaimAttempt(claimed, tuple(refused))
-            refused.append(claimed)
-            pass_by(claimed, allowed, full)
-        return ClaimAttempt(None, tuple(refused))
+        return claim_within(request, lambda allowed, full: self._try_candidate(
+            request, limits, allowed, full))
 
     def _try_candidate(self, request: ClaimRequest, limits: ClaimLimits, allowed: list[str],
                    full: list[str]) -> Claim | Refusal | None:
         """The first ready task of the `allowed` roles outside the `full` pools, claimed as a
         run if its limits leave room, else why not; None when no task is ready. Counted,
         then claimed, one step at a time (PostgresStore does it in one statement)."""
-        now = request.now
-        params = {"now": now, "roles": json.dumps(allowed),
-                  "full_pools": json.dumps(full) if full else None}
         with self._write() as db:
             self._claim_started(db)
-            candidate = _one(db.execute(self.q["claim_candidate"], params))
-            if candidate is None:
-                return None
-            role = (request.any_role(allowed) if candidate["role"] == ANY_ROLE
-                    else candidate["role"])
-            refusal = self._limits_refusal(db, request, limits, role, candidate["pool"])
-            if refusal is not None:
-                return refusal
-            return self._claim_candidate(db, request, limits, candidate["id"], role)
+            return self._try_candidate_in(db, request, limits, allowed, full)
+
+    def _try_candidate_in(self, db: Connection, request: ClaimRequest, limits: ClaimLimits,
+                          allowed: list[str], full: list[str]) -> Claim | Refusal | None:
+        params = {"now": request.now, "roles": json.dumps(allowed),
+                  "full_pools": json.dumps(full) if full else None}
+        candidate = _one(db.execute(self.q["claim_candidate"], params))
+        if candidate is None:
+            return None
+        role = (request.any_role(allowed) if candidate["role"] == ANY_ROLE
+                else candidate["role"])
+        refusal = self._limits_refusal(db, request, limits, role, candidate["pool"])
+        if refusal is not None:
+            return refusal
+        return self._claim_candidate(db, request, limits, candidate["id"], role)
 
     def _limits_refusal(self, db: Connection, request: ClaimRequest, limits: ClaimLimits,
                         role: str, task_pool: str | None) -> Refusal | None:
@@ -169,6 +217,26 @@ class SQLClaims(SQLParts):
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=run.id,
                    state=task.state, role=task.role)
         return Claim(task, run, messages, credential)
+
+
+def claim_within(request: ClaimRequest,
+                 try_candidate: Callable[[list[str], list[str]], Claim | Refusal | None]
+                 ) -> ClaimAttempt:
+    """The first candidate `try_candidate` claims for the request's roles, those refused on
+    the way passed by, with the refusals met."""
+    from taskherd.policy.admission import ClaimAttempt
+
+    allowed, full = list(request.roles or ()), list(request.full_pools)
+    refused: list[Refusal] = []
+    while allowed:
+        claimed = try_candidate(allowed, full)
+        if claimed is None:
+            break
+        if isinstance(claimed, Claim):
+            return ClaimAttempt(claimed, tuple(refused))
+        refused.append(claimed)
+        pass_by(claimed, allowed, full)
+    return ClaimAttempt(None, tuple(refused))
 
 
 def usage_params(node: str, now: float, limits: ClaimLimits, role: str,

@@ -85,6 +85,20 @@ class SQLStore(SQLTasks, SQLClaims, SQLRuns, SQLMoves, SQLCooldowns, SQLReads, S
     @abstractmethod
     def _is_unique_error(self, error: Exception) -> bool: ...
 
+    def _savepoint(self, db: Connection) -> AbstractContextManager[Connection]:
+        """A savepoint of the transaction under way on `db`: what is written inside it is
+        rolled back alone when it raises, the transaction going on. The database's failures
+        that the dialect names StoreErrors (any of SQLite's; PostgreSQL's lost connection or
+        full disk) are raised as such once its writes are rolled back; where the database
+        ended the whole transaction, as what that transaction's end makes of them. Here, the
+        dialect's transaction opened inside another, which PostgreSQL's makes a savepoint."""
+        return self._transaction()
+
+    def _transaction_lost(self, db: Connection) -> bool:
+        """Whether the database ended the transaction under way on `db` itself, after a
+        failure inside it (SQLite may, after SQLITE_FULL): nothing of it can be committed."""
+        return False
+
     def _order_claims(self, db: Connection) -> None:
         """Order this transaction after every other claim that counts runs across nodes (and
         every cooldown set), until it ends: PostgreSQL's advisory lock. A no-op where the

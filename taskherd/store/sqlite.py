@@ -7,6 +7,7 @@ import os
 import sqlite3
 import threading
 import time
+import traceback as traceback_module
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -115,6 +116,12 @@ class SQLiteStore(SQLStore):
         if group is not None:
             return _Savepoint(self._conn, group)
         return _Transaction(self._conn, self._lock)
+
+    def _savepoint(self, db: Connection) -> _Inner:
+        return _Inner(self._conn)
+
+    def _transaction_lost(self, db: Connection) -> bool:
+        return not self._conn.in_transaction
 
     @contextmanager
     def writes_grouped(self) -> Iterator[None]:
@@ -465,6 +472,38 @@ class _Savepoint:
             raise StoreDiskFull(str(error)) from error
         return None
 
+
+
+class _Inner:
+    """A savepoint of the transaction under way (`SQLiteStore._savepoint`): SQLite's errors
+    inside it, its writes rolled back, raised as StoreErrors; after one that ended the whole
+    transaction (SQLITE_FULL may), raised as they are, for the transaction's end to name."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute(M["inner_savepoint"])
+        return self.conn
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if kind is None:
+            self.conn.execute(M["release_inner"])
+            return
+        if not self.conn.in_transaction:
+            return
+        # A statement of the failed part may still be open: a cursor its frames hold, to be
+        # read after the statement that failed (a claim's steps are read together). Open,
+        # it keeps the savepoint's release and the transaction's COMMIT from running; the
+        # frames are done, and their cursors dropped with their locals.
+        traceback_module.clear_frames(traceback)
+        self.conn.execute(M["rollback_to_inner"])
+        self.conn.execute(M["release_inner"])
+        if isinstance(error, sqlite3.Error):
+            raise (StoreDiskFull if _disk_full(error) else StoreError)(str(error)) from error
 
 
 def _roll_back(conn: sqlite3.Connection) -> None:

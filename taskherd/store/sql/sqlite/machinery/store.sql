@@ -50,6 +50,17 @@ RELEASE grouped;
 -- name: rollback_to_savepoint
 ROLLBACK TO grouped;
 
+-- name: inner_savepoint
+-- A part of a transaction that may fail alone (SQLiteStore._savepoint): the claim a run's end
+-- makes room for, rolled back without the end.
+SAVEPOINT part;
+
+-- name: release_inner
+RELEASE part;
+
+-- name: rollback_to_inner
+ROLLBACK TO part;
+
 -- name: journal_wal
 -- Readers never block the writer, nor it them.
 PRAGMA journal_mode = WAL;
