@@ -1,7 +1,7 @@
 """PostgreSQL queue benchmark: taskherd's PostgreSQL store beside its SQLite store and
 procrastinate.
 
-    python bench/postgres.py              # default sizes (< 2 min on 2 cores)
+    python bench/postgres.py              # default sizes (2-4 min on 2 shared cores)
     python bench/postgres.py --tasks 5000
     python bench/postgres.py --prompt-chars 200   # tasks with text, as agents' tasks have
 
@@ -23,10 +23,15 @@ search index costs an enqueue shows with it.
   - enqueue, single: `store.enqueue(NewTask)` once per task, a transaction each.
   - enqueue, batched: `store.enqueue_many(batch)` in batches of --batch.
   - claim+complete, 1 process: `store.claim(ClaimRequest(node, now, lease, roles=[role],
-    limits=ClaimLimits()))` then `store.finish_run(run_id, RunResult(SUCCEEDED), RetryPolicy(),
-    now)`, each its own transaction, in this process, until the queue (filled by the batched
-    enqueue) is empty. A claim names its roles and the limits of the fleet, none here, as a
-    daemon's always does (a daemon without limits configured claims so).
+    limits=ClaimLimits()))` for the first task, then `store.finish_run_and_claim(run_id,
+    RunResult(SUCCEEDED), RetryPolicy(), now, request)` for each run's end and the next claim,
+    as the daemon claims when a run's end frees a slot (one call, one round trip on
+    PostgreSQL), in this process, until the queue (filled by the batched enqueue) is empty. A
+    claim names its roles and the limits of the fleet, none here, as a daemon's always does (a
+    daemon without limits configured claims so).
+  - claim+complete, 1 process, two calls (information): the same with `store.claim` and
+    `store.finish_run` called one after the other, each its own transaction, on a queue of
+    its own: what the one call saves.
   - claim+complete, --workers processes: the same loop in that many real processes (spawned,
     as tests/integration/test_concurrent_claims.py does) sharing one queue; each opens its
     store first, then all start together, timed until the last one has found the queue empty.
@@ -40,7 +45,10 @@ search index costs an enqueue shows with it.
     and the figure is what the counting and the advisory lock that orders the claims cost.
     On PostgreSQL this figure and the one without limits are taken --rounds times each,
     alternating on fresh databases with procrastinate's, and the best of each is kept (the
-    machine is shared).
+    machine is shared); the two take turns to go first in a round, and each round's own
+    ratios are printed beside the best's.
+  - claim+complete, --workers processes, cluster limits, two calls (information, PostgreSQL):
+    the same with claim and finish_run one after the other, taken in the same rounds.
 - taskherd on SQLite, durability full: the same four figures, as the reference: the same store
   code with no server and no network round trip, where writers queue for one lock.
 - procrastinate, the established PostgreSQL task queue for Python, on its own schema
@@ -48,6 +56,9 @@ search index costs an enqueue shows with it.
   - enqueue, single: `task.defer()` once per task; batched: `task.batch_defer(...)`.
   - worker, 1 process: `app.run_worker_async(wait=False, concurrency=1)` in this process (the
     app opened beforehand), which fetches and finishes jobs until it finds none.
+  These three are the peers of taskherd's enqueues and one-process claim+complete on
+  PostgreSQL, so each round takes taskherd's one-process figures, then these (--rounds
+  times, on fresh databases), and the best of each is kept, for the reason below.
   - worker, --workers processes: that worker in that many processes, started as above. It is
     the peer of the target, so it is taken in the same rounds as taskherd's two figures with
     --workers processes (plain, with limits, procrastinate; --rounds times, each on a fresh
@@ -167,23 +178,50 @@ def taskherd_limited_worker(database: str, node: str, start: Any, out: Any) -> N
     taskherd_worker(database, node, start, out, LIMITS)
 
 
+def taskherd_limited_two_calls_worker(database: str, node: str, start: Any, out: Any) -> None:
+    taskherd_worker(database, node, start, out, LIMITS, loop=claim_then_finish)
+
+
 def taskherd_worker(database: str, node: str, start: Any, out: Any,
-                    limits: ClaimLimits = NO_LIMITS) -> None:
+                    limits: ClaimLimits = NO_LIMITS, loop: Loop | None = None) -> None:
     claimed: list[int] = []
     try:
         store = open_store(database, durability=DURABILITY)
         out.put(("ready", node, None, None))
         start.wait(READY_TIMEOUT)
-        policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
-        roles = [ROLE]
-        while (claim := store.claim(ClaimRequest(node, time.time(), LEASE, roles=roles,
-                                    limits=limits))) is not None:
-            claimed.append(claim.task.id)
-            store.finish_run(claim.run.id, success, policy, time.time())
+        (loop or finish_and_claim)(store, node, limits, claimed, time.time)
         out.put(("done", node, claimed, None))
         store.close()
     except BaseException:  # noqa: BLE001 - every failure goes back to the parent, named
         out.put(("done", node, claimed, traceback.format_exc()))
+
+
+# A claim+complete loop: (store, node, limits, ids claimed, clock) until the queue is empty.
+Loop = Callable[[Store, str, ClaimLimits, list[int], Callable[[], float]], None]
+
+
+def finish_and_claim(store: Store, node: str, limits: ClaimLimits, claimed: list[int],
+                     clock: Callable[[], float]) -> None:
+    """The daemon's way: the first claim alone, then each run's end and the next claim in one
+    call (finish_run_and_claim)."""
+    policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
+    claim = store.claim(ClaimRequest(node, clock(), LEASE, roles=[ROLE], limits=limits))
+    while claim is not None:
+        claimed.append(claim.task.id)
+        now = clock()
+        claim = store.finish_run_and_claim(
+            claim.run.id, success, policy, now,
+            ClaimRequest(node, now, LEASE, roles=[ROLE], limits=limits))[1].claim
+
+
+def claim_then_finish(store: Store, node: str, limits: ClaimLimits, claimed: list[int],
+                      clock: Callable[[], float]) -> None:
+    """The two calls one after the other (information: what the one call saves)."""
+    policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
+    while (claim := store.claim(ClaimRequest(node, clock(), LEASE, roles=[ROLE],
+                                             limits=limits))) is not None:
+        claimed.append(claim.task.id)
+        store.finish_run(claim.run.id, success, policy, clock())
 
 
 def procrastinate_worker(url: str, node: str, start: Any, out: Any) -> None:
@@ -284,11 +322,33 @@ def check_once(contender: str, per_worker: list[list[int]], expected: set[int] |
 
 def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: int,
                    workers: int, limited_rounds: int = 0,
-                   peer: Callable[[], Rate] | None = None) -> list[Rate]:
-    """The four figures on the fresh databases `databases` yields, in order; with
-    `limited_rounds`, the processes' figure with and without cluster limits that many times,
-    each round also taking the `peer`'s figure, so that all three meet the same load; the
-    best of each is kept."""
+                   peer: Callable[[], Rate] | None = None,
+                   rounds_taken: list[list[Rate]] | None = None,
+                   single_peer: Callable[[int], list[Rate]] | None = None) -> list[Rate]:
+    """The figures on the fresh databases `databases` yields, in order; with
+    `limited_rounds`, the one-process figures that many times, each round also taking the
+    `single_peer`'s (given the round's number), then the processes' figures (processes_rounds,
+    each round's into `rounds_taken`); the best of each kept."""
+    taken = []
+    for number in range(limited_rounds or 1):
+        taken.append(single_figures(contender, databases, tasks, batch)
+                     + (single_peer(number) if single_peer is not None else []))
+    rates = [max(column, key=lambda rate: rate.per_second) for column in zip(*taken, strict=True)]
+    if not limited_rounds:
+        rates.append(processes_figure(contender, f"claim+complete, {workers} processes",
+                                      next(databases), tasks, workers, taskherd_worker))
+        return rates
+    taken = processes_rounds(contender, databases, tasks, workers, limited_rounds, peer)
+    if rounds_taken is not None:
+        rounds_taken.extend(taken)
+    for column in zip(*taken, strict=True):
+        rates.append(max(column, key=lambda rate: rate.per_second))
+    return rates
+
+
+def single_figures(contender: str, databases: Iterator[str], tasks: int,
+                   batch: int) -> list[Rate]:
+    """The enqueues' and one process's claim+complete figures, each on a fresh database."""
     now = time.time()
     rates = []
 
@@ -312,39 +372,50 @@ def bench_taskherd(contender: str, databases: Iterator[str], tasks: int, batch: 
             store.enqueue_many(batched[start:start + batch], now)
 
     rates.append(timed(contender, f"enqueue (batches of {batch})", tasks, enqueue_batched))
-    policy, success = RetryPolicy(), RunResult(Outcome.SUCCEEDED)
+    rates.append(one_process_figure(contender, "claim+complete, 1 process", store, tasks,
+                                    finish_and_claim, now))
+    store = open_store(next(databases), durability=DURABILITY)
+    store.enqueue_many(new_tasks(tasks), now)
+    rates.append(one_process_figure(contender, "claim+complete, 1 process, two calls", store,
+                                    tasks, claim_then_finish, now))
+    return rates
+
+
+def processes_rounds(contender: str, databases: Iterator[str], tasks: int, workers: int,
+                     rounds: int, peer: Callable[[], Rate] | None) -> list[list[Rate]]:
+    """`rounds` rounds, each of the processes' figures without cluster limits, with them,
+    with them in two calls and the `peer`'s, each on a fresh database, so that all meet the
+    same load; a round's figures in this order (as listed), but the first two take turns to
+    go first: a figure taken right after another meets what that one left behind (its
+    database's autovacuum, its WAL to checkpoint)."""
+    figure = f"claim+complete, {workers} processes"
+    kinds: list[tuple[str, Callable[..., None]]] = [
+        (figure, taskherd_worker), (f"{figure}, cluster limits", taskherd_limited_worker),
+        (f"{figure}, cluster limits, two calls", taskherd_limited_two_calls_worker)]
+    taken = []
+    for number in range(rounds):
+        order = [1, 0, 2] if number % 2 else [0, 1, 2]
+        measured: dict[int, Rate] = {}
+        for kind in order:
+            name, target = kinds[kind]
+            measured[kind] = processes_figure(contender, name, next(databases), tasks,
+                                              workers, target)
+        taken.append([measured[kind] for kind in range(len(kinds))]
+                     + ([peer()] if peer is not None else []))
+    return taken
+
+
+def one_process_figure(contender: str, figure: str, store: Store, tasks: int, loop: Loop,
+                       now: float) -> Rate:
+    """`loop` in this process over the `tasks` in `store`'s queue (its clock stopped at
+    `now`); `store` is closed after."""
     claimed: list[int] = []
-
-    def claim_complete() -> None:
-        while (claim := store.claim(ClaimRequest("bench-node", now, LEASE, roles=[ROLE],
-                                    limits=NO_LIMITS))) is not None:
-            claimed.append(claim.task.id)
-            store.finish_run(claim.run.id, success, policy, now)
-
-    rates.append(timed(contender, "claim+complete, 1 process", tasks, claim_complete))
+    rate = timed(contender, figure, tasks,
+                 lambda: loop(store, "bench-node", NO_LIMITS, claimed, lambda: now))
     check_once(contender, [claimed], tasks)
     check_settled(contender, store, tasks)
     store.close()
-
-    figure = f"claim+complete, {workers} processes"
-    if not limited_rounds:
-        rates.append(processes_figure(contender, figure, next(databases), tasks, workers,
-                                      taskherd_worker))
-        return rates
-    # Without and with cluster limits, alternating, each on a fresh database; the best of each.
-    plain, limited, peers = [], [], []
-    for _ in range(limited_rounds):
-        plain.append(processes_figure(contender, figure, next(databases), tasks, workers,
-                                      taskherd_worker))
-        limited.append(processes_figure(contender, f"{figure}, cluster limits", next(databases),
-                                        tasks, workers, taskherd_limited_worker))
-        if peer is not None:
-            peers.append(peer())
-    rates.append(max(plain, key=lambda rate: rate.per_second))
-    rates.append(max(limited, key=lambda rate: rate.per_second))
-    if peers:
-        rates.append(max(peers, key=lambda rate: rate.per_second))
-    return rates
+    return rate
 
 
 def processes_figure(contender: str, figure: str, database: str, tasks: int, workers: int,
@@ -389,7 +460,9 @@ def procrastinate_app(url: str) -> Any:
     return app
 
 
-def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) -> list[Rate]:
+def procrastinate_single(server: PgServer, tasks: int, batch: int, number: int) -> list[Rate]:
+    """procrastinate's enqueues and its worker in this process, on fresh databases (their
+    names ending in `number`): taken in the rounds beside taskherd's one-process figures."""
     contender = "procrastinate"
     rates = []
 
@@ -400,7 +473,7 @@ def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) 
             app.schema_manager.apply_schema()
         return app
 
-    app = fresh_app("procrastinate_single")
+    app = fresh_app(f"procrastinate_single_{number}")
     with app.open():
         noop = app.tasks[PROCRASTINATE_TASK]
 
@@ -410,7 +483,8 @@ def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) 
 
         rates.append(timed(contender, "enqueue (single)", tasks, defer_single))
 
-    app = fresh_app("procrastinate_batched")
+    batched = f"procrastinate_batched_{number}"
+    app = fresh_app(batched)
     deferred: list[int] = []
     with app.open():
         noop = app.tasks[PROCRASTINATE_TASK]
@@ -422,7 +496,7 @@ def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) 
         rates.append(timed(contender, f"enqueue (batches of {batch})", tasks, defer_batched))
 
     # A fresh app object for the worker: an async pool, opened before the clock starts.
-    app = procrastinate_app(server.url("procrastinate_batched"))
+    app = procrastinate_app(server.url(batched))
     PROCRASTINATE_DONE.clear()
     with asyncio.Runner() as runner:
         runner.run(app.open_async().__aenter__())
@@ -438,7 +512,7 @@ def bench_procrastinate(server: PgServer, tasks: int, batch: int, workers: int) 
         finally:
             runner.run(app.close_async())
     check_once(contender, [list(PROCRASTINATE_DONE)], set(deferred))
-    check_jobs(contender, server.url("procrastinate_batched"), tasks)
+    check_jobs(contender, server.url(batched), tasks)
 
     return rates
 
@@ -516,20 +590,30 @@ def report(rates: list[Rate], workers: int, batch: int) -> None:
         peer = by[("procrastinate", theirs)]
         print(f"  {ours:<{figure_width}}  taskherd pg / procrastinate {pg / peer:6.2f}x   "
               f"taskherd pg / taskherd sqlite {pg / sqlite:6.2f}x")
+    print("\none call (finish_run_and_claim) / two calls (claim, then finish_run), PostgreSQL:")
+    for one in ("claim+complete, 1 process",
+                f"claim+complete, {workers} processes, cluster limits"):
+        ratio = by[("taskherd postgres", one)] / by[("taskherd postgres", f"{one}, two calls")]
+        print(f"  {one:<{figure_width}}  {ratio:6.2f}x")
 
 
-def report_limits(rates: list[Rate], workers: int) -> bool:
+def report_limits(rates: list[Rate], workers: int, rounds: list[list[Rate]]) -> bool:
     by = {(rate.contender, rate.figure): rate.per_second for rate in rates}
     figure = f"claim+complete, {workers} processes"
     plain = by[("taskherd postgres", figure)]
     limited = by[("taskherd postgres", f"{figure}, cluster limits")]
     peer = by[("procrastinate", f"worker, {workers} processes")]
     cost_ok, peer_ok = limited / plain >= LIMITS_TARGET, limited / peer >= PEER_TARGET
-    print(f"\ncluster limits, {figure} on PostgreSQL:")
+    print(f"\ncluster limits, {figure} on PostgreSQL (the best of each):")
     print(f"  with / without limits  {limited / plain:6.2f}x  (they cost "
           f"{1 - limited / plain:.0%}; target ≤ 15 %: {'PASS' if cost_ok else 'FAIL'})")
     print(f"  with limits / procrastinate  {limited / peer:6.2f}x  (target ≥ {PEER_TARGET:g}x: "
           f"{'PASS' if peer_ok else 'FAIL'})")
+    # Each round's own ratios (information): its figures met about the same load.
+    print("  by round, with / without limits: "
+          + ", ".join(f"{r[1].per_second / r[0].per_second:.2f}x" for r in rounds)
+          + "; with limits / procrastinate: "
+          + ", ".join(f"{r[1].per_second / r[3].per_second:.2f}x" for r in rounds))
     return cost_ok and peer_ok
 
 
@@ -572,21 +656,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"taskherd postgres bench: {versions(server)}; tmp {tempfile.gettempdir()}; "
               f"text a task {PROMPT_CHARS} characters")
         peer_databases = itertools.count()
+        rounds: list[list[Rate]] = []
         rates = bench_taskherd(
             "taskherd postgres", fresh_databases(server), args.tasks, args.batch, args.workers,
             limited_rounds=args.rounds,
             peer=lambda: procrastinate_processes(server, args.tasks, args.batch, args.workers,
-                                                 peer_databases))
+                                                 peer_databases),
+            rounds_taken=rounds,
+            single_peer=lambda number: procrastinate_single(server, args.tasks, args.batch,
+                                                            number))
         with tempfile.TemporaryDirectory(prefix="taskherd-bench-pg-") as tmp:
             sqlite_files = (str(Path(tmp) / f"{name}.db")
-                            for name in ("single", "batched", "processes"))
+                            for name in ("single", "batched", "two-calls", "processes"))
             rates += bench_taskherd("taskherd sqlite", sqlite_files, args.tasks, args.batch,
                                     args.workers)
-        rates += bench_procrastinate(server, args.tasks, args.batch, args.workers)
     finally:
         stop_server(server)
     report(rates, args.workers, args.batch)
-    passed = report_limits(rates, args.workers)
+    passed = report_limits(rates, args.workers, rounds)
     print(f"\ndone in {time.perf_counter() - started:.1f} s")
     return 0 if passed else 1
 

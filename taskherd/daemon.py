@@ -18,7 +18,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from taskherd import __version__
 from taskherd.agent.door import AgentDoor
@@ -47,10 +47,15 @@ if TYPE_CHECKING:
     from taskherd.api.process import ApiProcess
 
 log = logging.getLogger("taskherd.daemon")
+FORK_SERVER_WAIT = 2.0  # seconds the first dispatch waits for the fork server at most
 
 
 class DaemonError(Exception):
     pass
+
+
+class Hearer(Protocol):
+    def hear(self, event: Event) -> None: ...
 
 
 def _holder_words(recorded: str) -> str:
@@ -121,16 +126,18 @@ class Daemon:
         self._wake = asyncio.Event()
         self._schedule = asyncio.Event()  # the scheduler's own: job changes, reloads, task ends
         self._reload = asyncio.Event()
-        self._deliver = asyncio.Event()  # the deliverer's own: a settle may have queued some
+        self._deliver = asyncio.Event()  # the deliverer's own: some were queued or retried
         self._merge = asyncio.Event()  # the merger's own: a task is waiting in `merging`
         self._loop: asyncio.AbstractEventLoop | None = None  # set by _serve
         self._stop = asyncio.Event()
         self.services: dict[str, ServiceLoop] = {}
 
     def wake(self) -> None:
+        # Not the deliverer: it wakes for the events that queue deliveries (DELIVERY_QUEUED),
+        # not for every change. Its pass runs in a thread and reads the store under the
+        # store's lock, beside the dispatcher's claim of the task that woke them both.
         self._wake.set()
         self._schedule.set()
-        self._deliver.set()
 
     def reload(self) -> None:
         """SIGHUP / `taskherd reload`: re-read the config file and give it to every service."""
@@ -155,6 +162,10 @@ class Daemon:
     async def _serve(self, store: Store) -> None:
         daemon = self.config.daemon
         self._loop = asyncio.get_running_loop()
+        # One fork server forks every run's shim: any burst finds a shim at once, and a
+        # thousand running shims share one interpreter's pages. Started first: its start-up
+        # goes on beside the daemon's own, not on the way to the first runs.
+        forkserver.start()
         supervisor = Supervisor(self.config, store, self.clock, on_change=self.wake)
         self._install_signals()
         api = await self._start_api()  # first: a port taken stops the start before anything runs
@@ -171,9 +182,6 @@ class Daemon:
         if node.was_down_at is not None:
             self._stop_rescued_agents(store, node.was_down_at)
         self._reconcile(store, supervisor)
-        # One fork server forks every run's shim: any burst finds a shim at once, and a
-        # thousand running shims share one interpreter's pages.
-        forkserver.start()
         # made once it is up, for the roles this node runs
         runnable = [self.config.roles[name] for name in self.config.runnable_roles]
         supervisor.launch.warm_box_spares(runnable)
@@ -185,13 +193,19 @@ class Daemon:
         log.info("taskherd up: node %s, database %s, max_concurrent %s", daemon.node,
                  shown(daemon.database), daemon.max_concurrent)
         self.services = self._services(store, supervisor, scheduler)
+        # The runs claimed first (a backlog at a restart) get forked shims, not cold ones
+        # (an interpreter each, ~10 ms of CPU and ~3 MB for the run's whole life); a server
+        # that cannot start (out of processes) holds nothing up past the wait.
+        await asyncio.to_thread(forkserver.wait_until_up, FORK_SERVER_WAIT)
         starting = [self._start(name) for name in ("dispatcher", "scheduler")]
         watching = [self._start(name) for name in ("supervisor", "monitor", "planner",
                                                    "checkpoints", "backups", "delivery",
                                                    "worktrees", "merges", "charts",
                                                    "text_index")]
         watching.append(asyncio.create_task(self._reload_on_request(scheduler), name="reload"))
-        watching.append(asyncio.create_task(self._wake_on_events(events, supervisor),
+        dispatcher = self.services["dispatcher"].service
+        assert isinstance(dispatcher, Dispatcher)
+        watching.append(asyncio.create_task(self._wake_on_events(events, supervisor, dispatcher),
                                             name="events"))
         loops = starting + watching
         try:
@@ -251,14 +265,18 @@ class Daemon:
         return {name: {"counts": dict(loop.counts), "errors": loop.errors}
                 for name, loop in self.services.items()}
 
-    async def _wake_on_events(self, events: AsyncIterator[Event], supervisor: Supervisor) -> None:
+    async def _wake_on_events(self, events: AsyncIterator[Event], *hearers: Hearer) -> None:
         """Any committed change, by this node, the CLI, an agent or another node, may give
-        the loops work: they look now rather than at their next poll. The supervisor hears
-        of cancels and runs ended elsewhere before its next sweep."""
+        the loops work: they look now rather than at their next poll. The `hearers` hear of
+        it first: the supervisor of cancels and runs ended elsewhere before its next sweep,
+        the dispatcher of cooldowns set or lifted."""
         async for event in events:
-            supervisor.hear(event)
+            for hearer in hearers:
+                hearer.hear(event)
             if event.kind is EventKind.TASK_CHANGED and event.state == TaskState.MERGING:
                 self._merge.set()
+            if event.kind is EventKind.DELIVERY_QUEUED:
+                self._deliver.set()
             if _may_give_work(event):
                 self.wake()
 

@@ -77,6 +77,7 @@ RESTART_INTERVAL = 1.0  # after a server could not be started (out of pids or me
 NEXT_SPARE_DELAY = 0.010
 # A spare taken this soon after its fork: runs come in a burst, and the next is forked at once.
 BURST_WINDOW = 0.010
+UP = b"up\n"  # the server's first line (shim.UP; the shim imports nothing of the package)
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -119,6 +120,7 @@ class _ForkServer:
         self._boxes: dict[str, _BoxSpare] = {}  # a role's box spare
         self._box_wishes: dict[str, SparePlan] = {}  # spares to make
         self._channels = 0
+        self._stops = 0  # stop()s so far: a server whose start began before one is not used
 
     def want(self, wanted: bool) -> None:
         with self._changed:
@@ -128,6 +130,7 @@ class _ForkServer:
             # spares and wishes forgotten (they end with its input).
             server, self._server = (self._server, None) if not wanted else (None, self._server)
             if not wanted:
+                self._stops += 1
                 self._boxes.clear()
                 self._box_wishes.clear()
             if wanted:
@@ -320,6 +323,7 @@ class _ForkServer:
                 if self._server is not None:
                     self._make_box_spares()
                     continue
+                stops = self._stops
             server = _start_server()  # outside the lock: a spawn must not wait for this
             surplus = None
             with self._changed:
@@ -327,11 +331,13 @@ class _ForkServer:
                     # Out of processes or memory: spawns go cold meanwhile, and a prompt
                     # retry would only hammer a machine that is already short.
                     self._changed.wait(RESTART_INTERVAL)
-                elif self._wanted and self._server is None:
+                elif self._wanted and self._server is None and self._stops == stops:
                     self._server, self._owner = server, os.getpid()
                     self._changed.notify_all()
                 else:
-                    surplus = server  # no longer wanted while it was starting
+                    # No longer wanted while it was starting: stopped since, whatever start()
+                    # came after (it was started with the settings of before the stop).
+                    surplus = server
             if surplus is not None:
                 _stop(surplus)
 
@@ -460,14 +466,35 @@ def _start_ticks(pid: int) -> int | None:
 
 
 def _start_server() -> subprocess.Popen | None:
+    """A server that said it is up (shim.UP), or None: runs are given to it only then, so
+    that none waits for its start-up (tens of milliseconds), which a request would otherwise
+    wait for on the spawn's way, and a cold shim is started meanwhile instead."""
     try:
-        return subprocess.Popen(
+        server = subprocess.Popen(
             shim_command("--serve", *(str(round(delay * 1000))
                                       for delay in (NEXT_SPARE_DELAY, BURST_WINDOW))),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={},
             cwd="/", start_new_session=True, close_fds=True, bufsize=0)
     except OSError:  # EAGAIN, ENOMEM, EMFILE
         return None
+    if _read_up(_stdout(server).fileno(), REPLY_TIMEOUT):
+        return server
+    _stop(server)  # it could not start its loop (no fork), or is wedged
+    return None
+
+
+def _read_up(fd: int, timeout: float) -> bool:
+    """Whether the server's first line, within `timeout` s, says it is up. Read whole and
+    alone: no run is sent before it, so no answer follows it yet."""
+    said = b""
+    while not said.endswith(b"\n"):
+        if not wait_readable(fd, timeout):
+            return False
+        chunk = os.read(fd, len(UP) - len(said))
+        if not chunk:
+            return False
+        said += chunk
+    return said == UP
 
 
 # The server's pipes: both made by _start_server, so never None.

@@ -468,6 +468,7 @@ def serve(next_spare_ms=NEXT_SPARE_MS, burst_ms=NEXT_SPARE_MS):
     server = os.getpid()
     devnull = os.open(os.devnull, os.O_RDWR)  # each spare's 0 and 1 (not inherited)
     next_spare, burst = next_spare_ms / 1000, burst_ms / 1000
+    up = UP
     while True:
         told_read, told_write = os.pipe()
         try:
@@ -477,6 +478,12 @@ def serve(next_spare_ms=NEXT_SPARE_MS, burst_ms=NEXT_SPARE_MS):
         if pid == 0:
             _spare(server, told_read, told_write, devnull)
         os.close(told_write)
+        if up is not None:
+            # Said once, its first spare forked: the owner sends runs only from here, so
+            # that none waits for this start-up (an interpreter, the warm-ups above: tens
+            # of milliseconds) on the way from its claim to its agent's exec.
+            _answer(up)
+            up = None
         # Taken within `burst` s of its fork: runs come in a burst.
         in_burst = burst > 0 and select.select((told_read,), (), (), burst)[0]
         # b"": the spare ended without a run (killed): another is forked at once.
@@ -498,6 +505,7 @@ def serve(next_spare_ms=NEXT_SPARE_MS, burst_ms=NEXT_SPARE_MS):
 
 
 TOOK_RUN, END_OF_INPUT = b"R", b"E"  # what a spare tells its server
+UP = b"up\n"  # what the server tells its owner once it can take runs
 INPUT = (0,)  # the server's input, where the daemon's runs wait
 WARM_UP_CALLS = 10  # more than Python 3.11 runs a function before specializing its code
 

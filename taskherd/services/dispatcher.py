@@ -20,7 +20,15 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taskherd.model import Claim, Cooldown, InboxLimit, Priority, TaskState
+from taskherd.model import (
+    Claim,
+    Cooldown,
+    Event,
+    EventKind,
+    InboxLimit,
+    Priority,
+    TaskState,
+)
 from taskherd.model.settings import Config, RoleConfig
 from taskherd.policy import admission, waits
 from taskherd.policy.admission import ClaimAttempt, ClaimRequest, Refusal
@@ -37,6 +45,13 @@ PROBE_CLAIM_TIMEOUT = 60.0
 # With nothing of a runtime to run, its probe is looked for again after this long: taking and
 # releasing it costs two writes, which each dispatch pass would otherwise repeat.
 PROBE_RETRY = 1.0
+# A pass uses the cooldowns an earlier pass read for this long at most while no event says
+# they changed: a read each pass cost each claim a store query (and the store's lock) on its
+# way. A probe another node takes or gives up tells none: meanwhile a claim it makes moot is
+# refused by the store's own count, as is one of a cooldown begun since the read.
+COOLDOWNS_KEPT = 1.0
+COOLDOWN_EVENTS = frozenset({EventKind.COOLDOWN_SET, EventKind.COOLDOWN_CLEARED,
+                             EventKind.BUDGET_PAUSED, EventKind.BUDGET_RESUMED})
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,7 @@ class Dispatcher:
         # and its limits, for the claims made as runs end between passes (`follow_on`).
         self._cooled: dict[str, str] | None = None
         self._limits: tuple[Config, ClaimLimits] | None = None
+        self._cooldowns: tuple[float, list[Cooldown]] | None = None  # (read at, every one)
 
     def reload(self, config: Config) -> None:
         """The daemon's reloaded config: the next pass reads it."""
@@ -94,17 +110,21 @@ class Dispatcher:
             self._warn_waiting_p0(now, {}, limits)
             log.debug("dispatch pass: paused, %s", paused)
             return {"started": 0, "disk_paused": 1}
-        cooldowns = self.store.all_cooldowns()
+        cooldowns = self._cooldowns_now(now)
         budget_paused = [c for c in cooldowns if c.runtime.startswith(COOLDOWN_PREFIX)]
         cooldowns = [c for c in cooldowns if not c.runtime.startswith(COOLDOWN_PREFIX)]
         cooled = {c.runtime: waits.cooldown_wait(c, now) for c in cooldowns}
         self._cooled = cooled
         self._over = self._over_budget(now, budget_paused)
+        if self.config.budgets or budget_paused:
+            self._cooldowns = None  # the pauses it began or lifted are cooldowns too
         started = 0
         self._refused = {}
         for cooldown in cooldowns:
-            if cooldown.probing(now) and self._probe(cooldown, now, cooled, limits):
-                started += 1
+            if cooldown.probing(now):
+                self._cooldowns = None  # its probe taken, given up or released: read again
+                if self._probe(cooldown, now, cooled, limits):
+                    started += 1
         self._more = False
         while True:
             if started >= self.settings.starts_per_pass:
@@ -127,6 +147,20 @@ class Dispatcher:
         log.debug("dispatch pass: started %s, %s running, cooldowns %s", started,
                   len(self.live), sorted(cooled) or "none")
         return {"started": started}
+
+    def hear(self, event: Event) -> None:
+        """A committed change, told: cooldowns set or lifted (a rate limit, an outage, a
+        budget), here or on any node, are read again at the next pass."""
+        if event.kind in COOLDOWN_EVENTS:
+            self._cooldowns = None
+
+    def _cooldowns_now(self, now: float) -> list[Cooldown]:
+        """Every cooldown, as read at most COOLDOWNS_KEPT ago and unchanged since, as far as
+        events tell."""
+        kept = self._cooldowns
+        if kept is None or not 0 <= now - kept[0] < COOLDOWNS_KEPT:
+            kept = self._cooldowns = (now, self.store.all_cooldowns())
+        return kept[1]
 
     def _probe(self, cooldown: Cooldown, now: float, cooled: dict[str, str],
                limits: ClaimLimits) -> bool:

@@ -38,7 +38,7 @@ from taskherd.model import (
 )
 from taskherd.model.settings import RetryPolicy
 from taskherd.policy import admission
-from taskherd.policy.admission import ClaimRequest, Refusal
+from taskherd.policy.admission import ClaimAttempt, ClaimRequest, Refusal
 from taskherd.policy.chains import REVIEW_OF, Workflow
 from taskherd.policy.limits import NODE, ClaimLimits
 from taskherd.policy.queue import Settlement, plain_settlement
@@ -46,7 +46,7 @@ from taskherd.store.base import Enqueued, StoreError, StoreUnavailable
 from taskherd.store.errors import SpawnAllowance, StoreDiskFull
 from taskherd.store.events import Listener
 from taskherd.store.requests import RequestKey
-from taskherd.store.sql_claims import usage_of, usage_params
+from taskherd.store.sql_claims import pass_by, usage_of, usage_params
 from taskherd.store.sql_credentials import token_digest
 from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sql_tasks import task_params
@@ -70,8 +70,10 @@ RELISTEN_DELAY = 5.0  # seconds between attempts to get a lost LISTEN connection
 SETTLE_META = json.dumps([REVIEW_OF, "deliver_to"])
 M = machinery("postgres")
 # The functions and procedures each connection creates in its temporary schema (machinery
-# blocks): a claim within limits, a run's end and an enqueue, each one round trip.
-SERVER_CALLS = ("claim_within_function", "finish_run_procedure", "enqueue_procedure")
+# blocks): a claim within limits, a run's end, the two together, and an enqueue, each one
+# round trip.
+SERVER_CALLS = ("claim_within_function", "finish_run_procedure", "finish_and_claim_procedure",
+                "enqueue_procedure")
 
 
 log = logging.getLogger(__name__)
@@ -239,7 +241,7 @@ class PostgresStore(SQLStore):
         A budget is read and judged in Python between the count and the claim, so a claim
         that may meet a budgeted role takes the steps; so does a connection that may not
         create the function."""
-        if any(limits.budget_scopes(role) for role in allowed):
+        if _budgeted(limits, allowed):
             return super()._try_candidate(request, limits, allowed, full)
         with self._connection() as conn:
             if not self._has_server_calls(conn):
@@ -247,6 +249,11 @@ class PostgresStore(SQLStore):
             answer = conn.execute(self._claim_within_call,
                                   self._claim_call_params(request, limits, allowed, full)
                                   ).fetchone()["claimed"]
+        return self._candidate_answered(request, limits, answer)
+
+    def _candidate_answered(self, request: ClaimRequest, limits: ClaimLimits,
+                            answer: Mapping[str, Any] | None) -> Claim | Refusal | None:
+        """The claim (or refusal, or None: no ready task) claim_within_function answered."""
         if answer is None:
             return None
         candidate, role = answer["task"], answer["role"]
@@ -383,14 +390,71 @@ class PostgresStore(SQLStore):
         settlement known before the task is read, and nothing set off beyond it): the run's
         end, the task's settle, the COMMIT and the events in one round trip. The procedure
         answers nothing, and writes nothing, where the steps are needed."""
-        settlement = None if result.outcome is Outcome.LOST else plain_settlement(result, now)
+        settlement = _plain_settlement(result, now)
         if settlement is not None:
             answer = self._server_call(self._finish_run_call,
                                        self._finish_call_params(run_id, result, settlement, now))
             if answer is not None:
-                return Finished(Run.from_row(answer["run"]), Task.from_row(answer["task"]),
-                                moved=answer["moved"])
+                return _finished(answer)
         return super().finish_run(run_id, result, policy, now)
+
+    _finish_and_claim_call = M["finish_and_claim_call"]
+
+    def finish_run_and_claim(self, run_id: int, result: RunResult, policy: RetryPolicy,
+                             now: float, request: ClaimRequest) -> tuple[Finished, ClaimAttempt]:
+        """As the Store's, but one call of finish_and_claim_procedure where the run's end is
+        plain (as finish_run's one call) and the claim within limits is claim_within_function's
+        (no budget to read in Python): the end, its durable COMMIT, its events, the first
+        candidate's claim (or refusal) and the claim's event in one round trip. The candidates
+        after a refusal are tried one call each, as attempt_claim tries them.
+
+        Anything else (a settle the procedure leaves to the steps, a claim without limits or
+        with a budget, a role without TEMPORARY) takes the parent's way.
+
+        The claim within limits is made after the end's COMMIT, not in its transaction: the
+        claims' lock would be held through the end's disk flush, and every node's claims
+        would queue behind it (the reason a claim alone does not wait for the disk)."""
+        limits, allowed = request.limits, list(request.roles or ())
+        settlement = _plain_settlement(result, now)
+        if settlement is None or limits is None or not allowed or _budgeted(limits, allowed):
+            return super().finish_run_and_claim(run_id, result, policy, now, request)
+        full = list(request.full_pools)
+        params = self._claim_call_params(request, limits, allowed, full)
+        params["claim_now"] = request.now
+        params.update(self._finish_call_params(run_id, result, settlement, now))
+        answer = self._server_call(self._finish_and_claim_call, params)
+        if answer is None or answer["finished"] is None:  # nothing written: the parent's way
+            return super().finish_run_and_claim(run_id, result, policy, now, request)
+        finished = _finished(answer["finished"])
+        try:
+            return finished, self._claims_from(self._fused_claim(request, limits, answer),
+                                               request, limits, allowed, full)
+        except StoreError as error:
+            log.warning("the claim after run %s ended was not made: %s", run_id, error)
+            return finished, ClaimAttempt(None)
+
+    def _fused_claim(self, request: ClaimRequest, limits: ClaimLimits,
+                     answer: Mapping[str, Any]) -> Claim | Refusal | None:
+        """The first candidate's claim the fused call answered, or its failure raised as the
+        error the server met, a StoreError where it is the store's (_connection says which)."""
+        if "claim_error" in answer:
+            with self._connection():
+                error = self._errors.lookup(answer["claim_error"])
+                raise error(answer["claim_message"])
+        return self._candidate_answered(request, limits, answer["claimed"])
+
+    def _claims_from(self, claimed: Claim | Refusal | None, request: ClaimRequest,
+                     limits: ClaimLimits, allowed: list[str], full: list[str]) -> ClaimAttempt:
+        """The attempt that began with the candidate `claimed`: after a refusal, the next
+        candidate is tried as SQLClaims._claim_within tries it."""
+        refused: list[Refusal] = []
+        while isinstance(claimed, Refusal):
+            refused.append(claimed)
+            pass_by(claimed, allowed, full)
+            if not allowed:
+                return ClaimAttempt(None, tuple(refused))
+            claimed = self._try_candidate(request, limits, allowed, full)
+        return ClaimAttempt(claimed, tuple(refused))
 
     # The workflow _slow_roles last read, and its answer: a reload gives the store a new one.
     _slow_roles_of: tuple[Workflow | None, str] = (None, "[]")
@@ -481,6 +545,23 @@ def _role_terms(limits: ClaimLimits, role: str, run_runtime: str | None) -> dict
     return {"max_concurrent": limit.max_concurrent, "stagger": float(limit.stagger),
             "node_scope": limit.scope == NODE, "pool": limit.pool, "runtime": limit.runtime,
             "run_runtime": run_runtime, "crosses_nodes": limits.role_counted_across_nodes(role)}
+
+
+def _plain_settlement(result: RunResult, now: float) -> Settlement | None:
+    """The settlement finish_run_procedure may make of `result`, or None: the steps'."""
+    return None if result.outcome is Outcome.LOST else plain_settlement(result, now)
+
+
+def _finished(answer: Mapping[str, Any]) -> Finished:
+    """finish_run_procedure's answer as the Finished the steps return."""
+    return Finished(Run.from_row(answer["run"]), Task.from_row(answer["task"]),
+                    moved=answer["moved"])
+
+
+def _budgeted(limits: ClaimLimits, roles: Iterable[str]) -> bool:
+    """Whether a claim of `roles` may meet a budget: read and judged in Python, so claimed in
+    steps (claim_within_function has no budget's terms)."""
+    return any(limits.budget_scopes(role) for role in roles)
 
 
 def _slow_roles(workflow: Workflow) -> str:

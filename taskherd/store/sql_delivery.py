@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import Task, TaskState
+from taskherd.model import EventKind, Task, TaskState
 from taskherd.model.delivery import DEFAULT_EVENTS, Alias, Delivery
 from taskherd.store.delivery import DeliveryStore
 from taskherd.store.errors import StoreError
@@ -28,6 +28,7 @@ class SQLDelivery(DeliveryStore):
         def _write(self) -> AbstractContextManager[Connection]: ...
         def _all(self, name: str, params: Mapping[str, Any] = {}) -> list[Any]: ...
         def _is_unique_error(self, error: Exception) -> bool: ...
+        def _emit(self, kind: EventKind, now: float, **fields: Any) -> None: ...
 
     def add_alias(self, name: str, channel: str, target: str, now: float, *,
                   format: str = "json", description: str | None = None) -> Alias:
@@ -79,8 +80,11 @@ class SQLDelivery(DeliveryStore):
 
     def retry_deliveries(self, now: float, delivery_id: int | None = None) -> int:
         with self._write() as db:
-            return db.execute(self.q["retry_deliveries"],
-                              {"now": now, "id": delivery_id}).rowcount
+            retried = int(db.execute(self.q["retry_deliveries"],
+                                     {"now": now, "id": delivery_id}).rowcount)
+            if retried:  # due again: the daemons' deliverers wake for it, as for a settle's
+                self._emit(EventKind.DELIVERY_QUEUED, now)
+            return retried
 
     def list_deliveries(self, *, alias: str | None = None, state: str | None = None,
                         limit: int = 50) -> list[Delivery]:

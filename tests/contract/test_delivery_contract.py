@@ -3,11 +3,12 @@ task asked to tell, and taken, sent or failed exactly as the deliverer asks."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
-from taskherd.model import NewTask, Outcome, RunResult, TaskState
+from taskherd.model import EventKind, NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
 from taskherd.store import StoreError
@@ -86,3 +87,21 @@ def test_a_failed_row_is_due_again_on_retry_and_no_other_is_touched(store):
     assert [d.id for d in store.due_deliveries(NOW + 200)] == sorted([failed.id,
                                                                        also_failed.id])
     assert store.get_delivery(sent.id).state == "sent" and store.get_delivery(10**9) is None
+
+
+def test_a_retry_tells_the_deliverers(store):
+    # A daemon's deliverer wakes for DELIVERY_QUEUED events, not for every change: a
+    # retried row must tell one, as a settle's new rows do, or it waits for the next look.
+    settle(store, Outcome.SUCCEEDED, {"deliver_to": ["ops"], "deliver_on": ["completed"]})
+    taken = store.take_delivery(store.due_deliveries(NOW + 1)[0], NOW + 30)
+    store.delivery_failed(taken.id, "HTTP 500", None)
+
+    async def heard():
+        async with store.listen() as events:
+            assert store.retry_deliveries(NOW + 100, taken.id) == 1
+            while (event := await asyncio.wait_for(anext(events), 10)).kind is not (
+                    EventKind.DELIVERY_QUEUED):
+                pass
+            return event
+
+    assert asyncio.run(heard()).kind is EventKind.DELIVERY_QUEUED

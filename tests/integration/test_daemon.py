@@ -412,6 +412,24 @@ def test_one_fork_server_forks_every_shim_and_dies_with_the_daemon(fleet, tmp_pa
         os.close(pidfd)
 
 
+def test_a_backlog_at_start_gets_forked_shims_not_cold_ones(fleet, tmp_path):
+    # Tasks waiting when the daemon starts (a restart with a backlog) are claimed in its
+    # first pass: their shims are the fork server's, not interpreters of their own (~10 ms
+    # of CPU each before the agent starts, and ~3 MB for the run's whole life).
+    f = fleet()  # max_concurrent = 4
+    release = tmp_path / "release"
+    tasks = [f.add(f"backlog {index}", prompt=f"hold {release}") for index in range(4)]
+    daemon = f.up()
+    runs = f.wait_until(lambda: len(r := [last_run(f, task.id) for task in tasks
+                                          if f.store.get_task(task.id).state
+                                          is TaskState.RUNNING]) == 4 and r,
+                        what="4 running")
+    [server] = fork_servers(daemon)
+    assert [psutil.Process(run.pid).ppid() for run in runs] == [server] * 4
+    release.touch()
+    assert all(f.wait_final(task.id).state is TaskState.COMPLETED for task in tasks)
+
+
 def test_the_daemon_indexes_the_tasks_added_for_the_search(fleet, database):
     """A task is found by its text as soon as it is added, and the daemon's text_index
     service takes it into the search's index behind it (SQLite; PostgreSQL indexes it as it

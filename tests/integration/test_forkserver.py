@@ -157,8 +157,14 @@ def lazy_server(monkeypatch):
 
 
 def live_children(pid):
-    return [child.pid for child in psutil.Process(pid).children()
-            if child.status() != psutil.STATUS_ZOMBIE]
+    live = []
+    for child in psutil.Process(pid).children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                live.append(child.pid)
+        except psutil.NoSuchProcess:  # gone (and reaped) since the listing: not live
+            pass
+    return live
 
 
 def test_the_next_spare_is_forked_after_the_agents_exec_when_a_run_waits(lazy_server, spawn):
@@ -168,9 +174,9 @@ def test_the_next_spare_is_forked_after_the_agents_exec_when_a_run_waits(lazy_se
     assert wait_exit(first).succeeded
     asyncio.run(first.handle.wait_reaped(TIMEOUT))
     assert live_children(lazy_server) == []  # no run waits, and its delay has not passed
-    second = spawn(["true"])
+    second = spawn(["sleep", "30"])  # alive while its parent is looked at
     assert not second.handle.is_child and parent_of(second.pid) == lazy_server
-    assert wait_exit(second).succeeded
+    procs.terminate(second.handle, grace=0)
 
 
 def test_in_a_burst_the_next_spare_is_forked_at_once(monkeypatch, spawn):
@@ -188,15 +194,18 @@ def test_in_a_burst_the_next_spare_is_forked_at_once(monkeypatch, spawn):
         forkserver.stop()
 
 
-def test_a_starter_held_before_its_exec_holds_up_no_other_run(lazy_server, spawn, tmp_path):
+def test_a_starter_held_before_its_exec_holds_up_no_other_run(lazy_server, spawn, tmp_path,
+                                                              gate):
     env = procs.agent_env(os.environ["PATH"], {}, {})
     held_at = tmp_path / "held"
     os.mkfifo(held_at)  # its starter's write to "join a cgroup" waits for our read
     held = procs.spawn(["true"], env=env, cwd=str(tmp_path), log_path=tmp_path / "held.log",
                        cgroups=[str(held_at)])
     try:
-        other = spawn(["echo", "not held up"])
+        # It stays until the gate opens: its parent is read while it is surely alive.
+        other = spawn(["sh", "-c", 'read go < "$1"; echo not held up', "sh", str(gate)])
         assert not other.handle.is_child and parent_of(other.pid) == lazy_server
+        release(gate)
         assert wait_exit(other).succeeded
         assert other.log_path.read_text().splitlines()[1:] == ["not held up"]
         assert held.handle.is_alive()
@@ -250,6 +259,10 @@ def test_a_stopped_server_is_replaced_and_each_run_starts_once(server, spawn, tm
 
 
 def test_a_spawn_never_waits_for_a_server_to_start(spawn, monkeypatch):
+    # Up first: no start of an earlier test still under way (a server says it is up tens of
+    # milliseconds after its process starts), which the start below would then install.
+    forkserver.start()
+    assert forkserver.wait_until_up(TIMEOUT)
     forkserver.stop()
     starting = threading.Event()
     release_start = threading.Event()
@@ -335,8 +348,9 @@ def test_a_forked_child_neither_uses_nor_keeps_alive_its_parents_server(server, 
             report = json.loads(report_file.read())
         assert report == {"seen": None, "cold": True}
         # The server is still the parent's to use...
-        process = spawn()
-        assert parent_of(process.pid) == server and wait_exit(process).succeeded
+        process = spawn(["sleep", "30"])  # alive while its parent is looked at
+        assert parent_of(process.pid) == server
+        procs.terminate(process.handle, grace=0)
         # ...and to stop: the live child holds no copy of its input, or EOF never came.
         with forkserver._server._changed:
             forkserver._server._server.stdin.close()  # what the parent's exit would do
@@ -344,6 +358,13 @@ def test_a_forked_child_neither_uses_nor_keeps_alive_its_parents_server(server, 
     finally:
         os.close(gate_write)
         os.waitpid(child, 0)
+
+
+def test_a_server_is_up_once_its_first_spare_waits(server):
+    # Runs go to a server only once it is up: one sent during its start-up (an interpreter,
+    # its warm-ups: tens of milliseconds) waited for it between its claim and its agent's
+    # exec, and held the daemon's loop meanwhile.
+    assert psutil.Process(server).children(), "said up before its first spare was forked"
 
 
 def test_the_server_imports_no_module_that_its_shims_would_carry():
@@ -416,3 +437,34 @@ def test_stop_ends_the_server_at_once():
     forkserver.stop()
     assert forkserver.server_pid() is None
     assert wait_gone(pid), "the server outlived stop()"
+
+
+def test_a_server_whose_start_began_before_a_stop_is_not_used_after_it(monkeypatch):
+    # stop() then start() (new settings, say) must not be served by a server whose start
+    # was under way before the stop: it was started with the old ones.
+    forkserver.start()
+    assert forkserver.wait_until_up(TIMEOUT)  # no earlier start under way
+    forkserver.stop()
+    started: list[int] = []
+    first_begun, release_first = threading.Event(), threading.Event()
+    real_start = forkserver._start_server
+
+    def start_server():
+        if not started:
+            first_begun.set()
+            release_first.wait(TIMEOUT)
+        server = real_start()
+        started.append(server.pid)
+        return server
+
+    monkeypatch.setattr(forkserver, "_start_server", start_server)
+    forkserver.start()
+    assert first_begun.wait(TIMEOUT)
+    forkserver.stop()
+    forkserver.start()
+    release_first.set()
+    try:
+        assert forkserver.wait_until_up(TIMEOUT)
+        assert len(started) == 2 and forkserver.server_pid() == started[1]
+    finally:
+        forkserver.stop()
