@@ -9,11 +9,12 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from taskherd.model import Event
+from taskherd.model import Event, EventKind
 from taskherd.ops import metrics as metric_ops
 
 if TYPE_CHECKING:
     from taskherd.ops import Queue
+    from taskherd.store.events import Listener
 
 log = logging.getLogger("taskherd.api")
 
@@ -52,17 +53,35 @@ class Changes:
 class EventHub:
     def __init__(self, queue: Queue):
         self.queue = queue
-        self._subscribers: set[asyncio.Queue[Event | None]] = set()
+        # Each subscriber's queue and the kinds it takes (None: every kind).
+        self._subscribers: dict[asyncio.Queue[Event | None], frozenset[EventKind] | None] = {}
         self._gathered: set[Changes] = set()
-        # Events received so far: a view rendered after reading it shows every change told
-        # with a number up to it (the dashboard's shared board fragment relies on it).
-        self.sequence = 0
+        self._received = 0
+        self._listener: Listener | None = None
+        self._wanted: set[str] | None = set()  # the kinds anyone takes now; None: every kind
         self._task: asyncio.Task | None = None
         self._ready: asyncio.Event | None = None
 
     @property
     def subscribers(self) -> int:
         return len(self._subscribers) + len(self._gathered)
+
+    @property
+    def sequence(self) -> int:
+        """Events received so far, those nobody took among them: a view rendered after
+        reading it shows every change told with a number up to it (the dashboard's shared
+        board fragment relies on it)."""
+        return self._received + (self._listener.passed if self._listener is not None else 0)
+
+    def _wants(self, kind: str) -> bool:
+        return self._wanted is None or kind in self._wanted
+
+    def _taken_changed(self) -> None:
+        if self._gathered or None in self._subscribers.values():
+            self._wanted = None
+            return
+        self._wanted = {kind.value for kinds in self._subscribers.values()
+                        for kind in kinds or ()}
 
     async def start(self) -> None:
         """Listen from now on (in the API's loop); returns once the listener is open."""
@@ -85,33 +104,42 @@ class EventHub:
     async def _pump(self) -> None:
         async with metric_ops.listen(self.queue) as events:
             assert self._ready is not None
+            events.wanted = self._wants
+            self._listener = events
             self._ready.set()
             async for event in events:
-                self.sequence += 1
-                for queue in list(self._subscribers):
-                    with contextlib.suppress(asyncio.QueueFull):
-                        queue.put_nowait(event)
+                self._received += 1
+                for queue, kinds in list(self._subscribers.items()):
+                    if kinds is None or event.kind in kinds:
+                        with contextlib.suppress(asyncio.QueueFull):
+                            queue.put_nowait(event)
+                sequence = self.sequence
                 for changes in list(self._gathered):
-                    changes.add(event, self.sequence)
+                    changes.add(event, sequence)
 
     @contextlib.contextmanager
-    def subscribe(self) -> Any:
+    def subscribe(self, kinds: frozenset[EventKind] | None = None) -> Any:
+        """A queue of the events from now on, of `kinds` only when given."""
         queue: asyncio.Queue[Event | None] = asyncio.Queue(SUBSCRIBER_QUEUE)
-        self._subscribers.add(queue)
+        self._subscribers[queue] = kinds
+        self._taken_changed()
         try:
             yield queue
         finally:
-            self._subscribers.discard(queue)
+            self._subscribers.pop(queue, None)
+            self._taken_changed()
 
 
     @contextlib.contextmanager
     def gather(self) -> Any:
         changes = Changes()
         self._gathered.add(changes)
+        self._taken_changed()
         try:
             yield changes
         finally:
             self._gathered.discard(changes)
+            self._taken_changed()
 
 
 class SharedBoard:

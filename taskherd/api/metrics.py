@@ -32,6 +32,8 @@ from taskherd.ops.tokens import READ
 log = logging.getLogger("taskherd.api")
 
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, float("inf"))
+# The events the counters read; a listener passes over the rest undecoded (a task added).
+RUN_KINDS = frozenset({EventKind.RUN_STARTED, EventKind.RUN_ENDED})
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf"))
 
 
@@ -62,9 +64,9 @@ class Metrics:
                 await self._task
 
     async def _observe(self) -> None:
-        with self.api.hub.subscribe() as queue:
+        with self.api.hub.subscribe(RUN_KINDS) as queue:
             while (event := await queue.get()) is not None:
-                if event.kind in (EventKind.RUN_STARTED, EventKind.RUN_ENDED) and event.run_id:
+                if event.run_id:
                     try:
                         await self.api.run(self._observe_run, event.kind, event.run_id)
                     except Exception as error:  # noqa: BLE001 - a hint lost, not a crash

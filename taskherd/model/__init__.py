@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from dataclasses import field
+from json.encoder import encode_basestring_ascii as _json_text
 from typing import Any
 
 from taskherd.model.record import Record
@@ -146,9 +148,10 @@ def _from_columns(cls: Any, data: dict[str, Any]) -> Any:
     The columns are exactly the fields (the schema test keeps them so); a frozen dataclass's
     __init__ sets each of 25 fields through object.__setattr__, a third of a claim's time.
     """
-    missing = cls.__dataclass_fields__.keys() - data.keys()
-    for name in missing:  # fields newer than the row's query, e.g. optional report columns
-        data[name] = cls.__dataclass_fields__[name].default
+    fields = cls.__dataclass_fields__
+    if len(data) != len(fields):  # a row of every field: no set of names compared (2.5 µs)
+        for name in fields.keys() - data.keys():  # fields newer than the row's query, e.g.
+            data[name] = fields[name].default   # optional report columns
     record = object.__new__(cls)
     record.__dict__.update(data)
     return record  # a task for role `any` may be claimed by any role
@@ -446,6 +449,7 @@ class EventKind(str, enum.Enum):
 
 
 _EVENT_KINDS = {kind.value: kind for kind in EventKind}
+_KIND_PREFIX = b'{"kind":"'
 
 
 class Event(Record):
@@ -466,11 +470,34 @@ class Event(Record):
     runtime: str | None = None
 
     def to_json(self) -> str:
-        fields = {name: value for name, value in self.__dict__.items() if value is not None}
-        fields["kind"] = self.kind.value
-        if self.state is not None:
-            fields["state"] = self.state.value
-        return json.dumps(fields, separators=(",", ":"))
+        """The event as compact JSON, written as json.dumps writes it, the kind first, always
+        (`kind_of` reads it without decoding the rest). Written by hand: every commit that
+        someone listens to writes its events (json.dumps took 4.4 µs an event)."""
+        parts = ['{"kind":"', self.kind.value, '"']
+        for name, value in self.__dict__.items():
+            if value is None or name == "kind":
+                continue
+            if name == "state":
+                value = value.value
+            parts.append(f',"{name}":')
+            kind = type(value)
+            if kind is str:
+                parts.append(_json_text(value))
+            elif kind is int or (kind is float and math.isfinite(value)):
+                parts.append(repr(value))
+            else:  # anything else (NaN, a subclass) as the standard library writes it
+                parts.append(json.dumps(value))
+        parts.append("}")
+        return "".join(parts)
+
+    @staticmethod
+    def kind_of(line: bytes) -> str | None:
+        """The kind of an event `to_json` wrote, read from its start (a listener passes over
+        the kinds nobody asked for without decoding them); None for a line not so written."""
+        if not line.startswith(_KIND_PREFIX):
+            return None
+        kind, quote, _ = line[len(_KIND_PREFIX):].partition(b'"')
+        return kind.decode("ascii", "replace") if quote else None
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Event:

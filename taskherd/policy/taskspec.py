@@ -33,6 +33,9 @@ TASK_FIELDS = {
     "on": "the events told: completed, dead, blocked, needs_review, cancelled, job_error",
     "chain": "follow-up tasks it creates when it settles (a list of tables: role, title, …)",
 }
+_FIELD_NAMES = frozenset(TASK_FIELDS)
+# A priority as most tasks give it (or as its default), taken without parsing.
+_PRIORITY_NAMED = {priority.name: priority for priority in Priority}
 ALIAS_NAME = re.compile(r"^@?[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -50,7 +53,7 @@ class TaskSpecError(ValueError):
 def new_task_from(data: Mapping[str, Any], config: Config) -> NewTask:
     if not isinstance(data, Mapping):
         raise TaskSpecError(f"a task must be an object with keys {', '.join(TASK_FIELDS)}")
-    unknown = sorted(set(data) - set(TASK_FIELDS))
+    unknown = sorted(data.keys() - _FIELD_NAMES)
     if unknown:
         raise TaskSpecError(f"unknown field {unknown[0]!r} (accepted: {', '.join(TASK_FIELDS)})")
     role = _text(data, "role", required=True)
@@ -84,6 +87,8 @@ def new_task_from(data: Mapping[str, Any], config: Config) -> NewTask:
 def _with_delivery(meta: dict[str, Any], data: Mapping[str, Any], role: Any) -> dict[str, Any]:
     """The delivery targets a settle of the task tells (the task's own, else its role's),
     kept in its meta so they hold for its whole life, whatever the config becomes."""
+    if not (role.deliver_to or role.deliver_on or "deliver_to" in data or "on" in data):
+        return meta  # most tasks: nothing to tell, and no import to look up
     from taskherd.model.delivery import DEFAULT_EVENTS, EVENTS
 
     # A role's `on` may also name its budget's events, which are not a task's to tell: a role
@@ -109,10 +114,10 @@ def _with_delivery(meta: dict[str, Any], data: Mapping[str, Any], role: Any) -> 
 
 
 def _chain(data: Mapping[str, Any], config: Config) -> tuple[Any, ...]:
-    from taskherd.policy.chains import ChainError, parse_chain
-
     if data.get("chain") is None:
         return ()
+    from taskherd.policy.chains import ChainError, parse_chain
+
     try:
         chain = parse_chain(data["chain"], "chain")
     except ChainError as error:
@@ -174,6 +179,8 @@ def _clip(text: str, width: int = 60) -> str:
 
 
 def _priority(value: Any) -> Priority:
+    if type(value) is str and value in _PRIORITY_NAMED:
+        return _PRIORITY_NAMED[value]
     try:
         return Priority.parse(value)
     except ValueError as error:

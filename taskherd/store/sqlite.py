@@ -15,10 +15,13 @@ from types import TracebackType
 from typing import Any, cast
 
 from taskherd import __version__
+from taskherd.model import Finished, Run, RunResult
+from taskherd.model.settings import RetryPolicy
 from taskherd.store.base import StoreError
 from taskherd.store.connection import Connection
 from taskherd.store.errors import StoreDiskFull
 from taskherd.store.events import SocketListener, publish, socket_dir
+from taskherd.store.sql_credentials import token_digest
 from taskherd.store.sql_store import Emitted, SQLStore, built
 from taskherd.store.sqlfile import (
     latest_migration,
@@ -27,6 +30,8 @@ from taskherd.store.sqlfile import (
     pending,
     queries,
 )
+from taskherd.store.token_cache import RunCache, TokenCache
+from taskherd.store.tokens import ApiToken
 
 DURABILITY = ("full", "normal")  # machinery blocks durability_full, durability_normal
 # Long enough that a burst of writers from several processes queues up instead of failing:
@@ -83,6 +88,8 @@ class SQLiteStore(SQLStore):
             # holds the event loop for the fsync of the whole database (p99 spawn latency).
             self._conn.execute(M["no_autocheckpoint"])
         self.busy_timeout = busy_timeout
+        self._tokens = TokenCache(self._data_version)
+        self._runs = RunCache(self._data_version)
         try:
             _migrate(self._conn)
         except BaseException:
@@ -159,6 +166,38 @@ class SQLiteStore(SQLStore):
         # open task's dedup key; total_changes would count the rows the statement's triggers
         # wrote too (the search index's, five more a task).
         return conn.executemany(self.q[name], rows).rowcount
+
+    def _data_version(self) -> int:
+        # Once a group holds the write lock (its BEGIN IMMEDIATE made), no other connection
+        # can commit until its COMMIT: the number read first inside it stands for the rest
+        # of the group's calls (a statement each, and the interpreter lock handed over).
+        group: _Group | None = getattr(self._holding, "group", None)
+        if group is not None and group.begun and group.version is not None:
+            return group.version
+        version = int(self._conn.execute(M["data_version"]).fetchone()[0])
+        if group is not None and group.begun:
+            group.version = version
+        return version
+
+    def live_api_token(self, token_sha256: str, now: float) -> ApiToken | None:
+        with self._lock:
+            return self._tokens.live(token_sha256, now, super().live_api_token)
+
+    def revoke_api_token(self, name: str, now: float, *,
+                         keep_an_admin: bool = True) -> ApiToken:
+        with self._lock:
+            self._tokens.forget()  # before: a group's revoke may still be rolled back after
+            return super().revoke_api_token(name, now, keep_an_admin=keep_an_admin)
+
+    def run_of_credential(self, token: str) -> Run | None:
+        with self._lock:
+            return self._runs.get(token_digest(token), lambda: super(
+                SQLiteStore, self).run_of_credential(token))
+
+    def _finish(self, db: Connection, run_id: int, result: RunResult, policy: RetryPolicy,
+                now: float) -> Finished:
+        self._runs.forget()  # every run's end passes here: its credential dies with it
+        return super()._finish(db, run_id, result, policy, now)
 
     def _inserted(self, cursor: sqlite3.Cursor) -> tuple[int, None]:
         # SQLite's executemany refuses statements that return rows, so insert_task has no
@@ -386,11 +425,12 @@ class _Transaction:
 class _Group:
     """A group of one thread's transactions committed as one (`writes_grouped`)."""
 
-    __slots__ = ("begun", "lost")
+    __slots__ = ("begun", "lost", "version")
 
     def __init__(self) -> None:
         self.begun = False  # its BEGIN IMMEDIATE made, at its first write
         self.lost: BaseException | None = None  # why its transaction ended before its end
+        self.version: int | None = None  # PRAGMA data_version, read once it was begun
 
 
 class _Savepoint:
@@ -417,7 +457,10 @@ class _Savepoint:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
         if kind is None:
-            return self._release()
+            # Kept, and left open: the group's COMMIT releases its savepoints together (a
+            # RELEASE a call was a statement, and the interpreter lock handed over, more). A
+            # later call's ROLLBACK TO reaches its own savepoint alone, the newest of the name.
+            return None
         if self.conn.in_transaction:
             self.conn.execute(M["rollback_to_savepoint"])
             self.conn.execute(M["release_savepoint"])
@@ -429,13 +472,6 @@ class _Savepoint:
             raise StoreDiskFull(str(error)) from error
         return None
 
-    def _release(self) -> None:
-        try:
-            self.conn.execute(M["release_savepoint"])
-        except sqlite3.Error as failure:
-            self.group.lost = failure  # kept or not, the group's commit must not say
-            raise (StoreDiskFull if _disk_full(failure) else StoreError)(str(failure)) \
-                from failure
 
 
 class _Inner:

@@ -325,3 +325,17 @@ def test_the_shared_board_fragment_shows_every_change_the_page_was_told(api):
     operator = logged_in(api, "operator").get(f"/?fragment=1&seen={told['seq']}").text
     assert "csrf" not in operator and "second" in operator
     assert client.get("/?fragment=1&seen=soon").status_code == 200  # renders, shares nothing
+
+
+def test_the_hub_counts_the_changes_nobody_reads(api):
+    """The run counters alone listen (no stream is open): a task added is passed over
+    undecoded, yet counted, as the board's shared fragment reads its number from the count."""
+    hub = api.server.api.hub
+    before = hub.sequence
+    for n in range(3):
+        api.queue.store.enqueue(NewTask(role="qa", title=f"t{n}"), 1000.0)
+    deadline = time.monotonic() + 20
+    while hub.sequence < before + 3:
+        assert time.monotonic() < deadline, f"counted {hub.sequence - before} of 3"
+        time.sleep(0.01)
+    assert hub.sequence == before + 3 and hub._listener.passed >= 3

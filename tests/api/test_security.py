@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -81,6 +83,32 @@ def test_a_revoked_or_expired_token_is_refused(api):
     assert api.client("read").get("/v1/status").status_code == 200
     token_ops.revoke_token(api.queue, "read", 1.0)
     assert api.client("read").get("/v1/status").status_code == 401
+
+
+def test_a_token_revoked_by_another_process_is_refused_at_the_next_request(api):
+    """The server keeps the tokens it has checked (SQLite); a revoke committed by the CLI,
+    another process and connection, still counts at the very next request."""
+    reader = api.client("read")
+    assert [reader.get("/v1/status").status_code for _ in range(3)] == [200] * 3
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKHERD_")}
+    revoked = subprocess.run(
+        [sys.executable, "-m", "taskherd", "--config", str(api.folder / "taskherd.toml"),
+         "token", "revoke", "read"], env=env, capture_output=True, text=True, timeout=60)
+    assert revoked.returncode == 0, revoked.stderr
+    assert reader.get("/v1/status").status_code == 401
+    assert api.client("operator").get("/v1/status").status_code == 200  # the others stand
+
+
+def test_a_kept_token_expires_at_its_time(tmp_path):
+    moment = [1_000_000.0]
+    with served(tmp_path, now=moment[0], clock=lambda: moment[0]) as api:
+        made = token_ops.create_token(api.queue, "brief", "read", moment[0], expires="1h")
+        brief = api.client(**{"Authorization": f"Bearer {made.token}"})
+        assert brief.get("/v1/status").status_code == 200  # checked, and kept
+        moment[0] += 3599
+        assert brief.get("/v1/status").status_code == 200
+        moment[0] += 2
+        assert brief.get("/v1/status").status_code == 401
 
 
 def started_run(api, title: str, log_path: str | None):
@@ -171,6 +199,19 @@ def test_a_hundred_bad_tokens_in_a_row_are_slowed_down_but_a_valid_token_is_serv
                        json={}).status_code == 200
     login = client.post("/login", data={"token": api.tokens["read"]}, follow_redirects=False)
     assert login.status_code == 303
+
+
+def test_wrong_credentials_on_the_busiest_routes_are_guesses_too(api):
+    """POST /v1/tasks and the agent's routes are answered ahead of Starlette: a wrong token
+    or run credential there is counted as a guess as anywhere else."""
+    client = api.client()
+    answers = [client.post("/v1/tasks", headers=bearer(f"thk_guess{n}"),
+                           json={"role": "qa", "title": "t"}).status_code for n in range(12)]
+    answers += [client.post("/v1/agent/heartbeat", headers=bearer(f"run-guess{n}"),
+                            json={}).status_code for n in range(12)]
+    assert answers[:20] == [401] * 20 and set(answers[20:]) == {429}
+    assert client.post("/v1/tasks", headers=bearer(api.tokens["operator"]),
+                       json={"role": "qa", "title": "served"}).status_code == 201
 
 
 def test_a_good_token_does_not_wipe_the_count_of_wrong_ones(api):

@@ -256,3 +256,35 @@ def test_events_held_by_a_batch_are_told_after_it_and_another_threads_at_once(tm
         assert later == held_ids
     finally:
         store.close()
+
+
+def test_a_listener_passes_over_the_kinds_its_reader_does_not_want(tmp_path):
+    """SQLite: a kind the reader refuses (the API's run counters, a task added) is counted,
+    not decoded nor queued; the kinds it takes still come, in order."""
+    store = open_store(str(tmp_path / "q.db"), durability="normal")
+    decoded: list[bytes] = []
+    from_json = Event.from_json
+
+    def counted(line: bytes) -> Event:
+        decoded.append(line)
+        return from_json(line)
+
+    async def scenario() -> tuple[Event, int]:
+        async with store.listen() as events:
+            events.wanted = lambda kind: kind == EventKind.RUN_STARTED.value
+            for n in range(5):
+                store.enqueue(NewTask(role="coder", title=f"t{n}"), NOW)
+            claim = store.claim(ClaimRequest("n1", NOW, 60, roles=["coder"]))
+            store.mark_spawned(claim.run.id, NOW, 60, pid=None, pid_started_at=None,
+                               log_path=None)
+            started = await asyncio.wait_for(anext(events), WAIT)
+            return started, events.passed
+
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Event, "from_json", staticmethod(counted))
+            started, passed = asyncio.run(scenario())
+        assert started.kind is EventKind.RUN_STARTED
+        assert passed == 6 and len(decoded) == 1  # five task_added and the claim's change
+    finally:
+        store.close()

@@ -95,3 +95,29 @@ def test_a_write_that_fails_in_a_group_is_rolled_back_alone(served):
                                   NOW)).created
     run_batch(worker, store, [NewTask(role="coder", title="again")])
     assert titles_kept(database) == ["first", "last", "alone", "again"]
+
+
+def test_a_call_that_fails_after_writing_loses_its_writes_alone(served):
+    """A grouped call's savepoint is left open once it is kept (the group's COMMIT releases
+    them all): a later call's failure rolls back to its own savepoint, the newest of the
+    name, and the calls kept before and after it stand."""
+    database, store, _ = served
+
+    def half_written(title: str) -> None:
+        with store._write() as db:
+            db.execute(store.q["insert_task"], {
+                "role": "coder", "title": title, "prompt": "", "priority": 2,
+                "state": "ready", "pool": None, "dedup_key": None, "review": 0,
+                "max_attempts": 3, "run_after": NOW, "parent_id": None, "meta": "{}",
+                "now": NOW, "chain": None})
+            raise LookupError(f"{title}: refused after its first write")
+
+    with store.events_held(), store.writes_grouped():
+        store.enqueue(NewTask(role="coder", title="first"), NOW)
+        with pytest.raises(LookupError):
+            half_written("half")
+        store.enqueue(NewTask(role="coder", title="second"), NOW)
+        with pytest.raises(LookupError):
+            half_written("half again")
+        store.enqueue(NewTask(role="coder", title="last"), NOW)
+    assert titles_kept(database) == ["first", "second", "last"]

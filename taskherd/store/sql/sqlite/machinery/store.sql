@@ -75,6 +75,11 @@ PRAGMA integrity_check;
 -- name: foreign_keys_on
 PRAGMA foreign_keys = ON;
 
+-- name: data_version
+-- Changes whenever another connection (of any process) has committed since this one last
+-- asked; this connection's own commits leave it as it was.
+PRAGMA data_version;
+
 -- name: no_autocheckpoint
 PRAGMA wal_autocheckpoint = 0;
 
