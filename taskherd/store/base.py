@@ -80,6 +80,14 @@ class StateCount(Record):
     count: int
 
 
+
+def warn_claim_not_made(run_id: int, error: StoreError) -> None:
+    """Say why the claim after run `run_id`'s end was not made (the end stands)."""
+    import logging  # (here: a command's start does not load logging)
+
+    logging.getLogger("taskherd.store").warning(
+        "the claim after run %s ended was not made: %s", run_id, error)
+
 class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStore,
             MemoryStore, DeliveryStore, RequestStore, TaskListStore, ReportStore,
             WorktreeStore, ChartStore, abc.ABC):
@@ -193,10 +201,7 @@ class Store(JobStore, NodeStore, WatchStore, TokenStore, MessageStore, AgentStor
         try:
             return finished, self.attempt_claim(request)
         except StoreError as error:
-            import logging  # (here: a command's start does not load logging)
-
-            logging.getLogger("taskherd.store").warning(
-                "the claim after run %s ended was not made: %s", run_id, error)
+            warn_claim_not_made(run_id, error)
             return finished, ClaimAttempt(None)
 
     @abc.abstractmethod

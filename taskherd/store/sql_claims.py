@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskherd.model import ANY_ROLE, Claim, EventKind, Finished, Run, RunResult, Task
 from taskherd.model.settings import FLEET, NODE, RetryPolicy
-from taskherd.store.base import StoreError
+from taskherd.store.base import StoreError, warn_claim_not_made
 from taskherd.store.connection import Connection
 from taskherd.store.sql_credentials import run_token, token_digest
 from taskherd.store.sql_parts import SQLParts
@@ -77,10 +77,7 @@ class SQLClaims(SQLParts):
             del outbox[told:]  # the claim's event: nothing of it is committed
             if not isinstance(error, StoreError):
                 return ClaimAttempt(None), error
-            import logging  # (here: a command's start does not load logging)
-
-            logging.getLogger("taskherd.store").warning(
-                "the claim after run %s ended was not made: %s", run_id, error)
+            warn_claim_not_made(run_id, error)
             return ClaimAttempt(None), None
 
     def _attempt_claim_in(self, db: Connection, request: ClaimRequest) -> ClaimAttempt:

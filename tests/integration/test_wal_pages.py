@@ -18,6 +18,18 @@ from taskherd.store.sqlite import SQLiteStore
 
 NOW = 1_800_000_000.0
 FRAME = 4096 + 24  # a page and its WAL frame header
+
+
+def wal_pages_per_cycle(wal: Path, cycle: Callable[[float], None], warm: int,
+                        cycles: int) -> float:
+    """The WAL pages one `cycle` writes, over `cycles` of them after `warm` (past the first
+    pages the queue's indexes fill)."""
+    for i in range(warm):
+        cycle(NOW + i)
+    before = os.path.getsize(wal)
+    for i in range(cycles):
+        cycle(NOW + warm + i)
+    return (os.path.getsize(wal) - before) / FRAME / cycles
 # Today's figure is 9.2: the task row and tasks_queue at both ends, the run's row and the one
 # open-runs index at both ends, runs_task at the claim. It was 14.3 with the three open-runs
 # indexes of 0026, and 10.3 while the claim wrote tasks_ready and tasks_clock apart.
@@ -36,13 +48,7 @@ def test_a_claim_and_its_completion_write_at_most_nine_and_a_half_wal_pages(
         assert claim is not None
         store.finish_run(claim.run.id, success, policy, now)
 
-    for i in range(warm):  # past the first pages the queue's indexes fill
-        cycle(NOW + i)
-    wal = tmp_path / "q.db-wal"
-    before = os.path.getsize(wal)
-    for i in range(cycles):
-        cycle(NOW + warm + i)
-    pages = (os.path.getsize(wal) - before) / FRAME / cycles
+    pages = wal_pages_per_cycle(tmp_path / "q.db-wal", cycle, warm, cycles)
     store.close()
     assert pages <= MOST_PAGES, f"{pages:.2f} WAL pages per claim+complete"
 
@@ -80,12 +86,6 @@ def test_a_runs_end_and_the_daemons_next_claim_together_write_at_most_six_wal_pa
                                                 request(now))
         claim = attempt.claim
 
-    for i in range(warm):  # past the first pages the queue's indexes fill
-        cycle(NOW + i)
-    wal = tmp_path / "q.db-wal"
-    before = os.path.getsize(wal)
-    for i in range(cycles):
-        cycle(NOW + warm + i)
-    pages = (os.path.getsize(wal) - before) / FRAME / cycles
+    pages = wal_pages_per_cycle(tmp_path / "q.db-wal", cycle, warm, cycles)
     store.close()
     assert pages <= MOST_FUSED_PAGES, f"{pages:.2f} WAL pages per run's end and next claim"
