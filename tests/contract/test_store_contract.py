@@ -361,3 +361,24 @@ def test_enqueue_many_keeps_each_task_whole_and_in_order(store):
     assert (first.pool, first.meta, first.max_attempts) == ("gpu", {"k": 1}, 5)
     assert (child.parent_id, child.root_id, child.depth) == (parent.id, parent.id, 1)
     assert last.review and first.created_at == 2.0
+
+
+def test_enqueue_answers_the_task_as_stored(store):
+    """The task an enqueue answers is the one a read of it gives, field for field: with every
+    field given, with none, pending, a whole-second due time, a child, a chain. (The API's
+    answer is written from it.)"""
+    from taskherd.model.settings import FollowUp
+
+    parent = add(store, "parent")
+    news = [NewTask(role="coder", title="plain"),
+            NewTask(role="coder", title="full", prompt="p\u00e9", priority=Priority.P0,
+                    pool="gpu", dedup_key="k", max_attempts=5, review=True,
+                    meta={"a": [1, 2.5, None], "due_at": 7, "t": "x"}),
+            NewTask(role="coder", title="later", pending=True, run_after=5000),
+            NewTask(role="coder", title="child", parent_id=parent.id),
+            NewTask(role="coder", title="chained",
+                    chain=(FollowUp(role="qa", title="check", prompt="look"),))]
+    for new in news:
+        added = store.enqueue(new, 1234.5).task
+        stored = store.get_task(added.id)
+        assert added == stored
