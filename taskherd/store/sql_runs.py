@@ -16,6 +16,7 @@ from taskherd.model import (
     Task,
     TaskState,
     Verdict,
+    row_fields,
 )
 from taskherd.model.settings import RetryPolicy
 from taskherd.policy.chains import review_of, review_verdict
@@ -73,12 +74,19 @@ class SQLRuns(SQLParts):
             if row is None:
                 run = self._get_run(db, run_id)
                 raise _already_ended(run)
-            db.execute(
-                self.q["renew_task_lease"],
-                {"task_id": row["task_id"], "run_id": run_id, "now": now,
-                 "lease_until": now + lease_seconds},
-            )
-            return Run.from_row(row)
+            fields = row_fields(row)
+            lease_until = fields.pop("task_lease_until")
+            # A lease with more than half to run is left as it is: an agent's heartbeats come
+            # seconds apart, and each renewal rewrote the task's row and its queue index (two
+            # fifths of a heartbeat's store work). Its node's daemon renews every third of a
+            # lease besides, so the lease is kept either way.
+            if lease_until is None or lease_until - now <= lease_seconds / 2:
+                db.execute(
+                    self.q["renew_task_lease"],
+                    {"task_id": row["task_id"], "run_id": run_id, "now": now,
+                     "lease_until": now + lease_seconds},
+                )
+            return Run.from_row(fields)
 
     def renew_leases(self, node: str, now: float, lease_seconds: float) -> int:
         with self._write() as db:

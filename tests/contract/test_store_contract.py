@@ -160,6 +160,30 @@ def test_heartbeats_and_renewals_keep_the_lease(store):
     assert store.get_task(claimed.task.id).state is TaskState.RUNNING
 
 
+def test_a_heartbeat_renews_a_lease_past_half_and_keeps_it(store):
+    """A heartbeat renews its task's lease once less than half of it is left (earlier the
+    lease stands as it was: it is not rewritten for every heartbeat); an agent beating at a
+    steady pace shorter than a lease keeps it, and an ended run's heartbeat is refused."""
+    task = add(store)
+    claimed = claim(store, now=1000.0)  # leased until 1060
+    store.mark_spawned(claimed.run.id, 1000.0, LEASE, pid=1, pid_started_at=1.0, log_path=None)
+
+    def lease():
+        return store.get_task(task.id).lease_expires_at
+
+    assert store.heartbeat(claimed.run.id, 1020.0, LEASE).heartbeat_at == 1020.0
+    assert lease() == 1060.0  # 40 s of 60 left: as it was
+    store.heartbeat(claimed.run.id, 1031.0, LEASE, progress="p")
+    assert lease() == 1091.0  # 29 s left: renewed
+    for at in (1080.0, 1130.0, 1175.0, 1220.0):  # beats 45-50 s apart, each within a lease
+        store.heartbeat(claimed.run.id, at, LEASE)
+        assert lease() >= at + LEASE / 2
+        assert store.rescue_expired(at + LEASE / 2, lambda role: POLICY) == []
+    store.finish_run(claimed.run.id, RunResult(Outcome.SUCCEEDED), POLICY, 1230.0)
+    with pytest.raises(StoreError, match="already ended"):
+        store.heartbeat(claimed.run.id, 1231.0, LEASE)
+
+
 def test_due_leases_are_renewed_a_batch_at_a_time_oldest_first(store):
     for _ in range(4):
         add(store)

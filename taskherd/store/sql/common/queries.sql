@@ -93,11 +93,13 @@ SET state = 'running', lease_expires_at = :lease_until, updated_at = :now
 WHERE id = :task_id AND state = 'claimed' AND lease_node = :node;
 
 -- name: touch_run
--- The whole run as it now is: the heartbeat's answer, with no read after the write.
+-- The whole run as it now is: the heartbeat's answer, with no read after the write; and its
+-- task's lease, which the heartbeat renews only once past half (task_lease_until).
 UPDATE runs
 SET heartbeat_at = :now, progress = coalesce(:progress, progress)
 WHERE id = :run_id AND ended_at IS NULL
-RETURNING *;
+RETURNING *, (SELECT tasks.lease_expires_at FROM tasks WHERE tasks.id = runs.task_id)
+    AS task_lease_until;
 
 -- name: renew_task_lease
 -- Only the latest run's heartbeat holds the lease: an old agent still dying must not.
