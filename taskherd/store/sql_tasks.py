@@ -103,42 +103,43 @@ class SQLTasks(SQLParts):
             raise
 
 
-# The columns of tasks, in the table's order (a row read back comes so, and a task's answer
-# keeps its fields in that order), with what an INSERT of insert_task leaves in those it
-# does not set. Kept beside the schema by test_hot_statements (the answer against a read).
-_AS_INSERTED = ("id", "role", "title", "prompt", "priority", "state", "pool", "dedup_key",
-                "review", "attempts", "max_attempts", "rescues", "rate_limits", "run_after",
-                "lease_node", "lease_expires_at", "last_error", "error_tail", "summary", "reason",
-                "parent_id", "meta", "created_at", "updated_at", "finished_at", "root_id",
-                "depth", "chain", "rejections")
-_UNSET = {"attempts": 0, "rescues": 0, "rate_limits": 0, "lease_node": None,
-          "lease_expires_at": None, "last_error": None, "error_tail": None, "summary": None,
-          "reason": None, "finished_at": None, "root_id": None, "depth": 0, "rejections": 0}
-_TEXTS = ("role", "title", "prompt", "state", "meta")
-_REALS = ("run_after", "now")
-
-
 def row_as_inserted(task_id: int, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The row insert_task just wrote from `params`, as SQLite gives it back, without reading
     it (a task added read its row back: a fifth of the API's store work a POST /v1/tasks).
-    None where the row holds what the parameters do not say (a child's root and depth are
-    its parent's) or SQLite would store a value of another type than the one given (its
-    column's affinity converts it): then the row is read."""
+    The columns in the table's order (a read gives them so; a task's answer keeps its fields
+    in that order), those insert_task does not set at their defaults: kept beside the schema
+    by test_hot_statements, which holds the answer against a read. None where the row holds
+    what the parameters do not say (a child's root and depth are its parent's) or SQLite
+    would keep a value of another type than the one given (its column's affinity converts
+    it): then the row is read."""
     if params["parent_id"] is not None or not _plain(params):
         return None
-    now = float(params["now"])
-    given = {**params, "id": task_id, "run_after": float(params["run_after"]),
-             "created_at": now, "updated_at": now}
-    return {name: _UNSET[name] if name in _UNSET else given[name] for name in _AS_INSERTED}
+    now = float(params["now"])  # REAL: an int is kept as a float
+    return {"id": task_id, "role": params["role"], "title": params["title"],
+            "prompt": params["prompt"], "priority": params["priority"], "state": params["state"],
+            "pool": params["pool"], "dedup_key": params["dedup_key"], "review": params["review"],
+            "attempts": 0, "max_attempts": params["max_attempts"], "rescues": 0,
+            "rate_limits": 0, "run_after": float(params["run_after"]), "lease_node": None,
+            "lease_expires_at": None, "last_error": None, "error_tail": None, "summary": None,
+            "reason": None, "parent_id": None, "meta": params["meta"], "created_at": now,
+            "updated_at": now, "finished_at": None, "root_id": None, "depth": 0,
+            "chain": params["chain"], "rejections": 0}
 
 
 def _plain(params: Mapping[str, Any]) -> bool:
-    """Whether each value is of the type its column keeps (REAL's an int becomes a float)."""
-    return (all(type(params[name]) is str for name in _TEXTS)
-            and all(type(params[name]) in (int, float) for name in _REALS)
+    """Whether each value given is of the type its column keeps (task_params makes the
+    priority, the state and the review so)."""
+    pool, dedup_key, chain = params["pool"], params["dedup_key"], params["chain"]
+    return (type(params["role"]) is str and type(params["title"]) is str
+            and type(params["prompt"]) is str and type(params["meta"]) is str
             and type(params["max_attempts"]) is int
-            and all(params[name] is None or type(params[name]) is str
-                    for name in ("pool", "dedup_key", "chain")))
+            and type(params["run_after"]) in _NUMBERS and type(params["now"]) in _NUMBERS
+            and (pool is None or type(pool) is str)
+            and (dedup_key is None or type(dedup_key) is str)
+            and (chain is None or type(chain) is str))
+
+
+_NUMBERS = (int, float)
 
 
 def task_params(new: NewTask, now: float) -> dict[str, Any]:
