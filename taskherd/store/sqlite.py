@@ -457,10 +457,22 @@ class _Savepoint:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
         if kind is None:
-            # Kept, and left open: the group's COMMIT releases its savepoints together (a
-            # RELEASE a call was a statement, and the interpreter lock handed over, more). A
-            # later call's ROLLBACK TO reaches its own savepoint alone, the newest of the name.
-            return None
+            # Kept: released into the group's transaction, which its COMMIT ends. Left open,
+            # a group's savepoints nested deeper with each call, and each write under them
+            # cost SQLite ~11 µs more (a task's INSERT 21 µs in a group of 50, 10 with its
+            # savepoint released, RELEASE included): more than the statement saves.
+            try:
+                self.conn.execute(M["release_savepoint"])
+                return None
+            except sqlite3.Error as failed:  # as the call's own failure: its writes undone
+                self._undo(failed)
+                raise StoreError(f"a grouped write could not be kept: {failed}") from failed
+        self._undo(error)
+        if error is not None and _disk_full(error):
+            raise StoreDiskFull(str(error)) from error
+        return None
+
+    def _undo(self, error: BaseException | None) -> None:
         if self.conn.in_transaction:
             self.conn.execute(M["rollback_to_savepoint"])
             self.conn.execute(M["release_savepoint"])
@@ -468,9 +480,6 @@ class _Savepoint:
             # SQLite ended the whole transaction itself (after SQLITE_FULL it may): the
             # writes of the group's earlier savepoints went with it.
             self.group.begun, self.group.lost = False, error
-        if error is not None and _disk_full(error):
-            raise StoreDiskFull(str(error)) from error
-        return None
 
 
 

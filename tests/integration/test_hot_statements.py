@@ -44,3 +44,22 @@ def test_a_task_added_is_answered_without_reading_it_back(tmp_path: Path) -> Non
             [(name, type(value)) for name, value in store.get_task(later.task.id).to_dict().items()]
     finally:
         store.close()
+
+
+def test_each_call_of_a_group_releases_its_savepoint(tmp_path: Path) -> None:
+    """A group's calls (the API's tasks added and heartbeats of a batch) are each a savepoint,
+    released once the call is kept: left open until the group's COMMIT they nested deeper
+    with each call, and every write under them cost SQLite ~11 µs more."""
+    store = SQLiteStore(tmp_path / "q.db", durability="normal")
+    try:
+        def group() -> None:
+            with store.writes_grouped():
+                for n in range(3):
+                    store.enqueue(NewTask(role="coder", title=f"t{n}"), NOW)
+
+        run = [s.split()[0].upper().rstrip(";") for s in statements_of(store, group)]
+        assert [s for s in run if s in ("SAVEPOINT", "RELEASE", "COMMIT")] == \
+            ["SAVEPOINT", "RELEASE"] * 3 + ["COMMIT"]
+        assert sorted(task.title for task in store.list_tasks()) == ["t0", "t1", "t2"]
+    finally:
+        store.close()
