@@ -5,8 +5,9 @@
     .venv/bin/python bench/api.py --parts d       # one part: a, b, c or d
 
 a. `POST /v1/tasks` and an agent's heartbeat (`POST /v1/agent/heartbeat`, each client with
-   its own run's credential), 50 concurrent clients on loopback, as fast as they go: requests
-   a second and p50/p99 latency. Beside them: a bare uvicorn app answering a constant JSON
+   its own run's credential), 50 concurrent clients on loopback, as fast as they go, after
+   500 of each kind not measured (a server up a while): requests a second and p50/p99
+   latency. Beside them: a bare uvicorn app answering a constant JSON
    (the floor, same client, same concurrency), and the CLI doing the same (`taskherd task add`
    and `taskherd heartbeat` through the agent socket, 8 processes at a time: what an agent on
    the daemon's host pays). Then the heartbeat at a steady 500 requests a second (open loop):
@@ -60,6 +61,7 @@ BOARD_P99 = 0.100
 BOARD_REQUESTS = 200
 STREAMS_RATIO = 1.5
 CLIENTS = 50
+WARMUP = 500  # requests of each kind each server answers before part a measures it
 STEADY_RATE, STEADY_SECONDS = 500, 10
 
 BARE_APP = """
@@ -258,8 +260,8 @@ def part_a(folder: Path, requests: int, processes: int) -> bool:
     from taskherd.ops import tokens as token_ops
 
     print(f"== a. {CLIENTS} concurrent keep-alive connections on loopback from {processes} "
-          f"client process(es) (bench/loadgen.py), {requests} requests each kind; uvicorn "
-          f"with {http_protocol()}, the floor's and taskherd's")
+          f"client process(es) (bench/loadgen.py), {requests} requests each kind after "
+          f"{WARMUP} not measured; uvicorn with {http_protocol()}, the floor's and taskherd's")
     bare_port, port = free_port(), free_port()
     (folder / "bare.py").write_text(BARE_APP)
     bare = start([sys.executable, "-m", "uvicorn", "--app-dir", str(folder), "bare:app",
@@ -293,6 +295,15 @@ def part_a(folder: Path, requests: int, processes: int) -> bool:
         constants = [request_bytes("127.0.0.1", "/", {"progress": f"step {n}"}, auth)
                      for n in range(len(beats))]
         servers = with_children(server.pid)
+        # Each server answers WARMUP requests of each kind first, not measured: a server's
+        # first requests import and prepare what it keeps (150-300 ms of CPU for the API's
+        # first task added, ~30 µs a request of an 8,000-request run, more than the bare
+        # server's); a server that is up has done that long before.
+        drive(bare_port, constants[:WARMUP], CLIENTS, processes)
+        drive(port, [request_bytes("127.0.0.1", "/v1/tasks", {"role": "coder", "title": f"warm {n}",
+                                                              "prompt": "p"}, auth)
+                     for n in range(WARMUP)], CLIENTS, processes)
+        drive(port, beats[:WARMUP], CLIENTS, processes)
         seconds, lat, cpu = measured([bare.pid], bare_port, constants[:requests], processes)
         floor = report("floor: bare uvicorn, constant", seconds, lat, None, cpu)
         floor_cpu = cpu / len(lat)
