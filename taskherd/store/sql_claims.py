@@ -113,7 +113,8 @@ class SQLClaims(SQLParts):
         task = Task.from_row(row)
         role = request.as_role if task.role == ANY_ROLE and request.as_role else task.role
         run_params = {"task_id": task.id, "node": request.node, "role": role,
-                      "runtime": request.runtime_for(role), "pool": None, "now": now}
+                      "runtime": request.runtime_for(role), "pool": None, "now": now,
+                      "credential_sha256": credential_digest(request)}
         run = Run.from_row(_one(db.execute(self.q["insert_run"], run_params)))
         return self._claimed(db, task, run, now, request)
 
@@ -190,7 +191,8 @@ class SQLClaims(SQLParts):
                    "lease_until": now + request.lease_seconds}
         limit = limits.role(role)
         run_params = {"task_id": task_id, "node": node, "role": role,
-                      "runtime": request.runtime_for(role), "pool": limit.pool, "now": now}
+                      "runtime": request.runtime_for(role), "pool": limit.pool, "now": now,
+                      "credential_sha256": credential_digest(request)}
         # Together, in one round trip under the claims' lock: the candidate's row is locked
         # (SKIP LOCKED, or SQLite's write lock), so claim_task always claims it.
         with self._together(db):
@@ -205,17 +207,19 @@ class SQLClaims(SQLParts):
                  request: ClaimRequest) -> Claim:
         """The claim of `task` by `run`, its inbox delivered in the claim's transaction: a
         claim that rolls back delivers nothing, and two runs never receive the same message.
-        The run's credential too, when the request brings its secret: the token names the
-        run, and the secret's digest goes on the row just inserted (the same page)."""
-        inbox, secret, credential = request.inbox, request.credential, None
+        The run's credential too, when the request brings its secret: its digest was
+        written with the run's row (insert_run), and the token names the run."""
+        inbox, secret = request.inbox, request.credential
         messages = self._deliver_inbox(db, run, inbox, now) if inbox else ()
-        if secret is not None:
-            credential, digest = run_token(run.id, secret), token_digest(secret)
-            db.execute(self.q["note_run_credential"], {"token_sha256": digest, "run_id": run.id})
-            run = Run.from_row({**run.__dict__, "credential_sha256": digest})  # as now stored
+        credential = run_token(run.id, secret) if secret is not None else None
         self._emit(EventKind.TASK_CHANGED, now, task_id=task.id, run_id=run.id,
                    state=task.state, role=task.role)
         return Claim(task, run, messages, credential)
+
+
+def credential_digest(request: ClaimRequest) -> str | None:
+    """What insert_run keeps of the credential the request brings: its secret's digest."""
+    return token_digest(request.credential) if request.credential is not None else None
 
 
 def claim_within(request: ClaimRequest,

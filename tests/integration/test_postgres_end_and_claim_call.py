@@ -1,7 +1,7 @@
 """On PostgreSQL a run's end and the node's next claim are one call of the connection's
 finish_and_claim_procedure: one round trip where finish_run and attempt_claim took two. The
 run's end stands when the claim after it fails. The contract itself (what is ended, claimed
-and told) is tests/contract/test_run_end_and_claim_contract.py's."""
+and told) is tests/contract/test_finish_and_claim_contract.py's."""
 
 from __future__ import annotations
 

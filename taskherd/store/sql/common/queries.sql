@@ -216,10 +216,13 @@ WHERE runs.ended_at IS NULL AND runs.node = :node
 
 -- name: insert_run
 -- The attempt number counts the task's runs; the task row is locked by its claim in the same
--- transaction, so two runs of one task cannot count at the same time.
-INSERT INTO runs (task_id, attempt, node, role, runtime, claimed_at, pool)
+-- transaction, so two runs of one task cannot count at the same time. :credential_sha256 is
+-- the digest of the secret of the run's credential when the claim brings one (the token,
+-- `<run_id>.<secret>`, is made once the id is known): written with the row, not by an UPDATE
+-- of it after.
+INSERT INTO runs (task_id, attempt, node, role, runtime, claimed_at, pool, credential_sha256)
 VALUES (:task_id, (SELECT count(*) + 1 FROM runs WHERE task_id = :task_id), :node, :role,
-        :runtime, :now, :pool)
+        :runtime, :now, :pool, :credential_sha256)
 RETURNING *;
 
 -- name: tasks_to_prune
