@@ -135,11 +135,15 @@ class Dispatcher:
             room = self.room(now, cooled, limits)
             if not room.roles:
                 break
-            claim = self._claim(now, room.roles, room.full_pools, limits)
-            if claim is None:
-                break
-            if self.start(claim, now) is not None:
-                started += 1
+            # The claim's events are told once its agent is on its way: telling them (a
+            # datagram to every listener, this daemon's own among them) is not on the way
+            # from the claim to the exec.
+            with self.store.events_held():
+                claim = self._claim(now, room.roles, room.full_pools, limits)
+                if claim is None:
+                    break
+                if self.start(claim, now) is not None:
+                    started += 1
         if self._budget_spent_in_pass(started):
             self._over = self._over_budget(now, None)
         if not self._more:  # (cut short, the next pass goes on at once: no P0 waits)

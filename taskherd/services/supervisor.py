@@ -544,11 +544,12 @@ class Supervisor:
         # machine's fault, not a strike.
         result = self.disk.judge_end(result, run.report, self.clock())
         self._forget(live.run.id)
-        attempt = self._settle_freeing_slot(run, result, ended_at)
-        log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
-                 f" ({result.error})" if result.error else "")
-        if attempt is not None and self.next_claims is not None:
-            self.next_claims.took(attempt, self.clock())
+        with self.store.events_held():  # told once the next agent is on its way, as a pass's
+            attempt = self._settle_freeing_slot(run, result, ended_at)
+            log.info("run %s: task %s %s%s", run.id, run.task_id, result.outcome.value,
+                     f" ({result.error})" if result.error else "")
+            if attempt is not None and self.next_claims is not None:
+                self.next_claims.took(attempt, self.clock())
         self.on_change()
 
     def hand_freed_slots_to(self, claims: NextClaims) -> None:
