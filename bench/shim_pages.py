@@ -126,7 +126,7 @@ def fork_server(runs: int, folder: Path, boxed: bool) -> None:
                               start_new_session=True)
     shims: list[int] = []
     try:
-        time.sleep(0.5)  # the first spare forked
+        assert server.stdout.readline() == forkserver.UP  # its first spare forked
         for index in range(runs):
             spare = next(pid for pid in children(server.pid) if pid not in shims)
             spare_before, server_before = frames(spare), frames(server.pid)

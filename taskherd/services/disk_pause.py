@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from taskherd.host.diskspace import FreeSpace, probe
+from taskherd.host.diskspace import READINGS_KEPT, FreeSpace, probe
 from taskherd.model import RunResult
 from taskherd.model.delivery import NODE_PAUSED, NODE_RESUMED
 from taskherd.model.settings import FLEET, Config, DaemonConfig
@@ -68,11 +68,12 @@ class DiskPause:
             self._folders = (daemon, node_folders(daemon))
         return self._folders[1]
 
-    def short(self, now: float) -> str | None:
+    def short(self, now: float, keep: float = 0.0) -> str | None:
         """Why the disk takes nothing more now: read-only, full or below the floor, or a
-        fault met and not yet probed away. None when it has room."""
+        fault met and not yet probed away. None when it has room. `keep`: readings this old
+        will do."""
         floor = self.config_of().daemon.min_free_disk
-        reason = faults.disk_short(self.space.readings(self.folders(), now), floor)
+        reason = faults.disk_short(self.space.readings(self.folders(), now, keep), floor)
         if reason is not None and self._fault is not None:
             self._fault_explained = True
         if reason is None and self._fault is not None:
@@ -81,8 +82,12 @@ class DiskPause:
 
     def check(self, now: float) -> str | None:
         """Each dispatcher pass: why this node may start nothing now (None: it may), with
-        the pause's start or end put on record and told, once."""
-        reason = self.short(now)
+        the pause's start or end put on record and told, once. While the disk has room the
+        readings of the last READINGS_KEPT serve (a pass after each event, several a task
+        on a busy node); a paused node reads at every pass, to start again at the first
+        that finds room."""
+        reason = self.short(now, READINGS_KEPT if self.reason is None and self._fault is None
+                            else 0.0)
         node = self.config_of().daemon.node
         if reason is not None and self.reason is None:
             log.warning("node %s starts nothing new: %s", node, reason)

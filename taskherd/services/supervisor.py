@@ -71,6 +71,12 @@ KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL of an agent's process gr
 # elsewhere, tasks cancelled under a working agent). Events make the sweep come at once; this
 # is for the event a listener missed.
 SWEEP_EVERY = 10.0
+# The active/quiet verdicts (what `runs list` shows) are written at most this often, the changes
+# of the runs looked at meanwhile in one transaction: a thousand agents turning quiet over a few
+# seconds changed some verdict in nearly every pass, and each pass's write waited for the disk
+# (a sync at durability full: 3-20 ms on a loaded machine) on the daemon's loop, which every
+# claim and start in that time waited for. A question or a loop is written at once.
+VERDICTS_KEPT = 2.0
 HEARTBEAT_SLACK = 5.0  # heartbeats are stamped by another process's clock: look back this far
 
 
@@ -115,6 +121,8 @@ class Supervisor:
         self._heartbeats_read = float("-inf")
         self._run_of_task: dict[int, int] = {}  # task id → its watched run's id
         self._swept_open = self._swept_cancels = float("-inf")
+        self._verdicts: dict[int, VerdictChange] = {}  # run id → its verdict not written yet
+        self._verdicts_written = -math.inf  # when they were last written
         self._heard = False  # an event said a watched run may have ended or been cancelled
         make_private_dir(self.log_dir)
         self.launch = Launch(config, store, clock)
@@ -336,15 +344,22 @@ class Supervisor:
         earliest = self._looks.earliest()
         if len(due) == self.settings.looks_per_pass and earliest is not None and earliest <= now:
             self._behind = True  # more were due than one pass takes
-        if changes:
-            try:
-                self.store.set_liveness(changes)
-            except StoreError as error:
-                log.warning("liveness verdicts not recorded: %s", error)
-                for change in changes:
-                    if change.run_id in self.live:
-                        self.live[change.run_id].verdict = None  # written again next time
+        self._verdicts.update((change.run_id, change) for change in changes)
+        if self._verdicts and now - self._verdicts_written >= VERDICTS_KEPT:
+            self._write_verdicts(now)
         return counts
+
+    def _write_verdicts(self, now: float) -> None:
+        """The verdicts changed since the last write, in one transaction (see VERDICTS_KEPT)."""
+        changes, self._verdicts = list(self._verdicts.values()), {}
+        self._verdicts_written = now
+        try:
+            self.store.set_liveness(changes)
+        except StoreError as error:
+            log.warning("liveness verdicts not recorded: %s", error)
+            for change in changes:
+                if change.run_id in self.live:
+                    self.live[change.run_id].verdict = None  # written again next time
 
     def _note_heartbeats(self, now: float) -> None:
         """A heartbeat is a sign of life: one query for the runs that called in lately."""
@@ -440,6 +455,7 @@ class Supervisor:
     def _asked(self, live: LiveRun, question: str, now: float) -> None:
         """An agent idle at a question: ended as needs_input (no strike), or with
         on_input = wait kept alive for `taskherd task answer`. Listeners hear of it either way."""
+        self._verdicts.pop(live.run.id, None)  # older than this one: never written after it
         try:
             self.store.note_input_needed(live.run.id, live.task.id, question, now)
         except StoreError as error:
@@ -469,6 +485,7 @@ class Supervisor:
             return
         live.kill_reason = (outcome, reason)
         if outcome is Outcome.LOOPING:
+            self._verdicts.pop(live.run.id, None)
             with contextlib.suppress(StoreError):
                 self.store.set_liveness([VerdictChange(live.run.id, Liveness.LOOPING,
                                                        self.clock(), reason)])

@@ -143,6 +143,57 @@ def test_a_run_takes_the_shim_forked_before_it_was_asked_for(server, spawn):
     assert spare_of(server, running={spare}) not in (spare, None)
 
 
+def pidfds_of(pid):
+    """The pids that `pid`'s pidfds name."""
+    named = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[pidfd]":
+                with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+                    named += [int(line.split()[1]) for line in info if line.startswith("Pid:")]
+        except FileNotFoundError:  # closed since the listing
+            pass
+    return named
+
+
+def signal_masks(pid):
+    with open(f"/proc/{pid}/status") as status:
+        return {line.split(":")[0]: int(line.split()[1], 16) for line in status
+                if line.startswith(("SigIgn", "SigCgt", "SigBlk"))}
+
+
+def test_a_starter_looks_at_its_server_by_pidfd_that_neither_shim_nor_agent_keeps(server,
+                                                                                 spawn):
+    # Whether the server outlived a starter's answer was read from its shim's /proc stat
+    # (three system calls and a line's parsing on the way to the exec): one poll of the
+    # server's pidfd now. The agent must not get it: it would see (and pin) the server.
+    spare = spare_of(server)
+    until(lambda: psutil.Process(spare).children(), what="the spare's starter")
+    starter, = psutil.Process(spare).children()
+    assert pidfds_of(starter.pid) == [server]
+    until(lambda: pidfds_of(spare) == [], what="the shim's copy closed")  # (after its fork)
+    process = spawn(["sleep", "30"])
+    assert process.pid == spare
+
+    def agent():
+        try:  # (its starter is mid-exec: its name, or the process, may be read in between)
+            children = psutil.Process(spare).children()
+            return children[0].pid if children and children[0].name() == "sleep" else None
+        except psutil.Error:
+            return None
+
+    until(agent, what="the agent's exec")
+    agent_pid = agent()
+    assert sorted(os.listdir(f"/proc/{agent_pid}/fd")) == ["0", "1", "2"]
+    assert pidfds_of(spare) == []
+    # What the starter rehearsed before its run (the header, the signals' reset) left
+    # nothing behind: one header, and the agent's signals all default.
+    assert signal_masks(agent_pid) == {"SigBlk": 0, "SigIgn": 0, "SigCgt": 0}
+    assert [line for line in process.log_path.read_text().splitlines()
+            if line.startswith(procs.HEADER_PREFIX)] == [
+        process.log_path.read_text().splitlines()[0]]
+
+
 @pytest.fixture
 def lazy_server(monkeypatch):
     """A fork server that forks its next spare only when a run waits for one: its delay after

@@ -174,3 +174,39 @@ def test_a_cancel_is_found_at_once_when_heard_and_by_the_sweep_when_not(tmp_path
     assert (counts["heard"], counts["unheard"], counts["swept"]) == (1, 0, 1)
     assert all(run.outcome is Outcome.CANCELLED for run in runs)
     assert counts["after"] == ({}, {})
+
+
+def test_verdicts_changed_in_passes_close_together_are_written_in_one_transaction(tmp_path):
+    # A thousand agents turning quiet over a few seconds changed a verdict in nearly every
+    # pass, and each pass's write waited for the disk on the daemon's loop.
+    store, supervisor = supervisor_for(tmp_path)
+    writes = []
+    set_liveness = store.set_liveness
+
+    def counted(changes):
+        changes = list(changes)
+        writes.append(sorted(change.run_id for change in changes))
+        return set_liveness(changes)
+
+    store.set_liveness = counted
+
+    async def body():
+        now = time.time()
+        _, first = start(store, supervisor, "sleeper", now)
+        _, second = start(store, supervisor, "sleeper", now + 1.5)
+        await written(first)
+        await written(second)
+        supervisor.check(now + 2)  # both active: written at once, none waiting before
+        supervisor.check(now + 16)  # the first turns quiet: two seconds since the last write
+        quiet_first = store.get_run(first.run.id).liveness
+        supervisor.check(now + 17)  # the second turns quiet: kept for the next write
+        kept = store.get_run(second.run.id).liveness
+        supervisor.check(now + 18.5)
+        return first.run.id, second.run.id, quiet_first, kept, store.get_run(second.run.id)
+
+    try:
+        first, second, quiet_first, kept, run = asyncio.run(stopping(supervisor, body))
+    finally:
+        store.close()
+    assert quiet_first == "quiet" and kept == "active" and run.liveness == "quiet"
+    assert writes == [[first, second], [first], [second]]

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from taskherd.config import parse_config
-from taskherd.host.diskspace import FreeSpace
+from taskherd.host.diskspace import READINGS_KEPT, FreeSpace
 from taskherd.host.senders import one_line
 from taskherd.model import Fault, Outcome, RunResult, TaskState
 from taskherd.model.settings import ConfigError, RetryPolicy
@@ -129,7 +129,8 @@ class FakeDisk:
                                f_flag=os.ST_RDONLY if self.read_only else 0)
 
 
-def test_free_space_is_read_once_per_pass():
+def test_free_space_is_read_once_per_pass_and_kept_for_the_passes_close_after():
+    # A busy node makes several passes a task, the first on the way to its claim.
     disk = FakeDisk(600 * MIB)
     space = FreeSpace(disk)
     folders = [Path("/data"), Path("/data/logs")]
@@ -137,9 +138,14 @@ def test_free_space_is_read_once_per_pass():
                                             DiskReading("/data/logs", 600 * MIB)]
     disk.free = 0
     assert space.readings(folders, NOW)[0].free == 600 * MIB  # the same pass: no new look
+    assert space.readings(folders, NOW + 0.2, keep=0.5)[0].free == 600 * MIB  # kept
     assert disk.calls == 2
-    assert space.readings(folders, NOW + 1)[0].free == 0
+    assert space.readings(folders, NOW + 0.5, keep=0.5)[0].free == 0
     assert disk.calls == 4
+    disk.free = 600 * MIB
+    assert space.readings(folders, NOW + 0.6)[0].free == 600 * MIB  # none kept: read now
+    assert space.readings(folders, NOW - 1, keep=0.5)[0].free == 600 * MIB  # clock went back
+    assert disk.calls == 8
 
 
 @pytest.fixture
@@ -178,6 +184,19 @@ def test_below_the_floor_the_node_pauses_once_and_resumes_in_the_first_pass_with
     assert sorted(d.event for d in deliveries) == ["node_paused", "node_resumed"]
     paused = json.loads(next(d.payload for d in deliveries if d.event == "node_paused"))
     assert one_line(paused) == f"taskherd: node n1 starts nothing new: {reason}"
+
+
+def test_passes_with_room_reuse_a_reading_and_a_paused_node_reads_at_every_pass(node):
+    # The dispatcher's first pass after an event read three folders on the way to its claim.
+    disk, pause = node.disk, node.pause
+    assert pause.check(NOW) is None
+    calls = disk.calls
+    disk.free = 100 * MIB
+    assert pause.check(NOW + READINGS_KEPT / 2) is None  # the reading of NOW serves
+    assert disk.calls == calls
+    assert pause.check(NOW + READINGS_KEPT) is not None
+    disk.free = 600 * MIB
+    assert pause.check(NOW + READINGS_KEPT + 0.01) is None  # paused: read again at once
 
 
 def test_a_read_only_disk_pauses_the_node(node):
