@@ -148,9 +148,13 @@ class Node:
 
     def add(self, role: str, prompt: str = "") -> tuple[int, float]:
         """Enqueue one task and nudge the daemon; returns (task id, the moment it was ready)."""
-        task = self.store.enqueue(NewTask(role=role, title=prompt or role, prompt=prompt),
-                                  time.time()).task
-        ready_at = time.time()  # committed: claimable from here on
+        # Its event is told only once the moment is read: told first, the daemon (on the
+        # other core) could claim before this process, descheduled meanwhile, read the
+        # clock, and "ready" would come after "claimed" (by a millisecond, seen here).
+        with self.store.events_held():
+            task = self.store.enqueue(NewTask(role=role, title=prompt or role, prompt=prompt),
+                                      time.time()).task
+            ready_at = time.time()  # committed: claimable from here on
         return task.id, ready_at
 
     def wait_until(self, condition: Callable[[], object], timeout: float, what: str) -> object:
