@@ -6,6 +6,7 @@ from __future__ import annotations
 from taskherd.model import NewTask, Outcome, RunResult, TaskState
 from taskherd.model.settings import RetryPolicy
 from taskherd.policy.admission import ClaimRequest
+from tests.integration.test_hot_statements import statements_of
 
 
 def test_pages_walk_newest_first_by_cursor_with_filters(store):
@@ -141,14 +142,8 @@ def test_a_state_filter_reads_an_index_not_the_history(tmp_path):
     _one_task_in_each_state(store)
 
     def plans(read) -> list[list[str]]:
-        statements: list[str] = []
-        store._conn.set_trace_callback(statements.append)
-        try:
-            read()
-        finally:
-            store._conn.set_trace_callback(None)
         return [[row[3] for row in store._conn.execute("EXPLAIN QUERY PLAN " + sql)]
-                for sql in statements if sql.lstrip().upper().startswith("SELECT")]
+                for sql in statements_of(store, read) if sql.upper().startswith("SELECT")]
 
     # plans() calls its lambda at once, inside this turn of the loop (B023 cannot know).
     for state in TaskState:
